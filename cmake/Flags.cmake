@@ -1,0 +1,19 @@
+# Compile flags shared by every shardd target (target-scoped through shardd_flags).
+add_library(shardd_flags INTERFACE)
+target_compile_options(shardd_flags INTERFACE -Wall -Wextra -Wno-unused-parameter -fopenmp-simd)
+target_include_directories(shardd_flags INTERFACE ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
+if(SHARDD_NATIVE)
+  target_compile_options(shardd_flags INTERFACE -march=native)
+endif()
+if(SHARDD_SANITIZE)
+  string(REPLACE ";" "," _san "${SHARDD_SANITIZE}")
+  target_compile_options(shardd_flags INTERFACE -fsanitize=${_san} -fno-omit-frame-pointer)
+  target_link_options(shardd_flags INTERFACE -fsanitize=${_san})
+endif()
+
+# shardd_library(NAME SOURCES... DEPS ...): one static library per folder.
+function(shardd_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_link_libraries(${name} PUBLIC shardd_flags ${A_DEPS})
+endfunction()

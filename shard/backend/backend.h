@@ -1,0 +1,165 @@
+// The Backend: every numeric operation the model, loss and optimizer need, on
+// buffers that live in the backend's memory (host memory for cpu/, device
+// memory for cuda/). Core code (shard/model, shard/optim, shard/train) calls
+// only this interface and never includes a backend header; CreateBackend picks
+// the implementation.
+//
+// Conventions: row-major; activations are [rows, features] with rows =
+// batch * seq; weights use HF's nn.Linear layout [out_features, in_features];
+// "accumulates" means the op adds into its output (gradient accumulation),
+// otherwise outputs are overwritten. fp32 throughout for now; reduced-precision
+// storage arrives with the CUDA backend.
+//
+// Thread-safety: a Backend may be used from one thread at a time per instance.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+// C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, row-major with leading dims.
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+
+// Shape of a fused qkv activation: [batch*seq, (n_heads + 2*n_kv_heads) * head_dim],
+// query heads first, then key heads, then value heads. Query head h reads
+// key/value head h / (n_heads / n_kv_heads) (grouped-query attention).
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int64_t qkv_stride() const { return static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim; }
+  int64_t out_stride() const { return static_cast<int64_t>(n_heads) * head_dim; }
+};
+
+// torch.optim.AdamW semantics: decoupled decay p -= lr*wd*p, bias-corrected moments.
+struct AdamWArgs {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;         // 1-based step count for bias correction
+  float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, loss-scale undo)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // ---- Memory -------------------------------------------------------------
+  virtual StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Fill(float* x, int64_t n, float value) = 0;
+  // Waits for all queued work (a no-op on CPU).
+  virtual void Synchronize() = 0;
+
+  // ---- Dense linear algebra and elementwise --------------------------------
+  virtual void Gemm(const GemmArgs& args) = 0;
+  // out = a + b (out may alias a or b).
+  virtual void Add(const float* a, const float* b, float* out, int64_t n) = 0;
+  // x *= s.
+  virtual void Scale(float* x, int64_t n, float s) = 0;
+  // sum of x[i]^2 accumulated in double.
+  virtual double SumSquares(const float* x, int64_t n) = 0;
+
+  // ---- Model ops ----------------------------------------------------------
+  // out[i,:] = table[tokens[i],:]. Tokens must be in [0, vocab); callers check.
+  virtual void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,
+                                float* out) = 0;
+  // dtable[tokens[i],:] += dout[i,:] (accumulates).
+  virtual void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim,
+                                 float* dtable) = 0;
+
+  // y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps), saved per row.
+  virtual void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps,
+                              float* y, float* rstd) = 0;
+  // dx overwritten; dw accumulates.
+  virtual void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
+                               int64_t rows, int dim, float* dx, float* dw) = 0;
+
+  // Rotates `n_heads` consecutive heads of each row in place (HF rotate-half
+  // convention: pairs (i, i + head_dim/2)). Row r starts at x + r*row_stride and
+  // has position pos[r]. `cos_sin` is a table [max_pos, head_dim] holding
+  // cos(pos*inv_freq[i]) in the first head_dim/2 columns and sin in the rest.
+  // inverse = true applies the transposed rotation (the backward pass).
+  virtual void Rope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim,
+                    const int32_t* pos, const float* cos_sin, bool inverse) = 0;
+
+  // Causal self-attention on fused qkv (see AttentionShape), scale 1/sqrt(head_dim).
+  // If segment_ids is non-null ([batch*seq]), a token attends only to earlier
+  // tokens of its own segment (packed samples; segments are contiguous runs).
+  // out: [batch*seq, n_heads*head_dim]; lse: [batch, n_heads, seq] log-sum-exp
+  // of each softmax row, saved for the backward pass.
+  virtual void AttentionForward(const AttentionShape& shape, const float* qkv,
+                                const int32_t* segment_ids, float* out, float* lse) = 0;
+  // dqkv (same layout as qkv) is overwritten.
+  virtual void AttentionBackward(const AttentionShape& shape, const float* qkv,
+                                 const int32_t* segment_ids, const float* out, const float* lse,
+                                 const float* dout, float* dqkv) = 0;
+
+  // gu: [rows, 2*ffn] = [gate | up]; h = silu(gate) * up, h: [rows, ffn].
+  virtual void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) = 0;
+  // dgu overwritten.
+  virtual void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu) = 0;
+
+  // Cross-entropy of logits [rows, vocab] against targets (target < 0: not a
+  // target). Returns the sum over target rows of -log softmax(logits)[target],
+  // accumulated in double. If `grad`, logits is overwritten with
+  // grad_scale * d(sum)/d(logits) (zero rows for non-targets).
+  virtual double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                              float grad_scale, bool grad) = 0;
+
+  // ---- Optimizer ----------------------------------------------------------
+  virtual void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+                     const AdamWArgs& args) = 0;
+};
+
+// "cpu" (or "auto" when no GPU backend is available). A name shardd does not
+// have gives a clear UNIMPLEMENTED/INVALID_ARGUMENT error.
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device);
+
+// A buffer of n floats in a backend's memory. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static StatusOr<DeviceBuffer> Create(Backend* backend, int64_t n_floats);
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  float* data() const { return data_; }
+  int64_t size() const { return n_; }
+  int32_t* as_int() const { return reinterpret_cast<int32_t*>(data_); }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  int64_t n_ = 0;
+};
+
+}  // namespace shard

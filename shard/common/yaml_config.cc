@@ -1,0 +1,205 @@
+#include "shard/common/yaml_config.h"
+
+#include <filesystem>
+
+namespace shard {
+namespace {
+
+const char* TypeName(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return "a scalar";
+    default: return "nothing";
+  }
+}
+
+template <typename T>
+Status Convert(const YAML::Node& n, const std::string& where, const char* expected, T* out) {
+  try {
+    *out = n.as<T>();
+    return OkStatus();
+  } catch (const YAML::Exception&) {
+    return InvalidArgument(where + ": expected " + expected + ", got '" + n.Scalar() + "'");
+  }
+}
+
+}  // namespace
+
+YamlMap::YamlMap(YAML::Node node, std::string file, std::string prefix)
+    : node_(node), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+StatusOr<YamlMap> YamlMap::LoadString(const std::string& text, const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(name + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
+                           ": " + e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return InvalidArgument(name + ": the top level must be a mapping of keys");
+  return YamlMap(root, name, "");
+}
+
+StatusOr<YamlMap> YamlMap::LoadFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return NotFound("job file " + path + " does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ": not valid YAML: line " + std::to_string(e.mark.line + 1) + ": " +
+                           e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return InvalidArgument(path + ": the top level must be a mapping of keys");
+  return YamlMap(root, path, "");
+}
+
+std::string YamlMap::Where(const std::string& key) const {
+  return file_ + ": " + (prefix_.empty() ? key : prefix_ + "." + key);
+}
+
+bool YamlMap::Has(const std::string& key) const { return node_[key].IsDefined(); }
+
+StatusOr<YAML::Node> YamlMap::Scalar(const std::string& key, bool* present) {
+  asked_.insert(key);
+  YAML::Node n = node_[key];
+  *present = n.IsDefined() && !n.IsNull();
+  if (*present && !n.IsScalar())
+    return InvalidArgument(Where(key) + ": expected a single value, got " + TypeName(n));
+  return n;
+}
+
+Status YamlMap::Get(const std::string& key, int* out) {
+  bool present;
+  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
+  return present ? Convert(n, Where(key), "an integer", out) : OkStatus();
+}
+Status YamlMap::Get(const std::string& key, int64_t* out) {
+  bool present;
+  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
+  return present ? Convert(n, Where(key), "an integer", out) : OkStatus();
+}
+Status YamlMap::Get(const std::string& key, double* out) {
+  bool present;
+  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
+  return present ? Convert(n, Where(key), "a number", out) : OkStatus();
+}
+Status YamlMap::Get(const std::string& key, bool* out) {
+  bool present;
+  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
+  return present ? Convert(n, Where(key), "true or false", out) : OkStatus();
+}
+Status YamlMap::Get(const std::string& key, std::string* out) {
+  bool present;
+  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
+  return present ? Convert(n, Where(key), "a string", out) : OkStatus();
+}
+
+Status YamlMap::Get(const std::string& key, std::vector<double>* out) {
+  asked_.insert(key);
+  YAML::Node n = node_[key];
+  if (!n.IsDefined() || n.IsNull()) return OkStatus();
+  if (!n.IsSequence()) return InvalidArgument(Where(key) + ": expected a list of numbers, got " + TypeName(n));
+  std::vector<double> v;
+  for (size_t i = 0; i < n.size(); ++i) {
+    double x;
+    RETURN_IF_ERROR(Convert(n[i], Where(key) + "[" + std::to_string(i) + "]", "a number", &x));
+    v.push_back(x);
+  }
+  *out = std::move(v);
+  return OkStatus();
+}
+
+Status YamlMap::Get(const std::string& key, std::vector<std::string>* out) {
+  asked_.insert(key);
+  YAML::Node n = node_[key];
+  if (!n.IsDefined() || n.IsNull()) return OkStatus();
+  if (!n.IsSequence()) return InvalidArgument(Where(key) + ": expected a list of strings, got " + TypeName(n));
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::string x;
+    RETURN_IF_ERROR(Convert(n[i], Where(key) + "[" + std::to_string(i) + "]", "a string", &x));
+    v.push_back(x);
+  }
+  *out = std::move(v);
+  return OkStatus();
+}
+
+Status YamlMap::GetEnum(const std::string& key, const std::vector<std::string>& allowed, std::string* out) {
+  std::string v = *out;
+  RETURN_IF_ERROR(Get(key, &v));
+  for (const auto& a : allowed) {
+    if (a == v) {
+      *out = v;
+      return OkStatus();
+    }
+  }
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return InvalidArgument(Where(key) + ": '" + v + "' is not one of: " + list);
+}
+
+StatusOr<YamlMap> YamlMap::Sub(const std::string& key) {
+  asked_.insert(key);
+  std::string prefix = prefix_.empty() ? key : prefix_ + "." + key;
+  YAML::Node n = node_[key];
+  if (!n.IsDefined() || n.IsNull()) return YamlMap(YAML::Node(YAML::NodeType::Map), file_, prefix);
+  if (!n.IsMap()) return InvalidArgument(Where(key) + ": expected a mapping of keys, got " + TypeName(n));
+  return YamlMap(n, file_, prefix);
+}
+
+Status YamlMap::Finish() const {
+  for (const auto& kv : node_) {
+    std::string key = kv.first.as<std::string>();
+    if (asked_.count(key)) continue;
+    std::string known;
+    for (const auto& a : asked_) known += (known.empty() ? "" : ", ") + a;
+    return InvalidArgument(Where(key) + ": unknown key (known here: " + known + ")");
+  }
+  return OkStatus();
+}
+
+Status ApplyOverride(YAML::Node root, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return InvalidArgument("--set '" + assignment + "': expected key.path=value");
+  std::string path = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("--set '" + assignment + "': value is not valid YAML: " + e.msg);
+  }
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  // yaml-cpp nodes are handles; walking with operator[] on a copy rebinds, so
+  // keep a chain of nodes and assign leaf-first.
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i].empty()) return InvalidArgument("--set '" + assignment + "': empty key in path");
+    YAML::Node next = chain.back()[parts[i]];
+    if (next.IsDefined() && !next.IsNull() && !next.IsMap())
+      return InvalidArgument("--set '" + assignment + "': '" + parts[i] + "' is not a mapping");
+    if (!next.IsDefined() || next.IsNull()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  if (parts.back().empty()) return InvalidArgument("--set '" + assignment + "': empty key in path");
+  chain.back()[parts.back()] = parsed;
+  return OkStatus();
+}
+
+}  // namespace shard

@@ -1,0 +1,64 @@
+// Strict YAML → typed config mapping. YAML is only the format: each component
+// owns a plain struct; a loader walks a YamlMap, which records every key it was
+// asked for, so Finish() can name any key nobody asked for (a typo) and wrong
+// types come back as errors naming the file and dotted key.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+class YamlMap {
+ public:
+  // `file` names the source in errors; `prefix` is the dotted path of this map
+  // ("" for the document root).
+  YamlMap(YAML::Node node, std::string file, std::string prefix);
+
+  // Loads a file and checks its root is a mapping.
+  static StatusOr<YamlMap> LoadFile(const std::string& path);
+  static StatusOr<YamlMap> LoadString(const std::string& text, const std::string& name);
+
+  bool Has(const std::string& key) const;
+
+  // Optional keys: absent keeps *out unchanged (the struct's default).
+  Status Get(const std::string& key, int* out);
+  Status Get(const std::string& key, int64_t* out);
+  Status Get(const std::string& key, double* out);
+  Status Get(const std::string& key, bool* out);
+  Status Get(const std::string& key, std::string* out);
+  Status Get(const std::string& key, std::vector<double>* out);
+  Status Get(const std::string& key, std::vector<std::string>* out);
+  // A string key restricted to `allowed` values.
+  Status GetEnum(const std::string& key, const std::vector<std::string>& allowed, std::string* out);
+
+  // A nested mapping; absent yields an empty map (all defaults).
+  StatusOr<YamlMap> Sub(const std::string& key);
+
+  // Error if the map holds a key nobody asked for.
+  Status Finish() const;
+
+  // "file: a.b.key" — for error messages about a value.
+  std::string Where(const std::string& key) const;
+  YAML::Node& node() { return node_; }
+
+ private:
+  StatusOr<YAML::Node> Scalar(const std::string& key, bool* present);
+
+  YAML::Node node_;
+  std::string file_;
+  std::string prefix_;
+  std::set<std::string> asked_;
+};
+
+// Applies `--set a.b.c=value` overrides to a YAML document before it is mapped.
+// The value is parsed as YAML ("3", "1e-3", "[0.9, 0.95]", "true", "text").
+// Intermediate maps are created, so an unknown key still fails in Finish().
+Status ApplyOverride(YAML::Node root, const std::string& assignment);
+
+}  // namespace shard
