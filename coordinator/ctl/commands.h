@@ -1,0 +1,34 @@
+// shardctl subcommands that work offline, without a coordinator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shard/common/status.h"
+
+namespace shardctl {
+
+struct EvalOptions {
+  std::string model;   // HF folder
+  std::string tokens;  // raw uint32 token file
+  int64_t seq_len = 0;
+  int64_t batch = 8;
+  int64_t max_windows = 0;  // 0 = all
+  std::string device = "auto";
+  bool json = false;
+};
+shard::Status RunEval(const EvalOptions& o);
+
+struct GenerateOptions {
+  std::string model;
+  std::vector<int32_t> prompt;
+  int64_t max_new = 16;
+  std::string device = "auto";
+  bool json = false;
+};
+shard::Status RunGenerate(const GenerateOptions& o);
+
+// "1,2,3" -> {1,2,3}; names the bad element.
+shard::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text);
+
+}  // namespace shardctl

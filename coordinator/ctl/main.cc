@@ -1,0 +1,51 @@
+// shardctl: the user's tool. Today: offline evaluation and generation on an HF
+// model folder. Job submission (run, submit, status, ...) arrives with the
+// coordinator.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "coordinator/ctl/commands.h"
+#include "shard/common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardctl: train, evaluate and sample Llama models with shardd"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+
+  shardctl::EvalOptions eval;
+  auto* ev = app.add_subcommand("eval", "Mean next-token loss of a model over a token file");
+  ev->add_option("--model", eval.model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
+  ev->add_option("--tokens", eval.tokens, "Raw little-endian uint32 token file")->required()->check(CLI::ExistingFile);
+  ev->add_option("--seq-len", eval.seq_len, "Window length: windows of seq_len+1 tokens every seq_len")->required();
+  ev->add_option("--batch", eval.batch, "Windows per forward pass")->capture_default_str();
+  ev->add_option("--max-windows", eval.max_windows, "Evaluate at most this many windows (0 = all)")->capture_default_str();
+  ev->add_option("--device", eval.device, "auto, cpu or cuda")->capture_default_str();
+  ev->add_flag("--json", eval.json, "Print {\"loss\": ..., \"tokens\": ...}");
+
+  shardctl::GenerateOptions gen;
+  std::string prompt;
+  auto* ge = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids");
+  ge->add_option("--model", gen.model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
+  ge->add_option("--prompt-tokens", prompt, "Comma-separated token ids, e.g. 1,2,3")->required();
+  ge->add_option("--max-new", gen.max_new, "Tokens to generate")->capture_default_str();
+  ge->add_option("--device", gen.device, "auto, cpu or cuda")->capture_default_str();
+  ge->add_flag("--json", gen.json, "Print {\"prompt\": [...], \"generated\": [...]}");
+
+  CLI11_PARSE(app, argc, argv);
+  shard::InitLogging(log_level);
+
+  shard::Status st;
+  if (*ev) {
+    st = shardctl::RunEval(eval);
+  } else if (*ge) {
+    auto tokens = shardctl::ParseTokenList(prompt);
+    st = tokens.ok() ? (gen.prompt = *tokens, shardctl::RunGenerate(gen)) : tokens.status();
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n", st.ToString().c_str());
+    return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ? 2 : 1;
+  }
+  return 0;
+}

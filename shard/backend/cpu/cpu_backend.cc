@@ -1,0 +1,100 @@
+// CpuBackend: host memory management plus dispatch to the kernels in
+// cpu_kernels.h. Everything is synchronous, so Synchronize() has nothing to do.
+#include "shard/backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "shard/backend/cpu/cpu_kernels.h"
+
+namespace shard::cpu {
+namespace {
+
+// 64 bytes: a cache line and a full AVX-512 register, so kernels may assume
+// aligned starts and no two buffers share a line (no false sharing).
+constexpr size_t kAlignment = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  StatusOr<void*> Allocate(size_t bytes) override {
+    // aligned_alloc wants a multiple of the alignment; 0 bytes still gets a
+    // unique pointer so callers need no special case.
+    const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded < bytes) return ResourceExhausted("cpu backend: allocation size overflows");
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr)
+      return ResourceExhausted("cpu backend: cannot allocate " + std::to_string(bytes) +
+                               " bytes of host memory");
+    return p;
+  }
+  void Free(void* ptr) override { std::free(ptr); }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, host_src, bytes);
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(host_dst, src, bytes);
+  }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+  void Fill(float* x, int64_t n, float value) override { cpu::Fill(x, n, value); }
+  void Synchronize() override {}
+
+  void Gemm(const GemmArgs& args) override { cpu::Gemm(args); }
+  void Add(const float* a, const float* b, float* out, int64_t n) override { cpu::Add(a, b, out, n); }
+  void Scale(float* x, int64_t n, float s) override { cpu::Scale(x, n, s); }
+  double SumSquares(const float* x, int64_t n) override { return cpu::SumSquares(x, n); }
+
+  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,
+                        float* out) override {
+    cpu::EmbeddingForward(tokens, rows, table, dim, out);
+  }
+  void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim,
+                         float* dtable) override {
+    cpu::EmbeddingBackward(tokens, rows, dout, dim, dtable);
+  }
+  void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                      float* rstd) override {
+    cpu::RmsNormForward(x, w, rows, dim, eps, y, rstd);
+  }
+  void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
+                       int64_t rows, int dim, float* dx, float* dw) override {
+    cpu::RmsNormBackward(dy, x, w, rstd, rows, dim, dx, dw);
+  }
+  void Rope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim,
+            const int32_t* pos, const float* cos_sin, bool inverse) override {
+    cpu::Rope(x, rows, row_stride, n_heads, head_dim, pos, cos_sin, inverse);
+  }
+  void AttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                        float* out, float* lse) override {
+    cpu::AttentionForward(shape, qkv, segment_ids, out, lse);
+  }
+  void AttentionBackward(const AttentionShape& shape, const float* qkv,
+                         const int32_t* segment_ids, const float* out, const float* lse,
+                         const float* dout, float* dqkv) override {
+    cpu::AttentionBackward(shape, qkv, segment_ids, out, lse, dout, dqkv);
+  }
+  void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
+    cpu::SwiGluForward(gu, rows, ffn, h);
+  }
+  void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu) override {
+    cpu::SwiGluBackward(dh, gu, rows, ffn, dgu);
+  }
+  double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                      float grad_scale, bool grad) override {
+    return cpu::CrossEntropy(logits, targets, rows, vocab, grad_scale, grad);
+  }
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+             const AdamWArgs& args) override {
+    cpu::AdamW(param, grad, m, v, n, args);
+  }
+};
+
+}  // namespace
+
+Backend* CreateBackend() { return new CpuBackend(); }
+
+}  // namespace shard::cpu

@@ -1,0 +1,83 @@
+// Matrix products: Gemm goes to OpenBLAS (its own threads; never called from a
+// ParallelFor task), SmallGemm is a register-tiled kernel for the small,
+// strided products inside attention, which run one task per thread.
+#include <cblas.h>
+
+#include <cstdint>
+
+#include "shard/backend/cpu/cpu_kernels.h"
+#include "shard/backend/cpu/cpu_math.h"
+
+namespace shard::cpu {
+
+void Gemm(const GemmArgs& g) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.k <= 0) {
+    // BLAS rejects k == 0 with leading dimensions of 0; the result is beta * C.
+    for (int64_t i = 0; i < g.m; ++i) {
+      float* c = g.c + i * g.ldc;
+      for (int64_t j = 0; j < g.n; ++j) c[j] = g.beta == 0.0f ? 0.0f : g.beta * c[j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(g.m),
+              static_cast<blasint>(g.n), static_cast<blasint>(g.k), g.alpha, g.a,
+              static_cast<blasint>(g.lda), g.b, static_cast<blasint>(g.ldb), g.beta, g.c,
+              static_cast<blasint>(g.ldc));
+}
+
+namespace {
+
+// C[MR, 8*NV] (+)= A(MR, k) * B[k, 8*NV], accumulators in registers (6x16 is
+// the classic AVX2 shape: 12 accumulators + 2 B vectors + 1 broadcast fit the
+// 16 ymm registers).
+template <int MR, int NV>
+void MicroKernel(int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+                 int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  V8 acc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) acc[i][j] = accumulate ? LoadV8(c + i * ldc + 8 * j) : V8{};
+  for (int64_t p = 0; p < k; ++p) {
+    V8 bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = LoadV8(b + p * ldb + 8 * j);
+    const float* ap = a + p * a_cs;
+    for (int i = 0; i < MR; ++i) {
+      const float av = ap[i * a_rs];
+      for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) StoreV8(c + i * ldc + 8 * j, acc[i][j]);
+}
+
+template <int MR>
+void RowBlock(int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) MicroKernel<MR, 2>(k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
+  if (j < n) MicroKernel<MR, 1>(k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
+}
+
+}  // namespace
+
+void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+               const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  SHARD_CHECK_MSG(n % 8 == 0, "SmallGemm needs n to be a multiple of 8 (pad the buffers)");
+  constexpr int64_t kRows = 6;
+  int64_t i = 0;
+  for (; i + kRows <= m; i += kRows)
+    RowBlock<kRows>(n, k, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, accumulate);
+  const float* ai = a + i * a_rs;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+    case 5: RowBlock<5>(n, k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate); break;
+    case 4: RowBlock<4>(n, k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate); break;
+    case 3: RowBlock<3>(n, k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate); break;
+    case 2: RowBlock<2>(n, k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate); break;
+    case 1: RowBlock<1>(n, k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+}  // namespace shard::cpu

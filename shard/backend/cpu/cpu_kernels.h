@@ -1,0 +1,51 @@
+// Internal to shard/backend/cpu: the kernels behind CpuBackend, as free
+// functions grouped by the file that defines them. Semantics are exactly those
+// of the matching shard::Backend methods (see shard/backend/backend.h).
+#pragma once
+
+#include <cstdint>
+
+#include "shard/backend/backend.h"
+
+namespace shard::cpu {
+
+// cpu_gemm.cc
+void Gemm(const GemmArgs& args);
+// C[m,n] (+)= A(m,k) * B[k,n] for the attention kernels: A(i,p) = a[i*a_rs + p*a_cs]
+// (so A may be read transposed), B row-major with ldb, n a multiple of 8.
+// Single-threaded: called from inside ParallelFor tasks.
+void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+               const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
+// cpu_elementwise.cc
+void Fill(float* x, int64_t n, float value);
+void Add(const float* a, const float* b, float* out, int64_t n);
+void Scale(float* x, int64_t n, float s);
+double SumSquares(const float* x, int64_t n);
+void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out);
+void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable);
+void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h);
+void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu);
+
+// cpu_norm_rope.cc
+void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                    float* rstd);
+void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
+                     int64_t rows, int dim, float* dx, float* dw);
+void Rope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim,
+          const int32_t* pos, const float* cos_sin, bool inverse);
+
+// cpu_attention.cc
+void AttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                      float* out, float* lse);
+void AttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                       const float* out, const float* lse, const float* dout, float* dqkv);
+
+// cpu_cross_entropy.cc
+double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                    float grad_scale, bool grad);
+
+// cpu_adamw.cc
+void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args);
+
+}  // namespace shard::cpu

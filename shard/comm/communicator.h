@@ -1,0 +1,114 @@
+// The Communicator seam: the collectives FSDP needs, over one group of ranks.
+//
+// Backends live in folders with the same shape (local/, gloo/, later nccl/), each
+// exposing one factory; CreateCommunicator picks one by name. Nothing outside those
+// folders includes a backend header.
+//
+//   local  ranks are threads of one process; data moves through shared memory.
+//          For unit tests of everything above the communicator.
+//   gloo   ranks are processes; Gloo's TCP transport (loopback by default).
+//   nccl   GPUs; not built yet (UNIMPLEMENTED).
+//
+// Semantics every backend honours (the conformance tests check them):
+//  * Calls are collective: every rank of the group makes the same sequence of calls
+//    with the same counts (and root / op). Calls are matched by order.
+//  * Every call blocks for at most options.timeout and then returns DEADLINE_EXCEEDED.
+//  * After a failed call (timeout, peer failure, abort) the communicator is unusable:
+//    later calls fail at once. The caller tears the attempt down and starts a new one.
+//  * A peer that dies or aborts makes the survivors' calls fail (UNAVAILABLE) rather
+//    than hang; how fast depends on the backend (local: at once; gloo: as soon as the
+//    TCP connection drops, which for a killed process is at once).
+//  * Counts of zero are legal and return OK without synchronising.
+//
+// Thread-safety: collectives of one communicator must be called from one thread at a
+// time (they are ordered). rank(), world_size(), name() and Abort() may be called from
+// any thread at any time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shard/common/kv_store.h"
+#include "shard/common/status.h"
+
+namespace shard {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+
+const char* ReduceOpName(ReduceOp op);
+
+// Per-call options. Kept as a struct so tags/streams can be added without touching
+// every call site.
+struct CommOptions {
+  // Longest the call may block, end to end. Nothing waits forever.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // "gloo:job/a0/shard0 rank 1/4" — for logs and error messages.
+  virtual std::string name() const = 0;
+
+  // recv holds world_size * count_per_rank elements; rank r's `send` lands at
+  // recv + r * count_per_rank. In place when send == recv + rank() * count_per_rank.
+  virtual Status AllGather(const float* send, float* recv, int64_t count_per_rank,
+                           const CommOptions& options) = 0;
+
+  // send holds world_size * count_per_rank elements; rank r receives the reduction
+  // over ranks of block r (send + r * count_per_rank). kAvg divides the sum by
+  // world_size. In place when recv == send + rank() * count_per_rank.
+  virtual Status ReduceScatter(const float* send, float* recv, int64_t count_per_rank,
+                               ReduceOp op, const CommOptions& options) = 0;
+
+  // In place: every rank ends with the reduction of all ranks' data.
+  virtual Status AllReduce(float* data, int64_t count, ReduceOp op,
+                           const CommOptions& options) = 0;
+  virtual Status AllReduce(double* data, int64_t count, ReduceOp op,
+                           const CommOptions& options) = 0;
+
+  // Copies root's data into every other rank's data.
+  virtual Status Broadcast(float* data, int64_t count, int root, const CommOptions& options) = 0;
+
+  virtual Status Barrier(const CommOptions& options) = 0;
+
+  // Makes any call waiting now, and every later call, return ABORTED promptly (well
+  // under a second). Peers blocked on this rank see their calls fail too. Idempotent;
+  // safe from any thread, including while another thread is inside a collective.
+  virtual void Abort(const std::string& reason) = 0;
+};
+
+struct CommConfig {
+  // "local", "gloo" or "nccl".
+  std::string backend = "gloo";
+  // This process's (or thread's) rank in the group, 0 <= rank < world_size.
+  int rank = 0;
+  int world_size = 1;
+  // Rendezvous store (gloo: addresses; nccl: the unique id). Required for gloo; the
+  // local backend rendezvouses in process memory and ignores it.
+  std::shared_ptr<KvStore> store;
+  // Namespaces this group's rendezvous keys ("job/attempt/group/"). Must be unique per
+  // communicator instance: sub-groups (hybrid sharding's shard and replicate groups)
+  // are made by calling CreateCommunicator again with another prefix and the sub-rank
+  // and sub-world. The local backend uses it as the group's name in this process.
+  std::string prefix;
+  // Gloo TCP transport: address to bind and advertise (loopback by default), or a
+  // network interface name, which wins when set (e.g. "eth0").
+  std::string gloo_hostname = "127.0.0.1";
+  std::string gloo_interface;
+  // Longest the rendezvous and connection setup may take.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+
+  Status Validate() const;
+};
+
+// Creates and connects this rank's communicator. Blocks until every rank of the group
+// has joined or config.timeout passes (DEADLINE_EXCEEDED naming who is missing).
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommConfig& config);
+
+}  // namespace shard

@@ -1,0 +1,305 @@
+#include "shard/comm/gloo/gloo_communicator.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "shard/comm/collective_util.h"
+#include "shard/comm/gloo/abortable_buffers.h"
+#include "shard/comm/gloo/kv_store_adapter.h"
+#include "shard/comm/gloo/ring_reduce_scatter.h"
+#include "shard/common/kv_stores.h"
+
+namespace shard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ::gloo::transport::UnboundBuffer;
+
+// BarrierOptions owns the buffer the barrier waits on; exposing it lets Abort() wake it.
+struct AbortableBarrierOptions : ::gloo::BarrierOptions {
+  using ::gloo::BarrierOptions::BarrierOptions;
+  UnboundBuffer* wait_buffer() { return buffer.get(); }
+};
+
+// Gloo reports timeouts as IoException with these words in the message.
+bool LooksLikeTimeout(const std::string& message) {
+  return message.find("Timed out") != std::string::npos ||
+         message.find("timeout") != std::string::npos;
+}
+
+// One rank's connected Gloo context.
+//
+// Failure model: Gloo fails the whole context after a timeout or a broken connection,
+// so the first failure is remembered (failure_) and every later call returns it at
+// once.
+//
+// Abort: marks the communicator aborted, hard-closes every pair (peers see a reset
+// connection at once and fail) and wakes every wait of the call in flight
+// (AbortableBuffers), re-waking until that call has returned. Why not something
+// gentler: closing a pair does not wake this side's waiters, Debian's Gloo does not
+// ship the headers (gloo/common/memory.h) needed to reach the pair's internal error
+// signalling, and Gloo's own algorithms ignore a wait that returns "aborted" and go
+// on to their next wait — so a single wake is not enough, a few are.
+//
+// Thread-safety: collectives from one thread at a time; Abort() and the accessors from
+// any thread. mu_ guards failure_ and abort_reason_; aborted_ and in_flight_ are
+// atomics. context_ is immutable after construction (Gloo's pair list is logically
+// const, and Pair::close takes the pair's own lock).
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> context, std::string prefix)
+      : context_(std::move(context)),
+        name_("gloo:" + prefix + " rank " + std::to_string(context_->rank) + "/" +
+              std::to_string(context_->size)) {}
+
+  // Destruction closes the pairs gently (Gloo's default): data already sent still
+  // reaches the peers, and a peer still waiting on us sees the connection close.
+  ~GlooCommunicator() override = default;
+
+  int rank() const override { return context_->rank; }
+  int world_size() const override { return context_->size; }
+  std::string name() const override { return name_; }
+
+  Status AllGather(const float* send, float* recv, int64_t count,
+                   const CommOptions& options) override {
+    return Run("AllGather", count, send, recv, options, [&] {
+      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+      float* own = recv + static_cast<size_t>(rank()) * count;
+      if (world_size() == 1) {
+        if (own != send) std::memcpy(own, send, bytes);
+        return;
+      }
+      ::gloo::AllgatherOptions opts(context_);
+      auto out = context_->createUnboundBuffer(recv, bytes * world_size());
+      comm::ScopedTrack track_out(abortable_, out.get());
+      std::unique_ptr<comm::ScopedTrack> track_in;
+      if (own != send) {  // otherwise in place: our block already sits in recv
+        auto in = context_->createUnboundBuffer(const_cast<float*>(send), bytes);
+        track_in = std::make_unique<comm::ScopedTrack>(abortable_, in.get());
+        opts.setInput<float>(std::move(in));
+      }
+      opts.setOutput<float>(std::move(out));
+      opts.setTimeout(options.timeout);
+      ::gloo::allgather(opts);
+    });
+  }
+
+  Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op,
+                       const CommOptions& options) override {
+    return Run("ReduceScatter", count, send, recv, options, [&] {
+      const size_t n = static_cast<size_t>(count);
+      comm::RingReduceScatter<float>(context_, send, n * world_size(), n, recv, op,
+                                     Clock::now() + options.timeout, scratch_, abortable_);
+    });
+  }
+
+  Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& options) override {
+    return AllReduceT(data, count, op, options);
+  }
+  Status AllReduce(double* data, int64_t count, ReduceOp op,
+                   const CommOptions& options) override {
+    return AllReduceT(data, count, op, options);
+  }
+
+  Status Broadcast(float* data, int64_t count, int root, const CommOptions& options) override {
+    RETURN_IF_ERROR(comm::CheckRoot("Broadcast", *this, root));
+    return Run("Broadcast", count, data, data, options, [&] {
+      if (world_size() == 1) return;
+      ::gloo::BroadcastOptions opts(context_);
+      auto buf = context_->createUnboundBuffer(data, static_cast<size_t>(count) * sizeof(float));
+      comm::ScopedTrack track(abortable_, buf.get());
+      opts.setOutput<float>(std::move(buf));
+      opts.setRoot(root);
+      opts.setTimeout(options.timeout);
+      ::gloo::broadcast(opts);
+    });
+  }
+
+  Status Barrier(const CommOptions& options) override {
+    return Run("Barrier", -1, nullptr, nullptr, options, [&] {
+      if (world_size() == 1) return;
+      AbortableBarrierOptions opts(context_);
+      comm::ScopedTrack track(abortable_, opts.wait_buffer());
+      opts.setTimeout(options.timeout);
+      ::gloo::barrier(opts);
+    });
+  }
+
+  void Abort(const std::string& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      abort_reason_ = reason.empty() ? "(no reason given)" : reason;
+      aborted_ = true;
+    }
+    // Close first: once a pair's socket is closed no Gloo thread writes into a buffer
+    // any more, so waking the waits below cannot let a caller free a buffer that is
+    // still being filled.
+    ClosePairs();
+    const auto give_up = Clock::now() + std::chrono::seconds(5);
+    do {
+      abortable_.AbortAll();
+      if (in_flight_ == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } while (Clock::now() < give_up);
+  }
+
+ private:
+  void ClosePairs() {
+    for (int peer = 0; peer < world_size(); ++peer) {
+      if (peer == rank()) continue;
+      auto& pair = context_->getPair(peer);
+      if (pair) pair->close();
+    }
+  }
+
+  // Bandwidth-optimal all-reduce: our ring reduce-scatter of count/W-sized blocks in
+  // place, then Gloo's all-gatherv of the (possibly uneven) blocks.
+  template <typename T>
+  Status AllReduceT(T* data, int64_t count, ReduceOp op, const CommOptions& options) {
+    return Run("AllReduce", count, data, data, options, [&] {
+      const size_t n = static_cast<size_t>(count);
+      const size_t w = static_cast<size_t>(world_size());
+      if (w == 1) {
+        comm::FinishAvg(op, data, n, 1);
+        return;
+      }
+      const size_t block = (n + w - 1) / w;
+      auto off = [&](size_t b) { return std::min(b * block, n); };
+      comm::RingReduceScatter<T>(context_, data, n, block, data + off(rank()), op,
+                                 Clock::now() + options.timeout, scratch_, abortable_);
+      ::gloo::AllgathervOptions opts(context_);
+      std::vector<size_t> elements(w);
+      for (size_t b = 0; b < w; ++b) elements[b] = std::min(n, off(b) + block) - off(b);
+      auto buf = context_->createUnboundBuffer(data, n * sizeof(T));
+      comm::ScopedTrack track(abortable_, buf.get());
+      opts.setOutput<T>(std::move(buf), std::move(elements));
+      opts.setTimeout(options.timeout);
+      ::gloo::allgatherv(opts);
+    });
+  }
+
+  // Checks the arguments (count < 0 skips them: Barrier), refuses calls after a
+  // failure, runs `body` and converts whatever Gloo throws into a Status naming the
+  // call and rank.
+  template <typename Body>
+  Status Run(const char* call, int64_t count, const void* a, const void* b,
+             const CommOptions& options, Body&& body) {
+    if (count >= 0) RETURN_IF_ERROR(comm::CheckArgs(call, *this, count, a, b));
+    const std::string where = comm::Where(call, *this);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return Aborted(where + ": communicator was aborted: " + abort_reason_);
+      if (!failure_.ok()) {
+        return Status(failure_.code(),
+                      where + ": communicator is unusable after an earlier failure: " +
+                          failure_.message());
+      }
+    }
+    if (count == 0) return OkStatus();
+    InFlight in_flight(in_flight_);
+    try {
+      body();
+    } catch (const std::exception& e) {
+      return Fail(where, options, e.what());
+    }
+    if (aborted_) return Fail(where, options, "aborted during the call");
+    return OkStatus();
+  }
+
+  Status Fail(const std::string& where, const CommOptions& options, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status status;
+    if (aborted_) {
+      status = Aborted(where + ": communicator was aborted: " + abort_reason_);
+    } else if (LooksLikeTimeout(what)) {
+      status = DeadlineExceeded(where + ": timed out after " +
+                                std::to_string(options.timeout.count()) +
+                                " ms (a peer never made this call, or is stuck or dead): " +
+                                what);
+    } else {
+      status = Unavailable(where + ": a peer failed or closed its connection: " + what +
+                           " (the peer probably died or aborted; check its log)");
+    }
+    if (failure_.ok()) failure_ = status;
+    // The context is unusable now. Close every connection (Gloo does the same after
+    // its own timeouts) so peers blocked on this rank fail at once and the failure
+    // spreads through the group instead of waiting out everyone's timeout.
+    ClosePairs();
+    return status;
+  }
+
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
+    ~InFlight() { --n_; }
+    std::atomic<int>& n_;
+  };
+
+  const std::shared_ptr<::gloo::rendezvous::Context> context_;
+  const std::string name_;
+  comm::AbortableBuffers abortable_;
+  std::vector<std::byte> scratch_;  // reduce-scatter scratch; calling thread only
+
+  std::mutex mu_;
+  std::atomic<bool> aborted_{false};  // written under mu_
+  std::atomic<int> in_flight_{0};     // collectives currently running (0 or 1)
+  std::string abort_reason_;          // guarded by mu_
+  Status failure_;                    // guarded by mu_; first failure, sticky
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  std::string prefix = config.prefix;
+  if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  const std::string where = "creating gloo communicator '" + config.prefix + "' rank " +
+                            std::to_string(config.rank) + "/" +
+                            std::to_string(config.world_size);
+  ::gloo::transport::tcp::attr attr;
+  if (!config.gloo_interface.empty()) {
+    attr.iface = config.gloo_interface;
+  } else {
+    attr.hostname = config.gloo_hostname;
+  }
+  comm::KvStoreAdapter store(std::make_shared<PrefixKvStore>(config.store, prefix + "gloo/"),
+                             config.timeout);
+  try {
+    std::shared_ptr<::gloo::transport::Device> device = ::gloo::transport::tcp::CreateDevice(attr);
+    auto context =
+        std::make_shared<::gloo::rendezvous::Context>(config.rank, config.world_size);
+    context->setTimeout(config.timeout);
+    context->connectFullMesh(store, device);
+    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), config.prefix));
+  } catch (const std::exception& e) {
+    Status store_error = store.first_error();
+    if (!store_error.ok()) {
+      return Status(store_error.code(), where + ": rendezvous failed: " + store_error.message());
+    }
+    const std::string what = e.what();
+    const std::string addr = config.gloo_interface.empty()
+                                 ? "hostname '" + config.gloo_hostname + "'"
+                                 : "interface '" + config.gloo_interface + "'";
+    if (LooksLikeTimeout(what)) {
+      return DeadlineExceeded(where + ": connecting to peers timed out after " +
+                              std::to_string(config.timeout.count()) + " ms: " + what);
+    }
+    return Unavailable(where + " on " + addr + ": " + what +
+                       " (check that the address is reachable from every rank, and that "
+                       "the prefix is fresh: reusing one reads stale peer addresses)");
+  }
+}
+
+}  // namespace shard

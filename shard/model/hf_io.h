@@ -1,0 +1,28 @@
+// Hugging Face weight folders (config.json + safetensors) <-> flat unit buffers.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shard/common/status.h"
+#include "shard/model/llama_config.h"
+#include "shard/model/param_layout.h"
+#include "shard/tensor/dtype.h"
+
+namespace shard {
+
+// Reads every tensor of `layout` from the HF folder into units[u] (resized to
+// the unit's numel). Fails, naming the tensor, on a missing tensor, a shape or
+// dtype mismatch, or a tensor the model does not have (rotary inv_freq buffers
+// and, for tied models, a duplicate lm_head.weight are ignored).
+Status LoadHfWeights(const std::string& dir, const ParamLayout& layout, std::vector<std::vector<float>>* units);
+
+// Writes config.json + safetensors (one file, or shards with an index above
+// max_file_bytes) to `dir`. `get_unit(u, &buf)` supplies unit u's full flat
+// buffer; units are requested one at a time, so peak memory is one unit.
+Status ExportHf(const std::string& dir, const LlamaConfig& config, const ParamLayout& layout,
+                const std::function<Status(int, std::vector<float>*)>& get_unit, DType dtype,
+                int64_t max_file_bytes = int64_t{5} << 30);
+
+}  // namespace shard

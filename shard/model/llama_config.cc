@@ -1,0 +1,256 @@
+#include "shard/model/llama_config.h"
+
+#include <xxhash.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "shard/common/file_util.h"
+
+namespace shard {
+
+Status LlamaConfig::Validate() const {
+  auto bad = [](const std::string& m) { return InvalidArgument("model config: " + m); };
+  if (vocab_size <= 0) return bad("vocab_size must be > 0");
+  if (hidden_size <= 0) return bad("hidden_size must be > 0");
+  if (intermediate_size <= 0) return bad("intermediate_size must be > 0");
+  if (num_layers <= 0) return bad("num_hidden_layers must be > 0");
+  if (num_heads <= 0) return bad("num_attention_heads must be > 0");
+  if (num_kv_heads <= 0) return bad("num_key_value_heads must be > 0");
+  if (hidden_size % num_heads != 0)
+    return bad("hidden_size " + std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
+               std::to_string(num_heads));
+  if (num_heads % num_kv_heads != 0)
+    return bad("num_attention_heads " + std::to_string(num_heads) +
+               " is not a multiple of num_key_value_heads " + std::to_string(num_kv_heads));
+  if (head_dim() % 2 != 0) return bad("head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
+  if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be > 0");
+  if (!(rope_theta > 0)) return bad("rope_theta must be > 0");
+  if (max_position_embeddings <= 0) return bad("max_position_embeddings must be > 0");
+  if (!rope_scaling.type.empty() && rope_scaling.type != "llama3")
+    return Unimplemented("model config: rope_scaling type '" + rope_scaling.type +
+                         "' is not supported (supported: llama3)");
+  if (vocab_size > (int64_t{1} << 31) - 1) return bad("vocab_size too large");
+  return OkStatus();
+}
+
+int64_t LlamaConfig::NumParams() const {
+  int64_t d = hidden_size, hd = head_dim();
+  int64_t attn = d * num_heads * hd + 2 * d * num_kv_heads * hd + num_heads * hd * d;
+  int64_t mlp = 3 * d * intermediate_size;
+  int64_t block = attn + mlp + 2 * d;
+  int64_t emb = vocab_size * d;
+  return emb + num_layers * block + d + (tie_word_embeddings ? 0 : emb);
+}
+
+int64_t LlamaConfig::NumMatmulParams() const {
+  int64_t emb = vocab_size * hidden_size;
+  return NumParams() - emb + (tie_word_embeddings ? emb : 0);
+}
+
+double LlamaConfig::TrainFlopsPerToken(int64_t seq_len) const {
+  return 6.0 * static_cast<double>(NumMatmulParams()) +
+         12.0 * num_layers * static_cast<double>(hidden_size) * static_cast<double>(seq_len);
+}
+
+uint64_t LlamaConfig::ShapeHash() const {
+  std::string s = std::to_string(vocab_size) + "," + std::to_string(hidden_size) + "," +
+                  std::to_string(intermediate_size) + "," + std::to_string(num_layers) + "," +
+                  std::to_string(num_heads) + "," + std::to_string(num_kv_heads) + "," +
+                  (tie_word_embeddings ? "tied" : "untied");
+  return XXH64(s.data(), s.size(), 0);
+}
+
+std::string LlamaConfig::ToHfConfigJson() const {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_layers;
+  j["num_attention_heads"] = num_heads;
+  j["num_key_value_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim();
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  if (rope_scaling.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = {{"rope_type", rope_scaling.type},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+LlamaConfig Make(int64_t vocab, int64_t d, int64_t ffn, int layers, int heads, int kv, double theta,
+                 int64_t max_pos, bool tied, double eps = 1e-5) {
+  LlamaConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = d;
+  c.intermediate_size = ffn;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv;
+  c.rope_theta = theta;
+  c.max_position_embeddings = max_pos;
+  c.tie_word_embeddings = tied;
+  c.rms_norm_eps = eps;
+  return c;
+}
+
+RopeScaling Llama3Scaling(double factor) {
+  RopeScaling s;
+  s.type = "llama3";
+  s.factor = factor;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  s.original_max_position_embeddings = 8192;
+  return s;
+}
+
+struct Preset {
+  const char* name;
+  LlamaConfig config;
+};
+
+const std::vector<Preset>& Presets() {
+  static const std::vector<Preset> presets = [] {
+    std::vector<Preset> p;
+    // ~0.9M parameters: trains in seconds on a CPU.
+    p.push_back({"tiny", Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false)});
+    // The benchmark shape of tests/bench (d=256, 8 heads, 4 KV heads, ffn 688, vocab 4096).
+    p.push_back({"bench", Make(4096, 256, 688, 4, 8, 4, 10000.0, 4096, false)});
+    // Real shapes from the published HF config.json files.
+    p.push_back({"llama2-7b", Make(32000, 4096, 11008, 32, 32, 32, 10000.0, 4096, false)});
+    p.push_back({"llama2-13b", Make(32000, 5120, 13824, 40, 40, 40, 10000.0, 4096, false)});
+    p.push_back({"llama2-70b", Make(32000, 8192, 28672, 80, 64, 8, 10000.0, 4096, false)});
+    p.push_back({"llama3-8b", Make(128256, 4096, 14336, 32, 32, 8, 500000.0, 8192, false)});
+    p.push_back({"llama3-70b", Make(128256, 8192, 28672, 80, 64, 8, 500000.0, 8192, false)});
+    LlamaConfig l31_8b = Make(128256, 4096, 14336, 32, 32, 8, 500000.0, 131072, false);
+    l31_8b.rope_scaling = Llama3Scaling(8.0);
+    p.push_back({"llama3.1-8b", l31_8b});
+    LlamaConfig l31_70b = Make(128256, 8192, 28672, 80, 64, 8, 500000.0, 131072, false);
+    l31_70b.rope_scaling = Llama3Scaling(8.0);
+    p.push_back({"llama3.1-70b", l31_70b});
+    LlamaConfig l32_1b = Make(128256, 2048, 8192, 16, 32, 8, 500000.0, 131072, true);
+    l32_1b.rope_scaling = Llama3Scaling(32.0);
+    p.push_back({"llama3.2-1b", l32_1b});
+    return p;
+  }();
+  return presets;
+}
+
+}  // namespace
+
+std::vector<std::string> LlamaPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& p : Presets()) names.push_back(p.name);
+  return names;
+}
+
+StatusOr<LlamaConfig> LlamaPreset(const std::string& name) {
+  for (const auto& p : Presets())
+    if (name == p.name) return p.config;
+  std::string all;
+  for (const auto& n : LlamaPresetNames()) all += (all.empty() ? "" : ", ") + n;
+  return InvalidArgument("unknown model preset '" + name + "' (known: " + all + ")");
+}
+
+StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(source + ": not a JSON object");
+  auto where = [&](const char* key) { return source + ": " + key; };
+  auto get_int = [&](const char* key, int64_t* out, bool required) -> Status {
+    if (!j.contains(key) || j[key].is_null()) {
+      return required ? InvalidArgument(where(key) + " is missing") : OkStatus();
+    }
+    if (!j[key].is_number_integer()) return InvalidArgument(where(key) + " must be an integer");
+    *out = j[key].get<int64_t>();
+    return OkStatus();
+  };
+  auto get_num = [&](const char* key, double* out) -> Status {
+    if (!j.contains(key) || j[key].is_null()) return OkStatus();
+    if (!j[key].is_number()) return InvalidArgument(where(key) + " must be a number");
+    *out = j[key].get<double>();
+    return OkStatus();
+  };
+  if (j.contains("model_type") && j["model_type"].is_string()) {
+    std::string mt = j["model_type"];
+    if (mt != "llama")
+      return Unimplemented(source + ": model_type '" + mt + "' is not supported (shardd trains llama)");
+  }
+  for (const char* flag : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
+      return Unimplemented(where(flag) + " = true is not supported (Llama has no biases)");
+  }
+  if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
+    return Unimplemented(where("hidden_act") + " = " + j["hidden_act"].get<std::string>() +
+                         " is not supported (expected silu)");
+  LlamaConfig c;
+  int64_t layers = 0, heads = 0, kv = -1;
+  RETURN_IF_ERROR(get_int("vocab_size", &c.vocab_size, true));
+  RETURN_IF_ERROR(get_int("hidden_size", &c.hidden_size, true));
+  RETURN_IF_ERROR(get_int("intermediate_size", &c.intermediate_size, true));
+  RETURN_IF_ERROR(get_int("num_hidden_layers", &layers, true));
+  RETURN_IF_ERROR(get_int("num_attention_heads", &heads, true));
+  RETURN_IF_ERROR(get_int("num_key_value_heads", &kv, false));
+  RETURN_IF_ERROR(get_int("max_position_embeddings", &c.max_position_embeddings, false));
+  RETURN_IF_ERROR(get_num("rms_norm_eps", &c.rms_norm_eps));
+  RETURN_IF_ERROR(get_num("rope_theta", &c.rope_theta));
+  c.num_layers = static_cast<int>(layers);
+  c.num_heads = static_cast<int>(heads);
+  c.num_kv_heads = static_cast<int>(kv < 0 ? heads : kv);
+  if (j.contains("tie_word_embeddings")) {
+    if (!j["tie_word_embeddings"].is_boolean()) return InvalidArgument(where("tie_word_embeddings") + " must be a boolean");
+    c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    int64_t hd = 0;
+    RETURN_IF_ERROR(get_int("head_dim", &hd, false));
+    if (heads > 0 && hd * heads != c.hidden_size)
+      return Unimplemented(where("head_dim") + " = " + std::to_string(hd) +
+                           " differs from hidden_size / num_attention_heads (not supported)");
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const auto& rs = j["rope_scaling"];
+    if (!rs.is_object()) return InvalidArgument(where("rope_scaling") + " must be an object or null");
+    std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
+                       : rs.contains("type")    ? rs["type"].get<std::string>()
+                                                : "";
+    if (type != "default") {
+      c.rope_scaling.type = type;
+      auto num = [&](const char* k, double* out) {
+        if (rs.contains(k) && rs[k].is_number()) *out = rs[k].get<double>();
+      };
+      num("factor", &c.rope_scaling.factor);
+      num("low_freq_factor", &c.rope_scaling.low_freq_factor);
+      num("high_freq_factor", &c.rope_scaling.high_freq_factor);
+      if (rs.contains("original_max_position_embeddings") && rs["original_max_position_embeddings"].is_number())
+        c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
+    }
+  }
+  Status st = c.Validate();
+  if (!st.ok()) return st.WithContext(source);
+  return c;
+}
+
+StatusOr<LlamaConfig> LlamaConfigFromHfDir(const std::string& dir) {
+  std::string path = (std::filesystem::path(dir) / "config.json").string();
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return NotFound("model folder " + dir + " has no readable config.json");
+  return LlamaConfigFromHfJson(*text, path);
+}
+
+}  // namespace shard

@@ -1,0 +1,90 @@
+// The Llama decoder's forward and hand-written backward on a Backend, one FSDP
+// unit at a time through UnitAccess. Knows shapes, not ranks.
+//
+// Activations for one micro-batch of up to max_rows = batch * seq tokens are
+// allocated once. With activation checkpointing only each block's input is
+// kept; the block's forward is recomputed in its backward, which gives
+// identical gradients with less memory.
+//
+// Thread-safety: one thread at a time (it owns scratch buffers).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "shard/backend/backend.h"
+#include "shard/model/llama_config.h"
+#include "shard/model/param_layout.h"
+#include "shard/model/unit_access.h"
+
+namespace shard {
+
+struct ModelOptions {
+  int64_t max_batch = 1;  // sequences per micro-batch
+  int64_t max_seq = 1;    // tokens per sequence
+  bool activation_checkpointing = false;
+};
+
+// One micro-batch in backend memory. rows = batch * seq; int32 arrays of `rows`.
+struct DeviceBatch {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;      // < 0: no loss at this position
+  const int32_t* positions = nullptr;    // RoPE positions (restart per packed sample)
+  const int32_t* segment_ids = nullptr;  // null: plain causal; else no attention across segments
+  int64_t rows() const { return batch * seq; }
+};
+
+class LlamaModel {
+ public:
+  static StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config, Backend* backend,
+                                                      const ModelOptions& options);
+  ~LlamaModel();
+
+  const LlamaConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+
+  // Forward and backward of one micro-batch. Adds grad_scale * d(loss_sum)/dθ
+  // into the units' gradient buffers and returns loss_sum (the sum of the
+  // per-target-token cross-entropies, unscaled). The trainer passes
+  // grad_scale = 1 / (target tokens in the whole global batch).
+  StatusOr<double> ForwardBackward(const DeviceBatch& batch, UnitAccess& access, float grad_scale);
+
+  // Forward only: sum of target-token losses.
+  StatusOr<double> ForwardLoss(const DeviceBatch& batch, UnitAccess& access);
+
+  // Forward only: logits [rows, vocab] in backend memory, valid until the next call.
+  StatusOr<const float*> ForwardLogits(const DeviceBatch& batch, UnitAccess& access);
+
+ private:
+  struct LayerActs;  // one block's saved activations
+  LlamaModel(const LlamaConfig& config, Backend* backend, const ModelOptions& options);
+  Status Allocate();
+  Status CheckBatch(const DeviceBatch& b) const;
+
+  // x: block input [rows, d]; fills acts (qkv, attention, norms, mlp) and writes
+  // the block output to `out`.
+  void BlockForward(const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out);
+  // dy: grad of block output; writes grad of block input into dx (may alias dy).
+  void BlockBackward(const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
+                     const float* dy, float* dx);
+  // Runs embedding + blocks; leaves the final hidden state in resid_[L].
+  Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
+  // Final norm + head into logits_.
+  Status HeadForward(const DeviceBatch& b, UnitAccess& access);
+
+  LlamaConfig config_;
+  ParamLayout layout_;
+  Backend* backend_;
+  ModelOptions options_;
+  int64_t max_rows_ = 0;
+
+  std::vector<DeviceBuffer> resid_;  // L+1 block inputs/outputs [rows, d]
+  std::vector<std::unique_ptr<LayerActs>> acts_;  // L sets, or 1 with checkpointing
+  DeviceBuffer final_norm_, final_rstd_, logits_;
+  DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
+  DeviceBuffer rope_table_;
+};
+
+}  // namespace shard

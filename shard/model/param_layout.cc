@@ -1,0 +1,72 @@
+#include "shard/model/param_layout.h"
+
+namespace shard {
+namespace {
+
+void Add(UnitSpec* u, std::string name, std::vector<int64_t> shape, bool decay) {
+  TensorSpec t;
+  t.hf_name = std::move(name);
+  t.shape = std::move(shape);
+  t.numel = 1;
+  for (int64_t s : t.shape) t.numel *= s;
+  t.offset = u->numel;
+  t.decay = decay;
+  u->numel += t.numel;
+  u->tensors.push_back(std::move(t));
+}
+
+}  // namespace
+
+ParamLayout ParamLayout::ForLlama(const LlamaConfig& c) {
+  ParamLayout layout;
+  const int64_t d = c.hidden_size, hd = c.head_dim(), f = c.intermediate_size;
+
+  UnitSpec embed;
+  embed.kind = UnitKind::kEmbedding;
+  embed.name = "embed";
+  Add(&embed, "model.embed_tokens.weight", {c.vocab_size, d}, false);
+  layout.units.push_back(std::move(embed));
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    UnitSpec b;
+    b.kind = UnitKind::kBlock;
+    b.layer = l;
+    b.name = "layers." + std::to_string(l);
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    Add(&b, p + "input_layernorm.weight", {d}, false);
+    Add(&b, p + "self_attn.q_proj.weight", {c.num_heads * hd, d}, true);
+    Add(&b, p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d}, true);
+    Add(&b, p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d}, true);
+    Add(&b, p + "self_attn.o_proj.weight", {d, c.num_heads * hd}, true);
+    Add(&b, p + "post_attention_layernorm.weight", {d}, false);
+    Add(&b, p + "mlp.gate_proj.weight", {f, d}, true);
+    Add(&b, p + "mlp.up_proj.weight", {f, d}, true);
+    Add(&b, p + "mlp.down_proj.weight", {d, f}, true);
+    layout.units.push_back(std::move(b));
+  }
+
+  UnitSpec head;
+  head.kind = UnitKind::kHead;
+  head.name = "head";
+  Add(&head, "model.norm.weight", {d}, false);
+  if (!c.tie_word_embeddings) Add(&head, "lm_head.weight", {c.vocab_size, d}, true);
+  layout.units.push_back(std::move(head));
+
+  for (const auto& u : layout.units) layout.total_numel += u.numel;
+  return layout;
+}
+
+bool ParamLayout::Find(const std::string& hf_name, int* unit, int* tensor) const {
+  for (int u = 0; u < num_units(); ++u) {
+    for (size_t t = 0; t < units[u].tensors.size(); ++t) {
+      if (units[u].tensors[t].hf_name == hf_name) {
+        *unit = u;
+        *tensor = static_cast<int>(t);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace shard

@@ -1,0 +1,58 @@
+// Where every parameter lives: the model is cut into FSDP units (the embedding,
+// each decoder block, the final norm + LM head); each unit's tensors are packed
+// back to back into one flat fp32 buffer in a fixed order. Pure arithmetic on a
+// LlamaConfig, shared by the model (which reads weights at these offsets), the
+// FSDP runtime (which shards the flat buffers) and HF import/export (which maps
+// HF tensor names onto them).
+//
+// Order inside a block matters: q,k,v are adjacent so one GEMM computes the
+// fused qkv projection; gate,up are adjacent for one fused gate/up GEMM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard/model/llama_config.h"
+
+namespace shard {
+
+enum class UnitKind { kEmbedding, kBlock, kHead };
+
+struct TensorSpec {
+  std::string hf_name;         // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // HF shape ([out, in] for linear weights)
+  int64_t offset = 0;          // element offset inside the unit's flat buffer
+  int64_t numel = 0;
+  bool decay = false;          // AdamW weight decay applies (matrices, not norms/embeddings)
+};
+
+struct UnitSpec {
+  UnitKind kind = UnitKind::kBlock;
+  int layer = -1;          // block index, -1 for embedding/head
+  std::string name;        // "embed", "layers.3", "head"
+  std::vector<TensorSpec> tensors;
+  int64_t numel = 0;       // sum of tensor sizes (unpadded)
+};
+
+// Tensor indices inside a block unit, in storage order.
+enum BlockTensor { kInputNorm = 0, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kNumBlockTensors };
+// Tensor indices inside the head unit (kLmHead absent when embeddings are tied).
+enum HeadTensor { kFinalNorm = 0, kLmHead = 1 };
+
+struct ParamLayout {
+  std::vector<UnitSpec> units;  // [embed, layers.0 .. layers.L-1, head]
+  int64_t total_numel = 0;
+
+  static ParamLayout ForLlama(const LlamaConfig& config);
+
+  int num_units() const { return static_cast<int>(units.size()); }
+  static constexpr int kEmbedUnit = 0;
+  int block_unit(int layer) const { return 1 + layer; }
+  int head_unit() const { return num_units() - 1; }
+
+  // Finds a tensor by HF name; returns false when the model has no such tensor.
+  bool Find(const std::string& hf_name, int* unit, int* tensor) const;
+};
+
+}  // namespace shard

@@ -1,0 +1,27 @@
+// How the model reaches its parameters and gradients, one unit at a time.
+//
+// The model calls these in execution order and never asks where the bytes come
+// from: in a single process they are the full flat buffers; under FSDP,
+// AcquireParams all-gathers the unit (and may prefetch the next one),
+// ReleaseParams frees it, and GradsDone reduce-scatters the unit's gradient into
+// its owner shard. This is the only seam between shard/model and shard/fsdp.
+#pragma once
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+class UnitAccess {
+ public:
+  virtual ~UnitAccess() = default;
+  // The unit's full flat parameters (layout: ParamLayout), valid until ReleaseParams.
+  // A unit may be acquired again while held (tied embeddings); calls nest.
+  virtual StatusOr<const float*> AcquireParams(int unit) = 0;
+  virtual Status ReleaseParams(int unit) = 0;
+  // The unit's full flat gradient buffer; the model only ever adds into it.
+  virtual StatusOr<float*> GradBuffer(int unit) = 0;
+  // Every contribution to the unit's gradient for this micro-batch is in.
+  virtual Status GradsDone(int unit) = 0;
+};
+
+}  // namespace shard

@@ -1,0 +1,96 @@
+#include "shard/common/yaml_config.h"
+
+#include <gtest/gtest.h>
+
+namespace shard {
+namespace {
+
+struct Cfg {
+  int steps = 1;
+  double lr = 0.1;
+  std::string name = "x";
+  bool flag = false;
+  std::vector<double> betas{0.9, 0.99};
+  std::string mode = "a";
+};
+
+Status Map(YamlMap& root, Cfg* c) {
+  RETURN_IF_ERROR(root.Get("name", &c->name));
+  ASSIGN_OR_RETURN(YamlMap t, root.Sub("train"));
+  RETURN_IF_ERROR(t.Get("steps", &c->steps));
+  RETURN_IF_ERROR(t.Get("lr", &c->lr));
+  RETURN_IF_ERROR(t.Get("flag", &c->flag));
+  RETURN_IF_ERROR(t.Get("betas", &c->betas));
+  RETURN_IF_ERROR(t.GetEnum("mode", {"a", "b"}, &c->mode));
+  RETURN_IF_ERROR(t.Finish());
+  return root.Finish();
+}
+
+StatusOr<Cfg> Parse(const std::string& text, const std::vector<std::string>& sets = {}) {
+  ASSIGN_OR_RETURN(YamlMap root, YamlMap::LoadString(text, "job.yaml"));
+  for (const auto& s : sets) RETURN_IF_ERROR(ApplyOverride(root.node(), s));
+  Cfg c;
+  RETURN_IF_ERROR(Map(root, &c));
+  return c;
+}
+
+TEST(YamlConfigTest, ReadsValuesAndKeepsDefaults) {
+  auto c = Parse("name: demo\ntrain: {steps: 7, betas: [0.8, 0.95]}\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->name, "demo");
+  EXPECT_EQ(c->steps, 7);
+  EXPECT_DOUBLE_EQ(c->lr, 0.1);
+  EXPECT_EQ(c->betas, (std::vector<double>{0.8, 0.95}));
+}
+
+TEST(YamlConfigTest, UnknownKeyNamesFileAndDottedKey) {
+  auto c = Parse("train: {stepz: 7}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("job.yaml: train.stepz: unknown key"), std::string::npos)
+      << c.status().message();
+  auto top = Parse("trian: {}\n");
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.status().message().find("job.yaml: trian: unknown key"), std::string::npos);
+}
+
+TEST(YamlConfigTest, WrongTypesAreErrors) {
+  auto c = Parse("train: {steps: abc}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.steps: expected an integer, got 'abc'"), std::string::npos)
+      << c.status().message();
+  EXPECT_FALSE(Parse("train: {steps: 1.5}\n").ok());
+  EXPECT_FALSE(Parse("train: {flag: maybe}\n").ok());
+  EXPECT_FALSE(Parse("train: {betas: 3}\n").ok());
+  EXPECT_FALSE(Parse("train: 5\n").ok());
+  EXPECT_FALSE(Parse("train: {steps: [1, 2]}\n").ok());
+  auto e = Parse("train: {mode: c}\n");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("'c' is not one of: a, b"), std::string::npos);
+}
+
+TEST(YamlConfigTest, MalformedYamlNamesLine) {
+  auto c = Parse("name: x\ntrain: {steps: 1\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("job.yaml: not valid YAML"), std::string::npos);
+  EXPECT_FALSE(Parse("- a\n- b\n").ok());
+}
+
+TEST(YamlConfigTest, OverridesApplyAndCreateMaps) {
+  auto c = Parse("train: {steps: 7}\n", {"train.steps=9", "train.lr=1e-3", "name=other", "train.betas=[0.5, 0.6]"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->steps, 9);
+  EXPECT_DOUBLE_EQ(c->lr, 1e-3);
+  EXPECT_EQ(c->name, "other");
+  EXPECT_EQ(c->betas, (std::vector<double>{0.5, 0.6}));
+  auto fresh = Parse("name: x\n", {"train.steps=3"});
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->steps, 3);
+  // An override with a typo is still caught by the strict mapping.
+  EXPECT_FALSE(Parse("name: x\n", {"train.stepz=3"}).ok());
+  EXPECT_FALSE(Parse("name: x\n", {"nokeyvalue"}).ok());
+  EXPECT_FALSE(Parse("name: x\n", {"name.sub=1"}).ok());
+}
+
+}  // namespace
+}  // namespace shard
