@@ -1,12 +1,10 @@
 // HfWeights: resolves a Hugging Face weight folder (single file or index + shards).
 #include "shard/ckpt/hf_weights.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
@@ -46,10 +44,12 @@ std::string HfShardFileName(int index, int count) {
 std::vector<int> PlanHfShards(const std::vector<uint64_t>& tensor_bytes, uint64_t max_file_bytes) {
   std::vector<int> shard_of(tensor_bytes.size());
   int shard = 0;
-  uint64_t used = 0;  // tensor bytes in the current file; UINT64_MAX once it is full
+  uint64_t used = 0;  // tensor bytes in the current file
   bool has_tensors = false;
   for (size_t i = 0; i < tensor_bytes.size(); ++i) {
     const uint64_t b = tensor_bytes[i];
+    // After an oversized tensor used > max_file_bytes, so nothing non-empty fits
+    // beside it. Written without used + b, which could overflow.
     const bool fits = b == 0 || (used <= max_file_bytes && b <= max_file_bytes - used);
     if (has_tensors && !fits) {
       ++shard;
@@ -57,8 +57,7 @@ std::vector<int> PlanHfShards(const std::vector<uint64_t>& tensor_bytes, uint64_
     }
     shard_of[i] = shard;
     has_tensors = true;
-    // An oversized tensor marks its file full, so the next tensor starts another.
-    used = b > max_file_bytes - std::min(used, max_file_bytes) ? UINT64_MAX : used + b;
+    used += b;  // cannot overflow: b fit beside `used`, or used was 0
   }
   return shard_of;
 }
@@ -97,7 +96,8 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir) {
     auto wm = index.find("weight_map");
     if (wm == index.end() || !wm->is_object()) return DataLoss(ip + ": missing or non-object \"weight_map\"");
     for (auto it = wm->begin(); it != wm->end(); ++it) {
-      if (!it.value().is_string()) return DataLoss(ip + ": weight_map entry '" + it.key() + "' is not a string");
+      if (!it.value().is_string())
+        return DataLoss(ip + ": weight_map entry '" + it.key() + "' is not a string");
       weight_map[it.key()] = it.value().get<std::string>();
     }
   } catch (const std::exception& e) {
@@ -125,7 +125,8 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir) {
     }
     const SafetensorsFile& f = w.files_[it->second];
     if (!f.Find(tensor)) {
-      return DataLoss(ip + ": weight_map maps '" + tensor + "' to " + f.path() + ", which has no such tensor");
+      return DataLoss(ip + ": weight_map maps '" + tensor + "' to " + f.path() +
+                      ", which has no such tensor");
     }
     w.tensor_file_[tensor] = it->second;
   }

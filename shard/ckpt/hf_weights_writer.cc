@@ -1,9 +1,8 @@
 // HfWeightsWriter: splits declared tensors into HF-named safetensors files and
 // writes the index last.
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
@@ -36,7 +35,8 @@ StatusOr<HfWeightsWriter> HfWeightsWriter::Create(const std::string& dir, std::v
   std::set<std::string> seen;
   std::vector<uint64_t> bytes;
   for (const TensorDecl& d : tensors) {
-    if (!seen.insert(d.name).second) return InvalidArgument(dir + ": tensor '" + d.name + "' is declared twice");
+    if (!seen.insert(d.name).second)
+      return InvalidArgument(dir + ": tensor '" + d.name + "' is declared twice");
     uint64_t n = DTypeSize(file_dtype);
     for (int64_t dim : d.shape) {
       if (dim < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(dim), &n)) {
@@ -72,7 +72,8 @@ Status HfWeightsWriter::OpenShard(int shard) {
     if (shard_of_[i] == shard) decls.push_back(decls_[i]);
   }
   const std::string path = (fs::path(dir_) / HfShardFileName(shard, num_shards_)).string();
-  ASSIGN_OR_RETURN(SafetensorsWriter sw, SafetensorsWriter::Create(path, std::move(decls), dtype_, {{"format", "pt"}}));
+  ASSIGN_OR_RETURN(SafetensorsWriter sw,
+                   SafetensorsWriter::Create(path, std::move(decls), dtype_, {{"format", "pt"}}));
   current_.emplace(std::move(sw));
   open_shard_ = shard;
   return OkStatus();

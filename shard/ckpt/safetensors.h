@@ -35,7 +35,7 @@ struct TensorInfo {
   std::optional<DType> dtype;  // set for the dtypes shardd converts to fp32: F32, BF16, F16
   std::vector<int64_t> shape;  // [] is a scalar (numel 1)
   int64_t numel = 0;
-  uint64_t data_begin = 0;     // byte range in the data section (after the header)
+  uint64_t data_begin = 0;  // byte range in the data section (after the header)
   uint64_t data_end = 0;
 
   bool supported() const { return dtype.has_value(); }
@@ -68,14 +68,12 @@ class SafetensorsFile {
   // [11008, 4096] slot is a config mismatch, not something to reshape silently.
   // NOT_FOUND for a missing name, INVALID_ARGUMENT for a shape mismatch or a dtype
   // shardd cannot convert.
-  Status ReadF32(const std::string& name, const std::vector<int64_t>& expected_shape,
-                 float* dst) const;
+  Status ReadF32(const std::string& name, const std::vector<int64_t>& expected_shape, float* dst) const;
 
   // Converts elements [elem_begin, elem_begin + elem_count) of the row-major
   // flattened tensor to fp32 into dst: a sharded load reads only its slice.
   // OUT_OF_RANGE when the range does not lie inside the tensor.
-  Status ReadF32Range(const std::string& name, int64_t elem_begin, int64_t elem_count,
-                      float* dst) const;
+  Status ReadF32Range(const std::string& name, int64_t elem_begin, int64_t elem_count, float* dst) const;
 
  private:
   SafetensorsFile() = default;
@@ -104,8 +102,8 @@ class SafetensorsWriter {
  public:
   // INVALID_ARGUMENT for an empty, duplicate or reserved ("__metadata__") name or a
   // negative dimension; NOT_FOUND when the temp file cannot be created.
-  static StatusOr<SafetensorsWriter> Create(const std::string& path,
-                                            std::vector<TensorDecl> tensors, DType file_dtype,
+  static StatusOr<SafetensorsWriter> Create(const std::string& path, std::vector<TensorDecl> tensors,
+                                            DType file_dtype,
                                             std::map<std::string, std::string> metadata = {});
   SafetensorsWriter(SafetensorsWriter&& o) noexcept { *this = std::move(o); }
   SafetensorsWriter& operator=(SafetensorsWriter&& o) noexcept;

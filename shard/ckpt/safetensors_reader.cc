@@ -3,7 +3,6 @@
 #include <bit>
 #include <cstring>
 #include <exception>
-
 #include <nlohmann/json.hpp>
 
 #include "shard/ckpt/safetensors.h"
@@ -27,11 +26,11 @@ struct DTypeSpec {
 // three are readable; the others are listed so their offsets can still be checked
 // (a model may carry e.g. an I64 position-id buffer that shardd never reads).
 constexpr DTypeSpec kDTypes[] = {
-    {"F32", 4, DType::kF32},  {"BF16", 2, DType::kBF16},  {"F16", 2, DType::kF16},
-    {"F64", 8, std::nullopt}, {"I64", 8, std::nullopt},   {"U64", 8, std::nullopt},
-    {"C64", 8, std::nullopt}, {"I32", 4, std::nullopt},   {"U32", 4, std::nullopt},
-    {"I16", 2, std::nullopt}, {"U16", 2, std::nullopt},   {"I8", 1, std::nullopt},
-    {"U8", 1, std::nullopt},  {"BOOL", 1, std::nullopt},  {"F8_E4M3", 1, std::nullopt},
+    {"F32", 4, DType::kF32},      {"BF16", 2, DType::kBF16},    {"F16", 2, DType::kF16},
+    {"F64", 8, std::nullopt},     {"I64", 8, std::nullopt},     {"U64", 8, std::nullopt},
+    {"C64", 8, std::nullopt},     {"I32", 4, std::nullopt},     {"U32", 4, std::nullopt},
+    {"I16", 2, std::nullopt},     {"U16", 2, std::nullopt},     {"I8", 1, std::nullopt},
+    {"U8", 1, std::nullopt},      {"BOOL", 1, std::nullopt},    {"F8_E4M3", 1, std::nullopt},
     {"F8_E5M2", 1, std::nullopt}, {"F8_E8M0", 1, std::nullopt},
 };
 
@@ -62,8 +61,8 @@ uint64_t ReadU64LE(const uint8_t* p) {
 }
 
 // Validates one tensor entry of the header against the data section size.
-Status ParseTensor(const std::string& path, const std::string& name, const json& v,
-                   uint64_t data_size, TensorInfo* out) {
+Status ParseTensor(const std::string& path, const std::string& name, const json& v, uint64_t data_size,
+                   TensorInfo* out) {
   const std::string where = path + ": tensor '" + name + "'";
   if (!v.is_object()) return DataLoss(where + ": header entry is not a JSON object");
   out->name = name;
@@ -108,8 +107,8 @@ Status ParseTensor(const std::string& path, const std::string& name, const json&
     if (__builtin_mul_overflow(static_cast<uint64_t>(numel), static_cast<uint64_t>(spec->size), &want) ||
         out->data_end - out->data_begin != want) {
       return DataLoss(where + ": " + offs + " spans " + std::to_string(out->data_end - out->data_begin) +
-                      " bytes but shape " + ShapeToString(out->shape) + " of " + out->dtype_name +
-                      " needs " + std::to_string(numel) + " x " + std::to_string(spec->size));
+                      " bytes but shape " + ShapeToString(out->shape) + " of " + out->dtype_name + " needs " +
+                      std::to_string(numel) + " x " + std::to_string(spec->size));
     }
   }
   return OkStatus();
@@ -139,9 +138,12 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
 
 const char* SafetensorsDTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -157,7 +159,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint64_t header_len = ReadU64LE(f.file_.data());
   if (header_len > size - 8) {
     return DataLoss(path + ": header length " + std::to_string(header_len) + " exceeds the " +
-                    std::to_string(size - 8) + " bytes after the length field; the file is truncated or not safetensors");
+                    std::to_string(size - 8) +
+                    " bytes after the length field; the file is truncated or not safetensors");
   }
   if (header_len > kSafetensorsMaxHeaderBytes) {
     return DataLoss(path + ": header length " + std::to_string(header_len) + " exceeds the " +
@@ -229,7 +232,8 @@ Status SafetensorsFile::ReadF32Range(const std::string& name, int64_t elem_begin
   RETURN_IF_ERROR(CheckReadable(name, &t));
   if (elem_begin < 0 || elem_count < 0 || elem_begin > t->numel - elem_count) {
     return OutOfRange(path() + ": tensor '" + name + "' range [" + std::to_string(elem_begin) + ", +" +
-                      std::to_string(elem_count) + ") is outside its " + std::to_string(t->numel) + " elements");
+                      std::to_string(elem_count) + ") is outside its " + std::to_string(t->numel) +
+                      " elements");
   }
   if (elem_count == 0) return OkStatus();  // dst may be null for an empty tensor
   const size_t esize = DTypeSize(*t->dtype);

