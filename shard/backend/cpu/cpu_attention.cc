@@ -70,9 +70,13 @@ std::vector<int32_t> SegmentStarts(const Layout& l, const int32_t* segment_ids) 
   return start;
 }
 
+// Rows this far ahead are prefetched when walking a strided head slice.
+constexpr int64_t kPrefetchRows = 8;
+
 // dst[seq_pad, hd_pad] = mul * src rows (stride `stride`), zero padding.
 void PackRows(const Layout& l, const float* src, int64_t stride, float mul, float* dst) {
   for (int64_t t = 0; t < l.seq; ++t) {
+    if (t + kPrefetchRows < l.seq) PrefetchFloats(src + (t + kPrefetchRows) * stride, l.hd);
     const float* s = src + t * stride;
     float* d = dst + t * l.hd_pad;
     for (int j = 0; j < l.hd; ++j) d[j] = mul * s[j];
@@ -82,12 +86,15 @@ void PackRows(const Layout& l, const float* src, int64_t stride, float mul, floa
 }
 
 // dst[hd, seq_pad] = transpose of src rows, zero padding.
+// Row by row, so the source is read contiguously; the hd destination rows
+// being filled stay in L1.
 void PackTransposed(const Layout& l, const float* src, int64_t stride, float* dst) {
-  for (int j = 0; j < l.hd; ++j) {
-    float* d = dst + j * l.seq_pad;
-    for (int64_t t = 0; t < l.seq; ++t) d[t] = src[t * stride + j];
-    for (int64_t t = l.seq; t < l.seq_pad; ++t) d[t] = 0.0f;
+  for (int64_t t = 0; t < l.seq; ++t) {
+    if (t + kPrefetchRows < l.seq) PrefetchFloats(src + (t + kPrefetchRows) * stride, l.hd);
+    const float* s = src + t * stride;
+    for (int j = 0; j < l.hd; ++j) dst[j * l.seq_pad + t] = s[j];
   }
+  for (int j = 0; j < l.hd; ++j) std::fill(dst + j * l.seq_pad + l.seq, dst + (j + 1) * l.seq_pad, 0.0f);
 }
 
 // The key window of query rows [i0, i1), widened to multiples of 16 so the
@@ -104,16 +111,8 @@ Window KeyWindow(const int32_t* start, int64_t i0, int64_t i1) {
 // Writes P = softmax over the row's valid keys [a, e) of the window (0 elsewhere)
 // and returns the row's log-sum-exp.
 float SoftmaxRow(float* s, int64_t a, int64_t e, int64_t width) {
-  float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = a; j < e; ++j) mx = std::max(mx, s[j]);
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = a; j < e; ++j) {
-    const float p = FastExp(s[j] - mx);
-    s[j] = p;
-    sum += p;
-  }
+  const float mx = MaxOf(s + a, e - a);
+  const float sum = static_cast<float>(ExpShiftSum(s + a, s + a, e - a, mx));
   const float inv = 1.0f / sum;
 #pragma omp simd
   for (int64_t j = a; j < e; ++j) s[j] *= inv;
@@ -143,6 +142,8 @@ void ForwardTask(const Layout& l, const float* qkv, const int32_t* starts, int64
   for (int64_t i0 = 0; i0 < l.seq; i0 += kTileRows) {
     const int64_t i1 = std::min(l.seq, i0 + kTileRows), rows = i1 - i0;
     const Window w = KeyWindow(start, i0, i1);
+    for (int64_t r = 0; r < rows; ++r)  // written at the end of the tile
+      PrefetchFloatsForWrite(out + (b * l.seq + i0 + r) * l.out_stride + static_cast<int64_t>(h) * l.hd, l.hd);
     SmallGemm(rows, w.width, l.hd, q + i0 * l.hd_pad, l.hd_pad, 1, kt + w.lo, l.seq_pad, s, w.width,
               false);
     for (int64_t r = 0; r < rows; ++r) {
@@ -191,6 +192,8 @@ void BackwardTask(const Layout& l, const float* qkv, const int32_t* starts, cons
     const int64_t head_col = static_cast<int64_t>(h) * l.hd;
     PackRows(l, dout + b * l.seq * l.out_stride + head_col, l.out_stride, 1.0f, dout_h);
     for (int64_t t = 0; t < l.seq; ++t) {
+      if (t + kPrefetchRows < l.seq)
+        PrefetchFloats(out + (b * l.seq + t + kPrefetchRows) * l.out_stride + head_col, l.hd);
       const float* o_t = out + (b * l.seq + t) * l.out_stride + head_col;
       const float* do_t = dout_h + t * l.hd_pad;
       float acc = 0.0f;
@@ -203,6 +206,8 @@ void BackwardTask(const Layout& l, const float* qkv, const int32_t* starts, cons
     for (int64_t i0 = 0; i0 < l.seq; i0 += kTileRows) {
       const int64_t i1 = std::min(l.seq, i0 + kTileRows), rows = i1 - i0;
       const Window w = KeyWindow(start, i0, i1);
+      for (int64_t r = 0; r < rows; ++r)  // dQ rows, written after the products below
+        PrefetchFloatsForWrite(dqkv + (b * l.seq + i0 + r) * l.qkv_stride + head_col, l.hd);
       SmallGemm(rows, w.width, l.hd, q + i0 * l.hd_pad, l.hd_pad, 1, kt + w.lo, l.seq_pad, p,
                 w.width, false);
       SmallGemm(rows, w.width, l.hd, dout_h + i0 * l.hd_pad, l.hd_pad, 1, vt + w.lo, l.seq_pad, ds,
@@ -242,6 +247,11 @@ void BackwardTask(const Layout& l, const float* qkv, const int32_t* starts, cons
   const int64_t k_col = static_cast<int64_t>(l.n_heads + g) * l.hd;
   const int64_t v_col = static_cast<int64_t>(l.n_heads + l.n_kv + g) * l.hd;
   for (int64_t t = 0; t < l.seq; ++t) {
+    if (t + kPrefetchRows < l.seq) {
+      float* ahead = dqkv + (b * l.seq + t + kPrefetchRows) * l.qkv_stride;
+      PrefetchFloatsForWrite(ahead + k_col, l.hd);
+      PrefetchFloatsForWrite(ahead + v_col, l.hd);
+    }
     float* row = dqkv + (b * l.seq + t) * l.qkv_stride;
     std::copy(dk + t * l.hd_pad, dk + t * l.hd_pad + l.hd, row + k_col);
     std::copy(dv + t * l.hd_pad, dv + t * l.hd_pad + l.hd, row + v_col);

@@ -16,25 +16,16 @@ constexpr int64_t kChunkRows = 8;
 
 // -log softmax(x)[target]; with `grad`, x becomes grad_scale * (softmax - onehot).
 double RowLoss(float* x, int32_t target, int vocab, float grad_scale, bool grad) {
-  float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < vocab; ++j) mx = std::max(mx, x[j]);
+  const float mx = MaxOf(x, vocab);
   const float xt = x[target];
-  double sum = 0.0;  // double: 1e5-wide rows would lose digits in float
+  // Without grad the exponentials go to scratch so logits stay untouched.
+  float* e = grad ? x : ThreadScratch(static_cast<size_t>(vocab));
+  const double sum = ExpShiftSum(x, e, vocab, mx);
   if (grad) {
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < vocab; ++j) {
-      const float e = FastExp(x[j] - mx);
-      x[j] = e;
-      sum += e;
-    }
     const float s = static_cast<float>(grad_scale / sum);
 #pragma omp simd
     for (int j = 0; j < vocab; ++j) x[j] *= s;
     x[target] -= grad_scale;
-  } else {
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < vocab; ++j) sum += FastExp(x[j] - mx);
   }
   return std::log(sum) + (static_cast<double>(mx) - xt);
 }

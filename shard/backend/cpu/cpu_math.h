@@ -55,6 +55,55 @@ inline float FastExp(float x) {
   return p * std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(e) << 23));
 }
 
+// max(x[0, n)), vectorised by hand: GCC leaves `omp simd reduction(max)` on
+// floats scalar, and a scalar max chain is latency-bound. NaNs are skipped here;
+// callers exponentiate x - max afterwards, which turns a NaN input into NaN.
+inline float MaxOf(const float* x, int64_t n) {
+  float m = -__builtin_inff();
+  int64_t j = 0;
+  if (n >= 16) {
+    V8 a = LoadV8(x), b = LoadV8(x + 8);
+    for (j = 16; j + 16 <= n; j += 16) {
+      const V8 u = LoadV8(x + j), w = LoadV8(x + j + 8);
+      a = u > a ? u : a;
+      b = w > b ? w : b;
+    }
+    a = b > a ? b : a;
+    for (int i = 0; i < 8; ++i) m = a[i] > m ? a[i] : m;
+  }
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// out[j] = exp(in[j] - shift) for j in [0, n) (out may be in); returns the sum,
+// in float within blocks of 512 (vectorises) and in double across blocks.
+inline double ExpShiftSum(const float* in, float* out, int64_t n, float shift) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += 512) {
+    const int64_t e = std::min(n, b + 512);
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = b; j < e; ++j) {
+      const float v = FastExp(in[j] - shift);
+      out[j] = v;
+      s += v;
+    }
+    total += s;
+  }
+  return total;
+}
+
+// Prefetches the cache lines of n floats at p (rows read with a large stride
+// defeat the hardware prefetcher; attention packs and unpacks such rows).
+inline void PrefetchFloats(const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+  __builtin_prefetch(p + n - 1);
+}
+inline void PrefetchFloatsForWrite(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1);
+  __builtin_prefetch(p + n - 1, 1);
+}
+
 // A per-thread, 64-byte aligned, grow-only float buffer. ParallelFor workers
 // live for the whole process, so kernels allocate once instead of per call.
 // Not reentrant: one kernel at a time per thread may hold it.

@@ -1,0 +1,151 @@
+// Trainer-level behaviour: the tiny model learns, gradient accumulation does
+// not change the result, and bad job files fail with errors that name the key.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "shard/model/hf_io.h"
+#include "shard/train/trainer.h"
+
+namespace shard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A repetitive token file: phrases over a small vocabulary.
+std::string MakeTokens(const std::string& name, int n, int vocab) {
+  std::string path = testing::TempDir() + "/" + name + ".u32";
+  std::mt19937 rng(3);
+  std::vector<std::vector<uint32_t>> phrases(8);
+  for (auto& p : phrases) {
+    p.resize(5 + rng() % 6);
+    for (auto& t : p) t = rng() % vocab;
+  }
+  std::vector<uint32_t> toks;
+  while (static_cast<int>(toks.size()) < n) {
+    auto& p = phrases[rng() % phrases.size()];
+    toks.insert(toks.end(), p.begin(), p.end());
+  }
+  toks.resize(n);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(toks.data()), toks.size() * 4);
+  return path;
+}
+
+std::string Job(const std::string& tokens, const std::string& extra = "") {
+  return "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + tokens +
+         ", seq_len: 32}\ntrain: {steps: 60, global_batch: 8, micro_batch: 8, lr: 3.0e-3, warmup_steps: 5, "
+         "log_every: 1000}\n" +
+         extra;
+}
+
+TEST(TrainerTest, TinyModelLearnsRepetitiveTokens) {
+  std::string tokens = MakeTokens("learn", 20000, 512);
+  auto job = ParseJobConfig(Job(tokens), "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<double> losses;
+  ASSERT_TRUE((*t)->Run([&](const StepMetrics& m) { losses.push_back(m.loss); }).ok());
+  ASSERT_EQ(losses.size(), 60u);
+  EXPECT_NEAR(losses.front(), std::log(512.0), 0.3);  // starts at chance
+  EXPECT_LT(losses.back(), 0.4 * losses.front()) << "final " << losses.back();
+}
+
+TEST(TrainerTest, GradientAccumulationMatchesOneBigMicroBatch) {
+  std::string tokens = MakeTokens("accum", 8000, 512);
+  auto run = [&](int micro) {
+    auto job = ParseJobConfig(Job(tokens), "job.yaml",
+                              {"train.steps=3", "train.micro_batch=" + std::to_string(micro)});
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    auto t = Trainer::Create(*job);
+    EXPECT_TRUE(t.ok());
+    std::vector<double> losses;
+    EXPECT_TRUE((*t)->Run([&](const StepMetrics& m) { losses.push_back(m.loss); }).ok());
+    std::vector<float> head;
+    (*t)->params().CopyUnitToHost((*t)->layout().head_unit(), &head);
+    return std::make_pair(losses, head);
+  };
+  auto [l8, w8] = run(8);
+  auto [l2, w2] = run(2);
+  ASSERT_EQ(l8.size(), l2.size());
+  for (size_t i = 0; i < l8.size(); ++i) EXPECT_NEAR(l8[i], l2[i], 1e-5);
+  ASSERT_EQ(w8.size(), w2.size());
+  for (size_t i = 0; i < w8.size(); ++i) ASSERT_NEAR(w8[i], w2[i], 2e-5) << i;
+}
+
+TEST(TrainerTest, ExportedModelReloadsAndContinuesIdentically) {
+  std::string tokens = MakeTokens("export", 8000, 512);
+  std::string out = testing::TempDir() + "/trainer_export";
+  fs::remove_all(out);
+  auto job = ParseJobConfig(Job(tokens, "export: {hf_dir: " + out + "}\n"), "job.yaml", {"train.steps=2"});
+  ASSERT_TRUE(job.ok());
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Run().ok());
+  ASSERT_TRUE(fs::exists(out + "/model.safetensors"));
+  // from_hf starts from exactly the exported weights.
+  auto job2 = ParseJobConfig(Job(tokens), "job.yaml", {"model.preset=", "model.from_hf=" + out, "train.steps=1"});
+  ASSERT_TRUE(job2.ok()) << job2.status().ToString();
+  auto t2 = Trainer::Create(*job2);
+  ASSERT_TRUE(t2.ok()) << t2.status().ToString();
+  for (int u = 0; u < (*t)->layout().num_units(); ++u) {
+    std::vector<float> a, b;
+    (*t)->params().CopyUnitToHost(u, &a);
+    (*t2)->params().CopyUnitToHost(u, &b);
+    ASSERT_EQ(a, b) << "unit " << u;
+  }
+}
+
+TEST(JobConfigTest, StrictErrorsNameTheKey) {
+  std::string tokens = MakeTokens("cfg", 1000, 512);
+  auto expect_error = [&](const std::string& text, const std::string& needle, std::vector<std::string> sets = {}) {
+    auto job = ParseJobConfig(text, "job.yaml", sets);
+    ASSERT_FALSE(job.ok()) << "accepted: " << text;
+    EXPECT_NE(job.status().message().find(needle), std::string::npos) << job.status().message();
+  };
+  expect_error(Job(tokens) + "bogus: 1\n", "job.yaml: bogus: unknown key");
+  expect_error(Job(tokens), "train.stepz: unknown key", {"train.stepz=3"});
+  expect_error(Job(tokens), "train.steps: expected an integer", {"train.steps=ten"});
+  expect_error(Job(tokens), "train.global_batch 12 must be a multiple", {"train.global_batch=12"});
+  expect_error(Job(tokens), "parallel.strategy: 'zero5' is not one of", {"parallel.strategy=zero5"});
+  expect_error(Job(tokens), "exactly one of model.preset or model.from_hf", {"model.from_hf=/x"});
+  expect_error(Job(tokens), "train.adam_betas: expected two numbers", {"train.adam_betas=[0.9]"});
+  expect_error(Job(tokens), "data.jsonl", {"data.jsonl=x.jsonl"});
+  expect_error("name: t\n", "exactly one of model.preset");
+  expect_error("name: t\nmodel: {preset: tiny}\n", "data.tokens is required");
+  // A missing file and an unsupported world size fail at trainer creation with a clear reason.
+  auto missing = ParseJobConfig(Job("/nonexistent/tokens.u32"), "job.yaml");
+  ASSERT_TRUE(missing.ok());
+  auto t = Trainer::Create(*missing);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("/nonexistent/tokens.u32"), std::string::npos);
+  auto wide = ParseJobConfig(Job(tokens), "job.yaml", {"parallel.world_size=2", "train.micro_batch=4"});
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  EXPECT_EQ(Trainer::Create(*wide).status().code(), StatusCode::kUnimplemented);
+  // Tokens outside the vocabulary are named with their index.
+  std::string big = testing::TempDir() + "/big.u32";
+  std::vector<uint32_t> toks(100, 1);
+  toks[57] = 600;
+  std::ofstream(big, std::ios::binary).write(reinterpret_cast<const char*>(toks.data()), toks.size() * 4);
+  auto oov = Trainer::Create(*ParseJobConfig(Job(big), "job.yaml"));
+  ASSERT_FALSE(oov.ok());
+  EXPECT_NE(oov.status().message().find("token 600 at index 57"), std::string::npos) << oov.status().message();
+}
+
+TEST(JobConfigTest, ShippedJobFilesParse) {
+  const char* src = std::getenv("SHARDD_SOURCE_DIR");
+  std::string root = src ? src : ".";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(root + "/configs/jobs")) {
+    auto job = LoadJobConfig(e.path().string());
+    EXPECT_TRUE(job.ok()) << e.path() << ": " << job.status().ToString();
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+}  // namespace
+}  // namespace shard
