@@ -71,7 +71,7 @@ std::vector<int32_t> SegmentStarts(const Layout& l, const int32_t* segment_ids) 
 }
 
 // Rows this far ahead are prefetched when walking a strided head slice.
-constexpr int64_t kPrefetchRows = 8;
+constexpr int64_t kPrefetchRows = 24;
 
 // dst[seq_pad, hd_pad] = mul * src rows (stride `stride`), zero padding.
 void PackRows(const Layout& l, const float* src, int64_t stride, float mul, float* dst) {

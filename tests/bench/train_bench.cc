@@ -1,0 +1,75 @@
+// Single-process training throughput on the CPU backend.
+//
+// Model: 4 layers, d=256, 8 heads, 4 KV heads, ffn 688, vocab 4096 (preset
+// "bench"), seq 256, micro-batch 8 — full optimizer steps (forward, backward,
+// clipping, AdamW). Prints tokens/s and achieved model GFLOP/s counted as
+// 6N + 12*L*d*T per token (N without the input embedding).
+//
+// usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "shard/common/logging.h"
+#include "shard/common/thread_pool.h"
+#include "shard/train/trainer.h"
+
+int main(int argc, char** argv) {
+  int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  int micro = argc > 2 ? std::atoi(argv[2]) : 8;
+  bool ckpt = argc > 3 && std::atoi(argv[3]) != 0;
+  const int seq = 256;
+  shard::InitLogging("warn");
+
+  std::string tokens = "/tmp/shardd_train_bench.u32";
+  {
+    std::mt19937 rng(1);
+    std::vector<uint32_t> t(200000);
+    for (auto& x : t) x = rng() % 4096;
+    std::ofstream(tokens, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+  }
+  std::string yaml = "name: bench\nmodel: {preset: bench}\ndata: {tokens: " + tokens + ", seq_len: " +
+                     std::to_string(seq) + "}\ntrain: {steps: " + std::to_string(steps + 2) +
+                     ", global_batch: " + std::to_string(micro) + ", micro_batch: " + std::to_string(micro) +
+                     ", lr: 1.0e-4, log_every: 1000}\nparallel: {activation_checkpointing: " +
+                     (ckpt ? "true" : "false") + "}\n";
+  auto job = shard::ParseJobConfig(yaml, "bench.yaml");
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s\n", job.status().ToString().c_str());
+    return 1;
+  }
+  auto trainer = shard::Trainer::Create(*job);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "%s\n", trainer.status().ToString().c_str());
+    return 1;
+  }
+  for (int i = 0; i < 2; ++i) (void)(*trainer)->Step();  // warm up allocations and caches
+  double total = 0;
+  double best = 1e30;
+  for (int i = 0; i < steps; ++i) {
+    auto m = (*trainer)->Step();
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    total += m->seconds;
+    best = std::min(best, m->seconds);
+  }
+  const auto& c = (*trainer)->model_config();
+  const double tokens_per_step = static_cast<double>(micro) * seq;
+  const double flops_per_token = c.TrainFlopsPerToken(seq);
+  const double mean = total / steps;
+  std::printf("train_bench: model bench (N=%.2fM matmul params, L=%d, d=%lld), seq %d, micro-batch %d, "
+              "threads %d, activation_checkpointing %d\n",
+              c.NumMatmulParams() / 1e6, c.num_layers, static_cast<long long>(c.hidden_size), seq, micro,
+              shard::NumComputeThreads(), ckpt ? 1 : 0);
+  std::printf("  step time  mean %.1f ms  best %.1f ms  (%d steps)\n", mean * 1e3, best * 1e3, steps);
+  std::printf("  tokens/s   mean %.0f  best %.0f\n", tokens_per_step / mean, tokens_per_step / best);
+  std::printf("  GFLOP/s    mean %.1f  best %.1f  (%.1f MFLOP per token)\n",
+              tokens_per_step * flops_per_token / mean / 1e9, tokens_per_step * flops_per_token / best / 1e9,
+              flops_per_token / 1e6);
+  return 0;
+}
