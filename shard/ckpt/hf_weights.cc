@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"

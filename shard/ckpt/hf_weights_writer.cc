@@ -1,8 +1,10 @@
 // HfWeightsWriter: splits declared tensors into HF-named safetensors files and
 // writes the index last.
+#include <exception>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
@@ -30,13 +32,18 @@ StatusOr<HfWeightsWriter> HfWeightsWriter::Create(const std::string& dir, std::v
   w.dir_ = dir;
   w.dtype_ = file_dtype;
 
-  // Per-file writers check their own tensors; names must also be unique across
-  // files because the index maps each name to exactly one file.
+  // Every declaration is checked here, before the old entry files are removed,
+  // so a bad name cannot surface half-way through an export when a later shard
+  // opens. Uniqueness is across files: the index maps each name to one file.
   std::set<std::string> seen;
   std::vector<uint64_t> bytes;
   for (const TensorDecl& d : tensors) {
-    if (!seen.insert(d.name).second)
+    if (d.name.empty() || d.name == "__metadata__") {
+      return InvalidArgument(dir + ": invalid tensor name '" + d.name + "'");
+    }
+    if (!seen.insert(d.name).second) {
       return InvalidArgument(dir + ": tensor '" + d.name + "' is declared twice");
+    }
     uint64_t n = DTypeSize(file_dtype);
     for (int64_t dim : d.shape) {
       if (dim < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(dim), &n)) {

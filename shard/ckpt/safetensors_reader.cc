@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <exception>
+
 #include <nlohmann/json.hpp>
 
 #include "shard/ckpt/safetensors.h"

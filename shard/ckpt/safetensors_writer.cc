@@ -9,8 +9,9 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "shard/ckpt/safetensors.h"
 

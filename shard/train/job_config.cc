@@ -28,6 +28,7 @@ Status ParallelConfig::Validate() const {
                            "' is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard");
   if (world_size <= 0) return InvalidArgument("parallel.world_size must be > 0");
   if (shard_group_size < 0) return InvalidArgument("parallel.shard_group_size must be >= 0");
+  if (!(comm_timeout_s > 0)) return InvalidArgument("parallel.comm_timeout_s must be > 0");
   return OkStatus();
 }
 
@@ -110,6 +111,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     RETURN_IF_ERROR(m.Get("shard_group_size", &p.shard_group_size));
     RETURN_IF_ERROR(m.Get("activation_checkpointing", &p.activation_checkpointing));
     RETURN_IF_ERROR(m.Get("offload_optimizer", &p.offload_optimizer));
+    RETURN_IF_ERROR(m.Get("comm_timeout_s", &p.comm_timeout_s));
     RETURN_IF_ERROR(m.Finish());
   }
   {

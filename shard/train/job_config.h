@@ -35,6 +35,7 @@ struct ParallelConfig {
   int shard_group_size = 0;  // hybrid_shard: ranks per shard group (0 = all)
   bool activation_checkpointing = false;
   bool offload_optimizer = false;
+  double comm_timeout_s = 300;  // longest any collective may block
   Status Validate() const;
 };
 

@@ -5,20 +5,25 @@
 
 #include "shard/common/logging.h"
 #include "shard/model/hf_io.h"
+#include "shard/model/init.h"
 #include "shard/optim/adamw.h"
 
 namespace shard {
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job) {
-  std::unique_ptr<Trainer> t(new Trainer(job));
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const DistContext& dist) {
+  if (dist.world < 1 || dist.rank < 0 || dist.rank >= dist.world)
+    return InvalidArgument("rank " + std::to_string(dist.rank) + " is outside world size " + std::to_string(dist.world));
+  if (dist.world != job.parallel.world_size)
+    return InvalidArgument("this worker was started as one of " + std::to_string(dist.world) +
+                           " ranks but the job's parallel.world_size is " + std::to_string(job.parallel.world_size));
+  if (dist.world > 1 && !dist.store && dist.comm_backend != "local")
+    return InvalidArgument("a multi-rank job needs a rendezvous store (e.g. --rendezvous file:DIR)");
+  std::unique_ptr<Trainer> t(new Trainer(job, dist));
   RETURN_IF_ERROR(t->Init());
   return t;
 }
 
 Status Trainer::Init() {
-  if (job_.parallel.world_size != 1)
-    return Unimplemented("parallel.world_size " + std::to_string(job_.parallel.world_size) +
-                         ": multi-rank (FSDP) training is not built yet; use world_size: 1");
   if (job_.checkpoint.every_steps > 0)
     return Unimplemented("checkpoint.every_steps: checkpointing is not built yet; set it to 0");
   if (job_.parallel.offload_optimizer)
@@ -47,20 +52,7 @@ Status Trainer::Init() {
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
-  ASSIGN_OR_RETURN(params_, LocalParams::Create(backend_.get(), model_->layout(), /*with_grads=*/true));
-  if (hf_units.empty()) {
-    params_->InitRandom(job_.train.seed, 0.02f);
-  } else {
-    RETURN_IF_ERROR(params_->LoadUnits(hf_units));
-  }
-  for (const auto& u : model_->layout().units) {
-    ASSIGN_OR_RETURN(DeviceBuffer m, DeviceBuffer::Create(backend_.get(), u.numel));
-    ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::Create(backend_.get(), u.numel));
-    backend_->Fill(m.data(), m.size(), 0.0f);
-    backend_->Fill(v.data(), v.size(), 0.0f);
-    adam_m_.push_back(std::move(m));
-    adam_v_.push_back(std::move(v));
-  }
+  RETURN_IF_ERROR(InitRuntime(hf_units));
 
   ASSIGN_OR_RETURN(TokenWindows windows, TokenWindows::Open(job_.data.tokens, job_.data.seq_len, config.vocab_size));
   data_ = std::make_unique<TokenWindows>(std::move(windows));
@@ -76,6 +68,51 @@ Status Trainer::Init() {
   LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {} windows of {} tokens, backend {}",
            job_.model.preset.empty() ? job_.model.from_hf : job_.model.preset, config.NumParams() / 1e6,
            config.num_layers, config.hidden_size, data_->num_windows(), job_.data.seq_len, backend_->name());
+  return OkStatus();
+}
+
+Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
+  ASSIGN_OR_RETURN(ShardStrategy strategy, ParseShardStrategy(job_.parallel.strategy));
+  ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
+  FsdpOptions fo;
+  fo.strategy = strategy;
+  fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
+  auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
+    if (sub_world == 1) return std::unique_ptr<Communicator>();
+    CommConfig cc;
+    cc.backend = dist_.comm_backend;
+    cc.rank = sub_rank;
+    cc.world_size = sub_world;
+    cc.store = dist_.store;
+    cc.prefix = dist_.prefix + group + "/";
+    cc.gloo_hostname = dist_.gloo_hostname;
+    cc.timeout = fo.comm.timeout;
+    auto c = CreateCommunicator(cc);
+    if (!c.ok()) return c.status().WithContext("rank " + std::to_string(dist_.rank) + " joining group " + group);
+    return c;
+  };
+  const int S = shape.shard_size;
+  ASSIGN_OR_RETURN(auto shard_comm, make_comm(dist_.rank % S, S, "shard" + std::to_string(dist_.rank / S)));
+  ASSIGN_OR_RETURN(auto rep_comm, make_comm(dist_.rank / S, shape.replicas, "rep" + std::to_string(dist_.rank % S)));
+  const ParamLayout& layout = model_->layout();
+  std::vector<int64_t> numels;
+  for (const auto& u : layout.units) numels.push_back(u.numel);
+  ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
+
+  // Each rank fills only its own shard: from the HF weights or from the
+  // deterministic init, which does not depend on the world size.
+  std::vector<float> host;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const ShardLayout& sl = runtime_->layout(u);
+    const int64_t begin = sl.begin(runtime_->shard_rank()), end = sl.end(runtime_->shard_rank());
+    host.assign(sl.shard_numel, 0.0f);
+    if (hf_units.empty()) {
+      InitUnitParams(layout.units[u], u, job_.train.seed, 0.02f, begin, end, host.data());
+    } else {
+      for (int64_t i = begin; i < std::min(end, sl.numel); ++i) host[i - begin] = hf_units[u][i];
+    }
+    backend_->CopyToDevice(runtime_->param_shard(u), host.data(), host.size() * sizeof(float));
+  }
   return OkStatus();
 }
 
@@ -102,9 +139,10 @@ StatusOr<StepMetrics> Trainer::Step() {
   const int64_t targets = tc.global_batch * T;
   const float grad_scale = 1.0f / static_cast<float>(targets);
 
-  params_->ZeroGrads();
+  runtime_->ZeroGrads();
   double loss_sum = 0;
-  for (int64_t mb = 0; mb < tc.global_batch; mb += tc.micro_batch) {
+  const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
+  for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
     RETURN_IF_ERROR(LoadMicroBatch(base + mb, tc.micro_batch));
     DeviceBatch b;
     b.batch = tc.micro_batch;
@@ -112,13 +150,16 @@ StatusOr<StepMetrics> Trainer::Step() {
     b.tokens = d_tokens_.as_int();
     b.targets = d_targets_.as_int();
     b.positions = d_pos_.as_int();
-    ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *params_, grad_scale));
+    runtime_->BeginMicroBatch();
+    ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
+    RETURN_IF_ERROR(runtime_->FinishMicroBatch());
     loss_sum += l;
   }
+  RETURN_IF_ERROR(runtime_->FinishGradients());
+  RETURN_IF_ERROR(runtime_->AllReduceSum(&loss_sum, 1));
+  ASSIGN_OR_RETURN(double sq, runtime_->GradNormSquared());
 
   const ParamLayout& layout = model_->layout();
-  double sq = 0;
-  for (int u = 0; u < layout.num_units(); ++u) sq += backend_->SumSquares(params_->grads(u), layout.units[u].numel);
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm) || !std::isfinite(loss_sum))
     return Internal("step " + std::to_string(step_ + 1) + ": loss or gradient norm is not finite (loss sum " +
@@ -127,11 +168,12 @@ StatusOr<StepMetrics> Trainer::Step() {
   float clip = 1.0f;
   if (tc.optim.grad_clip > 0 && norm > tc.optim.grad_clip) clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
   const double lr = LearningRate(tc.optim, step_, tc.steps);
+  const int sr = runtime_->shard_rank();
   for (int u = 0; u < layout.num_units(); ++u) {
-    const auto& spec = layout.units[u];
-    auto ranges = DecayRanges(spec, 0, spec.numel, tc.optim.decay_norms_and_embeddings);
-    AdamWSlice(backend_.get(), ranges, tc.optim, static_cast<float>(lr), step_ + 1, clip, params_->params(u),
-               params_->grads(u), adam_m_[u].data(), adam_v_[u].data());
+    const ShardLayout& sl = runtime_->layout(u);
+    auto ranges = DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), tc.optim.decay_norms_and_embeddings);
+    AdamWSlice(backend_.get(), ranges, tc.optim, static_cast<float>(lr), step_ + 1, clip, runtime_->param_shard(u),
+               runtime_->grad_shard(u), runtime_->adam_m(u), runtime_->adam_v(u));
   }
   backend_->Synchronize();
   ++step_;
@@ -164,19 +206,20 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   if (!job_.export_.hf_dir.empty()) {
     ASSIGN_OR_RETURN(DType dt, ParseDType(job_.export_.dtype));
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, dt));
-    LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, job_.export_.dtype);
+    if (dist_.rank == 0) LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, job_.export_.dtype);
   }
   return OkStatus();
 }
 
 Status Trainer::ExportHf(const std::string& dir, DType dtype) {
-  return shard::ExportHf(
-      dir, model_->config(), model_->layout(),
-      [&](int u, std::vector<float>* buf) {
-        params_->CopyUnitToHost(u, buf);
-        return OkStatus();
-      },
-      dtype);
+  // Every rank takes part in each unit's gather; rank 0 alone writes.
+  if (dist_.rank != 0) {
+    std::vector<float> buf;
+    for (int u = 0; u < model_->layout().num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf));
+    return OkStatus();
+  }
+  return shard::ExportHf(dir, model_->config(), model_->layout(),
+                         [&](int u, std::vector<float>* buf) { return runtime_->GatherUnit(u, buf); }, dtype);
 }
 
 }  // namespace shard

@@ -1,6 +1,7 @@
-// The training loop: data → micro-batches → model forward/backward → clipped
-// AdamW → metrics, and an HF export at the end. Single process for now (the
-// FSDP runtime will replace LocalParams behind the same UnitAccess seam).
+// The training loop of one rank: its share of each global batch →
+// micro-batches → model forward/backward through the FSDP runtime → clipped
+// AdamW on the owned shards → metrics, and an HF export at the end (gathered
+// unit by unit, written by rank 0).
 //
 // Thread-safety: one thread drives a Trainer.
 #pragma once
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/common/kv_store.h"
+#include "shard/fsdp/fsdp_runtime.h"
 #include "shard/data/sampler.h"
 #include "shard/data/token_windows.h"
 #include "shard/model/llama_model.h"
@@ -29,9 +32,19 @@ struct StepMetrics {
   double seconds = 0;       // wall time of the step
 };
 
+// Who this process is and how it finds its peers. world == 1 needs nothing else.
+struct DistContext {
+  int rank = 0;
+  int world = 1;
+  std::string comm_backend = "gloo";  // gloo (processes) or local (ranks as threads)
+  std::shared_ptr<KvStore> store;     // rendezvous
+  std::string prefix;                 // namespaces rendezvous keys: "job/attempt/"
+  std::string gloo_hostname = "127.0.0.1";
+};
+
 class Trainer {
  public:
-  static StatusOr<std::unique_ptr<Trainer>> Create(const JobConfig& job);
+  static StatusOr<std::unique_ptr<Trainer>> Create(const JobConfig& job, const DistContext& dist = {});
 
   // Runs the remaining steps; calls on_step after each (may be empty).
   Status Run(const std::function<void(const StepMetrics&)>& on_step = {});
@@ -41,20 +54,24 @@ class Trainer {
   Status ExportHf(const std::string& dir, DType dtype);
 
   int64_t step() const { return step_; }
+  int rank() const { return dist_.rank; }
   const LlamaConfig& model_config() const { return model_->config(); }
   const ParamLayout& layout() const { return model_->layout(); }
-  LocalParams& params() { return *params_; }
+  // Unit u's full parameters (a collective: every rank must call it in turn).
+  Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out); }
+  FsdpRuntime& runtime() { return *runtime_; }
 
  private:
-  explicit Trainer(const JobConfig& job) : job_(job) {}
+  Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
   Status Init();
+  Status InitRuntime(const std::vector<std::vector<float>>& hf_units);
   Status LoadMicroBatch(int64_t first_pos, int64_t count);
 
   JobConfig job_;
+  DistContext dist_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<LocalParams> params_;
-  std::vector<DeviceBuffer> adam_m_, adam_v_;
+  std::unique_ptr<FsdpRuntime> runtime_;
   std::unique_ptr<TokenWindows> data_;
   std::unique_ptr<Sampler> sampler_;
   int64_t step_ = 0;

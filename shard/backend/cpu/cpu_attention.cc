@@ -97,28 +97,67 @@ void PackTransposed(const Layout& l, const float* src, int64_t stride, float* ds
   for (int j = 0; j < l.hd; ++j) std::fill(dst + j * l.seq_pad + l.seq, dst + (j + 1) * l.seq_pad, 0.0f);
 }
 
-// The key window of query rows [i0, i1), widened to multiples of 16 so the
-// score tiles are whole vectors: keys [lo, lo + width). Starts never decrease
-// along a sequence, so start[i0] is the tile's smallest.
-struct Window {
-  int64_t lo, width;
+// A query tile: rows [i0, i0 + rows) of a sequence and their key window
+// [lo, lo + width), widened to multiples of 16 so score tiles are whole
+// vectors. Starts never decrease along a sequence, so start[i0] is the
+// tile's smallest. Scratch tiles are [rows, width] with row stride width.
+//
+// The products below skip work the causal mask zeroes: a block of kBlock query
+// rows only needs keys up to its last row (rounded up to 16), and a block of
+// kBlock keys only needs the query rows at or after it.
+constexpr int64_t kBlock = 6;  // SmallGemm's register-tile height
+
+struct Tile {
+  Tile(const int32_t* start, int64_t i0_, int64_t i1)
+      : i0(i0_), rows(i1 - i0_), lo(start[i0_] / 16 * 16), width(RoundUp(i1, 16) - lo) {}
+  // Keys (window columns) that query rows [0, r1) of the tile can see.
+  int64_t KeysUpTo(int64_t r1) const { static bool full = getenv("FULL"); return full ? width : std::min(width, RoundUp(i0 + r1, 16) - lo); }
+  // First tile row that can see window column c.
+  int64_t FirstRowSeeing(int64_t c) const { static bool full = getenv("FULL"); return full ? 0 : std::clamp<int64_t>(lo + c - i0, 0, rows); }
+
+  int64_t i0, rows, lo, width;
 };
-Window KeyWindow(const int32_t* start, int64_t i0, int64_t i1) {
-  const int64_t lo = start[i0] / 16 * 16;
-  return {lo, RoundUp(i1, 16) - lo};
+
+// out[rows, width] = a[tile rows, hd] * bt[hd, lo:lo+width] (scores, or dP).
+void RowsByKeys(const Tile& t, const float* a, int64_t lda, const float* bt, int64_t ldbt, int hd,
+                float* out) {
+  for (int64_t r0 = 0; r0 < t.rows; r0 += kBlock) {
+    const int64_t mr = std::min(kBlock, t.rows - r0);
+    SmallGemm(mr, t.KeysUpTo(r0 + mr), hd, a + (t.i0 + r0) * lda, lda, 1, bt + t.lo, ldbt,
+              out + r0 * t.width, t.width, false);
+  }
 }
 
-// Writes P = softmax over the row's valid keys [a, e) of the window (0 elsewhere)
-// and returns the row's log-sum-exp.
-float SoftmaxRow(float* s, int64_t a, int64_t e, int64_t width) {
+// out[rows, n] = p[rows, width] * b[lo:lo+width, n] (P V, or dS K).
+void RowsByValues(const Tile& t, const float* p, const float* b, int64_t n, float* out) {
+  for (int64_t r0 = 0; r0 < t.rows; r0 += kBlock) {
+    const int64_t mr = std::min(kBlock, t.rows - r0);
+    SmallGemm(mr, n, t.KeysUpTo(r0 + mr), p + r0 * t.width, t.width, 1, b + t.lo * n, n,
+              out + r0 * n, n, false);
+  }
+}
+
+// acc[lo:lo+width, n] += p[rows, width]^T * b[tile rows, n] (dK from dS, dV from P).
+void KeysByRows(const Tile& t, const float* p, const float* b, int64_t n, float* acc) {
+  for (int64_t c0 = 0; c0 < t.width; c0 += kBlock) {
+    const int64_t mc = std::min(kBlock, t.width - c0);
+    const int64_t r0 = t.FirstRowSeeing(c0);
+    if (r0 >= t.rows) break;
+    SmallGemm(mc, n, t.rows - r0, p + r0 * t.width + c0, 1, t.width, b + (t.i0 + r0) * n, n,
+              acc + (t.lo + c0) * n, n, true);
+  }
+}
+
+// Turns scores s[a, e) into unnormalised probabilities exp(s - max) and zeroes
+// the rest of the row; returns the row's sum. (The output row is divided by
+// the sum afterwards, which is cheaper than normalising P.)
+float SoftmaxRow(float* s, int64_t a, int64_t e, int64_t width, float* max_out) {
   const float mx = MaxOf(s + a, e - a);
   const float sum = static_cast<float>(ExpShiftSum(s + a, s + a, e - a, mx));
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int64_t j = a; j < e; ++j) s[j] *= inv;
   std::fill(s, s + a, 0.0f);
   std::fill(s + e, s + width, 0.0f);
-  return mx + std::log(sum);
+  *max_out = mx;
+  return sum;
 }
 
 void ForwardTask(const Layout& l, const float* qkv, const int32_t* starts, int64_t b, int h,
@@ -138,23 +177,26 @@ void ForwardTask(const Layout& l, const float* qkv, const int32_t* starts, int64
   PackRows(l, l.V(qkv, b, g), l.qkv_stride, 1.0f, v);
   const int32_t* start = starts + b * l.seq;
   float* lse_bh = lse + (b * l.n_heads + h) * l.seq;
+  float inv_sum[kTileRows];
+  const int64_t head_col = static_cast<int64_t>(h) * l.hd;
 
   for (int64_t i0 = 0; i0 < l.seq; i0 += kTileRows) {
-    const int64_t i1 = std::min(l.seq, i0 + kTileRows), rows = i1 - i0;
-    const Window w = KeyWindow(start, i0, i1);
-    for (int64_t r = 0; r < rows; ++r)  // written at the end of the tile
-      PrefetchFloatsForWrite(out + (b * l.seq + i0 + r) * l.out_stride + static_cast<int64_t>(h) * l.hd, l.hd);
-    SmallGemm(rows, w.width, l.hd, q + i0 * l.hd_pad, l.hd_pad, 1, kt + w.lo, l.seq_pad, s, w.width,
-              false);
-    for (int64_t r = 0; r < rows; ++r) {
+    const Tile t(start, i0, std::min(l.seq, i0 + kTileRows));
+    for (int64_t r = 0; r < t.rows; ++r)  // written at the end of the tile
+      PrefetchFloatsForWrite(out + (b * l.seq + i0 + r) * l.out_stride + head_col, l.hd);
+    RowsByKeys(t, q, l.hd_pad, kt, l.seq_pad, l.hd, s);
+    for (int64_t r = 0; r < t.rows; ++r) {
       const int64_t i = i0 + r;
-      lse_bh[i] = SoftmaxRow(s + r * w.width, start[i] - w.lo, i + 1 - w.lo, w.width);
+      float mx;
+      const float sum = SoftmaxRow(s + r * t.width, start[i] - t.lo, i + 1 - t.lo, t.width, &mx);
+      inv_sum[r] = 1.0f / sum;
+      lse_bh[i] = mx + std::log(sum);
     }
-    SmallGemm(rows, l.hd_pad, w.width, s, w.width, 1, v + w.lo * l.hd_pad, l.hd_pad, o, l.hd_pad,
-              false);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* dst = out + (b * l.seq + i0 + r) * l.out_stride + static_cast<int64_t>(h) * l.hd;
-      std::copy(o + r * l.hd_pad, o + r * l.hd_pad + l.hd, dst);
+    RowsByValues(t, s, v, l.hd_pad, o);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* dst = out + (b * l.seq + i0 + r) * l.out_stride + head_col;
+      const float* src = o + r * l.hd_pad;
+      for (int j = 0; j < l.hd; ++j) dst[j] = src[j] * inv_sum[r];
     }
   }
 }
@@ -204,18 +246,15 @@ void BackwardTask(const Layout& l, const float* qkv, const int32_t* starts, cons
     const float* lse_bh = lse + (b * l.n_heads + h) * l.seq;
 
     for (int64_t i0 = 0; i0 < l.seq; i0 += kTileRows) {
-      const int64_t i1 = std::min(l.seq, i0 + kTileRows), rows = i1 - i0;
-      const Window w = KeyWindow(start, i0, i1);
-      for (int64_t r = 0; r < rows; ++r)  // dQ rows, written after the products below
+      const Tile t(start, i0, std::min(l.seq, i0 + kTileRows));
+      for (int64_t r = 0; r < t.rows; ++r)  // dQ rows, written after the products below
         PrefetchFloatsForWrite(dqkv + (b * l.seq + i0 + r) * l.qkv_stride + head_col, l.hd);
-      SmallGemm(rows, w.width, l.hd, q + i0 * l.hd_pad, l.hd_pad, 1, kt + w.lo, l.seq_pad, p,
-                w.width, false);
-      SmallGemm(rows, w.width, l.hd, dout_h + i0 * l.hd_pad, l.hd_pad, 1, vt + w.lo, l.seq_pad, ds,
-                w.width, false);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r, a = start[i] - w.lo, e = i + 1 - w.lo;
-        float* pr = p + r * w.width;
-        float* dsr = ds + r * w.width;
+      RowsByKeys(t, q, l.hd_pad, kt, l.seq_pad, l.hd, p);
+      RowsByKeys(t, dout_h, l.hd_pad, vt, l.seq_pad, l.hd, ds);
+      for (int64_t r = 0; r < t.rows; ++r) {
+        const int64_t i = i0 + r, a = start[i] - t.lo, e = i + 1 - t.lo;
+        float* pr = p + r * t.width;
+        float* dsr = ds + r * t.width;
         const float m = lse_bh[i], d = delta[i];
 #pragma omp simd
         for (int64_t j = a; j < e; ++j) {
@@ -224,23 +263,19 @@ void BackwardTask(const Layout& l, const float* qkv, const int32_t* starts, cons
           dsr[j] = pj * (dsr[j] - d);
         }
         std::fill(pr, pr + a, 0.0f);
-        std::fill(pr + e, pr + w.width, 0.0f);
+        std::fill(pr + e, pr + t.width, 0.0f);
         std::fill(dsr, dsr + a, 0.0f);
-        std::fill(dsr + e, dsr + w.width, 0.0f);
+        std::fill(dsr + e, dsr + t.width, 0.0f);
       }
       // dQ rows of this tile are complete after one product: write them out.
-      SmallGemm(rows, l.hd_pad, w.width, ds, w.width, 1, k + w.lo * l.hd_pad, l.hd_pad, dq,
-                l.hd_pad, false);
-      for (int64_t r = 0; r < rows; ++r) {
+      RowsByValues(t, ds, k, l.hd_pad, dq);
+      for (int64_t r = 0; r < t.rows; ++r) {
         float* dst = dqkv + (b * l.seq + i0 + r) * l.qkv_stride + head_col;
         const float* src = dq + r * l.hd_pad;
         for (int j = 0; j < l.hd; ++j) dst[j] = l.scale * src[j];
       }
-      // dK/dV rows of the window accumulate: A = dS^T (or P^T) read transposed.
-      SmallGemm(w.width, l.hd_pad, rows, ds, 1, w.width, q + i0 * l.hd_pad, l.hd_pad,
-                dk + w.lo * l.hd_pad, l.hd_pad, true);
-      SmallGemm(w.width, l.hd_pad, rows, p, 1, w.width, dout_h + i0 * l.hd_pad, l.hd_pad,
-                dv + w.lo * l.hd_pad, l.hd_pad, true);
+      KeysByRows(t, ds, q, l.hd_pad, dk);
+      KeysByRows(t, p, dout_h, l.hd_pad, dv);
     }
   }
 

@@ -284,6 +284,12 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommConfig&
         std::make_shared<::gloo::rendezvous::Context>(config.rank, config.world_size);
     context->setTimeout(config.timeout);
     context->connectFullMesh(store, device);
+    // connectFullMesh returns once this rank's pairs are connected, not everyone's; a
+    // rank that returned and closed its sockets at once could fail a peer still
+    // finishing its own connect. The barrier holds every rank until all are connected.
+    ::gloo::BarrierOptions barrier(context);
+    barrier.setTimeout(config.timeout);
+    ::gloo::barrier(barrier);
     return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), config.prefix));
   } catch (const std::exception& e) {
     Status store_error = store.first_error();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/unit/ckpt/ckpt_test_util.h"
@@ -184,6 +185,11 @@ TEST_F(HfWeightsTest, WriterRules) {
   bad = HfWeightsWriter::Create(dir_, {{"a", {1}}, {"a", {1}}}, DType::kF32, 4);  // duplicate across files
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("'a'"), std::string::npos);
+  // A bad name in a later file is refused before the previous export is touched.
+  ASSERT_TRUE(WriteModel(dir_, {1}, DType::kF32, 4).ok());
+  bad = HfWeightsWriter::Create(dir_, {{"a", {1}}, {"__metadata__", {1}}}, DType::kF32, 4);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(Path("model.safetensors")));
 
   auto w = HfWeightsWriter::Create(dir_, {{"a", {1}}, {"b", {1}}}, DType::kF32, 4);
   ASSERT_TRUE(w.ok());

@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "shard/ckpt/safetensors.h"

@@ -1,0 +1,251 @@
+#include "shard/fsdp/fsdp_runtime.h"
+
+#include <chrono>
+
+#include "shard/common/logging.h"
+
+namespace shard {
+
+StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name) {
+  if (name == "full_shard") return ShardStrategy::kFullShard;
+  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
+  if (name == "no_shard") return ShardStrategy::kNoShard;
+  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
+  return InvalidArgument("unknown sharding strategy '" + name +
+                         "' (expected full_shard, shard_grad_op, no_shard or hybrid_shard)");
+}
+
+StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size) {
+  if (world < 1) return InvalidArgument("world size must be >= 1");
+  switch (s) {
+    case ShardStrategy::kFullShard:
+    case ShardStrategy::kShardGradOp:
+      return GroupShape{world, 1};
+    case ShardStrategy::kNoShard:
+      return GroupShape{1, world};
+    case ShardStrategy::kHybridShard: {
+      int g = shard_group_size == 0 ? world : shard_group_size;
+      if (g < 1 || world % g != 0)
+        return InvalidArgument("parallel.shard_group_size " + std::to_string(shard_group_size) +
+                               " must divide the world size " + std::to_string(world));
+      return GroupShape{g, world / g};
+    }
+  }
+  return Internal("unreachable strategy");
+}
+
+StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, const std::vector<int64_t>& numels,
+                                                            const FsdpOptions& options,
+                                                            std::unique_ptr<Communicator> shard_comm,
+                                                            std::unique_ptr<Communicator> replicate_comm) {
+  std::unique_ptr<FsdpRuntime> rt(new FsdpRuntime(backend, options));
+  rt->shard_size_ = shard_comm ? shard_comm->world_size() : 1;
+  rt->shard_rank_ = shard_comm ? shard_comm->rank() : 0;
+  rt->shard_comm_ = std::move(shard_comm);
+  rt->replicate_comm_ = std::move(replicate_comm);
+  rt->units_.resize(numels.size());
+  for (size_t u = 0; u < numels.size(); ++u) {
+    Unit& x = rt->units_[u];
+    ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_));
+    const int64_t n = x.layout.shard_numel;
+    for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
+      ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, n));
+      backend->Fill(b->data(), n, 0.0f);
+    }
+  }
+  rt->comm_ = std::make_unique<CommThread>();
+  return rt;
+}
+
+FsdpRuntime::~FsdpRuntime() {
+  if (comm_) (void)comm_->Drain();
+}
+
+void FsdpRuntime::Track(int64_t delta) {
+  transient_bytes_ += delta;
+  peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
+}
+
+Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
+  if (t == 0 || comm_->Done(t)) return comm_->Wait(t);
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = comm_->Wait(t);
+  comm_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+Status FsdpRuntime::StartGather(int u) {
+  Unit& x = units_[u];
+  ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
+  Track(x.layout.padded * 4);
+  x.gathered = true;
+  x.gather_ticket = comm_->Enqueue([this, u] {
+    Unit& y = units_[u];
+    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, options_.comm)
+        .WithContext("all-gather of unit " + std::to_string(u));
+  });
+  return OkStatus();
+}
+
+void FsdpRuntime::FreeFull(int u) {
+  Unit& x = units_[u];
+  if (!x.gathered) return;
+  (void)WaitTicket(x.gather_ticket);  // never free a buffer the comm thread is writing
+  x.full = DeviceBuffer();
+  x.gathered = false;
+  x.keep_until_grads = false;
+  Track(-x.layout.padded * 4);
+}
+
+void FsdpRuntime::Prefetch(int after_unit) {
+  if (!options_.prefetch || recording_ || !in_order_ || cursor_ >= order_.size()) return;
+  int next = order_[cursor_];
+  if (next == after_unit || units_[next].gathered) return;
+  if (!StartGather(next).ok()) in_order_ = false;
+}
+
+StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
+  if (u < 0 || u >= num_units()) return Internal("AcquireParams: no unit " + std::to_string(u));
+  Unit& x = units_[u];
+  if (x.holds == 0) {
+    if (recording_) {
+      order_.push_back(u);
+    } else if (in_order_) {
+      if (cursor_ < order_.size() && order_[cursor_] == u) {
+        ++cursor_;
+      } else {
+        in_order_ = false;  // a different pass (e.g. evaluation): no prefetch until the next micro-batch
+      }
+    }
+  }
+  ++x.holds;
+  if (!sharded()) return static_cast<const float*>(x.params.data());
+  if (!x.gathered) RETURN_IF_ERROR(StartGather(u));
+  RETURN_IF_ERROR(WaitTicket(x.gather_ticket));
+  if (x.holds == 1) Prefetch(u);
+  return static_cast<const float*>(x.full.data());
+}
+
+Status FsdpRuntime::ReleaseParams(int u) {
+  Unit& x = units_[u];
+  if (x.holds <= 0) return Internal("ReleaseParams: unit " + std::to_string(u) + " is not held");
+  if (--x.holds > 0 || !sharded()) return OkStatus();
+  if (options_.strategy == ShardStrategy::kShardGradOp) {
+    x.keep_until_grads = true;  // ZeRO-2: the backward pass reuses the forward's gather
+    return OkStatus();
+  }
+  FreeFull(u);
+  return OkStatus();
+}
+
+StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
+  Unit& x = units_[u];
+  if (!sharded()) return x.grads.data();  // the shard is the whole unit: accumulate in place
+  if (!x.full_grad.data()) {
+    ASSIGN_OR_RETURN(x.full_grad, DeviceBuffer::Create(backend_, x.layout.padded));
+    Track(x.layout.padded * 4);
+    backend_->Fill(x.full_grad.data(), x.layout.padded, 0.0f);
+  }
+  return x.full_grad.data();
+}
+
+Status FsdpRuntime::GradsDone(int u) {
+  Unit& x = units_[u];
+  if (!sharded()) return OkStatus();
+  if (!x.full_grad.data()) return Internal("GradsDone: unit " + std::to_string(u) + " has no gradient buffer");
+  if (!x.rs_out.data()) {
+    ASSIGN_OR_RETURN(x.rs_out, DeviceBuffer::Create(backend_, x.layout.shard_numel));
+    Track(x.layout.shard_numel * 4);
+  }
+  x.rs_ticket = comm_->Enqueue([this, u] {
+    Unit& y = units_[u];
+    return shard_comm_
+        ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, options_.comm)
+        .WithContext("reduce-scatter of unit " + std::to_string(u));
+  });
+  if (x.keep_until_grads && x.holds == 0) FreeFull(u);
+  // Fold in (and free) every reduce-scatter that has finished, so at most the
+  // in-flight units hold full-size gradient buffers.
+  for (int v = 0; v < num_units(); ++v) {
+    Unit& y = units_[v];
+    if (v != u && y.rs_ticket && comm_->Done(y.rs_ticket)) {
+      RETURN_IF_ERROR(comm_->Wait(y.rs_ticket));
+      backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), y.layout.shard_numel);
+      y.full_grad = DeviceBuffer();
+      y.rs_out = DeviceBuffer();
+      y.rs_ticket = 0;
+      Track(-(y.layout.padded + y.layout.shard_numel) * 4);
+    }
+  }
+  return OkStatus();
+}
+
+void FsdpRuntime::ZeroGrads() {
+  for (auto& x : units_) backend_->Fill(x.grads.data(), x.layout.shard_numel, 0.0f);
+}
+
+void FsdpRuntime::BeginMicroBatch() {
+  if (recording_ && !order_.empty()) recording_ = false;
+  cursor_ = 0;
+  in_order_ = true;
+}
+
+Status FsdpRuntime::FinishMicroBatch() {
+  RETURN_IF_ERROR(WaitTicket(comm_->Enqueue([] { return OkStatus(); })));
+  for (int u = 0; u < num_units(); ++u) {
+    Unit& x = units_[u];
+    if (x.rs_ticket) {
+      backend_->Add(x.grads.data(), x.rs_out.data(), x.grads.data(), x.layout.shard_numel);
+      x.full_grad = DeviceBuffer();
+      x.rs_out = DeviceBuffer();
+      x.rs_ticket = 0;
+      Track(-(x.layout.padded + x.layout.shard_numel) * 4);
+    }
+    if (x.holds == 0 && x.gathered) FreeFull(u);  // shard_grad_op leftovers, unused prefetches
+  }
+  return OkStatus();
+}
+
+Status FsdpRuntime::FinishGradients() {
+  RETURN_IF_ERROR(comm_->Drain());
+  if (!replicate_comm_ || replicate_comm_->world_size() == 1) return OkStatus();
+  for (int u = 0; u < num_units(); ++u) {
+    Unit& x = units_[u];
+    RETURN_IF_ERROR(replicate_comm_->AllReduce(x.grads.data(), x.layout.shard_numel, ReduceOp::kSum, options_.comm)
+                        .WithContext("gradient all-reduce of unit " + std::to_string(u)));
+  }
+  return OkStatus();
+}
+
+StatusOr<double> FsdpRuntime::GradNormSquared() {
+  RETURN_IF_ERROR(comm_->Drain());
+  double sq = 0;
+  for (auto& x : units_) sq += backend_->SumSquares(x.grads.data(), x.layout.shard_numel);
+  if (sharded()) RETURN_IF_ERROR(shard_comm_->AllReduce(&sq, 1, ReduceOp::kSum, options_.comm));
+  return sq;
+}
+
+Status FsdpRuntime::AllReduceSum(double* data, int64_t count) {
+  RETURN_IF_ERROR(comm_->Drain());
+  if (sharded()) RETURN_IF_ERROR(shard_comm_->AllReduce(data, count, ReduceOp::kSum, options_.comm));
+  if (replicate_comm_ && replicate_comm_->world_size() > 1)
+    RETURN_IF_ERROR(replicate_comm_->AllReduce(data, count, ReduceOp::kSum, options_.comm));
+  return OkStatus();
+}
+
+Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out) {
+  RETURN_IF_ERROR(comm_->Drain());
+  Unit& x = units_[u];
+  out->resize(x.layout.numel);
+  if (!sharded()) {
+    backend_->CopyToHost(out->data(), x.params.data(), x.layout.numel * sizeof(float));
+    return OkStatus();
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
+  RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), full.data(), x.layout.shard_numel, options_.comm)
+                      .WithContext("export all-gather of unit " + std::to_string(u)));
+  backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
+  return OkStatus();
+}
+
+}  // namespace shard

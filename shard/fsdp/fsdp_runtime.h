@@ -1,0 +1,132 @@
+// The FSDP runtime: owns this rank's shards of every unit (fp32 parameters,
+// gradients, AdamW moments) and implements UnitAccess for the model — gathering
+// a unit before use, freeing it after, reduce-scattering its gradients into the
+// owner shard — with the next unit's all-gather and the previous unit's
+// reduce-scatter overlapping compute on a communication thread.
+//
+// Ranks form S-sized shard groups replicated R times (world = S * R):
+//   full_shard     S = world, R = 1   gather in forward and again in backward
+//   shard_grad_op  S = world, R = 1   keep gathered units from forward to backward
+//   no_shard       S = 1,     R = world  (DDP: full copies, gradients all-reduced)
+//   hybrid_shard   S = group, R = world / group
+// Gradients are summed over all ranks (the loss is already normalised by the
+// global target count), within shard groups by reduce-scatter per micro-batch
+// and across replicas by one all-reduce of the shard per step.
+//
+// Knows nothing of attention or Llama: units are flat buffers of given sizes.
+// Thread-safety: one compute thread calls everything; the communication thread
+// is internal.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/backend/backend.h"
+#include "shard/comm/communicator.h"
+#include "shard/fsdp/comm_thread.h"
+#include "shard/fsdp/shard_layout.h"
+#include "shard/model/unit_access.h"
+
+namespace shard {
+
+enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
+
+struct FsdpOptions {
+  ShardStrategy strategy = ShardStrategy::kFullShard;
+  bool prefetch = true;  // all-gather the next unit while computing this one
+  CommOptions comm;
+};
+
+// Shard/replicate group sizes for a strategy (hybrid: shard_group_size, 0 = world).
+struct GroupShape {
+  int shard_size = 1;
+  int replicas = 1;
+};
+StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size);
+
+class FsdpRuntime : public UnitAccess {
+ public:
+  // unit_numels: real sizes of the units. shard_comm may be null when the shard
+  // group has one rank; replicate_comm may be null when there is one replica.
+  static StatusOr<std::unique_ptr<FsdpRuntime>> Create(Backend* backend, const std::vector<int64_t>& unit_numels,
+                                                       const FsdpOptions& options,
+                                                       std::unique_ptr<Communicator> shard_comm,
+                                                       std::unique_ptr<Communicator> replicate_comm);
+  ~FsdpRuntime() override;
+
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const ShardLayout& layout(int unit) const { return units_[unit].layout; }
+  int shard_rank() const { return shard_rank_; }
+  // This rank's shards (size layout(u).shard_numel).
+  float* param_shard(int u) { return units_[u].params.data(); }
+  float* grad_shard(int u) { return units_[u].grads.data(); }
+  float* adam_m(int u) { return units_[u].m.data(); }
+  float* adam_v(int u) { return units_[u].v.data(); }
+
+  // Step protocol: ZeroGrads; per micro-batch Begin/ (model) /Finish; then
+  // FinishGradients before reading gradients.
+  void ZeroGrads();
+  void BeginMicroBatch();
+  Status FinishMicroBatch();
+  Status FinishGradients();
+  // Sum of squared gradients over the whole model (all ranks agree).
+  StatusOr<double> GradNormSquared();
+  // Sums `data` over every rank of the world (shard group, then replicas).
+  Status AllReduceSum(double* data, int64_t count);
+  // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
+  Status GatherUnit(int u, std::vector<float>* out);
+
+  // UnitAccess.
+  StatusOr<const float*> AcquireParams(int unit) override;
+  Status ReleaseParams(int unit) override;
+  StatusOr<float*> GradBuffer(int unit) override;
+  Status GradsDone(int unit) override;
+
+  // Bytes currently held in gathered parameter and full-gradient buffers (for
+  // memory tests): shards are not counted.
+  int64_t transient_bytes() const { return transient_bytes_; }
+  int64_t peak_transient_bytes() const { return peak_transient_bytes_; }
+  // Seconds the compute thread spent waiting on communication.
+  double comm_wait_seconds() const { return comm_wait_seconds_; }
+
+ private:
+  struct Unit {
+    ShardLayout layout;
+    DeviceBuffer params, grads, m, v;  // shards
+    DeviceBuffer full;                 // gathered parameters while held or prefetched
+    DeviceBuffer full_grad;            // unreduced gradient while accumulating / reducing
+    DeviceBuffer rs_out;               // reduce-scatter landing buffer
+    int holds = 0;
+    bool gathered = false;             // `full` holds valid data once gather_ticket completes
+    CommThread::Ticket gather_ticket = 0;
+    CommThread::Ticket rs_ticket = 0;
+    bool keep_until_grads = false;     // shard_grad_op: gathered in forward, kept for backward
+  };
+
+  FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
+  bool sharded() const { return shard_size_ > 1; }
+  Status StartGather(int u);
+  Status WaitTicket(CommThread::Ticket t);
+  void FreeFull(int u);
+  void Track(int64_t delta_bytes);
+  void Prefetch(int after_unit);
+
+  Backend* backend_;
+  FsdpOptions options_;
+  std::unique_ptr<Communicator> shard_comm_, replicate_comm_;
+  int shard_size_ = 1, shard_rank_ = 0;
+  std::vector<Unit> units_;
+  std::unique_ptr<CommThread> comm_;
+  // Recorded order of outermost AcquireParams calls of the first micro-batch;
+  // later micro-batches prefetch the entry after the current one.
+  std::vector<int> order_;
+  bool recording_ = true;
+  size_t cursor_ = 0;
+  bool in_order_ = true;
+  int64_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
+  double comm_wait_seconds_ = 0;
+};
+
+}  // namespace shard
