@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
 
@@ -28,6 +29,15 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
   app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  int rank = 0, world = 0;
+  std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
+  app.add_option("--rank", rank, "This worker's rank in [0, world)")->capture_default_str();
+  app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)");
+  app.add_option("--rendezvous", rendezvous,
+                 "Where ranks find each other: file:DIR (a directory every rank can reach)");
+  app.add_option("--run-id", run_id, "Namespaces rendezvous keys, so reruns sharing a directory do not mix")
+      ->capture_default_str();
+  app.add_option("--hostname", hostname, "Address this rank listens on for collectives")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
@@ -37,9 +47,22 @@ int main(int argc, char** argv) {
 
   auto job = shard::LoadJobConfig(config_path, sets);
   if (!job.ok()) return Fail(job.status(), 2);
-  shard::SetLogContext(job->name, 0, 0);
+  shard::DistContext dist;
+  dist.rank = rank;
+  dist.world = world > 0 ? world : job->parallel.world_size;
+  dist.prefix = job->name + "/" + run_id + "/";
+  dist.gloo_hostname = hostname;
+  if (!rendezvous.empty()) {
+    if (rendezvous.rfind("file:", 0) != 0)
+      return Fail(shard::InvalidArgument("--rendezvous '" + rendezvous + "': expected file:DIR"), 2);
+    dist.store = std::make_shared<shard::FileKvStore>(rendezvous.substr(5));
+  } else if (dist.world > 1) {
+    return Fail(shard::InvalidArgument("a job with " + std::to_string(dist.world) +
+                                       " ranks needs --rendezvous file:DIR"), 2);
+  }
+  shard::SetLogContext(job->name, 0, rank);
 
-  auto trainer = shard::Trainer::Create(*job);
+  auto trainer = shard::Trainer::Create(*job, dist);
   if (!trainer.ok()) return Fail(trainer.status(), 2);
 
   std::ofstream metrics;
@@ -59,7 +82,7 @@ int main(int argc, char** argv) {
     }
   });
   if (!st.ok()) return Fail(st);
-  std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
+  if (rank == 0) std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
               last_loss);
   return 0;
 }

@@ -111,9 +111,9 @@ struct Tile {
   Tile(const int32_t* start, int64_t i0_, int64_t i1)
       : i0(i0_), rows(i1 - i0_), lo(start[i0_] / 16 * 16), width(RoundUp(i1, 16) - lo) {}
   // Keys (window columns) that query rows [0, r1) of the tile can see.
-  int64_t KeysUpTo(int64_t r1) const { static bool full = getenv("FULL"); return full ? width : std::min(width, RoundUp(i0 + r1, 16) - lo); }
+  int64_t KeysUpTo(int64_t r1) const { return std::min(width, RoundUp(i0 + r1, 16) - lo); }
   // First tile row that can see window column c.
-  int64_t FirstRowSeeing(int64_t c) const { static bool full = getenv("FULL"); return full ? 0 : std::clamp<int64_t>(lo + c - i0, 0, rows); }
+  int64_t FirstRowSeeing(int64_t c) const { return std::clamp<int64_t>(lo + c - i0, 0, rows); }
 
   int64_t i0, rows, lo, width;
 };
