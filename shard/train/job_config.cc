@@ -35,6 +35,7 @@ Status ParallelConfig::Validate() const {
 Status CheckpointConfig::Validate() const {
   if (every_steps < 0) return InvalidArgument("checkpoint.every_steps must be >= 0");
   if (keep_last < 1) return InvalidArgument("checkpoint.keep_last must be >= 1");
+  if (resume.empty()) return InvalidArgument("checkpoint.resume must be auto, none or a step directory");
   return OkStatus();
 }
 
@@ -121,6 +122,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     RETURN_IF_ERROR(m.Get("every_steps", &c.every_steps));
     RETURN_IF_ERROR(m.Get("keep_last", &c.keep_last));
     RETURN_IF_ERROR(m.Get("async", &c.async));
+    RETURN_IF_ERROR(m.Get("resume", &c.resume));
     RETURN_IF_ERROR(m.Finish());
   }
   {

@@ -44,6 +44,9 @@ struct CheckpointConfig {
   int64_t every_steps = 0;  // 0 = no periodic checkpoints
   int keep_last = 3;
   bool async = true;
+  // Where to start from: "auto" (the newest good committed step of this job in
+  // dir, else from scratch), "none" (always from scratch), or a step directory.
+  std::string resume = "auto";
   Status Validate() const;
 };
 

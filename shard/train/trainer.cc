@@ -5,6 +5,7 @@
 
 #include "shard/common/logging.h"
 #include "shard/model/hf_io.h"
+#include "shard/ckpt/catalog.h"
 #include "shard/model/init.h"
 #include "shard/optim/adamw.h"
 
@@ -24,8 +25,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 Status Trainer::Init() {
-  if (job_.checkpoint.every_steps > 0)
-    return Unimplemented("checkpoint.every_steps: checkpointing is not built yet; set it to 0");
   if (job_.parallel.offload_optimizer)
     return Unimplemented("parallel.offload_optimizer: optimizer offload comes with the CUDA backend");
   if (job_.train.precision == "bf16" || job_.train.precision == "fp16")
@@ -53,6 +52,7 @@ Status Trainer::Init() {
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   RETURN_IF_ERROR(InitRuntime(hf_units));
+  RETURN_IF_ERROR(Resume());
 
   ASSIGN_OR_RETURN(TokenWindows windows, TokenWindows::Open(job_.data.tokens, job_.data.seq_len, config.vocab_size));
   data_ = std::make_unique<TokenWindows>(std::move(windows));
@@ -92,6 +92,7 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
     return c;
   };
   const int S = shape.shard_size;
+  shard_count_ = S;
   ASSIGN_OR_RETURN(auto shard_comm, make_comm(dist_.rank % S, S, "shard" + std::to_string(dist_.rank / S)));
   ASSIGN_OR_RETURN(auto rep_comm, make_comm(dist_.rank / S, shape.replicas, "rep" + std::to_string(dist_.rank % S)));
   const ParamLayout& layout = model_->layout();
@@ -113,6 +114,80 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
     }
     backend_->CopyToDevice(runtime_->param_shard(u), host.data(), host.size() * sizeof(float));
   }
+  CheckpointRole role;
+  role.rank = dist_.rank;
+  role.writer = dist_.rank / S == 0;
+  role.committer = dist_.rank == 0;
+  checkpointer_ = std::make_unique<Checkpointer>(job_, role, backend_.get(), runtime_.get(), layout);
+  return OkStatus();
+}
+
+Manifest Trainer::RunState() const {
+  Manifest m;
+  m.job = job_.name;
+  m.step = step_;
+  m.world = dist_.world;
+  m.strategy = job_.parallel.strategy;
+  m.shard_count = shard_count_;
+  m.model_hash = model_->config().ShapeHash();
+  m.model_config = model_->config().ToHfConfigJson();
+  for (const auto& u : model_->layout().units) m.units.emplace_back(u.name, u.numel);
+  m.samples_seen = samples_seen_;
+  m.seed = job_.train.seed;
+  m.shuffle = job_.data.shuffle;
+  m.global_batch = job_.train.global_batch;
+  m.total_steps = job_.train.steps;
+  m.tokens_seen = samples_seen_ * job_.data.seq_len;
+  return m;
+}
+
+Status Trainer::Resume() {
+  const std::string& spec = job_.checkpoint.resume;
+  if (spec == "none") return OkStatus();
+  std::string step_dir;
+  if (spec == "auto") {
+    ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(checkpointer_->job_dir()));
+    bool any_committed = false;
+    for (const auto& s : steps) any_committed |= s.committed;
+    if (!any_committed) return OkStatus();  // a fresh run
+    auto found = FindLatestGoodStep(checkpointer_->job_dir(), /*verify_checksums=*/true);
+    if (!found.ok())
+      return found.status().WithContext("resume: committed checkpoints exist but none is usable");
+    step_dir = *found;
+  } else {
+    step_dir = spec;
+  }
+  // Every rank must resume from the same step: compare the choices.
+  auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/true);
+  double mine[2] = {reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, 1.0};
+  double sum[2] = {mine[0], mine[1]};
+  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
+  if (!reader.ok()) return reader.status().WithContext("resume from " + step_dir);
+  if (sum[0] != mine[0] * sum[1])
+    return FailedPrecondition("resume: ranks chose different checkpoint steps (this rank: " + step_dir + ")");
+  const Manifest& m = reader->manifest();
+  if (m.model_hash != model_->config().ShapeHash())
+    return FailedPrecondition("resume: " + step_dir + " holds a different model shape than this job's model");
+  if (m.units.size() != static_cast<size_t>(runtime_->num_units()))
+    return FailedPrecondition("resume: " + step_dir + " has a different unit count");
+  const int sr = runtime_->shard_rank();
+  std::vector<float> p, mm, vv;
+  for (int u = 0; u < runtime_->num_units(); ++u) {
+    const ShardLayout& sl = runtime_->layout(u);
+    p.resize(sl.shard_numel);
+    mm.resize(sl.shard_numel);
+    vv.resize(sl.shard_numel);
+    RETURN_IF_ERROR(reader->ReadUnitRange(u, sl.begin(sr), sl.end(sr), p.data(), mm.data(), vv.data()));
+    const size_t bytes = sl.shard_numel * sizeof(float);
+    backend_->CopyToDevice(runtime_->param_shard(u), p.data(), bytes);
+    backend_->CopyToDevice(runtime_->adam_m(u), mm.data(), bytes);
+    backend_->CopyToDevice(runtime_->adam_v(u), vv.data(), bytes);
+  }
+  step_ = m.step;
+  samples_seen_ = m.samples_seen;
+  LOG_INFO("resumed from {} (step {}, {} samples seen, saved by {} ranks as {} shards{})", step_dir, m.step,
+           m.samples_seen, m.world, m.shard_count,
+           m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
   return OkStatus();
 }
 
@@ -133,7 +208,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   auto t0 = std::chrono::steady_clock::now();
   const auto& tc = job_.train;
   const int64_t T = job_.data.seq_len;
-  const int64_t base = step_ * tc.global_batch;
+  const int64_t base = samples_seen_;
   // Every window position is a target, so the global count is known up front;
   // the loss is normalised by it whatever the accumulation or world size.
   const int64_t targets = tc.global_batch * T;
@@ -177,6 +252,9 @@ StatusOr<StepMetrics> Trainer::Step() {
   }
   backend_->Synchronize();
   ++step_;
+  samples_seen_ += tc.global_batch;
+  if (job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps))
+    RETURN_IF_ERROR(checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / static_cast<double>(targets);
@@ -203,6 +281,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
       window_tokens = 0;
     }
   }
+  RETURN_IF_ERROR(checkpointer_->Wait());
   if (!job_.export_.hf_dir.empty()) {
     ASSIGN_OR_RETURN(DType dt, ParseDType(job_.export_.dtype));
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, dt));

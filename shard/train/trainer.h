@@ -17,6 +17,7 @@
 #include "shard/data/sampler.h"
 #include "shard/data/token_windows.h"
 #include "shard/model/llama_model.h"
+#include "shard/train/checkpointer.h"
 #include "shard/train/job_config.h"
 #include "shard/train/local_params.h"
 #include "shard/tensor/dtype.h"
@@ -60,11 +61,15 @@ class Trainer {
   // Unit u's full parameters (a collective: every rank must call it in turn).
   Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out); }
   FsdpRuntime& runtime() { return *runtime_; }
+  Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
   Status Init();
   Status InitRuntime(const std::vector<std::vector<float>>& hf_units);
+  // Loads the checkpoint named by checkpoint.resume, if any.
+  Status Resume();
+  Manifest RunState() const;
   Status LoadMicroBatch(int64_t first_pos, int64_t count);
 
   JobConfig job_;
@@ -72,6 +77,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<FsdpRuntime> runtime_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  int shard_count_ = 1;
+  int64_t samples_seen_ = 0;  // global sampler cursor
   std::unique_ptr<TokenWindows> data_;
   std::unique_ptr<Sampler> sampler_;
   int64_t step_ = 0;

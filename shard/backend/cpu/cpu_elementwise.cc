@@ -41,13 +41,7 @@ double SumSquares(const float* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   std::vector<double> partial(static_cast<size_t>(NumChunks(n, kChunk)));
   ForEachChunk(n, kChunk, [&](int64_t c, int64_t b, int64_t e) {
-    double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = b; i < e; ++i) {
-      const double v = x[i];
-      acc += v * v;
-    }
-    partial[c] = acc;
+    partial[c] = SumSquaresDouble(x + b, e - b);
   });
   double total = 0.0;
   for (double p : partial) total += p;

@@ -93,6 +93,25 @@ inline double ExpShiftSum(const float* in, float* out, int64_t n, float shift) {
   return total;
 }
 
+// sum of x[i]^2 and of a[i]*b[i]*c[i], accumulated in double. Kept out of the
+// ParallelFor lambdas: inside them GCC vectorises the float->double loads as
+// gathers (several times slower).
+inline double SumSquaresDouble(const float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  return acc;
+}
+inline double Dot3Double(const float* a, const float* b, const float* c, int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i] * c[i];
+  return acc;
+}
+
 // Prefetches the cache lines of n floats at p (rows read with a large stride
 // defeat the hardware prefetcher; attention packs and unpacks such rows).
 inline void PrefetchFloats(const float* p, int64_t n) {

@@ -22,9 +22,7 @@ void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
-      double ss = 0.0;  // double: no drift for wide rows or large activations
-#pragma omp simd reduction(+ : ss)
-      for (int j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+      const double ss = SumSquaresDouble(xr, dim);  // double: no drift for wide rows
       const float rs = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
       rstd[r] = rs;
 #pragma omp simd
@@ -47,9 +45,7 @@ void RmsNormBackward(const float* dy, const float* x, const float* w, const floa
       const float* xr = x + r * dim;
       float* dxr = dx + r * dim;
       const float rs = rstd[r];
-      double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-      for (int j = 0; j < dim; ++j) dot += static_cast<double>(dyr[j]) * w[j] * xr[j];
+      const double dot = Dot3Double(dyr, w, xr, dim);
       const float coef = static_cast<float>(static_cast<double>(rs) * rs * rs * dot / dim);
 #pragma omp simd
       for (int j = 0; j < dim; ++j) {

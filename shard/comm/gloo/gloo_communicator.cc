@@ -290,7 +290,9 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommConfig&
     ::gloo::BarrierOptions barrier(context);
     barrier.setTimeout(config.timeout);
     ::gloo::barrier(barrier);
-    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), config.prefix));
+    std::string name = config.prefix;
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), name));
   } catch (const std::exception& e) {
     Status store_error = store.first_error();
     if (!store_error.ok()) {

@@ -2,10 +2,15 @@
 // transport, loopback by default. Rendezvous publishes each rank's listening addresses
 // in the KvStore under CommConfig.prefix, then every pair connects (a full mesh).
 //
-// Algorithms: Gloo's ring all-gather, ring all-reduce, tree broadcast and barrier;
-// reduce-scatter is shardd's own pipelined ring (ring_reduce_scatter.h) built on
-// Gloo's unbound buffers, because Gloo's halving-doubling version leaves blocks out of
-// rank order, limits counts to int and cannot read from a const input.
+// Algorithms: Gloo's ring all-gather, tree broadcast and dissemination barrier;
+// reduce-scatter is shardd's own pipelined ring (ring_reduce_scatter.h) on Gloo's
+// unbound buffers, because Gloo's ReduceScatterHalvingDoubling overwrites its input
+// (the result lands at the start of the buffer), counts in int, and builds its pair
+// buffers per instance; all-reduce is that ring
+// reduce-scatter followed by Gloo's all-gatherv (the bandwidth-optimal pair, and every
+// buffer it waits on stays reachable by Abort(), unlike Gloo's allreduce scratch).
+// Timeouts: shardd's rings honour CommOptions.timeout end to end; Gloo's algorithms
+// apply it to each wait, so a call that keeps making slow progress can take longer.
 //
 // This header is free of Gloo includes on purpose: only files in this folder see Gloo.
 #pragma once

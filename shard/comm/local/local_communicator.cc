@@ -13,6 +13,11 @@ using comm::LocalGroup;
 using comm::LocalPost;
 using Clock = std::chrono::steady_clock;
 
+std::string TrimSlash(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
 // One rank's handle on a LocalGroup. Collectives are two phases (see local_group.h):
 // publish buffers and wait for everyone, compute this rank's output from the peers'
 // buffers, then wait for everyone again so no buffer is reused while a peer reads it.
@@ -24,7 +29,7 @@ class LocalCommunicator final : public Communicator {
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
       : group_(std::move(group)),
         rank_(rank),
-        name_("local:" + group_->name() + " rank " + std::to_string(rank) + "/" +
+        name_("local:" + TrimSlash(group_->name()) + " rank " + std::to_string(rank) + "/" +
               std::to_string(group_->world_size())) {}
 
   ~LocalCommunicator() override { group_->Leave(rank_); }

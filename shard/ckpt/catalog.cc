@@ -1,0 +1,112 @@
+#include "shard/ckpt/catalog.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "shard/common/checksum.h"
+#include "shard/common/file_util.h"
+#include "shard/common/logging.h"
+
+namespace shard {
+namespace fs = std::filesystem;
+
+StatusOr<std::vector<StepInfo>> ListSteps(const std::string& job_dir) {
+  std::vector<StepInfo> out;
+  std::error_code ec;
+  if (!fs::exists(job_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(job_dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0 || name.size() != 13) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    StepInfo s;
+    s.step = std::stoll(name.substr(5));
+    s.dir = e.path().string();
+    s.committed = fs::exists(e.path() / kCommittedFile, ec);
+    out.push_back(s);
+  }
+  if (ec) return NotFound("cannot list checkpoint directory " + job_dir + ": " + ec.message());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+std::vector<ReadPiece> PlanUnitRead(const std::vector<ShardHeader>& headers, int unit, int64_t begin, int64_t end) {
+  std::vector<ReadPiece> out;
+  for (size_t f = 0; f < headers.size(); ++f) {
+    const ShardUnit& u = headers[f].units[unit];
+    int64_t lo = std::max(begin, u.begin), hi = std::min({end, u.begin + u.count, u.numel});
+    if (lo < hi) out.push_back({static_cast<int>(f), lo, hi - lo, lo - begin});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.dst_offset < b.dst_offset; });
+  return out;
+}
+
+StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, bool verify) {
+  CheckpointReader r;
+  r.dir_ = step_dir;
+  const std::string mpath = step_dir + "/" + kCommittedFile;
+  auto text = ReadFileToString(mpath);
+  if (!text.ok()) return NotFound(step_dir + " is not a committed checkpoint (no " + kCommittedFile + ")");
+  ASSIGN_OR_RETURN(r.manifest_, Manifest::FromJson(*text, mpath));
+  for (const auto& f : r.manifest_.files) {
+    const std::string path = step_dir + "/" + f.name;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return DataLoss("checkpoint file " + path + " listed in the manifest is missing");
+    uint64_t size = fs::file_size(path, ec);
+    if (ec || size != f.size)
+      return DataLoss("checkpoint file " + path + " has " + std::to_string(size) + " bytes, the manifest says " +
+                      std::to_string(f.size));
+    if (verify) {
+      ASSIGN_OR_RETURN(uint64_t h, Xxh64File(path));
+      if (h != f.xxh64)
+        return DataLoss("checkpoint file " + path + " fails its checksum (xxh64 " + HashToHex(h) + ", manifest " +
+                        HashToHex(f.xxh64) + ")");
+    }
+    ASSIGN_OR_RETURN(ShardFileReader fr, ShardFileReader::Open(path));
+    const ShardHeader& h = fr.header();
+    if (h.step != r.manifest_.step || h.model_hash != r.manifest_.model_hash ||
+        h.units.size() != r.manifest_.units.size())
+      return DataLoss("checkpoint file " + path + " does not belong to this step/model (header disagrees with the manifest)");
+    for (size_t u = 0; u < h.units.size(); ++u) {
+      if (h.units[u].name != r.manifest_.units[u].first || h.units[u].numel != r.manifest_.units[u].second)
+        return DataLoss("checkpoint file " + path + ": unit " + h.units[u].name + " disagrees with the manifest");
+    }
+    r.headers_.push_back(h);
+    r.files_.push_back(std::move(fr));
+  }
+  return r;
+}
+
+Status CheckpointReader::ReadUnitRange(int unit, int64_t begin, int64_t end, float* params, float* m, float* v) const {
+  if (unit < 0 || unit >= static_cast<int>(manifest_.units.size()))
+    return OutOfRange(dir_ + ": no unit " + std::to_string(unit));
+  const int64_t n = end - begin;
+  for (float* p : {params, m, v})
+    if (p) std::fill(p, p + n, 0.0f);
+  const int64_t real_end = std::min(end, manifest_.units[unit].second);
+  int64_t covered = 0;
+  for (const ReadPiece& piece : PlanUnitRead(headers_, unit, begin, end)) {
+    float* dst[3] = {params, m, v};
+    for (int which = 0; which < 3; ++which)
+      if (dst[which])
+        RETURN_IF_ERROR(files_[piece.file].Read(unit, which, piece.from, piece.count, dst[which] + piece.dst_offset));
+    covered += piece.count;
+  }
+  if (covered != std::max<int64_t>(0, real_end - begin))
+    return DataLoss(dir_ + ": unit " + manifest_.units[unit].first + " elements [" + std::to_string(begin) + ", " +
+                    std::to_string(real_end) + ") are not fully covered by the shard files");
+  return OkStatus();
+}
+
+StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify) {
+  ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (!it->committed) continue;
+    auto r = CheckpointReader::Open(it->dir, verify);
+    if (r.ok()) return it->dir;
+    LOG_WARN("skipping checkpoint {}: {}", it->dir, r.status().message());
+  }
+  return NotFound("no usable committed checkpoint in " + job_dir);
+}
+
+}  // namespace shard

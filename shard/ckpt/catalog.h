@@ -1,0 +1,60 @@
+// Reading checkpoints back: which steps exist, which are committed and intact,
+// and which byte ranges of which shard files a (possibly different) layout needs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_file.h"
+
+namespace shard {
+
+struct StepInfo {
+  int64_t step = 0;
+  std::string dir;
+  bool committed = false;
+};
+// Step directories of a job directory, oldest first (a missing directory is empty).
+StatusOr<std::vector<StepInfo>> ListSteps(const std::string& job_dir);
+
+// One piece of a unit range to read: elements [from, from+count) of unit
+// `unit` from file `file`, landing at dst_offset of the destination.
+struct ReadPiece {
+  int file = 0;
+  int64_t from = 0;
+  int64_t count = 0;
+  int64_t dst_offset = 0;
+};
+// Pure: the pieces of [begin, end) of unit `unit` (clipped to the unit's numel)
+// held by the given headers' unit ranges. Elements not covered are left out.
+std::vector<ReadPiece> PlanUnitRead(const std::vector<ShardHeader>& headers, int unit, int64_t begin, int64_t end);
+
+// An opened committed step: the manifest plus every shard header.
+class CheckpointReader {
+ public:
+  // Checks the manifest, that every listed file exists with its size, that the
+  // headers parse and agree with the manifest (step, units, model hash) and,
+  // with verify_checksums, each file's xxh64. Errors name the bad file.
+  static StatusOr<CheckpointReader> Open(const std::string& step_dir, bool verify_checksums);
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  // Fills params/m/v (any may be null) with elements [begin, end) of unit `unit`;
+  // positions past the unit's numel (FSDP padding) become 0. Errors if a needed
+  // element is in no file.
+  Status ReadUnitRange(int unit, int64_t begin, int64_t end, float* params, float* m, float* v) const;
+
+ private:
+  std::string dir_;
+  Manifest manifest_;
+  std::vector<ShardFileReader> files_;
+  std::vector<ShardHeader> headers_;
+};
+
+// Newest committed step of job_dir that opens (and verifies) cleanly, falling
+// back to older ones with a warning naming what was wrong; NOT_FOUND if none.
+StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify_checksums);
+
+}  // namespace shard

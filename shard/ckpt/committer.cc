@@ -1,0 +1,93 @@
+#include "shard/ckpt/committer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "shard/ckpt/catalog.h"
+#include "shard/common/checksum.h"
+#include "shard/common/fault.h"
+#include "shard/common/file_util.h"
+#include "shard/common/logging.h"
+
+namespace shard {
+namespace fs = std::filesystem;
+
+Status WriteShardReport(const std::string& step_dir, const WrittenFile& file, int shard_rank) {
+  nlohmann::json j{{"name", file.name}, {"shard_rank", shard_rank}, {"size", file.size},
+                   {"xxh64", HashToHex(file.xxh64)}};
+  return WriteFileAtomic(step_dir + "/" + file.name + ".report", j.dump() + "\n");
+}
+
+StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir) {
+  std::vector<ManifestFile> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(step_dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() < 7 || name.compare(name.size() - 7, 7, ".report") != 0) continue;
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(e.path().string()));
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) return DataLoss(e.path().string() + ": report is not JSON");
+    try {
+      ManifestFile f;
+      f.name = j.at("name").get<std::string>();
+      f.shard_rank = j.at("shard_rank").get<int>();
+      f.size = j.at("size").get<uint64_t>();
+      ASSIGN_OR_RETURN(f.xxh64, HashFromHex(j.at("xxh64").get<std::string>()));
+      out.push_back(std::move(f));
+    } catch (const nlohmann::json::exception& ex) {
+      return DataLoss(e.path().string() + ": malformed report: " + ex.what());
+    }
+  }
+  if (ec) return NotFound("cannot list " + step_dir + ": " + ec.message());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.shard_rank < b.shard_rank; });
+  return out;
+}
+
+Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<ManifestFile> reports;
+  while (true) {
+    ASSIGN_OR_RETURN(reports, ReadShardReports(step_dir));
+    if (static_cast<int>(reports.size()) >= base.shard_count) break;
+    if (std::chrono::steady_clock::now() > deadline)
+      return DeadlineExceeded("commit of " + step_dir + ": only " + std::to_string(reports.size()) + " of " +
+                              std::to_string(base.shard_count) + " shards reported within " +
+                              std::to_string(timeout.count() / 1000) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < base.shard_count; ++r) {
+    if (reports[r].shard_rank != r) return DataLoss(step_dir + ": duplicate or missing shard report for shard " + std::to_string(r));
+  }
+  base.files = reports;
+  MaybeFault("ckpt_before_commit", base.step);
+  return WriteFileAtomic(step_dir + "/" + kCommittedFile, base.ToJson());
+}
+
+Status ApplyRetention(const std::string& job_dir, int keep_last) {
+  ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
+  std::vector<const StepInfo*> committed;
+  for (const auto& s : steps)
+    if (s.committed) committed.push_back(&s);
+  if (committed.empty()) return OkStatus();
+  const int64_t newest = committed.back()->step;
+  const size_t keep = static_cast<size_t>(std::max(1, keep_last));
+  std::map<int64_t, bool> keep_step;
+  for (size_t i = committed.size() > keep ? committed.size() - keep : 0; i < committed.size(); ++i)
+    keep_step[committed[i]->step] = true;
+  for (const auto& s : steps) {
+    if (s.step >= newest || keep_step.count(s.step)) continue;
+    MaybeFault("ckpt_during_retention", newest);
+    // Uncommit first: once COMMITTED is gone the directory is no longer a
+    // checkpoint, so a crash mid-delete leaves garbage, never a broken step.
+    std::error_code ec;
+    fs::remove(fs::path(s.dir) / kCommittedFile, ec);
+    fs::remove_all(s.dir, ec);
+    if (ec) return DataLoss("retention: cannot delete " + s.dir + ": " + ec.message());
+  }
+  return FsyncDir(job_dir);
+}
+
+}  // namespace shard

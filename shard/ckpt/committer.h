@@ -1,0 +1,32 @@
+// The commit protocol. Writers report each shard they wrote (a small report
+// file beside it: name, size, xxh64); exactly one committer waits for every
+// report of a step, then writes COMMITTED atomically and applies retention.
+// In standalone mode rank 0 commits; the coordinator takes this role once the
+// control plane exists (it receives the same reports over RPC).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_file.h"
+
+namespace shard {
+
+// Writes "<shard file>.report" atomically.
+Status WriteShardReport(const std::string& step_dir, const WrittenFile& file, int shard_rank);
+// Reads every report present in step_dir.
+StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir);
+
+// Waits (polling) until step_dir holds reports for shards 0..shard_count-1,
+// then writes COMMITTED from `base` plus the reported files.
+Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milliseconds timeout);
+
+// Keeps the newest `keep_last` committed steps of job_dir. Deletes older
+// committed steps, and uncommitted step directories older than the newest
+// committed one (leftovers of crashed saves); never the newest committed step,
+// never a step newer than it (a save may be in flight).
+Status ApplyRetention(const std::string& job_dir, int keep_last);
+
+}  // namespace shard

@@ -1,0 +1,82 @@
+#include "shard/ckpt/manifest.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "shard/common/checksum.h"
+
+namespace shard {
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string Manifest::ToJson() const {
+  nlohmann::ordered_json j;
+  j["format_version"] = kManifestVersion;
+  j["job"] = job;
+  j["step"] = step;
+  j["world"] = world;
+  j["strategy"] = strategy;
+  j["shard_count"] = shard_count;
+  j["model_hash"] = HashToHex(model_hash);
+  j["model_config"] = nlohmann::json::parse(model_config.empty() ? "{}" : model_config);
+  j["units"] = nlohmann::json::array();
+  for (const auto& [name, numel] : units) j["units"].push_back({{"name", name}, {"numel", numel}});
+  j["files"] = nlohmann::json::array();
+  for (const auto& f : files)
+    j["files"].push_back({{"name", f.name}, {"shard_rank", f.shard_rank}, {"size", f.size}, {"xxh64", HashToHex(f.xxh64)}});
+  j["data"] = {{"samples_seen", samples_seen}, {"seed", seed}, {"shuffle", shuffle}, {"global_batch", global_batch}};
+  j["schedule"] = {{"step", step}, {"total_steps", total_steps}};
+  j["tokens_seen"] = tokens_seen;
+  j["loss_scale"] = loss_scale;
+  return j.dump(2) + "\n";
+}
+
+StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(source + ": manifest is not valid JSON");
+  Manifest m;
+  try {
+    int version = j.at("format_version").get<int>();
+    if (version != kManifestVersion)
+      return DataLoss(source + ": manifest format version " + std::to_string(version) + " is not " +
+                      std::to_string(kManifestVersion));
+    m.job = j.at("job").get<std::string>();
+    m.step = j.at("step").get<int64_t>();
+    m.world = j.at("world").get<int>();
+    m.strategy = j.at("strategy").get<std::string>();
+    m.shard_count = j.at("shard_count").get<int>();
+    ASSIGN_OR_RETURN(m.model_hash, HashFromHex(j.at("model_hash").get<std::string>()));
+    m.model_config = j.at("model_config").dump();
+    for (const auto& u : j.at("units")) m.units.emplace_back(u.at("name").get<std::string>(), u.at("numel").get<int64_t>());
+    for (const auto& f : j.at("files")) {
+      ManifestFile mf;
+      mf.name = f.at("name").get<std::string>();
+      if (mf.name.find('/') != std::string::npos || mf.name == ".." || mf.name.empty())
+        return DataLoss(source + ": file name '" + mf.name + "' is not a plain file name");
+      mf.shard_rank = f.at("shard_rank").get<int>();
+      mf.size = f.at("size").get<uint64_t>();
+      ASSIGN_OR_RETURN(mf.xxh64, HashFromHex(f.at("xxh64").get<std::string>()));
+      m.files.push_back(std::move(mf));
+    }
+    const auto& d = j.at("data");
+    m.samples_seen = d.at("samples_seen").get<int64_t>();
+    m.seed = d.at("seed").get<uint64_t>();
+    m.shuffle = d.at("shuffle").get<bool>();
+    m.global_batch = d.at("global_batch").get<int64_t>();
+    m.total_steps = j.at("schedule").at("total_steps").get<int64_t>();
+    m.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    m.loss_scale = j.at("loss_scale").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(source + ": malformed manifest: " + e.what());
+  }
+  if (static_cast<int>(m.files.size()) != m.shard_count)
+    return DataLoss(source + ": manifest lists " + std::to_string(m.files.size()) + " files for " +
+                    std::to_string(m.shard_count) + " shards");
+  return m;
+}
+
+}  // namespace shard

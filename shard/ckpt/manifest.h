@@ -1,0 +1,51 @@
+// The commit record of a checkpoint step: "<job dir>/step_00000100/COMMITTED".
+// Written last, atomically, by exactly one party (rank 0 in standalone mode;
+// the coordinator under the control plane) once every shard is reported.
+// A step directory without it is not a checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+inline constexpr const char* kCommittedFile = "COMMITTED";
+inline constexpr int kManifestVersion = 1;
+
+struct ManifestFile {
+  std::string name;
+  int shard_rank = 0;
+  uint64_t size = 0;
+  uint64_t xxh64 = 0;
+};
+
+struct Manifest {
+  std::string job;
+  int64_t step = 0;             // optimizer steps completed
+  int world = 1;
+  std::string strategy;
+  int shard_count = 1;          // files (one per shard of the shard group)
+  uint64_t model_hash = 0;      // LlamaConfig::ShapeHash
+  std::string model_config;     // HF config.json text, for export
+  std::vector<std::pair<std::string, int64_t>> units;  // name, numel
+  std::vector<ManifestFile> files;
+  // Data position and optimizer/schedule state.
+  int64_t samples_seen = 0;     // global sampler cursor
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int64_t global_batch = 0;
+  int64_t total_steps = 0;
+  int64_t tokens_seen = 0;
+  double loss_scale = 1.0;
+
+  std::string ToJson() const;
+  static StatusOr<Manifest> FromJson(const std::string& text, const std::string& source);
+};
+
+std::string StepDirName(int64_t step);  // "step_00000100"
+
+}  // namespace shard

@@ -1,0 +1,207 @@
+#include "shard/ckpt/shard_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "shard/common/checksum.h"
+#include "shard/common/fault.h"
+#include "shard/common/file_util.h"
+
+namespace shard {
+namespace {
+
+constexpr uint64_t kMaxHeader = 64ull << 20;
+constexpr uint64_t kAlign = 64;
+
+std::string Errno() { return std::strerror(errno); }
+
+// Writes fully or returns an error naming the file; feeds the checksum.
+Status WriteAll(int fd, const void* p, size_t n, Xxh64Stream* hash, const std::string& path) {
+  const char* c = static_cast<const char*>(p);
+  hash->Update(p, n);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return DataLoss("writing checkpoint shard " + path + " failed: " + Errno());
+    }
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string ShardFileName(int shard_rank, int shard_count) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "rank_%05d-of-%05d.shard", shard_rank, shard_count);
+  return buf;
+}
+
+StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHeader& h,
+                                     const std::vector<ShardUnitData>& data) {
+  if (data.size() != h.units.size()) return Internal("WriteShardFile: unit data does not match the header");
+  nlohmann::json j;
+  j["step"] = h.step;
+  j["world"] = h.world;
+  j["rank"] = h.rank;
+  j["shard_rank"] = h.shard_rank;
+  j["shard_count"] = h.shard_count;
+  j["model_hash"] = HashToHex(h.model_hash);
+  uint64_t offset = 0;
+  j["units"] = nlohmann::json::array();
+  for (const auto& u : h.units) {
+    j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"begin", u.begin}, {"count", u.count},
+                          {"offset", offset}});
+    offset += static_cast<uint64_t>(u.count) * 12;
+  }
+  std::string json = j.dump();
+  uint64_t header_len = json.size();
+  uint64_t data_start = (24 + header_len + kAlign - 1) / kAlign * kAlign;
+
+  WrittenFile out;
+  out.name = ShardFileName(h.shard_rank, h.shard_count);
+  const std::string path = step_dir + "/" + out.name;
+  const std::string tmp = path + ".tmp";
+  MaybeFault("ckpt_before_write", h.step);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return DataLoss("cannot create checkpoint shard " + tmp + ": " + Errno());
+  Xxh64Stream hash;
+  auto fail = [&](Status s) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  char fixed[24] = {};
+  std::memcpy(fixed, kShardMagic, 8);
+  uint32_t version = kShardFormatVersion;
+  std::memcpy(fixed + 8, &version, 4);
+  std::memcpy(fixed + 16, &header_len, 8);
+  Status st = WriteAll(fd, fixed, 24, &hash, tmp);
+  if (st.ok()) st = WriteAll(fd, json.data(), json.size(), &hash, tmp);
+  std::string pad(data_start - 24 - header_len, '\0');
+  if (st.ok()) st = WriteAll(fd, pad.data(), pad.size(), &hash, tmp);
+  for (size_t u = 0; st.ok() && u < data.size(); ++u) {
+    const size_t bytes = static_cast<size_t>(h.units[u].count) * 4;
+    st = WriteAll(fd, data[u].params, bytes, &hash, tmp);
+    if (st.ok() && u == data.size() / 2) MaybeFault("ckpt_mid_write", h.step);
+    if (st.ok()) st = WriteAll(fd, data[u].m, bytes, &hash, tmp);
+    if (st.ok()) st = WriteAll(fd, data[u].v, bytes, &hash, tmp);
+  }
+  if (!st.ok()) return fail(st);
+  if (::fsync(fd) != 0) return fail(DataLoss("fsync of checkpoint shard " + tmp + " failed: " + Errno()));
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string err = Errno();
+    ::unlink(tmp.c_str());
+    return DataLoss("rename " + tmp + " -> " + path + " failed: " + err);
+  }
+  RETURN_IF_ERROR(FsyncDir(step_dir));
+  MaybeFault("ckpt_after_rename", h.step);
+  out.size = data_start + offset;
+  out.xxh64 = hash.Digest();
+  return out;
+}
+
+StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
+  ShardFileReader r;
+  r.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("checkpoint shard " + path + " cannot be opened: " + Errno());
+  struct stat st {};
+  ::fstat(fd, &st);
+  r.file_size_ = static_cast<uint64_t>(st.st_size);
+  char fixed[24];
+  ssize_t n = ::pread(fd, fixed, 24, 0);
+  if (n != 24) {
+    ::close(fd);
+    return DataLoss("checkpoint shard " + path + " is truncated (no header)");
+  }
+  if (std::memcmp(fixed, kShardMagic, 8) != 0) {
+    ::close(fd);
+    return DataLoss("checkpoint shard " + path + " has a bad magic (not a shardd shard file)");
+  }
+  uint32_t version;
+  uint64_t header_len;
+  std::memcpy(&version, fixed + 8, 4);
+  std::memcpy(&header_len, fixed + 16, 8);
+  if (version != kShardFormatVersion) {
+    ::close(fd);
+    return DataLoss("checkpoint shard " + path + " has format version " + std::to_string(version) +
+                    "; this shardd reads version " + std::to_string(kShardFormatVersion));
+  }
+  if (header_len > kMaxHeader || 24 + header_len > r.file_size_) {
+    ::close(fd);
+    return DataLoss("checkpoint shard " + path + ": header length " + std::to_string(header_len) +
+                    " exceeds the file size " + std::to_string(r.file_size_));
+  }
+  std::string json(header_len, '\0');
+  n = ::pread(fd, json.data(), header_len, 24);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(header_len)) return DataLoss("checkpoint shard " + path + ": short header read");
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("checkpoint shard " + path + ": header is not JSON");
+  try {
+    ShardHeader& h = r.header_;
+    h.step = j.at("step").get<int64_t>();
+    h.world = j.at("world").get<int>();
+    h.rank = j.at("rank").get<int>();
+    h.shard_rank = j.at("shard_rank").get<int>();
+    h.shard_count = j.at("shard_count").get<int>();
+    ASSIGN_OR_RETURN(h.model_hash, HashFromHex(j.at("model_hash").get<std::string>()));
+    for (const auto& u : j.at("units")) {
+      ShardUnit su;
+      su.name = u.at("name").get<std::string>();
+      su.numel = u.at("numel").get<int64_t>();
+      su.begin = u.at("begin").get<int64_t>();
+      su.count = u.at("count").get<int64_t>();
+      su.offset = u.at("offset").get<uint64_t>();
+      if (su.begin < 0 || su.count < 0 || su.begin + su.count > su.numel)
+        return DataLoss("checkpoint shard " + path + ": unit " + su.name + " range is outside the unit");
+      h.units.push_back(std::move(su));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("checkpoint shard " + path + ": malformed header: " + e.what());
+  }
+  r.data_start_ = (24 + header_len + kAlign - 1) / kAlign * kAlign;
+  for (const auto& u : r.header_.units) {
+    if (r.data_start_ + u.offset + static_cast<uint64_t>(u.count) * 12 > r.file_size_)
+      return DataLoss("checkpoint shard " + path + " is truncated: unit " + u.name + " needs bytes up to " +
+                      std::to_string(r.data_start_ + u.offset + u.count * 12) + ", the file has " +
+                      std::to_string(r.file_size_));
+  }
+  return r;
+}
+
+Status ShardFileReader::Read(int u, int which, int64_t from, int64_t n, float* dst) const {
+  const ShardUnit& su = header_.units.at(u);
+  if (from < su.begin || from + n > su.begin + su.count || which < 0 || which > 2)
+    return OutOfRange("checkpoint shard " + path_ + ": read outside unit " + su.name);
+  uint64_t off = data_start_ + su.offset + static_cast<uint64_t>(which) * su.count * 4 +
+                 static_cast<uint64_t>(from - su.begin) * 4;
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("checkpoint shard " + path_ + " cannot be opened: " + Errno());
+  size_t want = static_cast<size_t>(n) * 4;
+  char* p = reinterpret_cast<char*>(dst);
+  while (want > 0) {
+    ssize_t got = ::pread(fd, p, want, static_cast<off_t>(off));
+    if (got <= 0) {
+      ::close(fd);
+      return DataLoss("checkpoint shard " + path_ + ": short read at byte " + std::to_string(off));
+    }
+    p += got;
+    off += static_cast<uint64_t>(got);
+    want -= static_cast<size_t>(got);
+  }
+  ::close(fd);
+  return OkStatus();
+}
+
+}  // namespace shard

@@ -1,0 +1,93 @@
+#include "shard/train/checkpointer.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "shard/ckpt/committer.h"
+#include "shard/ckpt/shard_file.h"
+#include "shard/common/logging.h"
+
+namespace shard {
+namespace fs = std::filesystem;
+
+Checkpointer::Checkpointer(const JobConfig& job, const CheckpointRole& role, Backend* backend, FsdpRuntime* runtime,
+                           const ParamLayout& layout)
+    : job_(job), role_(role), backend_(backend), runtime_(runtime), layout_(layout) {}
+
+Checkpointer::~Checkpointer() { (void)Wait(); }
+
+std::string Checkpointer::job_dir() const { return (fs::path(job_.checkpoint.dir) / job_.name).string(); }
+
+Status Checkpointer::Wait() {
+  if (thread_.joinable()) thread_.join();
+  Status st = async_status_;
+  async_status_ = OkStatus();
+  return st;
+}
+
+Status Checkpointer::Save(const Manifest& base) {
+  auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(Wait().WithContext("the previous checkpoint save failed"));
+  if (!role_.writer && !role_.committer) return OkStatus();
+  // Snapshot: params, m, v of the real (unpadded) part of each owned shard.
+  std::vector<std::vector<float>> host;
+  if (role_.writer) {
+    const int sr = runtime_->shard_rank();
+    for (int u = 0; u < runtime_->num_units(); ++u) {
+      const ShardLayout& sl = runtime_->layout(u);
+      const int64_t n = sl.real_in(sr);
+      for (float* src : {runtime_->param_shard(u), runtime_->adam_m(u), runtime_->adam_v(u)}) {
+        std::vector<float> buf(n);
+        if (n > 0) backend_->CopyToHost(buf.data(), src, n * sizeof(float));
+        host.push_back(std::move(buf));
+      }
+    }
+  }
+  if (job_.checkpoint.async) {
+    thread_ = std::thread([this, base, h = std::move(host)]() mutable { async_status_ = WriteAndCommit(base, std::move(h)); });
+    stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return OkStatus();
+  }
+  Status st = WriteAndCommit(base, std::move(host));
+  stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+Status Checkpointer::WriteAndCommit(const Manifest& base, std::vector<std::vector<float>> host) {
+  const std::string step_dir = (fs::path(job_dir()) / StepDirName(base.step)).string();
+  std::error_code ec;
+  fs::create_directories(step_dir, ec);
+  if (ec) return DataLoss("cannot create checkpoint directory " + step_dir + ": " + ec.message());
+  if (role_.writer) {
+    const int sr = runtime_->shard_rank();
+    ShardHeader h;
+    h.step = base.step;
+    h.world = base.world;
+    h.rank = role_.rank;
+    h.shard_rank = sr;
+    h.shard_count = base.shard_count;
+    h.model_hash = base.model_hash;
+    std::vector<ShardUnitData> data;
+    for (int u = 0; u < runtime_->num_units(); ++u) {
+      const ShardLayout& sl = runtime_->layout(u);
+      ShardUnit su;
+      su.name = layout_.units[u].name;
+      su.numel = sl.numel;
+      su.begin = std::min(sl.begin(sr), sl.numel);
+      su.count = sl.real_in(sr);
+      h.units.push_back(su);
+      data.push_back({host[3 * u].data(), host[3 * u + 1].data(), host[3 * u + 2].data()});
+    }
+    ASSIGN_OR_RETURN(WrittenFile wf, WriteShardFile(step_dir, h, data));
+    RETURN_IF_ERROR(WriteShardReport(step_dir, wf, sr));
+  }
+  if (role_.committer) {
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
+    RETURN_IF_ERROR(CommitStep(step_dir, base, timeout));
+    LOG_INFO("checkpoint step {} committed in {}", base.step, step_dir);
+    RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last));
+  }
+  return OkStatus();
+}
+
+}  // namespace shard

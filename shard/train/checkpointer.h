@@ -1,0 +1,58 @@
+// Periodic sharded checkpoints of a training run (see shard/ckpt for the
+// format and the commit protocol). Save snapshots this rank's shards to host
+// memory, then writes them — on a background thread when async — while
+// training continues; at most one save is in flight. Rank 0 is the committer
+// in standalone mode: it waits for every shard's report, writes COMMITTED and
+// applies retention.
+//
+// Thread-safety: called from the training thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/fsdp/fsdp_runtime.h"
+#include "shard/model/param_layout.h"
+#include "shard/train/job_config.h"
+
+namespace shard {
+
+struct CheckpointRole {
+  int rank = 0;
+  bool writer = true;     // writes a shard (replica 0 of each shard)
+  bool committer = true;  // commits (rank 0)
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const JobConfig& job, const CheckpointRole& role, Backend* backend, FsdpRuntime* runtime,
+               const ParamLayout& layout);
+  ~Checkpointer();
+
+  // "<checkpoint.dir>/<job name>"
+  std::string job_dir() const;
+  // Saves the current state as step `base.step` (base holds the run state:
+  // data cursor, schedule, model identity). Fails if the previous save failed.
+  Status Save(const Manifest& base);
+  // Waits for the save in flight; returns its result.
+  Status Wait();
+  // Seconds the training thread spent inside Save (the stall).
+  double stall_seconds() const { return stall_seconds_; }
+
+ private:
+  Status WriteAndCommit(const Manifest& base, std::vector<std::vector<float>> host);
+
+  JobConfig job_;
+  CheckpointRole role_;
+  Backend* backend_;
+  FsdpRuntime* runtime_;
+  ParamLayout layout_;
+  std::thread thread_;
+  Status async_status_;
+  double stall_seconds_ = 0;
+};
+
+}  // namespace shard

@@ -1,0 +1,216 @@
+// Multi-process FSDP training throughput on the CPU backend, and the Gloo
+// communicator's collective bandwidth.
+//
+// W = 2 ranks in 2 forked processes, one compute thread and one OpenBLAS thread
+// each (one rank per core), Gloo over loopback, rendezvous through a FileKvStore
+// in a temp dir. Model: preset "bench" (d=256, 4 layers, 8 heads, 4 KV heads,
+// ffn 688, vocab 4096), seq 256, micro-batch 8, global batch 16 (one micro-batch
+// per rank per step). For each strategy: tokens/s, model GFLOP/s (6N + 12*L*d*T
+// per token, N without the input embedding) and the communication time per step
+// the compute thread waited for (FsdpRuntime::comm_wait_seconds(): what overlap
+// did not hide). Then all-gather / reduce-scatter bus bandwidth for 1-64 MB
+// buffers (nccl-tests convention: size = the full gathered / reduced buffer,
+// algbw = size / time, busbw = algbw * (W-1)/W).
+//
+// usage: fsdp_bench [steps=6] [strategies=full_shard,shard_grad_op,no_shard]
+// Prints figures; never fails on speed.
+#include <cblas.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shard/comm/communicator.h"
+#include "shard/common/kv_stores.h"
+#include "shard/common/logging.h"
+#include "shard/common/thread_pool.h"
+#include "shard/train/trainer.h"
+
+namespace {
+
+constexpr int kWorld = 2;
+constexpr int kSeq = 256;
+constexpr int kMicro = 8;
+constexpr int kGlobal = kMicro * kWorld;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+#define BENCH_CHECK(expr)                                                                       \
+  do {                                                                                          \
+    shard::Status _st = (expr);                                                                 \
+    if (!_st.ok()) {                                                                            \
+      std::fprintf(stderr, "fsdp_bench rank %d: %s: %s\n", rank, #expr, _st.ToString().c_str()); \
+      return 1;                                                                                 \
+    }                                                                                           \
+  } while (0)
+
+// Max over ranks of a per-rank figure (every rank must call it).
+double MaxOverRanks(shard::Communicator& c, double x) {
+  (void)c.AllReduce(&x, 1, shard::ReduceOp::kMax, shard::CommOptions{});
+  return x;
+}
+
+int TrainStrategy(int rank, const std::string& strategy, int steps, const std::string& tokens,
+                  const std::shared_ptr<shard::KvStore>& store, shard::Communicator& sync) {
+  std::string yaml = "name: fsdp-bench\nmodel: {preset: bench}\ndata: {tokens: " + tokens +
+                     ", seq_len: " + std::to_string(kSeq) + "}\ntrain: {steps: " + std::to_string(steps + 2) +
+                     ", global_batch: " + std::to_string(kGlobal) + ", micro_batch: " + std::to_string(kMicro) +
+                     ", lr: 1.0e-4, log_every: 100000}\nparallel: {strategy: " + strategy +
+                     ", world_size: " + std::to_string(kWorld) + "}\nresources: {device: cpu}\n";
+  auto job = shard::ParseJobConfig(yaml, "fsdp_bench.yaml");
+  BENCH_CHECK(job.status());
+  shard::DistContext dist;
+  dist.rank = rank;
+  dist.world = kWorld;
+  dist.comm_backend = "gloo";
+  dist.store = store;
+  dist.prefix = "bench/" + strategy + "/";
+  auto trainer = shard::Trainer::Create(*job, dist);
+  BENCH_CHECK(trainer.status());
+  shard::Trainer& t = **trainer;
+  for (int i = 0; i < 2; ++i) BENCH_CHECK(t.Step().status());  // warm-up: allocations, prefetch order
+  std::vector<double> step_s, wait_s;
+  for (int i = 0; i < steps; ++i) {
+    BENCH_CHECK(sync.Barrier(shard::CommOptions{}));
+    const double w0 = t.runtime().comm_wait_seconds();
+    auto t0 = Clock::now();
+    auto m = t.Step();
+    BENCH_CHECK(m.status());
+    step_s.push_back(MaxOverRanks(sync, Since(t0)));
+    wait_s.push_back(MaxOverRanks(sync, t.runtime().comm_wait_seconds() - w0));
+  }
+  if (rank == 0) {
+    const auto& c = t.model_config();
+    double mean = 0, wait = 0;
+    for (int i = 0; i < steps; ++i) {
+      mean += step_s[i] / steps;
+      wait += wait_s[i] / steps;
+    }
+    const double best = *std::min_element(step_s.begin(), step_s.end());
+    const double tok = static_cast<double>(kGlobal) * kSeq;
+    const double flops = c.TrainFlopsPerToken(kSeq);
+    std::printf("  %-14s step %7.1f ms (best %7.1f)  tokens/s %7.0f (best %7.0f)  GFLOP/s %6.1f  "
+                "comm wait/step %6.1f ms (%4.1f%%)\n",
+                strategy.c_str(), mean * 1e3, best * 1e3, tok / mean, tok / best, tok * flops / mean / 1e9,
+                wait * 1e3, 100 * wait / mean);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int Bandwidth(int rank, shard::Communicator& c) {
+  if (rank == 0) {
+    std::printf("\ngloo communicator, W=%d over loopback (busbw = algbw*(W-1)/W; size = full buffer)\n", kWorld);
+    std::printf("  %8s  %28s  %28s\n", "size", "all-gather algbw / busbw", "reduce-scatter algbw / busbw");
+  }
+  const shard::CommOptions opts{};
+  for (int mb : {1, 4, 16, 64}) {
+    const int64_t total = static_cast<int64_t>(mb) * (1 << 20) / 4;  // floats in the full buffer
+    const int64_t per = total / kWorld;
+    std::vector<float> full(static_cast<size_t>(total), 1.0f + rank), part(static_cast<size_t>(per), 2.0f);
+    const int iters = mb >= 16 ? 5 : 20;
+    double secs[2];
+    for (int op = 0; op < 2; ++op) {
+      auto run = [&]() -> shard::Status {
+        return op == 0 ? c.AllGather(part.data(), full.data(), per, opts)
+                       : c.ReduceScatter(full.data(), part.data(), per, shard::ReduceOp::kSum, opts);
+      };
+      BENCH_CHECK(run());  // warm-up
+      BENCH_CHECK(c.Barrier(opts));
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) BENCH_CHECK(run());
+      secs[op] = MaxOverRanks(c, Since(t0) / iters);
+    }
+    if (rank == 0) {
+      const double bytes = static_cast<double>(total) * 4;
+      const double f = static_cast<double>(kWorld - 1) / kWorld;
+      std::printf("  %5d MB  %11.2f / %6.2f GB/s  %19.2f / %6.2f GB/s\n", mb, bytes / secs[0] / 1e9,
+                  bytes / secs[0] / 1e9 * f, bytes / secs[1] / 1e9, bytes / secs[1] / 1e9 * f);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+int RankMain(int rank, int steps, const std::vector<std::string>& strategies, const std::string& dir) {
+  // One thread per rank: set before anything creates the compute pool.
+  ::setenv("SHARDD_NUM_THREADS", "1", 1);
+  shard::SetNumComputeThreads(1);
+  openblas_set_num_threads(1);
+  shard::InitLogging("warn");
+  auto store = std::make_shared<shard::FileKvStore>(dir + "/store");
+  shard::CommConfig cc;
+  cc.backend = "gloo";
+  cc.rank = rank;
+  cc.world_size = kWorld;
+  cc.store = store;
+  cc.prefix = "bench/sync/";
+  auto sync = shard::CreateCommunicator(cc);
+  BENCH_CHECK(sync.status());
+  if (rank == 0) {
+    auto cfg = shard::LlamaPreset("bench");
+    std::printf("fsdp_bench: W=%d processes x 1 thread, model bench (N=%.2fM matmul params, L=%d, d=%lld), "
+                "seq %d, micro-batch %d, global batch %d, %d timed steps (step time = max over ranks)\n",
+                kWorld, cfg->NumMatmulParams() / 1e6, cfg->num_layers, static_cast<long long>(cfg->hidden_size),
+                kSeq, kMicro, kGlobal, steps);
+    std::fflush(stdout);
+  }
+  for (const auto& s : strategies) {
+    if (int rc = TrainStrategy(rank, s, steps, dir + "/tokens.u32", store, **sync)) return rc;
+  }
+  return Bandwidth(rank, **sync);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard"};
+  if (argc > 2) {
+    strategies.clear();
+    std::stringstream ss(argv[2]);
+    for (std::string s; std::getline(ss, s, ',');) strategies.push_back(s);
+  }
+  std::string tmpl = (std::filesystem::temp_directory_path() / "shardd-fsdp-bench-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+  {
+    std::mt19937 rng(1);
+    std::vector<uint32_t> t(400000);
+    for (auto& x : t) x = rng() % 4096;
+    std::ofstream(dir + "/tokens.u32", std::ios::binary)
+        .write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size() * 4));
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      const int rc = RankMain(r, steps, strategies, dir);
+      std::fflush(nullptr);
+      ::_exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  std::filesystem::remove_all(dir);
+  return rc;
+}
