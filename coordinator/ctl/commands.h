@@ -28,6 +28,20 @@ struct GenerateOptions {
 };
 shard::Status RunGenerate(const GenerateOptions& o);
 
+struct ExportOptions {
+  std::string step_dir;  // a committed step directory
+  std::string out;
+  std::string dtype = "fp32";
+  int64_t max_file_bytes = int64_t{5} << 30;
+};
+shard::Status RunExport(const ExportOptions& o);
+
+struct CheckpointsOptions {
+  std::string dir;  // "<checkpoint.dir>/<job>"
+  bool json = false;
+};
+shard::Status RunCheckpoints(const CheckpointsOptions& o);
+
 // "1,2,3" -> {1,2,3}; names the bad element.
 shard::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text);
 

@@ -33,19 +33,39 @@ int main(int argc, char** argv) {
   ge->add_option("--device", gen.device, "auto, cpu or cuda")->capture_default_str();
   ge->add_flag("--json", gen.json, "Print {\"prompt\": [...], \"generated\": [...]}");
 
+  shardctl::ExportOptions exp;
+  auto* ex = app.add_subcommand("export", "Write a committed checkpoint step as an HF folder (config.json + safetensors)");
+  ex->add_option("step_dir", exp.step_dir, "Committed step directory, e.g. runs/job/step_00000100")->required();
+  ex->add_option("--out", exp.out, "Output folder")->required();
+  ex->add_option("--dtype", exp.dtype, "fp32, bf16 or fp16")->capture_default_str();
+  ex->add_option("--max-file-bytes", exp.max_file_bytes, "Split into several safetensors files above this size")
+      ->capture_default_str();
+
+  shardctl::CheckpointsOptions ck;
+  auto* cp = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
+  cp->add_option("dir", ck.dir, "The job's checkpoint directory (<checkpoint.dir>/<job name>)")->required();
+  cp->add_flag("--json", ck.json, "Print a JSON array");
+
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
   shard::Status st;
   if (*ev) {
     st = shardctl::RunEval(eval);
+  } else if (*ex) {
+    st = shardctl::RunExport(exp);
+  } else if (*cp) {
+    st = shardctl::RunCheckpoints(ck);
   } else if (*ge) {
     auto tokens = shardctl::ParseTokenList(prompt);
     st = tokens.ok() ? (gen.prompt = *tokens, shardctl::RunGenerate(gen)) : tokens.status();
   }
   if (!st.ok()) {
     std::fprintf(stderr, "shardctl: %s\n", st.ToString().c_str());
-    return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ? 2 : 1;
+    return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ||
+                   st.code() == shard::StatusCode::kDataLoss
+               ? 2
+               : 1;
   }
   return 0;
 }

@@ -28,6 +28,11 @@ struct AttnCase {
   int64_t batch = 2, seq = 7;
 };
 
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "heads " << c.n_heads << ", kv " << c.n_kv << ", head_dim " << c.head_dim
+      << (c.segments ? ", segments" : ", no segments") << ", batch " << c.batch << ", seq " << c.seq;
+}
+
 std::string CaseName(const ::testing::TestParamInfo<AttnCase>& info) {
   const AttnCase& c = info.param;
   std::ostringstream name;  // (operator+ chains trip a GCC 12 -Wrestrict false positive)

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "shard/backend/backend.h"
@@ -56,6 +57,14 @@ TEST_F(CpuCrossEntropyTest, LossAndGradientWithIgnoredRows) {
         return grad_scale * ref::CrossEntropy(x.data(), targets.data(), rows, vocab);
       },
       "cross-entropy", {}, 1e-3, 1e-5);
+}
+
+// A NaN logit must surface as a NaN loss (the trainer skips such steps), even
+// though the kernel's clamped exp would otherwise hide it.
+TEST_F(CpuCrossEntropyTest, NaNLogitGivesNaNLoss) {
+  std::vector<float> logits = RandomFloats(2 * 40, 5);
+  logits[40 + 17] = std::numeric_limits<float>::quiet_NaN();
+  for (bool grad : {false, true}) EXPECT_TRUE(std::isnan(Run(logits, {3, 5}, 40, 1.0f, grad, nullptr)));
 }
 
 TEST_F(CpuCrossEntropyTest, AllRowsIgnoredGivesZero) {

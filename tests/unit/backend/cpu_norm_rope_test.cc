@@ -159,6 +159,17 @@ TEST_F(CpuSwiGluTest, Forward) {
   ExpectAllNear(Down(bh), want, 1e-5, 1e-7, "swiglu");
 }
 
+TEST_F(CpuSwiGluTest, NaNPropagates) {
+  std::vector<float> gu = SwiGluInputs(1, 16, 55);
+  gu[5] = kNaN;
+  DeviceBuffer bgu = Up(gu), bh = Filled(16, 0.0f), bdh = Filled(16, 1.0f), bdgu = Filled(32, 0.0f);
+  be_->SwiGluForward(bgu.data(), 1, 16, bh.data());
+  be_->SwiGluBackward(bdh.data(), bgu.data(), 1, 16, bdgu.data());
+  EXPECT_TRUE(std::isnan(Down(bh)[5]));
+  EXPECT_TRUE(std::isnan(Down(bdgu)[5]));
+  EXPECT_FALSE(std::isnan(Down(bh)[4]));
+}
+
 TEST_F(CpuSwiGluTest, BackwardMatchesFiniteDifferences) {
   const int64_t rows = 5;
   const int ffn = 19;

@@ -1,0 +1,78 @@
+// shardctl export / checkpoints: offline work on committed checkpoints.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/ctl/commands.h"
+#include "shard/ckpt/catalog.h"
+#include "shard/ckpt/hf_weights.h"
+#include "shard/common/file_util.h"
+#include "shard/model/llama_config.h"
+#include "shard/model/param_layout.h"
+
+namespace shardctl {
+
+using shard::Status;
+
+Status RunExport(const ExportOptions& o) {
+  ASSIGN_OR_RETURN(shard::DType dtype, shard::ParseDType(o.dtype));
+  ASSIGN_OR_RETURN(shard::CheckpointReader reader, shard::CheckpointReader::Open(o.step_dir, /*verify=*/true));
+  const shard::Manifest& m = reader.manifest();
+  ASSIGN_OR_RETURN(shard::LlamaConfig config,
+                   shard::LlamaConfigFromHfJson(m.model_config, o.step_dir + "/COMMITTED model_config"));
+  shard::ParamLayout layout = shard::ParamLayout::ForLlama(config);
+  if (layout.num_units() != static_cast<int>(m.units.size()))
+    return shard::DataLoss(o.step_dir + ": the manifest's units do not match its model config");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) return shard::NotFound("cannot create " + o.out + ": " + ec.message());
+  std::vector<shard::TensorDecl> decls;
+  for (const auto& u : layout.units)
+    for (const auto& t : u.tensors) decls.push_back({t.hf_name, t.shape});
+  ASSIGN_OR_RETURN(shard::HfWeightsWriter writer, shard::HfWeightsWriter::Create(o.out, decls, dtype, o.max_file_bytes));
+  // One unit in memory at a time: peak memory is the largest unit, not the model.
+  std::vector<float> unit;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    unit.assign(layout.units[u].numel, 0.0f);
+    RETURN_IF_ERROR(reader.ReadUnitRange(u, 0, layout.units[u].numel, unit.data(), nullptr, nullptr));
+    for (const auto& t : layout.units[u].tensors) RETURN_IF_ERROR(writer.Write(t.hf_name, unit.data() + t.offset));
+  }
+  RETURN_IF_ERROR(writer.Finish());
+  RETURN_IF_ERROR(shard::WriteFileAtomic(o.out + "/config.json", config.ToHfConfigJson()));
+  std::printf("exported step %lld of job %s (%.2fM parameters, %s) to %s\n", static_cast<long long>(m.step),
+              m.job.c_str(), config.NumParams() / 1e6, o.dtype.c_str(), o.out.c_str());
+  return shard::OkStatus();
+}
+
+Status RunCheckpoints(const CheckpointsOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(o.dir, ec)) return shard::NotFound("checkpoint directory " + o.dir + " does not exist");
+  ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(o.dir));
+  nlohmann::json out = nlohmann::json::array();
+  if (!o.json) std::printf("%-10s %-10s %12s  %s\n", "STEP", "STATE", "BYTES", "DETAIL");
+  for (const auto& s : steps) {
+    uint64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(s.dir, ec))
+      if (e.is_regular_file()) bytes += e.file_size();
+    std::string state = "partial", detail = "no COMMITTED (an interrupted save; never resumed from)";
+    if (s.committed) {
+      auto r = shard::CheckpointReader::Open(s.dir, /*verify=*/true);
+      state = r.ok() ? "valid" : "corrupt";
+      detail = r.ok() ? "world " + std::to_string(r->manifest().world) + ", " + std::to_string(r->manifest().shard_count) +
+                            " shards, " + r->manifest().strategy
+                      : r.status().message();
+    }
+    if (o.json) {
+      out.push_back({{"step", s.step}, {"dir", s.dir}, {"state", state}, {"bytes", bytes}, {"detail", detail}});
+    } else {
+      std::printf("%-10lld %-10s %12llu  %s\n", static_cast<long long>(s.step), state.c_str(),
+                  static_cast<unsigned long long>(bytes), detail.c_str());
+    }
+  }
+  if (o.json) std::printf("%s\n", out.dump().c_str());
+  return shard::OkStatus();
+}
+
+}  // namespace shardctl
