@@ -42,6 +42,14 @@ struct CheckpointsOptions {
 };
 shard::Status RunCheckpoints(const CheckpointsOptions& o);
 
+struct LaunchOptions {
+  std::string job_file;
+  std::vector<std::string> sets;
+  std::string worker_bin;      // default: next to shardctl, $SHARDD_WORKER_BIN, or PATH
+  std::string metrics_prefix;  // each rank appends metrics to PREFIX<rank>.jsonl
+};
+shard::Status RunLaunch(const LaunchOptions& o);
+
 // "1,2,3" -> {1,2,3}; names the bad element.
 shard::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text);
 

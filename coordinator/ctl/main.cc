@@ -46,12 +46,22 @@ int main(int argc, char** argv) {
   cp->add_option("dir", ck.dir, "The job's checkpoint directory (<checkpoint.dir>/<job name>)")->required();
   cp->add_flag("--json", ck.json, "Print a JSON array");
 
+  shardctl::LaunchOptions la;
+  auto* lc = app.add_subcommand("launch",
+                                "Run a job here: one shardd-worker per rank (parallel.world_size), supervised");
+  lc->add_option("job_file", la.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  lc->add_option("--set", la.sets, "Override a job-file key: --set train.steps=100 (repeatable)");
+  lc->add_option("--worker-bin", la.worker_bin, "Path of shardd-worker");
+  lc->add_option("--metrics-prefix", la.metrics_prefix, "Rank r appends per-step JSON metrics to PREFIX<r>.jsonl");
+
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
   shard::Status st;
   if (*ev) {
     st = shardctl::RunEval(eval);
+  } else if (*lc) {
+    st = shardctl::RunLaunch(la);
   } else if (*ex) {
     st = shardctl::RunExport(exp);
   } else if (*cp) {

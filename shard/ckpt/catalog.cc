@@ -100,13 +100,18 @@ Status CheckpointReader::ReadUnitRange(int unit, int64_t begin, int64_t end, flo
 
 StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
+  int rejected = 0;
+  std::string newest_problem;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (!it->committed) continue;
     auto r = CheckpointReader::Open(it->dir, verify);
     if (r.ok()) return it->dir;
     LOG_WARN("skipping checkpoint {}: {}", it->dir, r.status().message());
+    if (rejected++ == 0) newest_problem = r.status().message();
   }
-  return NotFound("no usable committed checkpoint in " + job_dir);
+  if (rejected == 0) return NotFound("no committed checkpoint in " + job_dir);
+  return NotFound("no usable committed checkpoint in " + job_dir + ": all " + std::to_string(rejected) +
+                  " committed steps are damaged; the newest: " + newest_problem);
 }
 
 }  // namespace shard

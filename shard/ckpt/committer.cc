@@ -1,6 +1,7 @@
 #include "shard/ckpt/committer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -35,7 +36,9 @@ StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir
       f.name = j.at("name").get<std::string>();
       f.shard_rank = j.at("shard_rank").get<int>();
       f.size = j.at("size").get<uint64_t>();
-      ASSIGN_OR_RETURN(f.xxh64, HashFromHex(j.at("xxh64").get<std::string>()));
+      auto h = HashFromHex(j.at("xxh64").get<std::string>());
+      if (!h.ok()) return h.status().WithContext(e.path().string());
+      f.xxh64 = *h;
       out.push_back(std::move(f));
     } catch (const nlohmann::json::exception& ex) {
       return DataLoss(e.path().string() + ": malformed report: " + ex.what());
@@ -48,20 +51,35 @@ StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir
 
 Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<ManifestFile> reports;
+  // Only reports of this layout count: a crashed earlier attempt at the same
+  // step may have left reports of another shard count (other file names).
+  std::vector<ManifestFile> mine(base.shard_count);
+  std::vector<bool> have(base.shard_count, false);
+  int count = 0;
   while (true) {
-    ASSIGN_OR_RETURN(reports, ReadShardReports(step_dir));
-    if (static_cast<int>(reports.size()) >= base.shard_count) break;
-    if (std::chrono::steady_clock::now() > deadline)
-      return DeadlineExceeded("commit of " + step_dir + ": only " + std::to_string(reports.size()) + " of " +
-                              std::to_string(base.shard_count) + " shards reported within " +
-                              std::to_string(timeout.count() / 1000) + " s");
+    ASSIGN_OR_RETURN(std::vector<ManifestFile> reports, ReadShardReports(step_dir));
+    for (auto& f : reports) {
+      if (f.shard_rank < 0 || f.shard_rank >= base.shard_count ||
+          f.name != ShardFileName(f.shard_rank, base.shard_count) || have[f.shard_rank])
+        continue;
+      have[f.shard_rank] = true;
+      mine[f.shard_rank] = std::move(f);
+      ++count;
+    }
+    if (count == base.shard_count) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string missing;
+      for (int r = 0; r < base.shard_count; ++r)
+        if (!have[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      char waited[32];
+      std::snprintf(waited, sizeof(waited), "%.1f", timeout.count() / 1000.0);
+      return DeadlineExceeded("commit of " + step_dir + ": only " + std::to_string(count) + " of " +
+                              std::to_string(base.shard_count) + " shards reported within " + waited +
+                              " s; missing shards " + missing + " (did a writer die?)");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (int r = 0; r < base.shard_count; ++r) {
-    if (reports[r].shard_rank != r) return DataLoss(step_dir + ": duplicate or missing shard report for shard " + std::to_string(r));
-  }
-  base.files = reports;
+  base.files = std::move(mine);
   MaybeFault("ckpt_before_commit", base.step);
   return WriteFileAtomic(step_dir + "/" + kCommittedFile, base.ToJson());
 }

@@ -49,7 +49,9 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
     m.world = j.at("world").get<int>();
     m.strategy = j.at("strategy").get<std::string>();
     m.shard_count = j.at("shard_count").get<int>();
-    ASSIGN_OR_RETURN(m.model_hash, HashFromHex(j.at("model_hash").get<std::string>()));
+    auto hash = HashFromHex(j.at("model_hash").get<std::string>());
+    if (!hash.ok()) return hash.status().WithContext(source + ": model_hash");
+    m.model_hash = *hash;
     m.model_config = j.at("model_config").dump();
     for (const auto& u : j.at("units")) m.units.emplace_back(u.at("name").get<std::string>(), u.at("numel").get<int64_t>());
     for (const auto& f : j.at("files")) {
@@ -59,7 +61,9 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
         return DataLoss(source + ": file name '" + mf.name + "' is not a plain file name");
       mf.shard_rank = f.at("shard_rank").get<int>();
       mf.size = f.at("size").get<uint64_t>();
-      ASSIGN_OR_RETURN(mf.xxh64, HashFromHex(f.at("xxh64").get<std::string>()));
+      auto h = HashFromHex(f.at("xxh64").get<std::string>());
+      if (!h.ok()) return h.status().WithContext(source + ": file " + mf.name);
+      mf.xxh64 = *h;
       m.files.push_back(std::move(mf));
     }
     const auto& d = j.at("data");

@@ -155,7 +155,9 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
     h.rank = j.at("rank").get<int>();
     h.shard_rank = j.at("shard_rank").get<int>();
     h.shard_count = j.at("shard_count").get<int>();
-    ASSIGN_OR_RETURN(h.model_hash, HashFromHex(j.at("model_hash").get<std::string>()));
+    auto hash = HashFromHex(j.at("model_hash").get<std::string>());
+    if (!hash.ok()) return hash.status().WithContext("checkpoint shard " + path + ": model_hash");
+    h.model_hash = *hash;
     for (const auto& u : j.at("units")) {
       ShardUnit su;
       su.name = u.at("name").get<std::string>();

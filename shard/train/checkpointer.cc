@@ -78,6 +78,9 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, std::vector<std::vecto
       h.units.push_back(su);
       data.push_back({host[3 * u].data(), host[3 * u + 1].data(), host[3 * u + 2].data()});
     }
+    // A crashed earlier attempt at this step may have left this shard's report:
+    // drop it first, so the committer does not take it for this attempt's.
+    fs::remove(fs::path(step_dir) / (ShardFileName(sr, base.shard_count) + ".report"), ec);
     ASSIGN_OR_RETURN(WrittenFile wf, WriteShardFile(step_dir, h, data));
     RETURN_IF_ERROR(WriteShardReport(step_dir, wf, sr));
   }

@@ -274,7 +274,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     window_seconds += m.seconds;
     window_tokens += tc.global_batch * job_.data.seq_len;
     if (on_step) on_step(m);
-    if (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1) {
+    if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
       LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}", m.step, tc.steps, m.loss, m.lr,
                m.grad_norm, window_tokens / std::max(window_seconds, 1e-9));
       window_seconds = 0;

@@ -27,7 +27,7 @@ void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const
       m[i] = mi;
       v[i] = vi;
       const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      param[i] = p - step_size * mi / denom;
+      param[i] = p - step_size * (mi / denom);  // addcdiv_(m, denom, -step_size)
     }
   });
 }

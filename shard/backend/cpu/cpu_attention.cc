@@ -10,11 +10,12 @@
 // Forward is parallel over (batch, head). Backward is parallel over
 // (batch, kv head): the task owns dK/dV of that kv head and loops over the
 // query heads of its group, so the accumulation has no races and a fixed order.
-// Segments are contiguous runs of equal segment_ids: a token's keys are the
-// positions from the start of its run up to itself.
+// Segments are contiguous runs of equal segment_ids (backend.h's contract): a
+// token's keys are the positions from the start of its run up to itself, so
+// masking is a key range, not a per-key test. (An id that reappears after a
+// different one starts a new segment.)
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "shard/backend/cpu/cpu_kernels.h"

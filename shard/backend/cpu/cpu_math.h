@@ -31,7 +31,7 @@ inline void StoreV8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// exp(x) with ~2 ulp relative error (Cephes expf polynomial), written without
+// exp(x) with max relative error ~1e-7 (Cephes expf polynomial), written without
 // branches or libm calls so that `#pragma omp simd` loops around it vectorise;
 // std::exp does not vectorise without -ffast-math. NaN propagates (the clamps
 // keep NaN); results below ~1.2e-38 are clamped to that instead of 0.
