@@ -40,9 +40,11 @@ TEST_F(CpuBasicTest, AllocateIsAlignedAndWritable) {
     if (bytes) std::memset(*p, 0xab, bytes);
     be_->Free(*p);
   }
+#ifndef __SANITIZE_ADDRESS__  // ASan aborts on impossible sizes instead of returning null
   auto huge = be_->Allocate(size_t{1} << 62);
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+#endif
 }
 
 TEST_F(CpuBasicTest, CopiesRoundTrip) {
