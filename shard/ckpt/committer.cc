@@ -95,6 +95,15 @@ Status ApplyRetention(const std::string& job_dir, int keep_last) {
   std::map<int64_t, bool> keep_step;
   for (size_t i = committed.size() > keep ? committed.size() - keep : 0; i < committed.size(); ++i)
     keep_step[committed[i]->step] = true;
+  // Also the newest committed step that still opens (files present with their
+  // sizes, headers agreeing): if the newest commits are damaged, the newest
+  // good one must survive. Checksums are not re-read here (a full read per save).
+  for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
+    if (CheckpointReader::Open((*it)->dir, /*verify_checksums=*/false).ok()) {
+      keep_step[(*it)->step] = true;
+      break;
+    }
+  }
   for (const auto& s : steps) {
     if (s.step >= newest || keep_step.count(s.step)) continue;
     MaybeFault("ckpt_during_retention", newest);

@@ -1,0 +1,140 @@
+// The COMMITTED manifest: every field survives ToJson → FromJson, and a
+// malformed or inconsistent manifest is refused with DATA_LOSS naming the
+// source and the problem (never an exception, never a partly filled Manifest).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+
+#include "shard/ckpt/manifest.h"
+
+namespace shard {
+namespace {
+
+Manifest Full() {
+  Manifest m;
+  m.job = "llama-ft";
+  m.step = 1200;
+  m.world = 8;
+  m.strategy = "hybrid_shard";
+  m.shard_count = 2;
+  m.model_hash = 0xfedcba9876543210ull;
+  m.model_config = R"({"hidden_size":64,"num_hidden_layers":2,"rope_theta":500000.0})";
+  m.units = {{"embed", 4096 * 64}, {"layers.0", 12345}, {"layers.1", 12345}, {"head", 77}};
+  m.files = {{"rank_00000-of-00002.shard", 0, 1000, 0x0123456789abcdefull},
+             {"rank_00001-of-00002.shard", 1, 999, 0xffffffffffffffffull}};
+  m.samples_seen = 9600;
+  m.seed = 0xffffffffffffff01ull;  // above INT64_MAX: must survive as unsigned
+  m.shuffle = false;
+  m.global_batch = 8;
+  m.total_steps = 5000;
+  m.tokens_seen = 9600 * 2048;
+  m.loss_scale = 65536.0;
+  return m;
+}
+
+TEST(ManifestTest, StepDirNameIsZeroPadded) {
+  EXPECT_EQ(StepDirName(100), "step_00000100");
+  EXPECT_EQ(StepDirName(0), "step_00000000");
+}
+
+TEST(ManifestTest, RoundTripsEveryField) {
+  const Manifest a = Full();
+  const std::string text = a.ToJson();
+  auto b = Manifest::FromJson(text, "COMMITTED");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->job, a.job);
+  EXPECT_EQ(b->step, a.step);
+  EXPECT_EQ(b->world, a.world);
+  EXPECT_EQ(b->strategy, a.strategy);
+  EXPECT_EQ(b->shard_count, a.shard_count);
+  EXPECT_EQ(b->model_hash, a.model_hash);
+  EXPECT_EQ(nlohmann::json::parse(b->model_config), nlohmann::json::parse(a.model_config));
+  EXPECT_EQ(b->units, a.units);
+  ASSERT_EQ(b->files.size(), a.files.size());
+  for (size_t i = 0; i < a.files.size(); ++i) {
+    EXPECT_EQ(b->files[i].name, a.files[i].name);
+    EXPECT_EQ(b->files[i].shard_rank, a.files[i].shard_rank);
+    EXPECT_EQ(b->files[i].size, a.files[i].size);
+    EXPECT_EQ(b->files[i].xxh64, a.files[i].xxh64);
+  }
+  EXPECT_EQ(b->samples_seen, a.samples_seen);
+  EXPECT_EQ(b->seed, a.seed);
+  EXPECT_EQ(b->shuffle, a.shuffle);
+  EXPECT_EQ(b->global_batch, a.global_batch);
+  EXPECT_EQ(b->total_steps, a.total_steps);
+  EXPECT_EQ(b->tokens_seen, a.tokens_seen);
+  EXPECT_EQ(b->loss_scale, a.loss_scale);
+  // Stable: a second trip gives the same text.
+  EXPECT_EQ(b->ToJson(), text);
+}
+
+TEST(ManifestTest, IsHumanReadableJsonWithAVersion) {
+  auto j = nlohmann::json::parse(Full().ToJson());
+  EXPECT_EQ(j.at("format_version"), kManifestVersion);
+  EXPECT_EQ(j.at("files").at(0).at("xxh64"), "0123456789abcdef");
+  EXPECT_EQ(j.at("data").at("samples_seen"), 9600);
+}
+
+TEST(ManifestTest, EmptyModelConfigIsAnEmptyObject) {
+  Manifest m = Full();
+  m.model_config.clear();
+  auto b = Manifest::FromJson(m.ToJson(), "x");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->model_config, "{}");
+}
+
+// Each case edits a good manifest's JSON; FromJson must refuse it with
+// DATA_LOSS naming the source and containing `needle`.
+struct Bad {
+  std::string what;
+  std::function<void(nlohmann::json*)> edit;
+  std::string needle;
+};
+
+TEST(ManifestTest, MalformedManifestsAreRefused) {
+  const std::vector<Bad> cases = {
+      {"newer format", [](nlohmann::json* j) { (*j)["format_version"] = kManifestVersion + 1; }, "format version"},
+      {"no format version", [](nlohmann::json* j) { j->erase("format_version"); }, "malformed manifest"},
+      {"no step", [](nlohmann::json* j) { j->erase("step"); }, "malformed manifest"},
+      {"step is a string", [](nlohmann::json* j) { (*j)["step"] = "100"; }, "malformed manifest"},
+      {"no files", [](nlohmann::json* j) { j->erase("files"); }, "malformed manifest"},
+      {"no data section", [](nlohmann::json* j) { j->erase("data"); }, "malformed manifest"},
+      {"no samples_seen", [](nlohmann::json* j) { (*j)["data"].erase("samples_seen"); }, "malformed manifest"},
+      {"no schedule", [](nlohmann::json* j) { j->erase("schedule"); }, "malformed manifest"},
+      {"unit without numel", [](nlohmann::json* j) { (*j)["units"][0].erase("numel"); }, "malformed manifest"},
+      {"file count differs from shard_count", [](nlohmann::json* j) { (*j)["files"].erase(1); }, "1 files for 2 shards"},
+      {"more files than shards", [](nlohmann::json* j) { (*j)["shard_count"] = 1; }, "2 files for 1 shards"},
+      {"checksum not hex", [](nlohmann::json* j) { (*j)["files"][0]["xxh64"] = "nothex"; }, "nothex"},
+      {"checksum too short", [](nlohmann::json* j) { (*j)["files"][0]["xxh64"] = "abc"; }, "abc"},
+      {"model hash not hex", [](nlohmann::json* j) { (*j)["model_hash"] = "ZZZZZZZZZZZZZZZZ"; }, "ZZZZ"},
+      {"file in a subdirectory", [](nlohmann::json* j) { (*j)["files"][0]["name"] = "../../etc/passwd"; },
+       "not a plain file name"},
+      {"file named ..", [](nlohmann::json* j) { (*j)["files"][0]["name"] = ".."; }, "not a plain file name"},
+      {"empty file name", [](nlohmann::json* j) { (*j)["files"][0]["name"] = ""; }, "not a plain file name"},
+  };
+  const auto good = nlohmann::json::parse(Full().ToJson());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    nlohmann::json j = good;
+    c.edit(&j);
+    auto m = Manifest::FromJson(j.dump(), "runs/job/step_00001200/COMMITTED");
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().ToString();
+    EXPECT_NE(m.status().message().find("runs/job/step_00001200/COMMITTED"), std::string::npos)
+        << m.status().ToString();
+    EXPECT_NE(m.status().message().find(c.needle), std::string::npos) << m.status().ToString();
+  }
+}
+
+TEST(ManifestTest, NotJsonIsRefused) {
+  for (const std::string text : {"", "COMMITTED", "{\"step\":", "[1,2]", "42", "null"}) {
+    auto m = Manifest::FromJson(text, "src");
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(m.status().message().find("src"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shard
