@@ -54,8 +54,11 @@ Status RunCheckpoints(const CheckpointsOptions& o) {
   if (!o.json) std::printf("%-10s %-10s %12s  %s\n", "STEP", "STATE", "BYTES", "DETAIL");
   for (const auto& s : steps) {
     uint64_t bytes = 0;
-    for (const auto& e : fs::directory_iterator(s.dir, ec))
-      if (e.is_regular_file()) bytes += e.file_size();
+    for (const auto& e : fs::directory_iterator(s.dir, ec)) {
+      std::error_code fe;  // a live job may rename or delete files while we list
+      uintmax_t size = e.is_regular_file(fe) ? e.file_size(fe) : 0;
+      if (!fe) bytes += size;
+    }
     std::string state = "partial", detail = "no COMMITTED (an interrupted save; never resumed from)";
     if (s.committed) {
       auto r = shard::CheckpointReader::Open(s.dir, /*verify=*/true);

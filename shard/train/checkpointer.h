@@ -43,7 +43,7 @@ class Checkpointer {
   double stall_seconds() const { return stall_seconds_; }
 
  private:
-  Status WriteAndCommit(const Manifest& base, std::vector<std::vector<float>> host);
+  Status WriteAndCommit(const Manifest& base, const std::vector<std::vector<float>>& host);
 
   JobConfig job_;
   CheckpointRole role_;
@@ -51,6 +51,7 @@ class Checkpointer {
   FsdpRuntime* runtime_;
   ParamLayout layout_;
   std::thread thread_;
+  std::vector<std::vector<float>> snapshot_;  // params, m, v per unit; reused across saves
   Status async_status_;
   double stall_seconds_ = 0;
 };

@@ -145,6 +145,7 @@ Status Trainer::Resume() {
   const std::string& spec = job_.checkpoint.resume;
   if (spec == "none") return OkStatus();
   std::string step_dir;
+  bool verified = false;
   if (spec == "auto") {
     ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(checkpointer_->job_dir()));
     bool any_committed = false;
@@ -154,11 +155,12 @@ Status Trainer::Resume() {
     if (!found.ok())
       return found.status().WithContext("resume: committed checkpoints exist but none is usable");
     step_dir = *found;
+    verified = true;  // FindLatestGoodStep checked every file's checksum
   } else {
     step_dir = spec;
   }
   // Every rank must resume from the same step: compare the choices.
-  auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/true);
+  auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/!verified);
   double mine[2] = {reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, 1.0};
   double sum[2] = {mine[0], mine[1]};
   RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
@@ -170,6 +172,10 @@ Status Trainer::Resume() {
     return FailedPrecondition("resume: " + step_dir + " holds a different model shape than this job's model");
   if (m.units.size() != static_cast<size_t>(runtime_->num_units()))
     return FailedPrecondition("resume: " + step_dir + " has a different unit count");
+  if (m.seed != job_.train.seed || m.shuffle != job_.data.shuffle || m.global_batch != job_.train.global_batch)
+    LOG_WARN("resume: {} was saved with seed {}, shuffle {}, global_batch {}; this job uses {}, {}, {} — the data "
+             "order after the resume differs from the original run's",
+             step_dir, m.seed, m.shuffle, m.global_batch, job_.train.seed, job_.data.shuffle, job_.train.global_batch);
   const int sr = runtime_->shard_rank();
   std::vector<float> p, mm, vv;
   for (int u = 0; u < runtime_->num_units(); ++u) {
