@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "coordinator/ctl/commands.h"
+#include "coordinator/ctl/plan_command.h"
 #include "shard/common/logging.h"
 
 int main(int argc, char** argv) {
@@ -54,12 +55,23 @@ int main(int argc, char** argv) {
   lc->add_option("--worker-bin", la.worker_bin, "Path of shardd-worker");
   lc->add_option("--metrics-prefix", la.metrics_prefix, "Rank r appends per-step JSON metrics to PREFIX<r>.jsonl");
 
+  shardctl::PlanOptions pl;
+  auto* pc = app.add_subcommand("plan", "Memory and time per GPU and host, a verdict, and what to change");
+  pc->add_option("job_file", pl.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  pc->add_option("--set", pl.sets, "Override a job-file key: --set train.micro_batch=2 (repeatable)");
+  pc->add_option("--cluster", pl.cluster,
+                 "A cluster of configs/hardware/clusters.yaml, e.g. 8xA100-80GB-SXM (default: this host's CPU for "
+                 "device cpu/auto)");
+  pc->add_flag("--json", pl.json, "Print the plan as JSON");
+
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
   shard::Status st;
   if (*ev) {
     st = shardctl::RunEval(eval);
+  } else if (*pc) {
+    st = shardctl::RunPlan(pl);
   } else if (*lc) {
     st = shardctl::RunLaunch(la);
   } else if (*ex) {

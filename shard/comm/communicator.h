@@ -12,13 +12,19 @@
 // Semantics every backend honours (the conformance tests check them):
 //  * Calls are collective: every rank of the group makes the same sequence of calls
 //    with the same counts (and root / op). Calls are matched by order.
-//  * Every call blocks for at most options.timeout and then returns DEADLINE_EXCEEDED.
+//  * Every call gives up after options.timeout with DEADLINE_EXCEEDED (see the gloo
+//    header for one caveat).
 //  * After a failed call (timeout, peer failure, abort) the communicator is unusable:
 //    later calls fail at once. The caller tears the attempt down and starts a new one.
-//  * A peer that dies or aborts makes the survivors' calls fail (UNAVAILABLE) rather
-//    than hang; how fast depends on the backend (local: at once; gloo: as soon as the
-//    TCP connection drops, which for a killed process is at once).
-//  * Counts of zero are legal and return OK without synchronising.
+//  * A peer that dies, aborts or times out makes the survivors' calls fail
+//    (UNAVAILABLE, naming the cause) rather than hang: local at once; gloo as soon as
+//    the TCP connection drops (at once for a killed process), noticed by Gloo or by a
+//    watchdog that probes the connections every 50 ms while a call runs.
+//  * Counts of zero are legal and return OK without synchronising (after an Abort or
+//    a failure they return the error like any call).
+//  * Errors name the call, the backend, the group and the rank ("AllReduce on
+//    gloo:job/a0/world rank 1/4: ..."), the peer where known, and for timeouts the
+//    timeout value.
 //
 // Thread-safety: collectives of one communicator must be called from one thread at a
 // time (they are ordered). rank(), world_size(), name() and Abort() may be called from

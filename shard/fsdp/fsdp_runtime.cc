@@ -130,7 +130,7 @@ Status FsdpRuntime::ReleaseParams(int u) {
   Unit& x = units_[u];
   if (x.holds <= 0) return Internal("ReleaseParams: unit " + std::to_string(u) + " is not held");
   if (--x.holds > 0 || !sharded()) return OkStatus();
-  if (options_.strategy == ShardStrategy::kShardGradOp) {
+  if (options_.strategy == ShardStrategy::kShardGradOp && !x.grads_done) {
     x.keep_until_grads = true;  // ZeRO-2: the backward pass reuses the forward's gather
     return OkStatus();
   }
@@ -157,6 +157,7 @@ Status FsdpRuntime::GradsDone(int u) {
     ASSIGN_OR_RETURN(x.rs_out, DeviceBuffer::Create(backend_, x.layout.shard_numel));
     Track(x.layout.shard_numel * 4);
   }
+  x.grads_done = true;
   x.rs_ticket = comm_->Enqueue([this, u] {
     Unit& y = units_[u];
     return shard_comm_
@@ -185,6 +186,7 @@ void FsdpRuntime::ZeroGrads() {
 }
 
 void FsdpRuntime::BeginMicroBatch() {
+  for (auto& x : units_) x.grads_done = false;
   if (recording_ && !order_.empty()) recording_ = false;
   cursor_ = 0;
   in_order_ = true;

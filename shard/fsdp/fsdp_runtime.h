@@ -103,6 +103,7 @@ class FsdpRuntime : public UnitAccess {
     CommThread::Ticket gather_ticket = 0;
     CommThread::Ticket rs_ticket = 0;
     bool keep_until_grads = false;     // shard_grad_op: gathered in forward, kept for backward
+    bool grads_done = false;           // GradsDone seen in this micro-batch
   };
 
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}

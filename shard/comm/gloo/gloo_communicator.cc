@@ -1,5 +1,7 @@
 #include "shard/comm/gloo/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include "shard/comm/collective_util.h"
 #include "shard/comm/gloo/abortable_buffers.h"
 #include "shard/comm/gloo/kv_store_adapter.h"
+#include "shard/comm/gloo/peer_watchdog.h"
 #include "shard/comm/gloo/ring_reduce_scatter.h"
 #include "shard/common/kv_stores.h"
 
@@ -33,6 +36,20 @@ struct AbortableBarrierOptions : ::gloo::BarrierOptions {
   UnboundBuffer* wait_buffer() { return buffer.get(); }
 };
 
+// Gloo writes to its sockets with writev(2), so a peer that died makes the next write
+// raise SIGPIPE, whose default action kills this process before Gloo can report
+// EPIPE. A communicator must turn a dead peer into an error, not a second death, so
+// SIGPIPE is ignored process-wide unless the program already installed a handler.
+void IgnoreSigpipeUnlessHandled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 // Gloo reports timeouts as IoException with these words in the message.
 bool LooksLikeTimeout(const std::string& message) {
   return message.find("Timed out") != std::string::npos ||
@@ -41,32 +58,53 @@ bool LooksLikeTimeout(const std::string& message) {
 
 // One rank's connected Gloo context.
 //
-// Failure model: Gloo fails the whole context after a timeout or a broken connection,
-// so the first failure is remembered (failure_) and every later call returns it at
-// once.
+// Failure model: after a timeout Gloo closes every pair of the context, after a broken
+// connection only that pair; either way the context is done for, so the first failure
+// is remembered (failure_) and every later call returns it at once. Every failure also
+// hard-closes this rank's remaining connections, so peers blocked on it fail at once
+// too and the failure spreads through the group instead of waiting out timeouts.
 //
-// Abort: marks the communicator aborted, hard-closes every pair (peers see a reset
-// connection at once and fail) and wakes every wait of the call in flight
-// (AbortableBuffers), re-waking until that call has returned. Why not something
-// gentler: closing a pair does not wake this side's waiters, Debian's Gloo does not
-// ship the headers (gloo/common/memory.h) needed to reach the pair's internal error
-// signalling, and Gloo's own algorithms ignore a wait that returns "aborted" and go
-// on to their next wait — so a single wake is not enough, a few are.
+// Interrupts — Abort() from any thread, or the PeerWatchdog seeing a dead peer while a
+// call runs — mark the communicator failed, hard-close every pair (peers see a reset
+// connection) and wake every wait of the call in flight (AbortableBuffers), re-waking
+// until that call has returned. Why not something gentler: closing a pair does not wake
+// this side's waiters, Debian's Gloo does not ship the headers (gloo/common/memory.h)
+// needed to reach a pair's internal error signalling, and Gloo's own algorithms ignore a
+// wait that returns "aborted" and go on to their next wait, so one wake is not enough.
 //
 // Thread-safety: collectives from one thread at a time; Abort() and the accessors from
-// any thread. mu_ guards failure_ and abort_reason_; aborted_ and in_flight_ are
-// atomics. context_ is immutable after construction (Gloo's pair list is logically
+// any thread. mu_ guards failure_ and interrupt_message_; interrupt_ and in_flight_
+// are atomics. context_ is immutable after construction (Gloo's pair list is logically
 // const, and Pair::close takes the pair's own lock).
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> context, std::string prefix)
-      : context_(std::move(context)),
+      : watchdog_(
+            context, [this] { return in_flight_ > 0; },
+            [this](int peer, const std::string& message) {
+              Interrupt(kPeerFailed, "peer rank " + std::to_string(peer) +
+                                         " failed or closed its connection: " + message +
+                                         " (it probably died or aborted; check its log)");
+            }),
+        context_(std::move(context)),
         name_("gloo:" + prefix + " rank " + std::to_string(context_->rank) + "/" +
-              std::to_string(context_->size)) {}
+              std::to_string(context_->size)) {
+    watchdog_.Start();
+  }
 
-  // Destruction closes the pairs gently (Gloo's default): data already sent still
-  // reaches the peers, and a peer still waiting on us sees the connection close.
-  ~GlooCommunicator() override = default;
+  // A healthy communicator says goodbye (so peers' watchdogs see a departure, not a
+  // failure); then Gloo closes the pairs gently when the last context reference (the
+  // watchdog's) goes: data already sent still reaches the peers, and a peer still
+  // waiting on us sees the connection close.
+  ~GlooCommunicator() override {
+    watchdog_.Stop();  // its callbacks use members that are about to go
+    bool healthy;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      healthy = interrupt_ == kNone && failure_.ok();
+    }
+    if (healthy) watchdog_.SayGoodbye(std::chrono::seconds(1));
+  }
 
   int rank() const override { return context_->rank; }
   int world_size() const override { return context_->size; }
@@ -142,22 +180,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void Abort(const std::string& reason) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_) return;
-      abort_reason_ = reason.empty() ? "(no reason given)" : reason;
-      aborted_ = true;
-    }
-    // Close first: once a pair's socket is closed no Gloo thread writes into a buffer
-    // any more, so waking the waits below cannot let a caller free a buffer that is
-    // still being filled.
-    ClosePairs();
-    const auto give_up = Clock::now() + std::chrono::seconds(5);
-    do {
-      abortable_.AbortAll();
-      if (in_flight_ == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    } while (Clock::now() < give_up);
+    Interrupt(kAborted, reason.empty() ? "(no reason given)" : reason);
   }
 
  private:
@@ -197,6 +220,36 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  enum Interruption { kNone = 0, kAborted = 1, kPeerFailed = 2 };
+
+  // Fails the communicator from outside the calling thread (see the class comment).
+  void Interrupt(Interruption kind, const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (interrupt_ != kNone) return;
+      interrupt_message_ = message;
+      interrupt_ = kind;
+    }
+    // Close first: once a pair's socket is closed no Gloo thread writes into a buffer
+    // any more, so waking the waits below cannot let a caller free a buffer that is
+    // still being filled.
+    ClosePairs();
+    const auto give_up = Clock::now() + std::chrono::seconds(5);
+    do {
+      abortable_.AbortAll();
+      if (in_flight_ == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } while (Clock::now() < give_up);
+  }
+
+  // The status a call returns once an interruption happened. Needs mu_.
+  Status InterruptedStatusLocked(const std::string& where) const {
+    if (interrupt_ == kAborted) {
+      return Aborted(where + ": communicator was aborted: " + interrupt_message_);
+    }
+    return Unavailable(where + ": " + interrupt_message_);
+  }
+
   // Refuses calls after an abort or failure (even zero-count ones), runs `body` and
   // converts whatever Gloo throws into a Status naming the call and rank.
   template <typename Body>
@@ -204,7 +257,7 @@ class GlooCommunicator final : public Communicator {
     const std::string where = comm::Where(call, *this);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_) return Aborted(where + ": communicator was aborted: " + abort_reason_);
+      if (interrupt_ != kNone) return InterruptedStatusLocked(where);
       if (!failure_.ok()) {
         return Status(failure_.code(),
                       where + ": communicator is unusable after an earlier failure: " +
@@ -217,15 +270,15 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       return Fail(where, options, e.what());
     }
-    if (aborted_) return Fail(where, options, "aborted during the call");
+    if (interrupt_ != kNone) return Fail(where, options, "interrupted");
     return OkStatus();
   }
 
   Status Fail(const std::string& where, const CommOptions& options, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     Status status;
-    if (aborted_) {
-      status = Aborted(where + ": communicator was aborted: " + abort_reason_);
+    if (interrupt_ != kNone) {
+      status = InterruptedStatusLocked(where);
     } else if (LooksLikeTimeout(what)) {
       status = DeadlineExceeded(where + ": timed out after " +
                                 std::to_string(options.timeout.count()) +
@@ -236,9 +289,6 @@ class GlooCommunicator final : public Communicator {
                            " (the peer probably died or aborted; check its log)");
     }
     if (failure_.ok()) failure_ = status;
-    // The context is unusable now. Close every connection (Gloo does the same after
-    // its own timeouts) so peers blocked on this rank fail at once and the failure
-    // spreads through the group instead of waiting out everyone's timeout.
     ClosePairs();
     return status;
   }
@@ -249,22 +299,26 @@ class GlooCommunicator final : public Communicator {
     std::atomic<int>& n_;
   };
 
+  // First member, so destroyed last: it holds the final reference to the context and
+  // closes the pairs before freeing the buffers Gloo may still write into.
+  comm::PeerWatchdog watchdog_;
   const std::shared_ptr<::gloo::rendezvous::Context> context_;
   const std::string name_;
   comm::AbortableBuffers abortable_;
   std::vector<std::byte> scratch_;  // reduce-scatter scratch; calling thread only
 
   std::mutex mu_;
-  std::atomic<bool> aborted_{false};  // written under mu_
-  std::atomic<int> in_flight_{0};     // collectives currently running (0 or 1)
-  std::string abort_reason_;          // guarded by mu_
-  Status failure_;                    // guarded by mu_; first failure, sticky
+  std::atomic<int> interrupt_{kNone};  // an Interruption; written under mu_
+  std::atomic<int> in_flight_{0};      // collectives currently running (0 or 1)
+  std::string interrupt_message_;      // guarded by mu_
+  Status failure_;                     // guarded by mu_; first failure, sticky
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommConfig& config) {
   RETURN_IF_ERROR(config.Validate());
+  IgnoreSigpipeUnlessHandled();
   std::string prefix = config.prefix;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
   const std::string where = "creating gloo communicator '" + config.prefix + "' rank " +
@@ -284,15 +338,15 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommConfig&
         std::make_shared<::gloo::rendezvous::Context>(config.rank, config.world_size);
     context->setTimeout(config.timeout);
     context->connectFullMesh(store, device);
-    // connectFullMesh returns once this rank's pairs are connected, not everyone's; a
-    // rank that returned and closed its sockets at once could fail a peer still
-    // finishing its own connect. The barrier holds every rank until all are connected.
-    ::gloo::BarrierOptions barrier(context);
-    barrier.setTimeout(config.timeout);
-    ::gloo::barrier(barrier);
     std::string name = config.prefix;
     while (!name.empty() && name.back() == '/') name.pop_back();
-    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), name));
+    auto comm = std::make_unique<GlooCommunicator>(std::move(context), name);
+    // connectFullMesh returns once this rank's pairs are connected, not everyone's, and
+    // the watchdog's sentinels must be posted before any peer may leave. The barrier
+    // holds every rank until all are connected and watched.
+    Status st = comm->Barrier(CommOptions{config.timeout});
+    if (!st.ok()) return Status(st.code(), where + ": " + st.message());
+    return std::unique_ptr<Communicator>(std::move(comm));
   } catch (const std::exception& e) {
     Status store_error = store.first_error();
     if (!store_error.ok()) {

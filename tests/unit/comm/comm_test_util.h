@@ -17,6 +17,15 @@
 #include "shard/comm/communicator.h"
 #include "shard/common/kv_stores.h"
 
+// ASSERT_OK(status_expr) [<< more]: fails the test with the status's message.
+#define ASSERT_OK(expr)                                              \
+  switch (0)                                                         \
+  case 0:                                                            \
+  default:                                                           \
+    if (const ::shard::Status _st = (expr); _st.ok()) {              \
+    } else                                                           \
+      FAIL() << _st.ToString() << " "
+
 namespace shard::testing {
 
 // Multiples of 1/16 below 2^16: every partial sum of up to 4 of them is exact in float.

@@ -26,6 +26,7 @@ struct Param {
   std::string backend;
   int world;
 };
+void PrintTo(const Param& p, std::ostream* os) { *os << p.backend << " W=" << p.world; }
 
 class ConformanceTest : public ::testing::TestWithParam<Param> {
  protected:
@@ -49,7 +50,7 @@ TEST_P(ConformanceTest, AllGather) {
     for (int64_t n : kCounts) {
       std::vector<float> send = Pattern(r, n, 1);
       std::vector<float> recv(static_cast<size_t>(n * world()), -1.f);
-      ASSERT_TRUE(c.AllGather(send.data(), recv.data(), n, kOpts).ok()) << n;
+      ASSERT_OK(c.AllGather(send.data(), recv.data(), n, kOpts)) << n;
       for (int src = 0; src < world(); ++src) {
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(recv[src * n + i], Value(src, i, 1)) << "n=" << n << " src=" << src;
@@ -65,7 +66,7 @@ TEST_P(ConformanceTest, AllGatherInPlace) {
     std::vector<float> buf(static_cast<size_t>(n * world()), -1.f);
     std::vector<float> mine = Pattern(r, n);
     std::copy(mine.begin(), mine.end(), buf.begin() + r * n);
-    ASSERT_TRUE(c.AllGather(buf.data() + r * n, buf.data(), n, kOpts).ok());
+    ASSERT_OK(c.AllGather(buf.data() + r * n, buf.data(), n, kOpts));
     for (int src = 0; src < world(); ++src) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(buf[src * n + i], Value(src, i));
     }
@@ -78,7 +79,7 @@ TEST_P(ConformanceTest, ReduceScatter) {
       for (int64_t n : kCounts) {
         std::vector<float> send = Pattern(r, n * world(), 2);
         std::vector<float> recv(static_cast<size_t>(n), -1.f);
-        ASSERT_TRUE(c.ReduceScatter(send.data(), recv.data(), n, op, kOpts).ok());
+        ASSERT_OK(c.ReduceScatter(send.data(), recv.data(), n, op, kOpts));
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_TRUE(Near(recv[i], Reduced(op, world(), r * n + i, 2)))
               << ReduceOpName(op) << " n=" << n << " i=" << i << " got " << recv[i];
@@ -93,7 +94,7 @@ TEST_P(ConformanceTest, ReduceScatterInPlace) {
     const int64_t n = 777;
     std::vector<float> buf = Pattern(r, n * world());
     float* mine = buf.data() + r * n;
-    ASSERT_TRUE(c.ReduceScatter(buf.data(), mine, n, ReduceOp::kSum, kOpts).ok());
+    ASSERT_OK(c.ReduceScatter(buf.data(), mine, n, ReduceOp::kSum, kOpts));
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(mine[i], Reduced(ReduceOp::kSum, world(), r * n + i));
   });
 }
@@ -103,7 +104,7 @@ TEST_P(ConformanceTest, AllReduceFloat) {
     Run([&](Communicator& c, int r) {
       for (int64_t n : kCounts) {
         std::vector<float> data = Pattern(r, n, 3);
-        ASSERT_TRUE(c.AllReduce(data.data(), n, op, kOpts).ok());
+        ASSERT_OK(c.AllReduce(data.data(), n, op, kOpts));
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_TRUE(Near(data[i], Reduced(op, world(), i, 3)))
               << ReduceOpName(op) << " n=" << n << " i=" << i << " got " << data[i];
@@ -119,7 +120,7 @@ TEST_P(ConformanceTest, AllReduceDouble) {
       for (int64_t n : kCounts) {
         std::vector<double> data(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i, 4) + 1e-9 * r;
-        ASSERT_TRUE(c.AllReduce(data.data(), n, op, kOpts).ok());
+        ASSERT_OK(c.AllReduce(data.data(), n, op, kOpts));
         for (int64_t i = 0; i < n; ++i) {
           double want = 0;
           for (int q = 0; q < world(); ++q) {
@@ -141,7 +142,7 @@ TEST_P(ConformanceTest, AllReduceResultsAreIdenticalOnEveryRank) {
   Run([&](Communicator& c, int r) {
     std::vector<float> data(5000);
     for (size_t i = 0; i < data.size(); ++i) data[i] = 0.1f * static_cast<float>(i % 13) + 0.01f * r;
-    ASSERT_TRUE(c.AllReduce(data.data(), static_cast<int64_t>(data.size()), ReduceOp::kAvg, kOpts).ok());
+    ASSERT_OK(c.AllReduce(data.data(), static_cast<int64_t>(data.size()), ReduceOp::kAvg, kOpts));
     results[static_cast<size_t>(r)] = data;
   });
   for (int r = 1; r < world(); ++r) {
@@ -155,7 +156,7 @@ TEST_P(ConformanceTest, BroadcastFromEachRoot) {
     for (int root = 0; root < world(); ++root) {
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{12345}}) {
         std::vector<float> data = Pattern(r, n, 5 + root);
-        ASSERT_TRUE(c.Broadcast(data.data(), n, root, kOpts).ok());
+        ASSERT_OK(c.Broadcast(data.data(), n, root, kOpts));
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(data[i], Value(root, i, 5 + root)) << "root=" << root << " n=" << n;
         }
@@ -171,11 +172,11 @@ TEST_P(ConformanceTest, BarrierOrdersAllRanks) {
       // Stagger arrivals so a barrier that did not wait would be caught.
       std::this_thread::sleep_for(std::chrono::milliseconds(5 * ((r + round) % world())));
       before[static_cast<size_t>(r)] = round;
-      ASSERT_TRUE(c.Barrier(kOpts).ok());
+      ASSERT_OK(c.Barrier(kOpts));
       for (int q = 0; q < world(); ++q) {
         EXPECT_GE(before[static_cast<size_t>(q)].load(), round) << "rank " << q;
       }
-      ASSERT_TRUE(c.Barrier(kOpts).ok());  // nobody starts the next round early
+      ASSERT_OK(c.Barrier(kOpts));  // nobody starts the next round early
     }
   });
 }
@@ -187,27 +188,27 @@ TEST_P(ConformanceTest, MixedSequenceOfCollectives) {
       switch (it % 4) {
         case 0: {
           std::vector<float> send = Pattern(r, n, it), recv(static_cast<size_t>(n * world()));
-          ASSERT_TRUE(c.AllGather(send.data(), recv.data(), n, kOpts).ok());
+          ASSERT_OK(c.AllGather(send.data(), recv.data(), n, kOpts));
           ASSERT_EQ(recv[static_cast<size_t>((world() - 1) * n + n - 1)], Value(world() - 1, n - 1, it));
           break;
         }
         case 1: {
           std::vector<float> send = Pattern(r, n * world(), it), recv(static_cast<size_t>(n));
-          ASSERT_TRUE(c.ReduceScatter(send.data(), recv.data(), n, ReduceOp::kSum, kOpts).ok());
+          ASSERT_OK(c.ReduceScatter(send.data(), recv.data(), n, ReduceOp::kSum, kOpts));
           ASSERT_EQ(recv[0], Reduced(ReduceOp::kSum, world(), r * n, it));
           break;
         }
         case 2: {
           std::vector<float> data = Pattern(r, n, it);
-          ASSERT_TRUE(c.AllReduce(data.data(), n, ReduceOp::kMax, kOpts).ok());
+          ASSERT_OK(c.AllReduce(data.data(), n, ReduceOp::kMax, kOpts));
           ASSERT_EQ(data[static_cast<size_t>(n - 1)], Reduced(ReduceOp::kMax, world(), n - 1, it));
           break;
         }
         default: {
           std::vector<float> data = Pattern(r, n, it);
-          ASSERT_TRUE(c.Broadcast(data.data(), n, it % world(), kOpts).ok());
+          ASSERT_OK(c.Broadcast(data.data(), n, it % world(), kOpts));
           ASSERT_EQ(data[0], Value(it % world(), 0, it));
-          ASSERT_TRUE(c.Barrier(kOpts).ok());
+          ASSERT_OK(c.Barrier(kOpts));
         }
       }
     }
@@ -222,7 +223,7 @@ TEST_P(ConformanceTest, LargeBuffers) {
   Run([&](Communicator& c, int r) {
     {
       std::vector<float> send = Pattern(r, n, 6), recv(static_cast<size_t>(total), -1.f);
-      ASSERT_TRUE(c.AllGather(send.data(), recv.data(), n, kOpts).ok());
+      ASSERT_OK(c.AllGather(send.data(), recv.data(), n, kOpts));
       double sum = 0, want_sum = 0;
       int64_t bad = 0;
       for (int src = 0; src < world(); ++src) {
@@ -240,7 +241,7 @@ TEST_P(ConformanceTest, LargeBuffers) {
     }
     {
       std::vector<float> send = Pattern(r, total, 7), recv(static_cast<size_t>(n), -1.f);
-      ASSERT_TRUE(c.ReduceScatter(send.data(), recv.data(), n, ReduceOp::kSum, kOpts).ok());
+      ASSERT_OK(c.ReduceScatter(send.data(), recv.data(), n, ReduceOp::kSum, kOpts));
       double sum = 0, want_sum = 0;
       int64_t bad = 0;
       for (int64_t i = 0; i < n; ++i) {

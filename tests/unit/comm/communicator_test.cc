@@ -89,13 +89,13 @@ TEST_P(SubGroupTest, ShardAndReplicateGroupsWorkSideBySide) {
         // Shard group: reduce-scatter 2 blocks of 1000 within the node.
         std::vector<float> grads(2000), mine(1000);
         for (int i = 0; i < 2000; ++i) grads[i] = Value(r, i, round);
-        ASSERT_TRUE((*shard)->ReduceScatter(grads.data(), mine.data(), 1000, ReduceOp::kSum, kOpts).ok());
+        ASSERT_OK((*shard)->ReduceScatter(grads.data(), mine.data(), 1000, ReduceOp::kSum, kOpts));
         for (int i = 0; i < 1000; i += 111) {
           const int idx = local * 1000 + i;
           ASSERT_EQ(mine[i], Value(node * 2, idx, round) + Value(node * 2 + 1, idx, round));
         }
         // Replicate group: average the shard across nodes.
-        ASSERT_TRUE((*replicate)->AllReduce(mine.data(), 1000, ReduceOp::kAvg, kOpts).ok());
+        ASSERT_OK((*replicate)->AllReduce(mine.data(), 1000, ReduceOp::kAvg, kOpts));
         for (int i = 0; i < 1000; i += 111) {
           const int idx = local * 1000 + i;
           const float want = (Value(0, idx, round) + Value(1, idx, round) + Value(2, idx, round) +
@@ -104,7 +104,7 @@ TEST_P(SubGroupTest, ShardAndReplicateGroupsWorkSideBySide) {
         }
         // World: one all-reduce over everyone.
         float one = 1;
-        ASSERT_TRUE((*world)->AllReduce(&one, 1, ReduceOp::kSum, kOpts).ok());
+        ASSERT_OK((*world)->AllReduce(&one, 1, ReduceOp::kSum, kOpts));
         ASSERT_EQ(one, 4);
       }
     });
@@ -122,7 +122,7 @@ TEST(LocalCommunicatorTest, MismatchedCollectivesFailOnEveryRank) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       auto c = CreateCommunicator(MakeConfig("local", r, 2, nullptr, prefix));
-      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
       std::vector<float> buf(20, 1.f);
       results[r] = r == 0 ? (*c)->AllReduce(buf.data(), 10, ReduceOp::kSum, kOpts)
                           : (*c)->AllGather(buf.data(), buf.data(), 10, kOpts);
@@ -147,7 +147,7 @@ TEST(LocalCommunicatorTest, APrefixCanNameANewGroupOnceTheOldOneFormed) {
         auto c = CreateCommunicator(MakeConfig("local", r, 2, nullptr, prefix));
         ASSERT_TRUE(c.ok()) << c.status().ToString();
         float x = 1;
-        ASSERT_TRUE((*c)->AllReduce(&x, 1, ReduceOp::kSum, kOpts).ok());
+        ASSERT_OK((*c)->AllReduce(&x, 1, ReduceOp::kSum, kOpts));
         EXPECT_EQ(x, 2);
       });
     }

@@ -1,0 +1,23 @@
+// shardctl plan FILE.yaml [--set k=v]... [--cluster NAME] [--json]
+#include "coordinator/ctl/plan_command.h"
+
+#include <cstdio>
+
+#include "shard/plan/plan_report.h"
+#include "shard/plan/planner.h"
+#include "shard/train/job_config.h"
+
+namespace shardctl {
+
+shard::Status RunPlan(const PlanOptions& o) {
+  ASSIGN_OR_RETURN(shard::JobConfig job, shard::LoadJobConfig(o.job_file, o.sets));
+  ASSIGN_OR_RETURN(shard::plan::HardwareCatalog catalog, shard::plan::LoadDefaultHardwareCatalog());
+  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, o.cluster));
+  const std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (!plan.ok()) return shard::FailedPrecondition(o.job_file + ": " + shard::plan::PlanSummary(plan));
+  return shard::OkStatus();
+}
+
+}  // namespace shardctl

@@ -1,0 +1,25 @@
+// shardctl plan: will a job fit, how fast will it run, what should change.
+// Offline: reads the job file (and model.from_hf's config.json) and the
+// hardware catalog, never the data or the weights.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shard/common/status.h"
+
+namespace shardctl {
+
+struct PlanOptions {
+  std::string job_file;
+  std::vector<std::string> sets;  // --set key=value overrides
+  std::string cluster;            // a cluster of configs/hardware/clusters.yaml ("" = this host's CPU for device cpu/auto)
+  bool json = false;
+};
+
+// Prints the plan (a table, or JSON with --json) to stdout. Returns OK when the
+// job fits, FAILED_PRECONDITION with the verdict and reasons when it does not
+// fit or cannot run (exit 1), INVALID_ARGUMENT/NOT_FOUND for bad input (exit 2).
+shard::Status RunPlan(const PlanOptions& o);
+
+}  // namespace shardctl

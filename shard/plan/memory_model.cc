@@ -1,0 +1,365 @@
+#include "shard/plan/memory_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "shard/fsdp/shard_layout.h"
+#include "shard/model/param_layout.h"
+
+namespace shard::plan {
+namespace {
+
+ShardLayout Layout(int64_t numel, int shards) {
+  auto l = ComputeShardLayout(numel, std::max(1, shards));
+  SHARD_CHECK(l.ok());
+  return *l;
+}
+
+std::string Num(int64_t n) {
+  // 1234567 -> "1,234,567"
+  std::string s = std::to_string(n), out;
+  int k = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (k && k % 3 == 0 && *it != '-') out.push_back(',');
+    out.push_back(*it);
+    ++k;
+  }
+  return std::string(out.rbegin(), out.rend());
+}
+
+struct Items {
+  std::vector<MemoryItem>* list;
+  void Add(const std::string& what, int64_t bytes, const std::string& how) {
+    if (bytes > 0) list->push_back({what, bytes, how});
+  }
+};
+
+int64_t Sum(const std::vector<MemoryItem>& items) {
+  int64_t s = 0;
+  for (const auto& i : items) s += i.bytes;
+  return s;
+}
+
+// Per-unit byte weights for the gather simulation.
+struct UnitBytes {
+  std::vector<int64_t> gathered;     // a gathered copy of the unit
+  std::vector<int64_t> grad;         // its unsharded gradient
+  std::vector<int64_t> grad_shard;   // its reduce-scatter landing shard
+};
+
+// The acquisition order of one Llama micro-batch through FsdpRuntime, and at
+// each moment which units are held and which gradients exist (see
+// LlamaModel::ForwardBackward and FsdpRuntime::AcquireParams/GradsDone).
+GatherPeak SimulateGathers(const UnitBytes& b, int num_layers, bool tied, int prefetch, bool keep_forward) {
+  const int E = 0, H = num_layers + 1;
+  auto block = [](int l) { return 1 + l; };
+  struct Event {
+    int unit;
+    std::set<int> held;
+  };
+  std::vector<Event> fwd, bwd;
+  fwd.push_back({E, {E}});
+  for (int l = 0; l < num_layers; ++l) fwd.push_back({block(l), {block(l)}});
+  fwd.push_back({H, {H}});
+  if (tied) fwd.push_back({E, {H, E}});
+  for (int l = num_layers - 1; l >= 0; --l) bwd.push_back({block(l), {block(l)}});
+  std::vector<int> order;
+  for (const auto& e : fwd) order.push_back(e.unit);
+  for (const auto& e : bwd) order.push_back(e.unit);
+
+  auto params_at = [&](size_t k, const std::set<int>& held, const std::set<int>& kept) {
+    std::set<int> live = held;
+    live.insert(kept.begin(), kept.end());
+    for (size_t j = k + 1; j <= k + static_cast<size_t>(prefetch) && j < order.size(); ++j) live.insert(order[j]);
+    int64_t s = 0;
+    for (int u : live) s += b.gathered[u];
+    return s;
+  };
+  auto grads_of = [&](std::initializer_list<int> full, int in_flight) {
+    int64_t s = 0;
+    for (int u : full) s += b.grad[u] + b.grad_shard[u];
+    if (in_flight >= 0) s += b.grad[in_flight] + b.grad_shard[in_flight];
+    return s;
+  };
+
+  GatherPeak peak;
+  auto consider = [&](int64_t params, int64_t grads) {
+    if (params + grads > peak.total) peak = {params, grads, params + grads};
+  };
+  std::set<int> kept;  // shard_grad_op: forward gathers kept for backward
+  for (size_t k = 0; k < fwd.size(); ++k) {
+    consider(params_at(k, fwd[k].held, kept), 0);
+    if (keep_forward) kept.insert(fwd[k].held.begin(), fwd[k].held.end());
+  }
+  // Head backward: head (and tied embedding) still held from the forward.
+  const size_t head_event = fwd.size() - 1;
+  const int64_t head_params = params_at(head_event, fwd[head_event].held, kept);
+  consider(head_params, tied ? grads_of({H, E}, -1) : grads_of({H}, -1));
+  if (keep_forward) kept.erase(H);  // the head's gradients are done: freed
+  int prev = H;
+  for (size_t k = 0; k < bwd.size(); ++k) {
+    const int u = bwd[k].unit;
+    int64_t grads = grads_of({u}, prev);
+    if (tied) grads += b.grad[E];  // the embedding's gradient lives until the end
+    // shard_grad_op: a forward gather is kept until its unit's backward is
+    // done (GradsDone, then ReleaseParams frees it).
+    consider(params_at(fwd.size() + k, bwd[k].held, kept), grads);
+    if (keep_forward) kept.erase(u);
+    prev = u;
+  }
+  // Embedding backward: a scatter-add, no parameters.
+  consider(0, grads_of({E}, prev));
+  return peak;
+}
+
+UnitBytes ElementWeights(const std::vector<int64_t>& numels, int shards, bool grads) {
+  UnitBytes b;
+  for (int64_t n : numels) {
+    ShardLayout l = Layout(n, shards);
+    b.gathered.push_back(l.padded);
+    b.grad.push_back(grads ? l.padded : 0);
+    b.grad_shard.push_back(grads && shards > 1 ? l.shard_numel : 0);
+  }
+  return b;
+}
+
+// QLoRA storage: block linear weights in NF4, norms, embedding and head in `compute`.
+int64_t QloraUnitBytes(const UnitSpec& u, double bits, int64_t compute_bytes, int64_t elems) {
+  if (u.kind != UnitKind::kBlock) return elems * compute_bytes;
+  int64_t linear = 0;
+  for (const auto& t : u.tensors) linear += t.shape.size() == 2 ? t.numel : 0;
+  const double frac = static_cast<double>(linear) / static_cast<double>(std::max<int64_t>(1, u.numel));
+  return static_cast<int64_t>(elems * (frac * bits / 8.0 + (1 - frac) * compute_bytes));
+}
+
+}  // namespace
+
+std::vector<int64_t> UnitNumels(const LlamaConfig& config) {
+  ParamLayout layout = ParamLayout::ForLlama(config);
+  std::vector<int64_t> n;
+  for (const auto& u : layout.units) n.push_back(u.numel);
+  return n;
+}
+
+int64_t ShardNumel(const std::vector<int64_t>& unit_numels, int shards) {
+  int64_t s = 0;
+  for (int64_t n : unit_numels) s += Layout(n, shards).shard_numel;
+  return s;
+}
+
+int64_t PaddedNumel(const std::vector<int64_t>& unit_numels, int shards) {
+  int64_t s = 0;
+  for (int64_t n : unit_numels) s += Layout(n, shards).padded;
+  return s;
+}
+
+GatherPeak GatheredPeak(const LlamaConfig& config, int shards, int prefetch, bool keep_forward_gathers) {
+  return SimulateGathers(ElementWeights(UnitNumels(config), shards, true), config.num_layers,
+                         config.tie_word_embeddings, prefetch, keep_forward_gathers);
+}
+
+ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing) {
+  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = c.intermediate_size;
+  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim(), qkv = c.qkv_dim();
+  const int64_t sets = checkpointing ? 1 : c.num_layers;
+  ActivationElems a;
+  a.residuals = (c.num_layers + 1) * n * d;
+  // xn1, qkv, attn, x_mid, xn2, gu (2f), h (f)
+  a.saved = sets * n * (3 * d + qkv + hq + 3 * f);
+  a.statistics = sets * n * (2 + c.num_heads);  // rstd1, rstd2, lse
+  a.final_norm = n * d + n;
+  a.logits = n * c.vocab_size;
+  // grad_a, grad_b, scratch_d (d each), scratch_ffn (f), scratch_attn (hq), scratch_qkv, scratch_gu (2f)
+  a.scratch = n * (3 * d + 3 * f + hq + qkv);
+  a.rope = seq_len * c.head_dim();
+  return a;
+}
+
+int64_t LoraParams(const LlamaConfig& c, int rank) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size;
+  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim();
+  // A: [r, in], B: [out, r] for q, k, v, o, gate, up, down.
+  const int64_t per_layer = (d + hq) + 2 * (d + kv) + (hq + d) + 2 * (d + f) + (f + d);
+  return static_cast<int64_t>(rank) * per_layer * c.num_layers;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
+  MemoryEstimate est;
+  const LlamaConfig& c = w.model;
+  const std::vector<int64_t> numels = UnitNumels(c);
+  auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
+  const int S = shape.ok() ? shape->shard_size : std::max(1, w.world);
+  const int64_t shard = ShardNumel(numels, S);
+  const int64_t rows = w.micro_batch * w.seq_len;
+  const ActivationElems a = Activations(c, w.micro_batch, w.seq_len, w.activation_checkpointing);
+  const bool keep_forward = w.strategy == ShardStrategy::kShardGradOp;
+  const std::string shard_how = Num(shard) + " elements (" + std::to_string(numels.size()) +
+                                " units padded and split " + std::to_string(S) + " ways)";
+  Items dev{&est.device}, host{&est.host};
+
+  if (w.cpu_engine) {
+    // Everything fp32, exactly the engine's buffers (one rank).
+    est.ranks_per_node = std::max(1, w.world);
+    dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
+    dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
+    dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
+    if (S > 1) {
+      GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
+                                     w.prefetch, keep_forward);
+      dev.Add("gathered parameters", g.params * 4, Num(g.params) + " elements held at the worst moment x 4 B");
+      dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
+    }
+    const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
+    dev.Add("activations", (a.residuals + a.saved + a.statistics + a.final_norm) * 4,
+            std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
+                (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x 4 B");
+    dev.Add("logits (fp32, becomes its gradient)", a.logits * 4, Num(rows) + " x " + Num(c.vocab_size) + " x 4 B");
+    dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
+    dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
+    // Attention tiles per pool thread (grow-only, kept for the process).
+    const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
+    const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
+    const int64_t scratch = threads * (7 * seq_pad * hd_pad + 2 * c.head_dim() * seq_pad + seq_pad + 60 * seq_pad +
+                                       30 * hd_pad) * 4;
+    dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
+    dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
+    est.device_fixed = scratch + kCpuProcessBytes;
+    if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+    if (w.from_hf) {
+      // Trainer::Init reads every unit of the HF weights before sharding.
+      const int64_t staged = c.NumParams() * 4;
+      const int64_t transient = Sum(est.device) - shard * 16 - est.device_fixed;
+      if (staged > transient)
+        dev.Add("HF weights staged at start (beyond the training peak)", staged - transient,
+                "whole model x 4 B while loading, freed before training");
+    }
+    est.device_total = Sum(est.device);
+    host.Add("ranks on this host", est.device_total * est.ranks_per_node,
+             std::to_string(est.ranks_per_node) + " x " + FormatBytes(est.device_total));
+    est.host_total = Sum(est.host);
+    return est;
+  }
+
+  // ---- GPU ---------------------------------------------------------------
+  est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
+  const int64_t cb = w.compute_bytes(), sb = w.state_bytes();
+  const std::string cname = DTypeName(w.compute), sname = w.fp32_master ? "fp32" : cname;
+  int64_t gathered_bytes = 0;
+  int64_t host_state = 0;
+
+  if (w.method == Method::kFull) {
+    const bool gather = S > 1 || cb != sb || w.offload.optimizer || w.offload.params;
+    if (!w.offload.optimizer && !w.offload.params) {
+      dev.Add("parameter shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
+      dev.Add("gradient shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
+      dev.Add("AdamW moments (" + sname + " m, v)", shard * 2 * sb, shard_how + " x " + std::to_string(2 * sb) + " B");
+    } else {
+      if (!w.offload.params)
+        dev.Add("parameter shard (" + cname + " copy to all-gather from)", shard * cb,
+                shard_how + " x " + std::to_string(cb) + " B");
+      host_state = shard * (w.fp32_master ? 4 * sb + (w.offload.params ? cb : 0) : 4 * sb);
+    }
+    if (gather) {
+      GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
+                                     w.prefetch, keep_forward);
+      dev.Add("gathered parameters (" + cname + ")", g.params * cb,
+              Num(g.params) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
+                  " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
+      dev.Add("unsharded gradients + landing shards (" + cname + ")", g.grads * cb,
+              Num(g.grads) + " elements (unit in backward + one being reduce-scattered)");
+      gathered_bytes = g.total * cb;
+    }
+  } else {
+    // LoRA / QLoRA: frozen base sharded like parameters, no base gradients.
+    ParamLayout layout = ParamLayout::ForLlama(c);
+    UnitBytes b;
+    int64_t base_shard = 0, max_block = 0;
+    for (const auto& u : layout.units) {
+      ShardLayout l = Layout(u.numel, S);
+      const bool q = w.method == Method::kQlora;
+      b.gathered.push_back(q ? QloraUnitBytes(u, w.qlora_bits, cb, l.padded) : l.padded * cb);
+      b.grad.push_back(0);
+      b.grad_shard.push_back(0);
+      base_shard += q ? QloraUnitBytes(u, w.qlora_bits, cb, l.shard_numel) : l.shard_numel * cb;
+      if (u.kind == UnitKind::kBlock) max_block = std::max(max_block, u.numel);
+    }
+    const std::string base_what = w.method == Method::kQlora ? "frozen base shard (NF4 linear weights, " + cname + " rest)"
+                                                              : "frozen base shard (" + cname + ")";
+    dev.Add(base_what, base_shard, shard_how);
+    if (S > 1) {
+      GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
+      dev.Add("gathered base units", g.total, "unit in use + prefetched, stored format");
+      gathered_bytes += g.total;
+    }
+    if (w.method == Method::kQlora) {
+      dev.Add("dequantised unit (" + cname + ")", max_block * cb, "one block's weights dequantised for its GEMMs");
+      gathered_bytes += max_block * cb;
+    }
+    const int64_t lora = LoraParams(c, w.lora_rank);
+    dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16,
+            Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ") x 16 B");
+  }
+
+  // Activations in `compute`, normalisation statistics in fp32.
+  const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
+  const int64_t acts = (a.residuals + a.saved + a.final_norm) * cb + a.statistics * 4;
+  dev.Add("activations (" + cname + ")", acts,
+          std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
+              (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens");
+  int64_t logits = 0;
+  if (w.ce_chunks <= 0) {
+    logits = a.logits * 4;
+    dev.Add("logits (fp32, becomes its gradient)", logits, Num(rows) + " x " + Num(c.vocab_size) + " x 4 B");
+  } else {
+    logits = a.logits * 2 * cb + a.logits / w.ce_chunks * 4;
+    dev.Add("logits (" + cname + " + its gradient, fp32 chunk)", logits,
+            Num(rows) + " x " + Num(c.vocab_size) + ", upcast in " + std::to_string(w.ce_chunks) + " chunks");
+  }
+  dev.Add("backward scratch (" + cname + ")", a.scratch * cb, Num(rows) + " tokens x (3d + 3ffn + heads + qkv)");
+  dev.Add("CUDA context, cuBLASLt workspace, NCCL buffers", kGpuRuntimeBytes, "fixed allowance");
+  const int64_t transient = gathered_bytes + acts + logits + a.scratch * cb;
+  dev.Add("allocator fragmentation", static_cast<int64_t>(kAllocatorSlack * transient),
+          "10% of gathered + activation bytes");
+  est.device_total = Sum(est.device);
+
+  // ---- Host ----------------------------------------------------------------
+  const int ranks = est.ranks_per_node;
+  host.Add("worker processes", ranks * kGpuWorkerHostBytes, std::to_string(ranks) + " x 1.5 GiB (CUDA runtime, libraries)");
+  if (host_state > 0) {
+    const std::string what = w.offload.params ? "offloaded parameters, gradients and AdamW state"
+                                              : "offloaded optimizer (" + sname + " master, gradients, m, v)";
+    host.Add(what, ranks * host_state, std::to_string(ranks) + " ranks x " + FormatBytes(host_state) + " (pinned)");
+    int64_t max_shard = 0;
+    for (int64_t n : numels) max_shard = std::max(max_shard, Layout(n, S).shard_numel);
+    const int64_t staging = ranks * 2 * max_shard * std::max<int64_t>(cb, 4);
+    host.Add("pinned transfer staging", staging, "2 x largest unit shard per rank");
+    est.host_pinned = ranks * host_state + staging;
+  }
+  // Only replica 0 of each shard writes checkpoints: ranks [0, S) on node 0.
+  const int writers = std::min(ranks, S);
+  const int64_t snapshot = w.async_checkpoint && w.method == Method::kFull ? writers * shard * 12 : 0;
+  const int64_t staged = w.from_hf ? ranks * shard * 4 : 0;
+  if (snapshot > 0)
+    host.Add("async checkpoint snapshot (fp32 p, m, v)", snapshot,
+             std::to_string(writers) + " writer ranks x " + shard_how + " x 12 B");
+  if (staged > snapshot)  // loading and checkpointing never overlap: count the larger
+    host.Add("HF weights staged while loading (beyond the snapshot)", staged - snapshot,
+             std::to_string(ranks) + " ranks x own slices x 4 B");
+  est.host_total = Sum(est.host);
+  return est;
+}
+
+}  // namespace shard::plan

@@ -1,0 +1,186 @@
+#include "shard/plan/planner.h"
+
+#include <cstdio>
+
+namespace shard::plan {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+// Reasons a workload cannot run on a cluster at all (memory aside).
+std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
+  std::vector<std::string> r;
+  auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
+  if (!shape.ok()) r.push_back(shape.status().message());
+  if (w.seq_len > w.model.max_position_embeddings)
+    r.push_back("data.seq_len " + std::to_string(w.seq_len) + " exceeds the model's max_position_embeddings " +
+                std::to_string(w.model.max_position_embeddings));
+  if (w.cpu_engine) {
+    if (w.compute != DType::kF32)
+      r.push_back(std::string("train.precision ") + DTypeName(w.compute) +
+                  ": the CPU engine trains in fp32 (use auto or fp32)");
+    if (w.offload.optimizer || w.offload.params)
+      r.push_back("parallel.offload_optimizer: the CPU engine already keeps everything in host memory; offload "
+                  "comes with the CUDA backend");
+    if (w.method != Method::kFull) r.push_back(std::string(MethodName(w.method)) + " is not supported by the engine");
+    return r;
+  }
+  if (w.world > c.total_gpus())
+    r.push_back("parallel.world_size " + std::to_string(w.world) + " needs " + std::to_string(w.world) +
+                " GPUs; cluster " + c.name + " has " + std::to_string(c.total_gpus()));
+  if (w.compute == DType::kBF16 && !c.gpu.bf16)
+    r.push_back(c.gpu.name + " has no bf16 (compute capability " + Fmt("%.1f", c.gpu.compute_capability) +
+                "): use train.precision fp16 (dynamic loss scaling) or auto");
+  if (w.compute == DType::kF16 && c.gpu.tflops_fp16 <= 0) r.push_back(c.gpu.name + " has no fp16 tensor cores");
+  return r;
+}
+
+}  // namespace
+
+const char* VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kFits: return "fits";
+    case Verdict::kTight: return "fits (tight)";
+    case Verdict::kDoesNotFit: return "does not fit";
+    case Verdict::kCannotRun: return "cannot run";
+  }
+  return "?";
+}
+
+double Plan::device_capacity_bytes() const {
+  if (cluster.cpu_only)
+    return cluster.host.ram_gib * (1 - kHostReserveFraction) * 1073741824.0 / std::max(1, memory.ranks_per_node);
+  return cluster.gpu.memory_gib * 1073741824.0;
+}
+
+double Plan::host_capacity_bytes() const { return cluster.host.ram_gib * (1 - kHostReserveFraction) * 1073741824.0; }
+
+StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& cluster) {
+  JobWorkload out;
+  Workload& w = out.workload;
+  if (!job.model.preset.empty()) {
+    ASSIGN_OR_RETURN(w.model, LlamaPreset(job.model.preset));
+    w.model_name = job.model.preset;
+  } else if (!job.model.from_hf.empty()) {
+    // config.json only: the weights are not read to plan.
+    ASSIGN_OR_RETURN(w.model, LlamaConfigFromHfDir(job.model.from_hf));
+    w.model_name = job.model.from_hf;
+    w.from_hf = true;
+  } else {
+    return InvalidArgument("model: set model.preset or model.from_hf");
+  }
+  RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
+  ASSIGN_OR_RETURN(w.strategy, ParseShardStrategy(job.parallel.strategy));
+  w.cpu_engine = cluster.cpu_only;
+  w.world = job.parallel.world_size;
+  w.shard_group_size = job.parallel.shard_group_size;
+  w.activation_checkpointing = job.parallel.activation_checkpointing;
+  w.offload.optimizer = job.parallel.offload_optimizer;
+  w.micro_batch = job.train.micro_batch;
+  w.seq_len = job.data.seq_len;
+  w.global_batch = job.train.global_batch;
+  w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
+
+  const std::string& p = job.train.precision;
+  if (w.cpu_engine) {
+    w.compute = p == "bf16" ? DType::kBF16 : p == "fp16" ? DType::kF16 : DType::kF32;
+    w.fp32_master = true;
+  } else if (p == "auto") {
+    w.compute = cluster.gpu.bf16 ? DType::kBF16 : DType::kF16;
+    out.notes.push_back(std::string("train.precision auto: ") +
+                        (cluster.gpu.bf16 ? "bf16 compute with fp32 master weights"
+                                          : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
+  } else {
+    ASSIGN_OR_RETURN(w.compute, ParseDType(p));
+    if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");
+    if (w.compute == DType::kF32) out.notes.push_back("fp32 compute: GEMMs run in TF32 where the GPU has it");
+  }
+  if (!w.cpu_engine && w.world < cluster.total_gpus())
+    out.notes.push_back("uses " + std::to_string(w.world) + " of the cluster's " + std::to_string(cluster.total_gpus()) +
+                        " GPUs");
+  if (w.cpu_engine && w.world > cluster.host.cpu_cores)
+    out.notes.push_back(std::to_string(w.world) + " CPU ranks share " + std::to_string(cluster.host.cpu_cores) + " cores");
+  return out;
+}
+
+StatusOr<ClusterSpec> ClusterForJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& name) {
+  const std::string& device = job.resources.device;
+  if (!name.empty()) {
+    if (device == "cpu")
+      return InvalidArgument("resources.device is cpu, so the job runs on this host's CPU: drop --cluster, or plan "
+                             "it for GPUs with --set resources.device=cuda");
+    return catalog.Cluster(name);
+  }
+  if (device == "cpu" || device == "auto") return LocalCpuCluster(catalog.cpu, job.parallel.world_size);
+  std::string known;
+  for (const auto& n : catalog.ClusterNames()) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgument("resources.device is " + device + ": name the GPUs to plan for with --cluster NAME (" +
+                         known + ")");
+}
+
+Plan PlanWorkload(const Workload& w, const ClusterSpec& cluster) {
+  Plan p;
+  p.workload = w;
+  p.cluster = cluster;
+  p.memory = EstimateMemory(w, cluster);
+  p.time = EstimateStepTime(w, cluster);
+  const std::vector<std::string> run = RunProblems(w, cluster);
+  p.reasons = run;
+
+  const double dev_cap = p.device_capacity_bytes(), host_cap = p.host_capacity_bytes();
+  const double dev = static_cast<double>(p.memory.device_total), host = static_cast<double>(p.memory.host_total);
+  bool over = false;
+  if (cluster.cpu_only) {
+    if (host > host_cap) {
+      over = true;
+      p.reasons.push_back("the CPU engine needs " + FormatBytes(p.memory.device_total) + " per rank, " +
+                          FormatBytes(p.memory.host_total) + " for " + std::to_string(p.memory.ranks_per_node) +
+                          " ranks: more than the " + FormatBytes(static_cast<int64_t>(host_cap)) +
+                          " usable of this host's " + Fmt("%.0f", cluster.host.ram_gib) + " GiB");
+    }
+  } else {
+    if (dev > dev_cap) {
+      over = true;
+      p.reasons.push_back("per-GPU peak " + FormatBytes(p.memory.device_total) + " exceeds the " +
+                          Fmt("%.0f", cluster.gpu.memory_gib) + " GiB of one " + cluster.gpu.name);
+    }
+    if (host > host_cap) {
+      over = true;
+      p.reasons.push_back("host memory " + FormatBytes(p.memory.host_total) + " per node exceeds the " +
+                          FormatBytes(static_cast<int64_t>(host_cap)) + " usable (" +
+                          Fmt("%.0f", cluster.host.ram_gib) + " GiB less 10% for the OS and page cache)");
+    }
+  }
+  if (!run.empty()) {
+    p.verdict = Verdict::kCannotRun;
+  } else if (over) {
+    p.verdict = Verdict::kDoesNotFit;
+  } else if (!cluster.cpu_only && dev > 0.9 * dev_cap) {
+    p.verdict = Verdict::kTight;
+    p.notes.push_back("per-GPU peak is above 90% of device memory: fragmentation or a longer sample may not fit");
+  } else {
+    p.verdict = Verdict::kFits;
+  }
+  return p;
+}
+
+StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& cluster_name) {
+  ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterForJob(job, catalog, cluster_name));
+  ASSIGN_OR_RETURN(JobWorkload jw, WorkloadFromJob(job, cluster));
+  Plan p = PlanWorkload(jw.workload, cluster);
+  p.job_file = job.source;
+  p.notes.insert(p.notes.begin(), jw.notes.begin(), jw.notes.end());
+  if (cluster.cpu_only && cluster_name.empty() && job.resources.device == "auto")
+    p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
+  if (!cluster.cpu_only && !p.workload.cpu_engine)
+    p.notes.push_back("planned for the GPU engine's design (fp32 master weights and AdamW state, " +
+                      std::string(DTypeName(p.workload.compute)) + " gathers and activations, NCCL collectives)");
+  p.recommendations = Recommend(p, catalog);
+  return p;
+}
+
+}  // namespace shard::plan

@@ -1,0 +1,128 @@
+#include "shard/plan/step_time.h"
+
+#include <algorithm>
+
+#include "shard/fsdp/shard_layout.h"
+#include "shard/plan/memory_model.h"
+
+namespace shard::plan {
+namespace {
+
+// Fraction of the parameters that are block linear weights (what QLoRA quantises).
+double LinearFraction(const LlamaConfig& c) {
+  const double d = c.hidden_size, f = c.intermediate_size;
+  const double hq = static_cast<double>(c.num_heads) * c.head_dim(), kv = static_cast<double>(c.num_kv_heads) * c.head_dim();
+  const double linear = c.num_layers * (d * hq * 2 + d * kv * 2 + 3 * d * f);
+  return linear / static_cast<double>(c.NumParams());
+}
+
+}  // namespace
+
+StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
+  StepTime t;
+  const LlamaConfig& c = w.model;
+  const double T = static_cast<double>(w.seq_len);
+  const double N = static_cast<double>(c.NumMatmulParams());
+  const double attn = 12.0 * c.num_layers * static_cast<double>(c.hidden_size) * T;  // fwd 4 + bwd 8, per token
+  // Frozen weights need no weight gradients: LoRA's matmuls cost 4N, not 6N.
+  t.model_flops_per_token = (w.method == Method::kFull ? 6.0 : 4.0) * N + attn;
+  const double recompute = w.activation_checkpointing ? 2.0 * N + attn / 3.0 : 0.0;
+  t.hardware_flops_per_token = t.model_flops_per_token + recompute;
+
+  auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
+  const int S = shape.ok() ? shape->shard_size : std::max(1, w.world);
+  const int R = shape.ok() ? shape->replicas : 1;
+  const int ranks_here = w.cpu_engine ? std::max(1, w.world) : std::min(std::max(1, w.world), cl.gpus_per_node);
+
+  if (w.cpu_engine) {
+    const int cores = std::max(1, cl.host.cpu_cores / ranks_here);
+    t.peak_tflops = cores * cl.cpu.fp32_gflops_per_core / 1000.0;
+    t.efficiency = cl.cpu.train_efficiency;
+  } else {
+    t.peak_tflops = cl.gpu.PeakTflops(w.compute);
+    t.efficiency = cl.gpu.train_efficiency * (w.method == Method::kQlora ? kQloraGemmFactor : 1.0);
+  }
+  const double rate = std::max(1e-9, t.peak_tflops * 1e12 * t.efficiency);
+  const double tokens_mb = static_cast<double>(w.micro_batch) * T;
+  t.compute_s = tokens_mb * t.hardware_flops_per_token / rate;
+
+  // ---- Collectives per micro-batch --------------------------------------
+  const std::vector<int64_t> numels = UnitNumels(c);
+  const double padded = static_cast<double>(PaddedNumel(numels, S));
+  const double shard = static_cast<double>(ShardNumel(numels, S));
+  int64_t max_unit = 0;
+  for (int64_t n : numels) max_unit = std::max(max_unit, n);
+  const double cb = w.cpu_engine ? 4.0 : static_cast<double>(w.compute_bytes());
+  const double sb = w.cpu_engine ? 4.0 : static_cast<double>(w.state_bytes());
+  double gathered_per_elem = cb;
+  if (w.method == Method::kQlora) {
+    const double lf = LinearFraction(c);
+    gathered_per_elem = lf * w.qlora_bits / 8.0 + (1 - lf) * cb;
+  }
+  const bool full = w.method == Method::kFull;
+  t.collective_gbs = cl.CollectiveGBs(S);
+  if (S > 1) {
+    const double ring = static_cast<double>(S - 1) / S;
+    const double G = padded * gathered_per_elem;
+    const double gathers = w.strategy == ShardStrategy::kShardGradOp ? 1 : 2;
+    const double reduce = full ? padded * cb : 0;
+    const double bw = t.collective_gbs * 1e9;
+    t.comm_s = (gathers * G + reduce) * ring / bw;
+    if (w.prefetch > 0) {
+      // The first gather of a micro-batch has nothing to hide behind, nor does
+      // the last reduce-scatter.
+      const double unit = static_cast<double>(max_unit) * ring / bw;
+      const double edges = unit * gathered_per_elem + (full ? unit * cb : 0);
+      t.exposed_comm_s = std::min(t.comm_s, edges + std::max(0.0, t.comm_s - edges - t.compute_s));
+    } else {
+      t.exposed_comm_s = t.comm_s;
+    }
+  }
+  t.micro_batches = w.micro_batches_per_step();
+
+  // ---- Once per step ------------------------------------------------------
+  const int world = std::max(1, w.world);
+  if (R > 1 || (!full && world > 1)) {
+    // no_shard / hybrid_shard: the fp32 gradient shard all-reduced across
+    // replicas; LoRA: the adapters' gradients across all ranks.
+    const double elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank));
+    const int n = full ? R : world;
+    t.step_comm_s = 2.0 * (n - 1) / n * elems * (full ? sb : 4.0) / (cl.CollectiveGBs(world) * 1e9);
+  }
+  const double opt_elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank));
+  const double opt_bytes = kAdamWordsPerParam * (full ? sb : 4.0) * opt_elems;
+  double pcie_mb = 0;
+  if (w.cpu_engine) {
+    t.optimizer_s = ranks_here * opt_bytes / (cl.cpu.mem_bandwidth_gbs * 1e9 * kStreamEfficiency);
+  } else if (full && (w.offload.optimizer || w.offload.params)) {
+    // CPU AdamW over every rank's shard on this host, bound by DRAM bandwidth;
+    // gradients come down per micro-batch, updated parameters go up per step.
+    t.optimizer_s = ranks_here * opt_bytes / (cl.host.mem_bandwidth_gbs * 1e9 * kStreamEfficiency);
+    const double pcie = cl.gpu.PcieGBs() * 0.8 * 1e9;
+    pcie_mb = shard * cb / pcie;
+    if (w.offload.params) pcie_mb += 2 * shard * cb / pcie;
+    t.offload_s = shard * cb / pcie;
+  } else {
+    t.optimizer_s = opt_bytes / (cl.gpu.memory_bandwidth_gbs * 1e9 * kStreamEfficiency);
+  }
+  const double exposed_pcie_mb = std::max(0.0, pcie_mb - t.compute_s);
+  t.step_s = t.micro_batches * (t.compute_s + t.exposed_comm_s + exposed_pcie_mb) + t.step_comm_s + t.optimizer_s +
+             t.offload_s;
+
+  // The slowest rank sets the pace; every rank processes its micro-batches.
+  const double tokens = static_cast<double>(t.micro_batches) * w.micro_batch * T * world;
+  t.tokens_per_s = tokens / t.step_s;
+  t.tokens_per_s_per_gpu = t.tokens_per_s / world;
+  t.mfu = t.tokens_per_s * t.model_flops_per_token / (world * t.peak_tflops * 1e12);
+  t.hfu = t.tokens_per_s * t.hardware_flops_per_token / (world * t.peak_tflops * 1e12);
+
+  const double compute = t.micro_batches * t.compute_s;
+  const double comm = t.micro_batches * t.exposed_comm_s + t.step_comm_s;
+  const double opt = t.optimizer_s + t.offload_s + t.micro_batches * exposed_pcie_mb;
+  if (compute >= comm && compute >= opt) t.bottleneck = "compute";
+  else if (comm >= opt) t.bottleneck = "communication";
+  else t.bottleneck = (w.offload.optimizer || w.offload.params) ? "host optimizer" : "optimizer";
+  return t;
+}
+
+}  // namespace shard::plan

@@ -1,0 +1,46 @@
+#include "shard/plan/workload.h"
+
+#include <algorithm>
+
+namespace shard::plan {
+
+const char* MethodName(Method m) {
+  switch (m) {
+    case Method::kFull: return "full";
+    case Method::kLora: return "lora";
+    case Method::kQlora: return "qlora";
+  }
+  return "?";
+}
+
+const char* StrategyName(ShardStrategy s) {
+  switch (s) {
+    case ShardStrategy::kFullShard: return "full_shard";
+    case ShardStrategy::kShardGradOp: return "shard_grad_op";
+    case ShardStrategy::kNoShard: return "no_shard";
+    case ShardStrategy::kHybridShard: return "hybrid_shard";
+  }
+  return "?";
+}
+
+int64_t Workload::micro_batches_per_step() const {
+  const int64_t per = std::max<int64_t>(1, micro_batch) * std::max(1, world);
+  return std::max<int64_t>(1, (global_batch + per - 1) / per);
+}
+
+std::string Workload::Describe() const {
+  std::string s = model_name + " " + MethodName(method);
+  if (method != Method::kFull) s += " r" + std::to_string(lora_rank);
+  s += std::string(", ") + (cpu_engine ? "fp32 (CPU engine)" : DTypeName(compute));
+  if (!fp32_master && !cpu_engine) s += " (pure)";
+  s += std::string(", ") + StrategyName(strategy) + " x" + std::to_string(world);
+  if (strategy == ShardStrategy::kHybridShard && shard_group_size > 0) s += " (groups of " + std::to_string(shard_group_size) + ")";
+  if (activation_checkpointing) s += ", activation checkpointing";
+  if (offload.optimizer) s += ", optimizer offload";
+  if (offload.params) s += ", parameter offload";
+  s += ", micro-batch " + std::to_string(micro_batch) + " x " + std::to_string(seq_len) + " tokens";
+  if (micro_batches_per_step() > 1) s += ", " + std::to_string(micro_batches_per_step()) + " micro-batches per step";
+  return s;
+}
+
+}  // namespace shard::plan

@@ -1,0 +1,80 @@
+// What one plan evaluates: the model, how it is trained, sharded and batched.
+// Plain data — a job file maps onto it (planner.h), and the validation against
+// published figures builds it directly, so it can express setups shardd's job
+// schema does not (pure bf16, parameter offload, LoRA/QLoRA, chunked loss).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shard/fsdp/fsdp_runtime.h"
+#include "shard/model/llama_config.h"
+#include "shard/tensor/dtype.h"
+
+namespace shard::plan {
+
+// Full fine-tuning trains every weight; LoRA freezes the base (in `compute`
+// precision) and trains rank-r adapters on every linear layer; QLoRA also
+// stores the frozen linear weights as 4-bit NF4 with double-quantised scales.
+enum class Method { kFull, kLora, kQlora };
+const char* MethodName(Method m);
+
+// Where the sharded training state lives.
+struct Offload {
+  // The fp32 master shard, fp32 gradient shard and AdamW moments live in
+  // pinned host memory and AdamW runs on the CPU (DeepSpeed's
+  // offload_optimizer). The GPU keeps a `compute`-precision copy of its
+  // parameter shard to all-gather from; each unit's reduce-scattered gradient
+  // is copied down and accumulated on the host.
+  bool optimizer = false;
+  // The compute-precision parameter shard lives on the host too and is copied
+  // up before each all-gather (DeepSpeed offload_param, FSDP CPUOffload).
+  // Not expressible in a job file yet; used to plan published setups.
+  bool params = false;
+};
+
+struct Workload {
+  std::string model_name;  // preset or folder, for reports
+  LlamaConfig model;
+  Method method = Method::kFull;
+  int lora_rank = 16;
+  double qlora_bits = 4.127;  // NF4 + one fp8 scale per 64 weights + one fp32 per 256 scales
+
+  // The CPU engine (resources.device: cpu): fp32 throughout, buffers exactly
+  // as LlamaModel/FsdpRuntime/Trainer allocate them, device memory = host RAM.
+  bool cpu_engine = false;
+  DType compute = DType::kBF16;  // gathered parameters, activations, unsharded gradients
+  // true: fp32 master weights, fp32 gradient shard and fp32 AdamW moments
+  // (shardd's mixed precision). false: "pure" low precision, everything in
+  // `compute` (torchtune's dtype: bf16, LLaMA-Factory's pure_bf16).
+  bool fp32_master = true;
+
+  ShardStrategy strategy = ShardStrategy::kFullShard;
+  int world = 1;
+  int shard_group_size = 0;  // hybrid_shard (0 = world)
+  bool activation_checkpointing = false;
+  Offload offload;
+
+  int64_t micro_batch = 1;   // sequences per forward/backward per rank
+  int64_t seq_len = 2048;
+  int64_t global_batch = 1;  // sequences per optimizer step, all ranks
+  int prefetch = 1;          // units all-gathered ahead of the one computing (0 = none)
+  // 0: the engine's loss: fp32 logits for the whole micro-batch, turned into
+  // their gradient in place. N: logits kept in `compute` and upcast N chunks
+  // at a time (torchtune's CEWithChunkedOutputLoss).
+  int ce_chunks = 0;
+  bool async_checkpoint = false;  // periodic checkpoints snapshot the shard to host memory first
+  bool from_hf = false;           // starts from HF weights (staged on the host while loading)
+
+  int64_t micro_batches_per_step() const;  // gradient accumulation
+  int64_t tokens_per_step() const { return global_batch * seq_len; }
+  // Bytes per element of master weights / moments / gradient shard.
+  int64_t state_bytes() const { return fp32_master ? 4 : static_cast<int64_t>(DTypeSize(compute)); }
+  int64_t compute_bytes() const { return static_cast<int64_t>(DTypeSize(compute)); }
+  // One line: "llama3-70b full, bf16, full_shard x8, AC, offload, mb 1 x 2048".
+  std::string Describe() const;
+};
+
+const char* StrategyName(ShardStrategy s);
+
+}  // namespace shard::plan

@@ -1,0 +1,219 @@
+// The byte formulas against cases computed by hand (the arithmetic is in the
+// comments), so a change to the model or to the engine's layout shows up here.
+#include <gtest/gtest.h>
+
+#include "shard/plan/memory_model.h"
+#include "shard/plan/step_time.h"
+
+namespace shard::plan {
+namespace {
+
+LlamaConfig Preset(const char* name) { return *LlamaPreset(name); }
+
+int64_t Item(const MemoryEstimate& m, const std::string& prefix) {
+  int64_t s = 0;
+  for (const auto& i : m.device)
+    if (i.what.rfind(prefix, 0) == 0) s += i.bytes;
+  return s;
+}
+int64_t HostItem(const MemoryEstimate& m, const std::string& prefix) {
+  int64_t s = 0;
+  for (const auto& i : m.host)
+    if (i.what.rfind(prefix, 0) == 0) s += i.bytes;
+  return s;
+}
+
+ClusterSpec OneNode(int gpus) {
+  ClusterSpec c;
+  c.gpu.memory_gib = 80;
+  c.gpu.memory_bandwidth_gbs = 2000;
+  c.gpu.tflops_bf16 = c.gpu.tflops_fp16 = 312;
+  c.gpu.tflops_fp32 = 19.5;
+  c.gpu.tflops_tf32 = 156;
+  c.gpu.bf16 = true;
+  c.gpu.nvlink_gbs = 600;
+  c.gpu.train_efficiency = 0.72;
+  c.gpus_per_node = gpus;
+  c.intra_node = IntraNode::kNvSwitch;
+  c.host = {1024, 64, 400};
+  return c;
+}
+
+TEST(MemoryModelTest, TinyUnitsAndShards) {
+  // tiny: vocab 512, d 128, ffn 352, 4 layers, 4 heads, 2 KV heads (head_dim 32).
+  // embed 512*128 = 65,536; block = 2*128 (norms) + 128*128 (q) + 2*64*128 (k, v)
+  //   + 128*128 (o) + 3*352*128 (mlp) = 184,576; head = 128 + 512*128 = 65,664.
+  auto n = UnitNumels(Preset("tiny"));
+  ASSERT_EQ(n.size(), 6u);
+  EXPECT_EQ(n[0], 65536);
+  EXPECT_EQ(n[1], 184576);
+  EXPECT_EQ(n[5], 65664);
+  EXPECT_EQ(ShardNumel(n, 1), 869504);  // all multiples of 4 already
+  // 3 shards: ceil(65,536/3) = 21,846 -> 21,848 (multiple of 4); ceil(184,576/3) =
+  // 61,526 -> 61,528; 65,664/3 = 21,888. Sum 21,848 + 4*61,528 + 21,888 = 289,848.
+  EXPECT_EQ(ShardNumel(n, 3), 289848);
+  EXPECT_EQ(PaddedNumel(n, 3), 3 * 289848);
+}
+
+TEST(MemoryModelTest, ActivationsMatchLlamaModelAllocate) {
+  // tiny, micro-batch 2 x 16 = 32 rows; qkv = (4 + 2*2)*32 = 256; heads*hd = 128.
+  ActivationElems a = Activations(Preset("tiny"), 2, 16, /*checkpointing=*/false);
+  EXPECT_EQ(a.residuals, 5 * 32 * 128);                      // L+1 block inputs/outputs
+  EXPECT_EQ(a.saved, 4 * 32 * (3 * 128 + 256 + 128 + 3 * 352));  // xn1, x_mid, xn2, qkv, attn, gu, h: 233,472
+  EXPECT_EQ(a.saved, 233472);
+  EXPECT_EQ(a.statistics, 4 * 32 * (2 + 4));  // rstd1, rstd2, lse per head
+  EXPECT_EQ(a.final_norm, 32 * 128 + 32);
+  EXPECT_EQ(a.logits, 32 * 512);
+  EXPECT_EQ(a.scratch, 32 * (3 * 128 + 3 * 352 + 128 + 256));  // 58,368
+  EXPECT_EQ(a.rope, 16 * 32);
+  ActivationElems ac = Activations(Preset("tiny"), 2, 16, /*checkpointing=*/true);
+  EXPECT_EQ(ac.saved, a.saved / 4);  // one set instead of L
+  EXPECT_EQ(ac.residuals, a.residuals);
+}
+
+TEST(MemoryModelTest, GatheredUnitsOfLlama2_7bOver8Ranks) {
+  // llama2-7b, 8 shards: embed 131,072,000; block 202,383,360 (shard 25,297,920);
+  // head 131,076,096 (shard 16,384,512); all divide evenly, so padded = numel.
+  // Worst moment: backward of a middle block l, with block l-1 prefetched and
+  // block l+1's reduce-scatter in flight:
+  //   params 2 x 202,383,360 = 404,766,720
+  //   grads  2 x (202,383,360 + 25,297,920) = 455,362,560
+  GatherPeak g = GatheredPeak(Preset("llama2-7b"), 8, /*prefetch=*/1, /*keep_forward=*/false);
+  EXPECT_EQ(g.params, 404766720);
+  EXPECT_EQ(g.grads, 455362560);
+  EXPECT_EQ(g.total, 860129280);
+  // Without prefetch one block fewer is gathered.
+  GatherPeak np = GatheredPeak(Preset("llama2-7b"), 8, 0, false);
+  EXPECT_EQ(np.params, 202383360);
+  // shard_grad_op keeps each forward gather until that unit's backward is done.
+  // Worst moment: backward of the last block, right after the head's: every
+  // unit but the head (6,738,415,616 - 131,076,096) is still gathered, with
+  // the last block's gradient (202,383,360 + 25,297,920) and the head's
+  // reduce-scatter in flight (131,076,096 + 16,384,512).
+  GatherPeak z2 = GatheredPeak(Preset("llama2-7b"), 8, 1, true);
+  EXPECT_EQ(z2.params, 6607339520);
+  EXPECT_EQ(z2.grads, 375141888);
+}
+
+TEST(MemoryModelTest, TiedEmbeddingKeepsItsGradientThroughBackward) {
+  // tiny over 2 ranks: embed 65,536; block 184,576 (shard 92,288). Untied, the
+  // worst moment is a middle block's backward: 2 blocks gathered (369,152) +
+  // 2 x (184,576 + 92,288) gradients (553,728) = 922,880 — exactly what
+  // FsdpRuntime counted in CpuMemoryTest.GatheredBytesMatchTheRuntimeCount.
+  LlamaConfig c = Preset("tiny");
+  GatherPeak untied = GatheredPeak(c, 2, 1, false);
+  EXPECT_EQ(untied.total, 922880);
+  // Tied, the head's backward adds into the embedding's gradient, which is
+  // reduce-scattered only after the embedding backward: +65,536 all along.
+  c.tie_word_embeddings = true;
+  GatherPeak tied = GatheredPeak(c, 2, 1, false);
+  EXPECT_EQ(tied.total, 922880 + 65536);
+}
+
+TEST(MemoryModelTest, FullShardStatesAre16BytesPerParameterShard) {
+  // llama2-7b over 8 GPUs: shard = 16,384,000 + 32*25,297,920 + 16,384,512 =
+  // 842,301,952 elements; fp32 params + grads + Adam m, v = 16 B each.
+  Workload w;
+  w.model = Preset("llama2-7b");
+  w.world = 8;
+  w.compute = DType::kBF16;
+  MemoryEstimate m = EstimateMemory(w, OneNode(8));
+  EXPECT_EQ(Item(m, "parameter shard"), 842301952LL * 4);
+  EXPECT_EQ(Item(m, "gradient shard"), 842301952LL * 4);
+  EXPECT_EQ(Item(m, "AdamW"), 842301952LL * 8);
+  EXPECT_EQ(Item(m, "gathered parameters"), 404766720LL * 2);  // bf16
+  EXPECT_EQ(Item(m, "unsharded gradients"), 455362560LL * 2);
+  // No offload: the host holds only the worker processes.
+  EXPECT_EQ(m.host_total, 8 * kGpuWorkerHostBytes);
+}
+
+TEST(MemoryModelTest, OptimizerOffloadMoves16BytesToTheHost) {
+  Workload w;
+  w.model = Preset("llama2-7b");
+  w.world = 8;
+  w.offload.optimizer = true;
+  MemoryEstimate m = EstimateMemory(w, OneNode(8));
+  EXPECT_EQ(Item(m, "parameter shard"), 842301952LL * 2);  // the bf16 copy to gather from
+  EXPECT_EQ(Item(m, "gradient shard"), 0);
+  EXPECT_EQ(Item(m, "AdamW"), 0);
+  EXPECT_EQ(HostItem(m, "offloaded"), 8 * 842301952LL * 16);  // 8 ranks on the node
+  // Pure bf16 (torchtune-style) with parameters offloaded too: 8 B per parameter on the host.
+  w.fp32_master = false;
+  w.offload.params = true;
+  MemoryEstimate p = EstimateMemory(w, OneNode(8));
+  EXPECT_EQ(Item(p, "parameter shard"), 0);
+  EXPECT_EQ(HostItem(p, "offloaded"), 8 * 842301952LL * 8);
+}
+
+TEST(MemoryModelTest, AsyncCheckpointSnapshotOnlyOnWriters) {
+  Workload w;
+  w.model = Preset("tiny");
+  w.world = 4;
+  w.strategy = ShardStrategy::kNoShard;  // only rank 0 writes, the whole model
+  w.async_checkpoint = true;
+  MemoryEstimate m = EstimateMemory(w, OneNode(4));
+  EXPECT_EQ(HostItem(m, "async checkpoint"), 869504LL * 12);
+  w.strategy = ShardStrategy::kFullShard;  // every rank writes its quarter
+  MemoryEstimate f = EstimateMemory(w, OneNode(4));
+  EXPECT_EQ(HostItem(f, "async checkpoint"), 4 * ShardNumel(UnitNumels(w.model), 4) * 12);
+}
+
+TEST(MemoryModelTest, LoraAdapterCount) {
+  // Rank 16 on q, k, v, o, gate, up, down of llama2-7b: per layer
+  // (4096+4096) + 2(4096+4096) + (4096+4096) + 2(4096+11008) + (11008+4096) = 78,080
+  // x 16 x 32 layers = 39,976,960 (what PEFT reports for this setup).
+  EXPECT_EQ(LoraParams(Preset("llama2-7b"), 16), 39976960);
+}
+
+TEST(MemoryModelTest, CpuEngineIsExact) {
+  // tiny on the CPU engine, one rank, micro-batch 2 x 16: every buffer fp32.
+  Workload w;
+  w.model = Preset("tiny");
+  w.cpu_engine = true;
+  w.compute = DType::kF32;
+  w.micro_batch = 2;
+  w.seq_len = 16;
+  ClusterSpec c = LocalCpuCluster(CpuRates{}, 1);
+  MemoryEstimate m = EstimateMemory(w, c);
+  ActivationElems a = Activations(w.model, 2, 16, false);
+  const int64_t expected = 869504LL * 16 +
+                           (a.residuals + a.saved + a.statistics + a.final_norm + a.logits + a.scratch + a.rope) * 4 +
+                           6 * 32 * 4 + m.device_fixed;
+  EXPECT_EQ(m.device_total, expected);
+  EXPECT_EQ(Item(m, "gathered"), 0);  // one rank: no gathers
+}
+
+TEST(StepTimeTest, Llama2_7bOnEightA100s) {
+  // 6N + 12 L d T with N = 6,738,415,616 - 131,072,000 (input embedding) =
+  // 6,607,343,616 and 12*32*4096*2048 = 3,221,225,472: 42,865,287,168 per token.
+  Workload w;
+  w.model = Preset("llama2-7b");
+  w.world = 8;
+  w.micro_batch = 1;
+  w.seq_len = 2048;
+  w.global_batch = 8;
+  StepTime t = EstimateStepTime(w, OneNode(8));
+  EXPECT_DOUBLE_EQ(t.model_flops_per_token, 42865287168.0);
+  // 2048 tokens at 312 TFLOP/s x 0.72.
+  EXPECT_NEAR(t.compute_s, 2048 * 42865287168.0 / (312e12 * 0.72), 1e-9);
+  // Two all-gathers and one reduce-scatter of 6,738,415,616 bf16 elements,
+  // 7/8 of it crossing each rank's link at 300 GB/s x 0.8.
+  EXPECT_NEAR(t.comm_s, 3 * 6738415616.0 * 2 * 7 / 8 / 240e9, 1e-9);
+  EXPECT_LT(t.exposed_comm_s, t.comm_s);  // prefetch hides most of it
+  // Activation checkpointing adds one forward: 2N + 4 L d T per token.
+  w.activation_checkpointing = true;
+  StepTime ac = EstimateStepTime(w, OneNode(8));
+  EXPECT_DOUBLE_EQ(ac.hardware_flops_per_token, 42865287168.0 + 2 * 6607343616.0 + 3221225472.0 / 3);
+  EXPECT_NEAR(ac.mfu / t.mfu, t.step_s / ac.step_s, 1e-9);
+  EXPECT_GT(t.mfu, 0.6);
+  EXPECT_LT(t.mfu, 0.72);
+}
+
+TEST(FormatTest, Bytes) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 30), "3.00 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 20), "3.0 MiB");
+}
+
+}  // namespace
+}  // namespace shard::plan

@@ -1,0 +1,232 @@
+// Verdicts and recommendations for the shipped job files and for jobs built
+// to fail in one specific way; JSON and text reports; model.from_hf planned
+// from config.json alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "shard/plan/plan_report.h"
+#include "shard/plan/planner.h"
+
+namespace shard::plan {
+namespace {
+
+std::string Root() {
+  const char* src = std::getenv("SHARDD_SOURCE_DIR");
+  return src ? src : ".";
+}
+
+const HardwareCatalog& Catalog() {
+  static const HardwareCatalog cat = [] {
+    auto c = LoadHardwareCatalog(Root() + "/configs/hardware");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : HardwareCatalog{};
+  }();
+  return cat;
+}
+
+Plan PlanFile(const std::string& file, const std::string& cluster, const std::vector<std::string>& sets = {}) {
+  auto job = LoadJobConfig(Root() + "/configs/jobs/" + file, sets);
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  auto p = PlanJob(*job, Catalog(), cluster);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? *p : Plan{};
+}
+
+bool HasSet(const Recommendation& r, const std::string& s) {
+  return std::find(r.sets.begin(), r.sets.end(), s) != r.sets.end();
+}
+
+TEST(PlannerTest, Llama70bFitsOnEightA100sWithOffloadAndCheckpointing) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM");
+  EXPECT_TRUE(p.ok()) << FormatPlanText(p);
+  EXPECT_EQ(p.workload.compute, DType::kBF16);
+  EXPECT_LT(p.memory.device_total, 80.0 * (1 << 30));
+  EXPECT_GT(p.memory.host_total, 1024.0 * (1 << 30)) << "1.13 TB of optimizer state lives on the host";
+  EXPECT_GT(p.time.mfu, 0.3);
+  EXPECT_LT(p.time.mfu, 0.72);
+}
+
+TEST(PlannerTest, Llama70bWithoutOffloadDoesNotFitAndOffloadIsRecommended) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM", {"parallel.offload_optimizer=false"});
+  EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
+  // 16 B x 70.6B / 8 = 132 GiB of state per GPU alone.
+  EXPECT_GT(p.memory.device_total, 130.0 * (1 << 30));
+  ASSERT_FALSE(p.recommendations.empty());
+  EXPECT_TRUE(HasSet(p.recommendations.front(), "parallel.offload_optimizer=true")) << FormatPlanText(p);
+  EXPECT_NE(PlanSummary(p).find("exceeds the 80 GiB"), std::string::npos) << PlanSummary(p);
+}
+
+TEST(PlannerTest, OneTerabyteHostIsNotEnoughForFullOptimizerOffload) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM-1TB");
+  EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
+  ASSERT_EQ(p.reasons.size(), 1u);
+  EXPECT_NE(p.reasons[0].find("host memory"), std::string::npos);
+  // The same GPUs with 2 TB of host memory come first among the moves.
+  ASSERT_FALSE(p.recommendations.empty());
+  EXPECT_EQ(p.recommendations.front().cluster, "8xA100-80GB-SXM") << FormatPlanText(p);
+}
+
+TEST(PlannerTest, AsyncSnapshotIsCountedOnTheHost) {
+  Plan sync = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM");
+  Plan async = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM", {"checkpoint.async=true"});
+  // 8 writers x 8.82e9 shard elements x 12 B (fp32 params, m, v).
+  EXPECT_NEAR(static_cast<double>(async.memory.host_total - sync.memory.host_total), 8 * 8819213312.0 * 12, 1e6);
+  EXPECT_EQ(async.verdict, Verdict::kDoesNotFit);
+  ASSERT_FALSE(async.recommendations.empty());
+  EXPECT_TRUE(HasSet(async.recommendations.front(), "checkpoint.async=false"));
+}
+
+TEST(PlannerTest, SingleGpuJobsFit) {
+  Plan a100 = PlanFile("llama3-8b-sft-1xa100-40gb.yaml", "1xA100-40GB-PCIe");
+  EXPECT_TRUE(a100.ok()) << FormatPlanText(a100);
+  Plan v100 = PlanFile("llama2-7b-sft-1xv100-32gb.yaml", "1xV100-32GB");
+  EXPECT_TRUE(v100.ok()) << FormatPlanText(v100);
+  EXPECT_EQ(v100.workload.compute, DType::kF16);
+  // Without offload 8B needs 16 B x 8.03e9 = 120 GiB on one 40 GB GPU.
+  Plan no = PlanFile("llama3-8b-sft-1xa100-40gb.yaml", "1xA100-40GB-PCIe", {"parallel.offload_optimizer=false"});
+  EXPECT_EQ(no.verdict, Verdict::kDoesNotFit);
+}
+
+TEST(PlannerTest, Bf16OnVoltaCannotRunAndFp16IsRecommended) {
+  Plan p = PlanFile("llama2-7b-sft-1xv100-32gb.yaml", "1xV100-32GB", {"train.precision=bf16"});
+  EXPECT_EQ(p.verdict, Verdict::kCannotRun);
+  ASSERT_FALSE(p.reasons.empty());
+  EXPECT_NE(p.reasons[0].find("no bf16"), std::string::npos);
+  ASSERT_FALSE(p.recommendations.empty());
+  EXPECT_TRUE(HasSet(p.recommendations.front(), "train.precision=fp16")) << FormatPlanText(p);
+  // auto picks fp16 there.
+  Plan a = PlanFile("llama2-7b-sft-1xv100-32gb.yaml", "1xV100-32GB", {"train.precision=auto"});
+  EXPECT_EQ(a.workload.compute, DType::kF16);
+}
+
+TEST(PlannerTest, Llama70bOnFourRtx4090sIsRedirectedToQlora) {
+  Plan p = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090");
+  EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
+  bool qlora = false, lora = false;
+  for (const auto& r : p.recommendations) {
+    if (r.change.find("QLoRA") != std::string::npos) {
+      qlora = true;
+      EXPECT_FALSE(r.supported);
+      EXPECT_LT(r.device_bytes, 24.0 * (1 << 30));
+      EXPECT_TRUE(r.cluster.empty()) << "on the user's own GPUs";
+    } else if (r.change.find("LoRA") != std::string::npos) {
+      lora = true;
+    }
+  }
+  EXPECT_TRUE(qlora) << FormatPlanText(p);
+  EXPECT_FALSE(lora) << "a 16-bit 70B base (34 GiB per GPU) does not fit a 4090";
+}
+
+TEST(PlannerTest, TooManyRanksForTheCluster) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "4xRTX4090");
+  EXPECT_EQ(p.verdict, Verdict::kCannotRun);
+  EXPECT_NE(p.reasons[0].find("needs 8 GPUs"), std::string::npos);
+}
+
+TEST(PlannerTest, CpuJobPlansForThisHost) {
+  Plan p = PlanFile("tiny-cpu.yaml", "");
+  EXPECT_TRUE(p.ok()) << FormatPlanText(p);
+  EXPECT_TRUE(p.cluster.cpu_only);
+  EXPECT_EQ(p.workload.compute, DType::kF32);
+  EXPECT_EQ(p.memory.ranks_per_node, 2);
+  // The CPU engine refuses reduced precision and offload today.
+  Plan bf = PlanFile("tiny-cpu.yaml", "", {"train.precision=bf16"});
+  EXPECT_EQ(bf.verdict, Verdict::kCannotRun);
+  // --cluster contradicts resources.device: cpu.
+  auto job = LoadJobConfig(Root() + "/configs/jobs/tiny-cpu.yaml");
+  ASSERT_TRUE(job.ok());
+  auto bad = PlanJob(*job, Catalog(), "8xA100-80GB-SXM");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, CudaJobWithoutClusterNamesTheChoices) {
+  auto job = LoadJobConfig(Root() + "/configs/jobs/llama3-8b-sft-1xa100-40gb.yaml");
+  ASSERT_TRUE(job.ok());
+  auto p = PlanJob(*job, Catalog(), "");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--cluster"), std::string::npos);
+  EXPECT_NE(p.status().message().find("8xA100-80GB-SXM"), std::string::npos);
+  auto unknown = PlanJob(*job, Catalog(), "8xTPU");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+}
+
+TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
+  const std::map<std::string, std::string> cluster = {
+      {"llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"llama3-8b-sft-1xa100-40gb.yaml", "1xA100-40GB-PCIe"},
+      {"llama2-7b-sft-1xv100-32gb.yaml", "1xV100-32GB"},
+      {"llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090"},
+  };
+  for (const auto& e : std::filesystem::directory_iterator(Root() + "/configs/jobs")) {
+    const std::string name = e.path().filename().string();
+    auto job = LoadJobConfig(e.path().string());
+    ASSERT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+    auto it = cluster.find(name);
+    std::string c = it == cluster.end() ? "" : it->second;
+    if (c.empty() && job->resources.device != "cpu" && job->resources.device != "auto") continue;  // another engineer's GPU job
+    auto p = PlanJob(*job, Catalog(), c);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
+    EXPECT_EQ(p->ok(), name != "llama2-70b-sft-4xrtx4090.yaml") << name << "\n" << FormatPlanText(*p);
+  }
+}
+
+TEST(PlannerTest, FastSettingsAreSuggestedOnlyWithHeadroom) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM");
+  for (const auto& r : p.recommendations) {
+    EXPECT_EQ(r.verdict, Verdict::kFits) << r.change;
+    EXPECT_GT(r.tokens_per_s, p.time.tokens_per_s);
+  }
+}
+
+TEST(PlannerTest, JsonReport) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM");
+  auto j = nlohmann::json::parse(PlanToJson(p));
+  EXPECT_EQ(j["verdict"], "fits");
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["cluster"]["name"], "8xA100-80GB-SXM");
+  EXPECT_EQ(j["workload"]["world_size"], 8);
+  EXPECT_EQ(j["memory"]["device_total_bytes"].get<int64_t>(), p.memory.device_total);
+  int64_t sum = 0;
+  for (const auto& i : j["memory"]["device"]) sum += i["bytes"].get<int64_t>();
+  EXPECT_EQ(sum, p.memory.device_total);
+  EXPECT_GT(j["time"]["tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(j["recommendations"].is_array());
+}
+
+TEST(PlannerTest, TextReportNamesTheNumbers) {
+  Plan p = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM", {"parallel.offload_optimizer=false"});
+  std::string t = FormatPlanText(p);
+  for (const char* s : {"Per GPU", "Per host", "AdamW moments", "activations", "Verdict: does not fit", "MFU",
+                        "What would fit", "--set parallel.offload_optimizer=true"})
+    EXPECT_NE(t.find(s), std::string::npos) << s << "\n" << t;
+}
+
+TEST(PlannerTest, FromHfReadsOnlyConfigJson) {
+  std::string dir = testing::TempDir() + "/plan_hf";
+  std::filesystem::create_directories(dir);
+  LlamaConfig c = *LlamaPreset("llama2-7b");
+  std::ofstream(dir + "/config.json") << c.ToHfConfigJson();  // no weights at all
+  std::string yaml = "name: t\nmodel: {from_hf: " + dir +
+                     "}\ndata: {tokens: /nonexistent.u32, seq_len: 2048}\n"
+                     "train: {global_batch: 8, micro_batch: 1}\n"
+                     "parallel: {world_size: 8, activation_checkpointing: true}\nresources: {device: cuda}\n";
+  auto job = ParseJobConfig(yaml, "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto p = PlanJob(*job, Catalog(), "8xA100-80GB-SXM");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->workload.model.NumParams(), c.NumParams());
+  EXPECT_TRUE(p->workload.from_hf);
+  EXPECT_TRUE(p->ok());
+}
+
+}  // namespace
+}  // namespace shard::plan
