@@ -130,11 +130,11 @@ def rank_main(rank, world, steps, init_file, out_q):
     times = []
     for _ in range(steps):
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dt = torch.tensor([time.perf_counter() - t0, time.process_time() - c0], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-        times.append(dt.item())
+        times.append(tuple(dt.tolist()))
     if rank == 0:
         out_q.put((n_matmul, times))
     dist.barrier()
@@ -156,15 +156,19 @@ def main():
     n_matmul, times = q.get()
     for p in procs:
         p.join()
+    cpu = sum(c for _, c in times) / len(times)
+    times = [t for t, _ in times]
     mean = sum(times) / len(times)
     best = min(times)
+    median = sorted(times)[len(times) // 2]
     tok = MICRO * a.world * SEQ
     flops = 6.0 * n_matmul + 12.0 * LAYERS * D * SEQ
     print("ddp_torch_bench: torch %s, DDP gloo, W=%d processes x 1 thread, N=%.2fM matmul params, seq %d, "
           "micro-batch %d per rank, %d timed steps" % (torch.__version__, a.world, n_matmul / 1e6, SEQ, MICRO,
                                                        a.steps))
-    print("  %-14s step %7.1f ms (best %7.1f)  tokens/s %7.0f (best %7.0f)  GFLOP/s %6.1f" %
-          ("ddp (torch)", mean * 1e3, best * 1e3, tok / mean, tok / best, tok * flops / mean / 1e9))
+    print("  %-14s step %7.1f ms (median %7.1f, best %7.1f)  tokens/s %7.0f (median %7.0f)  GFLOP/s %6.1f"
+          "  cpu/step %7.1f ms" % ("ddp (torch)", mean * 1e3, median * 1e3, best * 1e3, tok / mean, tok / median,
+                                   tok * flops / mean / 1e9, cpu * 1e3))
 
 
 if __name__ == "__main__":

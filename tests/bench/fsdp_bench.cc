@@ -6,15 +6,24 @@
 // in a temp dir. Model: preset "bench" (d=256, 4 layers, 8 heads, 4 KV heads,
 // ffn 688, vocab 4096), seq 256, micro-batch 8, global batch 16 (one micro-batch
 // per rank per step). For each strategy: tokens/s, model GFLOP/s (6N + 12*L*d*T
-// per token, N without the input embedding) and the communication time per step
+// per token, N without the input embedding), the communication time per step
 // the compute thread waited for (FsdpRuntime::comm_wait_seconds(): what overlap
-// did not hide). Then all-gather / reduce-scatter bus bandwidth for 1-64 MB
-// buffers (nccl-tests convention: size = the full gathered / reduced buffer,
-// algbw = size / time, busbw = algbw * (W-1)/W).
+// did not hide of the queued all-gathers and reduce-scatters; it does not count
+// the synchronous replica all-reduce, gradient-norm and loss all-reduces), and
+// the step time minus a compute-only run of the same per-rank work (every
+// communication and synchronisation cost that is not hidden), and the CPU time
+// a rank's process used per step (all its threads; max over ranks): on a
+// machine shared with other jobs wall times inflate, CPU time much less. The
+// configurations are stepped in turn, so load from other processes on a shared
+// machine hits them alike. Then all-gather / reduce-scatter bus bandwidth for
+// 1-64 MB buffers (nccl-tests convention: size = the full gathered / reduced
+// buffer, algbw = size / time, busbw = algbw * (W-1)/W).
 //
-// usage: fsdp_bench [steps=6] [strategies=full_shard,shard_grad_op,no_shard]
+// usage: fsdp_bench [steps=6] [configs=local,full_shard,shard_grad_op,no_shard]
+//   (local = the compute-only baseline; list it first for the "- compute-only" column)
 // Prints figures; never fails on speed.
 #include <cblas.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +54,22 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// CPU seconds (user + system, all threads) this process has used.
+double ProcessCpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// Minor page faults of this process so far: fresh pages the kernel had to map
+// and zero (a sign of buffers allocated and freed every step).
+double ProcessMinorFaults() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_minflt);
+}
+
 #define BENCH_CHECK(expr)                                                                       \
   do {                                                                                          \
     shard::Status _st = (expr);                                                                 \
@@ -60,51 +85,95 @@ double MaxOverRanks(shard::Communicator& c, double x) {
   return x;
 }
 
-int TrainStrategy(int rank, const std::string& strategy, int steps, const std::string& tokens,
-                  const std::shared_ptr<shard::KvStore>& store, shard::Communicator& sync) {
+// One configuration under test: its trainer and per-step figures.
+struct Config {
+  std::string name;
+  std::unique_ptr<shard::Trainer> trainer;
+  std::vector<double> step_s, wait_s, cpu_s, faults;  // max over ranks, per timed step
+};
+
+// name "local": every process trains its own W=1 job with the same per-rank
+// work (one micro-batch of 8) at the same time, with no communicator: the
+// compute-only step time the W=2 runs are compared with.
+int MakeConfig(int rank, const std::string& name, const std::string& tokens,
+               const std::shared_ptr<shard::KvStore>& store, Config* out) {
+  const bool local = name == "local";
+  const int world = local ? 1 : kWorld;
   std::string yaml = "name: fsdp-bench\nmodel: {preset: bench}\ndata: {tokens: " + tokens +
-                     ", seq_len: " + std::to_string(kSeq) + "}\ntrain: {steps: " + std::to_string(steps + 2) +
-                     ", global_batch: " + std::to_string(kGlobal) + ", micro_batch: " + std::to_string(kMicro) +
-                     ", lr: 1.0e-4, log_every: 100000}\nparallel: {strategy: " + strategy +
-                     ", world_size: " + std::to_string(kWorld) + "}\nresources: {device: cpu}\n";
+                     ", seq_len: " + std::to_string(kSeq) + "}\ntrain: {steps: 100000, global_batch: " +
+                     std::to_string(kMicro * world) + ", micro_batch: " + std::to_string(kMicro) +
+                     ", lr: 1.0e-4, log_every: 100000}\nparallel: {strategy: " +
+                     (local ? std::string("no_shard") : name) + ", world_size: " + std::to_string(world) +
+                     "}\nresources: {device: cpu}\n";
   auto job = shard::ParseJobConfig(yaml, "fsdp_bench.yaml");
   BENCH_CHECK(job.status());
   shard::DistContext dist;
-  dist.rank = rank;
-  dist.world = kWorld;
+  dist.rank = local ? 0 : rank;
+  dist.world = world;
   dist.comm_backend = "gloo";
   dist.store = store;
-  dist.prefix = "bench/" + strategy + "/";
+  dist.prefix = "bench/" + name + "/";
   auto trainer = shard::Trainer::Create(*job, dist);
   BENCH_CHECK(trainer.status());
-  shard::Trainer& t = **trainer;
-  for (int i = 0; i < 2; ++i) BENCH_CHECK(t.Step().status());  // warm-up: allocations, prefetch order
-  std::vector<double> step_s, wait_s;
-  for (int i = 0; i < steps; ++i) {
-    BENCH_CHECK(sync.Barrier(shard::CommOptions{}));
-    const double w0 = t.runtime().comm_wait_seconds();
-    auto t0 = Clock::now();
-    auto m = t.Step();
-    BENCH_CHECK(m.status());
-    step_s.push_back(MaxOverRanks(sync, Since(t0)));
-    wait_s.push_back(MaxOverRanks(sync, t.runtime().comm_wait_seconds() - w0));
+  out->name = name;
+  out->trainer = std::move(*trainer);
+  for (int i = 0; i < 2; ++i) BENCH_CHECK(out->trainer->Step().status());  // allocations, prefetch order
+  return 0;
+}
+
+// Steps every configuration in turn, `steps` rounds, so a load change on the
+// (shared) machine hits every configuration alike.
+int Train(int rank, int steps, const std::vector<std::string>& names, const std::string& tokens,
+          const std::shared_ptr<shard::KvStore>& store, shard::Communicator& sync) {
+  std::vector<Config> configs(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (int rc = MakeConfig(rank, names[i], tokens, store, &configs[i])) return rc;
   }
-  if (rank == 0) {
-    const auto& c = t.model_config();
-    double mean = 0, wait = 0;
-    for (int i = 0; i < steps; ++i) {
-      mean += step_s[i] / steps;
-      wait += wait_s[i] / steps;
+  for (int s = 0; s < steps; ++s) {
+    for (auto& c : configs) {
+      BENCH_CHECK(sync.Barrier(shard::CommOptions{}));
+      const double w0 = c.trainer->runtime().comm_wait_seconds();
+      const double cpu0 = ProcessCpuSeconds(), f0 = ProcessMinorFaults();
+      auto t0 = Clock::now();
+      BENCH_CHECK(c.trainer->Step().status());
+      const double wall = Since(t0);
+      c.cpu_s.push_back(MaxOverRanks(sync, ProcessCpuSeconds() - cpu0));
+      c.faults.push_back(MaxOverRanks(sync, ProcessMinorFaults() - f0));
+      c.step_s.push_back(MaxOverRanks(sync, wall));
+      c.wait_s.push_back(MaxOverRanks(sync, c.trainer->runtime().comm_wait_seconds() - w0));
     }
-    const double best = *std::min_element(step_s.begin(), step_s.end());
-    const double tok = static_cast<double>(kGlobal) * kSeq;
-    const double flops = c.TrainFlopsPerToken(kSeq);
-    std::printf("  %-14s step %7.1f ms (best %7.1f)  tokens/s %7.0f (best %7.0f)  GFLOP/s %6.1f  "
-                "comm wait/step %6.1f ms (%4.1f%%)\n",
-                strategy.c_str(), mean * 1e3, best * 1e3, tok / mean, tok / best, tok * flops / mean / 1e9,
-                wait * 1e3, 100 * wait / mean);
-    std::fflush(stdout);
   }
+  if (rank != 0) return 0;
+  const auto& mc = configs.front().trainer->model_config();
+  // Tokens per step over both processes (the local baseline runs two W=1 jobs).
+  const double tok = static_cast<double>(kGlobal) * kSeq;
+  const double flops = mc.TrainFlopsPerToken(kSeq);
+  double local_s = 0;
+  for (const auto& c : configs) {
+    std::vector<double> sorted = c.step_s;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0, wait = 0, cpu = 0, faults = 0;
+    for (int i = 0; i < steps; ++i) {
+      mean += c.step_s[i] / steps;
+      wait += c.wait_s[i] / steps;
+      cpu += c.cpu_s[i] / steps;
+      faults += c.faults[i] / steps;
+    }
+    const double median = sorted[sorted.size() / 2], best = sorted.front();
+    std::printf("  %-14s step %7.1f ms (median %7.1f, best %7.1f)  tokens/s %7.0f (median %7.0f)  GFLOP/s %6.1f",
+                c.name == "local" ? "compute-only" : c.name.c_str(), mean * 1e3, median * 1e3, best * 1e3,
+                tok / mean, tok / median, tok * flops / mean / 1e9);
+    std::printf("  cpu/step %7.1f ms  page faults/step %6.0f", cpu * 1e3, faults);
+    if (c.name == "local") {
+      local_s = median;
+      std::printf("  (2 independent W=1 jobs, no communication)\n");
+    } else {
+      std::printf("  comm wait/step %6.1f ms (%4.1f%%)", wait * 1e3, 100 * wait / mean);
+      if (local_s > 0) std::printf("  median - compute-only %+7.1f ms", (median - local_s) * 1e3);
+      std::printf("\n");
+    }
+  }
+  std::fflush(stdout);
   return 0;
 }
 
@@ -160,14 +229,13 @@ int RankMain(int rank, int steps, const std::vector<std::string>& strategies, co
   if (rank == 0) {
     auto cfg = shard::LlamaPreset("bench");
     std::printf("fsdp_bench: W=%d processes x 1 thread, model bench (N=%.2fM matmul params, L=%d, d=%lld), "
-                "seq %d, micro-batch %d, global batch %d, %d timed steps (step time = max over ranks)\n",
+                "seq %d, micro-batch %d, global batch %d, %d timed steps each, configurations interleaved step by step "
+                "(step time = max over ranks)\n",
                 kWorld, cfg->NumMatmulParams() / 1e6, cfg->num_layers, static_cast<long long>(cfg->hidden_size),
                 kSeq, kMicro, kGlobal, steps);
     std::fflush(stdout);
   }
-  for (const auto& s : strategies) {
-    if (int rc = TrainStrategy(rank, s, steps, dir + "/tokens.u32", store, **sync)) return rc;
-  }
+  if (int rc = Train(rank, steps, strategies, dir + "/tokens.u32", store, **sync)) return rc;
   return Bandwidth(rank, **sync);
 }
 
@@ -175,7 +243,7 @@ int RankMain(int rank, int steps, const std::vector<std::string>& strategies, co
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
-  std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard"};
+  std::vector<std::string> strategies = {"local", "full_shard", "shard_grad_op", "no_shard"};
   if (argc > 2) {
     strategies.clear();
     std::stringstream ss(argv[2]);

@@ -89,6 +89,23 @@ std::string Describe(int status) {
   return "status " + std::to_string(status);
 }
 
+// SIGKILLs and reaps every process of `procs` not reaped yet when it goes out of
+// scope, so a failed ASSERT never leaves workers behind.
+class ReapOnExit {
+ public:
+  explicit ReapOnExit(std::vector<Proc>* procs) : procs_(procs) {}
+  ~ReapOnExit() {
+    for (auto& p : *procs_) {
+      if (p.pid <= 0 || p.status != -1) continue;
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, &p.status, 0);
+    }
+  }
+
+ private:
+  std::vector<Proc>* procs_;
+};
+
 class FsdpProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -233,23 +250,100 @@ std::map<std::string, std::vector<float>> LoadExport(const std::string& hf_dir) 
   return out;
 }
 
-// Tolerances of the equivalence test. What differs between W = 1 and W = W is
-// only the order in which the same fp32 terms are summed: per-rank partial
-// gradients are added by reduce-scatter / all-reduce instead of one rank
-// accumulating every micro-batch, and the gradient norm and loss sums are
-// combined across ranks. The forward pass of step 1 is bit-identical (same
-// initial weights, same windows), so step-1 losses agree to the last bits; each
-// later step sees weights that differ by O(1e-7) relative and the loss moves by
-// about as much. Measured on this machine: loss max rel diff ~1e-7 (W = 2 and 4,
-// all strategies), weights max abs diff ~1e-7..1e-6. AdamW normalises each
-// update by sqrt(v), so a relative change in a gradient of 1e-6 changes the
-// update (size ~lr) by far less than lr; after 4 steps at lr 3e-3 weights can
-// drift at most a few lr * 1e-3. The bounds below leave >10x margin over what
-// was measured, yet a real bug (a missing rank's gradient, a wrong shard offset,
-// double counting, a wrong normalisation) moves losses by >1e-3 and weights by
-// ~lr = 3e-3, far outside them.
+// Tolerances of the equivalence test, and why.
+//
+// Between W = 1 and W = N only the order of the same fp32 sums changes: each
+// rank accumulates its own micro-batches and reduce-scatter / all-reduce add
+// the ranks' partial gradients, where one rank alone adds every micro-batch in
+// turn; the loss sum and the gradient norm are combined across ranks too.
+// Step 1's forward pass is bit-identical (same init, same windows).
+//
+// Losses and gradient norms: --metrics prints 6 significant digits, so the
+// files agree to the last digit or differ by one unit (~2e-7 relative for a loss
+// of ~6); measured: losses identical, grad norms <= 5e-6 relative. Bounds of
+// 2e-5 (loss) and 1e-4 (grad norm, which sums squares of gradients, the least
+// well-conditioned figure) leave >=10x margin, while a lost or double-counted
+// rank moves the loss by >1e-3 and the norm by >1e-2.
+//
+// Weights: reordering is NOT uniformly ~1e-7 after AdamW. Adam divides each
+// gradient by its own RMS, so an element whose gradient is a near-cancelling
+// sum (|g| orders of magnitude below its terms) carries the sum's relative
+// rounding error into its update, whose size is ~lr (3e-3): a handful of
+// elements move by ~1e-4 while the gradients agree to ~1e-6 overall. Measured
+// on this data (tiny model, 4 steps, 870k weights):
+//   W=1, 1 micro-batch of 8 instead of 4 of 2 (pure reordering):
+//       max |dw| 2.9e-4, max per-tensor rel L2 6.8e-5, 85 elements > 1e-5
+//   W=2 / W=4, every strategy: max |dw| <= 1.3e-4, rel L2 <= 3e-5, <= 4 elements > 1e-5
+//   for scale, real changes at W=1: lr 1% lower -> rel L2 5e-3, 88% of elements
+//       > 1e-5; half the global batch (a lost rank) -> rel L2 0.24, 97% > 1e-5
+// So the test bounds
+//   * per-tensor relative L2 difference <= 5e-4 (7x the reorder floor, 10x
+//     below a 1% lr change);
+//   * elements with |dw| > 1e-5: at most 1e-3 of all (floor 1e-4; real changes
+//     touch most elements);
+//   * max |dw| <= 2e-3 (~lr, 7x the floor): an update with the wrong sign or a
+//     misplaced shard element moves an element by ~lr per step.
+// The W = 1 reorder run is part of the test: the bounds must accept it, or they
+// are tighter than fp32 allows.
 constexpr double kLossRelTol = 2e-5;
-constexpr double kWeightAbsTol = 3e-5;
+constexpr double kGradNormRelTol = 1e-4;
+constexpr double kTensorRelL2Tol = 5e-4;
+constexpr double kOutlierAbs = 1e-5;
+constexpr double kOutlierFractionTol = 1e-3;
+constexpr double kWeightMaxAbsTol = 2e-3;
+
+struct WeightDiff {
+  double max_abs = 0;
+  std::string worst;        // element with the largest |dw|
+  double max_rel_l2 = 0;    // max over tensors of ||a - b|| / ||a||
+  std::string worst_tensor;
+  int64_t outliers = 0, total = 0;  // elements with |dw| > kOutlierAbs
+};
+
+WeightDiff CompareWeights(const std::map<std::string, std::vector<float>>& a,
+                          const std::map<std::string, std::vector<float>>& b) {
+  WeightDiff w;
+  for (const auto& [name, va] : a) {
+    auto it = b.find(name);
+    EXPECT_NE(it, b.end()) << "export lacks " << name;
+    if (it == b.end()) continue;
+    const auto& vb = it->second;
+    EXPECT_EQ(va.size(), vb.size()) << name;
+    if (va.size() != vb.size()) continue;
+    double d2 = 0, a2 = 0;
+    for (size_t i = 0; i < va.size(); ++i) {
+      const double d = static_cast<double>(va[i]) - vb[i];
+      d2 += d * d;
+      a2 += static_cast<double>(va[i]) * va[i];
+      if (std::abs(d) > kOutlierAbs) ++w.outliers;
+      if (std::abs(d) > w.max_abs) {
+        w.max_abs = std::abs(d);
+        w.worst = name + "[" + std::to_string(i) + "]";
+      }
+    }
+    w.total += static_cast<int64_t>(va.size());
+    const double rel = std::sqrt(d2 / std::max(a2, 1e-30));
+    if (rel > w.max_rel_l2) {
+      w.max_rel_l2 = rel;
+      w.worst_tensor = name;
+    }
+  }
+  EXPECT_EQ(a.size(), b.size());
+  return w;
+}
+
+void ExpectWeightsClose(const std::string& what, const std::string& ref_dir, const std::string& dir) {
+  const auto a = LoadExport(ref_dir + "/hf");
+  const auto b = LoadExport(dir + "/hf");
+  ASSERT_FALSE(a.empty());
+  const WeightDiff w = CompareWeights(a, b);
+  std::printf("[ measured ] %-28s weights: max |dw| %.3g (%s), max tensor rel L2 %.3g (%s), |dw|>%g: %lld/%lld\n",
+              what.c_str(), w.max_abs, w.worst.c_str(), w.max_rel_l2, w.worst_tensor.c_str(), kOutlierAbs,
+              static_cast<long long>(w.outliers), static_cast<long long>(w.total));
+  EXPECT_LE(w.max_rel_l2, kTensorRelL2Tol) << what << ": tensor " << w.worst_tensor;
+  EXPECT_LE(static_cast<double>(w.outliers), kOutlierFractionTol * static_cast<double>(w.total)) << what;
+  EXPECT_LE(w.max_abs, kWeightMaxAbsTol) << what << ": element " << w.worst;
+}
 
 void ExpectEquivalent(const std::string& what, const std::string& ref_dir, const std::string& dir, int world) {
   const auto ref = ReadMetrics(ref_dir + "/metrics.0.jsonl");
@@ -262,43 +356,26 @@ void ExpectEquivalent(const std::string& what, const std::string& ref_dir, const
       EXPECT_EQ(got[i].step, ref[i].step);
       const double rel = std::abs(got[i].loss - ref[i].loss) / std::abs(ref[i].loss);
       max_loss_rel = std::max(max_loss_rel, rel);
-      max_norm_rel = std::max(max_norm_rel, std::abs(got[i].grad_norm - ref[i].grad_norm) / ref[i].grad_norm);
+      const double norm_rel = std::abs(got[i].grad_norm - ref[i].grad_norm) / ref[i].grad_norm;
+      max_norm_rel = std::max(max_norm_rel, norm_rel);
+      EXPECT_LE(norm_rel, kGradNormRelTol) << what << " rank " << r << " step " << ref[i].step << ": grad norm "
+                                           << got[i].grad_norm << " vs W=1 " << ref[i].grad_norm;
       EXPECT_LE(rel, kLossRelTol) << what << " rank " << r << " step " << ref[i].step << ": loss " << got[i].loss
                                   << " vs W=1 " << ref[i].loss;
     }
   }
-  // Losses strictly decrease-or-change: guard against a run that trains nothing
-  // (both runs producing identical garbage would otherwise pass).
+  // The run must actually train (identical garbage on both sides would pass otherwise).
   EXPECT_NE(ref.front().loss, ref.back().loss);
-
-  const auto a = LoadExport(ref_dir + "/hf");
-  const auto b = LoadExport(dir + "/hf");
-  ASSERT_FALSE(a.empty());
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double max_abs = 0, max_rel = 0;
-  std::string worst;
-  for (const auto& [name, va] : a) {
-    auto it = b.find(name);
-    ASSERT_NE(it, b.end()) << what << ": export lacks " << name;
-    const auto& vb = it->second;
-    ASSERT_EQ(va.size(), vb.size()) << name;
-    for (size_t i = 0; i < va.size(); ++i) {
-      const double d = std::abs(static_cast<double>(va[i]) - vb[i]);
-      if (d > max_abs) {
-        max_abs = d;
-        worst = name + "[" + std::to_string(i) + "]";
-      }
-      max_rel = std::max(max_rel, d / std::max(std::abs(static_cast<double>(va[i])), 1e-3));
-    }
-  }
-  std::printf("[ measured ] %-28s loss max rel %.3g, grad_norm max rel %.3g, weights max abs %.3g "
-              "(at %s), max rel %.3g\n",
-              what.c_str(), max_loss_rel, max_norm_rel, max_abs, worst.c_str(), max_rel);
-  EXPECT_LE(max_abs, kWeightAbsTol) << what << ": worst weight " << worst;
+  std::printf("[ measured ] %-28s loss max rel %.3g, grad_norm max rel %.3g\n", what.c_str(), max_loss_rel,
+              max_norm_rel);
+  ExpectWeightsClose(what, ref_dir, dir);
 }
 
 TEST_F(FsdpProcessTest, EveryStrategyMatchesOneRank) {
   const std::string ref = Train(1, {});
+  // The fp32 noise floor: the same W = 1 job accumulating 1 micro-batch of 8
+  // instead of 4 of 2. The bounds must accept it (see the tolerance comment).
+  ExpectWeightsClose("W=1 micro_batch 8 (reorder)", ref, Train(1, {"train.micro_batch=8"}));
   struct Case {
     std::string strategy;
     int world;
@@ -341,6 +418,7 @@ TEST_F(FsdpProcessTest, KilledPeerFailsTheSurvivorPromptly) {
   const std::vector<std::string> sets = {"train.steps=100000", "parallel.strategy=full_shard",
                                          "parallel.comm_timeout_s=5"};
   std::vector<Proc> procs;
+  ReapOnExit reap(&procs);
   auto t0 = Clock::now();
   for (int r = 0; r < 2; ++r) procs.push_back(Start(dir, Args(dir, r, 2, sets), "rank" + std::to_string(r)));
   const std::string m0 = dir + "/metrics.0.jsonl";
@@ -361,12 +439,49 @@ TEST_F(FsdpProcessTest, KilledPeerFailsTheSurvivorPromptly) {
   EXPECT_LT(took, kTimeout + 5) << "rank 0 took " << took << " s to notice its dead peer";
   const std::string err = ReadAll(procs[0].err);
   std::printf("[ measured ] rank 0 exited %.2f s after the kill: %s", took, err.c_str());
+  EXPECT_EQ(NonEmptyLines(err).size(), 1u) << err;
   EXPECT_NE(err.find("shardd-worker: "), std::string::npos) << err;
   // Names the collective and the unit or peer, and says what probably happened.
   EXPECT_TRUE(err.find("all-gather") != std::string::npos || err.find("reduce-scatter") != std::string::npos ||
               err.find("all-reduce") != std::string::npos)
       << err;
   EXPECT_TRUE(err.find("peer") != std::string::npos || err.find("rank") != std::string::npos) << err;
+}
+
+// SIGSTOP rank 1 mid-run: its sockets stay open, so only the collective
+// timeout can free rank 0. It must exit non-zero after about that timeout.
+TEST_F(FsdpProcessTest, StoppedPeerTimesOutTheSurvivor) {
+  constexpr double kTimeout = 5;
+  const std::string dir = NewRunDir("stop");
+  const std::vector<std::string> sets = {"train.steps=100000", "parallel.strategy=full_shard",
+                                         "parallel.comm_timeout_s=5"};
+  std::vector<Proc> procs;
+  ReapOnExit reap(&procs);
+  auto t0 = Clock::now();
+  for (int r = 0; r < 2; ++r) procs.push_back(Start(dir, Args(dir, r, 2, sets), "rank" + std::to_string(r)));
+  const std::string m0 = dir + "/metrics.0.jsonl";
+  while (NonEmptyLines(ReadAll(m0)).size() < 3 && Since(t0) < 60) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(NonEmptyLines(ReadAll(m0)).size(), 3u) << "rank 0 made no progress:\n" << ReadAll(procs[0].err);
+  ASSERT_EQ(::kill(procs[1].pid, SIGSTOP), 0);
+  auto t_stop = Clock::now();
+  std::vector<Proc> survivor = {procs[0]};
+  WaitAll(&survivor, Since(t0) + kTimeout + 30, t0);
+  procs[0] = survivor[0];
+  const double took = std::chrono::duration<double>(Clock::now() - t_stop).count();
+  ::kill(procs[1].pid, SIGKILL);  // SIGKILL ends a stopped process too
+  WaitAll(&procs, Since(t0) + 30, t0);
+  EXPECT_TRUE(WIFEXITED(procs[0].status) && WEXITSTATUS(procs[0].status) != 0)
+      << "rank 0: " << Describe(procs[0].status);
+  // One collective may have been in flight when the stop landed, so rank 0
+  // waits between ~0 and one timeout for it, then one timeout at most for the
+  // next; a little over the timeout is the usual case.
+  EXPECT_LT(took, 2 * kTimeout + 5) << "rank 0 took " << took << " s to give up on its stopped peer";
+  const std::string err = ReadAll(procs[0].err);
+  std::printf("[ measured ] rank 0 exited %.2f s after the stop: %s", took, err.c_str());
+  EXPECT_EQ(NonEmptyLines(err).size(), 1u) << err;
+  EXPECT_NE(err.find("timed out"), std::string::npos) << err;
 }
 
 // Rank 0 started alone: the rendezvous gives up after the configured timeout
