@@ -7,6 +7,7 @@
 
 #include "coordinator/ctl/commands.h"
 #include "coordinator/ctl/plan_command.h"
+#include "coordinator/ctl/prepare_data_command.h"
 #include "shard/common/logging.h"
 
 int main(int argc, char** argv) {
@@ -64,12 +65,28 @@ int main(int argc, char** argv) {
                  "device cpu/auto)");
   pc->add_flag("--json", pl.json, "Print the plan as JSON");
 
+  shardctl::PrepareDataOptions prep;
+  auto* pd = app.add_subcommand("prepare-data", "Tokenize SFT JSONL into PREFIX.{tokens,mask,index,json}");
+  pd->add_option("--input", prep.input, "JSONL: {\"messages\":[...]} or {\"prompt\",\"response\"} rows")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pd->add_option("--tokenizer", prep.tokenizer, "byte, a tokenizer.json, a SentencePiece .model, or a folder")->required();
+  pd->add_option("--template", prep.chat_template, "plain, llama2, llama3 or chatml")->required();
+  pd->add_option("--seq-len", prep.seq_len, "Training sequence length")->required();
+  pd->add_option("--out", prep.out, "Output prefix")->required();
+  pd->add_option("--train-on", prep.train_on, "assistant or all")->capture_default_str();
+  pd->add_option("--bad-rows", prep.bad_rows, "fail or skip")->capture_default_str();
+  pd->add_option("--threads", prep.threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
+  pd->add_flag("--json", prep.json, "Print the dataset header as JSON");
+
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
   shard::Status st;
   if (*ev) {
     st = shardctl::RunEval(eval);
+  } else if (*pd) {
+    st = shardctl::RunPrepareData(prep);
   } else if (*pc) {
     st = shardctl::RunPlan(pl);
   } else if (*lc) {

@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libgloo-dev libopenblas-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
-  libxxhash-dev libsentencepiece-dev libcpp-httplib-dev
+  libxxhash-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
   python3
 )
 

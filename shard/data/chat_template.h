@@ -1,0 +1,64 @@
+// Chat templates: a conversation becomes token ids plus a per-token loss mask.
+//
+//   plain   [BOS] content… — each assistant reply followed by EOS (trained)
+//   llama2  <s>[INST] (<<SYS>>\n…\n<</SYS>>\n\n)user [/INST] reply </s>   (HF's Llama-2 template)
+//   llama3  <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>…
+//   chatml  <|im_start|>role\ncontent<|im_end|>\n…                           (Qwen)
+//
+// mask[i] = 1 when token i is a target (predicted from token i-1). With
+// train_on = assistant only a reply's content and its end marker (EOS,
+// <|eot_id|>, <|im_end|>) are targets; with all, every token is.
+//
+// Text between special tokens is encoded one piece at a time, and a piece
+// never spans a prompt/reply boundary, so no token mixes the two. Special
+// tokens go in by id; on real tokenizers the ids equal the reference encoding of
+// the rendered text (tested against goldens).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shard/common/status.h"
+#include "shard/data/tokenizer.h"
+
+namespace shard {
+
+enum class Role { kSystem, kUser, kAssistant };
+StatusOr<Role> ParseRole(std::string_view s);
+const char* RoleName(Role r);
+
+struct Message {
+  Role role = Role::kUser;
+  std::string content;
+};
+
+enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatml };
+StatusOr<ChatTemplate> ParseChatTemplate(std::string_view s);
+const char* ChatTemplateName(ChatTemplate t);
+
+enum class TrainOn { kAssistant, kAll };
+StatusOr<TrainOn> ParseTrainOn(std::string_view s);
+const char* TrainOnName(TrainOn t);
+
+struct TokenizedSample {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;
+  int64_t targets() const;  // mask bits set after the first token
+};
+
+// FAILED_PRECONDITION when the tokenizer lacks a special token the template needs.
+Status CheckTemplateTokens(ChatTemplate t, const Tokenizer& tok);
+
+// Renders and tokenizes one conversation. INVALID_ARGUMENT names the problem
+// (no assistant reply to train on, llama2 turns that do not alternate).
+Status ApplyChatTemplate(ChatTemplate t, const std::vector<Message>& messages, const Tokenizer& tok, TrainOn train_on,
+                         TokenizedSample* out);
+
+// The rendered text (special tokens spelled out), for tests and debugging.
+StatusOr<std::string> RenderChatTemplate(ChatTemplate t, const std::vector<Message>& messages, const Tokenizer& tok);
+
+}  // namespace shard

@@ -1,0 +1,88 @@
+// HF tokenizer.json with a BPE model: byte-level BPE as Llama-3 and Qwen use it,
+// and SentencePiece-style BPE with byte fallback (Llama-2, Mistral).
+//
+// Encoding follows HF tokenizers: added tokens (special or not) are split out
+// of the text first, leftmost-longest; each remaining section is normalized
+// (NFC, Prepend, Replace), pre-tokenized (Split with a known regex, ByteLevel,
+// Metaspace without splitting) and run through the BPE model. Components that
+// are not implemented are refused at load time with their name.
+//
+// Thread-safety: immutable after Load; all methods are const.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/data/bpe_model.h"
+#include "shard/data/pretokenizer.h"
+#include "shard/data/tokenizer.h"
+
+namespace shard {
+
+class HfTokenizer : public Tokenizer {
+ public:
+  // tokenizer_config_json may be empty (no bos/eos names then, except the usual ones).
+  static StatusOr<std::unique_ptr<HfTokenizer>> Parse(const std::string& tokenizer_json,
+                                                      const std::string& tokenizer_config_json,
+                                                      const std::string& origin);
+  static StatusOr<std::unique_ptr<HfTokenizer>> Load(const std::string& path);
+
+  std::string kind() const override { return "hf-bpe"; }
+  using Tokenizer::Encode;
+  void Encode(std::string_view text, std::vector<int32_t>* ids) const override;
+  std::string Decode(std::span<const int32_t> ids) const override;
+  std::optional<int32_t> TokenId(std::string_view token) const override;
+  std::optional<int32_t> bos_id() const override { return bos_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  uint64_t hash() const override { return hash_; }
+  bool adds_dummy_prefix() const override { return dummy_prefix_; }
+
+ private:
+  struct AddedToken {
+    std::string content;
+    int32_t id = 0;
+    bool special = false, lstrip = false, rstrip = false, normalized = false;
+  };
+  // Leftmost-longest matcher over a set of added tokens.
+  struct Splitter {
+    std::vector<std::vector<const AddedToken*>> by_first;  // [first byte] -> longest first
+    bool empty = true;
+    void Build(const std::vector<const AddedToken*>& tokens);
+    // The first match at or after `from`: its offset and token, or npos.
+    size_t Find(std::string_view s, size_t from, const AddedToken** tok) const;
+  };
+  struct NormStep {
+    enum Kind { kNfc, kPrepend, kReplace } kind;
+    std::string a, b;
+  };
+  struct PreStep {
+    enum Kind { kSplit, kByteLevel, kMetaspace } kind = kSplit;
+    SplitPattern pattern = SplitPattern::kGpt2;  // kSplit, or kByteLevel with use_regex
+    bool use_regex = false;
+    bool add_prefix_space = false;
+    std::string replacement;                     // kMetaspace
+    std::string prepend_scheme = "always";       // kMetaspace: always | first | never
+  };
+
+  HfTokenizer() = default;
+  Status ParseNormalizer(const void* json);
+  Status ParsePreTokenizer(const void* json);
+  // Encodes one section of text that holds no unnormalized added token.
+  void EncodeSection(std::string_view section, bool first_section, std::vector<int32_t>* ids) const;
+
+  std::unique_ptr<BpeModel> model_;
+  std::vector<AddedToken> added_;
+  StringMap<int32_t> added_ids_;
+  Splitter raw_splitter_, normalized_splitter_;
+  std::vector<NormStep> norm_;
+  std::vector<PreStep> pre_;
+  bool strip_decoded_prefix_ = false;
+  bool dummy_prefix_ = false;
+  std::optional<int32_t> bos_, eos_;
+  int64_t vocab_size_ = 0;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace shard

@@ -1,0 +1,166 @@
+#include "shard/data/prepare_sft.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "shard/common/checksum.h"
+#include "shard/common/logging.h"
+#include "shard/data/sft_jsonl.h"
+
+namespace shard {
+namespace {
+
+constexpr size_t kBatchLines = 4096;
+
+struct RowResult {
+  Status status;
+  TokenizedSample sample;
+};
+
+// Tokenizes lines[i] into results[i] on `threads` threads (the caller is one).
+void TokenizeBatch(const std::vector<std::string_view>& lines, ChatTemplate tpl, const Tokenizer& tok, TrainOn on,
+                   int threads, std::vector<RowResult>* results) {
+  results->resize(lines.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(16)) < lines.size();) {
+      for (size_t k = i; k < std::min(i + 16, lines.size()); ++k) {
+        RowResult& r = (*results)[k];
+        auto msgs = ParseSftRow(lines[k]);
+        if (!msgs.ok()) {
+          r.status = msgs.status();
+          continue;
+        }
+        r.status = ApplyChatTemplate(tpl, *msgs, tok, on, &r.sample);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+Status PrepareSftOptions::Validate() const {
+  if (input.empty()) return InvalidArgument("prepare-data: --input (a JSONL file) is required");
+  if (out.empty()) return InvalidArgument("prepare-data: --out PREFIX is required");
+  if (seq_len <= 0) return InvalidArgument("prepare-data: --seq-len must be > 0");
+  RETURN_IF_ERROR(ParseChatTemplate(chat_template).status());
+  RETURN_IF_ERROR(ParseTrainOn(train_on).status());
+  if (bad_rows != "fail" && bad_rows != "skip")
+    return InvalidArgument("prepare-data: bad_rows '" + bad_rows + "' is not fail or skip");
+  return OkStatus();
+}
+
+StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o) {
+  RETURN_IF_ERROR(o.Validate());
+  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(o.tokenizer));
+  return PrepareSftData(o, *tok);
+}
+
+StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Tokenizer& tok) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(o.Validate());
+  ASSIGN_OR_RETURN(ChatTemplate tpl, ParseChatTemplate(o.chat_template));
+  ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
+  RETURN_IF_ERROR(CheckTemplateTokens(tpl, tok));
+  if (std::filesystem::exists(o.input) && std::filesystem::file_size(o.input) == 0)
+    return InvalidArgument("prepare-data: " + o.input + " is empty");
+  ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
+  const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+
+  PrepareSftResult res;
+  PreparedHeader& h = res.header;
+  h.tokenizer_kind = tok.kind();
+  h.tokenizer_hash = tok.hash();
+  h.vocab_size = tok.vocab_size();
+  h.tokenizer_spec = o.tokenizer;
+  h.chat_template = ChatTemplateName(tpl);
+  h.train_on = TrainOnName(on);
+  h.seq_len = o.seq_len;
+  h.source_path = o.input;
+  h.source_bytes = static_cast<int64_t>(text.size());
+  h.source_hash = Xxh64(text.data(), text.size());
+
+  ASSIGN_OR_RETURN(auto writer, PreparedWriter::Create(o.out));
+  std::vector<std::string_view> lines;
+  std::vector<int64_t> line_no;
+  std::vector<RowResult> results;
+  int64_t line = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    lines.clear();
+    line_no.clear();
+    while (pos < text.size() && lines.size() < kBatchLines) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string_view::npos) end = text.size();
+      std::string_view l = text.substr(pos, end - pos);
+      pos = end + 1;
+      ++line;
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (l.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
+      lines.push_back(l);
+      line_no.push_back(line);
+    }
+    TokenizeBatch(lines, tpl, tok, on, threads, &results);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ++h.rows_read;
+      if (!results[i].status.ok()) {
+        const std::string msg = o.input + ":" + std::to_string(line_no[i]) + ": " + results[i].status.message();
+        if (o.bad_rows == "fail")
+          return InvalidArgument(msg + " (pass --bad-rows skip to leave such rows out)");
+        ++h.bad_rows_skipped;
+        if (static_cast<int>(res.bad_rows.size()) < o.report_bad_rows) {
+          res.bad_rows.push_back(msg);
+          LOG_WARN("skipping bad row {}", msg);
+        }
+        continue;
+      }
+      if (static_cast<int64_t>(results[i].sample.tokens.size()) > o.seq_len + 1) ++h.longer_than_seq_len;
+      RETURN_IF_ERROR(writer->Add(results[i].sample));
+    }
+  }
+  if (h.bad_rows_skipped > 0)
+    LOG_WARN("{}: skipped {} bad rows of {}", o.input, h.bad_rows_skipped, h.rows_read);
+  auto st = writer->Finish(h);
+  if (!st.ok()) return st.WithContext("prepare-data " + o.out + " from " + o.input);
+  ASSIGN_OR_RETURN(PreparedDataset check, PreparedDataset::Open(o.out, {.verify_contents = false}));
+  res.header = check.header();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+StatusOr<bool> PreparedIsCurrent(const PrepareSftOptions& o, const Tokenizer& tok) {
+  RETURN_IF_ERROR(o.Validate());
+  auto ds = PreparedDataset::Open(o.out, {.verify_contents = false});
+  if (!ds.ok()) return false;
+  const PreparedHeader& h = ds->header();
+  ASSIGN_OR_RETURN(ChatTemplate tpl, ParseChatTemplate(o.chat_template));
+  ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
+  if (h.tokenizer_hash != tok.hash() || h.chat_template != ChatTemplateName(tpl) || h.train_on != TrainOnName(on) ||
+      h.seq_len != o.seq_len || (h.bad_rows_skipped > 0 && o.bad_rows == "fail"))
+    return false;
+  ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
+  return static_cast<int64_t>(in.size()) == h.source_bytes && Xxh64(in.data(), in.size()) == h.source_hash;
+}
+
+StatusOr<bool> EnsurePrepared(const PrepareSftOptions& o) {
+  RETURN_IF_ERROR(o.Validate());
+  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(o.tokenizer));
+  ASSIGN_OR_RETURN(bool current, PreparedIsCurrent(o, *tok));
+  if (current) {
+    LOG_INFO("reusing the prepared dataset {} (same input, tokenizer, template, train_on, seq_len)", o.out);
+    return false;
+  }
+  ASSIGN_OR_RETURN(PrepareSftResult r, PrepareSftData(o, *tok));
+  LOG_INFO("prepared {}: {} samples, {} tokens, {} targets from {} in {:.1f} s", o.out, r.header.num_samples,
+           r.header.num_tokens, r.header.num_target_tokens, o.input, r.seconds);
+  return true;
+}
+
+}  // namespace shard

@@ -1,0 +1,236 @@
+// JSONL rows, bad-row policies, the prepared format (written, memory-mapped,
+// validated on open against corruption) and shardctl prepare-data's function.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/ctl/prepare_data_command.h"
+#include "shard/common/file_util.h"
+#include "shard/data/byte_tokenizer.h"
+#include "shard/data/prepare_sft.h"
+#include "shard/data/sft_jsonl.h"
+#include "tests/unit/data/data_test_util.h"
+
+namespace shard {
+namespace {
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+TEST(SftJsonlTest, ParsesBothRowFormats) {
+  auto m = ParseSftRow(R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},)"
+                       R"({"role":"assistant","content":"a"}],"id":7})");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_EQ((*m)[0].role, Role::kSystem);
+  EXPECT_EQ((*m)[2].content, "a");
+  m = ParseSftRow(R"({"prompt":"p","response":"r","system":"sys"})");
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_EQ((*m)[1].role, Role::kUser);
+  EXPECT_EQ((*m)[2].role, Role::kAssistant);
+  EXPECT_EQ((*m)[2].content, "r");
+}
+
+TEST(SftJsonlTest, BadRowsSayWhatIsWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages": [)", "not valid JSON"},
+      {R"([1,2])", "must be a JSON object"},
+      {R"({"text":"x"})", "needs \"messages\" or \"prompt\" and \"response\""},
+      {R"({"messages":"hi"})", "\"messages\" must be an array"},
+      {R"({"messages":[]})", "\"messages\" is empty"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0] has no string \"content\""},
+      {R"({"messages":[{"content":"x"}]})", "messages[0] has no string \"role\""},
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "role 'tool' is not system, user or assistant"},
+      {R"({"prompt":"p"})", "no string \"response\""},
+      {R"({"prompt":1,"response":"r"})", "no string \"prompt\""},
+  };
+  for (const auto& [row, want] : cases) {
+    auto m = ParseSftRow(row);
+    ASSERT_FALSE(m.ok()) << row;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(want), std::string::npos) << row << " -> " << m.status().message();
+  }
+}
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing_data::TempDir("prepare"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  PrepareSftOptions Options(const std::string& jsonl) {
+    PrepareSftOptions o;
+    o.input = dir_ + "/in.jsonl";
+    WriteText(o.input, jsonl);
+    o.out = dir_ + "/out/ds";
+    o.seq_len = 16;
+    o.chat_template = "plain";
+    o.threads = 2;
+    return o;
+  }
+  std::string dir_;
+};
+
+constexpr const char* kRows =
+    R"({"prompt":"1+1=","response":"2"})"
+    "\n\n"
+    R"({"messages":[{"role":"user","content":"abc"},{"role":"assistant","content":"cba"}]})"
+    "\n"
+    R"({"prompt":"a very long prompt that does not fit","response":"ok"})"
+    "\n";
+
+TEST_F(PrepareTest, WritesAValidatedDataset) {
+  auto o = Options(kRows);
+  auto r = PrepareSftData(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->header.num_samples, 3);
+  EXPECT_EQ(r->header.rows_read, 3);
+  EXPECT_EQ(r->header.longer_than_seq_len, 1);
+  auto ds = PreparedDataset::Open(o.out);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ByteTokenizer tok;
+  EXPECT_EQ(ds->header().tokenizer_hash, tok.hash());
+  EXPECT_EQ(ds->header().chat_template, "plain");
+  // Sample 0: <s> "1+1=" "2" </s>; targets are "2" and </s>.
+  SampleView v = ds->sample(0);
+  ASSERT_EQ(v.length, 7);
+  EXPECT_EQ(v.tokens[0], 256u);
+  EXPECT_EQ(v.tokens[5], static_cast<uint32_t>('2'));
+  EXPECT_EQ(v.tokens[6], 257u);
+  EXPECT_EQ(std::vector<uint8_t>(v.mask, v.mask + 7), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(ds->header().num_target_tokens, 2 + 4 + 3);
+  EXPECT_TRUE(ds->CheckVocab(512).ok());
+  EXPECT_EQ(ds->CheckVocab(100).code(), StatusCode::kFailedPrecondition);
+  auto cur = PreparedIsCurrent(o, tok);
+  ASSERT_TRUE(cur.ok());
+  EXPECT_TRUE(*cur);
+  PrepareSftOptions changed = o;
+  changed.seq_len = 32;
+  EXPECT_FALSE(*PreparedIsCurrent(changed, tok));
+  WriteText(o.input, std::string(kRows) + R"({"prompt":"x","response":"y"})" + "\n");
+  EXPECT_FALSE(*PreparedIsCurrent(o, tok)) << "a changed input must be prepared again";
+}
+
+TEST_F(PrepareTest, BadRowPolicies) {
+  const std::string rows = std::string(kRows) + R"({"prompt":"x"})" + "\n" + "not json\n" +
+                           R"({"messages":[{"role":"user","content":"no reply"}]})" + "\n";
+  auto o = Options(rows);
+  auto r = PrepareSftData(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("in.jsonl:5: no string \"response\""), std::string::npos) << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(o.out + ".json")) << "a failed run leaves no dataset";
+  EXPECT_FALSE(std::filesystem::exists(o.out + ".tokens.tmp")) << "nor temp files";
+  o.bad_rows = "skip";
+  r = PrepareSftData(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->header.bad_rows_skipped, 3);
+  EXPECT_EQ(r->header.num_samples, 3);
+  ASSERT_EQ(r->bad_rows.size(), 3u);
+  EXPECT_NE(r->bad_rows[1].find("in.jsonl:6: not valid JSON"), std::string::npos) << r->bad_rows[1];
+  EXPECT_NE(r->bad_rows[2].find("in.jsonl:7: no assistant message"), std::string::npos) << r->bad_rows[2];
+  o.train_on = "all";  // a conversation without a reply is then trainable
+  r = PrepareSftData(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->header.bad_rows_skipped, 2);
+}
+
+TEST_F(PrepareTest, OpenRejectsCorruptFiles) {
+  auto o = Options(kRows);
+  ASSERT_TRUE(PrepareSftData(o).ok());
+  const PreparedPaths p(o.out);
+  auto read = [](const std::string& f) { return *ReadFileToString(f); };
+  const std::string tokens = read(p.tokens), mask = read(p.mask), index = read(p.index), header = read(p.header);
+  auto expect_error = [&](StatusCode code, const std::string& needle) {
+    auto ds = PreparedDataset::Open(o.out);
+    ASSERT_FALSE(ds.ok()) << needle;
+    EXPECT_EQ(ds.status().code(), code) << ds.status().ToString();
+    EXPECT_NE(ds.status().message().find(needle), std::string::npos) << ds.status().message();
+  };
+  WriteText(p.tokens, tokens.substr(0, tokens.size() - 4));
+  expect_error(StatusCode::kDataLoss, "4 bytes per token");
+  WriteText(p.tokens, tokens);
+  std::string bad_mask = mask;
+  bad_mask[3] = 2;
+  WriteText(p.mask, bad_mask);
+  expect_error(StatusCode::kDataLoss, "not 0 or 1");
+  WriteText(p.mask, mask);
+  std::string bad_index = index;
+  bad_index[8] = 1;  // sample 0 ends after token 1: shorter than 2 tokens
+  WriteText(p.index, bad_index);
+  expect_error(StatusCode::kDataLoss, "shorter than 2 tokens");
+  WriteText(p.index, index);
+  std::string bad_tokens = tokens;
+  bad_tokens[1] = 0x7f;  // token 0 becomes 0x7f00 + ..., beyond the byte vocabulary
+  WriteText(p.tokens, bad_tokens);
+  expect_error(StatusCode::kDataLoss, "outside the tokenizer's vocabulary");
+  WriteText(p.tokens, tokens);
+  std::string v2 = header;
+  v2.replace(v2.find("\"version\": 1"), 12, "\"version\": 2");
+  WriteText(p.header, v2);
+  expect_error(StatusCode::kFailedPrecondition, "format version 2");
+  WriteText(p.header, "{\"format\": \"other\"}");
+  expect_error(StatusCode::kDataLoss, "not a shardd prepared-dataset header");
+  std::filesystem::remove(p.header);
+  expect_error(StatusCode::kNotFound, "run shardctl prepare-data first");
+  WriteText(p.header, header);
+  EXPECT_TRUE(PreparedDataset::Open(o.out).ok());
+}
+
+TEST_F(PrepareTest, ThreadsDoNotChangeTheOutputAndReuseWorks) {
+  std::string rows;
+  for (int i = 0; i < 700; ++i)  // several batches of lines, a real (SentencePiece) tokenizer
+    rows += R"({"messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Question )" +
+            std::to_string(i) + R"( about the model?"},{"role":"assistant","content":"The answer is )" +
+            std::to_string(i * 7) + R"(, café."}]})" + "\n";
+  auto o = Options(rows);
+  o.tokenizer = testing_data::GoldenPath("sp_small.model");
+  o.chat_template = "llama2";
+  o.threads = 1;
+  ASSERT_TRUE(PrepareSftData(o).ok());
+  const PreparedPaths p(o.out);
+  const std::string one = *ReadFileToString(p.tokens) + *ReadFileToString(p.mask) + *ReadFileToString(p.index);
+  o.threads = 3;
+  auto r = EnsurePrepared(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(*r) << "unchanged input, tokenizer and options: reused";
+  std::filesystem::remove(p.header);
+  r = EnsurePrepared(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(*r);
+  EXPECT_EQ(*ReadFileToString(p.tokens) + *ReadFileToString(p.mask) + *ReadFileToString(p.index), one);
+  auto ds = PreparedDataset::Open(o.out);
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->num_samples(), 700);
+  EXPECT_EQ(ds->header().tokenizer_kind, "sentencepiece");
+}
+
+TEST_F(PrepareTest, ShardctlPrepareDataFunction) {
+  auto o = Options(kRows);
+  shardctl::PrepareDataOptions c;
+  c.input = o.input;
+  c.tokenizer = "byte";
+  c.chat_template = "chatml";
+  c.seq_len = 64;
+  c.out = dir_ + "/cli/ds";
+  c.bad_rows = "skip";
+  ASSERT_TRUE(shardctl::RunPrepareData(c).ok());
+  auto ds = PreparedDataset::Open(c.out);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->header().chat_template, "chatml");
+  EXPECT_EQ(ds->header().num_samples, 3);
+  c.chat_template = "vicuna";
+  auto st = shardctl::RunPrepareData(c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  c.chat_template = "plain";
+  c.tokenizer = dir_ + "/missing.json";
+  EXPECT_EQ(shardctl::RunPrepareData(c).code(), StatusCode::kNotFound);
+  c.tokenizer = "byte";
+  c.seq_len = 0;
+  EXPECT_EQ(shardctl::RunPrepareData(c).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shard

@@ -1,0 +1,103 @@
+// Tokenizer pieces that run without fetched files: the hand-written split
+// patterns (expected pieces from JavaScript's RegExp with \p{L}/\p{N}), the byte
+// tokenizer, loading errors that name the component, and byte-level BPE on a
+// small hand-made tokenizer.json.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "shard/data/byte_tokenizer.h"
+#include "shard/data/hf_tokenizer.h"
+#include "shard/data/pretokenizer.h"
+#include "tests/unit/data/data_test_util.h"
+
+namespace shard {
+namespace {
+
+std::vector<std::string> Split(SplitPattern p, const std::string& text) {
+  std::vector<std::pair<uint32_t, uint32_t>> r;
+  SplitText(p, text, &r);
+  std::vector<std::string> out;
+  for (auto [b, e] : r) out.push_back(text.substr(b, e - b));
+  return out;
+}
+
+TEST(PreTokenizerTest, MatchesTheRegexes) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Split(SplitPattern::kGpt2, "Hello world's  123 !!\n\n x"),
+            (V{"Hello", " world", "'s", " ", " 123", " !!", "\n\n", " x"}));
+  EXPECT_EQ(Split(SplitPattern::kCl100k, "Hello world's  123 !!\n\n x"),
+            (V{"Hello", " world", "'s", " ", " ", "123", " !!\n\n", " x"}));
+  EXPECT_EQ(Split(SplitPattern::kGpt2, "I'M 12345 ..\n\n  \tfoo()\r\n"),
+            (V{"I", "'", "M", " 12345", " ..", "\n\n  ", "\t", "foo", "()", "\r\n"}));
+  EXPECT_EQ(Split(SplitPattern::kCl100k, "I'M 12345 ..\n\n  \tfoo()\r\n"),
+            (V{"I", "'M", " ", "123", "45", " ..\n\n", "  ", "\tfoo", "()\r\n"}));
+  EXPECT_EQ(Split(SplitPattern::kQwen2, "x 12345"), (V{"x", " ", "1", "2", "3", "4", "5"}));
+  EXPECT_EQ(Split(SplitPattern::kCl100k, "naïve 東京\u3000ok"), (V{"naïve", " 東京", "\u3000ok"}));
+  EXPECT_TRUE(Split(SplitPattern::kCl100k, "").empty());
+  auto bad = SplitPatternFromRegex("\\w+");
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(ByteTokenizerTest, BytesAndSpecials) {
+  ByteTokenizer t;
+  EXPECT_EQ(t.Encode("hé"), (std::vector<int32_t>{'h', 0xC3, 0xA9}));
+  EXPECT_EQ(t.Decode(std::vector<int32_t>{256, 'a', 257}), "<s>a</s>");
+  EXPECT_EQ(t.TokenId("<|im_end|>"), 264);
+  EXPECT_EQ(t.vocab_size(), 265);
+  EXPECT_LE(t.vocab_size(), 512) << "fits the tiny preset";
+  auto loaded = LoadTokenizer("byte");
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ((*loaded)->hash(), t.hash());
+}
+
+// A byte-level BPE over "a", "b", "c", " " with merges ab, abc, " a".
+std::string TinyJson(const std::string& model_type = "BPE", const std::string& extra_merge = "") {
+  // Byte-level alphabet: ' ' is "Ġ".
+  std::string s = R"({"version":"1.0","added_tokens":[{"id":9,"content":"<|x|>","special":true,"normalized":false}],
+    "normalizer":null,
+    "pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},
+    "decoder":{"type":"ByteLevel"},
+    "model":{"type":")";
+  s.append(model_type);
+  s.append(R"(","vocab":{"a":0,"b":1,"c":2,"Ġ":3,"ab":4,"abc":5,"Ġa":6},"merges":["a b","ab c","Ġ a")");
+  s.append(extra_merge);
+  s.append("]}}");
+  return s;
+}
+
+TEST(HfTokenizerTest, TinyByteLevelBpe) {
+  auto t = HfTokenizer::Parse(TinyJson(), "", "tiny.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // " ab" is Ġ a b: "a b" (rank 0) merges before "Ġ a" (rank 2), leaving Ġ + ab.
+  EXPECT_EQ((*t)->Encode("abc ab cab<|x|>a"), (std::vector<int32_t>{5, 3, 4, 3, 2, 4, 9, 0}));
+  EXPECT_EQ((*t)->Encode(" a"), (std::vector<int32_t>{6}));
+  EXPECT_EQ((*t)->Decode((*t)->Encode("abc ab")), "abc ab");
+  EXPECT_EQ((*t)->vocab_size(), 10);
+  EXPECT_EQ((*t)->TokenId("<|x|>"), 9);
+}
+
+TEST(HfTokenizerTest, RefusesWhatItCannotDo) {
+  auto t = HfTokenizer::Parse(TinyJson("WordPiece"), "", "wp.json");
+  EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(t.status().message().find("model type WordPiece"), std::string::npos) << t.status().message();
+  t = HfTokenizer::Parse(TinyJson("BPE", R"(,"c q")"), "", "bad.json");
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("bad.json: merge 3"), std::string::npos) << t.status().message();
+  t = HfTokenizer::Parse("{not json", "", "broken.json");
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  std::string digits = TinyJson();
+  const std::string from = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+  digits.replace(digits.find(from), from.size(), R"({"type":"Digits","individual_digits":true})");
+  t = HfTokenizer::Parse(digits, "", "digits.json");
+  EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(t.status().message().find("pre-tokenizer Digits"), std::string::npos) << t.status().message();
+  auto missing = LoadTokenizer(testing_data::TempDir("tok") + "/nothing.json");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto notsp = LoadTokenizer(testing_data::GoldenPath("sp_small.json"));
+  EXPECT_FALSE(notsp.ok()) << "a JSON golden is no tokenizer.json";
+}
+
+}  // namespace
+}  // namespace shard
