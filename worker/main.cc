@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   if (!trainer.ok()) return Fail(trainer.status(), 2);
 
   std::ofstream metrics;
+  metrics.precision(17);  // losses compared to 1e-6 and below must survive the file
   if (!metrics_path.empty()) {
     metrics.open(metrics_path, std::ios::app);
     if (!metrics) return Fail(shard::NotFound("cannot open --metrics file " + metrics_path), 2);
