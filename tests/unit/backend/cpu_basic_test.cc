@@ -107,7 +107,13 @@ INSTANTIATE_TEST_SUITE_P(AllTransposes, CpuGemmTest,
                          ::testing::Values(GemmCase{false, false, 5, 7, 9}, GemmCase{true, false, 5, 7, 9},
                                            GemmCase{false, true, 5, 7, 9}, GemmCase{true, true, 5, 7, 9},
                                            GemmCase{false, false, 67, 81, 95},
-                                           GemmCase{true, true, 67, 81, 95}));
+                                           GemmCase{true, true, 67, 81, 95},
+                                           // Large enough to be sliced across threads,
+                                           // by rows (m > n) and by columns, ragged edges.
+                                           GemmCase{false, false, 203, 77, 150},
+                                           GemmCase{true, false, 203, 77, 150},
+                                           GemmCase{false, true, 45, 301, 170},
+                                           GemmCase{true, true, 45, 301, 170}));
 
 TEST_F(CpuBasicTest, GemmWithZeroKScalesC) {
   DeviceBuffer dc = Up({1.0f, 2.0f, 3.0f, 4.0f});
