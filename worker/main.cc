@@ -1,14 +1,17 @@
-// shardd-worker: one training process. With --standalone it trains a job file
-// by itself (like torchrun for debugging or a user's own launcher); the
-// coordinator-driven mode arrives with the control plane.
+// shardd-worker: one training process. Launched by the coordinator it runs
+// the agent (--coordinator ADDR --job ID --attempt N --rank R, token in
+// SHARDD_WORKER_TOKEN); with --standalone it trains a job file by itself (like
+// torchrun, for debugging or a user's own launcher).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
+#include "worker/agent.h"
 
 namespace {
 
@@ -38,11 +41,25 @@ int main(int argc, char** argv) {
   app.add_option("--run-id", run_id, "Namespaces rendezvous keys, so reruns sharing a directory do not mix")
       ->capture_default_str();
   app.add_option("--hostname", hostname, "Address this rank listens on for collectives")->capture_default_str();
+  shardd::AgentOptions agent;
+  app.add_option("--coordinator", agent.coordinator, "Coordinator address host:port (coordinator mode)");
+  app.add_option("--job", agent.job_id, "Job id (coordinator mode)");
+  app.add_option("--attempt", agent.attempt, "Attempt number (coordinator mode)");
+  app.add_option("--tls-ca", agent.tls_ca, "PEM CA to verify the coordinator's TLS certificate");
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
-  if (!standalone)
-    return Fail(shard::Unimplemented("coordinator mode is not built yet; run with --standalone --config JOB.yaml"), 2);
+  if (!standalone) {
+    if (agent.coordinator.empty() || agent.job_id.empty() || agent.attempt <= 0)
+      return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID --attempt N --rank R (launched by shardd), "
+                                         "or --standalone --config JOB.yaml"), 2);
+    const char* token = std::getenv("SHARDD_WORKER_TOKEN");
+    if (!token || !*token) return Fail(shard::InvalidArgument("SHARDD_WORKER_TOKEN is not set"), 2);
+    agent.token = token;
+    agent.rank = rank;
+    agent.hostname = hostname;
+    return shardd::RunAgent(agent);
+  }
   if (config_path.empty()) return Fail(shard::InvalidArgument("--config JOB.yaml is required"), 2);
 
   auto job = shard::LoadJobConfig(config_path, sets);

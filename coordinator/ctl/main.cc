@@ -1,11 +1,14 @@
-// shardctl: the user's tool. Today: offline evaluation and generation on an HF
-// model folder. Job submission (run, submit, status, ...) arrives with the
-// coordinator.
+// shardctl: the user's tool. Jobs through the coordinator (run, submit,
+// status, list, cancel, watch, logs, checkpoints JOB; see job_commands.h) and
+// offline commands on model folders and checkpoints (eval, generate, export,
+// plan, prepare-data, launch).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "coordinator/ctl/commands.h"
+#include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/plan_command.h"
 #include "coordinator/ctl/prepare_data_command.h"
 #include "shard/common/logging.h"
@@ -45,7 +48,8 @@ int main(int argc, char** argv) {
 
   shardctl::CheckpointsOptions ck;
   auto* cp = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
-  cp->add_option("dir", ck.dir, "The job's checkpoint directory (<checkpoint.dir>/<job name>)")->required();
+  cp->add_option("dir", ck.dir, "A job id (asks the coordinator), or a checkpoint directory (<checkpoint.dir>/<job name>)")
+      ->required();
   cp->add_flag("--json", ck.json, "Print a JSON array");
 
   shardctl::LaunchOptions la;
@@ -79,11 +83,17 @@ int main(int argc, char** argv) {
   pd->add_option("--threads", prep.threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
   pd->add_flag("--json", prep.json, "Print the dataset header as JSON");
 
+  shardctl::JobCommands jobs(app);
+
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
   shard::Status st;
-  if (*ev) {
+  if (jobs.Selected()) {
+    st = jobs.Run();
+  } else if (*cp && !std::filesystem::is_directory(ck.dir)) {
+    st = jobs.Checkpoints(ck.dir, ck.json);
+  } else if (*ev) {
     st = shardctl::RunEval(eval);
   } else if (*pd) {
     st = shardctl::RunPrepareData(prep);

@@ -86,6 +86,15 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<std:
     fs::remove(fs::path(step_dir) / (ShardFileName(sr, base.shard_count) + ".report"), ec);
     ASSIGN_OR_RETURN(WrittenFile wf, WriteShardFile(step_dir, h, data));
     RETURN_IF_ERROR(WriteShardReport(step_dir, wf, sr));
+    if (role_.report) {
+      ManifestFile mf;
+      mf.name = wf.name;
+      mf.shard_rank = sr;
+      mf.size = wf.size;
+      mf.xxh64 = wf.xxh64;
+      RETURN_IF_ERROR(role_.report(base, step_dir, {mf}).WithContext("reporting checkpoint step " +
+                                                                      std::to_string(base.step)));
+    }
   }
   if (role_.committer) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));

@@ -8,6 +8,7 @@
 // Thread-safety: called from the training thread only.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,10 +21,16 @@
 
 namespace shard {
 
+// Under the control plane the coordinator commits: each writer hands its
+// written file (and the run state) to this hook, which reports it over RPC.
+using CheckpointReportFn = std::function<Status(const Manifest& base, const std::string& step_dir,
+                                                const std::vector<ManifestFile>& files)>;
+
 struct CheckpointRole {
   int rank = 0;
   bool writer = true;     // writes a shard (replica 0 of each shard)
-  bool committer = true;  // commits (rank 0)
+  bool committer = true;  // commits (rank 0, standalone mode only)
+  CheckpointReportFn report;  // set: writers report here instead of anyone committing
 };
 
 class Checkpointer {

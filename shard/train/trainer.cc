@@ -117,7 +117,8 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   CheckpointRole role;
   role.rank = dist_.rank;
   role.writer = dist_.rank / S == 0;
-  role.committer = dist_.rank == 0;
+  role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
+  role.report = dist_.report_checkpoint;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, backend_.get(), runtime_.get(), layout);
   return OkStatus();
 }

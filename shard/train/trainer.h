@@ -41,6 +41,9 @@ struct DistContext {
   std::shared_ptr<KvStore> store;     // rendezvous
   std::string prefix;                 // namespaces rendezvous keys: "job/attempt/"
   std::string gloo_hostname = "127.0.0.1";
+  // Set under the control plane: checkpoint shards are reported here and the
+  // coordinator commits them (otherwise rank 0 commits).
+  CheckpointReportFn report_checkpoint;
 };
 
 class Trainer {

@@ -1,0 +1,78 @@
+#include "coordinator/auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "shard/common/file_util.h"
+
+namespace shardd {
+namespace {
+
+std::string TokenPath(const std::string& state_dir) {
+  return (std::filesystem::path(state_dir) / "admin.token").string();
+}
+
+shard::StatusOr<std::string> RandomHex(int bytes) {
+  std::string raw(bytes, '\0');
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::read(fd, raw.data(), bytes) != bytes) {
+    if (fd >= 0) ::close(fd);
+    return shard::Internal("cannot read /dev/urandom for a token");
+  }
+  ::close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+shard::StatusOr<std::string> ReadAdminToken(const std::string& state_dir) {
+  const std::string path = TokenPath(state_dir);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return shard::NotFound("no admin token at " + path);
+  if (st.st_mode & 077)
+    return shard::PermissionDenied(path + " is readable by others (mode " + std::to_string(st.st_mode & 0777) +
+                                   "); chmod 600 it");
+  ASSIGN_OR_RETURN(std::string token, shard::ReadFileToString(path));
+  while (!token.empty() && (token.back() == '\n' || token.back() == ' ')) token.pop_back();
+  if (token.size() < 32) return shard::DataLoss(path + " does not hold a token (too short)");
+  return token;
+}
+
+shard::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir) {
+  auto existing = ReadAdminToken(state_dir);
+  if (existing.ok() || existing.status().code() != shard::StatusCode::kNotFound) return existing;
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  ASSIGN_OR_RETURN(std::string token, RandomHex(24));
+  const std::string path = TokenPath(state_dir);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return ReadAdminToken(state_dir);  // another process won the race
+    return shard::Internal("cannot create " + path + ": " + std::strerror(errno));
+  }
+  std::string line = token + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return shard::Internal("cannot write " + path);
+  return token;
+}
+
+bool TokensEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace shardd

@@ -1,0 +1,21 @@
+// The admin token: created on the coordinator's first start as
+// <state_dir>/admin.token (mode 0600, 48 hex characters from /dev/urandom) and
+// required on every JobService call. shardctl reads it from the state dir or
+// SHARDD_TOKEN. Worker tokens are per attempt and live in the JobManager.
+#pragma once
+
+#include <string>
+
+#include "shard/common/status.h"
+
+namespace shardd {
+
+// Reads <state_dir>/admin.token, creating it first if absent. Refuses a token
+// file readable by others.
+shard::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir);
+// Reads the token without creating one (NOT_FOUND when absent).
+shard::StatusOr<std::string> ReadAdminToken(const std::string& state_dir);
+// Compares in time independent of where the strings differ.
+bool TokensEqual(const std::string& a, const std::string& b);
+
+}  // namespace shardd

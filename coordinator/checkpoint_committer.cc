@@ -1,0 +1,62 @@
+#include "coordinator/checkpoint_committer.h"
+
+#include <filesystem>
+
+#include "shard/ckpt/committer.h"
+#include "shard/ckpt/shard_file.h"
+#include "shard/common/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+
+shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const ShardReport& r) {
+  auto it = pending_.find(r.step);
+  if (it == pending_.end()) {
+    ASSIGN_OR_RETURN(shard::Manifest base,
+                     shard::Manifest::FromJson(r.manifest_base, "checkpoint report of rank " + std::to_string(r.rank)));
+    if (base.step != r.step)
+      return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + ": step " +
+                                    std::to_string(r.step) + " but its manifest says " + std::to_string(base.step));
+    if (base.shard_count < 1) return shard::InvalidArgument("checkpoint report: shard_count must be >= 1");
+    it = pending_.emplace(r.step, Pending{r.step_dir, std::move(base), {}}).first;
+  }
+  Pending& p = it->second;
+  if (r.step_dir != p.step_dir)
+    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + " names step dir " +
+                                  r.step_dir + ", others " + p.step_dir);
+  for (const shard::ManifestFile& f : r.files) {
+    if (f.shard_rank < 0 || f.shard_rank >= p.base.shard_count ||
+        f.name != shard::ShardFileName(f.shard_rank, p.base.shard_count))
+      return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + ": unexpected file " +
+                                    f.name + " (shard " + std::to_string(f.shard_rank) + " of " +
+                                    std::to_string(p.base.shard_count) + ")");
+    p.shards[f.shard_rank] = f;
+  }
+  if (static_cast<int>(p.shards.size()) < p.base.shard_count) return std::optional<shard::Manifest>();
+
+  // Complete: trust the disk, not only the reports.
+  shard::Manifest m = p.base;
+  m.files.clear();
+  for (auto& [sr, f] : p.shards) {
+    std::error_code ec;
+    const fs::path path = fs::path(p.step_dir) / f.name;
+    uint64_t size = fs::file_size(path, ec);
+    if (ec || size != f.size) {
+      pending_.erase(it);
+      return shard::DataLoss("checkpoint step " + std::to_string(r.step) + ": " + path.string() +
+                             (ec ? " is missing (" + ec.message() + ")"
+                                 : " has " + std::to_string(size) + " bytes, reported " + std::to_string(f.size)));
+    }
+    m.files.push_back(f);
+  }
+  const std::string step_dir = p.step_dir;
+  pending_.erase(it);
+  RETURN_IF_ERROR(shard::WriteFileAtomic(step_dir + "/" + shard::kCommittedFile, m.ToJson()));
+  // Older partial steps can never complete now (writers go in step order).
+  for (auto old = pending_.begin(); old != pending_.end() && old->first < m.step;) old = pending_.erase(old);
+  RETURN_IF_ERROR(shard::ApplyRetention(fs::path(step_dir).parent_path().string(), keep_last_));
+  return std::optional<shard::Manifest>(std::move(m));
+}
+
+}  // namespace shardd

@@ -1,0 +1,49 @@
+// The coordinator's half of the checkpoint commit protocol: every writer rank
+// reports its shard file (name, size, xxh64) for a step; when the last shard of
+// the step arrives the committer checks the files on disk against the reports,
+// writes COMMITTED atomically, and applies retention. Reports are per attempt:
+// a new attempt starts with an empty table, so a dead attempt's half-reported
+// step never commits.
+//
+// Thread-safety: not thread-safe; the JobManager calls it under its lock.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/common/status.h"
+
+namespace shardd {
+
+struct ShardReport {
+  int rank = 0;
+  int64_t step = 0;
+  std::string step_dir;
+  std::string manifest_base;               // Manifest JSON (run state, no files)
+  std::vector<shard::ManifestFile> files;  // empty for ranks that write no shard
+};
+
+class CheckpointCommitter {
+ public:
+  explicit CheckpointCommitter(int keep_last) : keep_last_(keep_last) {}
+
+  // Records a report. Returns the committed manifest when this report
+  // completed its step (COMMITTED is written), nullopt while shards are missing.
+  shard::StatusOr<std::optional<shard::Manifest>> Add(const ShardReport& report);
+  // Forgets partial steps (a new attempt begins).
+  void Reset() { pending_.clear(); }
+  size_t pending_steps() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    std::string step_dir;
+    shard::Manifest base;
+    std::map<int, shard::ManifestFile> shards;  // by shard rank
+  };
+  int keep_last_;
+  std::map<int64_t, Pending> pending_;
+};
+
+}  // namespace shardd

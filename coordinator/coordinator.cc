@@ -1,0 +1,70 @@
+#include "coordinator/coordinator.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "coordinator/auth.h"
+#include "coordinator/launchers/local/local_launcher.h"
+#include "shard/common/logging.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+
+std::string FindWorkerBinary() {
+  if (const char* env = std::getenv("SHARDD_WORKER_BIN"); env && *env) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const char* rel : {"shardd-worker", "../worker/shardd-worker", "../../worker/shardd-worker"}) {
+      fs::path p = (self.parent_path() / rel).lexically_normal();
+      if (::access(p.c_str(), X_OK) == 0) return p.string();
+    }
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string all = path;
+    size_t start = 0;
+    while (start <= all.size()) {
+      size_t end = all.find(':', start);
+      if (end == std::string::npos) end = all.size();
+      fs::path p = fs::path(all.substr(start, end - start)) / "shardd-worker";
+      if (::access(p.c_str(), X_OK) == 0) return p.string();
+      start = end + 1;
+    }
+  }
+  return "shardd-worker";
+}
+
+shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& opts) {
+  std::unique_ptr<Coordinator> c(new Coordinator());
+  const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
+  ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
+  ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
+  c->launcher_ = std::make_unique<LocalLauncher>();
+  JobManagerOptions jo;
+  jo.state_dir = state_dir;
+  jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
+  jo.kill_grace_s = opts.kill_grace_s;
+  jo.heartbeat_interval_s = opts.heartbeat_interval_s;
+  c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
+  ASSIGN_OR_RETURN(c->server_, CoordinatorServer::Start(opts.server, c->jobs_.get(), c->token_));
+  // Workers dial the address we listen on, with the port actually bound.
+  std::string host = opts.server.listen.substr(0, opts.server.listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  c->address_ = host + ":" + std::to_string(c->server_->port());
+  c->jobs_->set_coordinator_address(c->address_);
+  RETURN_IF_ERROR(c->jobs_->Recover());
+  c->jobs_->Start();
+  return c;
+}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Stop() {
+  if (server_) server_->Shutdown();
+  if (jobs_) jobs_->Stop();
+}
+
+}  // namespace shardd

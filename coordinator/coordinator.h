@@ -1,0 +1,50 @@
+// A whole coordinator in one object: state store, local launcher, job manager
+// and gRPC server. The shardd daemon runs one; `shardctl run` embeds one when
+// no coordinator answers; tests start one on a free port.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "coordinator/job_manager.h"
+#include "coordinator/launchers/launcher.h"
+#include "coordinator/server/coordinator_server.h"
+#include "coordinator/state/state_store.h"
+
+namespace shardd {
+
+struct CoordinatorOptions {
+  std::string state_dir = ".shardd";
+  ServerOptions server;
+  std::string worker_bin;  // "": FindWorkerBinary()
+  double kill_grace_s = 5;
+  double heartbeat_interval_s = 1;
+};
+
+// SHARDD_WORKER_BIN, else shardd-worker beside this executable (or in the
+// build tree's worker/ folder), else on PATH.
+std::string FindWorkerBinary();
+
+class Coordinator {
+ public:
+  static shard::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& opts);
+  ~Coordinator();
+
+  JobManager* jobs() { return jobs_.get(); }
+  const std::string& admin_token() const { return token_; }
+  // host:port clients and workers dial (the bound port when listen said :0).
+  const std::string& address() const { return address_; }
+  // Stops serving; running workers are left alone (a restarted coordinator adopts them).
+  void Stop();
+
+ private:
+  Coordinator() = default;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Launcher> launcher_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::string token_;
+  std::string address_;
+};
+
+}  // namespace shardd

@@ -1,0 +1,442 @@
+#include "coordinator/ctl/job_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/server/grpc_status.h"
+#include "shard/common/file_util.h"
+#include "shardd/v1/coordinator.grpc.pb.h"
+
+namespace fs = std::filesystem;
+namespace v1 = shardd::v1;
+using namespace std::chrono_literals;
+
+namespace shardctl {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSigint(int) { g_interrupted = true; }
+
+std::string Env(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = false;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string Duration(double s) {
+  if (s < 0) return "?";
+  char buf[32];
+  if (s < 90) std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  else if (s < 5400) std::snprintf(buf, sizeof(buf), "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+  else std::snprintf(buf, sizeof(buf), "%.0fh%02.0fm", std::floor(s / 3600), std::fmod(s / 60, 60));
+  return buf;
+}
+
+std::string Clock(int64_t unix_ms) {
+  std::time_t t = unix_ms / 1000;
+  std::tm tm;
+  localtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string ProgressLine(const std::string& id, const v1::Progress& p, int attempt) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "[%s] step %lld/%lld  loss %.4f  %.0f tokens/s  ETA %s  attempt %d", id.c_str(),
+                static_cast<long long>(p.step()), static_cast<long long>(p.total_steps()), p.loss(),
+                p.tokens_per_s(), Duration(p.eta_s()).c_str(), attempt);
+  return buf;
+}
+
+}  // namespace
+
+struct JobCommands::State {
+  ClientOptions client;
+  CLI::App* run = nullptr;
+  CLI::App* submit = nullptr;
+  CLI::App* status = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* cancel = nullptr;
+  CLI::App* watch = nullptr;
+  CLI::App* logs = nullptr;
+  std::string job_file, job_id, reason;
+  std::vector<std::string> sets;
+  bool json = false, all = false, follow = false, and_watch = false;
+  int rank = 0, attempt = 0;
+
+  std::unique_ptr<v1::JobService::Stub> stub;
+  std::unique_ptr<shardd::Coordinator> embedded;
+
+  shard::Status Connect(bool allow_embed);
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout = 30s) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+    ctx->AddMetadata("authorization", "Bearer " + client.token);
+  }
+  shard::StatusOr<v1::JobStatus> Submit();
+  shard::StatusOr<v1::JobStatus> Watch(const std::string& id, bool quiet_past);
+  shard::Status Status();
+  shard::Status List();
+  shard::Status Cancel();
+  shard::Status Logs();
+};
+
+shard::Status JobCommands::State::Connect(bool allow_embed) {
+  if (client.coordinator.empty()) client.coordinator = Env("SHARDD_COORDINATOR", "127.0.0.1:7070");
+  if (client.state_dir.empty()) client.state_dir = Env("SHARDD_STATE_DIR", ".shardd");
+  if (client.token.empty()) client.token = Env("SHARDD_TOKEN", "");
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!client.tls_ca.empty()) {
+    auto pem = shard::ReadFileToString(client.tls_ca);
+    if (!pem.ok()) return shard::NotFound("--tls-ca " + client.tls_ca + ": " + pem.status().message());
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *pem;
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  auto channel = grpc::CreateCustomChannel(client.coordinator, creds, args);
+  const bool up = channel->WaitForConnected(std::chrono::system_clock::now() + 1500ms);
+  if (!up) {
+    if (!allow_embed || !shardd::IsLoopbackAddress(client.coordinator))
+      return shard::Unavailable("no coordinator answers at " + client.coordinator +
+                                " (start one with `shardd`, or use `shardctl run` to start one here)");
+    shardd::CoordinatorOptions co;
+    co.state_dir = client.state_dir;
+    co.server.listen = client.coordinator;
+    auto c = shardd::Coordinator::Start(co);
+    if (!c.ok()) return c.status().WithContext("starting a local coordinator");
+    embedded = std::move(*c);
+    client.token = embedded->admin_token();
+    std::printf("shardctl: no coordinator at %s; started one here (state in %s)\n", client.coordinator.c_str(),
+                client.state_dir.c_str());
+    channel = grpc::CreateCustomChannel(embedded->address(), creds, args);
+  }
+  if (client.token.empty()) {
+    auto t = shardd::ReadAdminToken(client.state_dir);
+    if (!t.ok())
+      return shard::Unauthenticated("no token: pass --token, set SHARDD_TOKEN, or point --state-dir at the "
+                                    "coordinator's state dir (" + t.status().message() + ")");
+    client.token = *t;
+  }
+  stub = v1::JobService::NewStub(channel);
+  return shard::OkStatus();
+}
+
+shard::StatusOr<v1::JobStatus> JobCommands::State::Submit() {
+  v1::SubmitJobRequest req;
+  auto text = shard::ReadFileToString(job_file);
+  if (!text.ok()) return text.status();
+  req.mutable_spec()->set_yaml(*text);
+  for (const auto& s : sets) req.mutable_spec()->add_overrides(s);
+  req.mutable_spec()->set_source_path(job_file);
+  req.mutable_spec()->set_workdir(fs::current_path().string());
+  v1::JobStatus resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->SubmitJob(&ctx, req, &resp), "submit " + job_file));
+  return resp;
+}
+
+shard::StatusOr<v1::JobStatus> JobCommands::State::Watch(const std::string& id, bool quiet_past) {
+  const bool tty = ::isatty(STDOUT_FILENO);
+  int64_t after = 0;
+  auto last_print = std::chrono::steady_clock::now() - 1h;
+  bool line_open = false;
+  auto end_line = [&] {
+    if (line_open) std::printf("\n");
+    line_open = false;
+  };
+  while (true) {
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    req.set_after_seq(after);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + client.token);
+    std::atomic<bool> done{false};
+    std::thread canceller([&] {
+      while (!done) {
+        if (g_interrupted) {
+          ctx.TryCancel();
+          return;
+        }
+        std::this_thread::sleep_for(50ms);
+      }
+    });
+    auto reader = stub->WatchJob(&ctx, req);
+    v1::JobEvent ev;
+    int attempt = 0;
+    while (reader->Read(&ev)) {
+      attempt = ev.attempt();
+      if (ev.kind() == "progress") {
+        auto now = std::chrono::steady_clock::now();
+        if (tty) {
+          std::printf("\r%s\033[K", ProgressLine(id, ev.progress(), attempt).c_str());
+          line_open = true;
+        } else if (now - last_print > 5s) {
+          std::printf("%s\n", ProgressLine(id, ev.progress(), attempt).c_str());
+          last_print = now;
+        }
+        std::fflush(stdout);
+        continue;
+      }
+      after = ev.seq();
+      if (quiet_past && ev.unix_ms() < 0) continue;
+      end_line();
+      std::printf("[%s] %s %-10s attempt %d: %s%s%s\n", id.c_str(), Clock(ev.unix_ms()).c_str(),
+                  shardd::JobStateName(ev.state()).c_str(), ev.attempt(), ev.kind().c_str(),
+                  ev.message().empty() ? "" : ": ", ev.message().c_str());
+      std::fflush(stdout);
+    }
+    grpc::Status st = reader->Finish();
+    done = true;
+    canceller.join();
+    end_line();
+    if (g_interrupted) return shard::Aborted("interrupted");
+    // The stream ends when the job does; anything else (a coordinator
+    // restart) is retried from the last event seen.
+    v1::GetJobRequest greq;
+    greq.set_job_id(id);
+    v1::JobStatus js;
+    grpc::ClientContext gctx;
+    Prepare(&gctx, 10s);
+    grpc::Status gs = stub->GetJob(&gctx, greq, &js);
+    if (gs.ok() && shardd::IsTerminal(js.state())) return js;
+    if (!gs.ok() && gs.error_code() != grpc::StatusCode::UNAVAILABLE) return shardd::FromGrpc(gs, "watch " + id);
+    if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE && st.error_code() != grpc::StatusCode::CANCELLED)
+      return shardd::FromGrpc(st, "watch " + id);
+    std::this_thread::sleep_for(1s);
+  }
+}
+
+shard::Status JobCommands::State::Status() {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::JobStatus js;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->GetJob(&ctx, req, &js), "status " + job_id));
+  if (json) {
+    std::printf("%s\n", Json(js).c_str());
+    return shard::OkStatus();
+  }
+  std::printf("job        %s (%s)\nstate      %s%s%s\nattempt    %d (restarts %d of %d)\n", js.id().c_str(),
+              js.name().c_str(), shardd::JobStateName(js.state()).c_str(), js.reason().empty() ? "" : ": ",
+              js.reason().c_str(), js.attempt(), js.restarts(), js.max_restarts());
+  std::printf("progress   %s\n", ProgressLine(js.id(), js.progress(), js.attempt()).c_str());
+  std::printf("committed  %s\ncheckpoints %s\nlogs       %s\n",
+              js.progress().last_committed_step() < 0 ? "none"
+                                                      : ("step " + std::to_string(js.progress().last_committed_step())).c_str(),
+              js.checkpoint_dir().c_str(), js.job_dir().c_str());
+  for (const auto& w : js.workers())
+    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago\n", w.rank(), w.pid(), w.state().c_str(),
+                static_cast<long long>(w.step()),
+                w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str());
+  return shard::OkStatus();
+}
+
+shard::Status JobCommands::State::List() {
+  v1::ListJobsRequest req;
+  req.set_include_finished(all);
+  v1::ListJobsResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->ListJobs(&ctx, req, &resp), "list"));
+  if (json) {
+    std::printf("%s\n", Json(resp).c_str());
+    return shard::OkStatus();
+  }
+  std::printf("%-24s %-11s %-8s %-14s %s\n", "JOB", "STATE", "ATTEMPT", "STEP", "REASON");
+  for (const auto& j : resp.jobs())
+    std::printf("%-24s %-11s %-8d %-14s %s\n", j.id().c_str(), shardd::JobStateName(j.state()).c_str(), j.attempt(),
+                (std::to_string(j.progress().step()) + "/" + std::to_string(j.progress().total_steps())).c_str(),
+                j.reason().c_str());
+  return shard::OkStatus();
+}
+
+shard::Status JobCommands::State::Cancel() {
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  v1::JobStatus js;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->CancelJob(&ctx, req, &js), "cancel " + job_id));
+  if (json) std::printf("%s\n", Json(js).c_str());
+  else std::printf("%s: %s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str());
+  return shard::OkStatus();
+}
+
+shard::Status JobCommands::State::Logs() {
+  int64_t offset = follow ? 0 : -1;
+  if (!follow) offset = -1;
+  while (true) {
+    v1::GetLogsRequest req;
+    req.set_job_id(job_id);
+    req.set_rank(rank);
+    req.set_attempt(attempt);
+    req.set_offset(offset);
+    req.set_max_bytes(follow ? 1 << 20 : 256 << 10);
+    v1::GetLogsResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    RETURN_IF_ERROR(shardd::FromGrpc(stub->GetLogs(&ctx, req, &resp), "logs " + job_id));
+    std::fwrite(resp.data().data(), 1, resp.data().size(), stdout);
+    std::fflush(stdout);
+    offset = resp.next_offset();
+    if (!follow || g_interrupted) return shard::OkStatus();
+    if (resp.data().empty()) {
+      if (resp.finished()) return shard::OkStatus();
+      attempt = resp.attempt();  // stay on this attempt's file
+      std::this_thread::sleep_for(500ms);
+    }
+  }
+}
+
+JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  app.add_option("--coordinator", s.client.coordinator, "Coordinator host:port (default $SHARDD_COORDINATOR or 127.0.0.1:7070)");
+  app.add_option("--token", s.client.token, "Admin token (default $SHARDD_TOKEN, else <state dir>/admin.token)");
+  app.add_option("--state-dir", s.client.state_dir,
+                 "Coordinator state dir: where the token is read, and where `run` keeps an embedded coordinator's "
+                 "state (default $SHARDD_STATE_DIR or .shardd)");
+  app.add_option("--tls-ca", s.client.tls_ca, "PEM CA to verify the coordinator's TLS certificate");
+
+  s.run = app.add_subcommand("run", "Submit a job and watch it to the end (starts a local coordinator if none answers)");
+  s.run->add_option("job_file", s.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  s.run->add_option("--set", s.sets, "Override a job-file key: --set train.steps=100 (repeatable)");
+
+  s.submit = app.add_subcommand("submit", "Submit a job to the coordinator");
+  s.submit->add_option("job_file", s.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  s.submit->add_option("--set", s.sets, "Override a job-file key (repeatable)");
+  s.submit->add_flag("--watch", s.and_watch, "Watch it until it ends");
+  s.submit->add_flag("--json", s.json, "Print the job status as JSON");
+
+  s.status = app.add_subcommand("status", "A job's state, progress and workers");
+  s.status->add_option("job", s.job_id, "Job id")->required();
+  s.status->add_flag("--json", s.json, "Print JSON");
+
+  s.list = app.add_subcommand("list", "Jobs (active ones; --all for finished too)");
+  s.list->add_flag("--all", s.all, "Include finished jobs");
+  s.list->add_flag("--json", s.json, "Print JSON");
+
+  s.cancel = app.add_subcommand("cancel", "Cancel a job: its workers are stopped");
+  s.cancel->add_option("job", s.job_id, "Job id")->required();
+  s.cancel->add_option("--reason", s.reason, "Recorded with the cancellation");
+  s.cancel->add_flag("--json", s.json, "Print JSON");
+
+  s.watch = app.add_subcommand("watch", "Follow a job's events and progress until it ends");
+  s.watch->add_option("job", s.job_id, "Job id")->required();
+
+  s.logs = app.add_subcommand("logs", "A worker's log");
+  s.logs->add_option("job", s.job_id, "Job id")->required();
+  s.logs->add_option("--rank", s.rank, "Rank")->capture_default_str();
+  s.logs->add_option("--attempt", s.attempt, "Attempt (default: the current one)");
+  s.logs->add_flag("--follow,-f", s.follow, "Keep printing as the log grows, until the attempt ends");
+}
+
+JobCommands::~JobCommands() = default;
+
+bool JobCommands::Selected() const {
+  const State& s = *s_;
+  for (CLI::App* c : {s.run, s.submit, s.status, s.list, s.cancel, s.watch, s.logs})
+    if (c->parsed()) return true;
+  return false;
+}
+
+shard::Status JobCommands::Run() {
+  State& s = *s_;
+  struct sigaction sa{};
+  sa.sa_handler = OnSigint;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed()));
+  if (s.run->parsed() || s.submit->parsed()) {
+    ASSIGN_OR_RETURN(v1::JobStatus js, s.Submit());
+    if (s.submit->parsed() && !s.and_watch) {
+      if (s.json) std::printf("%s\n", Json(js).c_str());
+      else std::printf("%s\n", js.id().c_str());
+      return shard::OkStatus();
+    }
+    std::printf("submitted %s (logs: shardctl logs %s --rank R)\n", js.id().c_str(), js.id().c_str());
+    auto end = s.Watch(js.id(), false);
+    if (!end.ok()) {
+      if (end.status().code() == shard::StatusCode::kAborted && s.embedded) {
+        // The coordinator lives in this process: take the job down with it.
+        auto c = s.embedded->jobs()->Cancel(js.id(), "shardctl run interrupted");
+        (void)c;
+        for (int i = 0; i < 150 && !s.embedded->jobs()->Drained(js.id()); ++i) std::this_thread::sleep_for(100ms);
+        return shard::Aborted("interrupted; job " + js.id() + " cancelled");
+      }
+      if (end.status().code() == shard::StatusCode::kAborted)
+        return shard::Aborted("stopped watching; job " + js.id() + " keeps running (shardctl watch " + js.id() + ")");
+      return end.status();
+    }
+    std::printf("job %s %s%s%s\n", end->id().c_str(), shardd::JobStateName(end->state()).c_str(),
+                end->reason().empty() ? "" : ": ", end->reason().c_str());
+    if (s.embedded) {
+      // Let the finished workers exit before the coordinator goes.
+      for (int i = 0; i < 150 && !s.embedded->jobs()->Drained(js.id()); ++i) std::this_thread::sleep_for(100ms);
+      s.embedded->Stop();
+    }
+    return end->state() == v1::SUCCEEDED ? shard::OkStatus()
+                                         : shard::Aborted("job " + end->id() + " ended " +
+                                                          shardd::JobStateName(end->state()));
+  }
+  if (s.status->parsed()) return s.Status();
+  if (s.list->parsed()) return s.List();
+  if (s.cancel->parsed()) return s.Cancel();
+  if (s.logs->parsed()) return s.Logs();
+  if (s.watch->parsed()) {
+    ASSIGN_OR_RETURN(v1::JobStatus js, s.Watch(s.job_id, false));
+    std::printf("job %s %s%s%s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str(),
+                js.reason().empty() ? "" : ": ", js.reason().c_str());
+    return shard::OkStatus();
+  }
+  return shard::InvalidArgument("no command");
+}
+
+shard::Status JobCommands::Checkpoints(const std::string& job_id, bool json) {
+  State& s = *s_;
+  RETURN_IF_ERROR(s.Connect(false));
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(job_id);
+  v1::ListCheckpointsResponse resp;
+  grpc::ClientContext ctx;
+  s.Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(s.stub->ListCheckpoints(&ctx, req, &resp), "checkpoints " + job_id));
+  if (json) {
+    std::printf("%s\n", Json(resp).c_str());
+    return shard::OkStatus();
+  }
+  std::printf("%-10s %-6s %-6s %-12s %s\n", "STEP", "WORLD", "FILES", "MB", "PATH");
+  for (const auto& c : resp.checkpoints())
+    std::printf("%-10lld %-6d %-6d %-12.1f %s\n", static_cast<long long>(c.step()), c.world(), c.files(),
+                c.bytes() / 1e6, c.path().c_str());
+  return shard::OkStatus();
+}
+
+}  // namespace shardctl

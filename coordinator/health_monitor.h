@@ -1,0 +1,42 @@
+// Decides whether an attempt's ranks are healthy: pure arithmetic over what
+// the JobManager last heard from each rank, so every rule is unit-tested with
+// a fake clock.
+//
+// Rules, first match wins:
+//   * launched but not registered within register_timeout_s;
+//   * registered, and no heartbeat for heartbeat_timeout_s (a dead or frozen process);
+//   * heartbeating but no step finished for the hang limit: hang_timeout_s, or
+//     once step times are known min(hang_timeout_s, max(20 x the recent step
+//     time, 30 s)) — alive but stuck (a deadlocked collective, a hung disk).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardd {
+
+struct RankHealth {
+  int rank = 0;
+  bool registered = false;
+  bool done = false;
+  int64_t launched_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  int64_t last_progress_ms = 0;  // when its step last advanced (or it registered)
+  int64_t step = 0;
+};
+
+struct HealthLimits {
+  double register_timeout_s = 120;
+  double heartbeat_timeout_s = 10;
+  double hang_timeout_s = 300;
+  double recent_step_s = 0;  // 0: unknown yet
+};
+
+// The hang limit in seconds for the given limits (see the rules above).
+double HangLimitSeconds(const HealthLimits& limits);
+
+// "" when every rank is healthy, otherwise the reason naming the first bad rank.
+std::string CheckHealth(const std::vector<RankHealth>& ranks, const HealthLimits& limits, int64_t now_ms);
+
+}  // namespace shardd

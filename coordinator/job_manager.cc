@@ -1,0 +1,779 @@
+#include "coordinator/job_manager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/auth.h"
+#include "coordinator/health_monitor.h"
+#include "shard/ckpt/catalog.h"
+#include "shard/common/file_util.h"
+#include "shard/common/logging.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+namespace {
+
+constexpr int kExitBadInput = 2;  // shardd-worker's code for a job that can never run
+
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Fmt(double v, const char* f = "%.4f") {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+// Resolves p against base unless it is absolute.
+std::string Resolve(const std::string& base, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (fs::path(base) / p).lexically_normal().string();
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState s) {
+  switch (s) {
+    case v1::QUEUED: return "QUEUED";
+    case v1::LAUNCHING: return "LAUNCHING";
+    case v1::RUNNING: return "RUNNING";
+    case v1::RESTARTING: return "RESTARTING";
+    case v1::SUCCEEDED: return "SUCCEEDED";
+    case v1::FAILED: return "FAILED";
+    case v1::CANCELLED: return "CANCELLED";
+    default: return "UNKNOWN";
+  }
+}
+
+bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+JobManager::JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher)
+    : opts_(std::move(opts)), store_(store), launcher_(launcher) {
+  if (!opts_.now_ms) opts_.now_ms = SystemNowMs;
+}
+
+JobManager::~JobManager() { Stop(); }
+
+bool JobManager::Active(const Job& j) const { return !IsTerminal(j.state); }
+
+std::string JobManager::NewToken() const {
+  unsigned char bytes[24];
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  SHARD_CHECK_MSG(fd >= 0 && ::read(fd, bytes, sizeof(bytes)) == static_cast<ssize_t>(sizeof(bytes)),
+                  "cannot read /dev/urandom");
+  ::close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (unsigned char b : bytes) {
+    t += hex[b >> 4];
+    t += hex[b & 15];
+  }
+  return t;
+}
+
+std::string JobManager::CheckpointJobDir(const Job& j) const {
+  return (fs::path(Resolve(j.spec.workdir(), j.config.checkpoint.dir)) / j.config.name).string();
+}
+
+std::string JobManager::AttemptDir(const Job& j, int attempt) const {
+  return (fs::path(opts_.state_dir) / "jobs" / j.id / ("attempt_" + std::to_string(attempt))).string();
+}
+
+v1::JobStatus JobManager::StatusOf(const Job& j) const {
+  v1::JobStatus s;
+  s.set_id(j.id);
+  s.set_name(j.name);
+  s.set_state(j.state);
+  s.set_attempt(j.attempt);
+  s.set_restarts(j.restarts);
+  s.set_max_restarts(j.config.restart.max_restarts);
+  s.set_reason(j.reason);
+  *s.mutable_progress() = j.progress;
+  s.set_created_unix_ms(j.created_ms);
+  s.set_updated_unix_ms(j.updated_ms);
+  s.set_world_size(j.config.parallel.world_size);
+  s.set_job_dir((fs::path(opts_.state_dir) / "jobs" / j.id).string());
+  s.set_checkpoint_dir(CheckpointJobDir(j));
+  const int64_t now = opts_.now_ms();
+  for (size_t r = 0; r < j.ranks.size(); ++r) {
+    const Rank& rk = j.ranks[r];
+    v1::WorkerInfo* w = s.add_workers();
+    w->set_rank(static_cast<int>(r));
+    w->set_pid(rk.pid);
+    w->set_hostname(rk.hostname);
+    w->set_state(rk.state);
+    w->set_step(rk.step);
+    w->set_last_heartbeat_age_s(rk.registered ? (now - rk.last_heartbeat_ms) / 1000.0 : -1.0);
+  }
+  return s;
+}
+
+void JobManager::PersistLocked(const Job& j) {
+  JobRecord rec;
+  rec.id = j.id;
+  rec.name = j.name;
+  rec.state = j.state;
+  rec.attempt = j.attempt;
+  rec.restarts = j.restarts;
+  rec.reason = j.reason;
+  rec.spec = j.spec.SerializeAsString();
+  rec.progress = j.progress.SerializeAsString();
+  rec.worker_token = j.token;
+  rec.created_ms = j.created_ms;
+  rec.updated_ms = j.updated_ms;
+  rec.seq = j.seq;
+  Status st = store_->PutJob(rec);
+  if (!st.ok()) LOG_ERROR("job {}: cannot persist state: {}", j.id, st.ToString());
+}
+
+void JobManager::EmitLocked(Job& j, const std::string& kind, const std::string& message) {
+  j.updated_ms = opts_.now_ms();
+  v1::JobEvent ev;
+  ev.set_seq(++j.seq);
+  ev.set_unix_ms(j.updated_ms);
+  ev.set_job_id(j.id);
+  ev.set_attempt(j.attempt);
+  ev.set_kind(kind);
+  ev.set_message(message);
+  ev.set_state(j.state);
+  *ev.mutable_progress() = j.progress;
+  JobRecord rec;
+  EventRecord er{j.id, ev.seq(), ev.unix_ms(), j.attempt, kind, message, j.state};
+  // Persist the job and its event together.
+  rec.id = j.id;
+  rec.name = j.name;
+  rec.state = j.state;
+  rec.attempt = j.attempt;
+  rec.restarts = j.restarts;
+  rec.reason = j.reason;
+  rec.spec = j.spec.SerializeAsString();
+  rec.progress = j.progress.SerializeAsString();
+  rec.worker_token = j.token;
+  rec.created_ms = j.created_ms;
+  rec.updated_ms = j.updated_ms;
+  rec.seq = j.seq;
+  Status st = store_->AppendEvent(er, rec);
+  if (!st.ok()) LOG_ERROR("job {}: cannot persist event {}: {}", j.id, kind, st.ToString());
+  LOG_INFO("job {} [{}] attempt {}: {}{}{}", j.id, JobStateName(j.state), j.attempt, kind,
+           message.empty() ? "" : ": ", message);
+  for (auto& [id, w] : watchers_)
+    if (w.job_id == j.id) w.sink(ev);
+}
+
+void JobManager::SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason) {
+  j.state = state;
+  j.reason = reason;
+  EmitLocked(j, kind, reason);
+}
+
+StatusOr<JobManager::Job*> JobManager::FindLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return shard::NotFound("no job '" + job_id + "' (shardctl list shows the jobs)");
+  return it->second.get();
+}
+
+// ---------------------------------------------------------------------------
+// Submission
+
+Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config) {
+  const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
+  if (spec.yaml().size() > opts_.max_spec_bytes)
+    return shard::InvalidArgument(src + ": the job file is " + std::to_string(spec.yaml().size()) +
+                                  " bytes; the limit is " + std::to_string(opts_.max_spec_bytes));
+  if (spec.workdir().empty() || !fs::path(spec.workdir()).is_absolute())
+    return shard::InvalidArgument("job spec: workdir must be an absolute directory, got '" + spec.workdir() + "'");
+  if (!fs::is_directory(spec.workdir()))
+    return shard::NotFound("job spec: workdir " + spec.workdir() + " does not exist");
+  std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
+  ASSIGN_OR_RETURN(*config, shard::ParseJobConfig(spec.yaml(), src, overrides));
+  const shard::JobConfig& c = *config;
+  if (c.resources.launcher != "local")
+    return shard::Unimplemented(src + ": resources.launcher '" + c.resources.launcher +
+                                "' is not available in this coordinator yet (only 'local')");
+  auto must_exist = [&](const std::string& key, const std::string& path) -> Status {
+    if (path.empty()) return shard::OkStatus();
+    const std::string abs = Resolve(spec.workdir(), path);
+    if (!fs::exists(abs)) return shard::NotFound(src + ": " + key + ": " + abs + " does not exist");
+    return shard::OkStatus();
+  };
+  RETURN_IF_ERROR(must_exist("data.tokens", c.data.tokens));
+  RETURN_IF_ERROR(must_exist("model.from_hf", c.model.from_hf));
+  for (const auto& [id, other] : jobs_) {
+    if (Active(*other) && other->config.name == c.name &&
+        CheckpointJobDir(*other) == (fs::path(Resolve(spec.workdir(), c.checkpoint.dir)) / c.name).string())
+      return shard::FailedPrecondition(src + ": job " + other->id + " named '" + c.name +
+                                       "' is still active and would share its checkpoint directory; cancel it or "
+                                       "rename this job");
+  }
+  return shard::OkStatus();
+}
+
+StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shard::JobConfig config;
+  RETURN_IF_ERROR(ValidateSpecLocked(spec, &config));
+  auto j = std::make_unique<Job>();
+  j->id = config.name + "-" + std::to_string(next_job_number_++);
+  j->name = config.name;
+  j->spec = spec;
+  j->config = config;
+  j->created_ms = opts_.now_ms();
+  j->progress.set_total_steps(config.train.steps);
+  j->progress.set_eta_s(-1);
+  j->progress.set_last_committed_step(-1);
+  j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
+  Job& ref = *j;
+  jobs_[ref.id] = std::move(j);
+  SetStateLocked(ref, v1::QUEUED, "submitted",
+                 (spec.source_path().empty() ? std::string("job") : spec.source_path()) + ", " +
+                     std::to_string(config.parallel.world_size) + " worker(s), " +
+                     std::to_string(config.train.steps) + " steps");
+  return StatusOf(ref);
+}
+
+StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  return StatusOf(*j);
+}
+
+std::vector<v1::JobStatus> JobManager::List(bool include_finished) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::JobStatus> out;
+  for (const auto& [id, j] : jobs_)
+    if (include_finished || Active(*j)) out.push_back(StatusOf(*j));
+  std::sort(out.begin(), out.end(),
+            [](const v1::JobStatus& a, const v1::JobStatus& b) { return a.created_unix_ms() < b.created_unix_ms(); });
+  return out;
+}
+
+StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  if (!Active(*j)) return StatusOf(*j);  // idempotent
+  EndAttemptLocked(*j);
+  SetStateLocked(*j, v1::CANCELLED, "cancelled", reason.empty() ? "cancelled by the user" : reason);
+  return StatusOf(*j);
+}
+
+// ---------------------------------------------------------------------------
+// Attempts
+
+void JobManager::LaunchLocked(Job& j) {
+  const int world = j.config.parallel.world_size;
+  j.attempt += 1;
+  j.token = NewToken();
+  j.committer->Reset();
+  j.step_seconds.clear();
+  j.adopted = false;
+  if (j.attempt == 1) {
+    j.resume_from = j.config.checkpoint.resume;
+  } else {
+    auto latest = shard::FindLatestGoodStep(CheckpointJobDir(j), /*verify_checksums=*/true);
+    if (latest.ok() && !latest->empty()) {
+      j.resume_from = *latest;
+    } else {
+      j.resume_from = j.config.checkpoint.resume;  // nothing committed yet: start as the first attempt did
+    }
+  }
+  const int64_t now = opts_.now_ms();
+  j.ranks.assign(world, Rank{});
+  for (Rank& r : j.ranks) r.launched_ms = now;
+  SetStateLocked(j, v1::LAUNCHING, "launching",
+                 std::to_string(world) + " worker(s), resume from " +
+                     (j.resume_from.empty() ? std::string("scratch") : j.resume_from));
+
+  LaunchRequest req;
+  req.job_id = j.id;
+  req.attempt = j.attempt;
+  req.world = world;
+  req.workdir = j.spec.workdir();
+  req.log_dir = AttemptDir(j, j.attempt);
+  req.coordinator = opts_.coordinator_address;
+  req.worker_bin = opts_.worker_bin;
+  req.env["SHARDD_WORKER_TOKEN"] = j.token;
+  auto pids = launcher_->Launch(req);
+  if (!pids.ok()) {
+    FailAttemptLocked(j, "launch failed: " + pids.status().ToString(), /*retryable=*/false);
+    return;
+  }
+  for (size_t r = 0; r < pids->size() && r < j.ranks.size(); ++r) {
+    j.ranks[r].pid = (*pids)[r];
+    Status st = store_->PutWorker({j.id, j.attempt, static_cast<int>(r), (*pids)[r], "", "launched"});
+    if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
+  }
+}
+
+void JobManager::EndAttemptLocked(Job& j) {
+  if (j.attempt == 0) return;
+  launcher_->Terminate(j.id, j.attempt, /*force=*/false);
+  j.draining_attempt = j.attempt;
+  j.kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+  v1::WorkerId id;
+  id.set_job_id(j.id);
+  id.set_attempt(j.attempt);
+  rendezvous_.DropPrefix(KvPrefix(id));
+}
+
+void JobManager::FailAttemptLocked(Job& j, const std::string& reason, bool retryable) {
+  EndAttemptLocked(j);
+  const int max = j.config.restart.max_restarts;
+  if (!retryable) {
+    SetStateLocked(j, v1::FAILED, "failed", reason + " (not retryable)");
+    return;
+  }
+  if (j.restarts >= max) {
+    SetStateLocked(j, v1::FAILED, "failed",
+                   "max_restarts (" + std::to_string(max) + ") exhausted; last failure: " + reason);
+    return;
+  }
+  j.restarts += 1;
+  j.next_launch_ms = opts_.now_ms() + static_cast<int64_t>(j.config.restart.backoff_s * 1000);
+  SetStateLocked(j, v1::RESTARTING, "restarting",
+                 reason + "; restart " + std::to_string(j.restarts) + " of " + std::to_string(max) + " in " +
+                     Fmt(j.config.restart.backoff_s, "%.1f") + " s from the newest committed checkpoint");
+}
+
+void JobManager::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = opts_.now_ms();
+  rendezvous_.ExpireWaiters(now);
+
+  for (const RankExit& e : launcher_->Poll()) {
+    auto it = jobs_.find(e.job_id);
+    if (it == jobs_.end()) continue;
+    Job& j = *it->second;
+    if (e.attempt != j.attempt || !Active(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
+    if (e.rank < 0 || e.rank >= static_cast<int>(j.ranks.size())) continue;
+    Rank& r = j.ranks[e.rank];
+    r.exited = true;
+    if (e.signal == 0 && e.exit_code == 0 && r.done) {
+      r.state = "exited";
+      continue;
+    }
+    if (e.signal == 0 && e.exit_code == -1) {
+      FailAttemptLocked(j, "rank " + std::to_string(e.rank) + " (adopted pid " + std::to_string(r.pid) +
+                               ") is gone", true);
+      continue;
+    }
+    r.state = "failed";
+    std::string why = e.Describe();
+    if (e.signal == 0 && e.exit_code == 0) why += " before reporting done";
+    const bool bad_input = e.signal == 0 && e.exit_code == kExitBadInput;
+    if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
+    FailAttemptLocked(j, why, !bad_input);
+  }
+
+  for (auto& [id, jp] : jobs_) {
+    Job& j = *jp;
+    if (j.draining_attempt > 0) {
+      if (launcher_->Running(j.id, j.draining_attempt) == 0) {
+        j.draining_attempt = 0;
+      } else if (now >= j.kill_at_ms) {
+        launcher_->Terminate(j.id, j.draining_attempt, /*force=*/true);
+      }
+    }
+    switch (j.state) {
+      case v1::QUEUED:
+        LaunchLocked(j);
+        break;
+      case v1::RESTARTING:
+        // The next generation starts only once the last one is gone (fencing
+        // refuses its RPCs already; this keeps their processes apart too).
+        if (now >= j.next_launch_ms && j.draining_attempt == 0) LaunchLocked(j);
+        break;
+      case v1::LAUNCHING:
+      case v1::RUNNING: {
+        std::vector<RankHealth> health;
+        for (size_t r = 0; r < j.ranks.size(); ++r) {
+          const Rank& rk = j.ranks[r];
+          health.push_back({static_cast<int>(r), rk.registered, rk.done, rk.launched_ms, rk.last_heartbeat_ms,
+                            rk.last_progress_ms, rk.step});
+        }
+        HealthLimits limits;
+        limits.register_timeout_s = opts_.register_timeout_s;
+        limits.heartbeat_timeout_s = j.config.restart.heartbeat_timeout_s;
+        limits.hang_timeout_s = j.config.restart.hang_timeout_s;
+        if (!j.step_seconds.empty()) {
+          double sum = 0;
+          for (double s : j.step_seconds) sum += s;
+          limits.recent_step_s = sum / j.step_seconds.size();
+        }
+        std::string bad = CheckHealth(health, limits, now);
+        if (!bad.empty()) FailAttemptLocked(j, bad, true);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void JobManager::Start() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      Tick();
+      lock.lock();
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(static_cast<int64_t>(opts_.tick_s * 1000)),
+                        [&] { return stop_; });
+    }
+  });
+}
+
+void JobManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// ---------------------------------------------------------------------------
+// Recovery
+
+Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(int64_t max_number, store_->MaxJobNumber());
+  next_job_number_ = max_number + 1;
+  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->LoadJobs());
+  const int64_t now = opts_.now_ms();
+  for (JobRecord& rec : records) {
+    auto j = std::make_unique<Job>();
+    j->id = rec.id;
+    j->name = rec.name;
+    if (!j->spec.ParseFromString(rec.spec)) {
+      LOG_ERROR("job {}: stored spec does not parse; skipped", rec.id);
+      continue;
+    }
+    j->progress.ParseFromString(rec.progress);
+    j->state = static_cast<v1::JobState>(rec.state);
+    j->attempt = rec.attempt;
+    j->restarts = rec.restarts;
+    j->reason = rec.reason;
+    j->token = rec.worker_token;
+    j->created_ms = rec.created_ms;
+    j->updated_ms = rec.updated_ms;
+    j->seq = rec.seq;
+    std::vector<std::string> overrides(j->spec.overrides().begin(), j->spec.overrides().end());
+    auto config = shard::ParseJobConfig(j->spec.yaml(), j->spec.source_path(), overrides);
+    if (!config.ok()) {
+      j->config.name = j->name;
+      jobs_[j->id] = std::move(j);
+      continue;
+    }
+    j->config = *config;
+    j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+    Job& ref = *j;
+    jobs_[ref.id] = std::move(j);
+    if (ref.state == v1::LAUNCHING || ref.state == v1::RUNNING) {
+      // Adopt: the workers keep training through a coordinator restart and
+      // reconnect; they get one heartbeat deadline to show up.
+      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
+      ref.ranks.assign(ref.config.parallel.world_size, Rank{});
+      std::vector<int> pids(ref.ranks.size(), 0);
+      for (const WorkerRecord& w : workers) {
+        if (w.rank < 0 || w.rank >= static_cast<int>(ref.ranks.size())) continue;
+        Rank& r = ref.ranks[w.rank];
+        r.pid = w.pid;
+        r.hostname = w.hostname;
+        r.state = "adopting";
+        pids[w.rank] = w.pid;
+      }
+      for (Rank& r : ref.ranks) {
+        r.registered = true;  // they registered with the previous coordinator
+        r.launched_ms = r.last_heartbeat_ms = r.last_progress_ms = now;
+        r.step = ref.progress.step();
+      }
+      ref.adopted = true;
+      launcher_->Adopt(ref.id, ref.attempt, pids);
+      EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
+    } else if (ref.state == v1::RESTARTING) {
+      ref.next_launch_ms = now;
+    }
+  }
+  return shard::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::string& job_id) {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    dir = CheckpointJobDir(*j);
+  }
+  std::vector<v1::CheckpointInfo> out;
+  if (!fs::exists(dir)) return out;
+  ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
+  for (const shard::StepInfo& s : steps) {
+    if (!s.committed) continue;
+    auto text = shard::ReadFileToString(s.dir + "/" + shard::kCommittedFile);
+    if (!text.ok()) continue;
+    auto m = shard::Manifest::FromJson(*text, s.dir);
+    if (!m.ok()) continue;
+    v1::CheckpointInfo c;
+    c.set_step(s.step);
+    c.set_world(m->world);
+    c.set_files(static_cast<int>(m->files.size()));
+    int64_t bytes = 0;
+    for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
+    c.set_bytes(bytes);
+    c.set_path(s.dir);
+    struct stat st;
+    if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)
+      c.set_committed_unix_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);
+    out.push_back(c);
+  }
+  return out;
+}
+
+StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {
+  std::string path;
+  LogChunk chunk;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    if (j->attempt == 0) return shard::FailedPrecondition("job " + job_id + " has not launched yet");
+    chunk.attempt = attempt > 0 ? attempt : j->attempt;
+    if (chunk.attempt > j->attempt)
+      return shard::OutOfRange("job " + job_id + " has no attempt " + std::to_string(attempt));
+    if (rank < 0 || rank >= j->config.parallel.world_size)
+      return shard::OutOfRange("job " + job_id + " has ranks 0.." + std::to_string(j->config.parallel.world_size - 1));
+    chunk.finished = chunk.attempt < j->attempt || (!Active(*j) && j->draining_attempt == 0) ||
+                     j->state == v1::RESTARTING;
+    path = AttemptDir(*j, chunk.attempt) + "/rank_" + std::to_string(rank) + ".log";
+  }
+  if (max_bytes <= 0 || max_bytes > (4 << 20)) max_bytes = 64 << 10;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    chunk.next_offset = 0;
+    return chunk;
+  }
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (offset < 0) offset = std::max<int64_t>(0, size - max_bytes);
+  offset = std::min(offset, size);
+  const int64_t n = std::min<int64_t>(max_bytes, size - offset);
+  chunk.data.resize(n);
+  in.seekg(offset);
+  in.read(chunk.data.data(), n);
+  chunk.next_offset = offset + n;
+  return chunk;
+}
+
+StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+                                    std::vector<v1::JobEvent>* past) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  for (const EventRecord& e : events) {
+    v1::JobEvent ev;
+    ev.set_seq(e.seq);
+    ev.set_unix_ms(e.unix_ms);
+    ev.set_job_id(e.job_id);
+    ev.set_attempt(e.attempt);
+    ev.set_kind(e.kind);
+    ev.set_message(e.message);
+    ev.set_state(static_cast<v1::JobState>(e.state));
+    past->push_back(ev);
+  }
+  if (!past->empty()) *past->back().mutable_progress() = j->progress;
+  int64_t id = next_watch_id_++;
+  watchers_[id] = {job_id, std::move(sink)};
+  return id;
+}
+
+bool JobManager::Drained(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() || (!Active(*it->second) && it->second->draining_attempt == 0);
+}
+
+void JobManager::Unwatch(int64_t watch_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.erase(watch_id);
+}
+
+// ---------------------------------------------------------------------------
+// Worker calls
+
+std::string JobManager::KvPrefix(const v1::WorkerId& id) {
+  return id.job_id() + "/" + std::to_string(id.attempt()) + "/";
+}
+
+Status JobManager::CheckWorker(const v1::WorkerId& id, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckWorkerLocked(id, token).status();
+}
+
+StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id, const std::string& token) {
+  ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
+  // Token first: a caller without the attempt's token learns nothing more.
+  if (token.empty() || !TokensEqual(token, j->token) || j->attempt == 0)
+    return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
+  if (id.attempt() != j->attempt)
+    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
+                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
+  if (!Active(*j) || j->state == v1::RESTARTING)
+    return shard::Aborted("job " + id.job_id() + " attempt " + std::to_string(id.attempt()) + " is over (" +
+                          JobStateName(j->state) + "); exit");
+  if (id.rank() < 0 || id.rank() >= static_cast<int>(j->ranks.size()))
+    return shard::InvalidArgument("rank " + std::to_string(id.rank()) + " out of range for job " + id.job_id());
+  return j;
+}
+
+StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& req, const std::string& token) {
+  if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
+    return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
+                                     " does not match the coordinator's " +
+                                     std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  Rank& r = j->ranks[req.id().rank()];
+  const int64_t now = opts_.now_ms();
+  r.registered = true;
+  r.hostname = req.hostname();
+  if (req.pid() > 0) r.pid = req.pid();
+  r.state = "registered";
+  r.last_heartbeat_ms = r.last_progress_ms = now;
+  Status st = store_->PutWorker({j->id, j->attempt, req.id().rank(), r.pid, r.hostname, r.state});
+  if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
+  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.registered; });
+  if (all && j->state == v1::LAUNCHING)
+    SetStateLocked(*j, v1::RUNNING, "running", "all " + std::to_string(j->ranks.size()) + " worker(s) registered");
+  v1::RegisterResponse resp;
+  resp.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  *resp.mutable_spec() = j->spec;
+  resp.set_world_size(static_cast<int>(j->ranks.size()));
+  resp.set_kv_prefix(KvPrefix(req.id()));
+  resp.set_resume_from(j->resume_from);
+  resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
+  return resp;
+}
+
+StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  Rank& r = j->ranks[req.id().rank()];
+  const int64_t now = opts_.now_ms();
+  r.last_heartbeat_ms = now;
+  if (req.step() != r.step) r.last_progress_ms = now;
+  r.step = req.step();
+  r.tokens_per_s = req.tokens_per_s();
+  if (!r.done) r.state = req.state();
+  if (j->adopted && j->state == v1::RUNNING) {
+    j->adopted = false;
+    EmitLocked(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
+  }
+  if (!req.metrics().empty()) {
+    std::vector<MetricRecord> rows;
+    for (const v1::StepMetric& m : req.metrics()) {
+      rows.push_back({m.step(), j->attempt, m.loss(), m.lr(), m.grad_norm(), m.seconds(), m.tokens()});
+      j->step_seconds.push_back(m.seconds());
+      if (j->step_seconds.size() > 20) j->step_seconds.pop_front();
+    }
+    Status st = store_->PutMetrics(j->id, rows);
+    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
+    const v1::StepMetric& last = req.metrics(req.metrics_size() - 1);
+    j->progress.set_step(last.step());
+    j->progress.set_loss(last.loss());
+    double sum = 0;
+    for (double s : j->step_seconds) sum += s;
+    const double mean = sum / j->step_seconds.size();
+    j->progress.set_tokens_per_s(last.seconds() > 0 ? last.tokens() / last.seconds() : 0);
+    j->progress.set_eta_s(mean * std::max<int64_t>(0, j->config.train.steps - last.step()));
+    j->updated_ms = now;
+    v1::JobEvent ev;  // live only: progress is kept as metrics, not as events
+    ev.set_unix_ms(now);
+    ev.set_job_id(j->id);
+    ev.set_attempt(j->attempt);
+    ev.set_kind("progress");
+    ev.set_state(j->state);
+    *ev.mutable_progress() = j->progress;
+    for (auto& [id, w] : watchers_)
+      if (w.job_id == j->id) w.sink(ev);
+  }
+  return v1::HeartbeatResponse();
+}
+
+StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  ShardReport rep;
+  rep.rank = req.id().rank();
+  rep.step = req.step();
+  rep.step_dir = req.step_dir();
+  rep.manifest_base = req.manifest_base();
+  // The step must be inside this job's checkpoint directory.
+  const std::string expected = CheckpointJobDir(*j);
+  if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
+    return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
+  for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
+  ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
+  v1::ReportCheckpointResponse resp;
+  if (done) {
+    resp.set_committed(true);
+    j->progress.set_last_committed_step(done->step);
+    int64_t bytes = 0;
+    for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
+    Status st = store_->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
+                                       rep.step_dir, opts_.now_ms()});
+    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
+    EmitLocked(*j, "checkpoint_committed",
+               "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
+                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
+  }
+  return resp;
+}
+
+Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  Rank& r = j->ranks[req.id().rank()];
+  r.done = true;
+  r.state = "done";
+  r.step = req.step();
+  if (req.id().rank() == 0) {
+    j->progress.set_step(req.step());
+    j->progress.set_loss(req.final_loss());
+    j->progress.set_eta_s(0);
+  }
+  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.done; });
+  if (all) {
+    // The processes exit by themselves; anything left after the grace is killed.
+    j->draining_attempt = j->attempt;
+    j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+    SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
+                   std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
+                       (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
+  }
+  return shard::OkStatus();
+}
+
+Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  j->ranks[req.id().rank()].state = "failed";
+  FailAttemptLocked(*j, "rank " + std::to_string(req.id().rank()) + " failed: " + req.error(), req.retryable());
+  return shard::OkStatus();
+}
+
+}  // namespace shardd

@@ -1,0 +1,189 @@
+// The coordinator's brain: every job's state machine, its attempts and ranks,
+// health decisions, checkpoint commits and the event log. Plain C++ over
+// protobuf messages — no gRPC here (server/ adapts RPCs onto these methods), so
+// tests drive it directly with a fake launcher and a fake clock.
+//
+//   QUEUED → LAUNCHING → RUNNING → SUCCEEDED | FAILED | CANCELLED
+//                ↑__ RESTARTING ←__|  (while restart.max_restarts allows)
+//
+// Every worker call names (job, attempt, rank) and carries the attempt's
+// token; a call from any other attempt is refused (fencing), so two
+// generations of workers never train at once. Every decision is an event with
+// a reason, stored in SQLite with the job's new state in one transaction.
+//
+// Thread-safety: all public methods are thread-safe (one mutex, mu_, guards
+// every job). Watch sinks are called with mu_ held and must not call back in.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/checkpoint_committer.h"
+#include "coordinator/launchers/launcher.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/state/state_store.h"
+#include "shard/train/job_config.h"
+#include "shardd/v1/coordinator.pb.h"
+#include "shardd/v1/worker.pb.h"
+
+namespace shardd {
+
+struct JobManagerOptions {
+  std::string state_dir;            // jobs/<id>/attempt_<n>/rank_<r>.log live here
+  std::string coordinator_address;  // what workers dial
+  std::string worker_bin;           // shardd-worker
+  double kill_grace_s = 5;          // SIGTERM → SIGKILL
+  double heartbeat_interval_s = 1;
+  double register_timeout_s = 120;
+  size_t max_spec_bytes = 1 << 20;
+  double tick_s = 0.1;
+  std::function<int64_t()> now_ms;  // the clock; default: system time
+};
+
+struct LogChunk {
+  std::string data;
+  int64_t next_offset = 0;
+  int attempt = 0;
+  bool finished = false;
+};
+
+class JobManager {
+ public:
+  using EventSink = std::function<void(const v1::JobEvent&)>;
+
+  JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher);
+  ~JobManager();
+
+  // Loads every job from the store. Active attempts are adopted: their ranks
+  // get one heartbeat deadline to show they are alive, else the attempt fails
+  // and restarts from the newest committed checkpoint.
+  Status Recover();
+  // Runs Tick() every tick_s on a thread until Stop().
+  void Start();
+  void Stop();
+  // One pass of the control loop: launcher exits, health, timers, launches.
+  void Tick();
+
+  // ---- JobService ----
+  StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec);
+  StatusOr<v1::JobStatus> Get(const std::string& job_id);
+  std::vector<v1::JobStatus> List(bool include_finished);
+  StatusOr<v1::JobStatus> Cancel(const std::string& job_id, const std::string& reason);
+  StatusOr<std::vector<v1::CheckpointInfo>> Checkpoints(const std::string& job_id);
+  StatusOr<LogChunk> Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes);
+  // Appends past events (seq > after_seq) to *past, then calls sink for each
+  // new one until Unwatch. Returns the watch id.
+  StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+                          std::vector<v1::JobEvent>* past);
+  void Unwatch(int64_t watch_id);
+
+  // True once the job has ended and none of its processes runs any more.
+  bool Drained(const std::string& job_id);
+
+  // ---- WorkerService ----
+  // Authenticates and fences a worker call: the job exists, `id.attempt` is
+  // its current attempt, the rank is in range and the token is the attempt's.
+  Status CheckWorker(const v1::WorkerId& id, const std::string& token);
+  StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req, const std::string& token);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req, const std::string& token);
+  StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token);
+  Status ReportDone(const v1::ReportDoneRequest& req, const std::string& token);
+  Status ReportFailure(const v1::ReportFailureRequest& req, const std::string& token);
+  // Rendezvous keys of an attempt live under KvPrefix(id).
+  static std::string KvPrefix(const v1::WorkerId& id);
+  RendezvousStore* rendezvous() { return &rendezvous_; }
+
+  int64_t now_ms() const { return opts_.now_ms(); }
+  // Set once, before Start() (the bound port is known only after listening).
+  void set_coordinator_address(const std::string& a) { opts_.coordinator_address = a; }
+
+ private:
+  struct Rank {
+    int pid = 0;
+    std::string hostname;
+    std::string state = "launched";
+    bool registered = false;
+    bool done = false;
+    bool exited = false;
+    int64_t launched_ms = 0;
+    int64_t last_heartbeat_ms = 0;
+    int64_t last_progress_ms = 0;
+    int64_t step = 0;
+    double tokens_per_s = 0;
+  };
+  struct Job {
+    std::string id;
+    std::string name;
+    v1::JobSpec spec;
+    shard::JobConfig config;
+    v1::JobState state = v1::QUEUED;
+    int attempt = 0;
+    int restarts = 0;
+    std::string reason;
+    std::string token;
+    int64_t created_ms = 0;
+    int64_t updated_ms = 0;
+    int64_t seq = 0;
+    v1::Progress progress;
+    std::vector<Rank> ranks;
+    std::string resume_from;
+    int64_t next_launch_ms = 0;   // RESTARTING: when the next attempt starts
+    int draining_attempt = 0;     // an ended attempt whose processes may still run
+    int64_t kill_at_ms = 0;       // ... SIGKILLed from then on
+    std::unique_ptr<CheckpointCommitter> committer;
+    std::deque<double> step_seconds;  // recent step times (ETA, hang limit)
+    bool adopted = false;         // recovered after a coordinator restart
+  };
+
+  bool Active(const Job& j) const;
+  v1::JobStatus StatusOf(const Job& j) const;
+  StatusOr<Job*> FindLocked(const std::string& job_id);
+  // CheckWorker's rules; returns the job on success.
+  StatusOr<Job*> CheckWorkerLocked(const v1::WorkerId& id, const std::string& token);
+  // Records an event and the job's (possibly new) state in one transaction.
+  void EmitLocked(Job& j, const std::string& kind, const std::string& message);
+  void SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
+  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config);
+  void LaunchLocked(Job& j);
+  // The attempt failed: restart if allowed, else FAILED. retryable=false fails at once.
+  void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);
+  // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
+  void EndAttemptLocked(Job& j);
+  void PersistLocked(const Job& j);
+  std::string CheckpointJobDir(const Job& j) const;
+  std::string AttemptDir(const Job& j, int attempt) const;
+  std::string NewToken() const;
+
+  JobManagerOptions opts_;
+  StateStore* store_;
+  Launcher* launcher_;
+  RendezvousStore rendezvous_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
+  int64_t next_job_number_ = 1;                       // guarded by mu_
+  struct Watcher {
+    std::string job_id;
+    EventSink sink;
+  };
+  std::map<int64_t, Watcher> watchers_;  // guarded by mu_
+  int64_t next_watch_id_ = 1;            // guarded by mu_
+
+  std::thread thread_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+};
+
+std::string JobStateName(v1::JobState s);
+bool IsTerminal(v1::JobState s);
+
+}  // namespace shardd

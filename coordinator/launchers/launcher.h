@@ -1,0 +1,57 @@
+// Starts, watches and stops the workers of one attempt. Backends live in
+// folders beside this file (local/ today; slurm/ and kubernetes/ behind the
+// same interface). The JobManager never knows which one it talks to.
+//
+// Thread-safety: implementations are called from the JobManager's thread only.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shard/common/status.h"
+
+namespace shardd {
+
+using shard::Status;
+using shard::StatusOr;
+
+struct LaunchRequest {
+  std::string job_id;
+  int attempt = 0;
+  int world = 1;
+  std::string workdir;      // cwd of every worker (the submitter's directory)
+  std::string log_dir;      // rank_<r>.log for each rank goes here
+  std::string coordinator;  // address workers dial
+  std::string worker_bin;   // path of shardd-worker
+  std::map<std::string, std::string> env;  // extra environment (the attempt token)
+};
+
+// How a launched rank ended.
+struct RankExit {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, or 0
+  std::string Describe() const;
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  virtual const char* name() const = 0;
+  // Starts every rank; returns their process ids (0 where unknown).
+  virtual StatusOr<std::vector<int>> Launch(const LaunchRequest& req) = 0;
+  // Ranks that ended since the last call.
+  virtual std::vector<RankExit> Poll() = 0;
+  // Signals every rank of the attempt still running: SIGTERM, or SIGKILL when force.
+  virtual void Terminate(const std::string& job_id, int attempt, bool force) = 0;
+  // Ranks of the attempt not yet seen to end.
+  virtual int Running(const std::string& job_id, int attempt) = 0;
+  // After a coordinator restart: watch ranks started by a previous coordinator
+  // (not our children, so only liveness can be seen, not exit codes).
+  virtual void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) = 0;
+};
+
+}  // namespace shardd

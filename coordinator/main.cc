@@ -1,0 +1,51 @@
+// shardd: the coordinator daemon. Owns jobs, launches workers, watches their
+// health, commits checkpoints and restarts failed attempts; state in SQLite
+// under --state-dir. SIGINT/SIGTERM stop it cleanly and leave running workers
+// alone: started again, it adopts them.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "coordinator/coordinator.h"
+#include "shard/common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardd: the shardd coordinator daemon"};
+  shardd::CoordinatorOptions opts;
+  std::string log_level = "info";
+  app.add_option("--state-dir", opts.state_dir, "Jobs database, admin token and job logs")->capture_default_str();
+  app.add_option("--listen", opts.server.listen, "host:port to serve on (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--worker-bin", opts.worker_bin, "Path of shardd-worker (default: found beside shardd)");
+  app.add_option("--tls-cert", opts.server.tls_cert, "PEM certificate (enables TLS)");
+  app.add_option("--tls-key", opts.server.tls_key, "PEM private key");
+  app.add_option("--tls-client-ca", opts.server.tls_client_ca, "PEM CA that client certificates must chain to");
+  app.add_flag("--allow-insecure", opts.server.allow_insecure, "Serve a non-loopback address without TLS");
+  app.add_option("--max-message-bytes", opts.server.max_message_bytes, "Largest RPC message accepted")
+      ->capture_default_str();
+  app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  shard::InitLogging(log_level);
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread inherits it; we sigwait below
+
+  auto c = shardd::Coordinator::Start(opts);
+  if (!c.ok()) {
+    std::fprintf(stderr, "shardd: %s\n", c.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("shardd: serving on %s (state %s)\n", (*c)->address().c_str(), opts.state_dir.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&set, &sig);
+  LOG_INFO("shardd: signal {}: stopping (workers keep running)", sig);
+  (*c)->Stop();
+  return 0;
+}

@@ -1,0 +1,288 @@
+#include "coordinator/state/state_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+namespace shardd {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs(
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
+  restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
+  worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+  seq INTEGER NOT NULL, number INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workers(
+  job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
+  hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
+CREATE TABLE IF NOT EXISTS events(
+  job_id TEXT NOT NULL, seq INTEGER NOT NULL, unix_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,
+  kind TEXT NOT NULL, message TEXT NOT NULL, state INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
+CREATE TABLE IF NOT EXISTS checkpoints(
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, world INTEGER NOT NULL, files INTEGER NOT NULL,
+  bytes INTEGER NOT NULL, path TEXT NOT NULL, committed_ms INTEGER NOT NULL,
+  PRIMARY KEY(job_id, step));
+CREATE TABLE IF NOT EXISTS metrics(
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
+  grad_norm REAL, tokens INTEGER, seconds REAL, PRIMARY KEY(job_id, step));
+)sql";
+
+// A prepared statement bound positionally; finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt& Bind(const std::string& v) {
+    if (ok()) rc_ = sqlite3_bind_blob(s_, ++i_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int64_t v) {
+    if (ok()) rc_ = sqlite3_bind_int64(s_, ++i_, v);
+    return *this;
+  }
+  Stmt& Bind(int v) { return Bind(static_cast<int64_t>(v)); }
+  Stmt& Bind(double v) {
+    if (ok()) rc_ = sqlite3_bind_double(s_, ++i_, v);
+    return *this;
+  }
+  // Runs to completion (writes).
+  Status Run() {
+    if (!ok()) return Error();
+    rc_ = sqlite3_step(s_);
+    return rc_ == SQLITE_DONE ? shard::OkStatus() : Error();
+  }
+  // Steps once (reads): true while a row is available.
+  StatusOr<bool> Next() {
+    if (!ok()) return Error();
+    rc_ = sqlite3_step(s_);
+    if (rc_ == SQLITE_ROW) return true;
+    if (rc_ == SQLITE_DONE) return false;
+    return Error();
+  }
+  std::string Text(int col) const {
+    const void* p = sqlite3_column_blob(s_, col);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s_, col)) : std::string();
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  double Real(int col) const { return sqlite3_column_double(s_, col); }
+
+ private:
+  bool ok() const { return rc_ == SQLITE_OK || rc_ == SQLITE_ROW || rc_ == SQLITE_DONE; }
+  Status Error() const { return shard::Internal(std::string("state store: ") + sqlite3_errmsg(db_)); }
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_OK;
+  int i_ = 0;
+};
+
+int64_t JobNumber(const std::string& id) {
+  auto dash = id.rfind('-');
+  if (dash == std::string::npos) return 0;
+  try {
+    return std::stoll(id.substr(dash + 1));
+  } catch (...) {
+    return 0;
+  }
+}
+
+Status PutJobLocked(sqlite3* db, const JobRecord& j) {
+  return Stmt(db,
+              "INSERT OR REPLACE INTO jobs(id,name,state,attempt,restarts,reason,spec,progress,worker_token,"
+              "created_ms,updated_ms,seq,number) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)")
+      .Bind(j.id).Bind(j.name).Bind(j.state).Bind(j.attempt).Bind(j.restarts).Bind(j.reason).Bind(j.spec)
+      .Bind(j.progress).Bind(j.worker_token).Bind(j.created_ms).Bind(j.updated_ms).Bind(j.seq)
+      .Bind(JobNumber(j.id))
+      .Run();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return shard::InvalidArgument("cannot create state dir " + state_dir + ": " + ec.message());
+  const std::string path = (std::filesystem::path(state_dir) / "shardd.db").string();
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return shard::Internal("cannot open state database " + path + ": " + msg);
+  }
+  std::unique_ptr<StateStore> store(new StateStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
+                      .WithContext("state database " + path));
+  RETURN_IF_ERROR(store->Exec(kSchema).WithContext("state database " + path));
+  return store;
+}
+
+StateStore::~StateStore() { sqlite3_close(db_); }
+
+Status StateStore::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return shard::Internal("state store: " + msg);
+  }
+  return shard::OkStatus();
+}
+
+Status StateStore::PutJob(const JobRecord& j) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutJobLocked(db_, j);
+}
+
+StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT id,name,state,attempt,restarts,reason,spec,progress,worker_token,created_ms,updated_ms,seq "
+         "FROM jobs ORDER BY number");
+  std::vector<JobRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    JobRecord j;
+    j.id = s.Text(0);
+    j.name = s.Text(1);
+    j.state = static_cast<int>(s.Int(2));
+    j.attempt = static_cast<int>(s.Int(3));
+    j.restarts = static_cast<int>(s.Int(4));
+    j.reason = s.Text(5);
+    j.spec = s.Text(6);
+    j.progress = s.Text(7);
+    j.worker_token = s.Text(8);
+    j.created_ms = s.Int(9);
+    j.updated_ms = s.Int(10);
+    j.seq = s.Int(11);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+StatusOr<int64_t> StateStore::MaxJobNumber() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT COALESCE(MAX(number), 0) FROM jobs");
+  ASSIGN_OR_RETURN(bool row, s.Next());
+  return row ? s.Int(0) : 0;
+}
+
+Status StateStore::PutWorker(const WorkerRecord& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stmt(db_, "INSERT OR REPLACE INTO workers(job_id,attempt,rank,pid,hostname,state) VALUES(?,?,?,?,?,?)")
+      .Bind(w.job_id).Bind(w.attempt).Bind(w.rank).Bind(w.pid).Bind(w.hostname).Bind(w.state)
+      .Run();
+}
+
+StatusOr<std::vector<WorkerRecord>> StateStore::LoadWorkers(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT rank,pid,hostname,state FROM workers WHERE job_id=? AND attempt=? ORDER BY rank");
+  s.Bind(job_id).Bind(attempt);
+  std::vector<WorkerRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    out.push_back({job_id, attempt, static_cast<int>(s.Int(0)), static_cast<int>(s.Int(1)), s.Text(2), s.Text(3)});
+  }
+  return out;
+}
+
+Status StateStore::AppendEvent(const EventRecord& e, const JobRecord& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  Status st = Stmt(db_, "INSERT INTO events(job_id,seq,unix_ms,attempt,kind,message,state) VALUES(?,?,?,?,?,?,?)")
+                  .Bind(e.job_id).Bind(e.seq).Bind(e.unix_ms).Bind(e.attempt).Bind(e.kind).Bind(e.message)
+                  .Bind(e.state)
+                  .Run();
+  if (st.ok()) st = PutJobLocked(db_, job);
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  return Exec("COMMIT");
+}
+
+StatusOr<std::vector<EventRecord>> StateStore::LoadEvents(const std::string& job_id, int64_t after_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT seq,unix_ms,attempt,kind,message,state FROM events WHERE job_id=? AND seq>? ORDER BY seq");
+  s.Bind(job_id).Bind(after_seq);
+  std::vector<EventRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    out.push_back({job_id, s.Int(0), s.Int(1), static_cast<int>(s.Int(2)), s.Text(3), s.Text(4),
+                   static_cast<int>(s.Int(5))});
+  }
+  return out;
+}
+
+Status StateStore::PutCheckpoint(const CheckpointRecord& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stmt(db_,
+              "INSERT OR REPLACE INTO checkpoints(job_id,step,world,files,bytes,path,committed_ms) "
+              "VALUES(?,?,?,?,?,?,?)")
+      .Bind(c.job_id).Bind(c.step).Bind(c.world).Bind(c.files).Bind(c.bytes).Bind(c.path).Bind(c.committed_ms)
+      .Run();
+}
+
+StatusOr<std::vector<CheckpointRecord>> StateStore::LoadCheckpoints(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT step,world,files,bytes,path,committed_ms FROM checkpoints WHERE job_id=? ORDER BY step");
+  s.Bind(job_id);
+  std::vector<CheckpointRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    out.push_back({job_id, s.Int(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(2)), s.Int(3), s.Text(4),
+                   s.Int(5)});
+  }
+  return out;
+}
+
+Status StateStore::DeleteCheckpoint(const std::string& job_id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stmt(db_, "DELETE FROM checkpoints WHERE job_id=? AND step=?").Bind(job_id).Bind(step).Run();
+}
+
+Status StateStore::PutMetrics(const std::string& job_id, const std::vector<MetricRecord>& rows) {
+  if (rows.empty()) return shard::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  for (const MetricRecord& m : rows) {
+    Status st = Stmt(db_,
+                     "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds) "
+                     "VALUES(?,?,?,?,?,?,?,?)")
+                    .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
+                    .Bind(m.tokens).Bind(m.seconds)
+                    .Run();
+    if (!st.ok()) {
+      (void)Exec("ROLLBACK");
+      return st;
+    }
+  }
+  return Exec("COMMIT");
+}
+
+StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds FROM metrics WHERE job_id=? ORDER BY step");
+  s.Bind(job_id);
+  std::vector<MetricRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    MetricRecord m;
+    m.step = s.Int(0);
+    m.attempt = static_cast<int>(s.Int(1));
+    m.loss = s.Real(2);
+    m.lr = s.Real(3);
+    m.grad_norm = s.Real(4);
+    m.tokens = s.Int(5);
+    m.seconds = s.Real(6);
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace shardd

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Bad input is rejected with a clear one-line error, and the coordinator keeps serving.
+source "$(dirname "$0")/lib.sh"
+start_shardd
+expect_error() {  # expect_error PATTERN COMMAND...
+  local pat=$1; shift
+  local out
+  if out=$("$@" 2>&1); then fail "succeeded but should not: $*"; fi
+  echo "$out" | grep -q -- "$pat" || fail "error '$out' does not match '$pat'"
+  echo "ok: $(echo "$out" | head -n 1)"
+}
+good=$(make_job good)
+bad=$(make_job bad "bogus_key: 1")
+expect_error "bogus_key" ctl submit "$bad"
+nodata=$(make_job nodata)
+sed -i 's#data/phrases.u32#data/missing.u32#' "$nodata"
+expect_error "missing.u32 does not exist" ctl submit "$nodata"
+printf 'name: [unclosed\n' > "$T/malformed.yaml"
+expect_error "malformed.yaml" ctl submit "$T/malformed.yaml"
+expect_error "slurm" ctl submit "$good" --set resources.launcher=slurm
+expect_error "UNAUTHENTICATED" ctl --token wrong-token list
+expect_error "no job" ctl status nosuchjob-1
+python3 - "$good" "$T/huge.yaml" <<'PY'
+import sys; open(sys.argv[2], "w").write(open(sys.argv[1]).read() + "# " + "x" * (5 << 20) + "\n")
+PY
+expect_error "RESOURCE_EXHAUSTED\|limit" ctl submit "$T/huge.yaml"
+python3 - "$good" "$T/big.yaml" <<'PY'
+import sys; open(sys.argv[2], "w").write(open(sys.argv[1]).read() + "# " + "x" * (2 << 20) + "\n")
+PY
+expect_error "the limit is" ctl submit "$T/big.yaml"
+# A worker RPC with a made-up token and a stale attempt.
+SHARDD_WORKER_TOKEN=forged "$SHARDD_WORKER_BIN" --coordinator "$ADDR" --job good-1 --attempt 1 --rank 0 > "$T/forged.log" 2>&1 && fail "forged worker was accepted"
+grep -q "no job\|token" "$T/forged.log" || fail "forged worker error unclear: $(cat "$T/forged.log")"
+# Still serving:
+id=$(ctl submit "$good")
+ctl watch "$id" > /dev/null
+state_is "$id" SUCCEEDED || fail "the coordinator stopped serving after bad input"
+SHARDD_WORKER_TOKEN=forged "$SHARDD_WORKER_BIN" --coordinator "$ADDR" --job "$id" --attempt 1 --rank 0 > "$T/forged.log" 2>&1 && fail "forged worker was accepted"
+grep -q "token" "$T/forged.log" || fail "forged worker error does not mention the token: $(cat "$T/forged.log")"
+echo PASS

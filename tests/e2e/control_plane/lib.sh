@@ -1,0 +1,74 @@
+# Helpers for the control-plane end-to-end tests: real shardd, shardd-worker
+# and shardctl binaries on loopback, each test in its own temp dir and port.
+set -euo pipefail
+BIN=${SHARDD_BIN_DIR:?SHARDD_BIN_DIR must point at the build dir}
+SRC=${SHARDD_SOURCE_DIR:?SHARDD_SOURCE_DIR must point at the source dir}
+SHARDD=$BIN/coordinator/shardd
+CTL_BIN=$BIN/coordinator/ctl/shardctl
+export SHARDD_WORKER_BIN=$BIN/worker/shardd-worker
+export SHARDD_NUM_THREADS=1
+
+T=$(mktemp -d /tmp/shardd-e2e.XXXXXX)
+STATE=$T/state
+SHARDD_PID=""
+ADDR=""
+cleanup() {
+  [ -n "$SHARDD_PID" ] && kill -9 "$SHARDD_PID" 2>/dev/null || true
+  pkill -9 -f -- "--job e2e-$$" 2>/dev/null || true
+  pkill -9 -f -- "shardd-worker --coordinator $ADDR " 2>/dev/null || true
+  rm -rf "$T"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$T/shardd.log" ] && tail -n 40 "$T/shardd.log" >&2; exit 1; }
+
+# Training data and a tiny job file (names are unique per test run).
+make_job() {  # make_job NAME [extra yaml lines...]
+  local name=$1; shift
+  mkdir -p "$T/data"
+  [ -f "$T/data/phrases.u32" ] || python3 "$SRC/configs/data/make_tokens.py" "$T/data/phrases.u32" >/dev/null
+  cat > "$T/$name.yaml" <<YAML
+name: $name
+model: {preset: tiny}
+data: {tokens: data/phrases.u32, seq_len: 32, shuffle: true}
+train: {steps: 40, global_batch: 8, micro_batch: 4, lr: 3.0e-3, warmup_steps: 5, seed: 7, log_every: 10}
+parallel: {strategy: full_shard, world_size: 2, comm_timeout_s: 20}
+checkpoint: {dir: ckpt, every_steps: 10, keep_last: 3, async: true}
+resources: {device: cpu}
+restart: {max_restarts: 3, backoff_s: 0.2, heartbeat_timeout_s: 4, hang_timeout_s: 60}
+YAML
+  for line in "$@"; do echo "$line" >> "$T/$name.yaml"; done
+  echo "$T/$name.yaml"
+}
+
+start_shardd() {  # start_shardd [port]
+  local port=${1:-0}
+  "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --kill-grace-s 2 >> "$T/shardd.log" 2>&1 &
+  SHARDD_PID=$!
+  for _ in $(seq 1 100); do
+    ADDR=$(grep -o 'serving on [0-9.:]*' "$T/shardd.log" | tail -n 1 | cut -d' ' -f3 || true)
+    [ -n "$ADDR" ] && [ "${ADDR##*:}" != "0" ] && { [ "$port" = 0 ] || [ "${ADDR##*:}" = "$port" ]; } && return 0
+    sleep 0.1
+  done
+  fail "shardd did not start"
+}
+
+ctl() { (cd "$T" && "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" "$@"); }
+
+job_field() {  # job_field JOB python-expression-on-j
+  ctl status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+
+wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
+  local limit=$1; shift
+  local end=$((SECONDS + limit))
+  while [ $SECONDS -lt $end ]; do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
+state_is() { [ "$(job_field "$1" "j.get('state','')")" = "$2" ]; }
+step_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('step',0)")" -ge "$2" ]; }
+committed_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('last_committed_step',-1)")" -ge "$2" ]; }
+worker_pid() { job_field "$1" "[w.get('pid',0) for w in j.get('workers',[]) if w.get('rank',0)==$2][0]"; }

@@ -1,0 +1,234 @@
+#include "worker/agent.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "shard/common/logging.h"
+#include "shard/train/trainer.h"
+#include "worker/coordinator_client.h"
+
+namespace shardd {
+namespace {
+
+int64_t RssBytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t pages = 0, rss = 0;
+  f >> pages >> rss;
+  return rss * ::sysconf(_SC_PAGESIZE);
+}
+
+bool Retryable(const shard::Status& st) {
+  using C = shard::StatusCode;
+  return !(st.code() == C::kInvalidArgument || st.code() == C::kNotFound || st.code() == C::kUnimplemented ||
+           st.code() == C::kOutOfRange);
+}
+
+// The attempt is over for good when the coordinator says so.
+bool AttemptOver(const shard::Status& st) {
+  using C = shard::StatusCode;
+  return st.code() == C::kFailedPrecondition || st.code() == C::kAborted || st.code() == C::kUnauthenticated ||
+         st.code() == C::kNotFound;
+}
+
+// Heartbeats from their own thread, so a long step or a blocked collective
+// never looks like a dead process; the progress watchdog on the coordinator
+// tells the two apart by the step number.
+class Heartbeater {
+ public:
+  Heartbeater(CoordinatorClient* client, double interval_s, double reconnect_window_s)
+      : client_(client), interval_s_(interval_s), window_s_(reconnect_window_s) {}
+  ~Heartbeater() { Stop(); }
+
+  void Start() { thread_ = std::thread([this] { Loop(); }); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void OnStep(const shard::StepMetrics& m, bool keep_metrics) {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_ = m.step;
+    tokens_per_s_ = m.seconds > 0 ? m.tokens / m.seconds : 0;
+    state_ = "training";
+    if (keep_metrics) {
+      v1::StepMetric s;
+      s.set_step(m.step);
+      s.set_loss(m.loss);
+      s.set_lr(m.lr);
+      s.set_grad_norm(m.grad_norm);
+      s.set_tokens(m.tokens);
+      s.set_seconds(m.seconds);
+      pending_.push_back(s);
+    }
+  }
+  void SetState(const std::string& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = s;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      SendLocked(lock);
+      cv_.wait_for(lock, std::chrono::milliseconds(static_cast<int64_t>(interval_s_ * 1000)), [&] { return stop_; });
+    }
+  }
+
+ public:
+  // After Stop(): one last heartbeat with whatever metrics are still pending.
+  void Flush() {
+    std::unique_lock<std::mutex> lock(mu_);
+    SendLocked(lock);
+  }
+
+ private:
+  // Sends one heartbeat (unlocking around the RPC); exits the process when
+  // the coordinator ended the attempt or stayed unreachable too long.
+  void SendLocked(std::unique_lock<std::mutex>& lock) {
+    v1::HeartbeatRequest req;
+    req.set_state(state_);
+    req.set_step(step_);
+    req.set_tokens_per_s(tokens_per_s_);
+    req.set_rss_bytes(RssBytes());
+    for (auto& m : pending_) *req.add_metrics() = m;
+    std::vector<v1::StepMetric> sent = std::move(pending_);
+    pending_.clear();
+    lock.unlock();
+    auto resp = client_->Heartbeat(req);
+    lock.lock();
+    if (resp.ok()) {
+      last_ok_ = std::chrono::steady_clock::now();
+      if (resp->abort()) {
+        LOG_WARN("coordinator ended this attempt: {}", resp->reason());
+        std::_Exit(kExitAttemptOver);
+      }
+      return;
+    }
+    // Keep the metrics for the next try (bounded).
+    pending_.insert(pending_.begin(), sent.begin(), sent.end());
+    if (pending_.size() > 1000) pending_.erase(pending_.begin(), pending_.end() - 1000);
+    if (AttemptOver(resp.status())) {
+      LOG_WARN("coordinator ended this attempt: {}", resp.status().ToString());
+      std::_Exit(kExitAttemptOver);  // the trainer may sit in a collective: leave at once
+    }
+    double lost = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok_).count();
+    if (lost > window_s_) {
+      LOG_ERROR("coordinator unreachable for {:.0f} s ({}); giving up", lost, resp.status().ToString());
+      std::_Exit(kExitLostCoordinator);
+    }
+  }
+
+  CoordinatorClient* client_;
+  double interval_s_, window_s_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                    // guarded by mu_
+  int64_t step_ = 0;                     // guarded by mu_
+  double tokens_per_s_ = 0;              // guarded by mu_
+  std::string state_ = "starting";       // guarded by mu_
+  std::vector<v1::StepMetric> pending_;  // guarded by mu_
+  std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
+};
+
+}  // namespace
+
+int RunAgent(const AgentOptions& opts) {
+  ClientIdentity who;
+  who.address = opts.coordinator;
+  who.tls_ca = opts.tls_ca;
+  who.token = opts.token;
+  who.id.set_job_id(opts.job_id);
+  who.id.set_attempt(opts.attempt);
+  who.id.set_rank(opts.rank);
+  auto client = CoordinatorClient::Connect(who);
+  if (!client.ok()) {
+    std::fprintf(stderr, "shardd-worker: %s\n", client.status().ToString().c_str());
+    return kExitBadInput;
+  }
+  CoordinatorClient& c = **client;
+  auto reg = c.Register(opts.hostname, static_cast<int>(::getpid()));
+  if (!reg.ok()) {
+    std::fprintf(stderr, "shardd-worker: %s\n", reg.status().ToString().c_str());
+    return AttemptOver(reg.status()) ? kExitAttemptOver : kExitFailed;
+  }
+  shard::SetLogContext(opts.job_id, opts.attempt, opts.rank);
+
+  auto fail = [&](const shard::Status& st) {
+    const bool retryable = Retryable(st);
+    LOG_ERROR("{}", st.ToString());
+    shard::Status rs = c.ReportFailure(st.ToString(), retryable);
+    if (!rs.ok()) LOG_WARN("could not report the failure: {}", rs.ToString());
+    return retryable ? kExitFailed : kExitBadInput;
+  };
+
+  const v1::JobSpec& spec = reg->spec();
+  std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
+  if (!reg->resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg->resume_from());
+  auto job = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
+  if (!job.ok()) return fail(job.status());
+
+  Heartbeater hb(&c, reg->heartbeat_interval_s() > 0 ? reg->heartbeat_interval_s() : 1.0, opts.reconnect_window_s);
+  hb.Start();
+
+  shard::DistContext dist;
+  dist.rank = opts.rank;
+  dist.world = reg->world_size();
+  dist.store = c.kv_store();
+  dist.prefix = "";  // the coordinator namespaces keys by job and attempt
+  dist.gloo_hostname = opts.hostname;
+  dist.report_checkpoint = [&](const shard::Manifest& base, const std::string& step_dir,
+                               const std::vector<shard::ManifestFile>& files) -> shard::Status {
+    v1::ReportCheckpointRequest req;
+    req.set_step(base.step);
+    req.set_step_dir(step_dir);
+    req.set_manifest_base(base.ToJson());
+    for (const auto& f : files) {
+      v1::CheckpointFile* pf = req.add_files();
+      pf->set_name(f.name);
+      pf->set_shard_rank(f.shard_rank);
+      pf->set_size(f.size);
+      pf->set_xxh64(f.xxh64);
+    }
+    return c.ReportCheckpoint(req).status();
+  };
+
+  auto trainer = shard::Trainer::Create(*job, dist);
+  if (!trainer.ok()) {
+    hb.Stop();
+    return fail(trainer.status());
+  }
+  double last_loss = 0;
+  shard::Status st = (*trainer)->Run([&](const shard::StepMetrics& m) {
+    last_loss = m.loss;
+    hb.OnStep(m, /*keep_metrics=*/opts.rank == 0);
+  });
+  hb.SetState(st.ok() ? "done" : "failed");
+  if (!st.ok()) {
+    hb.Stop();
+    return fail(st);
+  }
+  // One last heartbeat carries the final metrics before done.
+  hb.Stop();
+  hb.Flush();
+  shard::Status ds = c.ReportDone((*trainer)->step(), last_loss);
+  if (!ds.ok()) {
+    LOG_ERROR("{}", ds.ToString());
+    return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
+  }
+  if (opts.rank == 0) LOG_INFO("done: {} steps, final loss {:.4f}", (*trainer)->step(), last_loss);
+  return kExitOk;
+}
+
+}  // namespace shardd

@@ -1,0 +1,154 @@
+#include "worker/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "coordinator/server/grpc_status.h"
+#include "shard/common/file_util.h"
+
+namespace shardd {
+
+using namespace std::chrono_literals;
+
+class GrpcKvStore : public shard::KvStore {
+ public:
+  explicit GrpcKvStore(CoordinatorClient* c) : c_(c) {}
+  shard::Status Set(const std::string& key, const std::string& value) override {
+    v1::KvSetRequest req;
+    *req.mutable_id() = c_->who_.id;
+    req.set_key(key);
+    req.set_value(value);
+    v1::Ack ack;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, 30s);
+    return FromGrpc(c_->stub_->KvSet(&ctx, req, &ack), "rendezvous set " + key);
+  }
+  shard::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    v1::KvGetRequest req;
+    *req.mutable_id() = c_->who_.id;
+    req.set_key(key);
+    req.set_timeout_ms(timeout.count());
+    v1::KvGetResponse resp;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, timeout + 10s);
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvGet(&ctx, req, &resp), "rendezvous get " + key));
+    return resp.value();
+  }
+  shard::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    v1::KvWaitRequest req;
+    *req.mutable_id() = c_->who_.id;
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_timeout_ms(timeout.count());
+    v1::Ack ack;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, timeout + 10s);
+    return FromGrpc(c_->stub_->KvWait(&ctx, req, &ack), "rendezvous wait");
+  }
+  shard::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
+    v1::KvAddRequest req;
+    *req.mutable_id() = c_->who_.id;
+    req.set_key(key);
+    req.set_delta(delta);
+    v1::KvAddResponse resp;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, 30s);
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvAdd(&ctx, req, &resp), "rendezvous add " + key));
+    return resp.value();
+  }
+  shard::StatusOr<bool> Check(const std::string& key) override {
+    v1::KvCheckRequest req;
+    *req.mutable_id() = c_->who_.id;
+    req.set_key(key);
+    v1::KvCheckResponse resp;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, 30s);
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvCheck(&ctx, req, &resp), "rendezvous check " + key));
+    return resp.exists();
+  }
+
+ private:
+  CoordinatorClient* c_;
+};
+
+shard::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientIdentity& who) {
+  std::unique_ptr<CoordinatorClient> c(new CoordinatorClient(who));
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (who.tls_ca.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    auto pem = shard::ReadFileToString(who.tls_ca);
+    if (!pem.ok()) return shard::NotFound("TLS CA " + who.tls_ca + ": " + pem.status().message());
+    ssl.pem_root_certs = *pem;
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  c->channel_ = grpc::CreateCustomChannel(who.address, creds, args);
+  c->stub_ = v1::WorkerService::NewStub(c->channel_);
+  return c;
+}
+
+void CoordinatorClient::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  ctx->AddMetadata("authorization", "Bearer " + who_.token);
+}
+
+shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::string& hostname, int pid) {
+  v1::RegisterRequest req;
+  *req.mutable_id() = who_.id;
+  req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  req.set_hostname(hostname);
+  req.set_pid(pid);
+  v1::RegisterResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 30s);
+  ctx.set_wait_for_ready(true);  // the coordinator may be starting
+  RETURN_IF_ERROR(FromGrpc(stub_->Register(&ctx, req, &resp), "register with " + who_.address));
+  return resp;
+}
+
+shard::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(v1::HeartbeatRequest req) {
+  *req.mutable_id() = who_.id;
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 5s);
+  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat"));
+  return resp;
+}
+
+shard::StatusOr<bool> CoordinatorClient::ReportCheckpoint(v1::ReportCheckpointRequest req) {
+  *req.mutable_id() = who_.id;
+  v1::ReportCheckpointResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 60s);
+  ctx.set_wait_for_ready(true);
+  RETURN_IF_ERROR(FromGrpc(stub_->ReportCheckpoint(&ctx, req, &resp), "report checkpoint"));
+  return resp.committed();
+}
+
+shard::Status CoordinatorClient::ReportDone(int64_t step, double final_loss) {
+  v1::ReportDoneRequest req;
+  *req.mutable_id() = who_.id;
+  req.set_step(step);
+  req.set_final_loss(final_loss);
+  v1::Ack ack;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 60s);
+  ctx.set_wait_for_ready(true);
+  return FromGrpc(stub_->ReportDone(&ctx, req, &ack), "report done");
+}
+
+shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool retryable) {
+  v1::ReportFailureRequest req;
+  *req.mutable_id() = who_.id;
+  req.set_error(error);
+  req.set_retryable(retryable);
+  v1::Ack ack;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 10s);
+  return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report failure");
+}
+
+std::shared_ptr<shard::KvStore> CoordinatorClient::kv_store() { return std::make_shared<GrpcKvStore>(this); }
+
+}  // namespace shardd

@@ -1,0 +1,50 @@
+// The worker's side of WorkerService: one channel to the coordinator, every
+// call stamped with this worker's identity and attempt token, and the
+// rendezvous KvStore over it (gloo's store and the NCCL unique id use it).
+//
+// Thread-safety: all methods are thread-safe (gRPC stubs are).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/common/kv_store.h"
+#include "shard/common/status.h"
+#include "shardd/v1/worker.grpc.pb.h"
+
+namespace shardd {
+
+struct ClientIdentity {
+  std::string address;  // host:port of the coordinator
+  std::string tls_ca;   // PEM file: use TLS and trust this CA ("" = plaintext)
+  std::string token;    // the attempt's worker token
+  v1::WorkerId id;
+};
+
+class CoordinatorClient {
+ public:
+  static shard::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClientIdentity& who);
+
+  shard::StatusOr<v1::RegisterResponse> Register(const std::string& hostname, int pid);
+  shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req);
+  shard::StatusOr<bool> ReportCheckpoint(v1::ReportCheckpointRequest req);
+  shard::Status ReportDone(int64_t step, double final_loss);
+  shard::Status ReportFailure(const std::string& error, bool retryable);
+
+  // The rendezvous store (keys are namespaced by the coordinator per attempt).
+  std::shared_ptr<shard::KvStore> kv_store();
+  const v1::WorkerId& id() const { return who_.id; }
+
+ private:
+  explicit CoordinatorClient(ClientIdentity who) : who_(std::move(who)) {}
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
+  friend class GrpcKvStore;
+
+  ClientIdentity who_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+};
+
+}  // namespace shardd
