@@ -14,7 +14,8 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
   auto it = pending_.find(r.step);
   if (it == pending_.end()) {
     ASSIGN_OR_RETURN(shard::Manifest base,
-                     shard::Manifest::FromJson(r.manifest_base, "checkpoint report of rank " + std::to_string(r.rank)));
+                     shard::Manifest::FromJson(r.manifest_base, "checkpoint report of rank " + std::to_string(r.rank),
+                                               /*allow_partial=*/true));
     if (base.step != r.step)
       return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + ": step " +
                                     std::to_string(r.step) + " but its manifest says " + std::to_string(base.step));

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -274,6 +275,7 @@ void JobManager::LaunchLocked(Job& j) {
   j.token = NewToken();
   j.committer->Reset();
   j.step_seconds.clear();
+  j.pending_failure.clear();
   j.adopted = false;
   if (j.attempt == 1) {
     j.resume_from = j.config.checkpoint.resume;
@@ -285,6 +287,11 @@ void JobManager::LaunchLocked(Job& j) {
       j.resume_from = j.config.checkpoint.resume;  // nothing committed yet: start as the first attempt did
     }
   }
+  // The job's progress restarts where this attempt resumes.
+  int64_t resume_step = 0;
+  const std::string base = fs::path(j.resume_from).filename().string();
+  if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
+  if (j.attempt > 1) j.progress.set_step(resume_step);
   const int64_t now = opts_.now_ms();
   j.ranks.assign(world, Rank{});
   for (Rank& r : j.ranks) r.launched_ms = now;
@@ -343,11 +350,7 @@ void JobManager::FailAttemptLocked(Job& j, const std::string& reason, bool retry
                      Fmt(j.config.restart.backoff_s, "%.1f") + " s from the newest committed checkpoint");
 }
 
-void JobManager::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int64_t now = opts_.now_ms();
-  rendezvous_.ExpireWaiters(now);
-
+void JobManager::ProcessExitsLocked() {
   for (const RankExit& e : launcher_->Poll()) {
     auto it = jobs_.find(e.job_id);
     if (it == jobs_.end()) continue;
@@ -373,6 +376,15 @@ void JobManager::Tick() {
     FailAttemptLocked(j, why, !bad_input);
   }
 
+}
+
+void JobManager::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = opts_.now_ms();
+  rendezvous_.ExpireWaiters(now);
+
+  ProcessExitsLocked();
+
   for (auto& [id, jp] : jobs_) {
     Job& j = *jp;
     if (j.draining_attempt > 0) {
@@ -381,6 +393,11 @@ void JobManager::Tick() {
       } else if (now >= j.kill_at_ms) {
         launcher_->Terminate(j.id, j.draining_attempt, /*force=*/true);
       }
+    }
+    if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
+      std::string why = std::move(j.pending_failure);
+      j.pending_failure.clear();
+      if (j.state == v1::LAUNCHING || j.state == v1::RUNNING) FailAttemptLocked(j, why, true);
     }
     switch (j.state) {
       case v1::QUEUED:
@@ -720,7 +737,7 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
   ShardReport rep;
   rep.rank = req.id().rank();
   rep.step = req.step();
-  rep.step_dir = req.step_dir();
+  rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
   rep.manifest_base = req.manifest_base();
   // The step must be inside this job's checkpoint directory.
   const std::string expected = CheckpointJobDir(*j);
@@ -772,7 +789,18 @@ Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std:
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
   j->ranks[req.id().rank()].state = "failed";
-  FailAttemptLocked(*j, "rank " + std::to_string(req.id().rank()) + " failed: " + req.error(), req.retryable());
+  const std::string why = "rank " + std::to_string(req.id().rank()) + " failed: " + req.error();
+  if (!req.retryable()) {
+    FailAttemptLocked(*j, why, false);
+    return shard::OkStatus();
+  }
+  // A peer's death shows up on the survivors first: give the launcher a
+  // moment to report the exit that caused it, so the event names the cause.
+  ProcessExitsLocked();
+  if ((j->state == v1::LAUNCHING || j->state == v1::RUNNING) && j->pending_failure.empty()) {
+    j->pending_failure = why;
+    j->pending_deadline_ms = opts_.now_ms() + 1000;
+  }
   return shard::OkStatus();
 }
 

@@ -141,6 +141,10 @@ class JobManager {
     std::unique_ptr<CheckpointCommitter> committer;
     std::deque<double> step_seconds;  // recent step times (ETA, hang limit)
     bool adopted = false;         // recovered after a coordinator restart
+    // A rank reported a failure that may be a symptom (a peer died): held
+    // briefly so a rank's exit, the likely cause, is named instead.
+    std::string pending_failure;
+    int64_t pending_deadline_ms = 0;
   };
 
   bool Active(const Job& j) const;
@@ -158,6 +162,8 @@ class JobManager {
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
   void EndAttemptLocked(Job& j);
   void PersistLocked(const Job& j);
+  // Applies the launcher's exit reports.
+  void ProcessExitsLocked();
   std::string CheckpointJobDir(const Job& j) const;
   std::string AttemptDir(const Job& j, int attempt) const;
   std::string NewToken() const;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -192,7 +193,7 @@ int RunAgent(const AgentOptions& opts) {
                                const std::vector<shard::ManifestFile>& files) -> shard::Status {
     v1::ReportCheckpointRequest req;
     req.set_step(base.step);
-    req.set_step_dir(step_dir);
+    req.set_step_dir(std::filesystem::absolute(step_dir).lexically_normal().string());
     req.set_manifest_base(base.ToJson());
     for (const auto& f : files) {
       v1::CheckpointFile* pf = req.add_files();

@@ -35,7 +35,7 @@ std::string Manifest::ToJson() const {
   return j.dump(2) + "\n";
 }
 
-StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string& source) {
+StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string& source, bool allow_partial) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return DataLoss(source + ": manifest is not valid JSON");
   Manifest m;
@@ -77,7 +77,7 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(source + ": malformed manifest: " + e.what());
   }
-  if (static_cast<int>(m.files.size()) != m.shard_count)
+  if (!allow_partial && static_cast<int>(m.files.size()) != m.shard_count)
     return DataLoss(source + ": manifest lists " + std::to_string(m.files.size()) + " files for " +
                     std::to_string(m.shard_count) + " shards");
   return m;

@@ -43,7 +43,9 @@ struct Manifest {
   double loss_scale = 1.0;
 
   std::string ToJson() const;
-  static StatusOr<Manifest> FromJson(const std::string& text, const std::string& source);
+  // allow_partial: accept fewer files than shard_count (a run-state base
+  // travelling in a checkpoint report, before the commit adds every file).
+  static StatusOr<Manifest> FromJson(const std::string& text, const std::string& source, bool allow_partial = false);
 };
 
 std::string StepDirName(int64_t step);  // "step_00000100"

@@ -8,11 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "shard/data/sentencepiece_module.h"
 #include "shard/data/tokenizer.h"
-
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
 
 namespace shard {
 
@@ -34,7 +31,7 @@ class SentencePieceTokenizer : public Tokenizer {
 
  private:
   SentencePieceTokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<SpmProcessor> sp_;  // from the on-demand module (sentencepiece_module.h)
   std::optional<int32_t> bos_, eos_;
   int64_t vocab_size_ = 0;
   uint64_t hash_ = 0;

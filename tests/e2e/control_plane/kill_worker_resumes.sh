@@ -5,11 +5,11 @@ source "$(dirname "$0")/lib.sh"
 start_shardd
 ref=$(make_job ref "export: {hf_dir: out/ref, dtype: fp32}")
 victim=$(make_job vic "export: {hf_dir: out/vic, dtype: fp32}")
-id_ref=$(ctl submit "$ref")
+id_ref=$(ctl submit "$ref" --set train.steps=120)
 ctl watch "$id_ref" > /dev/null || fail "reference run failed"
 state_is "$id_ref" SUCCEEDED || fail "reference run did not succeed"
 
-id=$(ctl submit "$victim")
+id=$(ctl submit "$victim" --set train.steps=120)
 kill_at=$((12 + RANDOM % 20))
 wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
 pid=$(worker_pid "$id" 1)

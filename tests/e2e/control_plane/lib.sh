@@ -44,6 +44,7 @@ start_shardd() {  # start_shardd [port]
   local port=${1:-0}
   "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --kill-grace-s 2 >> "$T/shardd.log" 2>&1 &
   SHARDD_PID=$!
+  disown "$SHARDD_PID"  # no "Killed" noise when a test or the cleanup kills it
   for _ in $(seq 1 100); do
     ADDR=$(grep -o 'serving on [0-9.:]*' "$T/shardd.log" | tail -n 1 | cut -d' ' -f3 || true)
     [ -n "$ADDR" ] && [ "${ADDR##*:}" != "0" ] && { [ "$port" = 0 ] || [ "${ADDR##*:}" = "$port" ]; } && return 0
@@ -71,4 +72,6 @@ wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
 state_is() { [ "$(job_field "$1" "j.get('state','')")" = "$2" ]; }
 step_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('step',0)")" -ge "$2" ]; }
 committed_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('last_committed_step',-1)")" -ge "$2" ]; }
+workers_of() { pgrep -f -- "[s]hardd-worker --coordinator .* --job $1 "; }
+no_workers() { ! workers_of "$1" > /dev/null; }
 worker_pid() { job_field "$1" "[w.get('pid',0) for w in j.get('workers',[]) if w.get('rank',0)==$2][0]"; }
