@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -143,6 +144,22 @@ class Heartbeater {
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
 
+// Retries a call while the coordinator is unreachable (it may be restarting),
+// up to the reconnect window. A call cut off mid-flight is resent: the
+// coordinator's handlers are idempotent for a repeated report.
+shard::Status RetryUnavailable(double window_s, const std::function<shard::Status()>& call) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(window_s);
+  auto backoff = std::chrono::milliseconds(200);
+  while (true) {
+    shard::Status st = call();
+    if (st.ok() || st.code() != shard::StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline)
+      return st;
+    LOG_WARN("{}; retrying", st.ToString());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
 }  // namespace
 
 int RunAgent(const AgentOptions& opts) {
@@ -169,7 +186,7 @@ int RunAgent(const AgentOptions& opts) {
   auto fail = [&](const shard::Status& st) {
     const bool retryable = Retryable(st);
     LOG_ERROR("{}", st.ToString());
-    shard::Status rs = c.ReportFailure(st.ToString(), retryable);
+    shard::Status rs = RetryUnavailable(10, [&] { return c.ReportFailure(st.ToString(), retryable); });
     if (!rs.ok()) LOG_WARN("could not report the failure: {}", rs.ToString());
     return retryable ? kExitFailed : kExitBadInput;
   };
@@ -202,7 +219,7 @@ int RunAgent(const AgentOptions& opts) {
       pf->set_size(f.size);
       pf->set_xxh64(f.xxh64);
     }
-    return c.ReportCheckpoint(req).status();
+    return RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportCheckpoint(req).status(); });
   };
 
   auto trainer = shard::Trainer::Create(*job, dist);
@@ -223,7 +240,8 @@ int RunAgent(const AgentOptions& opts) {
   // One last heartbeat carries the final metrics before done.
   hb.Stop();
   hb.Flush();
-  shard::Status ds = c.ReportDone((*trainer)->step(), last_loss);
+  shard::Status ds =
+      RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportDone((*trainer)->step(), last_loss); });
   if (!ds.ok()) {
     LOG_ERROR("{}", ds.ToString());
     return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;

@@ -157,7 +157,7 @@ shard::StatusOr<v1::JobStatus> JobCommands::State::Submit() {
   v1::JobStatus resp;
   grpc::ClientContext ctx;
   Prepare(&ctx);
-  RETURN_IF_ERROR(shardd::FromGrpc(stub->SubmitJob(&ctx, req, &resp), "submit " + job_file));
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->SubmitJob(&ctx, req, &resp), "submit"));
   return resp;
 }
 

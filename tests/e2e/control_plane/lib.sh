@@ -16,7 +16,7 @@ cleanup() {
   [ -n "$SHARDD_PID" ] && kill -9 "$SHARDD_PID" 2>/dev/null || true
   pkill -9 -f -- "--job e2e-$$" 2>/dev/null || true
   pkill -9 -f -- "shardd-worker --coordinator $ADDR " 2>/dev/null || true
-  rm -rf "$T"
+  [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$T/shardd.log" ] && tail -n 40 "$T/shardd.log" >&2; exit 1; }
