@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
     args.SetInt("grpc.channel_id", c);  // distinct connections
     channels.push_back(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args));
   }
+  std::mutex err_mu;
+  std::string first_error;
   auto call = [&](int rank, bool reg, double* ms) {
     auto stub = shardd::v1::WorkerService::NewStub(channels[rank % channels.size()]);
     grpc::ClientContext ctx;
@@ -106,6 +109,10 @@ int main(int argc, char** argv) {
       st = stub->Heartbeat(&ctx, req, &resp);
     }
     *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(err_mu);
+      if (first_error.empty()) first_error = (reg ? "register: " : "heartbeat: ") + st.error_message();
+    }
     return st.ok();
   };
 
@@ -152,6 +159,7 @@ int main(int argc, char** argv) {
               workers, seconds, threads);
   std::printf("  heartbeats %zu (%.0f/s), errors %lld\n", all.size(), all.size() / elapsed,
               static_cast<long long>(errors.load()));
+  if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
   std::printf("  latency ms  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f   (target p99 < 20 ms)\n", pct(0.5),
               pct(0.9), pct(0.99), pct(0.999), all.empty() ? 0.0 : all.back());
   jobs.Stop();
