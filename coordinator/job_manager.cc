@@ -13,6 +13,9 @@
 #include "coordinator/auth.h"
 #include "coordinator/health_monitor.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/plan/hardware.h"
+#include "shard/plan/plan_report.h"
+#include "shard/plan/planner.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 
@@ -185,7 +188,7 @@ StatusOr<JobManager::Job*> JobManager::FindLocked(const std::string& job_id) {
 // ---------------------------------------------------------------------------
 // Submission
 
-Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config) {
+Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary) {
   const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
   if (spec.yaml().size() > opts_.max_spec_bytes)
     return shard::InvalidArgument(src + ": the job file is " + std::to_string(spec.yaml().size()) +
@@ -208,6 +211,17 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   };
   RETURN_IF_ERROR(must_exist("data.tokens", c.data.tokens));
   RETURN_IF_ERROR(must_exist("model.from_hf", c.model.from_hf));
+  // The planner's verdict: a job that cannot fit is refused with its reasons.
+  auto catalog = shard::plan::LoadDefaultHardwareCatalog();
+  if (catalog.ok()) {
+    auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster);
+    if (plan.ok() && !plan->ok())
+      return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
+                                       shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");
+    *plan_summary = plan.ok() ? shard::plan::PlanSummary(*plan) : "plan skipped: " + plan.status().message();
+  } else {
+    *plan_summary = "plan skipped: " + catalog.status().message();
+  }
   for (const auto& [id, other] : jobs_) {
     if (Active(*other) && other->config.name == c.name &&
         CheckpointJobDir(*other) == (fs::path(Resolve(spec.workdir(), c.checkpoint.dir)) / c.name).string())
@@ -221,7 +235,8 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
 StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   shard::JobConfig config;
-  RETURN_IF_ERROR(ValidateSpecLocked(spec, &config));
+  std::string plan;
+  RETURN_IF_ERROR(ValidateSpecLocked(spec, &config, &plan));
   auto j = std::make_unique<Job>();
   j->id = config.name + "-" + std::to_string(next_job_number_++);
   j->name = config.name;
@@ -237,7 +252,7 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   SetStateLocked(ref, v1::QUEUED, "submitted",
                  (spec.source_path().empty() ? std::string("job") : spec.source_path()) + ", " +
                      std::to_string(config.parallel.world_size) + " worker(s), " +
-                     std::to_string(config.train.steps) + " steps");
+                     std::to_string(config.train.steps) + " steps; " + plan);
   return StatusOf(ref);
 }
 

@@ -155,7 +155,7 @@ class JobManager {
   // Records an event and the job's (possibly new) state in one transaction.
   void EmitLocked(Job& j, const std::string& kind, const std::string& message);
   void SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
-  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config);
+  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary);
   void LaunchLocked(Job& j);
   // The attempt failed: restart if allowed, else FAILED. retryable=false fails at once.
   void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);

@@ -12,7 +12,7 @@ namespace shardctl {
 shard::Status RunPlan(const PlanOptions& o) {
   ASSIGN_OR_RETURN(shard::JobConfig job, shard::LoadJobConfig(o.job_file, o.sets));
   ASSIGN_OR_RETURN(shard::plan::HardwareCatalog catalog, shard::plan::LoadDefaultHardwareCatalog());
-  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, o.cluster));
+  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, o.cluster.empty() ? job.resources.cluster : o.cluster));
   const std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);

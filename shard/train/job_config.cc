@@ -129,6 +129,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     ASSIGN_OR_RETURN(YamlMap m, root.Sub("resources"));
     RETURN_IF_ERROR(m.GetEnum("launcher", {"local", "slurm", "kubernetes", "external"}, &job->resources.launcher));
     RETURN_IF_ERROR(m.Get("device", &job->resources.device));
+    RETURN_IF_ERROR(m.Get("cluster", &job->resources.cluster));
     for (const char* key : {"slurm", "kubernetes"}) {
       if (m.Has(key)) return Unimplemented(m.Where(key) + ": the " + std::string(key) + " launcher is not built yet");
     }

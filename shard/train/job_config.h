@@ -53,6 +53,7 @@ struct CheckpointConfig {
 struct ResourcesConfig {
   std::string launcher = "local";  // local | slurm | kubernetes | external
   std::string device = "auto";     // auto | cpu | cuda
+  std::string cluster;             // a cluster of configs/hardware for the planner ("" = this host)
 };
 
 struct RestartConfig {

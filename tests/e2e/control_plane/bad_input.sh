@@ -18,6 +18,7 @@ expect_error "missing.u32 does not exist" ctl submit "$nodata"
 printf 'name: [unclosed\n' > "$T/malformed.yaml"
 expect_error "malformed.yaml" ctl submit "$T/malformed.yaml"
 expect_error "slurm" ctl submit "$good" --set resources.launcher=slurm
+expect_error "the planner says this job cannot run" ctl submit "$good" --set model.preset=llama3-70b
 expect_error "UNAUTHENTICATED" ctl --token wrong-token list
 expect_error "no job" ctl status nosuchjob-1
 python3 - "$good" "$T/huge.yaml" <<'PY'
