@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -200,6 +202,14 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
   ASSIGN_OR_RETURN(*config, shard::ParseJobConfig(spec.yaml(), src, overrides));
   const shard::JobConfig& c = *config;
+  // The name becomes part of paths (state and checkpoint dirs).
+  const bool plain = !c.name.empty() && c.name != "." && c.name != ".." &&
+                     std::all_of(c.name.begin(), c.name.end(), [](char ch) {
+                       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+                     });
+  if (!plain)
+    return shard::InvalidArgument(src + ": name: '" + c.name +
+                                  "' must be a plain file name (letters, digits, '.', '_', '-')");
   if (c.resources.launcher != "local")
     return shard::Unimplemented(src + ": resources.launcher '" + c.resources.launcher +
                                 "' is not available in this coordinator yet (only 'local')");
@@ -287,6 +297,7 @@ StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std:
 void JobManager::LaunchLocked(Job& j) {
   const int world = j.config.parallel.world_size;
   j.attempt += 1;
+  j.previous_token = j.token;
   j.token = NewToken();
   j.committer->Reset();
   j.step_seconds.clear();
@@ -376,6 +387,10 @@ void JobManager::ProcessExitsLocked() {
     r.exited = true;
     if (e.signal == 0 && e.exit_code == 0 && r.done) {
       r.state = "exited";
+      continue;
+    }
+    if (e.signal == 0 && e.exit_code == -1 && r.done) {
+      r.state = "exited";  // adopted: gone after reporting done
       continue;
     }
     if (e.signal == 0 && e.exit_code == -1) {
@@ -505,8 +520,13 @@ Status JobManager::Recover() {
     std::vector<std::string> overrides(j->spec.overrides().begin(), j->spec.overrides().end());
     auto config = shard::ParseJobConfig(j->spec.yaml(), j->spec.source_path(), overrides);
     if (!config.ok()) {
+      // Keep the record, but it can never run again.
       j->config.name = j->name;
-      jobs_[j->id] = std::move(j);
+      j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+      Job& bad = *j;
+      jobs_[bad.id] = std::move(j);
+      if (Active(bad))
+        SetStateLocked(bad, v1::FAILED, "failed", "stored job spec no longer parses: " + config.status().ToString());
       continue;
     }
     j->config = *config;
@@ -535,6 +555,19 @@ Status JobManager::Recover() {
       ref.adopted = true;
       launcher_->Adopt(ref.id, ref.attempt, pids);
       EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
+    } else if (ref.attempt > 0 && (ref.state == v1::RESTARTING || now - ref.updated_ms < 10 * 60 * 1000)) {
+      // The coordinator may have died while this attempt's processes were
+      // being stopped: watch them again and finish the job (SIGKILL now).
+      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
+      std::vector<int> pids;
+      for (const WorkerRecord& w : workers) {
+        if (w.rank >= static_cast<int>(pids.size())) pids.resize(w.rank + 1, 0);
+        pids[w.rank] = w.pid;
+      }
+      launcher_->Adopt(ref.id, ref.attempt, pids);
+      ref.draining_attempt = ref.attempt;
+      ref.kill_at_ms = now;
+      if (ref.state == v1::RESTARTING) ref.next_launch_ms = now;
     } else if (ref.state == v1::RESTARTING) {
       ref.next_launch_ms = now;
     }
@@ -659,6 +692,9 @@ Status JobManager::CheckWorker(const v1::WorkerId& id, const std::string& token)
 StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id, const std::string& token) {
   ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
   // Token first: a caller without the attempt's token learns nothing more.
+  if (!token.empty() && !j->previous_token.empty() && TokensEqual(token, j->previous_token))
+    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
+                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
   if (token.empty() || !TokensEqual(token, j->token) || j->attempt == 0)
     return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
   if (id.attempt() != j->attempt)
@@ -758,6 +794,9 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
   const std::string expected = CheckpointJobDir(*j);
   if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
     return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
+  if (fs::path(rep.step_dir).filename() != shard::StepDirName(req.step()))
+    return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
+                                  rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
   v1::ReportCheckpointResponse resp;
@@ -793,6 +832,7 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
     // The processes exit by themselves; anything left after the grace is killed.
     j->draining_attempt = j->attempt;
     j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+    rendezvous_.DropPrefix(KvPrefix(req.id()));
     SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
                    std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
                        (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));

@@ -129,6 +129,7 @@ class JobManager {
     int restarts = 0;
     std::string reason;
     std::string token;
+    std::string previous_token;  // the last attempt's: its stragglers hear "stale attempt"
     int64_t created_ms = 0;
     int64_t updated_ms = 0;
     int64_t seq = 0;

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace shardd {
 
@@ -119,8 +121,17 @@ int LocalLauncher::Running(const std::string& job_id, int attempt) {
 }
 
 void LocalLauncher::Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) {
-  for (size_t r = 0; r < pids.size(); ++r)
-    if (pids[r] > 0) procs_.push_back({job_id, attempt, static_cast<int>(r), pids[r], false, false});
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (pids[r] <= 0) continue;
+    // Only a process that is still this job's worker: a pid from the database
+    // may have been reused by anything since.
+    std::ifstream f("/proc/" + std::to_string(pids[r]) + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string want = std::string("--job") + '\0' + job_id + '\0' + "--attempt" + '\0' +
+                             std::to_string(attempt) + '\0';
+    if (cmd.find(want) == std::string::npos) continue;
+    procs_.push_back({job_id, attempt, static_cast<int>(r), pids[r], false, false});
+  }
 }
 
 }  // namespace shardd

@@ -1,0 +1,269 @@
+// Helpers of the coordinator tests: a scratch directory per test, a fake
+// launcher that records what the JobManager asks of it and lets the test
+// decide how ranks end, and a JobManager fixture on a fake clock (time is
+// free: the test advances an integer), a real StateStore and a valid job file.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "coordinator/job_manager.h"
+#include "coordinator/launchers/launcher.h"
+#include "coordinator/state/state_store.h"
+#include "shardd/v1/coordinator.pb.h"
+#include "shardd/v1/worker.pb.h"
+
+namespace shardd::testing {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under ::testing::TempDir(), removed when the test ends.
+class ScratchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/coordinator_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = fs::path(tmpl).lexically_normal().string();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::string dir_;
+};
+
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Records every call; ranks end only when the test says so (Exit), and the
+// count of still-running ranks of an attempt is whatever the test sets.
+class FakeLauncher : public Launcher {
+ public:
+  struct TerminateCall {
+    std::string job_id;
+    int attempt = 0;
+    bool force = false;
+  };
+  struct AdoptCall {
+    std::string job_id;
+    int attempt = 0;
+    std::vector<int> pids;
+  };
+
+  const char* name() const override { return "fake"; }
+  StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override {
+    launches.push_back(req);
+    if (!launch_error.ok()) return launch_error;
+    std::vector<int> pids;
+    for (int r = 0; r < req.world; ++r) pids.push_back(next_pid++);
+    running[{req.job_id, req.attempt}] = req.world;
+    return pids;
+  }
+  std::vector<RankExit> Poll() override { return std::exchange(pending_exits, {}); }
+  void Terminate(const std::string& job_id, int attempt, bool force) override {
+    terminates.push_back({job_id, attempt, force});
+  }
+  int Running(const std::string& job_id, int attempt) override {
+    auto it = running.find({job_id, attempt});
+    return it == running.end() ? 0 : it->second;
+  }
+  void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override {
+    adopts.push_back({job_id, attempt, pids});
+    int n = 0;
+    for (int p : pids) n += p > 0;
+    running[{job_id, attempt}] = n;
+  }
+
+  // The next Poll reports that rank ended (exit_code when signal == 0).
+  void Exit(const std::string& job_id, int attempt, int rank, int exit_code, int signal = 0) {
+    pending_exits.push_back({job_id, attempt, rank, exit_code, signal});
+  }
+  void SetRunning(const std::string& job_id, int attempt, int n) { running[{job_id, attempt}] = n; }
+  int CountTerminates(const std::string& job_id, int attempt, bool force) const {
+    int n = 0;
+    for (const auto& t : terminates) n += t.job_id == job_id && t.attempt == attempt && t.force == force;
+    return n;
+  }
+
+  std::vector<LaunchRequest> launches;
+  std::vector<TerminateCall> terminates;
+  std::vector<AdoptCall> adopts;
+  std::vector<RankExit> pending_exits;
+  std::map<std::pair<std::string, int>, int> running;
+  Status launch_error;
+  int next_pid = 4000;
+};
+
+// A JobManager on a fake clock over a real StateStore in the scratch dir, with
+// a workdir holding the job's token file.
+class JobManagerTest : public ScratchTest {
+ protected:
+  void SetUp() override {
+    ScratchTest::SetUp();
+    if (HasFatalFailure()) return;
+    workdir_ = Path("work");
+    WriteBytes(workdir_ + "/data/tokens.u32", std::string(4096, '\1'));
+    OpenStore();
+    manager_ = NewManager(&launcher_);
+  }
+  void TearDown() override {
+    manager_.reset();
+    store_.reset();
+    ScratchTest::TearDown();
+  }
+
+  void OpenStore() {
+    auto s = StateStore::Open(Path("state"));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+  std::unique_ptr<JobManager> NewManager(Launcher* launcher) {
+    JobManagerOptions o;
+    o.state_dir = Path("state");
+    o.coordinator_address = "127.0.0.1:7000";
+    o.worker_bin = "/opt/shardd/bin/shardd-worker";
+    o.kill_grace_s = kKillGraceS;
+    o.register_timeout_s = kRegisterTimeoutS;
+    o.now_ms = [this] { return now_ms_; };
+    return std::make_unique<JobManager>(o, store_.get(), launcher);
+  }
+
+  // A valid job: 2 CPU workers, checkpoints under <workdir>/ckpt/<name>.
+  // `extra` is appended to the file (more top-level sections).
+  static std::string JobYaml(const std::string& name = "tiny", const std::string& extra = "") {
+    return "name: " + name +
+           "\n"
+           "model: {preset: tiny}\n"
+           "data: {tokens: data/tokens.u32, seq_len: 16}\n"
+           "train: {steps: 100, global_batch: 4, micro_batch: 2}\n"
+           "parallel: {world_size: 2}\n"
+           "checkpoint: {dir: ckpt, every_steps: 5, keep_last: 2}\n"
+           "resources: {device: cpu}\n"
+           "restart: {max_restarts: 2, backoff_s: 3, heartbeat_timeout_s: 10, hang_timeout_s: 60}\n" +
+           extra;
+  }
+  v1::JobSpec Spec(const std::string& yaml, std::vector<std::string> overrides = {}) const {
+    v1::JobSpec s;
+    s.set_yaml(yaml);
+    s.set_source_path("jobs/tiny.yaml");
+    s.set_workdir(workdir_);
+    for (auto& o : overrides) s.add_overrides(o);
+    return s;
+  }
+
+  // Submits a valid job (with overrides) and returns its id.
+  std::string SubmitJob(std::vector<std::string> overrides = {}, const std::string& name = "tiny") {
+    auto st = manager_->Submit(Spec(JobYaml(name), std::move(overrides)));
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    return st.ok() ? st->id() : "";
+  }
+  // Submits, launches (one Tick) and registers every rank: RUNNING.
+  std::string StartRunningJob(std::vector<std::string> overrides = {}) {
+    const std::string id = SubmitJob(std::move(overrides));
+    manager_->Tick();
+    RegisterAll(id);
+    EXPECT_EQ(State(id), v1::RUNNING);
+    return id;
+  }
+
+  void Advance(double seconds) { now_ms_ += static_cast<int64_t>(seconds * 1000); }
+
+  v1::JobStatus Get(const std::string& id) {
+    auto s = manager_->Get(id);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : v1::JobStatus();
+  }
+  v1::JobState State(const std::string& id) { return Get(id).state(); }
+  std::string Reason(const std::string& id) { return Get(id).reason(); }
+
+  // The token the launcher handed to the attempt's workers.
+  std::string TokenOf(const std::string& id, int attempt) const {
+    for (const LaunchRequest& r : launcher_.launches)
+      if (r.job_id == id && r.attempt == attempt) return r.env.at("SHARDD_WORKER_TOKEN");
+    ADD_FAILURE() << "no launch of " << id << " attempt " << attempt;
+    return "";
+  }
+  static v1::WorkerId Worker(const std::string& id, int attempt, int rank) {
+    v1::WorkerId w;
+    w.set_job_id(id);
+    w.set_attempt(attempt);
+    w.set_rank(rank);
+    return w;
+  }
+
+  StatusOr<v1::RegisterResponse> Register(const std::string& id, int attempt, int rank, const std::string& token) {
+    v1::RegisterRequest req;
+    *req.mutable_id() = Worker(id, attempt, rank);
+    req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    req.set_hostname("host-" + std::to_string(rank));
+    return manager_->Register(req, token);
+  }
+  void RegisterAll(const std::string& id) {
+    const int attempt = Get(id).attempt();
+    const std::string token = TokenOf(id, attempt);
+    for (int r = 0; r < Get(id).world_size(); ++r) {
+      auto resp = Register(id, attempt, r, token);
+      ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    }
+  }
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& id, int attempt, int rank, int64_t step,
+                                            const std::string& token, std::vector<v1::StepMetric> metrics = {}) {
+    v1::HeartbeatRequest req;
+    *req.mutable_id() = Worker(id, attempt, rank);
+    req.set_state("training");
+    req.set_step(step);
+    for (auto& m : metrics) *req.add_metrics() = m;
+    return manager_->Heartbeat(req, token);
+  }
+  // Every rank of the current attempt heartbeats at `step`.
+  void HeartbeatAll(const std::string& id, int64_t step) {
+    const int attempt = Get(id).attempt();
+    const std::string token = TokenOf(id, attempt);
+    for (int r = 0; r < Get(id).world_size(); ++r) {
+      auto resp = Heartbeat(id, attempt, r, step, token);
+      ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    }
+  }
+  Status ReportDone(const std::string& id, int attempt, int rank, const std::string& token, int64_t step = 100) {
+    v1::ReportDoneRequest req;
+    *req.mutable_id() = Worker(id, attempt, rank);
+    req.set_step(step);
+    req.set_final_loss(1.25);
+    return manager_->ReportDone(req, token);
+  }
+
+  static constexpr double kKillGraceS = 5;
+  static constexpr double kRegisterTimeoutS = 120;
+
+  std::string workdir_;
+  int64_t now_ms_ = 1'700'000'000'000;
+  FakeLauncher launcher_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+}  // namespace shardd::testing

@@ -1,0 +1,141 @@
+// Submission: a job file is checked before anything runs, and every refusal
+// says what to fix (the unknown key, the missing path, the limit). A valid
+// job is QUEUED and launched by the next Tick with one process per rank and
+// its attempt token in the environment.
+#include <gtest/gtest.h>
+
+#include "tests/unit/coordinator/coordinator_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+using shard::StatusCode;
+
+TEST_F(JobManagerTest, UnknownKeyIsRefusedNamingTheKey) {
+  std::string yaml = JobYaml();
+  yaml.replace(yaml.find("micro_batch: 2"), 14, "micro_batch: 2, stepz: 3");
+  auto st = manager_->Submit(Spec(yaml));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st.status().message(), "stepz")) << st.status().ToString();
+  EXPECT_TRUE(Contains(st.status().message(), "jobs/tiny.yaml")) << st.status().ToString();
+  EXPECT_TRUE(manager_->List(true).empty());
+}
+
+TEST_F(JobManagerTest, MissingTokenFileIsNotFoundNamingTheResolvedPath) {
+  auto st = manager_->Submit(Spec(JobYaml(), {"data.tokens=data/missing.u32"}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(st.status().message(), workdir_ + "/data/missing.u32")) << st.status().ToString();
+  EXPECT_TRUE(Contains(st.status().message(), "data.tokens")) << st.status().ToString();
+}
+
+TEST_F(JobManagerTest, SlurmLauncherIsUnimplemented) {
+  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(st.status().message(), "slurm")) << st.status().ToString();
+}
+
+TEST_F(JobManagerTest, OversizedSpecIsRefusedWithTheLimit) {
+  const std::string yaml = JobYaml() + "# " + std::string(1 << 20, 'x') + "\n";
+  auto st = manager_->Submit(Spec(yaml));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st.status().message(), std::to_string(1 << 20))) << st.status().ToString();
+}
+
+TEST_F(JobManagerTest, RelativeOrMissingWorkdirIsRefused) {
+  v1::JobSpec spec = Spec(JobYaml());
+  spec.set_workdir("work");
+  auto st = manager_->Submit(spec);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st.status().message(), "absolute")) << st.status().ToString();
+
+  spec.set_workdir(Path("nowhere"));
+  st = manager_->Submit(spec);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(st.status().message(), Path("nowhere"))) << st.status().ToString();
+}
+
+// Two active jobs of the same name would write the same checkpoint directory.
+TEST_F(JobManagerTest, SameNameWhileActiveIsRefusedUntilTheFirstEnds) {
+  const std::string first = SubmitJob();
+  auto st = manager_->Submit(Spec(JobYaml()));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(st.status().message(), first)) << st.status().ToString();
+
+  ASSERT_TRUE(manager_->Cancel(first, "").ok());
+  auto again = manager_->Submit(Spec(JobYaml()));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_NE(again->id(), first);
+}
+
+// Regression (fixed; coordinator/job_manager.cc, ValidateSpecLocked): the job name becomes
+// the id and a path component (<state_dir>/jobs/<id>/, <checkpoint.dir>/<name>)
+// unchecked, so "../x" writes logs and checkpoints outside those directories.
+// Enable once names are limited to [A-Za-z0-9._-]+ (not "." or "..").
+TEST_F(JobManagerTest, JobNameThatIsNotAPlainFileNameIsRefused) {
+  for (const std::string name : {"../escape", "a/b", ".."}) {
+    auto st = manager_->Submit(Spec(JobYaml(name)));
+    ASSERT_FALSE(st.ok()) << name;
+    EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_TRUE(Contains(st.status().message(), "name")) << st.status().ToString();
+  }
+}
+
+TEST_F(JobManagerTest, SubmitQueuesAndTickLaunchesEveryRankWithAToken) {
+  auto st = manager_->Submit(Spec(JobYaml()));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::string id = st->id();
+  EXPECT_EQ(id, "tiny-1");
+  EXPECT_EQ(st->state(), v1::QUEUED);
+  EXPECT_EQ(st->world_size(), 2);
+  EXPECT_EQ(st->checkpoint_dir(), workdir_ + "/ckpt/tiny");
+  EXPECT_TRUE(launcher_.launches.empty()) << "launched before the control loop ran";
+
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::LAUNCHING);
+  EXPECT_EQ(Get(id).attempt(), 1);
+  ASSERT_EQ(launcher_.launches.size(), 1u);
+  const LaunchRequest& req = launcher_.launches[0];
+  EXPECT_EQ(req.job_id, id);
+  EXPECT_EQ(req.attempt, 1);
+  EXPECT_EQ(req.world, 2);
+  EXPECT_EQ(req.workdir, workdir_);
+  EXPECT_EQ(req.coordinator, "127.0.0.1:7000");
+  EXPECT_EQ(req.worker_bin, "/opt/shardd/bin/shardd-worker");
+  EXPECT_EQ(req.log_dir, Path("state") + "/jobs/" + id + "/attempt_1");
+  ASSERT_EQ(req.env.count("SHARDD_WORKER_TOKEN"), 1u);
+  EXPECT_EQ(req.env.at("SHARDD_WORKER_TOKEN").size(), 48u);
+
+  v1::JobStatus s = Get(id);
+  ASSERT_EQ(s.workers_size(), 2);
+  EXPECT_EQ(s.workers(0).pid(), 4000);
+  EXPECT_EQ(s.workers(1).pid(), 4001);
+
+  manager_->Tick();  // nothing more to launch
+  EXPECT_EQ(launcher_.launches.size(), 1u);
+
+  // Job numbers keep counting.
+  auto second = manager_->Submit(Spec(JobYaml("other")));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->id(), "other-2");
+}
+
+// A launcher that cannot start the workers fails the job at once (retrying
+// would fail the same way) and says why.
+TEST_F(JobManagerTest, LaunchErrorFailsTheJobNamingTheError) {
+  launcher_.launch_error = shard::NotFound("worker binary /x is not executable");
+  const std::string id = SubmitJob();
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::FAILED);
+  EXPECT_TRUE(Contains(Reason(id), "launch failed")) << Reason(id);
+  EXPECT_TRUE(Contains(Reason(id), "/x is not executable")) << Reason(id);
+}
+
+}  // namespace
+}  // namespace shardd::testing

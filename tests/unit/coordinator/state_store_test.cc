@@ -1,0 +1,197 @@
+// The SQLite state store: every record kind round-trips (binary blobs
+// included: specs are serialized protobuf), writes replace by key, an event
+// and its job land together or not at all, and everything survives a reopen.
+#include "coordinator/state/state_store.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/coordinator/coordinator_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+class StateStoreTest : public ScratchTest {
+ protected:
+  std::unique_ptr<StateStore> Open() {
+    auto s = StateStore::Open(Path("state"));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  static JobRecord Job(const std::string& id, int state = 1) {
+    JobRecord j;
+    j.id = id;
+    j.name = id.substr(0, id.rfind('-'));
+    j.state = state;
+    j.attempt = 2;
+    j.restarts = 1;
+    j.reason = "rank 1 killed by signal 9";
+    j.spec = std::string("\x0a\x05yaml\0x", 8);  // protobuf bytes with a NUL
+    j.progress = std::string("\x08\x07\0", 3);
+    j.worker_token = "0123456789abcdef";
+    j.created_ms = 1'700'000'000'123;
+    j.updated_ms = 1'700'000'000'456;
+    j.seq = 4;
+    return j;
+  }
+};
+
+void ExpectSameJob(const JobRecord& a, const JobRecord& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(a.attempt, b.attempt);
+  EXPECT_EQ(a.restarts, b.restarts);
+  EXPECT_EQ(a.reason, b.reason);
+  EXPECT_EQ(a.spec, b.spec);
+  EXPECT_EQ(a.progress, b.progress);
+  EXPECT_EQ(a.worker_token, b.worker_token);
+  EXPECT_EQ(a.created_ms, b.created_ms);
+  EXPECT_EQ(a.updated_ms, b.updated_ms);
+  EXPECT_EQ(a.seq, b.seq);
+}
+
+TEST_F(StateStoreTest, JobsRoundTripReplaceAndComeBackInNumberOrder) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(*s->MaxJobNumber(), 0);
+  ASSERT_TRUE(s->PutJob(Job("tiny-10")).ok());
+  ASSERT_TRUE(s->PutJob(Job("tiny-2")).ok());
+  ASSERT_TRUE(s->PutJob(Job("a-b-3")).ok());
+  JobRecord updated = Job("tiny-2", 3);
+  updated.reason = "running";
+  ASSERT_TRUE(s->PutJob(updated).ok());
+
+  auto jobs = s->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].id, "tiny-2");
+  EXPECT_EQ((*jobs)[1].id, "a-b-3");
+  EXPECT_EQ((*jobs)[2].id, "tiny-10");
+  ExpectSameJob((*jobs)[0], updated);
+  ExpectSameJob((*jobs)[2], Job("tiny-10"));
+  EXPECT_EQ(*s->MaxJobNumber(), 10);
+}
+
+TEST_F(StateStoreTest, WorkersAreKeptPerAttempt) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->PutWorker({"tiny-1", 1, 1, 101, "", "launched"}).ok());
+  ASSERT_TRUE(s->PutWorker({"tiny-1", 1, 0, 100, "", "launched"}).ok());
+  ASSERT_TRUE(s->PutWorker({"tiny-1", 2, 0, 200, "", "launched"}).ok());
+  ASSERT_TRUE(s->PutWorker({"tiny-1", 1, 0, 100, "node-a", "registered"}).ok());
+  auto w = s->LoadWorkers("tiny-1", 1);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(w->size(), 2u);
+  EXPECT_EQ((*w)[0].rank, 0);
+  EXPECT_EQ((*w)[0].pid, 100);
+  EXPECT_EQ((*w)[0].hostname, "node-a");
+  EXPECT_EQ((*w)[0].state, "registered");
+  EXPECT_EQ((*w)[1].pid, 101);
+  EXPECT_EQ(s->LoadWorkers("tiny-1", 2)->size(), 1u);
+  EXPECT_TRUE(s->LoadWorkers("tiny-1", 3)->empty());
+  EXPECT_TRUE(s->LoadWorkers("other-1", 1)->empty());
+}
+
+TEST_F(StateStoreTest, EventsAppendWithTheirJobAndLoadAfterASeq) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  JobRecord j = Job("tiny-1");
+  for (int64_t seq = 1; seq <= 3; ++seq) {
+    j.seq = seq;
+    j.state = static_cast<int>(seq);
+    ASSERT_TRUE(s->AppendEvent({"tiny-1", seq, 1000 + seq, 1, "kind" + std::to_string(seq), "m", j.state}, j).ok());
+  }
+  ASSERT_TRUE(s->AppendEvent({"other-2", 1, 5, 1, "submitted", "", 1}, Job("other-2")).ok());
+  auto all = s->LoadEvents("tiny-1", 0);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*all)[i].seq, i + 1);
+    EXPECT_EQ((*all)[i].unix_ms, 1001 + i);
+    EXPECT_EQ((*all)[i].kind, "kind" + std::to_string(i + 1));
+    EXPECT_EQ((*all)[i].state, i + 1);
+  }
+  auto tail = s->LoadEvents("tiny-1", 2);
+  ASSERT_EQ(tail->size(), 1u);
+  EXPECT_EQ((*tail)[0].seq, 3);
+  EXPECT_EQ(s->LoadJobs()->front().seq, 3);
+
+  // A duplicate seq fails and leaves the job as it was (one transaction).
+  JobRecord changed = j;
+  changed.reason = "must not be stored";
+  changed.seq = 99;
+  EXPECT_FALSE(s->AppendEvent({"tiny-1", 3, 0, 1, "dup", "", 1}, changed).ok());
+  auto jobs = s->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->front().seq, 3);
+  EXPECT_EQ(jobs->front().reason, j.reason);
+  EXPECT_EQ(s->LoadEvents("tiny-1", 0)->size(), 3u);
+  // ... and the store still works afterwards (the transaction was closed).
+  ASSERT_TRUE(s->PutJob(changed).ok());
+  EXPECT_EQ(s->LoadJobs()->front().seq, 99);
+}
+
+TEST_F(StateStoreTest, CheckpointsAndMetricsRoundTrip) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->PutCheckpoint({"tiny-1", 40, 2, 2, 9000, "/ck/tiny/step_00000040", 77}).ok());
+  ASSERT_TRUE(s->PutCheckpoint({"tiny-1", 20, 2, 2, 8000, "/ck/tiny/step_00000020", 55}).ok());
+  auto c = s->LoadCheckpoints("tiny-1");
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_EQ((*c)[0].step, 20);
+  EXPECT_EQ((*c)[1].bytes, 9000);
+  EXPECT_EQ((*c)[1].path, "/ck/tiny/step_00000040");
+  EXPECT_EQ((*c)[1].committed_ms, 77);
+  ASSERT_TRUE(s->DeleteCheckpoint("tiny-1", 20).ok());
+  EXPECT_EQ(s->LoadCheckpoints("tiny-1")->size(), 1u);
+
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {{2, 1, 3.5, 1e-3, 0.7, 0.25, 512}, {1, 1, 4.0, 5e-4, 0.9, 0.5, 512}}).ok());
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {}).ok());
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {{2, 2, 3.25, 1e-3, 0.6, 0.3, 512}}).ok());  // attempt 2 redoes step 2
+  auto m = s->LoadMetrics("tiny-1");
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].step, 1);
+  EXPECT_DOUBLE_EQ((*m)[0].loss, 4.0);
+  EXPECT_DOUBLE_EQ((*m)[0].lr, 5e-4);
+  EXPECT_DOUBLE_EQ((*m)[0].grad_norm, 0.9);
+  EXPECT_DOUBLE_EQ((*m)[0].seconds, 0.5);
+  EXPECT_EQ((*m)[0].tokens, 512);
+  EXPECT_EQ((*m)[1].attempt, 2);
+  EXPECT_DOUBLE_EQ((*m)[1].loss, 3.25);
+  EXPECT_TRUE(s->LoadMetrics("other-1")->empty());
+}
+
+TEST_F(StateStoreTest, EverythingSurvivesAReopen) {
+  {
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->AppendEvent({"tiny-7", 1, 10, 0, "submitted", "ok", 1}, Job("tiny-7")).ok());
+    ASSERT_TRUE(s->PutWorker({"tiny-7", 2, 0, 4242, "h", "registered"}).ok());
+    ASSERT_TRUE(s->PutCheckpoint({"tiny-7", 5, 1, 1, 10, "/p", 1}).ok());
+    ASSERT_TRUE(s->PutMetrics("tiny-7", {{5, 2, 1.0, 0, 0, 0, 0}}).ok());
+  }
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  auto jobs = s->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  ExpectSameJob((*jobs)[0], Job("tiny-7"));
+  EXPECT_EQ(*s->MaxJobNumber(), 7);
+  EXPECT_EQ(s->LoadEvents("tiny-7", 0)->size(), 1u);
+  ASSERT_EQ(s->LoadWorkers("tiny-7", 2)->size(), 1u);
+  EXPECT_EQ(s->LoadWorkers("tiny-7", 2)->front().pid, 4242);
+  EXPECT_EQ(s->LoadCheckpoints("tiny-7")->size(), 1u);
+  EXPECT_EQ(s->LoadMetrics("tiny-7")->size(), 1u);
+}
+
+TEST_F(StateStoreTest, UnwritableStateDirIsAnErrorNamingIt) {
+  WriteBytes(Path("file"), "x");
+  auto s = StateStore::Open(Path("file/state"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.status().message(), Path("file/state"))) << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace shardd::testing
