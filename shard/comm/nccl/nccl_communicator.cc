@@ -78,13 +78,14 @@ class NcclCommunicator final : public Communicator {
     std::lock_guard<std::mutex> l(mu_);
     if (comm_) {
       cudaSetDevice(device_);
-      // A clean goodbye: finalize (flushes outstanding work), bounded, then destroy.
-      bool clean = ncclCommFinalize(comm_) == ncclSuccess || true;
+      // A clean goodbye: finalize (flushes outstanding work, polled with a
+      // bound), then destroy; abort when that does not finish.
+      ncclResult_t st = ncclCommFinalize(comm_);
       const auto deadline = Clock::now() + std::chrono::seconds(10);
-      ncclResult_t st = ncclInProgress;
-      while (clean && ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
-             Clock::now() < deadline)
+      while ((st == ncclSuccess || st == ncclInProgress) && Clock::now() < deadline) {
+        if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || st != ncclInProgress) break;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
       if (st == ncclSuccess) ncclCommDestroy(comm_);
       else ncclCommAbort(comm_);
       comm_ = nullptr;
