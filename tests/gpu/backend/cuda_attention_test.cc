@@ -8,6 +8,7 @@
 // (fp32 throughout; the kernels use __expf and a different summation order).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <random>
 
@@ -101,7 +102,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
                                            Case{1, 130, 8, 2, 64, false}, Case{3, 200, 8, 4, 64, true},
                                            Case{2, 70, 4, 4, 128, false}, Case{1, 150, 8, 2, 128, true},
                                            Case{2, 65, 6, 3, 48, true}, Case{1, 1024, 8, 2, 64, false},
-                                           Case{2, 1, 4, 1, 64, false}));
+                                           Case{2, 1, 4, 1, 64, false}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string n = Name(info.param);
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace shard

@@ -252,7 +252,7 @@ TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
     out[k][0] = Down(bes[k], dp), out[k][1] = Down(bes[k], dm), out[k][2] = Down(bes[k], dv);
   }
   ExpectClose(out[0][0], out[1][0], 1e-6, 1e-7, "adamw params");
-  ExpectClose(out[0][1], out[1][1], 1e-6, 1e-9, "adamw m");
+  ExpectClose(out[0][1], out[1][1], 1e-6, 1e-7, "adamw m");  // ~10 ulp of the terms (FMA contraction differs)
   ExpectClose(out[0][2], out[1][2], 1e-6, 1e-12, "adamw v");
 }
 
