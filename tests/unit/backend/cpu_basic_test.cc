@@ -22,12 +22,20 @@ TEST(CpuBackendFactory, NamesAndErrors) {
   auto cpu = CreateBackend("cpu");
   ASSERT_TRUE(cpu.ok());
   EXPECT_STREQ((*cpu)->name(), "cpu");
+  // auto: the GPU when there is one, else the CPU.
   auto autob = CreateBackend("auto");
   ASSERT_TRUE(autob.ok());
-  EXPECT_STREQ((*autob)->name(), "cpu");
+  EXPECT_STREQ((*autob)->name(), NumCudaDevices() > 0 ? "cuda" : "cpu");
   auto bad = CreateBackend("tpu");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateBackend("cuda:x").status().code(), StatusCode::kInvalidArgument);
+  if (NumCudaDevices() == 0) {
+    auto cuda = CreateBackend("cuda");
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_EQ(cuda.status().code(), StatusCode::kUnavailable) << cuda.status().ToString();
+    EXPECT_NE(cuda.status().message().find("cuda"), std::string::npos);
+  }
 }
 
 class CpuBasicTest : public BackendTest {};
