@@ -31,9 +31,14 @@ struct TempDir {
 };
 
 std::string Show(const shard::Tokenizer* tok, const std::vector<int32_t>& ids) {
-  if (tok) return nlohmann::json(tok->Decode(ids)).dump();  // quoted, escapes visible
+  // Quoted with escapes visible; bytes that are not UTF-8 (an untrained model's
+  // answers) print as U+FFFD.
+  if (tok) return nlohmann::json(tok->Decode(ids)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
   return s + "]";
 }
 

@@ -1,5 +1,6 @@
 #include "shard/train/batch_source.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 
@@ -69,6 +70,15 @@ class SftSource : public BatchSource {
     batcher_->FillRows(plan_, first_row, count, tokens, targets, positions, segment_ids);
   }
   bool segmented() const override { return true; }
+  std::string Fingerprint() const override {
+    const PreparedHeader& h = data_.header();
+    const auto& p = batcher_->options().packing;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%016llx/%016llx", static_cast<unsigned long long>(h.source_hash),
+                  static_cast<unsigned long long>(h.tokenizer_hash));
+    return std::string("sft:") + buf + "/" + h.chat_template + "/" + h.train_on + "/" + std::to_string(h.num_samples) +
+           "/seq" + std::to_string(p.seq_len) + (p.packing ? "/packed/" : "/unpacked/") + OverlongName(p.overlong);
+  }
   std::string Describe() const override {
     const PreparedHeader& h = data_.header();
     const auto& p = batcher_->options().packing;

@@ -46,6 +46,9 @@ class BatchSource {
   virtual bool segmented() const = 0;
   // For the log: "N windows of T tokens", "N SFT samples (…)".
   virtual std::string Describe() const = 0;
+  // What the cursor indexes, for the checkpoint manifest: a resume onto other
+  // data is warned about. "" when unknown.
+  virtual std::string Fingerprint() const { return ""; }
 };
 
 // Opens the job's data source; the SFT dataset must already be prepared (see

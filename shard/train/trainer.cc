@@ -55,10 +55,9 @@ Status Trainer::Init() {
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   RETURN_IF_ERROR(InitRuntime(hf_units));
-  RETURN_IF_ERROR(Resume());
-
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
+  RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
@@ -152,6 +151,7 @@ Manifest Trainer::RunState() const {
   m.seed = job_.train.seed;
   m.shuffle = job_.data.shuffle;
   m.global_batch = job_.train.global_batch;
+  m.data_fingerprint = data_ ? data_->Fingerprint() : "";
   m.total_steps = job_.train.steps;
   m.tokens_seen = tokens_seen_;
   return m;
@@ -192,6 +192,11 @@ Status Trainer::Resume() {
     LOG_WARN("resume: {} was saved with seed {}, shuffle {}, global_batch {}; this job uses {}, {}, {} — the data "
              "order after the resume differs from the original run's",
              step_dir, m.seed, m.shuffle, m.global_batch, job_.train.seed, job_.data.shuffle, job_.train.global_batch);
+  const std::string data_now = data_->Fingerprint();
+  if (!m.data_fingerprint.empty() && !data_now.empty() && m.data_fingerprint != data_now)
+    LOG_WARN("resume: {} was saved while training on other data ({}; now {}) — its sample cursor {} indexes "
+             "different samples here",
+             step_dir, m.data_fingerprint, data_now, m.samples_seen);
   const int sr = runtime_->shard_rank();
   std::vector<float> p, mm, vv;
   for (int u = 0; u < runtime_->num_units(); ++u) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shard/ckpt/catalog.h"
+#include "shard/ckpt/manifest.h"
 #include "shard/data/prepared_dataset.h"
 #include "tests/unit/train/sft_test_util.h"
 
@@ -107,6 +109,11 @@ TEST(SftTrainerTest, ResumeContinuesTheCursorExactly) {
       }
     }
     EXPECT_EQ(resumed.samples_seen, straight.samples_seen);
+    // The manifest names the data the cursor indexes (a resume onto other data warns).
+    auto reader = CheckpointReader::Open(dir + "/w" + std::to_string(resume_world) + "/sft/" + StepDirName(6), true);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    EXPECT_EQ(reader->manifest().data_fingerprint.rfind("sft:", 0), 0u) << reader->manifest().data_fingerprint;
+    EXPECT_EQ(reader->manifest().samples_seen, straight.samples_seen);
     const double diff = MaxAbsDiff(straight.params, resumed.params);
     if (resume_world == 2) {
       EXPECT_EQ(diff, 0.0);
