@@ -1,13 +1,14 @@
 # Compile flags shared by every shardd target (target-scoped through shardd_flags).
 add_library(shardd_flags INTERFACE)
-target_compile_options(shardd_flags INTERFACE -Wall -Wextra -Wno-unused-parameter -fopenmp-simd)
+# Host-compiler flags apply to C++ only: nvcc (.cu sources) rejects -march and -fopenmp-simd.
+target_compile_options(shardd_flags INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wno-unused-parameter;-fopenmp-simd>")
 target_include_directories(shardd_flags INTERFACE ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
 if(SHARDD_NATIVE)
-  target_compile_options(shardd_flags INTERFACE -march=native)
+  target_compile_options(shardd_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()
 if(SHARDD_SANITIZE)
   string(REPLACE ";" "," _san "${SHARDD_SANITIZE}")
-  target_compile_options(shardd_flags INTERFACE -fsanitize=${_san} -fno-omit-frame-pointer)
+  target_compile_options(shardd_flags INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${_san};-fno-omit-frame-pointer>")
   target_link_options(shardd_flags INTERFACE -fsanitize=${_san})
 endif()
 

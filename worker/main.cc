@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "shard/backend/hardware_probe.h"
 #include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
@@ -21,10 +22,13 @@ int Fail(const shard::Status& st, int code = 1) {
 
 int main(int argc, char** argv) {
   CLI::App app{"shardd-worker: trains one rank of a shardd job"};
-  bool standalone = false;
+  bool standalone = false, probe = false;
   std::string config_path, metrics_path, log_level = "info";
   std::vector<std::string> sets;
   app.add_flag("--standalone", standalone, "Train the job file in this process, without a coordinator");
+  app.add_flag("--probe", probe,
+               "Print the GPUs this worker sees (name, compute capability, memory, bf16, links between them, "
+               "driver and runtime versions) and exit: 0 with GPUs, 3 without");
   app.add_option("--config", config_path, "Job file (YAML)")->check(CLI::ExistingFile);
   app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
   app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
@@ -41,6 +45,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
+  if (probe) {
+    auto hw = shard::ProbeHardware();
+    if (!hw.ok()) return Fail(hw.status(), 3);
+    std::fputs(hw->ToString().c_str(), stdout);
+    return 0;
+  }
   if (!standalone)
     return Fail(shard::Unimplemented("coordinator mode is not built yet; run with --standalone --config JOB.yaml"), 2);
   if (config_path.empty()) return Fail(shard::InvalidArgument("--config JOB.yaml is required"), 2);

@@ -2,15 +2,44 @@
 
 #include "shard/backend/cpu/cpu_backend.h"
 #include "shard/config.h"
+#if SHARDD_CUDA_ENABLED
+#include "shard/backend/cuda/cuda_backend.h"
+#endif
 
 namespace shard {
 
-StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device) {
-  if (device == "cpu" || device == "auto") return std::unique_ptr<Backend>(cpu::CreateBackend());
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
-    return Unimplemented("device '" + device +
-                         "': the CUDA backend is not built into shardd yet; use device: cpu");
-  return InvalidArgument("unknown device '" + device + "' (expected auto, cpu or cuda)");
+int NumCudaDevices() {
+#if SHARDD_CUDA_ENABLED
+  return cuda::DeviceCount(nullptr);
+#else
+  return 0;
+#endif
+}
+
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device, const BackendOptions& options) {
+  if (device == "cpu") return std::unique_ptr<Backend>(cpu::CreateBackend());
+  if (device == "auto") {
+    if (NumCudaDevices() > 0) return CreateBackend("cuda", options);
+    return std::unique_ptr<Backend>(cpu::CreateBackend());
+  }
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (device.size() > 5) {
+      const std::string n = device.substr(5);
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 4)
+        return InvalidArgument("device '" + device + "': expected cuda or cuda:N");
+      index = std::stoi(n);
+    }
+#if SHARDD_CUDA_ENABLED
+    ASSIGN_OR_RETURN(Backend * b, cuda::CreateBackend(index, options));
+    return std::unique_ptr<Backend>(b);
+#else
+    (void)index;
+    return Unavailable("device '" + device +
+                       "': this shardd was built without CUDA (SHARDD_WITH_CUDA=OFF or no toolkit); use device: cpu");
+#endif
+  }
+  return InvalidArgument("unknown device '" + device + "' (expected auto, cpu, cuda or cuda:N)");
 }
 
 StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n_floats) {

@@ -8,7 +8,13 @@
 // batch * seq; weights use HF's nn.Linear layout [out_features, in_features];
 // "accumulates" means the op adds into its output (gradient accumulation),
 // otherwise outputs are overwritten. fp32 throughout for now; reduced-precision
-// storage arrives with the CUDA backend.
+// storage comes later.
+//
+// Device backends (cuda/) queue work asynchronously on their own stream: pass
+// host data only through CopyToDevice/CopyToHost (both return with the copy
+// done), and results returned by value (SumSquares, CrossEntropy) wait for the
+// work they need. Buffers may be freed while queued work still uses them (the
+// backend orders the free after that work).
 //
 // Thread-safety: a Backend may be used from one thread at a time per instance.
 #pragma once
@@ -137,9 +143,22 @@ class Backend {
                      const AdamWArgs& args) = 0;
 };
 
-// "cpu" (or "auto" when no GPU backend is available). A name shardd does not
-// have gives a clear UNIMPLEMENTED/INVALID_ARGUMENT error.
-StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device);
+// Choices a backend makes once, at creation.
+struct BackendOptions {
+  // fp32 GEMMs may use TF32 tensor cores (compute capability >= 8.0): ~10 bits
+  // of mantissa in the products, fp32 accumulation. Ignored by the CPU backend.
+  bool allow_tf32 = true;
+};
+
+// "cpu"; "cuda" (device 0) or "cuda:N" — a clear UNAVAILABLE error when the
+// build has no CUDA or the machine no GPU; "auto": cuda (device 0) when a GPU is
+// present, else cpu. A name shardd does not have gives INVALID_ARGUMENT.
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device,
+                                                 const BackendOptions& options = {});
+
+// How many CUDA devices this process can use (0 without a CUDA build, a driver
+// or a device). Never fails.
+int NumCudaDevices();
 
 // A buffer of n floats in a backend's memory. Movable, not copyable.
 class DeviceBuffer {

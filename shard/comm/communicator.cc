@@ -3,6 +3,10 @@
 #include "shard/comm/collective_util.h"
 #include "shard/comm/gloo/gloo_communicator.h"
 #include "shard/comm/local/local_communicator.h"
+#include "shard/config.h"
+#if SHARDD_NCCL_FOUND
+#include "shard/comm/nccl/nccl_communicator.h"
+#endif
 
 namespace shard {
 
@@ -46,9 +50,13 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommConfig& con
   RETURN_IF_ERROR(config.Validate());
   if (config.backend == "local") return CreateLocalCommunicator(config);
   if (config.backend == "gloo") return CreateGlooCommunicator(config);
-  return Unimplemented(
-      "communicator backend 'nccl' is not built yet; use 'gloo' (CPU processes) or "
-      "'local' (threads)");
+#if SHARDD_NCCL_FOUND
+  return CreateNcclCommunicator(config);
+#else
+  return Unavailable(
+      "communicator backend 'nccl': this shardd was built without CUDA/NCCL; use 'gloo' (CPU "
+      "processes) or 'local' (threads)");
+#endif
 }
 
 namespace comm {

@@ -1,13 +1,13 @@
 // The Communicator seam: the collectives FSDP needs, over one group of ranks.
 //
-// Backends live in folders with the same shape (local/, gloo/, later nccl/), each
+// Backends live in folders with the same shape (local/, gloo/, nccl/), each
 // exposing one factory; CreateCommunicator picks one by name. Nothing outside those
 // folders includes a backend header.
 //
 //   local  ranks are threads of one process; data moves through shared memory.
 //          For unit tests of everything above the communicator.
 //   gloo   ranks are processes; Gloo's TCP transport (loopback by default).
-//   nccl   GPUs; not built yet (UNIMPLEMENTED).
+//   nccl   GPUs, one rank per device (built with CUDA; see nccl/nccl_communicator.h).
 //
 // Semantics every backend honours (the conformance tests check them):
 //  * Calls are collective: every rank of the group makes the same sequence of calls

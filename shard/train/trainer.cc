@@ -13,6 +13,20 @@
 #include "shard/optim/adamw.h"
 
 namespace shard {
+namespace {
+
+// resources.device for this rank. auto: a GPU per rank when this host has one
+// for every rank of a multi-process job (local launches put every rank here),
+// else the CPU; cuda: rank r takes GPU r % (GPUs on this host).
+std::string DeviceFor(const std::string& device, const DistContext& d) {
+  const int gpus = NumCudaDevices();
+  std::string dev = device;
+  if (dev == "auto") dev = gpus > 0 && d.world <= gpus && (d.world == 1 || d.comm_backend != "local") ? "cuda" : "cpu";
+  if (dev == "cuda") dev = "cuda:" + std::to_string(gpus > 0 ? d.rank % gpus : 0);
+  return dev;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const DistContext& dist) {
   if (dist.world < 1 || dist.rank < 0 || dist.rank >= dist.world)
@@ -48,7 +62,13 @@ Status Trainer::Init() {
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(config.max_position_embeddings));
 
-  ASSIGN_OR_RETURN(backend_, CreateBackend(job_.resources.device));
+  // precision auto: TF32 for fp32 GEMMs on Ampere and later (DESIGN.md); fp32: strict fp32 products.
+  BackendOptions bo;
+  bo.allow_tf32 = job_.train.precision != "fp32";
+  ASSIGN_OR_RETURN(backend_, CreateBackend(DeviceFor(job_.resources.device, dist_), bo));
+  if (std::string(backend_->name()) == "cuda" && dist_.world > 1 && dist_.comm_backend == "local")
+    return FailedPrecondition("device " + job_.resources.device +
+                              ": ranks as threads (the local communicator) share host memory; use device: cpu");
   ModelOptions mo;
   mo.max_batch = job_.train.micro_batch;
   mo.max_seq = job_.data.seq_len;
@@ -95,7 +115,8 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
     CommConfig cc;
-    cc.backend = dist_.comm_backend;
+    // Device buffers travel over NCCL: a GPU job's process communicator is nccl.
+    cc.backend = std::string(backend_->name()) == "cuda" && dist_.comm_backend == "gloo" ? "nccl" : dist_.comm_backend;
     cc.rank = sub_rank;
     cc.world_size = sub_world;
     cc.store = dist_.store;

@@ -1,14 +1,40 @@
-// Matrix products: Gemm goes to OpenBLAS (its own threads; never called from a
-// ParallelFor task), SmallGemm is a register-tiled kernel for the small,
-// strided products inside attention, which run one task per thread.
+// Matrix products: Gemm goes to single-threaded OpenBLAS calls, one per
+// compute thread on a slice of C (never called from a ParallelFor task);
+// SmallGemm is a register-tiled kernel for the small, strided products inside
+// attention, which run one task per thread.
+//
+// Why slice C ourselves instead of letting OpenBLAS thread: its pthreads
+// server spins in sched_yield between calls and fights the compute pool for
+// the same cores (perf on the bench model: ~18% of all cycles in
+// sched_yield). One pool that sleeps when idle wastes nothing.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
+
+#include "shard/common/thread_pool.h"
 
 #include "shard/backend/cpu/cpu_kernels.h"
 #include "shard/backend/cpu/cpu_math.h"
 
 namespace shard::cpu {
+namespace {
+
+// C[i0:i1, j0:j1] of the product, as one single-threaded BLAS call.
+void SgemmSlice(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  // Row i of op(A): A[i,:] when not transposed, column i of A[k, m] otherwise.
+  const float* a = g.trans_a ? g.a + i0 : g.a + i0 * g.lda;
+  // Column j of op(B): B[:, j] when not transposed, row j of B[n, k] otherwise.
+  const float* b = g.trans_b ? g.b + j0 * g.ldb : g.b + j0;
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(i1 - i0),
+              static_cast<blasint>(j1 - j0), static_cast<blasint>(g.k), g.alpha, a,
+              static_cast<blasint>(g.lda), b, static_cast<blasint>(g.ldb), g.beta,
+              g.c + i0 * g.ldc + j0, static_cast<blasint>(g.ldc));
+}
+
+}  // namespace
 
 void Gemm(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
@@ -20,11 +46,32 @@ void Gemm(const GemmArgs& g) {
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(g.m),
-              static_cast<blasint>(g.n), static_cast<blasint>(g.k), g.alpha, g.a,
-              static_cast<blasint>(g.lda), g.b, static_cast<blasint>(g.ldb), g.beta, g.c,
-              static_cast<blasint>(g.ldc));
+  static std::once_flag single_threaded_blas;
+  std::call_once(single_threaded_blas, [] { openblas_set_num_threads(1); });
+
+  const int threads = NumComputeThreads();
+  // Below ~4 MFLOP a second thread costs more in wake-up and packing than it saves.
+  const bool split = threads > 1 && 2.0 * g.m * g.n * g.k >= 4e6;
+  if (!split) {
+    SgemmSlice(g, 0, g.m, 0, g.n);
+    return;
+  }
+  // Slice the longer side of C, in multiples of 16 so every slice keeps whole
+  // micro-tiles.
+  const bool by_rows = g.m >= g.n;
+  const int64_t extent = by_rows ? g.m : g.n;
+  const int64_t chunk = std::max<int64_t>(16, (extent / threads + 15) / 16 * 16);
+  const int64_t n_chunks = (extent + chunk - 1) / chunk;
+  ParallelFor(n_chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t lo = c * chunk, hi = std::min(extent, lo + chunk);
+      if (by_rows) {
+        SgemmSlice(g, lo, hi, 0, g.n);
+      } else {
+        SgemmSlice(g, 0, g.m, lo, hi);
+      }
+    }
+  });
 }
 
 namespace {

@@ -22,12 +22,20 @@ TEST(CpuBackendFactory, NamesAndErrors) {
   auto cpu = CreateBackend("cpu");
   ASSERT_TRUE(cpu.ok());
   EXPECT_STREQ((*cpu)->name(), "cpu");
+  // auto: the GPU when there is one, else the CPU.
   auto autob = CreateBackend("auto");
   ASSERT_TRUE(autob.ok());
-  EXPECT_STREQ((*autob)->name(), "cpu");
+  EXPECT_STREQ((*autob)->name(), NumCudaDevices() > 0 ? "cuda" : "cpu");
   auto bad = CreateBackend("tpu");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateBackend("cuda:x").status().code(), StatusCode::kInvalidArgument);
+  if (NumCudaDevices() == 0) {
+    auto cuda = CreateBackend("cuda");
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_EQ(cuda.status().code(), StatusCode::kUnavailable) << cuda.status().ToString();
+    EXPECT_NE(cuda.status().message().find("cuda"), std::string::npos);
+  }
 }
 
 class CpuBasicTest : public BackendTest {};
@@ -107,7 +115,13 @@ INSTANTIATE_TEST_SUITE_P(AllTransposes, CpuGemmTest,
                          ::testing::Values(GemmCase{false, false, 5, 7, 9}, GemmCase{true, false, 5, 7, 9},
                                            GemmCase{false, true, 5, 7, 9}, GemmCase{true, true, 5, 7, 9},
                                            GemmCase{false, false, 67, 81, 95},
-                                           GemmCase{true, true, 67, 81, 95}));
+                                           GemmCase{true, true, 67, 81, 95},
+                                           // Large enough to be sliced across threads,
+                                           // by rows (m > n) and by columns, ragged edges.
+                                           GemmCase{false, false, 203, 77, 150},
+                                           GemmCase{true, false, 203, 77, 150},
+                                           GemmCase{false, true, 45, 301, 170},
+                                           GemmCase{true, true, 45, 301, 170}));
 
 TEST_F(CpuBasicTest, GemmWithZeroKScalesC) {
   DeviceBuffer dc = Up({1.0f, 2.0f, 3.0f, 4.0f});

@@ -1,0 +1,245 @@
+// CudaBackend: device memory from the stream-ordered allocator (cached in the
+// device's default pool, so FSDP's per-unit gather buffers cost no cudaMalloc),
+// one non-blocking compute stream that every op is queued on, cuBLASLt GEMMs
+// and the kernels of cuda_kernels.h. Host transfers and results returned by
+// value wait on the stream; everything else returns as soon as it is queued.
+#include "shard/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shard/backend/cuda/cuda_gemm.h"
+#include "shard/backend/cuda/cuda_kernels.h"
+
+namespace shard::cuda {
+namespace {
+
+std::string CudaError(const char* call, cudaError_t e) {
+  return std::string("cuda backend: ") + call + " failed: " + cudaGetErrorString(e);
+}
+#define CUDA_CHECK(call)                                            \
+  do {                                                              \
+    const cudaError_t _e = (call);                                  \
+    SHARD_CHECK_MSG(_e == cudaSuccess, CudaError(#call, _e));       \
+  } while (0)
+
+// A device scratch buffer that grows on demand (stream-ordered, so growing
+// while earlier work still reads the old one is safe).
+class Scratch {
+ public:
+  void* Get(size_t bytes, cudaStream_t s) {
+    if (bytes > bytes_) {
+      if (ptr_) CUDA_CHECK(cudaFreeAsync(ptr_, s));
+      ptr_ = nullptr;
+      CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, s));
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+  void Release(cudaStream_t s) {
+    if (ptr_) cudaFreeAsync(ptr_, s);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm)
+      : device_(device), stream_(stream), gemm_(std::move(gemm)) {}
+  ~CudaBackend() override {
+    gemm_.reset();
+    for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_}) s->Release(stream_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  StatusOr<void*> Allocate(size_t bytes) override {
+    void* p = nullptr;
+    // 0 bytes still gets a unique pointer, as on the CPU backend.
+    const cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, stream_);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free allocation error
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      return ResourceExhausted("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes on device " +
+                               std::to_string(device_) + " (" + std::to_string(free_b >> 20) + " MiB free of " +
+                               std::to_string(total_b >> 20) + " MiB): " + cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void Free(void* ptr) override {
+    if (ptr) CUDA_CHECK(cudaFreeAsync(ptr, stream_));
+  }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void Fill(float* x, int64_t n, float value) override { LaunchFill(x, n, value, stream_); }
+  void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void Gemm(const GemmArgs& args) override { gemm_->Run(args); }
+  void Add(const float* a, const float* b, float* out, int64_t n) override { LaunchAdd(a, b, out, n, stream_); }
+  void Scale(float* x, int64_t n, float s) override { LaunchScale(x, n, s, stream_); }
+  double SumSquares(const float* x, int64_t n) override {
+    if (n <= 0) return 0.0;
+    auto* partials = static_cast<double*>(partials_.Get(sizeof(double) * kSumSquaresBlocks, stream_));
+    auto* result = static_cast<double*>(scalars_.Get(16, stream_));
+    LaunchSumSquares(x, n, partials, result, stream_);
+    double host = 0.0;
+    CopyToHost(&host, result, sizeof host);
+    return host;
+  }
+
+  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out) override {
+    LaunchEmbeddingForward(tokens, rows, table, dim, out, stream_);
+  }
+  void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable) override {
+    LaunchEmbeddingBackward(tokens, rows, dout, dim, dtable, stream_);
+  }
+  void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                      float* rstd) override {
+    LaunchRmsNormForward(x, w, rows, dim, eps, y, rstd, stream_);
+  }
+  void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int dim,
+                       float* dx, float* dw) override {
+    if (rows <= 0) return;
+    auto* partial = static_cast<float*>(norm_partial_.Get(sizeof(float) * RmsNormPartialFloats(rows, dim), stream_));
+    LaunchRmsNormBackward(dy, x, w, rstd, rows, dim, dx, dw, partial, stream_);
+  }
+  void Rope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim, const int32_t* pos,
+            const float* cos_sin, bool inverse) override {
+    LaunchRope(x, rows, row_stride, n_heads, head_dim, pos, cos_sin, inverse, stream_);
+  }
+  void AttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids, float* out,
+                        float* lse) override {
+    LaunchAttentionForward(shape, qkv, segment_ids, Starts(shape, segment_ids), out, lse, stream_);
+  }
+  void AttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                         const float* out, const float* lse, const float* dout, float* dqkv) override {
+    auto* delta = static_cast<float*>(
+        delta_.Get(sizeof(float) * std::max<int64_t>(1, shape.batch * shape.seq * shape.n_heads), stream_));
+    LaunchAttentionBackward(shape, qkv, segment_ids, out, lse, dout, dqkv, Starts(shape, segment_ids), delta,
+                            stream_);
+  }
+  void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
+    LaunchSwiGluForward(gu, rows, ffn, h, stream_);
+  }
+  void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu) override {
+    LaunchSwiGluBackward(dh, gu, rows, ffn, dgu, stream_);
+  }
+  double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
+                      bool grad) override {
+    if (rows <= 0) return 0.0;
+    auto* row_loss = static_cast<double*>(partials_.Get(sizeof(double) * std::max<int64_t>(rows, kSumSquaresBlocks),
+                                                        stream_));
+    auto* scalars = static_cast<char*>(scalars_.Get(16, stream_));
+    auto* result = reinterpret_cast<double*>(scalars);
+    auto* bad = reinterpret_cast<int64_t*>(scalars + 8);
+    LaunchCrossEntropy(logits, targets, rows, vocab, grad_scale, grad, row_loss, result, bad, stream_);
+    struct {
+      double loss;
+      int64_t bad;
+    } host{};
+    CopyToHost(&host, scalars, sizeof host);
+    SHARD_CHECK_MSG(host.bad == 0, "cross-entropy target of row " + std::to_string(host.bad - 1) +
+                                       " is outside the vocabulary of " + std::to_string(vocab));
+    return host.loss;
+  }
+
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& a) override {
+    // The CPU backend's scalar arithmetic (double, then float), so both agree.
+    const double lr = a.lr, b1 = a.beta1, b2 = a.beta2;
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(a.step));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(a.step));
+    AdamWFactors f;
+    f.decay = static_cast<float>(1.0 - lr * a.weight_decay);
+    f.beta1 = a.beta1;
+    f.beta2 = a.beta2;
+    f.one_minus_b1 = static_cast<float>(1.0 - b1);
+    f.one_minus_b2 = static_cast<float>(1.0 - b2);
+    f.step_size = static_cast<float>(lr / bc1);
+    f.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    f.eps = a.eps;
+    f.grad_scale = a.grad_scale;
+    LaunchAdamW(param, grad, m, v, n, f, stream_);
+  }
+
+ private:
+  int32_t* Starts(const AttentionShape& shape, const int32_t* segment_ids) {
+    if (!segment_ids) return nullptr;
+    return static_cast<int32_t*>(
+        starts_.Get(sizeof(int32_t) * std::max<int64_t>(1, shape.batch * shape.seq), stream_));
+  }
+
+  int device_;
+  cudaStream_t stream_;
+  std::unique_ptr<LtGemm> gemm_;
+  Scratch partials_, scalars_, starts_, delta_, norm_partial_;
+};
+
+}  // namespace
+
+int DeviceCount(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount: 0 devices";
+  return n;
+}
+
+StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
+  std::string why;
+  const int n = DeviceCount(&why);
+  if (n == 0) return Unavailable("cuda backend: no CUDA device (" + why + ")");
+  if (index < 0 || index >= n)
+    return InvalidArgument("cuda backend: device cuda:" + std::to_string(index) + " does not exist (" +
+                           std::to_string(n) + " visible)");
+  cudaError_t e = cudaSetDevice(index);
+  if (e != cudaSuccess) return Unavailable(CudaError("cudaSetDevice", e));
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, index);
+  if (e != cudaSuccess) return Unavailable(CudaError("cudaGetDeviceProperties", e));
+  // Keep freed blocks in the pool: FSDP frees and re-allocates gather buffers
+  // every unit, and returning them to the driver would synchronise each time.
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, index) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaStream_t stream = nullptr;
+  e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return Unavailable(CudaError("cudaStreamCreateWithFlags", e));
+  const bool tf32 = options.allow_tf32 && prop.major >= 8;
+  auto gemm = LtGemm::Create(tf32, stream);
+  if (!gemm.ok()) {
+    cudaStreamDestroy(stream);
+    return gemm.status();
+  }
+  return static_cast<Backend*>(new CudaBackend(index, stream, std::move(gemm.value())));
+}
+
+}  // namespace shard::cuda

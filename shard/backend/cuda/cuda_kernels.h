@@ -1,0 +1,63 @@
+// Internal to shard/backend/cuda: host-side launchers of the kernels in
+// cuda_kernels.cu and cuda_attention.cu. Every launcher queues work on
+// `stream` and returns at once; semantics are those of the matching
+// shard::Backend methods (backend.h). C++17 (shared with nvcc) and free of
+// CUDA types, so cuda_backend.cc needs no device code.
+#pragma once
+
+#include <cstdint>
+
+#include "shard/backend/backend.h"
+
+namespace shard::cuda {
+
+using Stream = void*;  // cudaStream_t
+
+// cuda_kernels.cu
+void LaunchFill(float* x, int64_t n, float value, Stream s);
+void LaunchAdd(const float* a, const float* b, float* out, int64_t n, Stream s);
+void LaunchScale(float* x, int64_t n, float v, Stream s);
+// C[m, n] (row stride ldc) = beta * C (0 when beta == 0): GEMMs with k == 0.
+void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, Stream s);
+// Fixed-shape partial sums (the same for a given n on any GPU): writes
+// kSumSquaresBlocks doubles to `partials`, then their ordered sum to *result.
+constexpr int kSumSquaresBlocks = 1024;
+void LaunchSumSquares(const float* x, int64_t n, double* partials, double* result, Stream s);
+void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out,
+                            Stream s);
+void LaunchEmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable,
+                             Stream s);
+void LaunchRmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                          float* rstd, Stream s);
+// partial: scratch of RmsNormPartialFloats(rows, dim) floats.
+int64_t RmsNormPartialFloats(int64_t rows, int dim);
+void LaunchRmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows,
+                           int dim, float* dx, float* dw, float* partial, Stream s);
+void LaunchRope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim, const int32_t* pos,
+                const float* cos_sin, bool inverse, Stream s);
+void LaunchSwiGluForward(const float* gu, int64_t rows, int ffn, float* h, Stream s);
+void LaunchSwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu, Stream s);
+// row_loss: scratch of `rows` doubles; *result = their ordered sum; *bad_target
+// is set to 1 + the first out-of-range target's row when a target >= vocab.
+void LaunchCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
+                        bool grad, double* row_loss, double* result, int64_t* bad_target, Stream s);
+// Scalar factors computed on the host exactly as the CPU backend does.
+struct AdamWFactors {
+  float decay, beta1, beta2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
+};
+void LaunchAdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWFactors& f,
+                 Stream s);
+
+// cuda_attention.cu. Scratch: starts [batch*seq] int32 (only with segment_ids),
+// delta [batch*n_heads*seq] floats (backward).
+bool AttentionHeadDimSupported(int head_dim);  // head_dim <= 128
+void LaunchAttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                            int32_t* starts, float* out, float* lse, Stream s);
+void LaunchAttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                             const float* out, const float* lse, const float* dout, float* dqkv,
+                             int32_t* starts, float* delta, Stream s);
+
+// Raises a CHECK failure naming `what` if the last launch failed.
+void CheckLaunch(const char* what);
+
+}  // namespace shard::cuda
