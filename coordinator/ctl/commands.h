@@ -9,15 +9,25 @@
 namespace shardctl {
 
 struct EvalOptions {
-  std::string model;   // HF folder
-  std::string tokens;  // raw uint32 token file
+  std::string model;   // HF folder or committed checkpoint step folder
+  std::string tokens;  // raw uint32 token file (windows of seq_len + 1)
   int64_t seq_len = 0;
   int64_t batch = 8;
   int64_t max_windows = 0;  // 0 = all
+  // SFT data instead of tokens: a prepared PREFIX, or a .jsonl prepared on the
+  // fly (into a temporary directory) with tokenizer/template/train_on.
+  std::string data;
+  std::string tokenizer = "byte";
+  std::string chat_template = "plain";
+  std::string train_on = "assistant";
+  int64_t max_samples = 0;  // 0 = all
+  int64_t show = 0;         // print the first N greedy answers
   std::string device = "auto";
   bool json = false;
 };
+// --tokens: mean loss over windows; --data: loss and exact match (eval_sft.cc).
 shard::Status RunEval(const EvalOptions& o);
+shard::Status RunEvalSft(const EvalOptions& o);
 
 struct GenerateOptions {
   std::string model;

@@ -30,6 +30,9 @@ StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text) {
 }
 
 Status RunEval(const EvalOptions& o) {
+  if (o.tokens.empty() == o.data.empty())
+    return shard::InvalidArgument("eval: give exactly one of --tokens FILE (raw uint32 tokens) or --data PREFIX|F.jsonl");
+  if (!o.data.empty()) return RunEvalSft(o);
   if (o.seq_len <= 0) return shard::InvalidArgument("--seq-len must be > 0");
   if (o.batch <= 0) return shard::InvalidArgument("--batch must be > 0");
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));

@@ -20,14 +20,25 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
 
   shardctl::EvalOptions eval;
-  auto* ev = app.add_subcommand("eval", "Mean next-token loss of a model over a token file");
-  ev->add_option("--model", eval.model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
-  ev->add_option("--tokens", eval.tokens, "Raw little-endian uint32 token file")->required()->check(CLI::ExistingFile);
-  ev->add_option("--seq-len", eval.seq_len, "Window length: windows of seq_len+1 tokens every seq_len")->required();
-  ev->add_option("--batch", eval.batch, "Windows per forward pass")->capture_default_str();
-  ev->add_option("--max-windows", eval.max_windows, "Evaluate at most this many windows (0 = all)")->capture_default_str();
+  auto* ev = app.add_subcommand(
+      "eval", "Mean next-token loss over a token file, or loss and exact-match accuracy of greedy answers on SFT data");
+  ev->add_option("--model", eval.model, "HF model folder, or a committed checkpoint step folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  ev->add_option("--tokens", eval.tokens, "Raw little-endian uint32 token file")->check(CLI::ExistingFile);
+  ev->add_option("--data", eval.data, "SFT data: a prepared PREFIX (prepare-data --out) or a JSONL file");
+  ev->add_option("--seq-len", eval.seq_len,
+                 "--tokens: window length (required); --data: row length (default: the longest sample)");
+  ev->add_option("--batch", eval.batch, "Windows or samples per forward pass")->capture_default_str();
+  ev->add_option("--max-windows", eval.max_windows, "--tokens: at most this many windows (0 = all)")->capture_default_str();
+  ev->add_option("--max-samples", eval.max_samples, "--data: the first N samples (0 = all)")->capture_default_str();
+  ev->add_option("--tokenizer", eval.tokenizer, "--data F.jsonl: tokenizer to prepare it with")->capture_default_str();
+  ev->add_option("--template", eval.chat_template, "--data F.jsonl: chat template")->capture_default_str();
+  ev->add_option("--train-on", eval.train_on, "--data F.jsonl: assistant or all")->capture_default_str();
+  ev->add_option("--show", eval.show, "--data: print the first N greedy answers")->capture_default_str();
   ev->add_option("--device", eval.device, "auto, cpu or cuda")->capture_default_str();
-  ev->add_flag("--json", eval.json, "Print {\"loss\": ..., \"tokens\": ...}");
+  ev->add_flag("--json", eval.json,
+               "Print {\"loss\", \"tokens\"} (--data adds samples, scored, exact, exact_match, seq_len)");
 
   shardctl::GenerateOptions gen;
   std::string prompt;

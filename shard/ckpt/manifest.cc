@@ -29,6 +29,7 @@ std::string Manifest::ToJson() const {
   for (const auto& f : files)
     j["files"].push_back({{"name", f.name}, {"shard_rank", f.shard_rank}, {"size", f.size}, {"xxh64", HashToHex(f.xxh64)}});
   j["data"] = {{"samples_seen", samples_seen}, {"seed", seed}, {"shuffle", shuffle}, {"global_batch", global_batch}};
+  if (!data_fingerprint.empty()) j["data"]["fingerprint"] = data_fingerprint;
   j["schedule"] = {{"step", step}, {"total_steps", total_steps}};
   j["tokens_seen"] = tokens_seen;
   j["loss_scale"] = loss_scale;
@@ -71,6 +72,7 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
     m.seed = d.at("seed").get<uint64_t>();
     m.shuffle = d.at("shuffle").get<bool>();
     m.global_batch = d.at("global_batch").get<int64_t>();
+    m.data_fingerprint = d.value("fingerprint", std::string());
     m.total_steps = j.at("schedule").at("total_steps").get<int64_t>();
     m.tokens_seen = j.at("tokens_seen").get<int64_t>();
     m.loss_scale = j.at("loss_scale").get<double>();

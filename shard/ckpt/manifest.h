@@ -38,6 +38,9 @@ struct Manifest {
   uint64_t seed = 0;
   bool shuffle = true;
   int64_t global_batch = 0;
+  // What the cursor indexes (e.g. the prepared SFT dataset's source hash,
+  // tokenizer and packing); "" when unknown. Optional on disk.
+  std::string data_fingerprint;
   int64_t total_steps = 0;
   int64_t tokens_seen = 0;
   double loss_scale = 1.0;

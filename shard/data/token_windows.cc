@@ -2,15 +2,7 @@
 
 #include <cstring>
 
-#include "shard/data/data_config.h"
-
 namespace shard {
-
-Status DataConfig::Validate() const {
-  if (tokens.empty()) return InvalidArgument("data.tokens is required (a raw uint32 token file)");
-  if (seq_len <= 0) return InvalidArgument("data.seq_len must be > 0");
-  return OkStatus();
-}
 
 StatusOr<TokenWindows> TokenWindows::Open(const std::string& path, int64_t seq_len, int64_t vocab_size) {
   if (seq_len <= 0) return InvalidArgument("token file " + path + ": seq_len must be > 0");

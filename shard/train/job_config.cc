@@ -66,14 +66,26 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   }
   {
     ASSIGN_OR_RETURN(YamlMap m, root.Sub("data"));
-    RETURN_IF_ERROR(m.Get("tokens", &job->data.tokens));
-    RETURN_IF_ERROR(m.Get("seq_len", &job->data.seq_len));
-    RETURN_IF_ERROR(m.Get("shuffle", &job->data.shuffle));
-    for (const char* key : {"jsonl", "prepared", "tokenizer", "template", "packing", "train_on"}) {
-      if (m.Has(key))
-        return Unimplemented(m.Where(key) +
-                             ": the SFT data pipeline (jsonl, tokenizers, templates, packing) is not built yet; "
-                             "use data.tokens with a raw uint32 token file");
+    DataConfig& d = job->data;
+    RETURN_IF_ERROR(m.Get("tokens", &d.tokens));
+    RETURN_IF_ERROR(m.Get("jsonl", &d.jsonl));
+    RETURN_IF_ERROR(m.Get("seq_len", &d.seq_len));
+    RETURN_IF_ERROR(m.Get("shuffle", &d.shuffle));
+    RETURN_IF_ERROR(m.Get("prepared", &d.prepared));
+    RETURN_IF_ERROR(m.Get("tokenizer", &d.tokenizer));
+    RETURN_IF_ERROR(m.GetEnum("template", {"plain", "llama2", "llama3", "chatml"}, &d.chat_template));
+    RETURN_IF_ERROR(m.Get("packing", &d.packing));
+    RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d.train_on));
+    RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d.bad_rows));
+    RETURN_IF_ERROR(m.GetEnum("overlong", {"truncate", "drop"}, &d.overlong));
+    // The SFT keys mean nothing to a raw token file: refuse them rather than
+    // silently train on something else than the user described.
+    if (!d.tokens.empty() && d.jsonl.empty()) {
+      for (const char* key : {"prepared", "tokenizer", "template", "packing", "train_on", "bad_rows", "overlong"}) {
+        if (m.Has(key))
+          return InvalidArgument(m.Where(key) + ": only applies to SFT data (data.jsonl); data.tokens is a raw "
+                                 "uint32 token file, already tokenized");
+      }
     }
     RETURN_IF_ERROR(m.Finish());
   }

@@ -1,5 +1,8 @@
 #include "shard/train/local_params.h"
 
+#include <filesystem>
+
+#include "shard/ckpt/catalog.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 
@@ -54,12 +57,37 @@ StatusOr<float*> LocalParams::GradBuffer(int unit) {
   return grads_[unit].data();
 }
 
-StatusOr<LoadedModel> LoadModelForInference(const std::string& hf_dir, const std::string& device) {
+namespace {
+
+// A committed checkpoint step: the config from its manifest, each unit read
+// whole from the shard files (any world size).
+Status LoadCheckpointStep(const std::string& step_dir, LoadedModel* m, std::vector<std::vector<float>>* units) {
+  ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify_checksums=*/true));
+  const Manifest& mf = reader.manifest();
+  ASSIGN_OR_RETURN(m->config, LlamaConfigFromHfJson(mf.model_config, step_dir + "/" + kCommittedFile + " model_config"));
+  m->layout = ParamLayout::ForLlama(m->config);
+  if (mf.model_hash != m->config.ShapeHash() || mf.units.size() != static_cast<size_t>(m->layout.num_units()))
+    return DataLoss(step_dir + ": the manifest's units do not match its model config");
+  units->resize(m->layout.num_units());
+  for (int u = 0; u < m->layout.num_units(); ++u) {
+    (*units)[u].assign(m->layout.units[u].numel, 0.0f);
+    RETURN_IF_ERROR(reader.ReadUnitRange(u, 0, m->layout.units[u].numel, (*units)[u].data(), nullptr, nullptr));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<LoadedModel> LoadModelForInference(const std::string& dir, const std::string& device) {
   LoadedModel m;
-  ASSIGN_OR_RETURN(m.config, LlamaConfigFromHfDir(hf_dir));
-  m.layout = ParamLayout::ForLlama(m.config);
   std::vector<std::vector<float>> units;
-  RETURN_IF_ERROR(LoadHfWeights(hf_dir, m.layout, &units));
+  if (std::filesystem::exists(std::filesystem::path(dir) / kCommittedFile)) {
+    RETURN_IF_ERROR(LoadCheckpointStep(dir, &m, &units));
+  } else {
+    ASSIGN_OR_RETURN(m.config, LlamaConfigFromHfDir(dir));
+    m.layout = ParamLayout::ForLlama(m.config);
+    RETURN_IF_ERROR(LoadHfWeights(dir, m.layout, &units));
+  }
   ASSIGN_OR_RETURN(m.backend, CreateBackend(device));
   ASSIGN_OR_RETURN(m.params, LocalParams::Create(m.backend.get(), m.layout, /*with_grads=*/false));
   RETURN_IF_ERROR(m.params->LoadUnits(units));

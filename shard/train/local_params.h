@@ -43,13 +43,14 @@ class LocalParams : public UnitAccess {
   std::vector<DeviceBuffer> params_, grads_;
 };
 
-// A model ready for inference: backend + weights from an HF folder.
+// A model ready for inference: backend + weights from an HF folder or a
+// committed checkpoint step folder (one holding COMMITTED).
 struct LoadedModel {
   std::unique_ptr<Backend> backend;
   LlamaConfig config;
   ParamLayout layout;
   std::unique_ptr<LocalParams> params;
 };
-StatusOr<LoadedModel> LoadModelForInference(const std::string& hf_dir, const std::string& device);
+StatusOr<LoadedModel> LoadModelForInference(const std::string& dir, const std::string& device);
 
 }  // namespace shard

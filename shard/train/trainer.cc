@@ -1,11 +1,14 @@
 #include "shard/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include "shard/common/logging.h"
-#include "shard/model/hf_io.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/common/logging.h"
+#include "shard/data/prepare_sft.h"
+#include "shard/data/sampler.h"
+#include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/optim/adamw.h"
 
@@ -72,22 +75,34 @@ Status Trainer::Init() {
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   RETURN_IF_ERROR(InitRuntime(hf_units));
+  RETURN_IF_ERROR(PrepareData());
+  ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
   RETURN_IF_ERROR(Resume());
 
-  ASSIGN_OR_RETURN(TokenWindows windows, TokenWindows::Open(job_.data.tokens, job_.data.seq_len, config.vocab_size));
-  data_ = std::make_unique<TokenWindows>(std::move(windows));
-  sampler_ = std::make_unique<Sampler>(data_->num_windows(), job_.data.shuffle, job_.train.seed);
-
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
-  h_tokens_.resize(rows);
-  h_targets_.resize(rows);
-  h_pos_.resize(rows);
-  ASSIGN_OR_RETURN(d_tokens_, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(d_targets_, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(d_pos_, DeviceBuffer::Create(backend_.get(), rows));
-  LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {} windows of {} tokens, backend {}",
+  for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
+  for (auto* d : {&d_tokens_, &d_targets_, &d_pos_, &d_seg_}) {
+    ASSIGN_OR_RETURN(*d, DeviceBuffer::Create(backend_.get(), rows));
+  }
+  LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {}, backend {}",
            job_.model.preset.empty() ? job_.model.from_hf : job_.model.preset, config.NumParams() / 1e6,
-           config.num_layers, config.hidden_size, data_->num_windows(), job_.data.seq_len, backend_->name());
+           config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
+  return OkStatus();
+}
+
+Status Trainer::PrepareData() {
+  if (!job_.data.sft()) return OkStatus();
+  const PrepareSftOptions po = SftPrepareOptions(job_);
+  Status mine = OkStatus();
+  if (dist_.rank == 0) mine = EnsurePrepared(po).status();
+  // A barrier that also carries rank 0's outcome, so the other ranks fail at
+  // once instead of waiting for files that will never come.
+  double failed = mine.ok() ? 0.0 : 1.0;
+  RETURN_IF_ERROR(runtime_->AllReduceSum(&failed, 1));
+  if (!mine.ok()) return mine.WithContext("preparing data.jsonl " + po.input + " into " + po.out);
+  if (failed != 0)
+    return FailedPrecondition("rank 0 could not prepare data.jsonl " + po.input + " into " + po.out +
+                              " (its log says why)");
   return OkStatus();
 }
 
@@ -158,8 +173,9 @@ Manifest Trainer::RunState() const {
   m.seed = job_.train.seed;
   m.shuffle = job_.data.shuffle;
   m.global_batch = job_.train.global_batch;
+  m.data_fingerprint = data_ ? data_->Fingerprint() : "";
   m.total_steps = job_.train.steps;
-  m.tokens_seen = samples_seen_ * job_.data.seq_len;
+  m.tokens_seen = tokens_seen_;
   return m;
 }
 
@@ -198,6 +214,11 @@ Status Trainer::Resume() {
     LOG_WARN("resume: {} was saved with seed {}, shuffle {}, global_batch {}; this job uses {}, {}, {} — the data "
              "order after the resume differs from the original run's",
              step_dir, m.seed, m.shuffle, m.global_batch, job_.train.seed, job_.data.shuffle, job_.train.global_batch);
+  const std::string data_now = data_->Fingerprint();
+  if (!m.data_fingerprint.empty() && !data_now.empty() && m.data_fingerprint != data_now)
+    LOG_WARN("resume: {} was saved while training on other data ({}; now {}) — its sample cursor {} indexes "
+             "different samples here",
+             step_dir, m.data_fingerprint, data_now, m.samples_seen);
   const int sr = runtime_->shard_rank();
   std::vector<float> p, mm, vv;
   for (int u = 0; u < runtime_->num_units(); ++u) {
@@ -213,46 +234,48 @@ Status Trainer::Resume() {
   }
   step_ = m.step;
   samples_seen_ = m.samples_seen;
+  tokens_seen_ = m.tokens_seen;
   LOG_INFO("resumed from {} (step {}, {} samples seen, saved by {} ranks as {} shards{})", step_dir, m.step,
            m.samples_seen, m.world, m.shard_count,
            m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
   return OkStatus();
 }
 
-Status Trainer::LoadMicroBatch(int64_t first_pos, int64_t count) {
-  const int64_t T = job_.data.seq_len;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t w = sampler_->At(first_pos + i);
-    data_->Window(w, &h_tokens_[i * T], &h_targets_[i * T], &h_pos_[i * T]);
-  }
-  size_t bytes = static_cast<size_t>(count * T) * sizeof(int32_t);
+void Trainer::LoadRows(int64_t first_row, int64_t count) {
+  data_->Fill(first_row, count, h_tokens_.data(), h_targets_.data(), h_pos_.data(), h_seg_.data());
+  const size_t bytes = static_cast<size_t>(count * job_.data.seq_len) * sizeof(int32_t);
   backend_->CopyToDevice(d_tokens_.data(), h_tokens_.data(), bytes);
   backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), bytes);
   backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), bytes);
-  return OkStatus();
+  if (data_->segmented()) backend_->CopyToDevice(d_seg_.data(), h_seg_.data(), bytes);
 }
 
 StatusOr<StepMetrics> Trainer::Step() {
   auto t0 = std::chrono::steady_clock::now();
   const auto& tc = job_.train;
   const int64_t T = job_.data.seq_len;
-  const int64_t base = samples_seen_;
-  // Every window position is a target, so the global count is known up front;
-  // the loss is normalised by it whatever the accumulation or world size.
-  const int64_t targets = tc.global_batch * T;
-  const float grad_scale = 1.0f / static_cast<float>(targets);
+  // Every rank plans the same global batch; the loss is normalised by its
+  // target count whatever the accumulation or world size.
+  ASSIGN_OR_RETURN(GlobalBatch gb, data_->Plan(samples_seen_));
+  if (gb.target_tokens <= 0)
+    return Internal("step " + std::to_string(step_ + 1) + ": the global batch at sample " +
+                    std::to_string(samples_seen_) + " holds no target token");
+  const float grad_scale = 1.0f / static_cast<float>(gb.target_tokens);
 
   runtime_->ZeroGrads();
   double loss_sum = 0;
   const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
   for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
-    RETURN_IF_ERROR(LoadMicroBatch(base + mb, tc.micro_batch));
+    // Never past mine.end (the next rank's rows): a short last micro-batch.
+    const int64_t n = std::min(tc.micro_batch, mine.end - mb);
+    LoadRows(mb, n);
     DeviceBatch b;
-    b.batch = tc.micro_batch;
+    b.batch = n;
     b.seq = T;
     b.tokens = d_tokens_.as_int();
     b.targets = d_targets_.as_int();
     b.positions = d_pos_.as_int();
+    b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
     runtime_->BeginMicroBatch();
     ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
     RETURN_IF_ERROR(runtime_->FinishMicroBatch());
@@ -280,15 +303,18 @@ StatusOr<StepMetrics> Trainer::Step() {
   }
   backend_->Synchronize();
   ++step_;
-  samples_seen_ += tc.global_batch;
+  samples_seen_ += gb.consumed;
+  tokens_seen_ += gb.tokens;
   if (job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps))
     RETURN_IF_ERROR(checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
-  m.loss = loss_sum / static_cast<double>(targets);
+  m.loss = loss_sum / static_cast<double>(gb.target_tokens);
   m.lr = lr;
   m.grad_norm = norm;
-  m.tokens = targets;
+  m.tokens = gb.target_tokens;
+  m.positions = gb.tokens;
+  m.samples = gb.consumed;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
@@ -300,7 +326,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   while (step_ < tc.steps) {
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     window_seconds += m.seconds;
-    window_tokens += tc.global_batch * job_.data.seq_len;
+    window_tokens += m.positions;
     if (on_step) on_step(m);
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
       LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}", m.step, tc.steps, m.loss, m.lr,

@@ -1,4 +1,5 @@
-// The training loop of one rank: its share of each global batch →
+// The training loop of one rank: its share of each global batch (token
+// windows or packed SFT samples, batch_source.h) →
 // micro-batches → model forward/backward through the FSDP runtime → clipped
 // AdamW on the owned shards → metrics, and an HF export at the end (gathered
 // unit by unit, written by rank 0).
@@ -14,9 +15,8 @@
 #include "shard/backend/backend.h"
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
-#include "shard/data/sampler.h"
-#include "shard/data/token_windows.h"
 #include "shard/model/llama_model.h"
+#include "shard/train/batch_source.h"
 #include "shard/train/checkpointer.h"
 #include "shard/train/job_config.h"
 #include "shard/train/local_params.h"
@@ -30,6 +30,8 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;     // before clipping
   int64_t tokens = 0;       // target tokens in the global batch
+  int64_t positions = 0;    // non-padding positions in the global batch (for tokens/s)
+  int64_t samples = 0;      // samples (or windows) the global batch consumed
   double seconds = 0;       // wall time of the step
 };
 
@@ -58,6 +60,8 @@ class Trainer {
   Status ExportHf(const std::string& dir, DType dtype);
 
   int64_t step() const { return step_; }
+  // The global sampler cursor: samples (or windows) consumed so far.
+  int64_t samples_seen() const { return samples_seen_; }
   int rank() const { return dist_.rank; }
   const LlamaConfig& model_config() const { return model_->config(); }
   const ParamLayout& layout() const { return model_->layout(); }
@@ -72,8 +76,12 @@ class Trainer {
   Status InitRuntime(const std::vector<std::vector<float>>& hf_units);
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
+  // SFT data: rank 0 prepares data.jsonl (unless already current), then all
+  // ranks meet, so every rank opens complete files.
+  Status PrepareData();
   Manifest RunState() const;
-  Status LoadMicroBatch(int64_t first_pos, int64_t count);
+  // Global rows [first_row, first_row + count) of the planned batch to the device.
+  void LoadRows(int64_t first_row, int64_t count);
 
   JobConfig job_;
   DistContext dist_;
@@ -83,12 +91,12 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
-  std::unique_ptr<TokenWindows> data_;
-  std::unique_ptr<Sampler> sampler_;
+  int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
+  std::unique_ptr<BatchSource> data_;
   int64_t step_ = 0;
   // Host staging and device copies of one micro-batch.
-  std::vector<int32_t> h_tokens_, h_targets_, h_pos_;
-  DeviceBuffer d_tokens_, d_targets_, d_pos_;
+  std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;
+  DeviceBuffer d_tokens_, d_targets_, d_pos_, d_seg_;
 };
 
 }  // namespace shard

@@ -113,9 +113,9 @@ TEST(JobConfigTest, StrictErrorsNameTheKey) {
   expect_error(Job(tokens), "parallel.strategy: 'zero5' is not one of", {"parallel.strategy=zero5"});
   expect_error(Job(tokens), "exactly one of model.preset or model.from_hf", {"model.from_hf=/x"});
   expect_error(Job(tokens), "train.adam_betas: expected two numbers", {"train.adam_betas=[0.9]"});
-  expect_error(Job(tokens), "data.jsonl", {"data.jsonl=x.jsonl"});
+  expect_error(Job(tokens), "data.tokens and data.jsonl are both set", {"data.jsonl=x.jsonl"});
   expect_error("name: t\n", "exactly one of model.preset");
-  expect_error("name: t\nmodel: {preset: tiny}\n", "data.tokens is required");
+  expect_error("name: t\nmodel: {preset: tiny}\n", "data.tokens or data.jsonl is required");
   // A missing file and an unsupported world size fail at trainer creation with a clear reason.
   auto missing = ParseJobConfig(Job("/nonexistent/tokens.u32"), "job.yaml");
   ASSERT_TRUE(missing.ok());

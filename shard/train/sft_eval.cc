@@ -1,0 +1,146 @@
+#include "shard/train/sft_eval.h"
+
+#include <algorithm>
+
+namespace shard {
+
+AnswerSpan LastAnswerSpan(const SampleView& v) {
+  int64_t end = v.length;
+  while (end > 1 && !v.mask[end - 1]) --end;
+  if (end <= 1) return {};
+  int64_t begin = end - 1;
+  while (begin > 1 && v.mask[begin - 1]) --begin;
+  return {begin, end};
+}
+
+namespace {
+
+// Host staging and device copies of one batch of rows.
+struct Rows {
+  std::vector<int32_t> tok, tgt, pos;
+  DeviceBuffer d_tok, d_tgt, d_pos;
+  static StatusOr<Rows> Create(Backend* backend, int64_t n) {
+    Rows r;
+    r.tok.resize(n);
+    r.tgt.resize(n);
+    r.pos.resize(n);
+    ASSIGN_OR_RETURN(r.d_tok, DeviceBuffer::Create(backend, n));
+    ASSIGN_OR_RETURN(r.d_tgt, DeviceBuffer::Create(backend, n));
+    ASSIGN_OR_RETURN(r.d_pos, DeviceBuffer::Create(backend, n));
+    return r;
+  }
+  void Upload(Backend* backend, int64_t n, bool targets) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+    backend->CopyToDevice(d_tok.data(), tok.data(), bytes);
+    backend->CopyToDevice(d_pos.data(), pos.data(), bytes);
+    if (targets) backend->CopyToDevice(d_tgt.data(), tgt.data(), bytes);
+  }
+};
+
+}  // namespace
+
+StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend, UnitAccess& params,
+                                    const PreparedDataset& data, const SftEvalOptions& o) {
+  if (o.batch <= 0) return InvalidArgument("sft eval: batch must be > 0");
+  if (o.seq_len < 0) return InvalidArgument("sft eval: seq_len must be >= 0");
+  RETURN_IF_ERROR(data.CheckVocab(config.vocab_size));
+  SftEvalResult res;
+  const int64_t n = o.max_samples > 0 ? std::min(o.max_samples, data.num_samples()) : data.num_samples();
+  res.samples = n;
+  if (n == 0) return res;
+  int64_t longest = 2;
+  for (int64_t s = 0; s < n; ++s) longest = std::max(longest, data.length(s));
+  const int64_t T = std::min(o.seq_len > 0 ? o.seq_len : longest - 1, config.max_position_embeddings);
+  res.seq_len = T;
+  const int64_t B = std::min(o.batch, n);
+  ModelOptions mo;
+  mo.max_batch = B;
+  mo.max_seq = T;
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Create(config, backend, mo));
+  ASSIGN_OR_RETURN(Rows rows, Rows::Create(backend, B * T));
+  auto view = [&data](int64_t s) { return data.sample(s); };
+
+  // Loss: one sample per row, cut to T + 1 tokens; the padding after it is
+  // never a target and (causal attention) never seen by the sample.
+  PackingOptions po;
+  po.seq_len = T;
+  po.packing = false;
+  std::vector<int32_t> seg(B * T);
+  double loss_sum = 0;
+  for (int64_t s0 = 0; s0 < n; s0 += B) {
+    const int64_t nb = std::min(B, n - s0);
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t take = std::min(data.length(s0 + i), T + 1);
+      std::vector<PackedSpan> row;
+      if (SpanTargets(data.sample(s0 + i), take) > 0) row.push_back({s0 + i, take});
+      res.target_tokens += SpanTargets(data.sample(s0 + i), take);
+      FillRow(row, po, view, &rows.tok[i * T], &rows.tgt[i * T], &rows.pos[i * T], &seg[i * T]);
+    }
+    rows.Upload(backend, nb * T, /*targets=*/true);
+    DeviceBatch b{nb, T, rows.d_tok.as_int(), rows.d_tgt.as_int(), rows.d_pos.as_int(), nullptr};
+    ASSIGN_OR_RETURN(double l, model->ForwardLoss(b, params));
+    loss_sum += l;
+  }
+  res.loss = res.target_tokens > 0 ? loss_sum / static_cast<double>(res.target_tokens) : 0.0;
+
+  // Greedy answers, B samples side by side. Answer token j is predicted from
+  // the prompt plus j generated tokens: the longest input is end - 1 tokens.
+  std::vector<int64_t> todo;
+  for (int64_t s = 0; s < n; ++s) {
+    const AnswerSpan a = LastAnswerSpan(data.sample(s));
+    if (a.size() > 0 && a.end - 1 <= T) todo.push_back(s);
+  }
+  res.scored = static_cast<int64_t>(todo.size());
+  std::vector<float> logits_row(config.vocab_size);
+  for (size_t g0 = 0; g0 < todo.size(); g0 += B) {
+    const int64_t nb = std::min<int64_t>(B, static_cast<int64_t>(todo.size() - g0));
+    std::vector<std::vector<int32_t>> seqs(nb);
+    std::vector<AnswerSpan> spans(nb);
+    int64_t longest_answer = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      const SampleView v = data.sample(todo[g0 + i]);
+      spans[i] = LastAnswerSpan(v);
+      seqs[i].assign(v.tokens, v.tokens + spans[i].begin);
+      longest_answer = std::max(longest_answer, spans[i].size());
+    }
+    for (int64_t k = 0; k < longest_answer; ++k) {
+      int64_t S = 1;
+      for (int64_t i = 0; i < nb; ++i) S = std::max<int64_t>(S, static_cast<int64_t>(seqs[i].size()));
+      for (int64_t i = 0; i < nb; ++i) {
+        for (int64_t t = 0; t < S; ++t) {
+          rows.tok[i * S + t] = t < static_cast<int64_t>(seqs[i].size()) ? seqs[i][t] : 0;
+          rows.pos[i * S + t] = static_cast<int32_t>(t);
+        }
+      }
+      rows.Upload(backend, nb * S, /*targets=*/false);
+      DeviceBatch b{nb, S, rows.d_tok.as_int(), nullptr, rows.d_pos.as_int(), nullptr};
+      ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, params));
+      for (int64_t i = 0; i < nb; ++i) {
+        if (k >= spans[i].size()) continue;  // this answer is complete
+        const int64_t at = i * S + static_cast<int64_t>(seqs[i].size()) - 1;
+        backend->CopyToHost(logits_row.data(), logits + at * config.vocab_size, logits_row.size() * sizeof(float));
+        seqs[i].push_back(
+            static_cast<int32_t>(std::max_element(logits_row.begin(), logits_row.end()) - logits_row.begin()));
+      }
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      const SampleView v = data.sample(todo[g0 + i]);
+      const AnswerSpan& a = spans[i];
+      const bool match = std::equal(seqs[i].begin() + a.begin, seqs[i].end(), v.tokens + a.begin,
+                                    [](int32_t x, uint32_t y) { return static_cast<uint32_t>(x) == y; });
+      res.exact += match ? 1 : 0;
+      if (todo[g0 + i] < o.keep_answers) {
+        SftAnswer ans;
+        ans.sample = todo[g0 + i];
+        ans.prompt.assign(seqs[i].begin(), seqs[i].begin() + a.begin);
+        ans.expected.assign(v.tokens + a.begin, v.tokens + a.end);
+        ans.greedy.assign(seqs[i].begin() + a.begin, seqs[i].end());
+        ans.match = match;
+        res.answers.push_back(std::move(ans));
+      }
+    }
+  }
+  return res;
+}
+
+}  // namespace shard
