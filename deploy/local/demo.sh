@@ -1,77 +1,76 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds, then
-#  1. pretrains a tiny Llama on a synthetic token stream with 2 CPU workers,
-#     fully sharded parameters and checkpoints every 20 steps. Partway through,
-#     the demo kills one worker with SIGKILL; the surviving rank fails fast, the
-#     launch is restarted and resumes from the last committed checkpoint. It
-#     then evaluates the exported model and samples from it.
-#  2. fine-tunes (SFT) the tiny model on a synthetic string-reversal task
-#     (prompt/response JSONL, byte tokenizer, plain template, packed rows),
-#     again killing a worker partway and resuming, and reports the exact-match
-#     accuracy of greedy answers on held-out rows.
-# SHARDD_DEMO=pretrain|sft runs one part only (default: both).
+# The demo: installs what is missing, builds, then runs
 #
-# (Until the coordinator lands, this script plays its part: it notices the
-# failure and starts the next attempt.)
+#   shardctl run configs/jobs/tiny-sft-cpu.yaml
+#
+# which (no coordinator answering yet) starts a local coordinator inside
+# shardctl, submits the job and watches it: the tiny Llama (~0.9M parameters)
+# is fine-tuned to reverse short strings (prompt/response JSONL, byte
+# tokenizer, plain template, packed rows) on 2 CPU workers with fully sharded
+# parameters, checkpointing every 25 steps (the coordinator commits each step
+# once both workers have reported their shards). Partway through, this script
+# kills one worker with SIGKILL; the coordinator sees the exit, ends the
+# attempt and starts the next one from the newest committed checkpoint by
+# itself. At the end the exported model answers held-out prompts and the
+# exact-match accuracy is printed.
+#
+# SHARDD_DEMO=pretrain runs the token-stream pretraining job (tiny-cpu) instead.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/local/install-deps.sh
 bash deploy/local/build.sh
 CTL=./build/coordinator/ctl/shardctl
-part="${SHARDD_DEMO:-all}"
+export SHARDD_STATE_DIR=runs/.shardd          # the embedded coordinator's database, token and logs
+export SHARDD_COORDINATOR=127.0.0.1:${SHARDD_DEMO_PORT:-7071}
 t_start=$(date +%s)
+mkdir -p runs/data
 
-# run_killed JOB NAME KILL_AT: launches JOB on 2 workers, SIGKILLs rank 1 once
-# it reports step KILL_AT, then launches again, which resumes from the newest
-# committed checkpoint.
-run_killed() {
-  local job=$1 name=$2 kill_at=$3
-  local metrics=runs/demo-metrics/$name
-  rm -rf "runs/checkpoints/$name" "runs/$name" "$metrics"
-  mkdir -p "$metrics"
-  echo "== $name, attempt 1: 2 workers, full_shard; a worker will be killed at step $kill_at =="
-  $CTL launch "$job" --metrics-prefix "$metrics/a1-rank" &
-  local launcher=$! victim=""
-  for _ in $(seq 1 3000); do
-    if [ -f "$metrics/a1-rank1.jsonl" ] && [ "$(wc -l < "$metrics/a1-rank1.jsonl")" -ge "$kill_at" ]; then
-      victim=$(pgrep -f -- "--config $job --rank 1 --world 2 --rendezvous" | head -n 1 || true)
-      break
-    fi
-    sleep 0.1
-  done
-  if [ -n "$victim" ]; then
-    echo ">> demo: kill -9 rank 1 (pid $victim) at step $(wc -l < "$metrics/a1-rank1.jsonl")"
-    kill -9 "$victim"
-  fi
-  if wait "$launcher"; then echo "attempt 1 finished without a failure (the kill came too late)"; fi
-  echo "== committed checkpoints after the failure =="
-  $CTL checkpoints "runs/checkpoints/$name"
-  echo "== $name, attempt 2: same command; resumes from the newest committed step =="
-  $CTL launch "$job" --metrics-prefix "$metrics/a2-rank"
-  echo "final step: $(tail -n 1 "$metrics/a2-rank0.jsonl")"
-}
-
-if [ "$part" != sft ]; then
-  mkdir -p runs/data
+if [ "${SHARDD_DEMO:-sft}" = pretrain ]; then
+  job=configs/jobs/tiny-cpu.yaml name=tiny-cpu kill_at=70
   python3 configs/data/make_tokens.py runs/data/phrases.u32
-  run_killed configs/jobs/tiny-cpu.yaml tiny-cpu 70
-  echo "== evaluating the exported model (runs/tiny-cpu/hf) =="
-  $CTL eval --model runs/tiny-cpu/hf --tokens runs/data/phrases.u32 --seq-len 64 --max-windows 256
-  echo "== greedy continuation of a phrase from the data =="
-  prompt=$(python3 -c "import struct;print(','.join(map(str,struct.unpack('<8I',open('runs/data/phrases.u32','rb').read(32)))))")
-  echo "prompt:    $prompt"
-  echo "generated: $($CTL generate --model runs/tiny-cpu/hf --prompt-tokens "$prompt" --max-new 16)"
-  echo "data:      $(python3 -c "import struct;print(','.join(map(str,struct.unpack('<24I',open('runs/data/phrases.u32','rb').read(96))[8:])))")"
-fi
-
-if [ "$part" != pretrain ]; then
-  mkdir -p runs/data
+else
+  job=configs/jobs/tiny-sft-cpu.yaml name=tiny-sft-cpu kill_at=120
   # 20000 training rows; 200 held-out rows whose strings are not in the training set.
   python3 configs/data/make_sft_demo.py runs/data/sft-reverse.jsonl \
     --eval-out runs/data/sft-reverse-eval.jsonl --eval-rows 200
   echo "== SFT: reverse strings, e.g. $(head -n 1 runs/data/sft-reverse.jsonl) =="
-  run_killed configs/jobs/tiny-sft-cpu.yaml tiny-sft-cpu 120
+fi
+rm -rf "runs/checkpoints/$name" "runs/$name"
+
+echo "== shardctl run $job (2 workers, full_shard); the demo will kill a worker at step $kill_at =="
+out=runs/demo-run.log
+$CTL run "$job" 2>&1 | tee "$out" &
+run_pid=$!
+
+# The demo's part: find the job, wait for step $kill_at, kill -9 rank 1.
+field() { $CTL status "$1" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"; }
+id=""
+for _ in $(seq 1 600); do
+  id=$(grep -o '^submitted [^ ]*' "$out" | cut -d' ' -f2 || true)
+  [ -n "$id" ] && break
+  sleep 0.1
+done
+if [ -n "$id" ]; then
+  for _ in $(seq 1 3000); do
+    step=$(field "$id" "j.get('progress',{}).get('step',0)" || echo 0)
+    if [ "${step:-0}" -ge "$kill_at" ]; then
+      victim=$(field "$id" "[w['pid'] for w in j.get('workers',[]) if w.get('rank',0)==1][0]" || true)
+      echo ">> demo: kill -9 rank 1 (pid $victim) at step $step"
+      kill -9 "$victim" || true
+      break
+    fi
+    sleep 0.2
+  done
+fi
+wait "$run_pid"
+
+echo "== committed checkpoints =="
+$CTL checkpoints "runs/checkpoints/$name"
+if [ "$name" = tiny-sft-cpu ]; then
   echo "== held-out exact match of greedy answers (runs/tiny-sft-cpu/hf on runs/data/sft-reverse-eval.jsonl) =="
   $CTL eval --model runs/tiny-sft-cpu/hf --data runs/data/sft-reverse-eval.jsonl --show 5
+else
+  echo "== evaluating the exported model (runs/tiny-cpu/hf) =="
+  $CTL eval --model runs/tiny-cpu/hf --tokens runs/data/phrases.u32 --seq-len 64 --max-windows 256
 fi
-echo "demo done in $(( $(date +%s) - t_start )) s (after the build)"
+echo "demo done in $(( $(date +%s) - t_start )) s (after the build): $(grep '^job .* SUCCEEDED' "$out" | tail -n 1)"

@@ -11,6 +11,7 @@
 //     of the uninterrupted run (a wrong sampler cursor changes them at once);
 //   * a damaged newest step is skipped in favour of the previous one.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -40,7 +41,9 @@ namespace fs = std::filesystem;
 
 std::string Tokens() {
   static std::string path = [] {
-    std::string p = testing::TempDir() + "/ckpt_resume.u32";
+    // Per process: ctest -j runs these tests as separate processes, and one
+    // rewriting the file while another has it mapped was a bus error.
+    std::string p = testing::TempDir() + "/ckpt_resume." + std::to_string(::getpid()) + ".u32";
     std::mt19937 rng(11);
     std::vector<std::vector<uint32_t>> phrases(32);
     for (auto& ph : phrases) {

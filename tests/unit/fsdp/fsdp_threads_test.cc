@@ -2,6 +2,7 @@
 // 4 trains to the same losses and weights as W = 1, and full_shard holds only
 // a few units' worth of gathered parameters and gradients at any time.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -16,7 +17,7 @@ namespace {
 
 std::string Tokens() {
   static std::string path = [] {
-    std::string p = testing::TempDir() + "/fsdp_threads.u32";
+    std::string p = testing::TempDir() + "/fsdp_threads." + std::to_string(::getpid()) + ".u32";
     std::mt19937 rng(5);
     std::vector<uint32_t> t(12000);
     for (size_t i = 0; i < t.size(); ++i) t[i] = (i % 13 == 0) ? rng() % 512 : (t[i - 1] * 7 + 3) % 512;

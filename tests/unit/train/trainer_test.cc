@@ -1,6 +1,7 @@
 // Trainer-level behaviour: the tiny model learns, gradient accumulation does
 // not change the result, and bad job files fail with errors that name the key.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -128,7 +129,7 @@ TEST(JobConfigTest, StrictErrorsNameTheKey) {
   ASSERT_FALSE(mismatch.ok());
   EXPECT_NE(mismatch.status().message().find("parallel.world_size is 2"), std::string::npos);
   // Tokens outside the vocabulary are named with their index.
-  std::string big = testing::TempDir() + "/big.u32";
+  std::string big = testing::TempDir() + "/big." + std::to_string(::getpid()) + ".u32";
   std::vector<uint32_t> toks(100, 1);
   toks[57] = 600;
   std::ofstream(big, std::ios::binary).write(reinterpret_cast<const char*>(toks.data()), toks.size() * 4);
