@@ -47,6 +47,13 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
   jo.kill_grace_s = opts.kill_grace_s;
+  if (!opts.server.tls_cert.empty()) {
+    const std::string ca = opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca;
+    jo.worker_tls_ca = fs::absolute(ca).lexically_normal().string();
+  }
+  if (!opts.server.tls_client_ca.empty())
+    return shard::Unimplemented("--tls-client-ca (mutual TLS) needs client certificates for workers too, which the "
+                                "local launcher does not hand out yet; use server TLS (--tls-cert/--tls-key)");
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   ASSIGN_OR_RETURN(c->server_, CoordinatorServer::Start(opts.server, c->jobs_.get(), c->token_));

@@ -17,6 +17,9 @@ struct CoordinatorOptions {
   std::string state_dir = ".shardd";
   ServerOptions server;
   std::string worker_bin;  // "": FindWorkerBinary()
+  // With TLS, the PEM workers verify the coordinator with (default: the
+  // server certificate itself, right for a self-signed one).
+  std::string worker_tls_ca;
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
 };

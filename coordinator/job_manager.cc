@@ -334,6 +334,7 @@ void JobManager::LaunchLocked(Job& j) {
   req.coordinator = opts_.coordinator_address;
   req.worker_bin = opts_.worker_bin;
   req.env["SHARDD_WORKER_TOKEN"] = j.token;
+  if (!opts_.worker_tls_ca.empty()) req.env["SHARDD_TLS_CA"] = opts_.worker_tls_ca;
   auto pids = launcher_->Launch(req);
   if (!pids.ok()) {
     FailAttemptLocked(j, "launch failed: " + pids.status().ToString(), /*retryable=*/false);

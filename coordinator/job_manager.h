@@ -40,6 +40,7 @@ struct JobManagerOptions {
   std::string state_dir;            // jobs/<id>/attempt_<n>/rank_<r>.log live here
   std::string coordinator_address;  // what workers dial
   std::string worker_bin;           // shardd-worker
+  std::string worker_tls_ca;        // PEM workers verify the coordinator with ("" = plaintext)
   double kill_grace_s = 5;          // SIGTERM → SIGKILL
   double heartbeat_interval_s = 1;
   double register_timeout_s = 120;

@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
     const char* token = std::getenv("SHARDD_WORKER_TOKEN");
     if (!token || !*token) return Fail(shard::InvalidArgument("SHARDD_WORKER_TOKEN is not set"), 2);
     agent.token = token;
+    if (agent.tls_ca.empty())
+      if (const char* ca = std::getenv("SHARDD_TLS_CA"); ca && *ca) agent.tls_ca = ca;
     agent.rank = rank;
     agent.hostname = hostname;
     return shardd::RunAgent(agent);

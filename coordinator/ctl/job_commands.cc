@@ -108,6 +108,7 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
   if (client.coordinator.empty()) client.coordinator = Env("SHARDD_COORDINATOR", "127.0.0.1:7070");
   if (client.state_dir.empty()) client.state_dir = Env("SHARDD_STATE_DIR", ".shardd");
   if (client.token.empty()) client.token = Env("SHARDD_TOKEN", "");
+  if (client.tls_ca.empty()) client.tls_ca = Env("SHARDD_TLS_CA", "");
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!client.tls_ca.empty()) {
     auto pem = shard::ReadFileToString(client.tls_ca);

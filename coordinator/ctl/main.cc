@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   shard::Status st;
   if (jobs.Selected()) {
     st = jobs.Run();
-  } else if (*cp && !std::filesystem::is_directory(ck.dir)) {
+  } else if (*cp && ck.dir.find('/') == std::string::npos && !std::filesystem::exists(ck.dir)) {
+    // A job id (ids never contain '/'); a path is read offline.
     st = jobs.Checkpoints(ck.dir, ck.json);
   } else if (*ev) {
     st = shardctl::RunEval(eval);
