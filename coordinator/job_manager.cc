@@ -14,6 +14,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/health_monitor.h"
+#include "coordinator/probed_cluster.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/plan_report.h"
@@ -224,7 +225,9 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   // The planner's verdict: a job that cannot fit is refused with its reasons.
   auto catalog = shard::plan::LoadDefaultHardwareCatalog();
   if (catalog.ok()) {
-    auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster);
+    std::string no_gpu;
+    auto probed = ProbedLocalCluster(*catalog, &no_gpu);
+    auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster, probed ? &*probed : nullptr);
     if (plan.ok() && !plan->ok())
       return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
                                        shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");

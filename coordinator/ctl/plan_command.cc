@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "coordinator/probed_cluster.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
 #include "shard/train/job_config.h"
@@ -12,7 +13,11 @@ namespace shardctl {
 shard::Status RunPlan(const PlanOptions& o) {
   ASSIGN_OR_RETURN(shard::JobConfig job, shard::LoadJobConfig(o.job_file, o.sets));
   ASSIGN_OR_RETURN(shard::plan::HardwareCatalog catalog, shard::plan::LoadDefaultHardwareCatalog());
-  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, o.cluster.empty() ? job.resources.cluster : o.cluster));
+  const std::string cluster = o.cluster.empty() ? job.resources.cluster : o.cluster;
+  // Without a named cluster, GPU jobs are planned for the GPUs this host has.
+  std::string no_gpu;
+  auto probed = cluster.empty() ? shardd::ProbedLocalCluster(catalog, &no_gpu) : std::nullopt;
+  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr));
   const std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);

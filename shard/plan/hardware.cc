@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cctype>
+#include <cmath>
 #include <fstream>
 #include <thread>
 
@@ -283,6 +285,77 @@ StatusOr<std::string> FindHardwareDir() {
 StatusOr<HardwareCatalog> LoadDefaultHardwareCatalog() {
   ASSIGN_OR_RETURN(std::string dir, FindHardwareDir());
   return LoadHardwareCatalog(dir);
+}
+
+namespace {
+
+std::string Normalized(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (std::isalnum(static_cast<unsigned char>(c))) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<GpuSpec> MatchProbedGpu(const HardwareCatalog& catalog, const ProbedGpu& gpu) {
+  const std::string name = Normalized(gpu.name);
+  // Words of the device name, and adjacent pairs joined ("RTX 4090" -> RTX4090).
+  std::vector<std::string> words, names;
+  std::string w;
+  for (char ch : gpu.name + " ") {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      w += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    } else if (!w.empty()) {
+      words.push_back(w);
+      w.clear();
+    }
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    names.push_back(words[i]);
+    if (i + 1 < words.size()) names.push_back(words[i] + words[i + 1]);
+  }
+  const GpuSpec* best = nullptr;
+  double best_score = 0;
+  for (const auto& [key, spec] : catalog.gpus) {
+    const std::string family = Normalized(key.substr(0, key.find('-')));
+    if (family.empty() || std::find(names.begin(), names.end(), family) == names.end()) continue;
+    double score = 1000.0 - std::abs(spec.memory_gib - gpu.memory_gib);
+    const std::string k = Normalized(key);
+    if ((name.find("SXM") != std::string::npos) == (k.find("SXM") != std::string::npos)) score += 0.5;
+    if ((name.find("PCIE") != std::string::npos) == (k.find("PCIE") != std::string::npos)) score += 0.5;
+    if (!best || score > best_score) {
+      best = &spec;
+      best_score = score;
+    }
+  }
+  if (!best)
+    return NotFound("the probed GPU '" + gpu.name + "' is not in the hardware catalog (" + catalog.dir +
+                    "/gpus.yaml); add it, or plan with --cluster NAME");
+  return *best;
+}
+
+StatusOr<ClusterSpec> ClusterFromProbe(const HardwareCatalog& catalog, const std::vector<ProbedGpu>& gpus) {
+  if (gpus.empty()) return InvalidArgument("no probed GPUs to plan for");
+  ASSIGN_OR_RETURN(GpuSpec spec, MatchProbedGpu(catalog, gpus[0]));
+  for (const ProbedGpu& g : gpus) {
+    ASSIGN_OR_RETURN(GpuSpec other, MatchProbedGpu(catalog, g));
+    if (other.name != spec.name)
+      return InvalidArgument("this host mixes GPU models (" + gpus[0].name + ", " + g.name +
+                             "); plan with --cluster NAME");
+  }
+  ClusterSpec c = LocalCpuCluster(catalog.cpu, static_cast<int>(gpus.size()));
+  c.cpu_only = false;
+  c.gpu = spec;
+  c.gpus_per_node = static_cast<int>(gpus.size());
+  const bool nvlink = gpus.size() > 1 && std::all_of(gpus.begin(), gpus.end(), [](const ProbedGpu& g) {
+                        return g.nvlink_to_peers;
+                      });
+  c.intra_node = nvlink ? IntraNode::kNvLink : IntraNode::kPcie;
+  c.name = "probed-" + std::to_string(gpus.size()) + "x" + spec.name;
+  c.description = "the GPUs on this host (probed): " + std::to_string(gpus.size()) + " x " + gpus[0].name + ", " +
+                  std::to_string(static_cast<int>(c.host.ram_gib + 0.5)) + " GiB host RAM";
+  return c;
 }
 
 ClusterSpec LocalCpuCluster(const CpuRates& rates, int ranks) {

@@ -106,4 +106,21 @@ StatusOr<HardwareCatalog> LoadDefaultHardwareCatalog();
 // from /proc/meminfo, cores from the scheduler, rates from the catalog.
 ClusterSpec LocalCpuCluster(const CpuRates& rates, int ranks);
 
+// A GPU as the hardware probe saw it (shard/backend/hardware_probe.h; plain
+// values so the planner does not depend on the backend).
+struct ProbedGpu {
+  std::string name;          // "NVIDIA A100-SXM4-80GB"
+  double memory_gib = 0;
+  bool nvlink_to_peers = false;
+};
+
+// The catalog GPU a probed device is: the entries whose family (the key up to
+// its first '-', e.g. "A100", "RTX4090") is a word of the device name (or two
+// adjacent words joined: "RTX 4090"), then the
+// closest memory size, then the form factor (SXM/PCIe) the name mentions.
+// NOT_FOUND names the device when nothing matches.
+StatusOr<GpuSpec> MatchProbedGpu(const HardwareCatalog& catalog, const ProbedGpu& gpu);
+// One node of the probed GPUs (all must be the same model) with this host's RAM.
+StatusOr<ClusterSpec> ClusterFromProbe(const HardwareCatalog& catalog, const std::vector<ProbedGpu>& gpus);
+
 }  // namespace shard::plan

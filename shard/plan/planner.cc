@@ -107,8 +107,10 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   return out;
 }
 
-StatusOr<ClusterSpec> ClusterForJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& name) {
+StatusOr<ClusterSpec> ClusterForJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& name,
+                                    const ClusterSpec* probed) {
   const std::string& device = job.resources.device;
+  if (name.empty() && probed && device != "cpu") return *probed;
   if (!name.empty()) {
     if (device == "cpu")
       return InvalidArgument("resources.device is cpu, so the job runs on this host's CPU: drop --cluster, or plan "
@@ -168,8 +170,9 @@ Plan PlanWorkload(const Workload& w, const ClusterSpec& cluster) {
   return p;
 }
 
-StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& cluster_name) {
-  ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterForJob(job, catalog, cluster_name));
+StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& cluster_name,
+                       const ClusterSpec* probed) {
+  ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterForJob(job, catalog, cluster_name, probed));
   ASSIGN_OR_RETURN(JobWorkload jw, WorkloadFromJob(job, cluster));
   Plan p = PlanWorkload(jw.workload, cluster);
   p.job_file = job.source;

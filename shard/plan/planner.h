@@ -74,14 +74,17 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
 // Which hardware a job is planned for: `cluster_name` from the catalog; without
 // one, the local host for resources.device cpu or auto (the CPU engine; this
 // build has no GPU backend), and an error listing the clusters for cuda.
+// `probed` (may be null): the GPUs this host's probe saw, used for device
+// cuda or auto when no cluster is named.
 StatusOr<ClusterSpec> ClusterForJob(const JobConfig& job, const HardwareCatalog& catalog,
-                                    const std::string& cluster_name);
+                                    const std::string& cluster_name, const ClusterSpec* probed = nullptr);
 
 // Memory, time and verdict of one workload (no recommendations).
 Plan PlanWorkload(const Workload& w, const ClusterSpec& cluster);
 
 // The whole plan of a job file on a cluster, with ranked recommendations.
-StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& cluster_name);
+StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& cluster_name,
+                       const ClusterSpec* probed = nullptr);
 
 // Ranked changes for a plan (recommend.cc): when it does not fit, what would
 // (activation checkpointing, optimizer offload, smaller micro-batch, another

@@ -120,3 +120,53 @@ TEST(HardwareCatalogTest, LocalCpuClusterReadsThisHost) {
 
 }  // namespace
 }  // namespace shard::plan
+
+namespace shard::plan {
+namespace {
+
+// Device names as cudaGetDeviceProperties reports them.
+TEST(ProbedGpuTest, MatchesDeviceNamesToTheCatalog) {
+  const HardwareCatalog cat = Shipped();
+  struct Case {
+    const char* name;
+    double gib;
+    const char* want;
+  };
+  for (const Case& c : {Case{"NVIDIA H200", 139.8, "H200"}, Case{"NVIDIA H100 80GB HBM3", 79.1, "H100-SXM"},
+                        Case{"NVIDIA A100-SXM4-80GB", 79.2, "A100-80GB-SXM"},
+                        Case{"NVIDIA A100-PCIE-40GB", 39.4, "A100-40GB-PCIe"},
+                        Case{"NVIDIA A100 80GB PCIe", 79.2, "A100-80GB-PCIe"},
+                        Case{"NVIDIA GeForce RTX 4090", 23.6, "RTX4090"}, Case{"NVIDIA A10G", 22.1, "A10G"},
+                        Case{"NVIDIA A2", 14.6, "A2"}, Case{"Tesla V100-SXM2-32GB", 31.7, "V100-32GB"},
+                        Case{"Tesla V100-SXM2-16GB", 15.8, "V100-16GB"}}) {
+    SCOPED_TRACE(c.name);
+    auto g = MatchProbedGpu(cat, {c.name, c.gib, false});
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->name, c.want);
+  }
+  auto unknown = MatchProbedGpu(cat, {"NVIDIA B200", 180, false});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("NVIDIA B200"), std::string::npos);
+}
+
+TEST(ProbedGpuTest, ClusterFromProbeCountsGpusAndLinks) {
+  const HardwareCatalog cat = Shipped();
+  std::vector<ProbedGpu> eight(8, ProbedGpu{"NVIDIA A100-SXM4-80GB", 79.2, true});
+  auto c = ClusterFromProbe(cat, eight);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->cpu_only);
+  EXPECT_EQ(c->total_gpus(), 8);
+  EXPECT_EQ(c->gpu.name, "A100-80GB-SXM");
+  EXPECT_EQ(c->intra_node, IntraNode::kNvLink);
+  EXPECT_GT(c->host.ram_gib, 0);
+  auto pcie = ClusterFromProbe(cat, std::vector<ProbedGpu>(2, ProbedGpu{"NVIDIA GeForce RTX 4090", 23.6, false}));
+  ASSERT_TRUE(pcie.ok());
+  EXPECT_EQ(pcie->intra_node, IntraNode::kPcie);
+  auto mixed = ClusterFromProbe(cat, {{"NVIDIA A100-SXM4-80GB", 79.2, false}, {"NVIDIA H200", 139.8, false}});
+  EXPECT_FALSE(mixed.ok());
+  EXPECT_FALSE(ClusterFromProbe(cat, {}).ok());
+}
+
+}  // namespace
+}  // namespace shard::plan
