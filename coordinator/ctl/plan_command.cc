@@ -17,7 +17,9 @@ shard::Status RunPlan(const PlanOptions& o) {
   // Without a named cluster, GPU jobs are planned for the GPUs this host has.
   std::string no_gpu;
   auto probed = cluster.empty() ? shardd::ProbedLocalCluster(catalog, &no_gpu) : std::nullopt;
-  ASSIGN_OR_RETURN(shard::plan::Plan plan, shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr));
+  auto planned = shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr);
+  if (!planned.ok() && !no_gpu.empty()) return planned.status().WithContext("no local GPU to plan for (" + no_gpu + ")");
+  shard::plan::Plan plan = std::move(*planned);
   const std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
