@@ -62,6 +62,9 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   c->address_ = host + ":" + std::to_string(c->server_->port());
   c->jobs_->set_coordinator_address(c->address_);
+  if (!opts.http_listen.empty()) {
+    ASSIGN_OR_RETURN(c->http_, HttpServer::Start(opts.http_listen, opts.server.allow_insecure, c->jobs_.get()));
+  }
   RETURN_IF_ERROR(c->jobs_->Recover());
   c->jobs_->Start();
   return c;
@@ -70,6 +73,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
 Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Stop() {
+  if (http_) http_->Stop();
   if (server_) server_->Shutdown();
   if (jobs_) jobs_->Stop();
 }

@@ -9,6 +9,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/server/coordinator_server.h"
+#include "coordinator/server/http_server.h"
 #include "coordinator/state/state_store.h"
 
 namespace shardd {
@@ -22,6 +23,7 @@ struct CoordinatorOptions {
   std::string worker_tls_ca;
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
+  std::string http_listen;  // host:port for /healthz and /metrics ("" = none; port 0 = any)
 };
 
 // SHARDD_WORKER_BIN, else shardd-worker beside this executable (or in the
@@ -37,6 +39,8 @@ class Coordinator {
   const std::string& admin_token() const { return token_; }
   // host:port clients and workers dial (the bound port when listen said :0).
   const std::string& address() const { return address_; }
+  // The /metrics port (0 when HTTP is off).
+  int http_port() const { return http_ ? http_->port() : 0; }
   // Stops serving; running workers are left alone (a restarted coordinator adopts them).
   void Stop();
 
@@ -46,6 +50,7 @@ class Coordinator {
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<HttpServer> http_;
   std::string token_;
   std::string address_;
 };

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-insecure", opts.server.allow_insecure, "Serve a non-loopback address without TLS");
   app.add_option("--max-message-bytes", opts.server.max_message_bytes, "Largest RPC message accepted")
       ->capture_default_str();
+  opts.http_listen = "127.0.0.1:7080";
+  app.add_option("--http-listen", opts.http_listen, "host:port for GET /healthz and /metrics (\"\" = off, port 0 = any)")
+      ->capture_default_str();
   app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
@@ -42,7 +45,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shardd: %s\n", c.status().ToString().c_str());
     return 1;
   }
-  std::printf("shardd: serving on %s (state %s)\n", (*c)->address().c_str(), opts.state_dir.c_str());
+  std::printf("shardd: serving on %s (state %s)", (*c)->address().c_str(), opts.state_dir.c_str());
+  if ((*c)->http_port() > 0) std::printf(", metrics on http port %d", (*c)->http_port());
+  std::printf("\n");
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);

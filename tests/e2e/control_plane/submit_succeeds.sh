@@ -13,4 +13,11 @@ echo "$out" | grep -q "checkpoint_committed" || fail "no checkpoint_committed ev
 ctl checkpoints "$id" | grep -q "step_00000040" || fail "checkpoints JOB does not list step 40"
 ctl logs "$id" --rank 1 | grep -q "/a1/r1\]" || fail "no rank 1 log"
 ctl list --all | grep -q "$id" || fail "list --all does not show the job"
+http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
+[ -n "$http" ] || fail "shardd did not report its HTTP port"
+fetch() { python3 -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$1"; }
+[ "$(fetch "http://127.0.0.1:$http/healthz")" = ok ] || fail "/healthz is not ok"
+metrics=$(fetch "http://127.0.0.1:$http/metrics")
+echo "$metrics" | grep -q "shardd_jobs{state=\"SUCCEEDED\"} 1" || fail "/metrics lacks the succeeded job: $metrics"
+echo "$metrics" | grep -q "shardd_job_step{job=\"$id\",state=\"SUCCEEDED\"} 40" || fail "/metrics lacks the job's step: $metrics"
 echo PASS

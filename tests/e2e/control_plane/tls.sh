@@ -3,13 +3,13 @@
 # certificate the coordinator serves TLS only, shardctl needs the CA, and the
 # workers it launches verify the coordinator with it and train to the end.
 source "$(dirname "$0")/lib.sh"
-if out=$("$SHARDD" --state-dir "$STATE" --listen 0.0.0.0:0 2>&1); then fail "a non-loopback plaintext listen was accepted"; fi
+if out=$("$SHARDD" --state-dir "$STATE" --listen 0.0.0.0:0 --http-listen "" 2>&1); then fail "a non-loopback plaintext listen was accepted"; fi
 echo "$out" | grep -q "not a loopback address" || fail "unclear refusal: $out"
 echo "ok: $out"
 command -v openssl > /dev/null || { echo "SKIP: openssl is not installed"; exit 77; }
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
   -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$T/key.pem" -out "$T/cert.pem" 2>/dev/null
-"$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" \
+"$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" --http-listen "" \
   --kill-grace-s 2 >> "$T/shardd.log" 2>&1 &
 SHARDD_PID=$!
 disown "$SHARDD_PID"
