@@ -124,7 +124,7 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
   return s;
 }
 
-void JobManager::PersistLocked(const Job& j) {
+JobRecord JobManager::RecordOf(const Job& j) const {
   JobRecord rec;
   rec.id = j.id;
   rec.name = j.name;
@@ -138,8 +138,7 @@ void JobManager::PersistLocked(const Job& j) {
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
   rec.seq = j.seq;
-  Status st = store_->PutJob(rec);
-  if (!st.ok()) LOG_ERROR("job {}: cannot persist state: {}", j.id, st.ToString());
+  return rec;
 }
 
 void JobManager::EmitLocked(Job& j, const std::string& kind, const std::string& message) {
@@ -153,22 +152,9 @@ void JobManager::EmitLocked(Job& j, const std::string& kind, const std::string& 
   ev.set_message(message);
   ev.set_state(j.state);
   *ev.mutable_progress() = j.progress;
-  JobRecord rec;
+  // The event and the job's new state in one transaction.
   EventRecord er{j.id, ev.seq(), ev.unix_ms(), j.attempt, kind, message, j.state};
-  // Persist the job and its event together.
-  rec.id = j.id;
-  rec.name = j.name;
-  rec.state = j.state;
-  rec.attempt = j.attempt;
-  rec.restarts = j.restarts;
-  rec.reason = j.reason;
-  rec.spec = j.spec.SerializeAsString();
-  rec.progress = j.progress.SerializeAsString();
-  rec.worker_token = j.token;
-  rec.created_ms = j.created_ms;
-  rec.updated_ms = j.updated_ms;
-  rec.seq = j.seq;
-  Status st = store_->AppendEvent(er, rec);
+  Status st = store_->AppendEvent(er, RecordOf(j));
   if (!st.ok()) LOG_ERROR("job {}: cannot persist event {}: {}", j.id, kind, st.ToString());
   LOG_INFO("job {} [{}] attempt {}: {}{}{}", j.id, JobStateName(j.state), j.attempt, kind,
            message.empty() ? "" : ": ", message);

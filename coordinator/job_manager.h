@@ -163,7 +163,7 @@ class JobManager {
   void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
   void EndAttemptLocked(Job& j);
-  void PersistLocked(const Job& j);
+  JobRecord RecordOf(const Job& j) const;
   // Applies the launcher's exit reports.
   void ProcessExitsLocked();
   std::string CheckpointJobDir(const Job& j) const;
