@@ -17,23 +17,6 @@ std::string TokenPath(const std::string& state_dir) {
   return (std::filesystem::path(state_dir) / "admin.token").string();
 }
 
-shard::StatusOr<std::string> RandomHex(int bytes) {
-  std::string raw(bytes, '\0');
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::read(fd, raw.data(), bytes) != bytes) {
-    if (fd >= 0) ::close(fd);
-    return shard::Internal("cannot read /dev/urandom for a token");
-  }
-  ::close(fd);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
-}
-
 }  // namespace
 
 shard::StatusOr<std::string> ReadAdminToken(const std::string& state_dir) {
@@ -66,6 +49,23 @@ shard::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir
   ::close(fd);
   if (!ok) return shard::Internal("cannot write " + path);
   return token;
+}
+
+shard::StatusOr<std::string> RandomHex(int bytes) {
+  std::string raw(bytes, '\0');
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::read(fd, raw.data(), bytes) != bytes) {
+    if (fd >= 0) ::close(fd);
+    return shard::Internal("cannot read /dev/urandom for a token");
+  }
+  ::close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
 }
 
 bool TokensEqual(const std::string& a, const std::string& b) {

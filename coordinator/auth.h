@@ -15,6 +15,8 @@ namespace shardd {
 shard::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir);
 // Reads the token without creating one (NOT_FOUND when absent).
 shard::StatusOr<std::string> ReadAdminToken(const std::string& state_dir);
+// `bytes` random bytes from /dev/urandom as hex (tokens).
+shard::StatusOr<std::string> RandomHex(int bytes);
 // Compares in time independent of where the strings differ.
 bool TokensEqual(const std::string& a, const std::string& b);
 

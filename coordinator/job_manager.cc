@@ -73,18 +73,9 @@ JobManager::~JobManager() { Stop(); }
 bool JobManager::Active(const Job& j) const { return !IsTerminal(j.state); }
 
 std::string JobManager::NewToken() const {
-  unsigned char bytes[24];
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  SHARD_CHECK_MSG(fd >= 0 && ::read(fd, bytes, sizeof(bytes)) == static_cast<ssize_t>(sizeof(bytes)),
-                  "cannot read /dev/urandom");
-  ::close(fd);
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (unsigned char b : bytes) {
-    t += hex[b >> 4];
-    t += hex[b & 15];
-  }
-  return t;
+  auto t = RandomHex(24);
+  SHARD_CHECK_MSG(t.ok(), "cannot read /dev/urandom");
+  return *t;
 }
 
 std::string JobManager::CheckpointJobDir(const Job& j) const {
