@@ -14,6 +14,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/health_monitor.h"
+#include "coordinator/job_manager_internal.h"
 #include "coordinator/probed_cluster.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/plan/hardware.h"
@@ -27,23 +28,14 @@ namespace fs = std::filesystem;
 namespace shardd {
 namespace {
 
+using internal::Fmt;
+using internal::Resolve;
+
 constexpr int kExitBadInput = 2;  // shardd-worker's code for a job that can never run
 
 int64_t SystemNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string Fmt(double v, const char* f = "%.4f") {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
-// Resolves p against base unless it is absolute.
-std::string Resolve(const std::string& base, const std::string& p) {
-  if (p.empty() || fs::path(p).is_absolute()) return p;
-  return (fs::path(base) / p).lexically_normal().string();
 }
 
 }  // namespace
@@ -473,90 +465,6 @@ void JobManager::Stop() {
 }
 
 // ---------------------------------------------------------------------------
-// Recovery
-
-Status JobManager::Recover() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(int64_t max_number, store_->MaxJobNumber());
-  next_job_number_ = max_number + 1;
-  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->LoadJobs());
-  const int64_t now = opts_.now_ms();
-  for (JobRecord& rec : records) {
-    auto j = std::make_unique<Job>();
-    j->id = rec.id;
-    j->name = rec.name;
-    if (!j->spec.ParseFromString(rec.spec)) {
-      LOG_ERROR("job {}: stored spec does not parse; skipped", rec.id);
-      continue;
-    }
-    j->progress.ParseFromString(rec.progress);
-    j->state = static_cast<v1::JobState>(rec.state);
-    j->attempt = rec.attempt;
-    j->restarts = rec.restarts;
-    j->reason = rec.reason;
-    j->token = rec.worker_token;
-    j->created_ms = rec.created_ms;
-    j->updated_ms = rec.updated_ms;
-    j->seq = rec.seq;
-    std::vector<std::string> overrides(j->spec.overrides().begin(), j->spec.overrides().end());
-    auto config = shard::ParseJobConfig(j->spec.yaml(), j->spec.source_path(), overrides);
-    if (!config.ok()) {
-      // Keep the record, but it can never run again.
-      j->config.name = j->name;
-      j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
-      Job& bad = *j;
-      jobs_[bad.id] = std::move(j);
-      if (Active(bad))
-        SetStateLocked(bad, v1::FAILED, "failed", "stored job spec no longer parses: " + config.status().ToString());
-      continue;
-    }
-    j->config = *config;
-    j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
-    Job& ref = *j;
-    jobs_[ref.id] = std::move(j);
-    if (ref.state == v1::LAUNCHING || ref.state == v1::RUNNING) {
-      // Adopt: the workers keep training through a coordinator restart and
-      // reconnect; they get one heartbeat deadline to show up.
-      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
-      ref.ranks.assign(ref.config.parallel.world_size, Rank{});
-      std::vector<int> pids(ref.ranks.size(), 0);
-      for (const WorkerRecord& w : workers) {
-        if (w.rank < 0 || w.rank >= static_cast<int>(ref.ranks.size())) continue;
-        Rank& r = ref.ranks[w.rank];
-        r.pid = w.pid;
-        r.hostname = w.hostname;
-        r.state = "adopting";
-        pids[w.rank] = w.pid;
-      }
-      for (Rank& r : ref.ranks) {
-        r.registered = true;  // they registered with the previous coordinator
-        r.launched_ms = r.last_heartbeat_ms = r.last_progress_ms = now;
-        r.step = ref.progress.step();
-      }
-      ref.adopted = true;
-      launcher_->Adopt(ref.id, ref.attempt, pids);
-      EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
-    } else if (ref.attempt > 0 && (ref.state == v1::RESTARTING || now - ref.updated_ms < 10 * 60 * 1000)) {
-      // The coordinator may have died while this attempt's processes were
-      // being stopped: watch them again and finish the job (SIGKILL now).
-      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
-      std::vector<int> pids;
-      for (const WorkerRecord& w : workers) {
-        if (w.rank >= static_cast<int>(pids.size())) pids.resize(w.rank + 1, 0);
-        pids[w.rank] = w.pid;
-      }
-      launcher_->Adopt(ref.id, ref.attempt, pids);
-      ref.draining_attempt = ref.attempt;
-      ref.kill_at_ms = now;
-      if (ref.state == v1::RESTARTING) ref.next_launch_ms = now;
-    } else if (ref.state == v1::RESTARTING) {
-      ref.next_launch_ms = now;
-    }
-  }
-  return shard::OkStatus();
-}
-
-// ---------------------------------------------------------------------------
 // Queries
 
 StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::string& job_id) {
@@ -656,188 +564,6 @@ bool JobManager::Drained(const std::string& job_id) {
 void JobManager::Unwatch(int64_t watch_id) {
   std::lock_guard<std::mutex> lock(mu_);
   watchers_.erase(watch_id);
-}
-
-// ---------------------------------------------------------------------------
-// Worker calls
-
-std::string JobManager::KvPrefix(const v1::WorkerId& id) {
-  return id.job_id() + "/" + std::to_string(id.attempt()) + "/";
-}
-
-Status JobManager::CheckWorker(const v1::WorkerId& id, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return CheckWorkerLocked(id, token).status();
-}
-
-StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id, const std::string& token) {
-  ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
-  // Token first: a caller without the attempt's token learns nothing more.
-  if (!token.empty() && !j->previous_token.empty() && TokensEqual(token, j->previous_token))
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
-  if (token.empty() || !TokensEqual(token, j->token) || j->attempt == 0)
-    return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
-  if (id.attempt() != j->attempt)
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
-  if (!Active(*j) || j->state == v1::RESTARTING)
-    return shard::Aborted("job " + id.job_id() + " attempt " + std::to_string(id.attempt()) + " is over (" +
-                          JobStateName(j->state) + "); exit");
-  if (id.rank() < 0 || id.rank() >= static_cast<int>(j->ranks.size()))
-    return shard::InvalidArgument("rank " + std::to_string(id.rank()) + " out of range for job " + id.job_id());
-  return j;
-}
-
-StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& req, const std::string& token) {
-  if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
-    return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
-                                     " does not match the coordinator's " +
-                                     std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& r = j->ranks[req.id().rank()];
-  const int64_t now = opts_.now_ms();
-  r.registered = true;
-  r.hostname = req.hostname();
-  if (req.pid() > 0) r.pid = req.pid();
-  r.state = "registered";
-  r.last_heartbeat_ms = r.last_progress_ms = now;
-  Status st = store_->PutWorker({j->id, j->attempt, req.id().rank(), r.pid, r.hostname, r.state});
-  if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.registered; });
-  if (all && j->state == v1::LAUNCHING)
-    SetStateLocked(*j, v1::RUNNING, "running", "all " + std::to_string(j->ranks.size()) + " worker(s) registered");
-  v1::RegisterResponse resp;
-  resp.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
-  *resp.mutable_spec() = j->spec;
-  resp.set_world_size(static_cast<int>(j->ranks.size()));
-  resp.set_kv_prefix(KvPrefix(req.id()));
-  resp.set_resume_from(j->resume_from);
-  resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
-  return resp;
-}
-
-StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& r = j->ranks[req.id().rank()];
-  const int64_t now = opts_.now_ms();
-  r.last_heartbeat_ms = now;
-  if (req.step() != r.step) r.last_progress_ms = now;
-  r.step = req.step();
-  r.tokens_per_s = req.tokens_per_s();
-  if (!r.done) r.state = req.state();
-  if (j->adopted && j->state == v1::RUNNING) {
-    j->adopted = false;
-    EmitLocked(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
-  }
-  if (!req.metrics().empty()) {
-    std::vector<MetricRecord> rows;
-    for (const v1::StepMetric& m : req.metrics()) {
-      rows.push_back({m.step(), j->attempt, m.loss(), m.lr(), m.grad_norm(), m.seconds(), m.tokens()});
-      j->step_seconds.push_back(m.seconds());
-      if (j->step_seconds.size() > 20) j->step_seconds.pop_front();
-    }
-    Status st = store_->PutMetrics(j->id, rows);
-    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-    const v1::StepMetric& last = req.metrics(req.metrics_size() - 1);
-    j->progress.set_step(last.step());
-    j->progress.set_loss(last.loss());
-    double sum = 0;
-    for (double s : j->step_seconds) sum += s;
-    const double mean = sum / j->step_seconds.size();
-    j->progress.set_tokens_per_s(last.seconds() > 0 ? last.tokens() / last.seconds() : 0);
-    j->progress.set_eta_s(mean * std::max<int64_t>(0, j->config.train.steps - last.step()));
-    j->updated_ms = now;
-    v1::JobEvent ev;  // live only: progress is kept as metrics, not as events
-    ev.set_unix_ms(now);
-    ev.set_job_id(j->id);
-    ev.set_attempt(j->attempt);
-    ev.set_kind("progress");
-    ev.set_state(j->state);
-    *ev.mutable_progress() = j->progress;
-    for (auto& [id, w] : watchers_)
-      if (w.job_id == j->id) w.sink(ev);
-  }
-  return v1::HeartbeatResponse();
-}
-
-StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  ShardReport rep;
-  rep.rank = req.id().rank();
-  rep.step = req.step();
-  rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
-  rep.manifest_base = req.manifest_base();
-  // The step must be inside this job's checkpoint directory.
-  const std::string expected = CheckpointJobDir(*j);
-  if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
-    return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
-  if (fs::path(rep.step_dir).filename() != shard::StepDirName(req.step()))
-    return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
-                                  rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
-  for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
-  ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
-  v1::ReportCheckpointResponse resp;
-  if (done) {
-    resp.set_committed(true);
-    j->progress.set_last_committed_step(done->step);
-    int64_t bytes = 0;
-    for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
-    Status st = store_->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
-                                       rep.step_dir, opts_.now_ms()});
-    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-    EmitLocked(*j, "checkpoint_committed",
-               "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
-                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
-  }
-  return resp;
-}
-
-Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& r = j->ranks[req.id().rank()];
-  r.done = true;
-  r.state = "done";
-  r.step = req.step();
-  if (req.id().rank() == 0) {
-    j->progress.set_step(req.step());
-    j->progress.set_loss(req.final_loss());
-    j->progress.set_eta_s(0);
-  }
-  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.done; });
-  if (all) {
-    // The processes exit by themselves; anything left after the grace is killed.
-    j->draining_attempt = j->attempt;
-    j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
-    rendezvous_.DropPrefix(KvPrefix(req.id()));
-    SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
-                   std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
-                       (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
-  }
-  return shard::OkStatus();
-}
-
-Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  j->ranks[req.id().rank()].state = "failed";
-  const std::string why = "rank " + std::to_string(req.id().rank()) + " failed: " + req.error();
-  if (!req.retryable()) {
-    FailAttemptLocked(*j, why, false);
-    return shard::OkStatus();
-  }
-  // A peer's death shows up on the survivors first: give the launcher a
-  // moment to report the exit that caused it, so the event names the cause.
-  ProcessExitsLocked();
-  if ((j->state == v1::LAUNCHING || j->state == v1::RUNNING) && j->pending_failure.empty()) {
-    j->pending_failure = why;
-    j->pending_deadline_ms = opts_.now_ms() + 1000;
-  }
-  return shard::OkStatus();
 }
 
 }  // namespace shardd

@@ -1,6 +1,7 @@
 // Starts, watches and stops the workers of one attempt. Backends live in
-// folders beside this file (local/ today; slurm/ and kubernetes/ behind the
-// same interface). The JobManager never knows which one it talks to.
+// folders beside this file (local/, slurm/, kubernetes/), each behind this
+// interface; the JobManager picks one by the job's resources.launcher and
+// never knows which one it talks to.
 //
 // Thread-safety: implementations are called from the JobManager's thread only.
 #pragma once
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/train/job_config.h"
 
 namespace shardd {
 
@@ -25,15 +27,20 @@ struct LaunchRequest {
   std::string coordinator;  // address workers dial
   std::string worker_bin;   // path of shardd-worker
   std::map<std::string, std::string> env;  // extra environment (the attempt token)
+  std::string job_name;                    // the job file's name (labels, Slurm job names)
+  shard::ResourcesConfig resources;        // the job's resources section (slurm/kubernetes settings)
 };
 
-// How a launched rank ended.
+// How a launched rank ended. Cluster launchers see their allocation end as a
+// whole (a Slurm job, a Kubernetes Job): they report rank = kAllRanks.
 struct RankExit {
+  static constexpr int kAllRanks = -1;
   std::string job_id;
   int attempt = 0;
   int rank = 0;
-  int exit_code = 0;  // valid when signal == 0
+  int exit_code = 0;  // valid when signal == 0; -1 = unknown (adopted, or the cluster did not say)
   int signal = 0;     // the signal that killed it, or 0
+  std::string detail; // the launcher's own words ("slurm job 42 PREEMPTED"); replaces Describe()'s text
   std::string Describe() const;
 };
 
@@ -50,7 +57,8 @@ class Launcher {
   // Ranks of the attempt not yet seen to end.
   virtual int Running(const std::string& job_id, int attempt) = 0;
   // After a coordinator restart: watch ranks started by a previous coordinator
-  // (not our children, so only liveness can be seen, not exit codes).
+  // (not our children, so only liveness can be seen, not exit codes). Cluster
+  // launchers find their allocation again by its name (job id and attempt).
   virtual void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) = 0;
 };
 

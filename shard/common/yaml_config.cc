@@ -129,6 +129,22 @@ Status YamlMap::Get(const std::string& key, std::vector<std::string>* out) {
   return OkStatus();
 }
 
+Status YamlMap::Get(const std::string& key, std::map<std::string, std::string>* out) {
+  asked_.insert(key);
+  YAML::Node n = node_[key];
+  if (!n.IsDefined() || n.IsNull()) return OkStatus();
+  if (!n.IsMap()) return InvalidArgument(Where(key) + ": expected a mapping of names to strings, got " + TypeName(n));
+  std::map<std::string, std::string> v;
+  for (const auto& kv : n) {
+    std::string k, x;
+    RETURN_IF_ERROR(Convert(kv.first, Where(key), "a string key", &k));
+    RETURN_IF_ERROR(Convert(kv.second, Where(key) + "." + k, "a string", &x));
+    v[k] = x;
+  }
+  *out = std::move(v);
+  return OkStatus();
+}
+
 Status YamlMap::GetEnum(const std::string& key, const std::vector<std::string>& allowed, std::string* out) {
   std::string v = *out;
   RETURN_IF_ERROR(Get(key, &v));

@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ class YamlMap {
   Status Get(const std::string& key, std::string* out);
   Status Get(const std::string& key, std::vector<double>* out);
   Status Get(const std::string& key, std::vector<std::string>* out);
+  // A mapping of string keys to scalar values (labels, environment).
+  Status Get(const std::string& key, std::map<std::string, std::string>* out);
   // A string key restricted to `allowed` values.
   Status GetEnum(const std::string& key, const std::vector<std::string>& allowed, std::string* out);
 

@@ -1,5 +1,7 @@
 #include "shard/train/job_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "shard/common/yaml_config.h"
@@ -51,6 +53,79 @@ Status JobConfig::Validate() const {
                            " must be a multiple of train.micro_batch x parallel.world_size = " +
                            std::to_string(per_step));
   if (!export_.hf_dir.empty()) RETURN_IF_ERROR(ParseDType(export_.dtype).status().WithContext("export.dtype"));
+  if (resources.launcher == "slurm") RETURN_IF_ERROR(resources.slurm.Validate(parallel.world_size));
+  if (resources.launcher == "kubernetes") RETURN_IF_ERROR(resources.kubernetes.Validate(parallel.world_size));
+  return OkStatus();
+}
+
+int SlurmConfig::TasksPerNode(int world_size) const {
+  if (tasks_per_node > 0) return tasks_per_node;
+  if (gpus_per_node > 0) return gpus_per_node;
+  return nodes > 0 && world_size % nodes == 0 ? world_size / nodes : world_size;
+}
+
+int SlurmConfig::Nodes(int world_size) const {
+  if (nodes > 0) return nodes;
+  const int t = TasksPerNode(world_size);
+  return t > 0 ? (world_size + t - 1) / t : 1;
+}
+
+Status SlurmConfig::Validate(int world_size) const {
+  if (nodes < 0 || tasks_per_node < 0 || gpus_per_node < 0 || cpus_per_task < 0 || signal_s < 0)
+    return InvalidArgument("resources.slurm: nodes, tasks_per_node, gpus_per_node, cpus_per_task and signal_s "
+                           "must not be negative");
+  const int n = Nodes(world_size), t = TasksPerNode(world_size);
+  if (n * t != world_size)
+    return InvalidArgument("resources.slurm: " + std::to_string(n) + " node(s) x " + std::to_string(t) +
+                           " task(s) per node is not parallel.world_size " + std::to_string(world_size));
+  if (gpus_per_node > 0 && gpus_per_node % t != 0)
+    return InvalidArgument("resources.slurm: gpus_per_node " + std::to_string(gpus_per_node) +
+                           " is not a multiple of tasks_per_node " + std::to_string(t));
+  if (poll_interval_s <= 0) return InvalidArgument("resources.slurm.poll_interval_s must be positive");
+  auto safe = [](const std::string& v) { return v.find_first_of("\n\r") == std::string::npos; };
+  for (const std::string* v : {&partition, &account, &qos, &time, &mem})
+    if (!safe(*v)) return InvalidArgument("resources.slurm: a value holds a line break: '" + *v + "'");
+  for (const auto& a : sbatch_args)
+    if (!safe(a) || a.rfind("-", 0) != 0)
+      return InvalidArgument("resources.slurm.sbatch_args: '" + a + "' must be one option starting with '-'");
+  for (const auto& [k, v] : env) {
+    const bool name_ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
+                         std::all_of(k.begin(), k.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!name_ok || !safe(v)) return InvalidArgument("resources.slurm.env: '" + k + "' is not a valid variable");
+  }
+  return OkStatus();
+}
+
+int KubernetesConfig::ProcsPerNode(int world_size) const {
+  if (procs_per_node > 0) return procs_per_node;
+  if (gpus_per_node > 0) return gpus_per_node;
+  return nodes > 0 && world_size % nodes == 0 ? world_size / nodes : 1;
+}
+
+int KubernetesConfig::Nodes(int world_size) const {
+  if (nodes > 0) return nodes;
+  const int p = ProcsPerNode(world_size);
+  return p > 0 ? (world_size + p - 1) / p : 1;
+}
+
+Status KubernetesConfig::Validate(int world_size) const {
+  if (image.empty()) return InvalidArgument("resources.kubernetes.image is required (the worker image)");
+  if (pvc.empty())
+    return InvalidArgument("resources.kubernetes.pvc is required (the claim that holds the job's directory and "
+                           "checkpoints, mounted by the coordinator too)");
+  if (nodes < 0 || gpus_per_node < 0 || procs_per_node < 0 || active_deadline_s < 0)
+    return InvalidArgument("resources.kubernetes: nodes, gpus_per_node, procs_per_node and active_deadline_s must "
+                           "not be negative");
+  const int n = Nodes(world_size), p = ProcsPerNode(world_size);
+  if (n * p != world_size)
+    return InvalidArgument("resources.kubernetes: " + std::to_string(n) + " pod(s) x " + std::to_string(p) +
+                           " worker(s) per pod is not parallel.world_size " + std::to_string(world_size));
+  if (gpus_per_node > 0 && gpus_per_node % p != 0)
+    return InvalidArgument("resources.kubernetes: gpus_per_node " + std::to_string(gpus_per_node) +
+                           " is not a multiple of procs_per_node " + std::to_string(p));
+  if (mount_path.empty() || mount_path[0] != '/')
+    return InvalidArgument("resources.kubernetes.mount_path must be absolute, got '" + mount_path + "'");
+  if (poll_interval_s <= 0) return InvalidArgument("resources.kubernetes.poll_interval_s must be positive");
   return OkStatus();
 }
 
@@ -142,8 +217,49 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     RETURN_IF_ERROR(m.GetEnum("launcher", {"local", "slurm", "kubernetes", "external"}, &job->resources.launcher));
     RETURN_IF_ERROR(m.Get("device", &job->resources.device));
     RETURN_IF_ERROR(m.Get("cluster", &job->resources.cluster));
-    for (const char* key : {"slurm", "kubernetes"}) {
-      if (m.Has(key)) return Unimplemented(m.Where(key) + ": the " + std::string(key) + " launcher is not built yet");
+    {
+      ASSIGN_OR_RETURN(YamlMap s, m.Sub("slurm"));
+      SlurmConfig& c = job->resources.slurm;
+      RETURN_IF_ERROR(s.Get("nodes", &c.nodes));
+      RETURN_IF_ERROR(s.Get("tasks_per_node", &c.tasks_per_node));
+      RETURN_IF_ERROR(s.Get("gpus_per_node", &c.gpus_per_node));
+      RETURN_IF_ERROR(s.GetEnum("gpu_request", {"gpus-per-task", "gres"}, &c.gpu_request));
+      RETURN_IF_ERROR(s.Get("cpus_per_task", &c.cpus_per_task));
+      RETURN_IF_ERROR(s.Get("partition", &c.partition));
+      RETURN_IF_ERROR(s.Get("account", &c.account));
+      RETURN_IF_ERROR(s.Get("qos", &c.qos));
+      RETURN_IF_ERROR(s.Get("time", &c.time));
+      RETURN_IF_ERROR(s.Get("mem", &c.mem));
+      RETURN_IF_ERROR(s.Get("requeue", &c.requeue));
+      RETURN_IF_ERROR(s.Get("signal_s", &c.signal_s));
+      RETURN_IF_ERROR(s.Get("sbatch_args", &c.sbatch_args));
+      RETURN_IF_ERROR(s.Get("setup", &c.setup));
+      RETURN_IF_ERROR(s.Get("env", &c.env));
+      RETURN_IF_ERROR(s.Get("poll_interval_s", &c.poll_interval_s));
+      RETURN_IF_ERROR(s.Finish());
+    }
+    {
+      ASSIGN_OR_RETURN(YamlMap k, m.Sub("kubernetes"));
+      KubernetesConfig& c = job->resources.kubernetes;
+      RETURN_IF_ERROR(k.Get("namespace", &c.namespace_));
+      RETURN_IF_ERROR(k.Get("image", &c.image));
+      RETURN_IF_ERROR(k.GetEnum("image_pull_policy", {"Always", "IfNotPresent", "Never"}, &c.image_pull_policy));
+      RETURN_IF_ERROR(k.Get("nodes", &c.nodes));
+      RETURN_IF_ERROR(k.Get("gpus_per_node", &c.gpus_per_node));
+      RETURN_IF_ERROR(k.Get("procs_per_node", &c.procs_per_node));
+      RETURN_IF_ERROR(k.Get("cpu", &c.cpu));
+      RETURN_IF_ERROR(k.Get("memory", &c.memory));
+      RETURN_IF_ERROR(k.Get("pvc", &c.pvc));
+      RETURN_IF_ERROR(k.Get("mount_path", &c.mount_path));
+      RETURN_IF_ERROR(k.Get("service_account", &c.service_account));
+      RETURN_IF_ERROR(k.Get("coordinator", &c.coordinator));
+      RETURN_IF_ERROR(k.Get("token_secret", &c.token_secret));
+      RETURN_IF_ERROR(k.Get("node_selector", &c.node_selector));
+      RETURN_IF_ERROR(k.Get("labels", &c.labels));
+      RETURN_IF_ERROR(k.Get("env", &c.env));
+      RETURN_IF_ERROR(k.Get("active_deadline_s", &c.active_deadline_s));
+      RETURN_IF_ERROR(k.Get("poll_interval_s", &c.poll_interval_s));
+      RETURN_IF_ERROR(k.Finish());
     }
     RETURN_IF_ERROR(m.Finish());
   }

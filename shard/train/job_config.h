@@ -3,6 +3,7 @@
 // Relative paths are taken relative to the current directory.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,10 +51,64 @@ struct CheckpointConfig {
   Status Validate() const;
 };
 
+// resources.slurm: how the Slurm launcher renders its sbatch script. Every
+// node and path is assumed to share the job's working directory (NFS, Lustre).
+struct SlurmConfig {
+  int nodes = 0;           // 0 = world_size / tasks_per_node
+  int tasks_per_node = 0;  // 0 = gpus_per_node, or world_size when gpus_per_node is 0 (CPU workers)
+  int gpus_per_node = 0;   // 0 = CPU workers
+  std::string gpu_request = "gpus-per-task";  // gpus-per-task | gres (--gres=gpu:N per node)
+  int cpus_per_task = 0;   // 0 = Slurm's default
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string time;        // --time (e.g. "24:00:00"); "" = the partition's default
+  std::string mem;         // --mem per node (e.g. "200G"); "" = Slurm's default
+  bool requeue = true;     // --requeue
+  int signal_s = 120;      // --signal=B:USR1@signal_s: checkpoint before the time limit (0 = none)
+  std::vector<std::string> sbatch_args;  // more sbatch options, one per #SBATCH line
+  std::vector<std::string> setup;        // shell lines run before srun (module load, source venv)
+  std::map<std::string, std::string> env;  // exported to the workers
+  double poll_interval_s = 2;              // how often the launcher asks Slurm about its jobs
+  Status Validate(int world_size) const;
+  // The derived shape: nodes x tasks_per_node == world_size.
+  int Nodes(int world_size) const;
+  int TasksPerNode(int world_size) const;
+};
+
+// resources.kubernetes: how the Kubernetes launcher renders its Indexed Job.
+// The coordinator and every pod mount the same PersistentVolumeClaim at
+// mount_path, and jobs are submitted from a directory under it.
+struct KubernetesConfig {
+  std::string namespace_ = "default";
+  std::string image;             // the worker image (required)
+  std::string image_pull_policy = "IfNotPresent";
+  int nodes = 0;                 // pods; 0 = world_size / procs_per_node
+  int gpus_per_node = 0;         // nvidia.com/gpu per pod; 0 = CPU workers
+  int procs_per_node = 0;        // workers per pod; 0 = gpus_per_node, or 1 for CPU workers
+  std::string cpu;               // per pod request = limit ("" = none)
+  std::string memory;            // per pod request = limit ("" = none)
+  std::string pvc;               // the claim holding workdir and checkpoints (required)
+  std::string mount_path = "/shardd";   // where pods (and the coordinator) mount it
+  std::string service_account;   // "" = the namespace's default
+  std::string coordinator;       // address pods dial ("" = the coordinator's --worker-address)
+  std::string token_secret;      // an existing Secret to hold tokens ("" = one per attempt)
+  std::map<std::string, std::string> node_selector;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> env;
+  int active_deadline_s = 0;     // spec.activeDeadlineSeconds (0 = none)
+  double poll_interval_s = 2;
+  Status Validate(int world_size) const;
+  int Nodes(int world_size) const;
+  int ProcsPerNode(int world_size) const;
+};
+
 struct ResourcesConfig {
   std::string launcher = "local";  // local | slurm | kubernetes | external
   std::string device = "auto";     // auto | cpu | cuda
   std::string cluster;             // a cluster of configs/hardware for the planner ("" = this host)
+  SlurmConfig slurm;
+  KubernetesConfig kubernetes;
 };
 
 struct RestartConfig {

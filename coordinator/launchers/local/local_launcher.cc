@@ -13,12 +13,6 @@
 
 namespace shardd {
 
-std::string RankExit::Describe() const {
-  if (signal != 0) return "rank " + std::to_string(rank) + " killed by signal " + std::to_string(signal) + " (" +
-                          strsignal(signal) + ")";
-  return "rank " + std::to_string(rank) + " exited with code " + std::to_string(exit_code);
-}
-
 namespace {
 
 extern "C" char** environ;
@@ -93,7 +87,7 @@ std::vector<RankExit> LocalLauncher::Poll() {
       pid_t r = ::waitpid(p.pid, &status, WNOHANG);
       if (r != p.pid) continue;
       p.done = true;
-      RankExit e{p.job_id, p.attempt, p.rank, 0, 0};
+      RankExit e{p.job_id, p.attempt, p.rank, 0, 0, ""};
       if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
       else e.exit_code = WEXITSTATUS(status);
       // Whatever the worker left in its group goes with it.
@@ -101,7 +95,7 @@ std::vector<RankExit> LocalLauncher::Poll() {
       out.push_back(e);
     } else if (::kill(p.pid, 0) != 0 && errno == ESRCH) {
       p.done = true;
-      out.push_back({p.job_id, p.attempt, p.rank, -1, 0});  // adopted: the code is not ours to see
+      out.push_back({p.job_id, p.attempt, p.rank, -1, 0, ""});  // adopted: the code is not ours to see
     }
   }
   std::erase_if(procs_, [](const Proc& p) { return p.done; });

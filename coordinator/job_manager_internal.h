@@ -1,0 +1,22 @@
+// Small helpers shared by the JobManager's source files (not an API).
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace shardd::internal {
+
+inline std::string Fmt(double v, const char* f = "%.4f") {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+// Resolves p against base unless it is absolute.
+inline std::string Resolve(const std::string& base, const std::string& p) {
+  if (p.empty() || std::filesystem::path(p).is_absolute()) return p;
+  return (std::filesystem::path(base) / p).lexically_normal().string();
+}
+
+}  // namespace shardd::internal

@@ -1,0 +1,93 @@
+// JobManager::Recover: rebuilds every job from the state store after a
+// coordinator restart and adopts the attempts that may still be running.
+#include "coordinator/job_manager.h"
+
+#include "shard/common/logging.h"
+
+namespace shardd {
+
+// ---------------------------------------------------------------------------
+// Recovery
+
+Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(int64_t max_number, store_->MaxJobNumber());
+  next_job_number_ = max_number + 1;
+  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->LoadJobs());
+  const int64_t now = opts_.now_ms();
+  for (JobRecord& rec : records) {
+    auto j = std::make_unique<Job>();
+    j->id = rec.id;
+    j->name = rec.name;
+    if (!j->spec.ParseFromString(rec.spec)) {
+      LOG_ERROR("job {}: stored spec does not parse; skipped", rec.id);
+      continue;
+    }
+    j->progress.ParseFromString(rec.progress);
+    j->state = static_cast<v1::JobState>(rec.state);
+    j->attempt = rec.attempt;
+    j->restarts = rec.restarts;
+    j->reason = rec.reason;
+    j->token = rec.worker_token;
+    j->created_ms = rec.created_ms;
+    j->updated_ms = rec.updated_ms;
+    j->seq = rec.seq;
+    std::vector<std::string> overrides(j->spec.overrides().begin(), j->spec.overrides().end());
+    auto config = shard::ParseJobConfig(j->spec.yaml(), j->spec.source_path(), overrides);
+    if (!config.ok()) {
+      // Keep the record, but it can never run again.
+      j->config.name = j->name;
+      j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+      Job& bad = *j;
+      jobs_[bad.id] = std::move(j);
+      if (Active(bad))
+        SetStateLocked(bad, v1::FAILED, "failed", "stored job spec no longer parses: " + config.status().ToString());
+      continue;
+    }
+    j->config = *config;
+    j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+    Job& ref = *j;
+    jobs_[ref.id] = std::move(j);
+    if (ref.state == v1::LAUNCHING || ref.state == v1::RUNNING) {
+      // Adopt: the workers keep training through a coordinator restart and
+      // reconnect; they get one heartbeat deadline to show up.
+      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
+      ref.ranks.assign(ref.config.parallel.world_size, Rank{});
+      std::vector<int> pids(ref.ranks.size(), 0);
+      for (const WorkerRecord& w : workers) {
+        if (w.rank < 0 || w.rank >= static_cast<int>(ref.ranks.size())) continue;
+        Rank& r = ref.ranks[w.rank];
+        r.pid = w.pid;
+        r.hostname = w.hostname;
+        r.state = "adopting";
+        pids[w.rank] = w.pid;
+      }
+      for (Rank& r : ref.ranks) {
+        r.registered = true;  // they registered with the previous coordinator
+        r.launched_ms = r.last_heartbeat_ms = r.last_progress_ms = now;
+        r.step = ref.progress.step();
+      }
+      ref.adopted = true;
+      launcher_->Adopt(ref.id, ref.attempt, pids);
+      EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
+    } else if (ref.attempt > 0 && (ref.state == v1::RESTARTING || now - ref.updated_ms < 10 * 60 * 1000)) {
+      // The coordinator may have died while this attempt's processes were
+      // being stopped: watch them again and finish the job (SIGKILL now).
+      ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
+      std::vector<int> pids;
+      for (const WorkerRecord& w : workers) {
+        if (w.rank >= static_cast<int>(pids.size())) pids.resize(w.rank + 1, 0);
+        pids[w.rank] = w.pid;
+      }
+      launcher_->Adopt(ref.id, ref.attempt, pids);
+      ref.draining_attempt = ref.attempt;
+      ref.kill_at_ms = now;
+      if (ref.state == v1::RESTARTING) ref.next_launch_ms = now;
+    } else if (ref.state == v1::RESTARTING) {
+      ref.next_launch_ms = now;
+    }
+  }
+  return shard::OkStatus();
+}
+
+}  // namespace shardd
