@@ -7,6 +7,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/launchers/local/local_launcher.h"
+#include "coordinator/launchers/slurm/slurm_launcher.h"
 #include "shard/common/logging.h"
 
 namespace fs = std::filesystem;
@@ -43,6 +44,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
   ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
   c->launcher_ = std::make_unique<LocalLauncher>();
+  c->slurm_ = std::make_unique<SlurmLauncher>();
   JobManagerOptions jo;
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
@@ -56,12 +58,13 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
                                 "local launcher does not hand out yet; use server TLS (--tls-cert/--tls-key)");
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
+  c->jobs_->AddLauncher(c->slurm_.get());
   ASSIGN_OR_RETURN(c->server_, CoordinatorServer::Start(opts.server, c->jobs_.get(), c->token_));
   // Workers dial the address we listen on, with the port actually bound.
   std::string host = opts.server.listen.substr(0, opts.server.listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   c->address_ = host + ":" + std::to_string(c->server_->port());
-  c->jobs_->set_coordinator_address(c->address_);
+  c->jobs_->set_coordinator_address(opts.worker_address.empty() ? c->address_ : opts.worker_address);
   if (!opts.http_listen.empty()) {
     ASSIGN_OR_RETURN(c->http_, HttpServer::Start(opts.http_listen, opts.server.allow_insecure, c->jobs_.get()));
   }

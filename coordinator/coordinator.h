@@ -24,6 +24,9 @@ struct CoordinatorOptions {
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
   std::string http_listen;  // host:port for /healthz and /metrics ("" = none; port 0 = any)
+  // The address workers dial ("" = the listen address with its bound port;
+  // 0.0.0.0 becomes 127.0.0.1). Cluster launchers need a routable one.
+  std::string worker_address;
 };
 
 // SHARDD_WORKER_BIN, else shardd-worker beside this executable (or in the
@@ -47,7 +50,8 @@ class Coordinator {
  private:
   Coordinator() = default;
   std::unique_ptr<StateStore> store_;
-  std::unique_ptr<Launcher> launcher_;
+  std::unique_ptr<Launcher> launcher_;  // local
+  std::unique_ptr<Launcher> slurm_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<HttpServer> http_;

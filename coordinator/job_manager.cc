@@ -56,8 +56,14 @@ std::string JobStateName(v1::JobState s) {
 bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 JobManager::JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher)
-    : opts_(std::move(opts)), store_(store), launcher_(launcher) {
+    : opts_(std::move(opts)), store_(store) {
   if (!opts_.now_ms) opts_.now_ms = SystemNowMs;
+  if (launcher) AddLauncher(launcher);
+}
+
+void JobManager::AddLauncher(Launcher* launcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  launchers_[launcher->name()] = launcher;
 }
 
 JobManager::~JobManager() { Stop(); }
@@ -93,6 +99,8 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
   s.set_world_size(j.config.parallel.world_size);
   s.set_job_dir((fs::path(opts_.state_dir) / "jobs" / j.id).string());
   s.set_checkpoint_dir(CheckpointJobDir(j));
+  s.set_launcher(j.config.resources.launcher);
+  s.set_join_token(j.join_token);
   const int64_t now = opts_.now_ms();
   for (size_t r = 0; r < j.ranks.size(); ++r) {
     const Rank& rk = j.ranks[r];
@@ -103,6 +111,8 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
     w->set_state(rk.state);
     w->set_step(rk.step);
     w->set_last_heartbeat_age_s(rk.registered ? (now - rk.last_heartbeat_ms) / 1000.0 : -1.0);
+    w->set_launcher_id(rk.launcher_id);
+    w->set_devices(rk.devices);
   }
   return s;
 }
@@ -118,6 +128,7 @@ JobRecord JobManager::RecordOf(const Job& j) const {
   rec.spec = j.spec.SerializeAsString();
   rec.progress = j.progress.SerializeAsString();
   rec.worker_token = j.token;
+  rec.join_token = j.join_token;
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
   rec.seq = j.seq;
@@ -180,9 +191,15 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   if (!plain)
     return shard::InvalidArgument(src + ": name: '" + c.name +
                                   "' must be a plain file name (letters, digits, '.', '_', '-')");
-  if (c.resources.launcher != "local")
+  if (c.resources.launcher != "external" && !launchers_.count(c.resources.launcher)) {
+    std::string have;
+    for (const auto& [name, l] : launchers_) have += (have.empty() ? "" : ", ") + name;
     return shard::Unimplemented(src + ": resources.launcher '" + c.resources.launcher +
-                                "' is not available in this coordinator yet (only 'local')");
+                                "' is not available in this coordinator (it has: " + have + ", external)");
+  }
+  if (c.resources.launcher != "external")
+    if (Status st = launchers_.at(c.resources.launcher)->CheckAvailable(); !st.ok())
+      return Status(st.code(), src + ": resources.launcher " + c.resources.launcher + ": " + st.message());
   auto must_exist = [&](const std::string& key, const std::string& path) -> Status {
     if (path.empty()) return shard::OkStatus();
     const std::string abs = Resolve(spec.workdir(), path);
@@ -229,6 +246,8 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   j->progress.set_eta_s(-1);
   j->progress.set_last_committed_step(-1);
   j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
+  if (External(*j)) j->join_token = NewToken();
+  else j->launcher = launchers_.at(config.resources.launcher);
   Job& ref = *j;
   jobs_[ref.id] = std::move(j);
   SetStateLocked(ref, v1::QUEUED, "submitted",
@@ -297,6 +316,13 @@ void JobManager::LaunchLocked(Job& j) {
                  std::to_string(world) + " worker(s), resume from " +
                      (j.resume_from.empty() ? std::string("scratch") : j.resume_from));
 
+  if (External(j)) {
+    EmitLocked(j, "waiting_for_workers",
+               std::to_string(world) + " worker(s) may join: shardd-worker --coordinator " + opts_.coordinator_address +
+                   " --job " + j.id + " with SHARDD_WORKER_TOKEN set to the job's join token (shardctl status " +
+                   j.id + " --json shows it)");
+    return;
+  }
   LaunchRequest req;
   req.job_id = j.id;
   req.attempt = j.attempt;
@@ -307,7 +333,9 @@ void JobManager::LaunchLocked(Job& j) {
   req.worker_bin = opts_.worker_bin;
   req.env["SHARDD_WORKER_TOKEN"] = j.token;
   if (!opts_.worker_tls_ca.empty()) req.env["SHARDD_TLS_CA"] = opts_.worker_tls_ca;
-  auto pids = launcher_->Launch(req);
+  req.job_name = j.config.name;
+  req.resources = j.config.resources;
+  auto pids = j.launcher->Launch(req);
   if (!pids.ok()) {
     FailAttemptLocked(j, "launch failed: " + pids.status().ToString(), /*retryable=*/false);
     return;
@@ -321,9 +349,12 @@ void JobManager::LaunchLocked(Job& j) {
 
 void JobManager::EndAttemptLocked(Job& j) {
   if (j.attempt == 0) return;
-  launcher_->Terminate(j.id, j.attempt, /*force=*/false);
-  j.draining_attempt = j.attempt;
-  j.kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+  if (j.launcher) {
+    // External workers are not ours to signal: they hear "attempt over" on their next call.
+    j.launcher->Terminate(j.id, j.attempt, /*force=*/false);
+    j.draining_attempt = j.attempt;
+    j.kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+  }
   v1::WorkerId id;
   id.set_job_id(j.id);
   id.set_attempt(j.attempt);
@@ -349,36 +380,73 @@ void JobManager::FailAttemptLocked(Job& j, const std::string& reason, bool retry
                      Fmt(j.config.restart.backoff_s, "%.1f") + " s from the newest committed checkpoint");
 }
 
+void JobManager::PreemptAttemptLocked(Job& j, const std::string& reason) {
+  EndAttemptLocked(j);
+  j.progress.set_preemptions(j.progress.preemptions() + 1);
+  j.next_launch_ms = opts_.now_ms() + static_cast<int64_t>(j.config.restart.backoff_s * 1000);
+  SetStateLocked(j, v1::RESTARTING, "preempted",
+                 reason + "; preemption " + std::to_string(j.progress.preemptions()) +
+                     " (restarts are not charged); the next attempt resumes from the newest committed checkpoint");
+}
+
 void JobManager::ProcessExitsLocked() {
-  for (const RankExit& e : launcher_->Poll()) {
-    auto it = jobs_.find(e.job_id);
-    if (it == jobs_.end()) continue;
-    Job& j = *it->second;
-    if (e.attempt != j.attempt || !Active(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
-    if (e.rank < 0 || e.rank >= static_cast<int>(j.ranks.size())) continue;
+  for (const auto& [name, launcher] : launchers_) {
+    for (const RankExit& e : launcher->Poll()) {
+      auto it = jobs_.find(e.job_id);
+      if (it == jobs_.end()) continue;
+      Job& j = *it->second;
+      if (e.attempt != j.attempt || !Active(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
+      ApplyExitLocked(j, e);
+    }
+  }
+}
+
+void JobManager::ApplyExitLocked(Job& j, const RankExit& e) {
+  const bool bad_input = e.signal == 0 && e.exit_code == kExitBadInput;
+  if (e.rank == RankExit::kAllRanks) {
+    // The whole allocation ended (a Slurm job, a Kubernetes Job).
+    bool all_done = true, all_stopped = true;
+    for (Rank& r : j.ranks) {
+      all_done = all_done && r.done;
+      all_stopped = all_stopped && (r.done || r.preempted);
+      r.exited = true;
+      if (r.done || r.preempted) r.state = r.done ? "exited" : "preempted";
+    }
+    if (all_done && e.signal == 0 && (e.exit_code == 0 || e.exit_code == -1)) return;
+    if (all_stopped) {
+      PreemptAttemptLocked(j, "every rank checkpointed and stopped on its launcher's signal");
+      return;
+    }
+    for (Rank& r : j.ranks)
+      if (!r.done && !r.preempted) r.state = "failed";
+    std::string why = e.Describe();
+    if (bad_input) why += " (bad input; see the rank logs in " + AttemptDir(j, j.attempt) + ")";
+    FailAttemptLocked(j, why, !bad_input);
+    return;
+  }
+  if (e.rank < 0 || e.rank >= static_cast<int>(j.ranks.size())) return;
+  {
     Rank& r = j.ranks[e.rank];
     r.exited = true;
-    if (e.signal == 0 && e.exit_code == 0 && r.done) {
-      r.state = "exited";
-      continue;
+    if (e.signal == 0 && (e.exit_code == 0 || e.exit_code == -1) && r.done) {
+      r.state = "exited";  // (-1: adopted, gone after reporting done)
+      return;
     }
-    if (e.signal == 0 && e.exit_code == -1 && r.done) {
-      r.state = "exited";  // adopted: gone after reporting done
-      continue;
+    if (r.preempted) {
+      r.state = "preempted";  // it said why it stopped; the attempt ends when every rank has
+      return;
     }
     if (e.signal == 0 && e.exit_code == -1) {
       FailAttemptLocked(j, "rank " + std::to_string(e.rank) + " (adopted pid " + std::to_string(r.pid) +
                                ") is gone", true);
-      continue;
+      return;
     }
     r.state = "failed";
     std::string why = e.Describe();
     if (e.signal == 0 && e.exit_code == 0) why += " before reporting done";
-    const bool bad_input = e.signal == 0 && e.exit_code == kExitBadInput;
     if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
     FailAttemptLocked(j, why, !bad_input);
   }
-
 }
 
 void JobManager::Tick() {
@@ -391,10 +459,10 @@ void JobManager::Tick() {
   for (auto& [id, jp] : jobs_) {
     Job& j = *jp;
     if (j.draining_attempt > 0) {
-      if (launcher_->Running(j.id, j.draining_attempt) == 0) {
+      if (!j.launcher || j.launcher->Running(j.id, j.draining_attempt) == 0) {
         j.draining_attempt = 0;
       } else if (now >= j.kill_at_ms) {
-        launcher_->Terminate(j.id, j.draining_attempt, /*force=*/true);
+        j.launcher->Terminate(j.id, j.draining_attempt, /*force=*/true);
       }
     }
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
@@ -413,6 +481,10 @@ void JobManager::Tick() {
         break;
       case v1::LAUNCHING:
       case v1::RUNNING: {
+        // External workers come when the user's launcher starts them: no
+        // deadline until the first one joins (Join then starts the clock).
+        if (External(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const Rank& r) { return r.registered; }))
+          break;
         std::vector<RankHealth> health;
         for (size_t r = 0; r < j.ranks.size(); ++r) {
           const Rank& rk = j.ranks[r];

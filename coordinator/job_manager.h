@@ -60,8 +60,12 @@ class JobManager {
  public:
   using EventSink = std::function<void(const v1::JobEvent&)>;
 
+  // `launcher` serves jobs whose resources.launcher is its name(); more are
+  // added with AddLauncher. Jobs with launcher: external need none.
   JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher);
   ~JobManager();
+  // Before Recover/Start. Replaces any launcher of the same name.
+  void AddLauncher(Launcher* launcher);
 
   // Loads every job from the store. Active attempts are adopted: their ranks
   // get one heartbeat deadline to show they are alive, else the attempt fails
@@ -93,6 +97,8 @@ class JobManager {
   // Authenticates and fences a worker call: the job exists, `id.attempt` is
   // its current attempt, the rank is in range and the token is the attempt's.
   Status CheckWorker(const v1::WorkerId& id, const std::string& token);
+  // launcher: external: a worker joins the current attempt with the job's join token.
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& req, const std::string& join_token);
   StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req, const std::string& token);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req, const std::string& token);
   StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token);
@@ -119,6 +125,9 @@ class JobManager {
     int64_t last_progress_ms = 0;
     int64_t step = 0;
     double tokens_per_s = 0;
+    bool preempted = false;    // stopped on its launcher's signal after a checkpoint
+    std::string launcher_id;   // SLURM_JOB_ID, pod name, ...
+    std::string devices;       // its hardware probe summary
   };
   struct Job {
     std::string id;
@@ -131,6 +140,8 @@ class JobManager {
     std::string reason;
     std::string token;
     std::string previous_token;  // the last attempt's: its stragglers hear "stale attempt"
+    std::string join_token;      // launcher: external
+    Launcher* launcher = nullptr;  // null for launcher: external
     int64_t created_ms = 0;
     int64_t updated_ms = 0;
     int64_t seq = 0;
@@ -161,6 +172,11 @@ class JobManager {
   void LaunchLocked(Job& j);
   // The attempt failed: restart if allowed, else FAILED. retryable=false fails at once.
   void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);
+  // Every rank stopped on its launcher's signal after a checkpoint: a new
+  // attempt resumes from it, and the restart budget is not charged.
+  void PreemptAttemptLocked(Job& j, const std::string& reason);
+  void ApplyExitLocked(Job& j, const RankExit& e);
+  static bool External(const Job& j) { return j.config.resources.launcher == "external"; }
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
   void EndAttemptLocked(Job& j);
   JobRecord RecordOf(const Job& j) const;
@@ -172,7 +188,7 @@ class JobManager {
 
   JobManagerOptions opts_;
   StateStore* store_;
-  Launcher* launcher_;
+  std::map<std::string, Launcher*> launchers_;  // by name(); set before Start
   RendezvousStore rendezvous_;
 
   std::mutex mu_;

@@ -29,6 +29,7 @@ Status JobManager::Recover() {
     j->restarts = rec.restarts;
     j->reason = rec.reason;
     j->token = rec.worker_token;
+    j->join_token = rec.join_token;
     j->created_ms = rec.created_ms;
     j->updated_ms = rec.updated_ms;
     j->seq = rec.seq;
@@ -46,8 +47,17 @@ Status JobManager::Recover() {
     }
     j->config = *config;
     j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+    auto launcher = launchers_.find(j->config.resources.launcher);
+    if (launcher != launchers_.end()) j->launcher = launcher->second;
     Job& ref = *j;
     jobs_[ref.id] = std::move(j);
+    if (!ref.launcher && !External(ref)) {
+      if (Active(ref))
+        SetStateLocked(ref, v1::FAILED, "failed",
+                       "this coordinator has no '" + ref.config.resources.launcher +
+                           "' launcher any more, so the job's workers can be neither watched nor restarted");
+      continue;
+    }
     if (ref.state == v1::LAUNCHING || ref.state == v1::RUNNING) {
       // Adopt: the workers keep training through a coordinator restart and
       // reconnect; they get one heartbeat deadline to show up.
@@ -60,17 +70,21 @@ Status JobManager::Recover() {
         r.pid = w.pid;
         r.hostname = w.hostname;
         r.state = "adopting";
+        r.registered = true;  // it registered with the previous coordinator
         pids[w.rank] = w.pid;
       }
       for (Rank& r : ref.ranks) {
-        r.registered = true;  // they registered with the previous coordinator
+        // Launched ranks had registered or were about to; external ones that
+        // never joined keep waiting for their user's launcher.
+        if (!External(ref)) r.registered = true;
         r.launched_ms = r.last_heartbeat_ms = r.last_progress_ms = now;
         r.step = ref.progress.step();
       }
       ref.adopted = true;
-      launcher_->Adopt(ref.id, ref.attempt, pids);
+      if (ref.launcher) ref.launcher->Adopt(ref.id, ref.attempt, pids);
       EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
-    } else if (ref.attempt > 0 && (ref.state == v1::RESTARTING || now - ref.updated_ms < 10 * 60 * 1000)) {
+    } else if (ref.launcher && ref.attempt > 0 &&
+               (ref.state == v1::RESTARTING || now - ref.updated_ms < 10 * 60 * 1000)) {
       // The coordinator may have died while this attempt's processes were
       // being stopped: watch them again and finish the job (SIGKILL now).
       ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers(ref.id, ref.attempt));
@@ -79,7 +93,7 @@ Status JobManager::Recover() {
         if (w.rank >= static_cast<int>(pids.size())) pids.resize(w.rank + 1, 0);
         pids[w.rank] = w.pid;
       }
-      launcher_->Adopt(ref.id, ref.attempt, pids);
+      ref.launcher->Adopt(ref.id, ref.attempt, pids);
       ref.draining_attempt = ref.attempt;
       ref.kill_at_ms = now;
       if (ref.state == v1::RESTARTING) ref.next_launch_ms = now;

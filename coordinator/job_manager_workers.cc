@@ -49,6 +49,44 @@ StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id,
   return j;
 }
 
+StatusOr<v1::JoinResponse> JobManager::Join(const v1::JoinRequest& req, const std::string& join_token) {
+  if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
+    return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
+                                     " does not match the coordinator's " +
+                                     std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(req.job_id()));
+  if (!External(*j))
+    return shard::FailedPrecondition("job " + j->id + " has launcher '" + j->config.resources.launcher +
+                                     "': its workers are started by the coordinator, not joined");
+  if (join_token.empty() || !TokensEqual(join_token, j->join_token))
+    return shard::Unauthenticated("join of job " + j->id + ": missing or wrong join token");
+  if (!Active(*j)) return shard::Aborted("job " + j->id + " is over (" + JobStateName(j->state) + "); exit");
+  const int world = j->config.parallel.world_size;
+  if (req.world_size() > 0 && req.world_size() != world)
+    return shard::InvalidArgument("job " + j->id + " has " + std::to_string(world) + " ranks but the worker's launcher " +
+                                  "started " + std::to_string(req.world_size()) + " (SLURM_NTASKS); start exactly " +
+                                  std::to_string(world));
+  if (req.rank() < 0 || req.rank() >= world)
+    return shard::InvalidArgument("rank " + std::to_string(req.rank()) + " out of range for job " + j->id + " (0.." +
+                                  std::to_string(world - 1) + ")");
+  if (j->state != v1::LAUNCHING && j->state != v1::RUNNING)
+    return shard::Unavailable("job " + j->id + " is " + JobStateName(j->state) + "; join again shortly");
+  Rank& r = j->ranks[req.rank()];
+  if (r.registered && !r.exited)
+    return shard::Unavailable("rank " + std::to_string(req.rank()) + " of job " + j->id + " attempt " +
+                              std::to_string(j->attempt) + " is taken by " + r.hostname +
+                              "; join again when that attempt ends");
+  // The first join starts the registration clock for everyone else.
+  const bool first = std::none_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.registered; });
+  if (first)
+    for (Rank& x : j->ranks) x.launched_ms = opts_.now_ms();
+  v1::JoinResponse resp;
+  resp.set_attempt(j->attempt);
+  resp.set_token(j->token);
+  return resp;
+}
+
 StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& req, const std::string& token) {
   if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
     return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
@@ -60,6 +98,8 @@ StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& r
   const int64_t now = opts_.now_ms();
   r.registered = true;
   r.hostname = req.hostname();
+  r.launcher_id = req.launcher_id();
+  r.devices = req.devices();
   if (req.pid() > 0) r.pid = req.pid();
   r.state = "registered";
   r.last_heartbeat_ms = r.last_progress_ms = now;
@@ -184,7 +224,19 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
 Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  j->ranks[req.id().rank()].state = "failed";
+  Rank& rank = j->ranks[req.id().rank()];
+  if (req.preempted()) {
+    rank.preempted = true;
+    rank.state = "preempted";
+    LOG_INFO("job {} attempt {}: rank {} stopped on its launcher's signal: {}", j->id, j->attempt, req.id().rank(),
+             req.error());
+    const bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.preempted || x.done; });
+    if (all)
+      PreemptAttemptLocked(*j, "every rank stopped on its launcher's signal after checkpointing step " +
+                                   std::to_string(req.step()));
+    return shard::OkStatus();
+  }
+  rank.state = "failed";
   const std::string why = "rank " + std::to_string(req.id().rank()) + " failed: " + req.error();
   if (!req.retryable()) {
     FailAttemptLocked(*j, why, false);

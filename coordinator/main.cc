@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", opts.server.listen, "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--worker-bin", opts.worker_bin, "Path of shardd-worker (default: found beside shardd)");
+  app.add_option("--worker-address", opts.worker_address,
+                 "host:port workers dial (default: the --listen address; give a routable one for Slurm or "
+                 "Kubernetes workers on other hosts)");
   app.add_option("--tls-cert", opts.server.tls_cert, "PEM certificate (enables TLS)");
   app.add_option("--tls-key", opts.server.tls_key, "PEM private key");
   app.add_option("--tls-client-ca", opts.server.tls_client_ca, "PEM CA that client certificates must chain to");

@@ -15,6 +15,7 @@
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
 #include "worker/coordinator_client.h"
+#include "worker/stop_signal.h"
 
 namespace shardd {
 namespace {
@@ -176,12 +177,33 @@ int RunAgent(const AgentOptions& opts) {
     return kExitBadInput;
   }
   CoordinatorClient& c = **client;
-  auto reg = c.Register(opts.hostname, static_cast<int>(::getpid()));
+  if (opts.attempt == 0) {
+    shard::Status js = RetryUnavailable(opts.join_wait_s, [&] { return c.Join(opts.world_hint, opts.hostname); });
+    if (!js.ok()) {
+      std::fprintf(stderr, "shardd-worker: %s\n", js.ToString().c_str());
+      if (js.code() == shard::StatusCode::kInvalidArgument) return kExitBadInput;
+      return AttemptOver(js) ? kExitAttemptOver : kExitFailed;
+    }
+  }
+  const int attempt = c.id().attempt();
+  // The probe runs in a child (`shardd-worker --probe --brief`) so the CUDA
+  // contexts it opens on every GPU die with it; one worker per host asks.
+  std::string devices;
+  if (opts.probe_devices) {
+    if (FILE* p = ::popen("/proc/self/exe --probe --brief 2>/dev/null", "r")) {
+      char line[512] = {0};
+      if (std::fgets(line, sizeof(line), p)) devices = line;
+      ::pclose(p);
+      while (!devices.empty() && (devices.back() == '\n' || devices.back() == '\r')) devices.pop_back();
+    }
+  }
+  auto reg = c.Register(opts.hostname, static_cast<int>(::getpid()), opts.launcher_id, devices);
   if (!reg.ok()) {
     std::fprintf(stderr, "shardd-worker: %s\n", reg.status().ToString().c_str());
     return AttemptOver(reg.status()) ? kExitAttemptOver : kExitFailed;
   }
-  shard::SetLogContext(opts.job_id, opts.attempt, opts.rank);
+  shard::SetLogContext(opts.job_id, attempt, opts.rank);
+  if (opts.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts.job_id, opts.rank);
 
   auto fail = [&](const shard::Status& st) {
     const bool retryable = Retryable(st);
@@ -206,6 +228,7 @@ int RunAgent(const AgentOptions& opts) {
   dist.store = c.kv_store();
   dist.prefix = "";  // the coordinator namespaces keys by job and attempt
   dist.gloo_hostname = opts.hostname;
+  dist.stop_requested = StopRequested;
   dist.report_checkpoint = [&](const shard::Manifest& base, const std::string& step_dir,
                                const std::vector<shard::ManifestFile>& files) -> shard::Status {
     v1::ReportCheckpointRequest req;
@@ -240,6 +263,14 @@ int RunAgent(const AgentOptions& opts) {
   // One last heartbeat carries the final metrics before done.
   hb.Stop();
   hb.Flush();
+  if ((*trainer)->stopped()) {
+    const std::string why = std::string(StopSignalName()) + " at step " + std::to_string((*trainer)->step()) +
+                            "; checkpoint step_" + std::to_string((*trainer)->step()) + " written";
+    LOG_WARN("stopping: {}", why);
+    shard::Status ps = RetryUnavailable(10, [&] { return c.ReportPreempted(why, (*trainer)->step()); });
+    if (!ps.ok()) LOG_WARN("could not report the preemption: {}", ps.ToString());
+    return kExitPreempted;
+  }
   shard::Status ds =
       RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportDone((*trainer)->step(), last_loss); });
   if (!ds.ok()) {

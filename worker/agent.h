@@ -14,16 +14,21 @@ inline constexpr int kExitFailed = 1;        // training failed; a new attempt m
 inline constexpr int kExitBadInput = 2;      // the job can never run as written
 inline constexpr int kExitAttemptOver = 3;   // the coordinator ended this attempt (fenced or aborted)
 inline constexpr int kExitLostCoordinator = 4;
+inline constexpr int kExitPreempted = 5;     // stopped on SIGUSR1 after a checkpoint; a new attempt resumes
 
 struct AgentOptions {
   std::string coordinator;  // host:port
   std::string tls_ca;
   std::string job_id;
-  int attempt = 0;
+  int attempt = 0;          // 0: join the current attempt (launcher: external) with a join token
   int rank = 0;
-  std::string token;        // SHARDD_WORKER_TOKEN
+  int world_hint = 0;       // ranks the worker's launcher started (SLURM_NTASKS); 0 = unknown
+  std::string token;        // SHARDD_WORKER_TOKEN: the attempt's token, or the job's join token
+  std::string launcher_id;  // SLURM_JOB_ID, the pod name, ... (shown by shardctl status)
+  bool probe_devices = false;  // report this host's GPUs (one worker per host does)
   std::string hostname = "127.0.0.1";  // address this rank's collectives listen on
   double reconnect_window_s = 60;      // exit after this long without reaching the coordinator
+  double join_wait_s = 600;            // external: keep asking this long while the job restarts
 };
 
 // Runs the worker to completion; returns the process exit code.

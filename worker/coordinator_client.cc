@@ -93,12 +93,33 @@ void CoordinatorClient::Prepare(grpc::ClientContext* ctx, std::chrono::milliseco
   ctx->AddMetadata("authorization", "Bearer " + who_.token);
 }
 
-shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::string& hostname, int pid) {
+shard::Status CoordinatorClient::Join(int world_size, const std::string& hostname) {
+  v1::JoinRequest req;
+  req.set_job_id(who_.id.job_id());
+  req.set_rank(who_.id.rank());
+  req.set_world_size(world_size);
+  req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  req.set_hostname(hostname);
+  v1::JoinResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 30s);
+  ctx.set_wait_for_ready(true);
+  RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &resp), "join job " + who_.id.job_id() + " at " + who_.address));
+  who_.id.set_attempt(resp.attempt());
+  who_.token = resp.token();
+  return shard::OkStatus();
+}
+
+shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::string& hostname, int pid,
+                                                                  const std::string& launcher_id,
+                                                                  const std::string& devices) {
   v1::RegisterRequest req;
   *req.mutable_id() = who_.id;
   req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
   req.set_hostname(hostname);
   req.set_pid(pid);
+  req.set_launcher_id(launcher_id);
+  req.set_devices(devices);
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx, 30s);
@@ -147,6 +168,19 @@ shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool re
   grpc::ClientContext ctx;
   Prepare(&ctx, 10s);
   return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report failure");
+}
+
+shard::Status CoordinatorClient::ReportPreempted(const std::string& why, int64_t step) {
+  v1::ReportFailureRequest req;
+  *req.mutable_id() = who_.id;
+  req.set_error(why);
+  req.set_retryable(true);
+  req.set_preempted(true);
+  req.set_step(step);
+  v1::Ack ack;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, 10s);
+  return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report preemption");
 }
 
 std::shared_ptr<shard::KvStore> CoordinatorClient::kv_store() { return std::make_shared<GrpcKvStore>(this); }

@@ -27,11 +27,17 @@ class CoordinatorClient {
  public:
   static shard::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClientIdentity& who);
 
-  shard::StatusOr<v1::RegisterResponse> Register(const std::string& hostname, int pid);
+  // launcher: external: joins the job's current attempt with the join token
+  // this client was made with; from then on it speaks as that attempt.
+  shard::Status Join(int world_size, const std::string& hostname);
+  shard::StatusOr<v1::RegisterResponse> Register(const std::string& hostname, int pid, const std::string& launcher_id,
+                                                 const std::string& devices);
   shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req);
   shard::StatusOr<bool> ReportCheckpoint(v1::ReportCheckpointRequest req);
   shard::Status ReportDone(int64_t step, double final_loss);
   shard::Status ReportFailure(const std::string& error, bool retryable);
+  // Stopped on the launcher's signal after checkpointing `step`.
+  shard::Status ReportPreempted(const std::string& why, int64_t step);
 
   // The rendezvous store (keys are namespaced by the coordinator per attempt).
   std::shared_ptr<shard::KvStore> kv_store();

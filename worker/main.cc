@@ -1,18 +1,30 @@
 // shardd-worker: one training process. Launched by the coordinator it runs
-// the agent (--coordinator ADDR --job ID --attempt N --rank R, token in
-// SHARDD_WORKER_TOKEN); with --standalone it trains a job file by itself (like
-// torchrun, for debugging or a user's own launcher).
+// the agent (--coordinator ADDR --job ID --attempt N, the rank from --rank or
+// the launcher's environment, token in SHARDD_WORKER_TOKEN); without --attempt
+// it joins an external job's current attempt with the job's join token. With
+// --standalone it trains a job file by itself (like torchrun, for debugging or
+// a user's own launcher). --nproc-per-node P starts P workers in this host (a
+// Kubernetes pod) and waits for them.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <vector>
 
 #include "shard/backend/hardware_probe.h"
 #include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
 #include "worker/agent.h"
+#include "worker/stop_signal.h"
+#include "worker/worker_env.h"
 
 namespace {
 
@@ -21,7 +33,67 @@ int Fail(const shard::Status& st, int code = 1) {
   return code;
 }
 
+// Appends this process's stdout and stderr to DIR/rank_<r>.log.
+shard::Status RedirectLogs(const std::string& dir, int rank) {
+  const std::string path = dir + "/rank_" + std::to_string(rank) + ".log";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return shard::NotFound("--log-dir: cannot open " + path + ": " + std::strerror(errno));
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  ::close(fd);
+  return shard::OkStatus();
+}
+
+std::vector<pid_t> g_children;
+
+// SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask the children
+// to checkpoint and stop; SIGKILL follows from the kubelet after its grace.
+void ForwardStop(int) {
+  for (pid_t c : g_children) ::kill(c, SIGUSR1);
+}
+
+// --nproc-per-node: forks one worker per local index; returns the exit code to
+// use: the first bad-input code, else the first non-zero, else 0.
+int RunLocalWorkers(int nproc, const std::function<int(int local)>& run_one) {
+  for (int i = 0; i < nproc; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return Fail(shard::Internal(std::string("fork: ") + std::strerror(errno)));
+    if (pid == 0) {
+      std::fflush(nullptr);
+      ::_exit(run_one(i));
+    }
+    g_children.push_back(pid);
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = ForwardStop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int code = 0;
+  for (size_t left = g_children.size(); left > 0;) {
+    int status = 0;
+    const pid_t pid = ::wait(&status);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    --left;
+    const int c = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (c == shardd::kExitBadInput) code = c;
+    else if (code == 0) code = c;
+    // One worker's failure dooms the attempt: don't leave the others waiting in collectives.
+    if (c != 0 && c != shardd::kExitPreempted)
+      for (pid_t other : g_children) ::kill(other, SIGTERM);
+  }
+  return code;
+}
+
 }  // namespace
+
+int RunStandalone(const std::string& config_path, const std::vector<std::string>& sets, int rank, int world,
+                  const std::string& rendezvous, const std::string& run_id, const std::string& hostname,
+                  const std::string& metrics_path);
 
 int main(int argc, char** argv) {
   CLI::App app{"shardd-worker: trains one rank of a shardd job"};
@@ -36,9 +108,17 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
   app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  int rank = 0, world = 0;
+  int rank = -1, world = 0, nproc = 1, node_rank = -1;
+  bool brief = false;
+  std::string log_dir;
+  app.add_flag("--brief", brief, "With --probe: one line (\"8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)\")");
+  app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks node_rank*N .. node_rank*N+N-1 "
+                 "(a Kubernetes pod per node)")->capture_default_str();
+  app.add_option("--node-rank", node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
+  app.add_option("--log-dir", log_dir, "Append each worker's output to DIR/rank_<r>.log");
   std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
-  app.add_option("--rank", rank, "This worker's rank in [0, world)")->capture_default_str();
+  app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
+                 "JOB_COMPLETION_INDEX x --nproc-per-node + local index, else 0)");
   app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)");
   app.add_option("--rendezvous", rendezvous,
                  "Where ranks find each other: file:DIR (a directory every rank can reach)");
@@ -48,7 +128,9 @@ int main(int argc, char** argv) {
   shardd::AgentOptions agent;
   app.add_option("--coordinator", agent.coordinator, "Coordinator address host:port (coordinator mode)");
   app.add_option("--job", agent.job_id, "Job id (coordinator mode)");
-  app.add_option("--attempt", agent.attempt, "Attempt number (coordinator mode)");
+  app.add_option("--attempt", agent.attempt,
+                 "Attempt number (coordinator mode); leave out to join the current attempt of a job submitted with "
+                 "resources.launcher: external, with its join token in SHARDD_WORKER_TOKEN");
   app.add_option("--tls-ca", agent.tls_ca, "PEM CA to verify the coordinator's TLS certificate");
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
@@ -56,27 +138,53 @@ int main(int argc, char** argv) {
   if (probe) {
     auto hw = shard::ProbeHardware();
     if (!hw.ok()) return Fail(hw.status(), 3);
-    std::fputs(hw->ToString().c_str(), stdout);
+    std::fputs(brief ? (hw->Brief() + "\n").c_str() : hw->ToString().c_str(), stdout);
     return 0;
   }
-  if (!standalone) {
-    if (agent.coordinator.empty() || agent.job_id.empty() || agent.attempt <= 0)
-      return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID --attempt N --rank R (launched by shardd), "
-                                         "or --standalone --config JOB.yaml"), 2);
-    const char* token = std::getenv("SHARDD_WORKER_TOKEN");
-    if (!token || !*token) return Fail(shard::InvalidArgument("SHARDD_WORKER_TOKEN is not set"), 2);
-    agent.token = token;
-    if (agent.tls_ca.empty())
-      if (const char* ca = std::getenv("SHARDD_TLS_CA"); ca && *ca) agent.tls_ca = ca;
-    agent.rank = rank;
-    agent.hostname = hostname;
-    return shardd::RunAgent(agent);
-  }
+  // Placement and logs for one local worker; the body of each rank.
+  auto run_one = [&](int local) -> int {
+    auto place = shardd::ResolvePlacement(rank, node_rank, nproc, local, [](const char* n) { return std::getenv(n); });
+    if (!place.ok()) return Fail(place.status(), shardd::kExitBadInput);
+    if (!log_dir.empty())
+      if (auto st = RedirectLogs(log_dir, place->rank); !st.ok()) return Fail(st, shardd::kExitBadInput);
+    shardd::InstallStopSignal();
+    if (!standalone) {
+      if (agent.coordinator.empty() || agent.job_id.empty() || agent.attempt < 0)
+        return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID [--attempt N] (launched by shardd or "
+                                           "joining an external job), or --standalone --config JOB.yaml"),
+                    shardd::kExitBadInput);
+      const char* token = std::getenv("SHARDD_WORKER_TOKEN");
+      if (!token || !*token)
+        return Fail(shard::InvalidArgument(agent.attempt == 0 ? "SHARDD_WORKER_TOKEN is not set (an external job's "
+                                                                "join token: shardctl status JOB --json)"
+                                                              : "SHARDD_WORKER_TOKEN is not set"),
+                    shardd::kExitBadInput);
+      shardd::AgentOptions a = agent;
+      a.token = token;
+      if (a.tls_ca.empty())
+        if (const char* ca = std::getenv("SHARDD_TLS_CA"); ca && *ca) a.tls_ca = ca;
+      a.rank = place->rank;
+      a.world_hint = place->world_hint;
+      a.launcher_id = place->launcher_id;
+      a.probe_devices = place->local_rank == 0;
+      a.hostname = hostname;
+      return shardd::RunAgent(a);
+    }
+    return RunStandalone(config_path, sets, place->rank, world, rendezvous, run_id, hostname, metrics_path);
+  };
+  if (nproc > 1) return RunLocalWorkers(nproc, run_one);
+  return run_one(0);
+}
+
+int RunStandalone(const std::string& config_path, const std::vector<std::string>& sets, int rank, int world,
+                  const std::string& rendezvous, const std::string& run_id, const std::string& hostname,
+                  const std::string& metrics_path) {
   if (config_path.empty()) return Fail(shard::InvalidArgument("--config JOB.yaml is required"), 2);
 
   auto job = shard::LoadJobConfig(config_path, sets);
   if (!job.ok()) return Fail(job.status(), 2);
   shard::DistContext dist;
+  dist.stop_requested = shardd::StopRequested;
   dist.rank = rank;
   dist.world = world > 0 ? world : job->parallel.world_size;
   dist.prefix = job->name + "/" + run_id + "/";
@@ -112,6 +220,12 @@ int main(int argc, char** argv) {
     }
   });
   if (!st.ok()) return Fail(st);
+  if ((*trainer)->stopped()) {
+    if (rank == 0)
+      std::printf("stopped on %s at step %lld; checkpoint written: run again to resume\n", shardd::StopSignalName(),
+                  static_cast<long long>((*trainer)->step()));
+    return shardd::kExitPreempted;
+  }
   if (rank == 0) std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
               last_loss);
   return 0;

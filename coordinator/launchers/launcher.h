@@ -48,6 +48,9 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
   virtual const char* name() const = 0;
+  // Whether jobs can be launched here now (e.g. sbatch or kubectl can run);
+  // a submission for an unavailable launcher is refused with this error.
+  virtual Status CheckAvailable() { return shard::OkStatus(); }
   // Starts every rank; returns their process ids (0 where unknown).
   virtual StatusOr<std::vector<int>> Launch(const LaunchRequest& req) = 0;
   // Ranks that ended since the last call.

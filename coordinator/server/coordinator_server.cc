@@ -191,6 +191,9 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
   explicit WorkerServiceImpl(JobManager* jobs) : jobs_(jobs) {}
 
+  ServerUnaryReactor* Join(CallbackServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
+    return Reply(ctx, jobs_->Join(*req, BearerToken(ctx)), resp);
+  }
   ServerUnaryReactor* Register(CallbackServerContext* ctx, const v1::RegisterRequest* req,
                                v1::RegisterResponse* resp) override {
     return Reply(ctx, jobs_->Register(*req, BearerToken(ctx)), resp);

@@ -12,7 +12,7 @@ CREATE TABLE IF NOT EXISTS jobs(
   id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
   restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
   worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
-  seq INTEGER NOT NULL, number INTEGER NOT NULL);
+  seq INTEGER NOT NULL, number INTEGER NOT NULL, join_token TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS workers(
   job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
   hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
@@ -89,10 +89,10 @@ int64_t JobNumber(const std::string& id) {
 Status PutJobLocked(sqlite3* db, const JobRecord& j) {
   return Stmt(db,
               "INSERT OR REPLACE INTO jobs(id,name,state,attempt,restarts,reason,spec,progress,worker_token,"
-              "created_ms,updated_ms,seq,number) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)")
+              "created_ms,updated_ms,seq,number,join_token) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
       .Bind(j.id).Bind(j.name).Bind(j.state).Bind(j.attempt).Bind(j.restarts).Bind(j.reason).Bind(j.spec)
       .Bind(j.progress).Bind(j.worker_token).Bind(j.created_ms).Bind(j.updated_ms).Bind(j.seq)
-      .Bind(JobNumber(j.id))
+      .Bind(JobNumber(j.id)).Bind(j.join_token)
       .Run();
 }
 
@@ -114,6 +114,19 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                       .WithContext("state database " + path));
   RETURN_IF_ERROR(store->Exec(kSchema).WithContext("state database " + path));
+  // Databases from before external jobs lack the join token column.
+  bool has_join = false;
+  {
+    Stmt cols(db, "SELECT name FROM pragma_table_info('jobs')");
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, cols.Next());
+      if (!row) break;
+      if (cols.Text(0) == "join_token") has_join = true;
+    }
+  }
+  if (!has_join)
+    RETURN_IF_ERROR(store->Exec("ALTER TABLE jobs ADD COLUMN join_token TEXT NOT NULL DEFAULT ''")
+                        .WithContext("state database " + path));
   return store;
 }
 
@@ -137,8 +150,8 @@ Status StateStore::PutJob(const JobRecord& j) {
 StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
-         "SELECT id,name,state,attempt,restarts,reason,spec,progress,worker_token,created_ms,updated_ms,seq "
-         "FROM jobs ORDER BY number");
+         "SELECT id,name,state,attempt,restarts,reason,spec,progress,worker_token,created_ms,updated_ms,seq,"
+         "join_token FROM jobs ORDER BY number");
   std::vector<JobRecord> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
@@ -156,6 +169,7 @@ StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
     j.created_ms = s.Int(9);
     j.updated_ms = s.Int(10);
     j.seq = s.Int(11);
+    j.join_token = s.Text(12);
     out.push_back(std::move(j));
   }
   return out;

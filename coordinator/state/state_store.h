@@ -36,6 +36,7 @@ struct JobRecord {
   std::string spec;         // serialized shardd.v1.JobSpec
   std::string progress;     // serialized shardd.v1.Progress
   std::string worker_token; // the current attempt's token
+  std::string join_token;   // launcher: external — what the user's workers join with
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
   int64_t seq = 0;          // the newest event's number

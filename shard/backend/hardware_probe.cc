@@ -33,6 +33,18 @@ std::string HardwareProbe::ToString() const {
   return s;
 }
 
+std::string HardwareProbe::Brief() const {
+  if (gpus.empty()) return "";
+  const GpuInfo& g = gpus[0];
+  std::string link = gpus.size() < 2 ? "" : ", pcie";
+  for (const PeerLink& l : links)
+    if (l.kind == "nvlink") link = ", nvlink";
+  char line[512];
+  std::snprintf(line, sizeof line, "%zux %s (sm_%d%d, %.1f GiB%s%s)", gpus.size(), g.name.c_str(), g.cc_major,
+                g.cc_minor, g.total_bytes / 1073741824.0, g.bf16 ? ", bf16" : "", link.c_str());
+  return line;
+}
+
 StatusOr<HardwareProbe> ProbeHardware() {
 #if SHARDD_CUDA_ENABLED
   return cuda::ProbeHardware();

@@ -46,6 +46,8 @@ struct HardwareProbe {
 
   // A human-readable report (several lines).
   std::string ToString() const;
+  // One line: "8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)".
+  std::string Brief() const;
 };
 
 // "13.0" from 13000.

@@ -282,7 +282,11 @@ StatusOr<StepMetrics> Trainer::Step() {
     loss_sum += l;
   }
   RETURN_IF_ERROR(runtime_->FinishGradients());
-  RETURN_IF_ERROR(runtime_->AllReduceSum(&loss_sum, 1));
+  // The loss sum and the stop vote travel in one all-reduce.
+  double reduced[2] = {loss_sum, dist_.stop_requested && dist_.stop_requested() ? 1.0 : 0.0};
+  RETURN_IF_ERROR(runtime_->AllReduceSum(reduced, 2));
+  loss_sum = reduced[0];
+  stop_agreed_ = reduced[1] > 0;
   ASSIGN_OR_RETURN(double sq, runtime_->GradNormSquared());
 
   const ParamLayout& layout = model_->layout();
@@ -305,8 +309,9 @@ StatusOr<StepMetrics> Trainer::Step() {
   ++step_;
   samples_seen_ += gb.consumed;
   tokens_seen_ += gb.tokens;
-  if (job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps))
-    RETURN_IF_ERROR(checkpointer_->Save(RunState()));
+  const bool periodic =
+      job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps);
+  if (periodic || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / static_cast<double>(gb.target_tokens);
@@ -333,6 +338,12 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
                m.grad_norm, window_tokens / std::max(window_seconds, 1e-9));
       window_seconds = 0;
       window_tokens = 0;
+    }
+    if (stop_agreed_ && step_ < tc.steps) {
+      RETURN_IF_ERROR(checkpointer_->Wait());
+      stopped_ = true;
+      if (dist_.rank == 0) LOG_WARN("stopped at step {} on request; checkpoint step_{} is written", step_, step_);
+      return OkStatus();
     }
   }
   RETURN_IF_ERROR(checkpointer_->Wait());

@@ -46,6 +46,11 @@ struct DistContext {
   // Set under the control plane: checkpoint shards are reported here and the
   // coordinator commits them (otherwise rank 0 commits).
   CheckpointReportFn report_checkpoint;
+  // Polled once per step on every rank (a Slurm preemption signal, say); if it
+  // returns true on any rank, every rank checkpoints that same step and Run
+  // returns early with stopped() set. The ranks agree through the step's
+  // loss all-reduce, so the check costs no extra collective.
+  std::function<bool()> stop_requested;
 };
 
 class Trainer {
@@ -60,6 +65,9 @@ class Trainer {
   Status ExportHf(const std::string& dir, DType dtype);
 
   int64_t step() const { return step_; }
+  // Run returned early because DistContext.stop_requested asked it to; the
+  // step's checkpoint is written (and reported) by then.
+  bool stopped() const { return stopped_; }
   // The global sampler cursor: samples (or windows) consumed so far.
   int64_t samples_seen() const { return samples_seen_; }
   int rank() const { return dist_.rank; }
@@ -94,6 +102,8 @@ class Trainer {
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
   std::unique_ptr<BatchSource> data_;
   int64_t step_ = 0;
+  bool stop_agreed_ = false;  // some rank asked to stop at this step
+  bool stopped_ = false;
   // Host staging and device copies of one micro-batch.
   std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;
   DeviceBuffer d_tokens_, d_targets_, d_pos_, d_seg_;

@@ -74,7 +74,9 @@ class FakeLauncher : public Launcher {
     std::vector<int> pids;
   };
 
-  const char* name() const override { return "fake"; }
+  // It stands in for the local launcher, or any other under its name.
+  explicit FakeLauncher(const char* name = "local") : name_(name) {}
+  const char* name() const override { return name_; }
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override {
     launches.push_back(req);
     if (!launch_error.ok()) return launch_error;
@@ -100,7 +102,7 @@ class FakeLauncher : public Launcher {
 
   // The next Poll reports that rank ended (exit_code when signal == 0).
   void Exit(const std::string& job_id, int attempt, int rank, int exit_code, int signal = 0) {
-    pending_exits.push_back({job_id, attempt, rank, exit_code, signal});
+    pending_exits.push_back({job_id, attempt, rank, exit_code, signal, ""});
   }
   void SetRunning(const std::string& job_id, int attempt, int n) { running[{job_id, attempt}] = n; }
   int CountTerminates(const std::string& job_id, int attempt, bool force) const {
@@ -116,6 +118,7 @@ class FakeLauncher : public Launcher {
   std::map<std::pair<std::string, int>, int> running;
   Status launch_error;
   int next_pid = 4000;
+  const char* name_;
 };
 
 // A JobManager on a fake clock over a real StateStore in the scratch dir, with

@@ -1,0 +1,78 @@
+// The Slurm backend: one sbatch job per attempt (`srun shardd-worker`, one
+// task per rank), watched with `scontrol show job` (sacct when the job has
+// left slurmctld's memory), ended with scancel. Every Slurm command goes
+// through RunCommand with the paths in SlurmLauncherOptions, so tests can
+// point them elsewhere.
+//
+// Outcomes: Slurm sees the allocation, not the ranks, so an ended job is
+// reported as RankExit::kAllRanks with the batch script's exit code (the
+// highest of the workers': 2 = bad input, 5 = preempted after a checkpoint)
+// and, for states other than COMPLETED/FAILED, the state in words. A job that
+// Slurm requeued by itself (node failure, preemption with --requeue) is
+// reported as ended too: the coordinator starts a new attempt with a new
+// token and cancels the requeued one, so two generations never run at once.
+//
+// Polls are rate-limited to resources.slurm.poll_interval_s per attempt, and
+// run on the JobManager's thread (scontrol answers in milliseconds from
+// slurmctld's memory; each command has a timeout).
+//
+// Thread-safety: called from the JobManager's thread only, like every Launcher.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/launchers/launcher.h"
+
+namespace shardd {
+
+struct SlurmLauncherOptions {
+  std::string sbatch = "sbatch";
+  std::string scontrol = "scontrol";
+  std::string squeue = "squeue";
+  std::string scancel = "scancel";
+  std::string sacct = "sacct";
+  double command_timeout_s = 30;
+};
+
+class SlurmLauncher : public Launcher {
+ public:
+  explicit SlurmLauncher(SlurmLauncherOptions opts = {}) : opts_(std::move(opts)) {}
+  const char* name() const override { return "slurm"; }
+  // sbatch runs here (checked once a minute at most).
+  Status CheckAvailable() override;
+  StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
+  std::vector<RankExit> Poll() override;
+  void Terminate(const std::string& job_id, int attempt, bool force) override;
+  int Running(const std::string& job_id, int attempt) override;
+  void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
+
+  // The Slurm job id of an attempt ("" if unknown); for tests and status.
+  std::string SlurmJobId(const std::string& job_id, int attempt) const;
+
+ private:
+  struct Attempt {
+    std::string slurm_id;
+    double poll_interval_s = 2;
+    std::chrono::steady_clock::time_point next_poll;
+    int restarts_seen = 0;
+    bool ran = false;      // seen RUNNING at least once
+    bool ended = false;    // reported (or terminated and gone)
+  };
+  using Key = std::pair<std::string, int>;
+  // Asks Slurm about one job; fills *exit and returns true when it ended.
+  bool Check(const Key& key, Attempt& a, RankExit* exit);
+  // Checks the attempt if its poll is due; an exit goes to pending_.
+  void Refresh(const Key& key, Attempt& a);
+
+  SlurmLauncherOptions opts_;
+  std::map<Key, Attempt> attempts_;
+  std::vector<RankExit> pending_;  // exits found, not yet returned by Poll
+  Status available_;
+  std::chrono::steady_clock::time_point available_checked_{};
+};
+
+}  // namespace shardd
