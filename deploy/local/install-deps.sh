@@ -11,6 +11,7 @@ packages=(
   libgloo-dev libopenblas-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
   python3
+  slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster
 )
 
 missing=()
