@@ -73,6 +73,8 @@ class State:
         self.step = {}     # job name -> step index
         self.log = open(log_path, "a", buffering=1)
         self.uid = 0
+        self.apply_error = scenario.get("apply_error")  # {"code", "reason", "message"}: refuse Job applies
+        self.deleted_pods = set()
 
     def record(self, entry):
         self.log.write(json.dumps(entry) + "\n")
@@ -90,6 +92,8 @@ class State:
         pods = []
         for p in step.get("pods", []):
             idx = p["index"]
+            if f"{name}-{idx}-{p.get('suffix', 'x7k2p')}" in self.deleted_pods:
+                continue
             meta = {
                 "name": f"{name}-{idx}-{p.get('suffix', 'x7k2p')}",
                 "namespace": job["metadata"]["namespace"],
@@ -207,6 +211,12 @@ class Handler(BaseHTTPRequestHandler):
                     return self.status(404, "NotFound", f'{resource} "{name}" not found',
                                        {"name": name, "kind": resource})
                 return self.send_json(200, obj)
+            if method == "DELETE" and name and resource == "pods":
+                pod = self.get(gv, resource, ns, name)
+                if pod is None:
+                    return self.status(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+                st.deleted_pods.add(name)
+                return self.send_json(200, pod)
             if method == "DELETE" and name:
                 key = (gv, resource, ns, name)
                 if key not in st.objects:
@@ -228,6 +238,9 @@ class Handler(BaseHTTPRequestHandler):
         if obj.get("kind") != kind or obj.get("metadata", {}).get("name") != name:
             return self.status(400, "BadRequest", f"body is {obj.get('kind')} {obj.get('metadata', {}).get('name')}")
         st = self.state
+        if st.apply_error and kind == "Job":
+            e = st.apply_error
+            return self.status(e["code"], e["reason"], e["message"], {"name": name, "group": "batch", "kind": "Job"})
         key = (gv, resource, ns, name)
         st.uid += 1
         obj.setdefault("metadata", {})

@@ -15,6 +15,8 @@ mkdir -p "$here/fixtures"
   | grep -v '^#' > "$tmp/objects.yaml"
 for scenario in "$here"/scenarios/*.json; do
   name="$(basename "$scenario" .json)"
+  steps="$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$scenario")"
+  [ "$steps" -gt 0 ] || continue  # scenarios about applies (apply_invalid) have nothing to record
   rm -f "$tmp/port"
   python3 "$here/fake_apiserver.py" --port-file "$tmp/port" --log "$tmp/log" --scenario "$scenario" &
   server=$!
@@ -28,7 +30,6 @@ contexts: [{name: fake, context: {cluster: fake, user: fake}}]
 current-context: fake
 KC
   kubectl --kubeconfig "$tmp/kubeconfig" apply --server-side --field-manager=shardd -f - < "$tmp/objects.yaml" > /dev/null
-  steps="$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$scenario")"
   for ((i = 0; i < steps; i++)); do
     kubectl --kubeconfig "$tmp/kubeconfig" get jobs.batch,pods -n default \
       -l shardd.io/job=demo-1,shardd.io/attempt=1 -o json > "$here/fixtures/${name}_$i.json"
