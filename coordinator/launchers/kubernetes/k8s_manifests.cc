@@ -99,7 +99,9 @@ Json EnvVar(const std::string& name, const std::string& value) { return Json{{"n
 
 std::string PodScript(const std::string& worker_command) {
   // bash is PID 1: it forwards SIGTERM (pod deletion) to the worker's process
-  // group, and exits with the worker's code, which Kubernetes reports.
+  // group and exits with the worker's code, which Kubernetes reports. tee is
+  // started by bash itself, outside the worker's group, so the worker's last
+  // words reach the log after a SIGTERM too; bash waits for it before exiting.
   return "set -m\n"
          "index=\"${JOB_COMPLETION_INDEX:?not set: this pod is not part of an Indexed Job}\"\n"
          "log=/dev/null\n"
@@ -109,10 +111,12 @@ std::string PodScript(const std::string& worker_command) {
          "  for ((i = 0; i < SHARDD_NPROC_PER_NODE; i++)); do\n"
          "    ln -sfn \"pod_${index}.log\" \"$SHARDD_LOG_DIR/rank_$((index * SHARDD_NPROC_PER_NODE + i)).log\"\n"
          "  done\n"
-         "fi\n" +
+         "fi\n"
+         "exec > >(tee -a \"$log\") 2>&1\n"
+         "tee_pid=$!\n" +
          ShellQuote(worker_command) +
          " --coordinator \"$SHARDD_COORDINATOR\" --job \"$SHARDD_JOB_ID\" --attempt \"$SHARDD_ATTEMPT\""
-         " --nproc-per-node \"$SHARDD_NPROC_PER_NODE\" --hostname \"$POD_IP\" > >(tee -a \"$log\") 2>&1 &\n"
+         " --nproc-per-node \"$SHARDD_NPROC_PER_NODE\" --hostname \"$POD_IP\" &\n"
          "worker=$!\n"
          "trap 'kill -TERM -- \"-$worker\" 2>/dev/null || kill -TERM \"$worker\" 2>/dev/null' TERM INT\n"
          "while :; do\n"
@@ -123,6 +127,8 @@ std::string PodScript(const std::string& worker_command) {
          "wait \"$worker\" 2>/dev/null\n"
          "last=$?\n"
          "if [ \"$last\" -ne 127 ]; then rc=$last; fi\n"
+         "exec >&- 2>&-\n"
+         "wait \"$tee_pid\" 2>/dev/null\n"
          "exit \"$rc\"\n";
 }
 
