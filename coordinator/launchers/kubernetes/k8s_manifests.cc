@@ -63,9 +63,6 @@ Status CheckRequest(const LaunchRequest& req, bool redact_token) {
   if (!c.service_account.empty() && !IsSubdomain(c.service_account))
     return InvalidArgument("resources.kubernetes.service_account '" + c.service_account +
                            "' is not a valid name (DNS-1123 subdomain)");
-  if (!c.token_secret.empty())
-    return InvalidArgument("resources.kubernetes.token_secret is not supported: the worker token changes with every "
-                           "attempt, so the launcher creates one Secret per attempt; remove the key");
   if (Status st = CheckLabels(c.labels, "labels"); !st.ok()) return st;
   if (Status st = CheckLabels(c.node_selector, "node_selector"); !st.ok()) return st;
   for (const auto& [k, v] : c.labels)

@@ -92,6 +92,23 @@ StatusOr<std::vector<int>> KubernetesLauncher::Launch(const LaunchRequest& req) 
   return std::vector<int>(req.world, 0);
 }
 
+Status KubernetesLauncher::CheckAvailable() {
+  const auto now = std::chrono::steady_clock::now();
+  if (available_checked_ != std::chrono::steady_clock::time_point{} && now - available_checked_ < std::chrono::minutes(1))
+    return available_;
+  available_checked_ = now;
+  CommandOptions co;
+  co.timeout_s = 10;
+  auto r = RunCommand({opts_.kubectl, "version", "--client"}, co);
+  if (!r.ok())
+    available_ = shard::FailedPrecondition("the kubernetes launcher cannot run kubectl here: " + r.status().message());
+  else if (!r->ok())
+    available_ = shard::FailedPrecondition("the kubernetes launcher: " + r->Explain(opts_.kubectl + " version --client"));
+  else
+    available_ = shard::OkStatus();
+  return available_;
+}
+
 std::vector<RankExit> KubernetesLauncher::Poll() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RankExit> out;
@@ -344,6 +361,9 @@ void KubernetesLauncher::DoPoll(const Key& key, Attempt s) {
     case k8s::Verdict::kFailed:
       a.finished = true;
       if (!a.delete_wanted) ReportLocked(a, v.exit_code, v.signal, v.detail);
+      // The coordinator ends failed attempts itself (Terminate); a finished
+      // one is cleaned up here, so no Job or Secret with a dead token stays.
+      if (v.phase == k8s::Verdict::kSucceeded) a.delete_wanted = true;
       break;
     case k8s::Verdict::kPending:
     case k8s::Verdict::kRunning:

@@ -22,6 +22,7 @@
 // guards attempts_ and exits_. kubectl runs on thread_ only, never under mu_.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -55,6 +56,8 @@ class KubernetesLauncher : public Launcher {
   explicit KubernetesLauncher(KubernetesLauncherOptions opts);
   ~KubernetesLauncher() override;  // stops watching; leaves the cluster objects for adoption
   const char* name() const override { return "kubernetes"; }
+  // kubectl runs here (`kubectl version --client`, checked once a minute at most).
+  Status CheckAvailable() override;
   // Renders and checks; queues `kubectl apply`. Returns world zeros (pods
   // have no process ids the coordinator could use).
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
@@ -112,6 +115,8 @@ class KubernetesLauncher : public Launcher {
   std::map<Key, Attempt> attempts_;
   std::vector<RankExit> exits_;
   bool stop_ = false;
+  Status available_;                                  // CheckAvailable's cache (JobManager thread only)
+  std::chrono::steady_clock::time_point available_checked_{};
   std::thread thread_;  // last: starts after everything above exists
 };
 

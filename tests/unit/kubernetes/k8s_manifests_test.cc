@@ -198,9 +198,6 @@ TEST(K8sManifests, RefusesWhatPodsCouldNotUse) {
   r.resources.kubernetes.namespace_ = "Bad_NS";
   expect_error(r, "namespace");
   r = Request(2, 0, 0);
-  r.resources.kubernetes.token_secret = "x";
-  expect_error(r, "token_secret");
-  r = Request(2, 0, 0);
   r.env.clear();
   expect_error(r, "SHARDD_WORKER_TOKEN");
   r = Request(3, 2, 0);
