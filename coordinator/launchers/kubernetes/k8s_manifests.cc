@@ -95,10 +95,13 @@ Json EnvVar(const std::string& name, const std::string& value) { return Json{{"n
 }  // namespace
 
 std::string PodScript(const std::string& worker_command) {
-  // bash is PID 1: it forwards SIGTERM (pod deletion) to the worker's process
-  // group and exits with the worker's code, which Kubernetes reports. tee is
-  // started by bash itself, outside the worker's group, so the worker's last
-  // words reach the log after a SIGTERM too; bash waits for it before exiting.
+  // bash is PID 1: it turns SIGTERM (pod deletion, eviction) into SIGUSR1 for
+  // the worker — shardd-worker's graceful stop: every rank checkpoints the
+  // same step and exits 5 (with --nproc-per-node the parent passes it on to
+  // its children) — and exits with the worker's code, which Kubernetes
+  // reports; the kubelet's SIGKILL after the grace period ends anything left.
+  // tee is started by bash itself, outside the worker's group, so the
+  // worker's last words reach the log; bash waits for it before exiting.
   return "set -m\n"
          "index=\"${JOB_COMPLETION_INDEX:?not set: this pod is not part of an Indexed Job}\"\n"
          "log=/dev/null\n"
@@ -115,7 +118,7 @@ std::string PodScript(const std::string& worker_command) {
          " --coordinator \"$SHARDD_COORDINATOR\" --job \"$SHARDD_JOB_ID\" --attempt \"$SHARDD_ATTEMPT\""
          " --nproc-per-node \"$SHARDD_NPROC_PER_NODE\" --hostname \"$POD_IP\" &\n"
          "worker=$!\n"
-         "trap 'kill -TERM -- \"-$worker\" 2>/dev/null || kill -TERM \"$worker\" 2>/dev/null' TERM INT\n"
+         "trap 'kill -USR1 \"$worker\" 2>/dev/null' TERM INT\n"
          "while :; do\n"
          "  wait \"$worker\"\n"
          "  rc=$?\n"

@@ -297,7 +297,8 @@ TEST(K8sPodScript, RunsTheWorkerAndKeepsItsExitCode) {
   fs::remove_all(dir);
 }
 
-TEST(K8sPodScript, ForwardsSigtermToTheWorker) {
+// The kubelet's SIGTERM reaches the worker as SIGUSR1, its graceful stop.
+TEST(K8sPodScript, TurnsSigtermIntoTheWorkersStopSignal) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("k8s_pod_term_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -305,7 +306,8 @@ TEST(K8sPodScript, ForwardsSigtermToTheWorker) {
   const fs::path worker = dir / "fake-worker";
   {
     std::ofstream f(worker);
-    f << "#!/bin/bash\ntrap 'echo got-term; exit 42' TERM\nwhile :; do sleep 0.05; done\n";
+    f << "#!/bin/bash\ntrap 'echo got-usr1; exit 5' USR1\ntrap 'echo got-term; exit 42' TERM\n"
+         "while :; do sleep 0.05; done\n";
   }
   fs::permissions(worker, fs::perms::owner_all);
   // The pod script in the background; SIGTERM to it after a moment, as the
@@ -316,8 +318,9 @@ TEST(K8sPodScript, ForwardsSigtermToTheWorker) {
   co.timeout_s = 20;
   auto r = RunCommand({"bash", "-c", outer}, co);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->exit_code, 42) << r->out << r->err;
-  EXPECT_NE(r->out.find("got-term"), std::string::npos);
+  EXPECT_EQ(r->exit_code, 5) << r->out << r->err;
+  EXPECT_NE(r->out.find("got-usr1"), std::string::npos) << r->out;
+  EXPECT_EQ(r->out.find("got-term"), std::string::npos) << r->out;
   fs::remove_all(dir);
 }
 
