@@ -113,9 +113,9 @@ Status KubernetesConfig::Validate(int world_size) const {
   if (pvc.empty())
     return InvalidArgument("resources.kubernetes.pvc is required (the claim that holds the job's directory and "
                            "checkpoints, mounted by the coordinator too)");
-  if (nodes < 0 || gpus_per_node < 0 || procs_per_node < 0 || active_deadline_s < 0)
-    return InvalidArgument("resources.kubernetes: nodes, gpus_per_node, procs_per_node and active_deadline_s must "
-                           "not be negative");
+  if (nodes < 0 || gpus_per_node < 0 || procs_per_node < 0 || active_deadline_s < 0 || termination_grace_s < 0)
+    return InvalidArgument("resources.kubernetes: nodes, gpus_per_node, procs_per_node, active_deadline_s and "
+                           "termination_grace_s must not be negative");
   const int n = Nodes(world_size), p = ProcsPerNode(world_size);
   if (n * p != world_size)
     return InvalidArgument("resources.kubernetes: " + std::to_string(n) + " pod(s) x " + std::to_string(p) +
@@ -257,6 +257,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
       RETURN_IF_ERROR(k.Get("labels", &c.labels));
       RETURN_IF_ERROR(k.Get("env", &c.env));
       RETURN_IF_ERROR(k.Get("active_deadline_s", &c.active_deadline_s));
+      RETURN_IF_ERROR(k.Get("termination_grace_s", &c.termination_grace_s));
       RETURN_IF_ERROR(k.Get("poll_interval_s", &c.poll_interval_s));
       RETURN_IF_ERROR(k.Finish());
     }

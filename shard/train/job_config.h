@@ -96,6 +96,7 @@ struct KubernetesConfig {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> env;
   int active_deadline_s = 0;     // spec.activeDeadlineSeconds (0 = none)
+  int termination_grace_s = 300; // SIGTERM → SIGKILL: time to write the checkpoint a deletion asks for
   double poll_interval_s = 2;
   Status Validate(int world_size) const;
   int Nodes(int world_size) const;

@@ -204,6 +204,8 @@ shard::StatusOr<Manifests> RenderManifests(const LaunchRequest& req, const Manif
   // (backoffLimit 0, restartPolicy Never) and the coordinator starts the next
   // attempt from the newest committed checkpoint.
   Json pod_spec = Json{{"restartPolicy", "Never"}, {"subdomain", m.name}, {"enableServiceLinks", false}};
+  // Time for the checkpoint a SIGTERM asks for, before the kubelet's SIGKILL.
+  pod_spec["terminationGracePeriodSeconds"] = c.termination_grace_s;
   if (!c.service_account.empty()) pod_spec["serviceAccountName"] = c.service_account;
   if (!c.node_selector.empty()) {
     Json ns = Json::object();
