@@ -77,6 +77,7 @@ class FakeLauncher : public Launcher {
   // It stands in for the local launcher, or any other under its name.
   explicit FakeLauncher(const char* name = "local") : name_(name) {}
   const char* name() const override { return name_; }
+  Status CheckAvailable() override { return available; }
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override {
     launches.push_back(req);
     if (!launch_error.ok()) return launch_error;
@@ -104,6 +105,10 @@ class FakeLauncher : public Launcher {
   void Exit(const std::string& job_id, int attempt, int rank, int exit_code, int signal = 0) {
     pending_exits.push_back({job_id, attempt, rank, exit_code, signal, ""});
   }
+  // The next Poll reports that the whole allocation ended (a Slurm job).
+  void ExitAll(const std::string& job_id, int attempt, int exit_code, const std::string& detail = "") {
+    pending_exits.push_back({job_id, attempt, RankExit::kAllRanks, exit_code, 0, detail});
+  }
   void SetRunning(const std::string& job_id, int attempt, int n) { running[{job_id, attempt}] = n; }
   int CountTerminates(const std::string& job_id, int attempt, bool force) const {
     int n = 0;
@@ -117,6 +122,7 @@ class FakeLauncher : public Launcher {
   std::vector<RankExit> pending_exits;
   std::map<std::pair<std::string, int>, int> running;
   Status launch_error;
+  Status available;  // what CheckAvailable answers
   int next_pid = 4000;
   const char* name_;
 };

@@ -1,0 +1,307 @@
+// The Slurm launcher against stand-ins: tiny shell scripts in the scratch dir
+// play sbatch, scontrol, sacct, scancel and squeue (SlurmLauncherOptions names
+// them), record their argv, token and cwd, and print whatever the test put in
+// <name>.out / <name>.err with exit code <name>.rc. No Slurm, no network.
+#include "coordinator/launchers/slurm/slurm_launcher.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "coordinator/launchers/slurm/slurm_script.h"
+#include "tests/unit/coordinator/coordinator_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+using shard::StatusCode;
+
+constexpr char kToken[] = "feedfacecafebeef-attempt-token";
+
+class SlurmLauncherTest : public ScratchTest {
+ protected:
+  void SetUp() override {
+    ScratchTest::SetUp();
+    if (HasFatalFailure()) return;
+    for (const char* name : {"sbatch", "scontrol", "squeue", "scancel", "sacct"}) {
+      const std::string path = Path(std::string("bin/") + name);
+      WriteBytes(path,
+                 "#!/bin/sh\n"
+                 "d='" + dir_ + "'\n"
+                 "n=" + name + "\n"
+                 "{ printf 'argv:'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; printf '\\n'\n"
+                 "  printf 'token:%s\\n' \"${SHARDD_WORKER_TOKEN:-}\"; printf 'cwd:%s\\n' \"$(pwd)\"; } >> \"$d/$n.calls\"\n"
+                 "[ -f \"$d/$n.err\" ] && cat \"$d/$n.err\" >&2\n"
+                 "[ -f \"$d/$n.out\" ] && cat \"$d/$n.out\"\n"
+                 "rc=0; [ -f \"$d/$n.rc\" ] && rc=$(cat \"$d/$n.rc\")\n"
+                 "exit $rc\n");
+      ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+    }
+    opts_.sbatch = Path("bin/sbatch");
+    opts_.scontrol = Path("bin/scontrol");
+    opts_.squeue = Path("bin/squeue");
+    opts_.scancel = Path("bin/scancel");
+    opts_.sacct = Path("bin/sacct");
+    opts_.command_timeout_s = 10;
+    fs::create_directories(Path("work"));
+    Answer("sbatch", "42\n");
+  }
+
+  // What the stand-in for `name` prints and exits with from now on.
+  void Answer(const std::string& name, const std::string& out, int rc = 0, const std::string& err = "") {
+    WriteBytes(Path(name + ".out"), out);
+    WriteBytes(Path(name + ".rc"), std::to_string(rc));
+    WriteBytes(Path(name + ".err"), err);
+  }
+  void Scontrol(const std::string& state, const std::string& exit_code = "0:0", int restarts = 0,
+                const std::string& reason = "None") {
+    Answer("scontrol", "JobId=42 JobName=shardd-tiny-1-a1 UserId=alice(1000) JobState=" + state + " Reason=" + reason +
+                           " Dependency=(null) Requeue=1 Restarts=" + std::to_string(restarts) +
+                           " BatchFlag=1 ExitCode=" + exit_code + " NodeList=node01\n");
+  }
+  std::string Calls(const std::string& name) { return ReadBytes(Path(name + ".calls")); }
+  int CountCalls(const std::string& name) {
+    const std::string c = Calls(name);
+    int n = 0;
+    for (size_t p = c.find("argv:"); p != std::string::npos; p = c.find("argv:", p + 1)) ++n;
+    return n;
+  }
+
+  LaunchRequest Request(double poll_interval_s = 1e-6) {
+    LaunchRequest r;
+    r.job_id = "tiny-1";
+    r.attempt = 1;
+    r.world = 2;
+    r.workdir = Path("work");
+    r.log_dir = Path("state/jobs/tiny-1/attempt_1");
+    r.coordinator = "127.0.0.1:7000";
+    r.worker_bin = "/opt/shardd/bin/shardd-worker";
+    r.env["SHARDD_WORKER_TOKEN"] = kToken;
+    r.job_name = "tiny";
+    r.resources.launcher = "slurm";
+    r.resources.slurm.poll_interval_s = poll_interval_s;
+    return r;
+  }
+  // Launches attempt 1 (sbatch answers 42).
+  void Launched(SlurmLauncher& l, double poll_interval_s = 1e-6) {
+    auto pids = l.Launch(Request(poll_interval_s));
+    ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+    ASSERT_EQ(l.SlurmJobId("tiny-1", 1), "42");
+  }
+  // One whole-allocation exit from the next Poll.
+  RankExit OneExit(SlurmLauncher& l) {
+    std::vector<RankExit> exits = l.Poll();
+    EXPECT_EQ(exits.size(), 1u);
+    if (exits.empty()) return {};
+    EXPECT_EQ(exits[0].job_id, "tiny-1");
+    EXPECT_EQ(exits[0].attempt, 1);
+    EXPECT_EQ(exits[0].rank, RankExit::kAllRanks);
+    return exits[0];
+  }
+
+  SlurmLauncherOptions opts_;
+};
+
+TEST_F(SlurmLauncherTest, LaunchWritesTheScriptAndPassesTheTokenInTheEnvironment) {
+  SlurmLauncher l(opts_);
+  const LaunchRequest req = Request();
+  auto pids = l.Launch(req);
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_EQ(*pids, (std::vector<int>{0, 0}));
+  EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "42");
+
+  const std::string script = req.log_dir + "/job.sbatch";
+  ASSERT_TRUE(fs::exists(script));
+  EXPECT_EQ(ReadBytes(script), RenderSbatchScript(req));
+  const std::string calls = Calls("sbatch");
+  EXPECT_EQ(CountCalls("sbatch"), 1);
+  EXPECT_TRUE(Contains(calls, "argv: [--parsable] [" + script + "]\n")) << calls;
+  EXPECT_TRUE(Contains(calls, std::string("token:") + kToken + "\n")) << calls;
+  EXPECT_TRUE(Contains(calls, "cwd:" + Path("work") + "\n")) << calls;
+  EXPECT_FALSE(Contains(calls.substr(0, calls.find('\n')), kToken)) << "the token is in argv: " << calls;
+}
+
+TEST_F(SlurmLauncherTest, ParsableOutputWithAClusterNameGivesTheId) {
+  Answer("sbatch", "43;cluster-a\n");
+  SlurmLauncher l(opts_);
+  ASSERT_TRUE(l.Launch(Request()).ok());
+  EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "43");
+}
+
+TEST_F(SlurmLauncherTest, SbatchFailureIsALaunchErrorWithItsStderr) {
+  Answer("sbatch", "", 1, "sbatch: error: invalid partition specified: nope\n");
+  SlurmLauncher l(opts_);
+  auto pids = l.Launch(Request());
+  ASSERT_FALSE(pids.ok());
+  EXPECT_TRUE(Contains(pids.status().message(), "sbatch: error: invalid partition specified: nope"))
+      << pids.status().ToString();
+  EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "");
+
+  Answer("sbatch", "Submitted batch job 42\n");
+  pids = l.Launch(Request());
+  ASSERT_FALSE(pids.ok());
+  EXPECT_TRUE(Contains(pids.status().message(), "not a job id")) << pids.status().ToString();
+}
+
+TEST_F(SlurmLauncherTest, PollsAreRateLimitedAndARunningJobReportsNothing) {
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  Launched(l, /*poll_interval_s=*/3600);
+  EXPECT_TRUE(l.Poll().empty());
+  EXPECT_EQ(CountCalls("scontrol"), 1);
+  EXPECT_TRUE(Contains(Calls("scontrol"), "argv: [show] [job] [-o] [42]\n")) << Calls("scontrol");
+  EXPECT_TRUE(l.Poll().empty());
+  EXPECT_EQ(l.Running("tiny-1", 1), 1);
+  EXPECT_EQ(CountCalls("scontrol"), 1) << "asked Slurm again within poll_interval_s";
+}
+
+TEST_F(SlurmLauncherTest, CompletedJobIsOneWholeAllocationExitWithCodeZero) {
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  EXPECT_TRUE(l.Poll().empty());
+  Scontrol("COMPLETED", "0:0");
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(e.signal, 0);
+  EXPECT_EQ(e.detail, "");
+  const int asked = CountCalls("scontrol");
+  EXPECT_TRUE(l.Poll().empty()) << "an exit is reported once";
+  EXPECT_EQ(CountCalls("scontrol"), asked) << "an ended job is not asked about again";
+}
+
+TEST_F(SlurmLauncherTest, FailedJobReportsTheWorkersExitCode) {
+  Scontrol("FAILED", "2:0", 0, "NonZeroExitCode");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_EQ(e.signal, 0);
+  EXPECT_TRUE(Contains(e.Describe(), "code 2")) << e.Describe();
+}
+
+TEST_F(SlurmLauncherTest, TimeoutIsNamedInTheDetail) {
+  Scontrol("TIMEOUT", "0:15", 0, "TimeLimit");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.exit_code, -1);
+  EXPECT_TRUE(Contains(e.detail, "slurm job 42 TIMEOUT")) << e.detail;
+  EXPECT_EQ(e.Describe(), e.detail);
+}
+
+TEST_F(SlurmLauncherTest, RequeueBySlurmEndsTheAttempt) {
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  EXPECT_TRUE(l.Poll().empty());
+  Scontrol("PENDING", "0:0", /*restarts=*/1, "BeginTime");
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.exit_code, -1);
+  EXPECT_TRUE(Contains(e.detail, "requeued")) << e.detail;
+  EXPECT_TRUE(Contains(e.detail, "42")) << e.detail;
+}
+
+TEST_F(SlurmLauncherTest, ForgottenJobIsAskedOfSacct) {
+  Answer("scontrol", "", 1, "slurm_load_jobs error: Invalid job id specified\n");
+  Answer("sacct", "CANCELLED by 0|0:15\n");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.signal, 15);
+  EXPECT_TRUE(Contains(e.detail, "CANCELLED")) << e.detail;
+  EXPECT_TRUE(Contains(Calls("sacct"), "[-j] [42]")) << Calls("sacct");
+
+  Answer("sacct", "COMPLETED|0:0\n");
+  SlurmLauncher l2(opts_);
+  Launched(l2);
+  const RankExit done = OneExit(l2);
+  EXPECT_EQ(done.exit_code, 0);
+  EXPECT_EQ(done.detail, "");
+}
+
+TEST_F(SlurmLauncherTest, JobNeitherCommandKnowsIsGone) {
+  Answer("scontrol", "", 1, "slurm_load_jobs error: Invalid job id specified\n");
+  Answer("sacct", "", 1, "sacct: error: Slurm accounting storage is disabled\n");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  const RankExit e = OneExit(l);
+  EXPECT_EQ(e.exit_code, -1);
+  EXPECT_TRUE(Contains(e.detail, "slurm job 42 is gone")) << e.detail;
+
+  Answer("sacct", "");  // accounting answers, but knows nothing either
+  SlurmLauncher l2(opts_);
+  Launched(l2);
+  EXPECT_TRUE(Contains(OneExit(l2).detail, "is gone"));
+}
+
+TEST_F(SlurmLauncherTest, TerminateCancelsTheJobAndForceKillsIt) {
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  l.Terminate("tiny-1", 1, /*force=*/false);
+  EXPECT_EQ(Calls("scancel").rfind("argv: [42]\n", 0), 0u) << Calls("scancel");
+  l.Terminate("tiny-1", 1, /*force=*/true);
+  EXPECT_TRUE(Contains(Calls("scancel"), "argv: [--signal=KILL] [--full] [42]\n")) << Calls("scancel");
+  l.Terminate("tiny-1", 9, /*force=*/true);  // no such attempt: nothing to cancel
+  EXPECT_EQ(CountCalls("scancel"), 2);
+}
+
+TEST_F(SlurmLauncherTest, RunningCountsTheAllocationAndKeepsItsExitForPoll) {
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  EXPECT_EQ(l.Running("tiny-1", 1), 0);
+  Launched(l);
+  EXPECT_EQ(l.Running("tiny-1", 1), 1);
+  Scontrol("FAILED", "1:0");
+  EXPECT_EQ(l.Running("tiny-1", 1), 0);
+  const RankExit e = OneExit(l);  // found by Running(), returned by Poll()
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_EQ(l.Running("tiny-1", 1), 0);
+}
+
+TEST_F(SlurmLauncherTest, AdoptFindsTheJobByItsName) {
+  Answer("squeue", "77\n");
+  Scontrol("RUNNING");
+  SlurmLauncher l(opts_);
+  l.Adopt("tiny-1", 1, {0, 0});
+  EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "77");
+  EXPECT_TRUE(Contains(Calls("squeue"), "[-n] [" + SlurmJobName("tiny-1", 1) + "]")) << Calls("squeue");
+  EXPECT_EQ(l.Running("tiny-1", 1), 1);
+  EXPECT_TRUE(Contains(Calls("scontrol"), "[77]")) << Calls("scontrol");
+  EXPECT_TRUE(l.Poll().empty());
+}
+
+TEST_F(SlurmLauncherTest, AdoptWithoutAMatchingJobReportsItGone) {
+  Answer("squeue", "");
+  SlurmLauncher l(opts_);
+  l.Adopt("tiny-1", 1, {0, 0});
+  EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "");
+  const RankExit e = OneExit(l);
+  EXPECT_TRUE(Contains(e.detail, "no slurm job named shardd-tiny-1-a1")) << e.detail;
+  EXPECT_EQ(CountCalls("scontrol"), 0);
+}
+
+TEST_F(SlurmLauncherTest, CheckAvailableRunsSbatchAndNamesItWhenMissing) {
+  SlurmLauncher ok(opts_);
+  EXPECT_TRUE(ok.CheckAvailable().ok());
+  EXPECT_TRUE(Contains(Calls("sbatch"), "argv: [--version]\n")) << Calls("sbatch");
+
+  SlurmLauncherOptions missing = opts_;
+  missing.sbatch = Path("bin/no-such-sbatch");
+  SlurmLauncher l(missing);
+  const Status st = l.CheckAvailable();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(st.message(), "sbatch")) << st.ToString();
+  EXPECT_TRUE(Contains(st.message(), "no-such-sbatch")) << st.ToString();
+
+  Answer("sbatch", "", 1, "sbatch: error: Invalid user for SlurmUser\n");
+  SlurmLauncher broken(opts_);
+  const Status b = broken.CheckAvailable();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(b.message(), "Invalid user for SlurmUser")) << b.ToString();
+}
+
+}  // namespace
+}  // namespace shardd::testing
