@@ -37,6 +37,9 @@ StatusOr<std::vector<int>> SlurmLauncher::Launch(const LaunchRequest& req) {
   ::chmod(script_path.c_str(), 0700);
   CommandOptions co;
   co.env = req.env;  // the token: sbatch --export=ALL hands it to the workers
+  // ... and all of this process's environment with it: blank the admin token
+  // (the local launcher drops it too; workers must never hold it).
+  co.env["SHARDD_TOKEN"] = "";
   co.cwd = req.workdir;
   co.timeout_s = opts_.command_timeout_s;
   ASSIGN_OR_RETURN(CommandResult r, RunCommand({opts_.sbatch, "--parsable", script_path}, co));

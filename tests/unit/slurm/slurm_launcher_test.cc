@@ -29,7 +29,8 @@ class SlurmLauncherTest : public ScratchTest {
                  "d='" + dir_ + "'\n"
                  "n=" + name + "\n"
                  "{ printf 'argv:'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; printf '\\n'\n"
-                 "  printf 'token:%s\\n' \"${SHARDD_WORKER_TOKEN:-}\"; printf 'cwd:%s\\n' \"$(pwd)\"; } >> \"$d/$n.calls\"\n"
+                 "  printf 'token:%s\\n' \"${SHARDD_WORKER_TOKEN:-}\"; printf 'cwd:%s\\n' \"$(pwd)\"\n"
+                 "  printf 'admin:[%s]\\n' \"${SHARDD_TOKEN:-}\"; } >> \"$d/$n.calls\"\n"
                  "[ -f \"$d/$n.err\" ] && cat \"$d/$n.err\" >&2\n"
                  "[ -f \"$d/$n.out\" ] && cat \"$d/$n.out\"\n"
                  "rc=0; [ -f \"$d/$n.rc\" ] && rc=$(cat \"$d/$n.rc\")\n"
@@ -118,6 +119,17 @@ TEST_F(SlurmLauncherTest, LaunchWritesTheScriptAndPassesTheTokenInTheEnvironment
   EXPECT_TRUE(Contains(calls, std::string("token:") + kToken + "\n")) << calls;
   EXPECT_TRUE(Contains(calls, "cwd:" + Path("work") + "\n")) << calls;
   EXPECT_FALSE(Contains(calls.substr(0, calls.find('\n')), kToken)) << "the token is in argv: " << calls;
+}
+
+// sbatch --export=ALL hands sbatch's environment to every worker: the
+// coordinator's admin token must not be in it (the local launcher drops it too).
+TEST_F(SlurmLauncherTest, TheAdminTokenIsNotPassedToTheWorkers) {
+  ::setenv("SHARDD_TOKEN", "admin-secret", 1);
+  SlurmLauncher l(opts_);
+  auto pids = l.Launch(Request());
+  ::unsetenv("SHARDD_TOKEN");
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_TRUE(Contains(Calls("sbatch"), "admin:[]\n")) << "the admin token reached sbatch: " << Calls("sbatch");
 }
 
 TEST_F(SlurmLauncherTest, ParsableOutputWithAClusterNameGivesTheId) {

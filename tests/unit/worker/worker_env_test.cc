@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
 namespace shardd {
@@ -14,25 +15,21 @@ namespace {
 
 using shard::StatusCode;
 
-class Env {
- public:
-  Env(std::map<std::string, std::string> vars = {}) : vars_(std::move(vars)) {}
-  EnvLookup Lookup() const {
-    return [this](const char* name) -> const char* {
-      auto it = vars_.find(name);
-      return it == vars_.end() ? nullptr : it->second.c_str();
-    };
-  }
+// A lookup over `vars` (it owns them, so a temporary map is fine).
+EnvLookup Env(std::map<std::string, std::string> vars = {}) {
+  auto owned = std::make_shared<const std::map<std::string, std::string>>(std::move(vars));
+  return [owned](const char* name) -> const char* {
+    auto it = owned->find(name);
+    return it == owned->end() ? nullptr : it->second.c_str();
+  };
+}
 
- private:
-  std::map<std::string, std::string> vars_;
-};
-
-const Env kSrun({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "5"}, {"SLURM_JOB_ID", "4242"}});
+const EnvLookup kSrun =
+    Env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "5"}, {"SLURM_JOB_ID", "4242"}});
 
 TEST(ResolvePlacementTest, RankFlagWinsOverEverything) {
-  const Env env({{"SLURM_PROCID", "5"}, {"JOB_COMPLETION_INDEX", "3"}});
-  auto p = ResolvePlacement(/*flag_rank=*/1, /*node_rank=*/7, /*nproc=*/1, /*local=*/0, env.Lookup());
+  const EnvLookup env = Env({{"SLURM_PROCID", "5"}, {"JOB_COMPLETION_INDEX", "3"}});
+  auto p = ResolvePlacement(/*flag_rank=*/1, /*node_rank=*/7, /*nproc=*/1, /*local=*/0, env);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 1);
   EXPECT_EQ(p->source, "--rank");
@@ -40,7 +37,7 @@ TEST(ResolvePlacementTest, RankFlagWinsOverEverything) {
 }
 
 TEST(ResolvePlacementTest, SrunTaskTakesItsRankWorldAndLocalIdFromSlurm) {
-  auto p = ResolvePlacement(-1, -1, 1, 0, kSrun.Lookup());
+  auto p = ResolvePlacement(-1, -1, 1, 0, kSrun);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 5);
   EXPECT_EQ(p->world_hint, 16);
@@ -50,7 +47,7 @@ TEST(ResolvePlacementTest, SrunTaskTakesItsRankWorldAndLocalIdFromSlurm) {
 }
 
 TEST(ResolvePlacementTest, SrunWithoutTheOptionalVariablesStillResolves) {
-  auto p = ResolvePlacement(-1, -1, 1, 0, Env({{"SLURM_PROCID", "0"}}).Lookup());
+  auto p = ResolvePlacement(-1, -1, 1, 0, Env({{"SLURM_PROCID", "0"}}));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 0);
   EXPECT_EQ(p->world_hint, 0);
@@ -60,8 +57,8 @@ TEST(ResolvePlacementTest, SrunWithoutTheOptionalVariablesStillResolves) {
 }
 
 TEST(ResolvePlacementTest, IndexedPodRankIsIndexTimesProcsPlusLocal) {
-  const Env env({{"JOB_COMPLETION_INDEX", "3"}, {"HOSTNAME", "train-a1-3-xyz"}});
-  auto p = ResolvePlacement(-1, -1, /*nproc=*/8, /*local=*/2, env.Lookup());
+  const EnvLookup env = Env({{"JOB_COMPLETION_INDEX", "3"}, {"HOSTNAME", "train-a1-3-xyz"}});
+  auto p = ResolvePlacement(-1, -1, /*nproc=*/8, /*local=*/2, env);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 3 * 8 + 2);
   EXPECT_EQ(p->local_rank, 2);
@@ -70,8 +67,8 @@ TEST(ResolvePlacementTest, IndexedPodRankIsIndexTimesProcsPlusLocal) {
 }
 
 TEST(ResolvePlacementTest, NodeRankFlagWinsOverTheCompletionIndex) {
-  const Env env({{"JOB_COMPLETION_INDEX", "3"}, {"HOSTNAME", "pod"}});
-  auto p = ResolvePlacement(-1, /*node_rank=*/1, /*nproc=*/4, /*local=*/3, env.Lookup());
+  const EnvLookup env = Env({{"JOB_COMPLETION_INDEX", "3"}, {"HOSTNAME", "pod"}});
+  auto p = ResolvePlacement(-1, /*node_rank=*/1, /*nproc=*/4, /*local=*/3, env);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 7);
   EXPECT_EQ(p->source, "--node-rank");
@@ -79,14 +76,14 @@ TEST(ResolvePlacementTest, NodeRankFlagWinsOverTheCompletionIndex) {
 }
 
 TEST(ResolvePlacementTest, NothingGivenIsRankZeroOrTheLocalIndex) {
-  auto p = ResolvePlacement(-1, -1, 1, 0, Env().Lookup());
+  auto p = ResolvePlacement(-1, -1, 1, 0, Env());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 0);
   EXPECT_EQ(p->local_rank, 0);
   EXPECT_EQ(p->world_hint, 0);
   EXPECT_EQ(p->source, "default");
 
-  p = ResolvePlacement(-1, -1, 4, 3, Env({{"SLURM_PROCID", ""}}).Lookup());  // empty = unset
+  p = ResolvePlacement(-1, -1, 4, 3, Env({{"SLURM_PROCID", ""}}));  // empty = unset
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->rank, 3);
   EXPECT_EQ(p->source, "default");
@@ -95,7 +92,7 @@ TEST(ResolvePlacementTest, NothingGivenIsRankZeroOrTheLocalIndex) {
 TEST(ResolvePlacementTest, MalformedVariablesAreRefusedByName) {
   for (const char* var : {"SLURM_PROCID", "JOB_COMPLETION_INDEX"}) {
     for (const char* value : {"x", "-1", "3abc", "99999999999999999999"}) {
-      auto p = ResolvePlacement(-1, -1, 1, 0, Env({{var, value}}).Lookup());
+      auto p = ResolvePlacement(-1, -1, 1, 0, Env({{var, value}}));
       ASSERT_FALSE(p.ok()) << var << "=" << value;
       EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
       EXPECT_NE(p.status().message().find(std::string(var) + "='" + value + "'"), std::string::npos)
@@ -103,26 +100,26 @@ TEST(ResolvePlacementTest, MalformedVariablesAreRefusedByName) {
     }
   }
   for (const char* var : {"SLURM_NTASKS", "SLURM_LOCALID"}) {
-    auto p = ResolvePlacement(-1, -1, 1, 0, Env({{"SLURM_PROCID", "0"}, {var, "x"}}).Lookup());
+    auto p = ResolvePlacement(-1, -1, 1, 0, Env({{"SLURM_PROCID", "0"}, {var, "x"}}));
     ASSERT_FALSE(p.ok()) << var;
     EXPECT_NE(p.status().message().find(var), std::string::npos) << p.status().ToString();
   }
 }
 
 TEST(ResolvePlacementTest, NprocPerNodeUnderSrunIsRefused) {
-  auto p = ResolvePlacement(-1, -1, /*nproc=*/8, 0, kSrun.Lookup());
+  auto p = ResolvePlacement(-1, -1, /*nproc=*/8, 0, kSrun);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("srun"), std::string::npos) << p.status().ToString();
 }
 
 TEST(ResolvePlacementTest, RankFlagWithSeveralProcsPerNodeIsRefused) {
-  auto p = ResolvePlacement(/*flag_rank=*/0, -1, /*nproc=*/2, 0, Env().Lookup());
+  auto p = ResolvePlacement(/*flag_rank=*/0, -1, /*nproc=*/2, 0, Env());
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("--node-rank"), std::string::npos) << p.status().ToString();
 
-  p = ResolvePlacement(-1, -1, /*nproc=*/0, 0, Env().Lookup());
+  p = ResolvePlacement(-1, -1, /*nproc=*/0, 0, Env());
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("--nproc-per-node"), std::string::npos) << p.status().ToString();
 }
