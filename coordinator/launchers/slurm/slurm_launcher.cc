@@ -81,6 +81,7 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
   }
   if (info->state == "RUNNING") a.ran = true;
   if (info->restarts > a.restarts_seen) {
+    a.requeued = true;
     exit->exit_code = -1;
     exit->detail = "slurm job " + a.slurm_id + " was requeued by Slurm (" + info->state + ", reason " + info->reason +
                    ")";
@@ -128,7 +129,8 @@ std::vector<RankExit> SlurmLauncher::Poll() {
 
 void SlurmLauncher::Terminate(const std::string& job_id, int attempt, bool force) {
   auto it = attempts_.find({job_id, attempt});
-  if (it == attempts_.end() || it->second.slurm_id.empty() || it->second.ended) return;
+  // An ended job needs no scancel, except a requeued one: it would run again.
+  if (it == attempts_.end() || it->second.slurm_id.empty() || (it->second.ended && !it->second.requeued)) return;
   CommandOptions co;
   co.timeout_s = opts_.command_timeout_s;
   // Without force Slurm sends SIGTERM, then SIGKILL after its KillWait.

@@ -61,6 +61,7 @@ class SlurmLauncher : public Launcher {
     int restarts_seen = 0;
     bool ran = false;      // seen RUNNING at least once
     bool ended = false;    // reported (or terminated and gone)
+    bool requeued = false; // ended by a requeue: Slurm will run it again unless cancelled
   };
   using Key = std::pair<std::string, int>;
   // Asks Slurm about one job; fills *exit and returns true when it ended.

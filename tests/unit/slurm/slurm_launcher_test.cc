@@ -211,6 +211,20 @@ TEST_F(SlurmLauncherTest, RequeueBySlurmEndsTheAttempt) {
   EXPECT_EQ(e.exit_code, -1);
   EXPECT_TRUE(Contains(e.detail, "requeued")) << e.detail;
   EXPECT_TRUE(Contains(e.detail, "42")) << e.detail;
+
+  // The JobManager then ends the attempt: the requeued job would run again
+  // (with a stale token), so it is cancelled although it was reported.
+  l.Terminate("tiny-1", 1, /*force=*/false);
+  EXPECT_EQ(Calls("scancel").rfind("argv: [42]\n", 0), 0u) << "the requeued job was not cancelled";
+}
+
+TEST_F(SlurmLauncherTest, AJobThatEndedIsNotCancelled) {
+  Scontrol("COMPLETED");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  OneExit(l);
+  l.Terminate("tiny-1", 1, /*force=*/false);
+  EXPECT_EQ(CountCalls("scancel"), 0);
 }
 
 TEST_F(SlurmLauncherTest, ForgottenJobIsAskedOfSacct) {
