@@ -485,6 +485,12 @@ void JobManager::Tick() {
         // deadline until the first one joins (Join then starts the clock).
         if (External(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const Rank& r) { return r.registered; }))
           break;
+        // A cluster may queue the allocation for hours: the registration
+        // clock starts when it does.
+        if (j.launcher && j.state == v1::LAUNCHING && j.launcher->Pending(j.id, j.attempt)) {
+          for (Rank& r : j.ranks) r.launched_ms = now;
+          break;
+        }
         std::vector<RankHealth> health;
         for (size_t r = 0; r < j.ranks.size(); ++r) {
           const Rank& rk = j.ranks[r];

@@ -144,6 +144,13 @@ void SlurmLauncher::Terminate(const std::string& job_id, int attempt, bool force
   it->second.next_poll = std::chrono::steady_clock::now();  // see it end soon
 }
 
+bool SlurmLauncher::Pending(const std::string& job_id, int attempt) {
+  auto it = attempts_.find({job_id, attempt});
+  if (it == attempts_.end() || it->second.ended) return false;
+  Refresh(it->first, it->second);
+  return !it->second.ended && !it->second.ran;
+}
+
 int SlurmLauncher::Running(const std::string& job_id, int attempt) {
   auto it = attempts_.find({job_id, attempt});
   if (it == attempts_.end() || it->second.ended) return 0;

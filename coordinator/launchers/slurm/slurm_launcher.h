@@ -47,6 +47,8 @@ class SlurmLauncher : public Launcher {
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
   std::vector<RankExit> Poll() override;
   void Terminate(const std::string& job_id, int attempt, bool force) override;
+  // Not yet seen RUNNING (rate-limited like Poll; an exit it finds waits for Poll).
+  bool Pending(const std::string& job_id, int attempt) override;
   int Running(const std::string& job_id, int attempt) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
 

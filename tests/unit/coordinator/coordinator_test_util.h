@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -90,6 +91,7 @@ class FakeLauncher : public Launcher {
   void Terminate(const std::string& job_id, int attempt, bool force) override {
     terminates.push_back({job_id, attempt, force});
   }
+  bool Pending(const std::string& job_id, int attempt) override { return pending.count({job_id, attempt}) > 0; }
   int Running(const std::string& job_id, int attempt) override {
     auto it = running.find({job_id, attempt});
     return it == running.end() ? 0 : it->second;
@@ -121,6 +123,7 @@ class FakeLauncher : public Launcher {
   std::vector<AdoptCall> adopts;
   std::vector<RankExit> pending_exits;
   std::map<std::pair<std::string, int>, int> running;
+  std::set<std::pair<std::string, int>> pending;  // attempts whose allocation waits in a queue
   Status launch_error;
   Status available;  // what CheckAvailable answers
   int next_pid = 4000;

@@ -3,7 +3,8 @@
 // attempt ends as "preempted" without charging a restart, and the next attempt
 // starts after the backoff. Cluster launchers report their allocation's end as
 // one RankExit::kAllRanks: harmless after success, code 2 fails the job, any
-// other end restarts it with the launcher's words. A job naming a launcher the
+// other end restarts it with the launcher's words. An allocation waiting in
+// its cluster's queue has no registration deadline. A job naming a launcher the
 // coordinator lacks, or one that cannot run now, is refused at submission.
 #include <gtest/gtest.h>
 
@@ -162,6 +163,35 @@ TEST_F(PreemptionTest, AllocationEndingBeforeEveryRankReportedIsAFailure) {
   EXPECT_EQ(s.progress().preemptions(), 0);
   EXPECT_EQ(s.workers(0).state(), "preempted");
   EXPECT_EQ(s.workers(1).state(), "failed");
+}
+
+// A busy cluster may queue an attempt for hours: the registration clock
+// starts when the allocation does, not at sbatch.
+TEST_F(PreemptionTest, AnAllocationWaitingInTheQueueHasNoRegistrationDeadline) {
+  FakeLauncher slurm("slurm");
+  manager_->AddLauncher(&slurm);
+  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::string id = st->id();
+  manager_->Tick();
+  ASSERT_EQ(slurm.launches.size(), 1u);
+  slurm.pending.insert({id, 1});
+  for (int i = 0; i < 10; ++i) {
+    Advance(kRegisterTimeoutS);
+    manager_->Tick();
+  }
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  EXPECT_EQ(Get(id).restarts(), 0);
+
+  slurm.pending.clear();  // the allocation starts
+  Advance(kRegisterTimeoutS - 1);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  Advance(2);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_TRUE(Contains(Reason(id), "did not register")) << Reason(id);
+  manager_.reset();  // before `slurm` goes
 }
 
 TEST_F(PreemptionTest, MissingLauncherIsRefusedNamingWhatTheCoordinatorHas) {

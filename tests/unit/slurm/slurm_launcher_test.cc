@@ -285,6 +285,27 @@ TEST_F(SlurmLauncherTest, RunningCountsTheAllocationAndKeepsItsExitForPoll) {
   EXPECT_EQ(l.Running("tiny-1", 1), 0);
 }
 
+TEST_F(SlurmLauncherTest, PendingUntilSlurmRunsTheJob) {
+  Scontrol("PENDING", "0:0", 0, "Resources");
+  SlurmLauncher l(opts_);
+  EXPECT_FALSE(l.Pending("tiny-1", 1));
+  Launched(l);
+  EXPECT_TRUE(l.Pending("tiny-1", 1));
+  EXPECT_TRUE(l.Poll().empty());
+  Scontrol("RUNNING");
+  EXPECT_FALSE(l.Pending("tiny-1", 1));
+  Scontrol("COMPLETING");
+  EXPECT_FALSE(l.Pending("tiny-1", 1)) << "a job that ran is not pending again";
+
+  Scontrol("PENDING", "0:0", 0, "Priority");
+  SlurmLauncher cancelled(opts_);
+  Launched(cancelled);
+  EXPECT_TRUE(cancelled.Pending("tiny-1", 1));
+  Scontrol("CANCELLED", "0:15");
+  EXPECT_FALSE(cancelled.Pending("tiny-1", 1));
+  EXPECT_TRUE(Contains(OneExit(cancelled).detail, "CANCELLED")) << "the exit Pending() found was lost";
+}
+
 TEST_F(SlurmLauncherTest, AdoptFindsTheJobByItsName) {
   Answer("squeue", "77\n");
   Scontrol("RUNNING");
