@@ -73,6 +73,12 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
     // slurmctld forgot it (MinJobAge): accounting may still know.
     auto s = RunCommand({opts_.sacct, "-n", "-P", "-X", "-j", a.slurm_id, "-o", "State,ExitCode"}, co);
     if (s.ok() && s->ok()) info = ParseSacctJob(s->out);
+    // Only "Invalid job id" means slurmctld forgot it; anything else (it is
+    // restarting, unreachable) says nothing about the job: ask again later.
+    if (!info.ok() && r->err.find("Invalid job id") == std::string::npos) {
+      LOG_WARN("slurm job {}: {}; asking again at the next poll", a.slurm_id, r->Explain("scontrol show job"));
+      return false;
+    }
   }
   if (!info.ok()) {
     exit->exit_code = -1;

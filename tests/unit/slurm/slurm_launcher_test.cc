@@ -260,6 +260,21 @@ TEST_F(SlurmLauncherTest, JobNeitherCommandKnowsIsGone) {
   EXPECT_TRUE(Contains(OneExit(l2).detail, "is gone"));
 }
 
+// slurmctld restarting (upgrades, failover) is no verdict on the job: without
+// "Invalid job id" from scontrol or an answer from sacct, ask again later.
+TEST_F(SlurmLauncherTest, UnreachableControllerIsNoVerdict) {
+  Answer("scontrol", "", 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n");
+  Answer("sacct", "", 1, "sacct: error: Slurm accounting storage is disabled\n");
+  SlurmLauncher l(opts_);
+  Launched(l);
+  EXPECT_TRUE(l.Poll().empty()) << "the job was declared gone while slurmctld was unreachable";
+  EXPECT_EQ(l.Running("tiny-1", 1), 1);
+  Scontrol("RUNNING");
+  EXPECT_TRUE(l.Poll().empty());
+  Scontrol("COMPLETED");
+  EXPECT_EQ(OneExit(l).exit_code, 0);
+}
+
 TEST_F(SlurmLauncherTest, TerminateCancelsTheJobAndForceKillsIt) {
   Scontrol("RUNNING");
   SlurmLauncher l(opts_);
