@@ -11,6 +11,11 @@
 // Slurm requeued by itself (node failure, preemption with --requeue) is
 // reported as ended too: the coordinator starts a new attempt with a new
 // token and cancels the requeued one, so two generations never run at once.
+// A job is "gone" only when scontrol says "Invalid job id" and sacct does not
+// know it either; an unreachable slurmctld is asked again at the next poll
+// (the JobManager's heartbeat deadlines still watch the workers meanwhile).
+// While the job waits in the queue, Pending() is true: the JobManager does
+// not count queue time against the workers' registration deadline.
 //
 // Polls are rate-limited to resources.slurm.poll_interval_s per attempt, and
 // run on the JobManager's thread (scontrol answers in milliseconds from
