@@ -1,14 +1,16 @@
-// The Slurm launcher against stand-ins: tiny shell scripts in the scratch dir
-// play sbatch, scontrol, sacct, scancel and squeue (SlurmLauncherOptions names
-// them), record their argv, token and cwd, and print whatever the test put in
-// <name>.out / <name>.err with exit code <name>.rc. No Slurm, no network.
+// The Slurm launcher against stand-ins (fake_slurm.h): tiny shell scripts in
+// the scratch dir play sbatch, scontrol, sacct, scancel and squeue
+// (SlurmLauncherOptions names them), record their argv, token and cwd, and
+// print whatever the test told them to. No Slurm, no network.
 #include "coordinator/launchers/slurm/slurm_launcher.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
+#include <stdlib.h>
+
+#include <memory>
 
 #include "coordinator/launchers/slurm/slurm_script.h"
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/slurm/fake_slurm.h"
 
 namespace shardd::testing {
 namespace {
@@ -22,50 +24,20 @@ class SlurmLauncherTest : public ScratchTest {
   void SetUp() override {
     ScratchTest::SetUp();
     if (HasFatalFailure()) return;
-    for (const char* name : {"sbatch", "scontrol", "squeue", "scancel", "sacct"}) {
-      const std::string path = Path(std::string("bin/") + name);
-      WriteBytes(path,
-                 "#!/bin/sh\n"
-                 "d='" + dir_ + "'\n"
-                 "n=" + name + "\n"
-                 "{ printf 'argv:'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; printf '\\n'\n"
-                 "  printf 'token:%s\\n' \"${SHARDD_WORKER_TOKEN:-}\"; printf 'cwd:%s\\n' \"$(pwd)\"\n"
-                 "  printf 'admin:[%s]\\n' \"${SHARDD_TOKEN:-}\"; } >> \"$d/$n.calls\"\n"
-                 "[ -f \"$d/$n.err\" ] && cat \"$d/$n.err\" >&2\n"
-                 "[ -f \"$d/$n.out\" ] && cat \"$d/$n.out\"\n"
-                 "rc=0; [ -f \"$d/$n.rc\" ] && rc=$(cat \"$d/$n.rc\")\n"
-                 "exit $rc\n");
-      ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
-    }
-    opts_.sbatch = Path("bin/sbatch");
-    opts_.scontrol = Path("bin/scontrol");
-    opts_.squeue = Path("bin/squeue");
-    opts_.scancel = Path("bin/scancel");
-    opts_.sacct = Path("bin/sacct");
-    opts_.command_timeout_s = 10;
+    slurm_ = std::make_unique<FakeSlurm>(dir_);
+    opts_ = slurm_->Options();
     fs::create_directories(Path("work"));
-    Answer("sbatch", "42\n");
   }
 
-  // What the stand-in for `name` prints and exits with from now on.
   void Answer(const std::string& name, const std::string& out, int rc = 0, const std::string& err = "") {
-    WriteBytes(Path(name + ".out"), out);
-    WriteBytes(Path(name + ".rc"), std::to_string(rc));
-    WriteBytes(Path(name + ".err"), err);
+    slurm_->Answer(name, out, rc, err);
   }
   void Scontrol(const std::string& state, const std::string& exit_code = "0:0", int restarts = 0,
                 const std::string& reason = "None") {
-    Answer("scontrol", "JobId=42 JobName=shardd-tiny-1-a1 UserId=alice(1000) JobState=" + state + " Reason=" + reason +
-                           " Dependency=(null) Requeue=1 Restarts=" + std::to_string(restarts) +
-                           " BatchFlag=1 ExitCode=" + exit_code + " NodeList=node01\n");
+    slurm_->Scontrol(state, exit_code, restarts, reason);
   }
-  std::string Calls(const std::string& name) { return ReadBytes(Path(name + ".calls")); }
-  int CountCalls(const std::string& name) {
-    const std::string c = Calls(name);
-    int n = 0;
-    for (size_t p = c.find("argv:"); p != std::string::npos; p = c.find("argv:", p + 1)) ++n;
-    return n;
-  }
+  std::string Calls(const std::string& name) { return slurm_->Calls(name); }
+  int CountCalls(const std::string& name) { return slurm_->CountCalls(name); }
 
   LaunchRequest Request(double poll_interval_s = 1e-6) {
     LaunchRequest r;
@@ -99,6 +71,7 @@ class SlurmLauncherTest : public ScratchTest {
     return exits[0];
   }
 
+  std::unique_ptr<FakeSlurm> slurm_;
   SlurmLauncherOptions opts_;
 };
 
