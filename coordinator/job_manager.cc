@@ -488,7 +488,15 @@ void JobManager::Tick() {
         // A cluster may queue the allocation for hours: the registration
         // clock starts when it does.
         if (j.launcher && j.state == v1::LAUNCHING && j.launcher->Pending(j.id, j.attempt)) {
-          for (Rank& r : j.ranks) r.launched_ms = now;
+          for (Rank& r : j.ranks) {
+            r.launched_ms = now;
+            // Recover took adopted ranks for registered, but nothing runs yet:
+            // they register once the allocation starts (not held to heartbeats).
+            if (j.adopted && (r.state == "adopting" || r.state == "launched")) {
+              r.registered = false;
+              r.state = "launched";
+            }
+          }
           break;
         }
         std::vector<RankHealth> health;

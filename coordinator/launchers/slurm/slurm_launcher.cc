@@ -86,6 +86,7 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
     return true;
   }
   if (info->state == "RUNNING") a.ran = true;
+  a.queued = info->state == "PENDING" || info->state == "CONFIGURING";
   if (info->restarts > a.restarts_seen) {
     a.requeued = true;
     exit->exit_code = -1;
@@ -154,7 +155,7 @@ bool SlurmLauncher::Pending(const std::string& job_id, int attempt) {
   auto it = attempts_.find({job_id, attempt});
   if (it == attempts_.end() || it->second.ended) return false;
   Refresh(it->first, it->second);
-  return !it->second.ended && !it->second.ran;
+  return !it->second.ended && it->second.queued;
 }
 
 int SlurmLauncher::Running(const std::string& job_id, int attempt) {

@@ -52,7 +52,8 @@ class SlurmLauncher : public Launcher {
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
   std::vector<RankExit> Poll() override;
   void Terminate(const std::string& job_id, int attempt, bool force) override;
-  // Not yet seen RUNNING (rate-limited like Poll; an exit it finds waits for Poll).
+  // Last seen PENDING or CONFIGURING; false while unknown (rate-limited like
+  // Poll; an exit it finds waits for Poll).
   bool Pending(const std::string& job_id, int attempt) override;
   int Running(const std::string& job_id, int attempt) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
@@ -67,6 +68,7 @@ class SlurmLauncher : public Launcher {
     std::chrono::steady_clock::time_point next_poll;
     int restarts_seen = 0;
     bool ran = false;      // seen RUNNING at least once
+    bool queued = false;   // last seen waiting for its allocation (PENDING, CONFIGURING)
     bool ended = false;    // reported (or terminated and gone)
     bool requeued = false; // ended by a requeue: Slurm will run it again unless cancelled
   };

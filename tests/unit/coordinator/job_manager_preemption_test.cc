@@ -194,6 +194,43 @@ TEST_F(PreemptionTest, AnAllocationWaitingInTheQueueHasNoRegistrationDeadline) {
   manager_.reset();  // before `slurm` goes
 }
 
+// The coordinator restarts while the attempt still waits in the queue: its
+// ranks never ran, so they are not held to heartbeats they never sent.
+TEST_F(PreemptionTest, AQueuedAttemptSurvivesACoordinatorRestart) {
+  FakeLauncher slurm("slurm");
+  manager_->AddLauncher(&slurm);
+  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::string id = st->id();
+  manager_->Tick();
+  const std::string token = slurm.launches.at(0).env.at("SHARDD_WORKER_TOKEN");
+  manager_.reset();
+
+  FakeLauncher slurm2("slurm");
+  slurm2.pending.insert({id, 1});
+  manager_ = NewManager(&launcher_);
+  manager_->AddLauncher(&slurm2);
+  ASSERT_TRUE(manager_->Recover().ok());
+  for (int i = 0; i < 5; ++i) {
+    Advance(kRegisterTimeoutS);
+    manager_->Tick();
+  }
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+
+  slurm2.pending.clear();  // the allocation starts; the workers register
+  Advance(1);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  ASSERT_TRUE(Register(id, 1, 0, token).ok());
+  ASSERT_TRUE(Register(id, 1, 1, token).ok());
+  EXPECT_EQ(State(id), v1::RUNNING);
+  Advance(5);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
+  EXPECT_EQ(Get(id).restarts(), 0);
+  manager_.reset();  // before `slurm2` goes
+}
+
 TEST_F(PreemptionTest, MissingLauncherIsRefusedNamingWhatTheCoordinatorHas) {
   auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
   ASSERT_FALSE(st.ok());

@@ -292,6 +292,12 @@ TEST_F(SlurmLauncherTest, PendingUntilSlurmRunsTheJob) {
   Scontrol("CANCELLED", "0:15");
   EXPECT_FALSE(cancelled.Pending("tiny-1", 1));
   EXPECT_TRUE(Contains(OneExit(cancelled).detail, "CANCELLED")) << "the exit Pending() found was lost";
+
+  // Unknown is not pending: an adopted job that runs keeps its heartbeat deadlines.
+  Answer("scontrol", "", 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n");
+  SlurmLauncher unknown(opts_);
+  Launched(unknown);
+  EXPECT_FALSE(unknown.Pending("tiny-1", 1));
 }
 
 TEST_F(SlurmLauncherTest, AdoptFindsTheJobByItsName) {
