@@ -6,8 +6,10 @@
 #include <filesystem>
 
 #include "coordinator/auth.h"
+#include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/launchers/slurm/slurm_launcher.h"
+#include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 
 namespace fs = std::filesystem;
@@ -45,6 +47,15 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
   c->launcher_ = std::make_unique<LocalLauncher>();
   c->slurm_ = std::make_unique<SlurmLauncher>();
+  KubernetesLauncherOptions ko;
+  ko.kubectl = opts.kubectl;
+  ko.kubectl_args = opts.kubectl_args;
+  ko.adopt_namespaces = opts.k8s_namespaces;
+  if (ko.adopt_namespaces.empty()) {
+    auto ns = shard::ReadFileToString("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
+    ko.adopt_namespaces = {ns.ok() && !ns->empty() ? *ns : std::string("default")};
+  }
+  c->kubernetes_ = std::make_unique<KubernetesLauncher>(ko);
   JobManagerOptions jo;
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
@@ -59,6 +70,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   c->jobs_->AddLauncher(c->slurm_.get());
+  c->jobs_->AddLauncher(c->kubernetes_.get());
   ASSIGN_OR_RETURN(c->server_, CoordinatorServer::Start(opts.server, c->jobs_.get(), c->token_));
   // Workers dial the address we listen on, with the port actually bound.
   std::string host = opts.server.listen.substr(0, opts.server.listen.rfind(':'));

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coordinator/job_manager.h"
 #include "coordinator/launchers/launcher.h"
@@ -27,6 +28,13 @@ struct CoordinatorOptions {
   // The address workers dial ("" = the listen address with its bound port;
   // 0.0.0.0 becomes 127.0.0.1). Cluster launchers need a routable one.
   std::string worker_address;
+  // The Kubernetes launcher: kubectl and the arguments put before every
+  // subcommand (--kubeconfig, --context), and the namespaces where a restarted
+  // coordinator looks for its running attempts (default: its own pod's
+  // namespace, else "default").
+  std::string kubectl = "kubectl";
+  std::vector<std::string> kubectl_args;
+  std::vector<std::string> k8s_namespaces;
 };
 
 // SHARDD_WORKER_BIN, else shardd-worker beside this executable (or in the
@@ -52,6 +60,7 @@ class Coordinator {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Launcher> launcher_;  // local
   std::unique_ptr<Launcher> slurm_;
+  std::unique_ptr<Launcher> kubernetes_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<HttpServer> http_;

@@ -18,6 +18,12 @@ int main(int argc, char** argv) {
   app.add_option("--listen", opts.server.listen, "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--worker-bin", opts.worker_bin, "Path of shardd-worker (default: found beside shardd)");
+  app.add_option("--kubectl", opts.kubectl, "kubectl for launcher: kubernetes")->capture_default_str();
+  app.add_option("--kubectl-arg", opts.kubectl_args,
+                 "Put before every kubectl subcommand (repeatable): --kubectl-arg=--context=prod");
+  app.add_option("--k8s-namespace", opts.k8s_namespaces,
+                 "Where a restarted coordinator looks for its running Kubernetes attempts (repeatable; default: "
+                 "its own pod's namespace, else default)");
   app.add_option("--worker-address", opts.worker_address,
                  "host:port workers dial (default: the --listen address; give a routable one for Slurm or "
                  "Kubernetes workers on other hosts)");

@@ -247,15 +247,28 @@ shard::Status JobCommands::State::Status() {
   std::printf("job        %s (%s)\nstate      %s%s%s\nattempt    %d (restarts %d of %d)\n", js.id().c_str(),
               js.name().c_str(), shardd::JobStateName(js.state()).c_str(), js.reason().empty() ? "" : ": ",
               js.reason().c_str(), js.attempt(), js.restarts(), js.max_restarts());
+  std::printf("launcher   %s%s\n", js.launcher().c_str(),
+              js.progress().preemptions() > 0
+                  ? (" (" + std::to_string(js.progress().preemptions()) + " preemption(s), not counted as restarts)").c_str()
+                  : "");
+  if (!js.join_token().empty() && !shardd::IsTerminal(js.state()))
+    std::printf("join       SHARDD_WORKER_TOKEN=%s shardd-worker --coordinator ADDR --job %s  (one per rank; "
+                "see deploy/slurm/external-job.sbatch)\n",
+                js.join_token().c_str(), js.id().c_str());
   std::printf("progress   %s\n", ProgressLine(js.id(), js.progress(), js.attempt()).c_str());
   std::printf("committed  %s\ncheckpoints %s\nlogs       %s\n",
               js.progress().last_committed_step() < 0 ? "none"
                                                       : ("step " + std::to_string(js.progress().last_committed_step())).c_str(),
               js.checkpoint_dir().c_str(), js.job_dir().c_str());
-  for (const auto& w : js.workers())
-    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago\n", w.rank(), w.pid(), w.state().c_str(),
+  for (const auto& w : js.workers()) {
+    std::string where = w.hostname();
+    if (!w.launcher_id().empty()) where += (where.empty() ? "" : ", ") + w.launcher_id();
+    if (!w.devices().empty()) where += (where.empty() ? "" : ", ") + w.devices();
+    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s\n", w.rank(), w.pid(), w.state().c_str(),
                 static_cast<long long>(w.step()),
-                w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str());
+                w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str(),
+                where.empty() ? "" : "  on ", where.c_str());
+  }
   return shard::OkStatus();
 }
 
@@ -377,6 +390,11 @@ shard::Status JobCommands::Run() {
   RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed()));
   if (s.run->parsed() || s.submit->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Submit());
+    if (js.launcher() == "external" && !s.json)
+      std::fprintf(stderr,
+                   "shardctl: %s waits for its %d worker(s): start them with your own launcher "
+                   "(deploy/slurm/external-job.sbatch); `shardctl status %s` shows the join token\n",
+                   js.id().c_str(), js.world_size(), js.id().c_str());
     if (s.submit->parsed() && !s.and_watch) {
       if (s.json) std::printf("%s\n", Json(js).c_str());
       else std::printf("%s\n", js.id().c_str());

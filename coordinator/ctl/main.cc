@@ -11,6 +11,7 @@
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/plan_command.h"
 #include "coordinator/ctl/prepare_data_command.h"
+#include "coordinator/ctl/render_command.h"
 #include "shard/common/logging.h"
 
 int main(int argc, char** argv) {
@@ -94,6 +95,18 @@ int main(int argc, char** argv) {
   pd->add_option("--threads", prep.threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
   pd->add_flag("--json", prep.json, "Print the dataset header as JSON");
 
+  shardctl::RenderOptions rd;
+  auto* rc = app.add_subcommand("render", "Print the cluster objects a launcher would create for a job (k8s), without applying them");
+  rc->add_option("target", rd.target, "k8s")->required()->check(CLI::IsMember({"k8s"}));
+  rc->add_option("job_file", rd.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  rc->add_option("--set", rd.sets, "Override a job-file key: --set resources.kubernetes.nodes=2 (repeatable)");
+  rc->add_option("--job-id", rd.job_id, "Job id to name the objects after (default: <name>-1)");
+  rc->add_option("--attempt", rd.attempt, "Attempt number")->capture_default_str();
+  rc->add_option("--coordinator", rd.coordinator, "Address the pods dial (default: resources.kubernetes.coordinator, else shardd:7070)");
+  rc->add_option("--workdir", rd.workdir, "The job's directory on the claim (default: this one if under mount_path, else mount_path)");
+  rc->add_option("--state-dir", rd.state_dir, "The coordinator's --state-dir, for the rank log dir (default: <mount_path>/state)");
+  rc->add_option("--worker-command", rd.worker_command, "shardd-worker in the image")->capture_default_str();
+
   shardctl::JobCommands jobs(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -111,6 +124,8 @@ int main(int argc, char** argv) {
     st = shardctl::RunPrepareData(prep);
   } else if (*pc) {
     st = shardctl::RunPlan(pl);
+  } else if (*rc) {
+    st = shardctl::RunRender(rd);
   } else if (*lc) {
     st = shardctl::RunLaunch(la);
   } else if (*ex) {

@@ -11,7 +11,10 @@ packages=(
   libgloo-dev libopenblas-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
   python3
+  slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster
 )
+# The Kubernetes manifest validator runs on Node.js (these machines ship Node 20).
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

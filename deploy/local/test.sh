@@ -12,5 +12,11 @@ if command -v npm >/dev/null 2>&1; then
   bash tests/unit/data/make_tokenizer_goldens.sh --check ||
     echo "test.sh: tokenizer references unavailable or changed (see above); parity tests will skip or fail" >&2
 fi
+# The Kubernetes schema validator's modules (npm registry); the k8s tests say
+# why they skip when these cannot be installed.
+if command -v npm >/dev/null 2>&1; then
+  npm ci --prefix tests/k8s --no-audit --no-fund >/dev/null ||
+    echo "test.sh: npm ci tests/k8s failed; k8s_manifest_schema will skip" >&2
+fi
 cd build
 ctest --output-on-failure -j "${SHARDD_TEST_JOBS:-2}" --timeout 600

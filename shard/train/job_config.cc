@@ -253,7 +253,6 @@ Status MapJob(YamlMap& root, JobConfig* job) {
       RETURN_IF_ERROR(k.Get("mount_path", &c.mount_path));
       RETURN_IF_ERROR(k.Get("service_account", &c.service_account));
       RETURN_IF_ERROR(k.Get("coordinator", &c.coordinator));
-      RETURN_IF_ERROR(k.Get("token_secret", &c.token_secret));
       RETURN_IF_ERROR(k.Get("node_selector", &c.node_selector));
       RETURN_IF_ERROR(k.Get("labels", &c.labels));
       RETURN_IF_ERROR(k.Get("env", &c.env));

@@ -92,7 +92,6 @@ struct KubernetesConfig {
   std::string mount_path = "/shardd";   // where pods (and the coordinator) mount it
   std::string service_account;   // "" = the namespace's default
   std::string coordinator;       // address pods dial ("" = the coordinator's --worker-address)
-  std::string token_secret;      // an existing Secret to hold tokens ("" = one per attempt)
   std::map<std::string, std::string> node_selector;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> env;
