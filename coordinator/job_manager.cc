@@ -485,6 +485,20 @@ void JobManager::Tick() {
         // deadline until the first one joins (Join then starts the clock).
         if (External(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const Rank& r) { return r.registered; }))
           break;
+        // A cluster may queue the allocation for hours: the registration
+        // clock starts when it does.
+        if (j.launcher && j.state == v1::LAUNCHING && j.launcher->Pending(j.id, j.attempt)) {
+          for (Rank& r : j.ranks) {
+            r.launched_ms = now;
+            // Recover took adopted ranks for registered, but nothing runs yet:
+            // they register once the allocation starts (not held to heartbeats).
+            if (j.adopted && (r.state == "adopting" || r.state == "launched")) {
+              r.registered = false;
+              r.state = "launched";
+            }
+          }
+          break;
+        }
         std::vector<RankHealth> health;
         for (size_t r = 0; r < j.ranks.size(); ++r) {
           const Rank& rk = j.ranks[r];

@@ -57,6 +57,10 @@ class Launcher {
   virtual std::vector<RankExit> Poll() = 0;
   // Signals every rank of the attempt still running: SIGTERM, or SIGKILL when force.
   virtual void Terminate(const std::string& job_id, int attempt, bool force) = 0;
+  // True while the attempt waits for its allocation (a Slurm job PENDING in
+  // the queue): its workers cannot register yet, so the JobManager starts
+  // their registration deadline only once this turns false.
+  virtual bool Pending(const std::string& job_id, int attempt) { return false; }
   // Ranks of the attempt not yet seen to end.
   virtual int Running(const std::string& job_id, int attempt) = 0;
   // After a coordinator restart: watch ranks started by a previous coordinator

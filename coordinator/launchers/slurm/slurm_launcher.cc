@@ -37,6 +37,9 @@ StatusOr<std::vector<int>> SlurmLauncher::Launch(const LaunchRequest& req) {
   ::chmod(script_path.c_str(), 0700);
   CommandOptions co;
   co.env = req.env;  // the token: sbatch --export=ALL hands it to the workers
+  // ... and all of this process's environment with it: blank the admin token
+  // (the local launcher drops it too; workers must never hold it).
+  co.env["SHARDD_TOKEN"] = "";
   co.cwd = req.workdir;
   co.timeout_s = opts_.command_timeout_s;
   ASSIGN_OR_RETURN(CommandResult r, RunCommand({opts_.sbatch, "--parsable", script_path}, co));
@@ -70,6 +73,12 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
     // slurmctld forgot it (MinJobAge): accounting may still know.
     auto s = RunCommand({opts_.sacct, "-n", "-P", "-X", "-j", a.slurm_id, "-o", "State,ExitCode"}, co);
     if (s.ok() && s->ok()) info = ParseSacctJob(s->out);
+    // Only "Invalid job id" means slurmctld forgot it; anything else (it is
+    // restarting, unreachable) says nothing about the job: ask again later.
+    if (!info.ok() && r->err.find("Invalid job id") == std::string::npos) {
+      LOG_WARN("slurm job {}: {}; asking again at the next poll", a.slurm_id, r->Explain("scontrol show job"));
+      return false;
+    }
   }
   if (!info.ok()) {
     exit->exit_code = -1;
@@ -77,7 +86,9 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
     return true;
   }
   if (info->state == "RUNNING") a.ran = true;
+  a.queued = info->state == "PENDING" || info->state == "CONFIGURING";
   if (info->restarts > a.restarts_seen) {
+    a.requeued = true;
     exit->exit_code = -1;
     exit->detail = "slurm job " + a.slurm_id + " was requeued by Slurm (" + info->state + ", reason " + info->reason +
                    ")";
@@ -125,7 +136,8 @@ std::vector<RankExit> SlurmLauncher::Poll() {
 
 void SlurmLauncher::Terminate(const std::string& job_id, int attempt, bool force) {
   auto it = attempts_.find({job_id, attempt});
-  if (it == attempts_.end() || it->second.slurm_id.empty() || it->second.ended) return;
+  // An ended job needs no scancel, except a requeued one: it would run again.
+  if (it == attempts_.end() || it->second.slurm_id.empty() || (it->second.ended && !it->second.requeued)) return;
   CommandOptions co;
   co.timeout_s = opts_.command_timeout_s;
   // Without force Slurm sends SIGTERM, then SIGKILL after its KillWait.
@@ -137,6 +149,13 @@ void SlurmLauncher::Terminate(const std::string& job_id, int attempt, bool force
     LOG_WARN("job {} attempt {}: {}", job_id, attempt,
              r.ok() ? r->Explain("scancel " + it->second.slurm_id) : r.status().ToString());
   it->second.next_poll = std::chrono::steady_clock::now();  // see it end soon
+}
+
+bool SlurmLauncher::Pending(const std::string& job_id, int attempt) {
+  auto it = attempts_.find({job_id, attempt});
+  if (it == attempts_.end() || it->second.ended) return false;
+  Refresh(it->first, it->second);
+  return !it->second.ended && it->second.queued;
 }
 
 int SlurmLauncher::Running(const std::string& job_id, int attempt) {

@@ -11,6 +11,11 @@
 // Slurm requeued by itself (node failure, preemption with --requeue) is
 // reported as ended too: the coordinator starts a new attempt with a new
 // token and cancels the requeued one, so two generations never run at once.
+// A job is "gone" only when scontrol says "Invalid job id" and sacct does not
+// know it either; an unreachable slurmctld is asked again at the next poll
+// (the JobManager's heartbeat deadlines still watch the workers meanwhile).
+// While the job waits in the queue, Pending() is true: the JobManager does
+// not count queue time against the workers' registration deadline.
 //
 // Polls are rate-limited to resources.slurm.poll_interval_s per attempt, and
 // run on the JobManager's thread (scontrol answers in milliseconds from
@@ -47,6 +52,9 @@ class SlurmLauncher : public Launcher {
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
   std::vector<RankExit> Poll() override;
   void Terminate(const std::string& job_id, int attempt, bool force) override;
+  // Last seen PENDING or CONFIGURING; false while unknown (rate-limited like
+  // Poll; an exit it finds waits for Poll).
+  bool Pending(const std::string& job_id, int attempt) override;
   int Running(const std::string& job_id, int attempt) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
 
@@ -60,7 +68,9 @@ class SlurmLauncher : public Launcher {
     std::chrono::steady_clock::time_point next_poll;
     int restarts_seen = 0;
     bool ran = false;      // seen RUNNING at least once
+    bool queued = false;   // last seen waiting for its allocation (PENDING, CONFIGURING)
     bool ended = false;    // reported (or terminated and gone)
+    bool requeued = false; // ended by a requeue: Slurm will run it again unless cancelled
   };
   using Key = std::pair<std::string, int>;
   // Asks Slurm about one job; fills *exit and returns true when it ended.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -77,6 +78,7 @@ class FakeLauncher : public Launcher {
   // It stands in for the local launcher, or any other under its name.
   explicit FakeLauncher(const char* name = "local") : name_(name) {}
   const char* name() const override { return name_; }
+  Status CheckAvailable() override { return available; }
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override {
     launches.push_back(req);
     if (!launch_error.ok()) return launch_error;
@@ -89,6 +91,7 @@ class FakeLauncher : public Launcher {
   void Terminate(const std::string& job_id, int attempt, bool force) override {
     terminates.push_back({job_id, attempt, force});
   }
+  bool Pending(const std::string& job_id, int attempt) override { return pending.count({job_id, attempt}) > 0; }
   int Running(const std::string& job_id, int attempt) override {
     auto it = running.find({job_id, attempt});
     return it == running.end() ? 0 : it->second;
@@ -104,6 +107,10 @@ class FakeLauncher : public Launcher {
   void Exit(const std::string& job_id, int attempt, int rank, int exit_code, int signal = 0) {
     pending_exits.push_back({job_id, attempt, rank, exit_code, signal, ""});
   }
+  // The next Poll reports that the whole allocation ended (a Slurm job).
+  void ExitAll(const std::string& job_id, int attempt, int exit_code, const std::string& detail = "") {
+    pending_exits.push_back({job_id, attempt, RankExit::kAllRanks, exit_code, 0, detail});
+  }
   void SetRunning(const std::string& job_id, int attempt, int n) { running[{job_id, attempt}] = n; }
   int CountTerminates(const std::string& job_id, int attempt, bool force) const {
     int n = 0;
@@ -116,7 +123,9 @@ class FakeLauncher : public Launcher {
   std::vector<AdoptCall> adopts;
   std::vector<RankExit> pending_exits;
   std::map<std::pair<std::string, int>, int> running;
+  std::set<std::pair<std::string, int>> pending;  // attempts whose allocation waits in a queue
   Status launch_error;
+  Status available;  // what CheckAvailable answers
   int next_pid = 4000;
   const char* name_;
 };

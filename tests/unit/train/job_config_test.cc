@@ -1,0 +1,184 @@
+// The job file's cluster sections: resources.slurm and resources.kubernetes map
+// strictly (every key, unknown keys and wrong types named by their dotted
+// path) and validate their shape against parallel.world_size before any
+// launcher sees them.
+#include "shard/train/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace shard {
+namespace {
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A valid job of `world` ranks with `resources` as its resources section.
+std::string Job(const std::string& resources, int world = 16) {
+  return "name: big\n"
+         "model: {preset: tiny}\n"
+         "data: {tokens: data/tokens.u32, seq_len: 16}\n"
+         "train: {steps: 10, global_batch: " +
+         std::to_string(world * 2) +
+         ", micro_batch: 2}\n"
+         "parallel: {world_size: " +
+         std::to_string(world) + "}\nresources:\n" + resources;
+}
+
+// Parses and expects an InvalidArgument naming every one of `parts`.
+void ExpectRefused(const std::string& yaml, std::initializer_list<std::string> parts) {
+  auto job = ParseJobConfig(yaml, "job.yaml");
+  ASSERT_FALSE(job.ok()) << yaml;
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << job.status().ToString();
+  for (const std::string& p : parts) EXPECT_TRUE(Contains(job.status().message(), p)) << job.status().ToString();
+}
+
+TEST(SlurmConfigTest, EveryKeyIsRead) {
+  auto job = ParseJobConfig(Job("  launcher: slurm\n"
+                                "  slurm:\n"
+                                "    nodes: 2\n"
+                                "    tasks_per_node: 8\n"
+                                "    gpus_per_node: 8\n"
+                                "    gpu_request: gres\n"
+                                "    cpus_per_task: 12\n"
+                                "    partition: gpu\n"
+                                "    account: ml-team\n"
+                                "    qos: high\n"
+                                "    time: \"24:00:00\"\n"
+                                "    mem: 200G\n"
+                                "    requeue: false\n"
+                                "    signal_s: 300\n"
+                                "    sbatch_args: [--exclusive, \"--constraint=h100\"]\n"
+                                "    setup: [module load cuda, source /shared/venv/bin/activate]\n"
+                                "    env: {NCCL_DEBUG: WARN, OMP_NUM_THREADS: 4}\n"
+                                "    poll_interval_s: 5\n"),
+                            "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const SlurmConfig& c = job->resources.slurm;
+  EXPECT_EQ(job->resources.launcher, "slurm");
+  EXPECT_EQ(c.nodes, 2);
+  EXPECT_EQ(c.tasks_per_node, 8);
+  EXPECT_EQ(c.gpus_per_node, 8);
+  EXPECT_EQ(c.gpu_request, "gres");
+  EXPECT_EQ(c.cpus_per_task, 12);
+  EXPECT_EQ(c.partition, "gpu");
+  EXPECT_EQ(c.account, "ml-team");
+  EXPECT_EQ(c.qos, "high");
+  EXPECT_EQ(c.time, "24:00:00");
+  EXPECT_EQ(c.mem, "200G");
+  EXPECT_FALSE(c.requeue);
+  EXPECT_EQ(c.signal_s, 300);
+  EXPECT_EQ(c.sbatch_args, (std::vector<std::string>{"--exclusive", "--constraint=h100"}));
+  EXPECT_EQ(c.setup, (std::vector<std::string>{"module load cuda", "source /shared/venv/bin/activate"}));
+  EXPECT_EQ(c.env, (std::map<std::string, std::string>{{"NCCL_DEBUG", "WARN"}, {"OMP_NUM_THREADS", "4"}}));
+  EXPECT_DOUBLE_EQ(c.poll_interval_s, 5);
+  EXPECT_EQ(c.Nodes(16), 2);
+  EXPECT_EQ(c.TasksPerNode(16), 8);
+}
+
+TEST(SlurmConfigTest, DefaultsDeriveTheShape) {
+  auto cpu = ParseJobConfig(Job("  launcher: slurm\n", 4), "job.yaml");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  const SlurmConfig& c = cpu->resources.slurm;
+  EXPECT_EQ(c.Nodes(4), 1);
+  EXPECT_EQ(c.TasksPerNode(4), 4);
+  EXPECT_TRUE(c.requeue);
+  EXPECT_EQ(c.signal_s, 120);
+  EXPECT_EQ(c.gpu_request, "gpus-per-task");
+
+  auto gpu = ParseJobConfig(Job("  launcher: slurm\n  slurm: {gpus_per_node: 8}\n"), "job.yaml");
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ(gpu->resources.slurm.Nodes(16), 2);
+  EXPECT_EQ(gpu->resources.slurm.TasksPerNode(16), 8);
+}
+
+TEST(SlurmConfigTest, UnknownKeyIsNamedWithItsPath) {
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {partiton: gpu}\n"), {"job.yaml", "resources.slurm.partiton"});
+}
+
+TEST(SlurmConfigTest, WrongTypesAndValuesAreNamed) {
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {gpu_request: gpus}\n"), {"resources.slurm.gpu_request"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {requeue: maybe}\n"), {"resources.slurm.requeue"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {env: [A, B]}\n"), {"resources.slurm.env", "mapping"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {sbatch_args: --exclusive}\n"), {"resources.slurm.sbatch_args"});
+}
+
+TEST(SlurmConfigTest, ShapeNotMatchingTheWorldIsRefused) {
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {nodes: 3}\n"), {"3 node(s)", "world_size 16"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {nodes: 2, tasks_per_node: 4}\n"),
+                {"2 node(s) x 4 task(s)", "world_size 16"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {gpus_per_node: 6}\n"), {"world_size 16"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {nodes: -1}\n"), {"negative"});
+}
+
+TEST(SlurmConfigTest, GpusThatDoNotSplitOverTheTasksAreRefused) {
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {nodes: 4, tasks_per_node: 4, gpus_per_node: 6}\n"),
+                {"gpus_per_node 6", "tasks_per_node 4"});
+}
+
+TEST(SlurmConfigTest, SbatchArgsMustBeSingleOptions) {
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {sbatch_args: [exclusive]}\n"),
+                {"resources.slurm.sbatch_args", "'exclusive'"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {sbatch_args: [\"--exclusive\\nrm -rf /\"]}\n"),
+                {"resources.slurm.sbatch_args"});
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {partition: \"gpu\\n#SBATCH --qos=top\"}\n"), {"line break"});
+}
+
+TEST(SlurmConfigTest, EnvNamesMustBeShellVariables) {
+  for (const std::string name : {"1ABC", "A-B", "A B", "A$(x)"}) {
+    ExpectRefused(Job("  launcher: slurm\n  slurm:\n    env: {\"" + name + "\": v}\n"),
+                  {"resources.slurm.env", "'" + name + "'"});
+  }
+  ExpectRefused(Job("  launcher: slurm\n  slurm: {env: {A: \"x\\ny\"}}\n"), {"resources.slurm.env"});
+  EXPECT_TRUE(ParseJobConfig(Job("  launcher: slurm\n  slurm: {env: {_A1: \"$(not run) 'q'\"}}\n"), "job.yaml").ok());
+}
+
+TEST(SlurmConfigTest, SlurmShapeIsCheckedOnlyForSlurmJobs) {
+  auto job = ParseJobConfig(Job("  launcher: local\n  slurm: {nodes: 3}\n"), "job.yaml");
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+}
+
+TEST(SlurmConfigTest, OverridesReachTheSlurmSection) {
+  auto job = ParseJobConfig(Job("  launcher: local\n", 16), "job.yaml",
+                            {"resources.launcher=slurm", "resources.slurm.gpus_per_node=8",
+                             "resources.slurm.partition=debug"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->resources.slurm.partition, "debug");
+  EXPECT_EQ(job->resources.slurm.Nodes(16), 2);
+}
+
+std::string Kube(const std::string& body) { return Job("  launcher: kubernetes\n  kubernetes:\n" + body, 4); }
+
+TEST(KubernetesConfigTest, ImageAndPvcAreRequiredByName) {
+  ExpectRefused(Kube("    pvc: shared\n"), {"resources.kubernetes.image"});
+  ExpectRefused(Kube("    image: shardd:1\n"), {"resources.kubernetes.pvc"});
+}
+
+TEST(KubernetesConfigTest, MapsParseAndAListWhereAMapBelongsIsNamed) {
+  auto job = ParseJobConfig(Kube("    image: shardd:1\n"
+                                 "    pvc: shared\n"
+                                 "    namespace: ml\n"
+                                 "    gpus_per_node: 2\n"
+                                 "    node_selector: {gpu: h100, zone: a}\n"
+                                 "    labels: {team: ml}\n"
+                                 "    env: {NCCL_DEBUG: INFO}\n"),
+                            "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const KubernetesConfig& k = job->resources.kubernetes;
+  EXPECT_EQ(k.namespace_, "ml");
+  EXPECT_EQ(k.node_selector, (std::map<std::string, std::string>{{"gpu", "h100"}, {"zone", "a"}}));
+  EXPECT_EQ(k.labels, (std::map<std::string, std::string>{{"team", "ml"}}));
+  EXPECT_EQ(k.env.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(k.Nodes(4), 2);
+  EXPECT_EQ(k.ProcsPerNode(4), 2);
+
+  ExpectRefused(Kube("    image: shardd:1\n    pvc: shared\n    node_selector: [gpu, h100]\n"),
+                {"resources.kubernetes.node_selector", "mapping"});
+  ExpectRefused(Kube("    image: shardd:1\n    pvc: shared\n    labels: {team: {nested: x}}\n"),
+                {"resources.kubernetes.labels.team"});
+  ExpectRefused(Kube("    image: shardd:1\n    pvc: shared\n    imagee: x\n"), {"resources.kubernetes.imagee"});
+  ExpectRefused(Kube("    image: shardd:1\n    pvc: shared\n    mount_path: rel\n"), {"mount_path"});
+}
+
+}  // namespace
+}  // namespace shard
