@@ -337,7 +337,12 @@ void JobManager::LaunchLocked(Job& j) {
   req.resources = j.config.resources;
   auto pids = j.launcher->Launch(req);
   if (!pids.ok()) {
-    FailAttemptLocked(j, "launch failed: " + pids.status().ToString(), /*retryable=*/false);
+    // A cluster that is briefly unreachable (Unavailable, a command timeout)
+    // is worth another attempt; anything else (a bad partition, a refused
+    // manifest) will fail the same way again.
+    const auto code = pids.status().code();
+    const bool transient = code == shard::StatusCode::kUnavailable || code == shard::StatusCode::kDeadlineExceeded;
+    FailAttemptLocked(j, "launch failed: " + pids.status().ToString(), transient);
     return;
   }
   for (size_t r = 0; r < pids->size() && r < j.ranks.size(); ++r) {

@@ -261,6 +261,12 @@ Status MapJob(YamlMap& root, JobConfig* job) {
       RETURN_IF_ERROR(k.Get("poll_interval_s", &c.poll_interval_s));
       RETURN_IF_ERROR(k.Finish());
     }
+    // A cluster launcher asked for GPUs: auto means them, even where a
+    // worker sees fewer GPUs than its host has ranks (one per task).
+    ResourcesConfig& r = job->resources;
+    if (r.device == "auto" && ((r.launcher == "slurm" && r.slurm.gpus_per_node > 0) ||
+                               (r.launcher == "kubernetes" && r.kubernetes.gpus_per_node > 0)))
+      r.device = "cuda";
     RETURN_IF_ERROR(m.Finish());
   }
   {

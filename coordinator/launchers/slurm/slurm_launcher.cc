@@ -43,7 +43,16 @@ StatusOr<std::vector<int>> SlurmLauncher::Launch(const LaunchRequest& req) {
   co.cwd = req.workdir;
   co.timeout_s = opts_.command_timeout_s;
   ASSIGN_OR_RETURN(CommandResult r, RunCommand({opts_.sbatch, "--parsable", script_path}, co));
-  if (!r.ok()) return shard::Unavailable(r.Explain("sbatch " + script_path));
+  if (!r.ok()) {
+    // slurmctld busy or restarting is worth a retry; a refusal (bad
+    // partition, account, time limit) is not.
+    const std::string why = r.Explain("sbatch " + script_path);
+    const bool transient = why.find("Socket timed out") != std::string::npos ||
+                           why.find("Unable to contact slurm controller") != std::string::npos ||
+                           why.find("temporarily unavailable") != std::string::npos ||
+                           why.find("Slurm temporarily unable") != std::string::npos;
+    return transient ? shard::Unavailable(why) : shard::FailedPrecondition(why);
+  }
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));  // "42" or "42;cluster"
   if (id.empty() || id.find_first_not_of("0123456789_") != std::string::npos)
     return shard::Internal("sbatch printed '" + r.out.substr(0, 100) + "', not a job id");

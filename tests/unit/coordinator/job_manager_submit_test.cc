@@ -137,5 +137,14 @@ TEST_F(JobManagerTest, LaunchErrorFailsTheJobNamingTheError) {
   EXPECT_TRUE(Contains(Reason(id), "/x is not executable")) << Reason(id);
 }
 
+// A cluster that is briefly unreachable at launch is worth another attempt.
+TEST_F(JobManagerTest, TransientLaunchErrorRestarts) {
+  launcher_.launch_error = shard::Unavailable("sbatch: Socket timed out on send/recv operation");
+  const std::string id = SubmitJob();
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RESTARTING) << Reason(id);
+  EXPECT_TRUE(Contains(Reason(id), "Socket timed out")) << Reason(id);
+}
+
 }  // namespace
 }  // namespace shardd::testing

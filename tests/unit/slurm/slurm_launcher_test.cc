@@ -119,7 +119,14 @@ TEST_F(SlurmLauncherTest, SbatchFailureIsALaunchErrorWithItsStderr) {
   ASSERT_FALSE(pids.ok());
   EXPECT_TRUE(Contains(pids.status().message(), "sbatch: error: invalid partition specified: nope"))
       << pids.status().ToString();
+  EXPECT_EQ(pids.status().code(), StatusCode::kFailedPrecondition) << "a refusal is not worth a retry";
   EXPECT_EQ(l.SlurmJobId("tiny-1", 1), "");
+
+  // A controller that is busy or restarting is worth another attempt.
+  Answer("sbatch", "", 1, "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n");
+  pids = l.Launch(Request());
+  ASSERT_FALSE(pids.ok());
+  EXPECT_EQ(pids.status().code(), StatusCode::kUnavailable) << pids.status().ToString();
 
   Answer("sbatch", "Submitted batch job 42\n");
   pids = l.Launch(Request());

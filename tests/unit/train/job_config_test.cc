@@ -180,5 +180,24 @@ TEST(KubernetesConfigTest, MapsParseAndAListWhereAMapBelongsIsNamed) {
   ExpectRefused(Kube("    image: shardd:1\n    pvc: shared\n    mount_path: rel\n"), {"mount_path"});
 }
 
+// A cluster launcher that asks for GPUs makes device: auto mean cuda; CPU
+// shapes and explicit devices are left alone.
+TEST(ClusterDeviceTest, AutoMeansCudaWhenTheLauncherAsksForGpus) {
+  auto slurm = ParseJobConfig(Job("  launcher: slurm\n  slurm: {nodes: 2, gpus_per_node: 8}\n"), "job.yaml");
+  ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
+  EXPECT_EQ(slurm->resources.device, "cuda");
+  auto k8s = ParseJobConfig(
+      Job("  launcher: kubernetes\n  kubernetes: {image: img, pvc: data, nodes: 2, gpus_per_node: 8}\n"), "job.yaml");
+  ASSERT_TRUE(k8s.ok()) << k8s.status().ToString();
+  EXPECT_EQ(k8s->resources.device, "cuda");
+  auto cpu = ParseJobConfig(Job("  launcher: slurm\n  slurm: {nodes: 2}\n"), "job.yaml");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(cpu->resources.device, "auto");
+  auto pinned = ParseJobConfig(Job("  launcher: slurm\n  device: cpu\n  slurm: {nodes: 2, gpus_per_node: 8}\n"),
+                               "job.yaml");
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned->resources.device, "cpu");
+}
+
 }  // namespace
 }  // namespace shard
