@@ -142,6 +142,13 @@ int KubernetesLauncher::Running(const std::string& job_id, int attempt) {
   return a.finished ? a.live_pods * a.nproc : a.world;
 }
 
+bool KubernetesLauncher::Pending(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = attempts_.find({job_id, attempt});
+  if (it == attempts_.end() || it->second.gone || it->second.finished) return false;
+  return !it->second.pod_running;
+}
+
 void KubernetesLauncher::Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) {
   Attempt a;
   a.job_id = job_id;
@@ -346,6 +353,7 @@ void KubernetesLauncher::DoPoll(const Key& key, Attempt s) {
   const k8s::Verdict v = k8s::Judge(*objs, a.name);
   a.observed = true;
   a.live_pods = v.live_pods;
+  if (v.phase == k8s::Verdict::kRunning) a.pod_running = true;
   switch (v.phase) {
     case k8s::Verdict::kGone:
       if (!a.delete_wanted)

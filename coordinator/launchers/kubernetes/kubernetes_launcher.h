@@ -68,6 +68,9 @@ class KubernetesLauncher : public Launcher {
   void Terminate(const std::string& job_id, int attempt, bool force) override;
   // The attempt's ranks until its Job is seen gone, or finished with no pod left.
   int Running(const std::string& job_id, int attempt) override;
+  // Until a pod of the attempt runs (scheduling, image pulls): the
+  // JobManager's registration clock waits; stuck pods have their own graces.
+  bool Pending(const std::string& job_id, int attempt) override;
   // Finds the Job named after (job_id, attempt) in opts.adopt_namespaces and
   // watches it; one that is in none of them is reported as gone.
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
@@ -90,6 +93,7 @@ class KubernetesLauncher : public Launcher {
     bool gone = false;                 // the Job and its pods are seen gone: Running() = 0
     bool observed = false;
     int live_pods = 0;
+    bool pod_running = false;          // the last poll saw a pod of the attempt Running
     bool finished = false;             // the Job succeeded or failed
     int64_t next_poll_ms = 0;
     int64_t delete_retry_ms = 0;     // after a failed kubectl delete

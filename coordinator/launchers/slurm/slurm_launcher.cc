@@ -179,7 +179,9 @@ void SlurmLauncher::Adopt(const std::string& job_id, int attempt, const std::vec
   a.next_poll = std::chrono::steady_clock::now();
   CommandOptions co;
   co.timeout_s = opts_.command_timeout_s;
-  auto r = RunCommand({opts_.squeue, "-h", "-n", SlurmJobName(job_id, attempt), "-o", "%i"}, co);
+  // --states=all: a job that ended while the coordinator was down is still
+  // listed (for MinJobAge), so its end is seen rather than "not found".
+  auto r = RunCommand({opts_.squeue, "-h", "--states=all", "-n", SlurmJobName(job_id, attempt), "-o", "%i"}, co);
   if (r.ok() && r->ok()) a.slurm_id = r->out.substr(0, r->out.find('\n'));
   if (a.slurm_id.empty())
     LOG_WARN("job {} attempt {}: no slurm job named {} in squeue", job_id, attempt, SlurmJobName(job_id, attempt));

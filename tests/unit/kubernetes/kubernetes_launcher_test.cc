@@ -186,6 +186,20 @@ TEST_F(KubernetesLauncherTest, CompleteIsExitZero) {
   EXPECT_EQ(exits[0].exit_code, 0);
   EXPECT_EQ(exits[0].signal, 0);
   EXPECT_TRUE(WaitFor([&] { return l.Running("demo-1", 1) == 0; }));  // pods Succeeded
+  // A finished attempt cleans up after itself: no Job or Secret with a dead token stays.
+  EXPECT_TRUE(WaitFor([&] { return api.Saw("DELETE", "/secrets/shardd-demo-1-a1"); }));
+}
+
+// While no pod runs yet (scheduling, image pulls) the attempt is pending, so
+// the JobManager does not count that time against the registration deadline.
+TEST_F(KubernetesLauncherTest, PendingUntilAPodRuns) {
+  FakeApiServer api("complete");  // pods Pending, then Running, then Succeeded
+  ASSERT_TRUE(api.up());
+  KubernetesLauncher l(api.Options());
+  ASSERT_TRUE(l.Launch(Request()).ok());
+  EXPECT_TRUE(l.Pending("demo-1", 1)) << "nothing observed yet";
+  EXPECT_TRUE(WaitFor([&] { return !l.Pending("demo-1", 1); })) << "never left pending";
+  EXPECT_FALSE(l.Pending("demo-1", 7)) << "an unknown attempt is not pending";
 }
 
 TEST_F(KubernetesLauncherTest, BadInputIsExitCodeTwo) {
