@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   app.add_option("--node-rank", node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
   app.add_option("--log-dir", log_dir, "Append each worker's output to DIR/rank_<r>.log");
   std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
-  app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
+  CLI::Option* rank_opt = app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
                  "JOB_COMPLETION_INDEX x --nproc-per-node + local index, else 0)");
   app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)");
   app.add_option("--rendezvous", rendezvous,
@@ -135,6 +135,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
+  if (rank_opt->count() > 0 && rank < 0)
+    return Fail(shard::InvalidArgument("--rank " + std::to_string(rank) + ": a rank must be 0 or more"),
+                shardd::kExitBadInput);
   if (probe) {
     auto hw = shard::ProbeHardware();
     if (!hw.ok()) return Fail(hw.status(), 3);
