@@ -293,6 +293,7 @@ void JobManager::LaunchLocked(Job& j) {
   j.committer->Reset();
   j.step_seconds.clear();
   j.pending_failure.clear();
+  j.queue_reason.clear();
   j.adopted = false;
   if (j.attempt == 1) {
     j.resume_from = j.config.checkpoint.resume;
@@ -493,6 +494,10 @@ void JobManager::Tick() {
         // A cluster may queue the allocation for hours: the registration
         // clock starts when it does.
         if (j.launcher && j.state == v1::LAUNCHING && j.launcher->Pending(j.id, j.attempt)) {
+          if (std::string why = j.launcher->PendingReason(j.id, j.attempt); !why.empty() && why != j.queue_reason) {
+            j.queue_reason = why;
+            EmitLocked(j, "queued", why + "; the workers' registration deadline starts when it runs");
+          }
           for (Rank& r : j.ranks) {
             r.launched_ms = now;
             // Recover took adopted ranks for registered, but nothing runs yet:

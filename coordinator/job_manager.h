@@ -158,6 +158,7 @@ class JobManager {
     // briefly so a rank's exit, the likely cause, is named instead.
     std::string pending_failure;
     int64_t pending_deadline_ms = 0;
+    std::string queue_reason;     // the launcher's last PendingReason, announced as an event
   };
 
   bool Active(const Job& j) const;

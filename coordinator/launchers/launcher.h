@@ -61,6 +61,9 @@ class Launcher {
   // the queue): its workers cannot register yet, so the JobManager starts
   // their registration deadline only once this turns false.
   virtual bool Pending(const std::string& job_id, int attempt) { return false; }
+  // While Pending: why, in the cluster's words ("slurm job 42 PENDING
+  // (Resources)"), or "" when not known. Shown as an event when it changes.
+  virtual std::string PendingReason(const std::string& job_id, int attempt) { return ""; }
   // Ranks of the attempt not yet seen to end.
   virtual int Running(const std::string& job_id, int attempt) = 0;
   // After a coordinator restart: watch ranks started by a previous coordinator

@@ -96,6 +96,9 @@ bool SlurmLauncher::Check(const Key& key, Attempt& a, RankExit* exit) {
   }
   if (info->state == "RUNNING") a.ran = true;
   a.queued = info->state == "PENDING" || info->state == "CONFIGURING";
+  a.queue_reason = a.queued ? "slurm job " + a.slurm_id + " " + info->state +
+                                  (info->reason.empty() || info->reason == "None" ? "" : " (" + info->reason + ")")
+                            : "";
   if (info->restarts > a.restarts_seen) {
     a.requeued = true;
     exit->exit_code = -1;
@@ -165,6 +168,11 @@ bool SlurmLauncher::Pending(const std::string& job_id, int attempt) {
   if (it == attempts_.end() || it->second.ended) return false;
   Refresh(it->first, it->second);
   return !it->second.ended && it->second.queued;
+}
+
+std::string SlurmLauncher::PendingReason(const std::string& job_id, int attempt) {
+  auto it = attempts_.find({job_id, attempt});
+  return it == attempts_.end() || it->second.ended ? "" : it->second.queue_reason;
 }
 
 int SlurmLauncher::Running(const std::string& job_id, int attempt) {

@@ -55,6 +55,7 @@ class SlurmLauncher : public Launcher {
   // Last seen PENDING or CONFIGURING; false while unknown (rate-limited like
   // Poll; an exit it finds waits for Poll).
   bool Pending(const std::string& job_id, int attempt) override;
+  std::string PendingReason(const std::string& job_id, int attempt) override;
   int Running(const std::string& job_id, int attempt) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
 
@@ -69,6 +70,7 @@ class SlurmLauncher : public Launcher {
     int restarts_seen = 0;
     bool ran = false;      // seen RUNNING at least once
     bool queued = false;   // last seen waiting for its allocation (PENDING, CONFIGURING)
+    std::string queue_reason;  // Slurm's Reason= while queued
     bool ended = false;    // reported (or terminated and gone)
     bool requeued = false; // ended by a requeue: Slurm will run it again unless cancelled
   };

@@ -121,6 +121,18 @@ TEST_F(SlurmJobTest, QueueWaitIsNoRegistrationTimeout) {
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).restarts(), 0);
+  // Why it waits is said once, in Slurm's words.
+  std::vector<v1::JobEvent> past;
+  auto w = manager_->Watch(id, 0, [](const v1::JobEvent&) {}, &past);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  manager_->Unwatch(*w);
+  int queued = 0;
+  for (const auto& e : past) {
+    if (e.kind() != "queued") continue;
+    ++queued;
+    EXPECT_TRUE(Contains(e.message(), "slurm job 42 PENDING (Resources)")) << e.message();
+  }
+  EXPECT_EQ(queued, 1) << "announced once, not at every poll";
 
   slurm_->Scontrol("RUNNING");
   TickLater();
