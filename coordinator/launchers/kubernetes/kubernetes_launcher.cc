@@ -149,6 +149,13 @@ bool KubernetesLauncher::Pending(const std::string& job_id, int attempt) {
   return !it->second.pod_running;
 }
 
+std::string KubernetesLauncher::PendingReason(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = attempts_.find({job_id, attempt});
+  if (it == attempts_.end() || it->second.wait_detail.empty()) return "";
+  return "kubernetes job " + it->second.name + ": " + it->second.wait_detail;
+}
+
 void KubernetesLauncher::Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) {
   Attempt a;
   a.job_id = job_id;
@@ -354,6 +361,7 @@ void KubernetesLauncher::DoPoll(const Key& key, Attempt s) {
   a.observed = true;
   a.live_pods = v.live_pods;
   if (v.phase == k8s::Verdict::kRunning) a.pod_running = true;
+  a.wait_detail = v.phase == k8s::Verdict::kPending ? v.detail : "";
   switch (v.phase) {
     case k8s::Verdict::kGone:
       if (!a.delete_wanted)

@@ -71,6 +71,8 @@ class KubernetesLauncher : public Launcher {
   // Until a pod of the attempt runs (scheduling, image pulls): the
   // JobManager's registration clock waits; stuck pods have their own graces.
   bool Pending(const std::string& job_id, int attempt) override;
+  // Why a pod waits, when the cluster said (unschedulable, image errors).
+  std::string PendingReason(const std::string& job_id, int attempt) override;
   // Finds the Job named after (job_id, attempt) in opts.adopt_namespaces and
   // watches it; one that is in none of them is reported as gone.
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
@@ -94,6 +96,7 @@ class KubernetesLauncher : public Launcher {
     bool observed = false;
     int live_pods = 0;
     bool pod_running = false;          // the last poll saw a pod of the attempt Running
+    std::string wait_detail;           // the last poll's reason a pod waits ("" = none known)
     bool finished = false;             // the Job succeeded or failed
     int64_t next_poll_ms = 0;
     int64_t delete_retry_ms = 0;     // after a failed kubectl delete

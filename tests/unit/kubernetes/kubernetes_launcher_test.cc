@@ -202,6 +202,19 @@ TEST_F(KubernetesLauncherTest, PendingUntilAPodRuns) {
   EXPECT_FALSE(l.Pending("demo-1", 7)) << "an unknown attempt is not pending";
 }
 
+// A pod the scheduler cannot place keeps the attempt pending, and says why.
+TEST_F(KubernetesLauncherTest, UnschedulablePodIsPendingWithTheSchedulersReason) {
+  FakeApiServer api("unschedulable");  // one pod Running, the other Unschedulable
+  ASSERT_TRUE(api.up());
+  KubernetesLauncher l(api.Options());
+  ASSERT_TRUE(l.Launch(Request()).ok());
+  ASSERT_TRUE(WaitFor([&] { return !l.PendingReason("demo-1", 1).empty(); })) << "no reason given";
+  EXPECT_TRUE(l.Pending("demo-1", 1));
+  const std::string why = l.PendingReason("demo-1", 1);
+  EXPECT_NE(why.find("shardd-demo-1-a1"), std::string::npos) << why;
+  EXPECT_NE(why.find("unschedulable"), std::string::npos) << why;
+}
+
 TEST_F(KubernetesLauncherTest, BadInputIsExitCodeTwo) {
   FakeApiServer api("bad_input");
   ASSERT_TRUE(api.up());
