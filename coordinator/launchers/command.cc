@@ -30,6 +30,25 @@ std::string CommandResult::Explain(const std::string& what) const {
   return text.empty() ? s : s + ": " + text;
 }
 
+shard::Status CommandCheck::Check() {
+  const auto now = std::chrono::steady_clock::now();
+  if (checked_ != std::chrono::steady_clock::time_point{} && now - checked_ < std::chrono::minutes(1)) return result_;
+  checked_ = now;
+  CommandOptions co;
+  co.timeout_s = 10;
+  auto r = RunCommand(argv_, co);
+  std::string what;
+  for (const std::string& a : argv_) what += (what.empty() ? "" : " ") + a;
+  if (!r.ok())
+    result_ = shard::FailedPrecondition("the " + launcher_ + " launcher cannot run " + tool_ + " here: " +
+                                        r.status().message());
+  else if (!r->ok())
+    result_ = shard::FailedPrecondition("the " + launcher_ + " launcher: " + r->Explain(what));
+  else
+    result_ = shard::OkStatus();
+  return result_;
+}
+
 std::string ShellQuote(const std::string& word) {
   std::string q = "'";
   for (char c : word) {

@@ -5,6 +5,7 @@
 // Thread-safety: RunCommand is safe to call from any thread.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,23 @@ struct CommandOptions {
 // started at all (not found, fork failed) or ran past its timeout; a non-zero
 // exit is a result.
 shard::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const CommandOptions& opts = {});
+
+// Whether a cluster CLI runs here, for Launcher::CheckAvailable: runs argv
+// (e.g. `sbatch --version`) at most once a minute and keeps the answer.
+// Thread-safety: none (each launcher calls it from the JobManager's thread).
+class CommandCheck {
+ public:
+  // launcher and tool name the failure: "the slurm launcher cannot run sbatch here: ...".
+  CommandCheck(std::string launcher, std::string tool, std::vector<std::string> argv)
+      : launcher_(std::move(launcher)), tool_(std::move(tool)), argv_(std::move(argv)) {}
+  shard::Status Check();
+
+ private:
+  std::string launcher_, tool_;
+  std::vector<std::string> argv_;
+  shard::Status result_;
+  std::chrono::steady_clock::time_point checked_{};
+};
 
 // Quotes a word for a POSIX shell script: 'it'\''s'.
 std::string ShellQuote(const std::string& word);

@@ -92,22 +92,7 @@ StatusOr<std::vector<int>> KubernetesLauncher::Launch(const LaunchRequest& req) 
   return std::vector<int>(req.world, 0);
 }
 
-Status KubernetesLauncher::CheckAvailable() {
-  const auto now = std::chrono::steady_clock::now();
-  if (available_checked_ != std::chrono::steady_clock::time_point{} && now - available_checked_ < std::chrono::minutes(1))
-    return available_;
-  available_checked_ = now;
-  CommandOptions co;
-  co.timeout_s = 10;
-  auto r = RunCommand({opts_.kubectl, "version", "--client"}, co);
-  if (!r.ok())
-    available_ = shard::FailedPrecondition("the kubernetes launcher cannot run kubectl here: " + r.status().message());
-  else if (!r->ok())
-    available_ = shard::FailedPrecondition("the kubernetes launcher: " + r->Explain(opts_.kubectl + " version --client"));
-  else
-    available_ = shard::OkStatus();
-  return available_;
-}
+Status KubernetesLauncher::CheckAvailable() { return available_.Check(); }
 
 std::vector<RankExit> KubernetesLauncher::Poll() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/launchers/command.h"
 #include "coordinator/launchers/launcher.h"
 
 namespace shardd {
@@ -122,8 +123,7 @@ class KubernetesLauncher : public Launcher {
   std::map<Key, Attempt> attempts_;
   std::vector<RankExit> exits_;
   bool stop_ = false;
-  Status available_;                                  // CheckAvailable's cache (JobManager thread only)
-  std::chrono::steady_clock::time_point available_checked_{};
+  CommandCheck available_{"kubernetes", "kubectl", {opts_.kubectl, "version", "--client"}};  // CheckAvailable's cached answer
   std::thread thread_;  // last: starts after everything above exists
 };
 

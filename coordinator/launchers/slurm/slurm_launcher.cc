@@ -14,19 +14,7 @@
 
 namespace shardd {
 
-Status SlurmLauncher::CheckAvailable() {
-  const auto now = std::chrono::steady_clock::now();
-  if (available_checked_ != std::chrono::steady_clock::time_point{} && now - available_checked_ < std::chrono::minutes(1))
-    return available_;
-  available_checked_ = now;
-  CommandOptions co;
-  co.timeout_s = 10;
-  auto r = RunCommand({opts_.sbatch, "--version"}, co);
-  if (!r.ok()) available_ = shard::FailedPrecondition("the slurm launcher cannot run sbatch here: " + r.status().message());
-  else if (!r->ok()) available_ = shard::FailedPrecondition("the slurm launcher: " + r->Explain("sbatch --version"));
-  else available_ = shard::OkStatus();
-  return available_;
-}
+Status SlurmLauncher::CheckAvailable() { return available_.Check(); }
 
 StatusOr<std::vector<int>> SlurmLauncher::Launch(const LaunchRequest& req) {
   std::error_code ec;

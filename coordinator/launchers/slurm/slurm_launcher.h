@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/launchers/command.h"
 #include "coordinator/launchers/launcher.h"
 
 namespace shardd {
@@ -83,8 +84,7 @@ class SlurmLauncher : public Launcher {
   SlurmLauncherOptions opts_;
   std::map<Key, Attempt> attempts_;
   std::vector<RankExit> pending_;  // exits found, not yet returned by Poll
-  Status available_;
-  std::chrono::steady_clock::time_point available_checked_{};
+  CommandCheck available_{"slurm", "sbatch", {opts_.sbatch, "--version"}};  // CheckAvailable's cached answer
 };
 
 }  // namespace shardd
