@@ -1,0 +1,117 @@
+// JobManager's read side: committed checkpoints, rank logs, and event
+// watches (past events from the store, then live ones).
+#include "coordinator/job_manager.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "shard/ckpt/catalog.h"
+#include "shard/common/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+
+StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::string& job_id) {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    dir = CheckpointJobDir(*j);
+  }
+  std::vector<v1::CheckpointInfo> out;
+  if (!fs::exists(dir)) return out;
+  ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
+  for (const shard::StepInfo& s : steps) {
+    if (!s.committed) continue;
+    auto text = shard::ReadFileToString(s.dir + "/" + shard::kCommittedFile);
+    if (!text.ok()) continue;
+    auto m = shard::Manifest::FromJson(*text, s.dir);
+    if (!m.ok()) continue;
+    v1::CheckpointInfo c;
+    c.set_step(s.step);
+    c.set_world(m->world);
+    c.set_files(static_cast<int>(m->files.size()));
+    int64_t bytes = 0;
+    for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
+    c.set_bytes(bytes);
+    c.set_path(s.dir);
+    struct stat st;
+    if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)
+      c.set_committed_unix_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);
+    out.push_back(c);
+  }
+  return out;
+}
+
+StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {
+  std::string path;
+  LogChunk chunk;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    if (j->attempt == 0) return shard::FailedPrecondition("job " + job_id + " has not launched yet");
+    chunk.attempt = attempt > 0 ? attempt : j->attempt;
+    if (chunk.attempt > j->attempt)
+      return shard::OutOfRange("job " + job_id + " has no attempt " + std::to_string(attempt));
+    if (rank < 0 || rank >= j->config.parallel.world_size)
+      return shard::OutOfRange("job " + job_id + " has ranks 0.." + std::to_string(j->config.parallel.world_size - 1));
+    chunk.finished = chunk.attempt < j->attempt || (!Active(*j) && j->draining_attempt == 0) ||
+                     j->state == v1::RESTARTING;
+    path = AttemptDir(*j, chunk.attempt) + "/rank_" + std::to_string(rank) + ".log";
+  }
+  if (max_bytes <= 0 || max_bytes > (4 << 20)) max_bytes = 64 << 10;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    chunk.next_offset = 0;
+    return chunk;
+  }
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (offset < 0) offset = std::max<int64_t>(0, size - max_bytes);
+  offset = std::min(offset, size);
+  const int64_t n = std::min<int64_t>(max_bytes, size - offset);
+  chunk.data.resize(n);
+  in.seekg(offset);
+  in.read(chunk.data.data(), n);
+  chunk.next_offset = offset + n;
+  return chunk;
+}
+
+StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+                                    std::vector<v1::JobEvent>* past) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  for (const EventRecord& e : events) {
+    v1::JobEvent ev;
+    ev.set_seq(e.seq);
+    ev.set_unix_ms(e.unix_ms);
+    ev.set_job_id(e.job_id);
+    ev.set_attempt(e.attempt);
+    ev.set_kind(e.kind);
+    ev.set_message(e.message);
+    ev.set_state(static_cast<v1::JobState>(e.state));
+    past->push_back(ev);
+  }
+  if (!past->empty()) *past->back().mutable_progress() = j->progress;
+  int64_t id = next_watch_id_++;
+  watchers_[id] = {job_id, std::move(sink)};
+  return id;
+}
+
+bool JobManager::Drained(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() || (!Active(*it->second) && it->second->draining_attempt == 0);
+}
+
+void JobManager::Unwatch(int64_t watch_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.erase(watch_id);
+}
+
+}  // namespace shardd
