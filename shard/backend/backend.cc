@@ -1,6 +1,10 @@
 #include "shard/backend/backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "shard/backend/cpu/cpu_backend.h"
+#include "shard/backend/profiling_backend.h"
 #include "shard/config.h"
 #if SHARDD_CUDA_ENABLED
 #include "shard/backend/cuda/cuda_backend.h"
@@ -16,10 +20,25 @@ int NumCudaDevices() {
 #endif
 }
 
+namespace {
+
+StatusOr<std::unique_ptr<Backend>> CreateUnwrapped(const std::string& device, const BackendOptions& options);
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device, const BackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, CreateUnwrapped(device, options));
+  const char* profile = std::getenv("SHARDD_PROFILE_OPS");
+  if (profile && *profile && std::strcmp(profile, "0") != 0) return WrapWithProfiler(std::move(b));
+  return b;
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<Backend>> CreateUnwrapped(const std::string& device, const BackendOptions& options) {
   if (device == "cpu") return std::unique_ptr<Backend>(cpu::CreateBackend());
   if (device == "auto") {
-    if (NumCudaDevices() > 0) return CreateBackend("cuda", options);
+    if (NumCudaDevices() > 0) return CreateUnwrapped("cuda", options);
     return std::unique_ptr<Backend>(cpu::CreateBackend());
   }
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
@@ -41,6 +60,8 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device, cons
   }
   return InvalidArgument("unknown device '" + device + "' (expected auto, cpu, cuda or cuda:N)");
 }
+
+}  // namespace
 
 StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n_floats) {
   DeviceBuffer b;

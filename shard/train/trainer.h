@@ -72,6 +72,7 @@ class Trainer {
   int64_t samples_seen() const { return samples_seen_; }
   int rank() const { return dist_.rank; }
   const LlamaConfig& model_config() const { return model_->config(); }
+  Backend* backend() const { return backend_.get(); }
   const ParamLayout& layout() const { return model_->layout(); }
   // Unit u's full parameters (a collective: every rank must call it in turn).
   Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out); }

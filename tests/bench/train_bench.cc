@@ -5,24 +5,45 @@
 // clipping, AdamW). Prints tokens/s and achieved model GFLOP/s counted as
 // 6N + 12*L*d*T per token (N without the input embedding).
 //
-// usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0]
+// usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile]
+// --profile (or SHARDD_PROFILE_OPS=1) adds a table of the time each backend
+// operation took over the measured steps.
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "shard/backend/profiling_backend.h"
 #include "shard/common/logging.h"
 #include "shard/common/thread_pool.h"
 #include "shard/train/trainer.h"
 
 int main(int argc, char** argv) {
-  int steps = argc > 1 ? std::atoi(argv[1]) : 6;
-  int micro = argc > 2 ? std::atoi(argv[2]) : 8;
-  bool ckpt = argc > 3 && std::atoi(argv[3]) != 0;
+  std::vector<std::string> pos;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--profile") {
+      setenv("SHARDD_PROFILE_OPS", "1", 1);
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile]\n");
+      return 0;
+    } else {
+      pos.push_back(a);
+    }
+  }
+  int steps = pos.size() > 0 ? std::atoi(pos[0].c_str()) : 6;
+  int micro = pos.size() > 1 ? std::atoi(pos[1].c_str()) : 8;
+  bool ckpt = pos.size() > 2 && std::atoi(pos[2].c_str()) != 0;
+  if (steps < 1 || micro < 1) {
+    std::fprintf(stderr, "train_bench: steps and micro_batch must be positive integers\n");
+    return 2;
+  }
   const int seq = 256;
   shard::InitLogging("warn");
 
@@ -49,6 +70,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (int i = 0; i < 2; ++i) (void)(*trainer)->Step();  // warm up allocations and caches
+  shard::ResetProfile((*trainer)->backend());
   double total = 0;
   double best = 1e30;
   // Process CPU time as well as wall time: on a shared machine the wall clock
@@ -59,6 +81,7 @@ int main(int argc, char** argv) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
   };
+  std::vector<double> step_seconds;
   const double cpu0 = cpu_now();
   for (int i = 0; i < steps; ++i) {
     auto m = (*trainer)->Step();
@@ -67,6 +90,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     total += m->seconds;
+    step_seconds.push_back(m->seconds);
     best = std::min(best, m->seconds);
   }
   const double cpu_seconds = cpu_now() - cpu0;
@@ -74,18 +98,27 @@ int main(int argc, char** argv) {
   const double tokens_per_step = static_cast<double>(micro) * seq;
   const double flops_per_token = c.TrainFlopsPerToken(seq);
   const double mean = total / steps;
+  // The median step resists the host's noise (other guests on this machine
+  // slow single steps by up to 50%); the mean is what a whole run gets.
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double median = steps % 2 ? step_seconds[steps / 2]
+                                  : 0.5 * (step_seconds[steps / 2 - 1] + step_seconds[steps / 2]);
   std::printf("train_bench: model bench (N=%.2fM matmul params, L=%d, d=%lld), seq %d, micro-batch %d, "
               "threads %d, activation_checkpointing %d\n",
               c.NumMatmulParams() / 1e6, c.num_layers, static_cast<long long>(c.hidden_size), seq, micro,
               shard::NumComputeThreads(), ckpt ? 1 : 0);
-  std::printf("  step time  mean %.1f ms  best %.1f ms  (%d steps)\n", mean * 1e3, best * 1e3, steps);
-  std::printf("  tokens/s   mean %.0f  best %.0f\n", tokens_per_step / mean, tokens_per_step / best);
-  std::printf("  GFLOP/s    mean %.1f  best %.1f  (%.1f MFLOP per token)\n",
-              tokens_per_step * flops_per_token / mean / 1e9, tokens_per_step * flops_per_token / best / 1e9,
-              flops_per_token / 1e6);
+  const double flops_per_step = tokens_per_step * flops_per_token;
+  std::printf("  step time  mean %.1f ms  median %.1f ms  best %.1f ms  (%d steps)\n", mean * 1e3, median * 1e3,
+              best * 1e3, steps);
+  std::printf("  tokens/s   mean %.0f  median %.0f  best %.0f\n", tokens_per_step / mean, tokens_per_step / median,
+              tokens_per_step / best);
+  std::printf("  GFLOP/s    mean %.1f  median %.1f  best %.1f  (%.1f MFLOP per token)\n", flops_per_step / mean / 1e9,
+              flops_per_step / median / 1e9, flops_per_step / best / 1e9, flops_per_token / 1e6);
   const double cpu_step = cpu_seconds / steps / shard::NumComputeThreads();
   std::printf("  CPU-time estimate for %d dedicated cores: %.0f tokens/s, %.1f GFLOP/s (%.2f CPU-s per step)\n",
               shard::NumComputeThreads(), tokens_per_step / cpu_step, tokens_per_step * flops_per_token / cpu_step / 1e9,
               cpu_seconds / steps);
+  const std::string profile = shard::ProfileReport((*trainer)->backend());
+  if (!profile.empty()) std::printf("%s", profile.c_str());
   return 0;
 }
