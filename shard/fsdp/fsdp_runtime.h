@@ -36,6 +36,9 @@ StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
 struct FsdpOptions {
   ShardStrategy strategy = ShardStrategy::kFullShard;
   bool prefetch = true;  // all-gather the next unit while computing this one
+  // false under optimizer offload: the AdamW moments live in host memory
+  // (shard/train/optimizer_state.h) and the runtime allocates no m, v shards.
+  bool moments_on_device = true;
   CommOptions comm;
 };
 
@@ -62,8 +65,11 @@ class FsdpRuntime : public UnitAccess {
   // This rank's shards (size layout(u).shard_numel).
   float* param_shard(int u) { return units_[u].params.data(); }
   float* grad_shard(int u) { return units_[u].grads.data(); }
+  // The AdamW moment shards on the device; null when !moments_on_device.
   float* adam_m(int u) { return units_[u].m.data(); }
   float* adam_v(int u) { return units_[u].v.data(); }
+  // Device bytes held by the moment shards (0 when !moments_on_device).
+  int64_t moment_device_bytes() const;
 
   // Step protocol: ZeroGrads; per micro-batch Begin/ (model) /Finish; then
   // FinishGradients before reading gradients.
