@@ -1,5 +1,6 @@
 // The FSDP runtime: owns this rank's shards of every unit (fp32 parameters,
-// gradients, AdamW moments) and implements UnitAccess for the model — gathering
+// gradients, and AdamW moments unless the optimizer state is offloaded to the
+// host — shard/train/optimizer_state.h) and implements UnitAccess for the model — gathering
 // a unit before use, freeing it after, reduce-scattering its gradients into the
 // owner shard — with the next unit's all-gather and the previous unit's
 // reduce-scatter overlapping compute on a communication thread.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <system_error>
 
 #include "shard/optim/adamw.h"
 
@@ -37,10 +39,12 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     std::fill_n(h.v.data(), n, 0.0f);
     device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
   }
-  auto stage = HostBuffer::Create(device, largest);
-  if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
-  s->grad_stage_ = std::move(*stage);
-  s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  for (HostBuffer& b : s->grad_stage_) {
+    auto stage = HostBuffer::Create(device, largest);
+    if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
+    b = std::move(*stage);
+    s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  }
   return s;
 }
 
@@ -48,25 +52,45 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
                             float clip) {
   const auto t0 = std::chrono::steady_clock::now();
   const int sr = runtime_->shard_rank();
-  if (layout.num_units() != runtime_->num_units())
+  const int units = runtime_->num_units();
+  if (layout.num_units() != units)
     return Internal("optimizer step: the layout has " + std::to_string(layout.num_units()) +
-                    " units, the FSDP runtime " + std::to_string(runtime_->num_units()));
-  for (int u = 0; u < runtime_->num_units(); ++u) {
+                    " units, the FSDP runtime " + std::to_string(units));
+  auto ranges = [&](int u) {
     const ShardLayout& sl = runtime_->layout(u);
-    const auto ranges = DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), config.decay_norms_and_embeddings);
-    if (!offload_) {
-      AdamWSlice(device_, ranges, config, lr, step, clip, runtime_->param_shard(u), runtime_->grad_shard(u),
+    return DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), config.decay_norms_and_embeddings);
+  };
+  auto bytes = [&](int u) { return static_cast<size_t>(runtime_->layout(u).shard_numel) * sizeof(float); };
+  if (!offload_) {
+    for (int u = 0; u < units; ++u)
+      AdamWSlice(device_, ranges(u), config, lr, step, clip, runtime_->param_shard(u), runtime_->grad_shard(u),
                  runtime_->adam_m(u), runtime_->adam_v(u));
-      continue;
+  } else if (units > 0) {
+    // A per-unit pipeline: while a helper thread runs unit u's host AdamW (on
+    // the host backend, which only that thread uses meanwhile), the training
+    // thread copies unit u+1's gradient shard down into the other staging
+    // buffer and unit u-1's updated master up into its device shard. The
+    // gradient shards are final (FinishGradients drained the reductions), and
+    // the device copies return with the copy done, after queued work.
+    auto adamw = [&](int u) {
+      HostShard& h = shards_[u];
+      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), grad_stage_[u % 2].data(),
+                 h.m.data(), h.v.data());
+    };
+    device_->CopyToHost(grad_stage_[0].data(), runtime_->grad_shard(0), bytes(0));
+    for (int u = 0; u < units; ++u) {
+      std::future<void> running;
+      try {
+        running = std::async(std::launch::async, adamw, u);
+      } catch (const std::system_error&) {
+        adamw(u);  // no thread to be had: the same arithmetic, just not overlapped
+      }
+      if (u > 0) device_->CopyToDevice(runtime_->param_shard(u - 1), shards_[u - 1].master.data(), bytes(u - 1));
+      if (u + 1 < units)
+        device_->CopyToHost(grad_stage_[(u + 1) % 2].data(), runtime_->grad_shard(u + 1), bytes(u + 1));
+      if (running.valid()) running.get();
     }
-    // The gradient shard is final (FinishGradients drained the reductions);
-    // CopyToHost returns with the copy done, after the work queued before it.
-    const size_t bytes = static_cast<size_t>(sl.shard_numel) * sizeof(float);
-    HostShard& h = shards_[u];
-    device_->CopyToHost(grad_stage_.data(), runtime_->grad_shard(u), bytes);
-    AdamWSlice(host_.get(), ranges, config, lr, step, clip, h.master.data(), grad_stage_.data(), h.m.data(),
-               h.v.data());
-    device_->CopyToDevice(runtime_->param_shard(u), h.master.data(), bytes);
+    device_->CopyToDevice(runtime_->param_shard(units - 1), shards_[units - 1].master.data(), bytes(units - 1));
   }
   device_->Synchronize();
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

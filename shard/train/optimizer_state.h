@@ -7,19 +7,23 @@
 //     Backend::AllocateHost); the device keeps only its parameter shard (the
 //     all-gathers read it) and its gradient shard. Each step copies a unit's
 //     final gradient shard to the host, runs AdamW on the master there, and
-//     copies the master back into the device parameter shard, unit by unit.
+//     copies the master back into the device parameter shard, unit by unit,
+//     pipelined: unit u's host AdamW (on a helper thread) overlaps the copies
+//     of unit u+1's gradient down and unit u-1's master up.
 //
 // The host arithmetic runs on a private CPU backend (CreateBackend("cpu")): the
 // same vectorised, multi-threaded AdamW kernel as device: cpu, so on the CPU an
 // offloaded run is bitwise a non-offloaded one, and core code still includes no
 // backend header. The copies are not overlapped with the backward pass: the
 // clipping factor needs the global gradient norm, so the first unit can only
-// be stepped once every gradient is final (overlap comes with the CUDA streams).
+// be stepped once every gradient is final (streaming gradient shards to the
+// host during the backward pass comes with the CUDA streams).
 //
 // Checkpoints hold the same bytes either way (params = the master, m, v), so a
 // run saved offloaded resumes non-offloaded and vice versa.
 //
-// Thread-safety: the training thread only.
+// Thread-safety: called from the training thread only; Step runs the host
+// AdamW on a helper thread of its own and joins it before returning.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +62,7 @@ class OptimizerState {
   // Device bytes held by the optimizer state beyond the parameter shard the
   // model needs anyway: m and v (0 when offloaded).
   int64_t device_bytes() const { return runtime_->moment_device_bytes(); }
-  // Host bytes held: master, m, v and the gradient staging buffer (0 on device).
+  // Host bytes held: master, m, v and two gradient staging buffers (0 on device).
   int64_t host_bytes() const { return host_bytes_; }
   // Wall seconds of the last Step (including the copies when offloaded).
   double last_step_seconds() const { return last_step_seconds_; }
@@ -75,7 +79,7 @@ class OptimizerState {
   bool offload_;
   std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
   std::vector<HostShard> shards_;  // per unit, offloaded only
-  HostBuffer grad_stage_;          // one unit's gradient shard at a time
+  HostBuffer grad_stage_[2];       // gradient shards of the unit being stepped and the next
   int64_t host_bytes_ = 0;
   double last_step_seconds_ = 0;
 };
