@@ -9,8 +9,7 @@
 //   implementations differ only in the last bits of float arithmetic — the
 //   bound is an unmeasured guess with margin, never run on a GPU yet; a wrong
 //   master, stale device shard or lost clip factor is expected to move the loss
-//   by far more within a
-//   few steps), and both learn.
+//   by far more within a few steps), and both learn.
 #include <gtest/gtest.h>
 
 #include <cmath>

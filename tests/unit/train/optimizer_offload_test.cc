@@ -4,7 +4,8 @@
 //     bitwise the on-device ones, the device holds no moments, and the master
 //     is copied back into the device parameter shard;
 //   * whole trainers (ranks as threads, local communicator): an offloaded run
-//     equals a non-offloaded run bitwise at W = 1 and W = 2 (full_shard);
+//     equals a non-offloaded run bitwise at W = 1 and W = 2 (full_shard and
+//     no_shard);
 //   * checkpoints: saved offloaded, resumed on the device, and the reverse,
 //     continue bitwise like an uninterrupted run.
 #include <gtest/gtest.h>
@@ -197,6 +198,7 @@ constexpr int kSteps = 5;
 
 struct Opts {
   int world = 1;
+  std::string strategy = "full_shard";
   bool offload = false;
   std::string ckpt_dir;  // "" = no checkpoints
   int every = 0;
@@ -222,7 +224,7 @@ RunResult Train(const Opts& o) {
   static std::atomic<int> run{0};
   const std::string prefix = "optimizer-offload-" + std::to_string(run++) + "/";
   std::vector<std::string> sets = {"parallel.world_size=" + std::to_string(o.world),
-                                   "parallel.strategy=full_shard", "train.steps=" + std::to_string(kSteps),
+                                   "parallel.strategy=" + o.strategy, "train.steps=" + std::to_string(kSteps),
                                    std::string("parallel.offload_optimizer=") + (o.offload ? "true" : "false"),
                                    "checkpoint.resume=" + o.resume, "checkpoint.async=false",
                                    "checkpoint.every_steps=" + std::to_string(o.every)};
@@ -296,13 +298,13 @@ void ExpectBitwise(const RunResult& a, const RunResult& b, const std::string& wh
   }
 }
 
-void OffloadEqualsDevice(int world) {
-  const RunResult dev = Train({.world = world, .offload = false});
-  const RunResult off = Train({.world = world, .offload = true});
+void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard") {
+  const RunResult dev = Train({.world = world, .strategy = strategy, .offload = false});
+  const RunResult off = Train({.world = world, .strategy = strategy, .offload = true});
   ASSERT_EQ(dev.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(dev.device_bytes, 0);
   EXPECT_EQ(off.device_bytes, 0) << "offloaded moments still on the device";
-  ExpectBitwise(dev, off, "W=" + std::to_string(world));
+  ExpectBitwise(dev, off, strategy + " W=" + std::to_string(world));
   // The master and the device shard agree after the last step.
   EXPECT_TRUE(off.final.params == off.final.device_params);
   // Guard: training moved the loss.
@@ -311,6 +313,11 @@ void OffloadEqualsDevice(int world) {
 
 TEST(OptimizerOffloadTrainerTest, OneRankOffloadedRunIsBitwiseTheDeviceRun) { OffloadEqualsDevice(1); }
 TEST(OptimizerOffloadTrainerTest, TwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) { OffloadEqualsDevice(2); }
+// Replicas (no_shard: each rank holds the whole model, gradients all-reduced)
+// each step their own host copy of the same state.
+TEST(OptimizerOffloadTrainerTest, TwoRanksNoShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "no_shard");
+}
 
 // Saved with one placement, resumed with the other: the continuation is
 // bitwise the uninterrupted run (the checkpoint bytes do not depend on where
