@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "shard/common/status.h"
 
@@ -81,6 +82,12 @@ class Backend {
   virtual void Fill(float* x, int64_t n, float value) = 0;
   // Waits for all queued work (a no-op on CPU).
   virtual void Synchronize() = 0;
+  // Host memory for state kept off the device (optimizer offload). Device
+  // backends return page-locked memory, so CopyToDevice/CopyToHost run at full
+  // bus speed and may later be made asynchronous; the default is 64-byte
+  // aligned ordinary memory. Free with FreeHost of the same backend.
+  virtual StatusOr<void*> AllocateHost(size_t bytes);
+  virtual void FreeHost(void* ptr);
 
   // ---- Dense linear algebra and elementwise --------------------------------
   virtual void Gemm(const GemmArgs& args) = 0;
@@ -174,6 +181,27 @@ class DeviceBuffer {
   float* data() const { return data_; }
   int64_t size() const { return n_; }
   int32_t* as_int() const { return reinterpret_cast<int32_t*>(data_); }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  int64_t n_ = 0;
+};
+
+// A buffer of n floats in host memory from a backend's AllocateHost (pinned on
+// device backends). Movable, not copyable.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  static StatusOr<HostBuffer> Create(Backend* backend, int64_t n_floats);
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  float* data() const { return data_; }
+  int64_t size() const { return n_; }
 
  private:
   Backend* backend_ = nullptr;

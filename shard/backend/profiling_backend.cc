@@ -42,6 +42,8 @@ class ProfilingBackend final : public Backend {
   const char* name() const override { return inner_->name(); }
   StatusOr<void*> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
   void Free(void* ptr) override { inner_->Free(ptr); }
+  StatusOr<void*> AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }
+  void FreeHost(void* ptr) override { inner_->FreeHost(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     Timed("copy_to_device", 0, [&] { inner_->CopyToDevice(dst, src, bytes); });
   }

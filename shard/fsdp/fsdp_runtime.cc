@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
     ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_));
     const int64_t n = x.layout.shard_numel;
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
+      if (!options.moments_on_device && (b == &x.m || b == &x.v)) continue;
       ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, n));
       backend->Fill(b->data(), n, 0.0f);
     }
@@ -59,6 +60,12 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
 
 FsdpRuntime::~FsdpRuntime() {
   if (comm_) (void)comm_->Drain();
+}
+
+int64_t FsdpRuntime::moment_device_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& x : units_) bytes += (x.m.size() + x.v.size()) * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 void FsdpRuntime::Track(int64_t delta) {

@@ -1,5 +1,6 @@
 // The FSDP runtime: owns this rank's shards of every unit (fp32 parameters,
-// gradients, AdamW moments) and implements UnitAccess for the model — gathering
+// gradients, and AdamW moments unless the optimizer state is offloaded to the
+// host — shard/train/optimizer_state.h) and implements UnitAccess for the model — gathering
 // a unit before use, freeing it after, reduce-scattering its gradients into the
 // owner shard — with the next unit's all-gather and the previous unit's
 // reduce-scatter overlapping compute on a communication thread.
@@ -36,6 +37,9 @@ StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
 struct FsdpOptions {
   ShardStrategy strategy = ShardStrategy::kFullShard;
   bool prefetch = true;  // all-gather the next unit while computing this one
+  // false under optimizer offload: the AdamW moments live in host memory
+  // (shard/train/optimizer_state.h) and the runtime allocates no m, v shards.
+  bool moments_on_device = true;
   CommOptions comm;
 };
 
@@ -62,8 +66,11 @@ class FsdpRuntime : public UnitAccess {
   // This rank's shards (size layout(u).shard_numel).
   float* param_shard(int u) { return units_[u].params.data(); }
   float* grad_shard(int u) { return units_[u].grads.data(); }
+  // The AdamW moment shards on the device; null when !moments_on_device.
   float* adam_m(int u) { return units_[u].m.data(); }
   float* adam_v(int u) { return units_[u].v.data(); }
+  // Device bytes held by the moment shards (0 when !moments_on_device).
+  int64_t moment_device_bytes() const;
 
   // Step protocol: ZeroGrads; per micro-batch Begin/ (model) /Finish; then
   // FinishGradients before reading gradients.

@@ -10,9 +10,9 @@
 namespace shard {
 namespace fs = std::filesystem;
 
-Checkpointer::Checkpointer(const JobConfig& job, const CheckpointRole& role, Backend* backend, FsdpRuntime* runtime,
-                           const ParamLayout& layout)
-    : job_(job), role_(role), backend_(backend), runtime_(runtime), layout_(layout) {}
+Checkpointer::Checkpointer(const JobConfig& job, const CheckpointRole& role, OptimizerState* state,
+                           FsdpRuntime* runtime, const ParamLayout& layout)
+    : job_(job), role_(role), state_(state), runtime_(runtime), layout_(layout) {}
 
 Checkpointer::~Checkpointer() { (void)Wait(); }
 
@@ -38,12 +38,8 @@ Status Checkpointer::Save(const Manifest& base) {
     snapshot_.resize(3 * static_cast<size_t>(runtime_->num_units()));
     for (int u = 0; u < runtime_->num_units(); ++u) {
       const int64_t n = runtime_->layout(u).real_in(sr);
-      float* srcs[3] = {runtime_->param_shard(u), runtime_->adam_m(u), runtime_->adam_v(u)};
-      for (int k = 0; k < 3; ++k) {
-        std::vector<float>& buf = snapshot_[3 * u + k];
-        buf.resize(n);
-        if (n > 0) backend_->CopyToHost(buf.data(), srcs[k], n * sizeof(float));
-      }
+      for (int k = 0; k < 3; ++k) snapshot_[3 * u + k].resize(n);
+      state_->ReadShard(u, n, snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data());
     }
   }
   if (job_.checkpoint.async) {

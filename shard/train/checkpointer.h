@@ -18,6 +18,7 @@
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/model/param_layout.h"
 #include "shard/train/job_config.h"
+#include "shard/train/optimizer_state.h"
 
 namespace shard {
 
@@ -35,7 +36,8 @@ struct CheckpointRole {
 
 class Checkpointer {
  public:
-  Checkpointer(const JobConfig& job, const CheckpointRole& role, Backend* backend, FsdpRuntime* runtime,
+  // The shards are read through `state` (on the device or offloaded to host).
+  Checkpointer(const JobConfig& job, const CheckpointRole& role, OptimizerState* state, FsdpRuntime* runtime,
                const ParamLayout& layout);
   ~Checkpointer();
 
@@ -54,7 +56,7 @@ class Checkpointer {
 
   JobConfig job_;
   CheckpointRole role_;
-  Backend* backend_;
+  OptimizerState* state_;
   FsdpRuntime* runtime_;
   ParamLayout layout_;
   std::thread thread_;

@@ -10,7 +10,7 @@
 #include "shard/data/sampler.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
-#include "shard/optim/adamw.h"
+#include "shard/optim/optim_config.h"
 
 namespace shard {
 namespace {
@@ -42,8 +42,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 Status Trainer::Init() {
-  if (job_.parallel.offload_optimizer)
-    return Unimplemented("parallel.offload_optimizer: optimizer offload comes with the CUDA backend");
   if (job_.train.precision == "bf16" || job_.train.precision == "fp16")
     return Unimplemented("train.precision " + job_.train.precision +
                          ": reduced precision comes with the CUDA backend; the CPU backend trains in fp32 "
@@ -87,6 +85,9 @@ Status Trainer::Init() {
   LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {}, backend {}",
            job_.model.preset.empty() ? job_.model.from_hf : job_.model.preset, config.NumParams() / 1e6,
            config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
+  LOG_INFO("optimizer state: {} — {:.1f} MiB of AdamW moments on the device, {:.1f} MiB on the host",
+           optimizer_->offloaded() ? "offloaded (fp32 master, m, v in host memory)" : "on the device",
+           optimizer_->device_bytes() / 1048576.0, optimizer_->host_bytes() / 1048576.0);
   return OkStatus();
 }
 
@@ -111,6 +112,7 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
   fo.strategy = strategy;
+  fo.moments_on_device = !job_.parallel.offload_optimizer;
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -150,12 +152,13 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
     }
     backend_->CopyToDevice(runtime_->param_shard(u), host.data(), host.size() * sizeof(float));
   }
+  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
   CheckpointRole role;
   role.rank = dist_.rank;
   role.writer = dist_.rank / S == 0;
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
-  checkpointer_ = std::make_unique<Checkpointer>(job_, role, backend_.get(), runtime_.get(), layout);
+  checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
 }
 
@@ -227,10 +230,7 @@ Status Trainer::Resume() {
     mm.resize(sl.shard_numel);
     vv.resize(sl.shard_numel);
     RETURN_IF_ERROR(reader->ReadUnitRange(u, sl.begin(sr), sl.end(sr), p.data(), mm.data(), vv.data()));
-    const size_t bytes = sl.shard_numel * sizeof(float);
-    backend_->CopyToDevice(runtime_->param_shard(u), p.data(), bytes);
-    backend_->CopyToDevice(runtime_->adam_m(u), mm.data(), bytes);
-    backend_->CopyToDevice(runtime_->adam_v(u), vv.data(), bytes);
+    optimizer_->WriteShard(u, p.data(), mm.data(), vv.data());
   }
   step_ = m.step;
   samples_seen_ = m.samples_seen;
@@ -298,14 +298,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   float clip = 1.0f;
   if (tc.optim.grad_clip > 0 && norm > tc.optim.grad_clip) clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
   const double lr = LearningRate(tc.optim, step_, tc.steps);
-  const int sr = runtime_->shard_rank();
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const ShardLayout& sl = runtime_->layout(u);
-    auto ranges = DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), tc.optim.decay_norms_and_embeddings);
-    AdamWSlice(backend_.get(), ranges, tc.optim, static_cast<float>(lr), step_ + 1, clip, runtime_->param_shard(u),
-               runtime_->grad_shard(u), runtime_->adam_m(u), runtime_->adam_v(u));
-  }
-  backend_->Synchronize();
+  RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), step_ + 1, clip));
   ++step_;
   samples_seen_ += gb.consumed;
   tokens_seen_ += gb.tokens;

@@ -20,6 +20,7 @@
 #include "shard/train/checkpointer.h"
 #include "shard/train/job_config.h"
 #include "shard/train/local_params.h"
+#include "shard/train/optimizer_state.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
@@ -77,6 +78,8 @@ class Trainer {
   // Unit u's full parameters (a collective: every rank must call it in turn).
   Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out); }
   FsdpRuntime& runtime() { return *runtime_; }
+  // The AdamW state (on the device, or offloaded: parallel.offload_optimizer).
+  OptimizerState& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
@@ -97,6 +100,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<FsdpRuntime> runtime_;
+  std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor

@@ -81,6 +81,25 @@ class CudaBackend final : public Backend {
   void Free(void* ptr) override {
     if (ptr) CUDA_CHECK(cudaFreeAsync(ptr, stream_));
   }
+  // Pinned (page-locked) host memory: copies from it are true DMA, and they can
+  // become asynchronous on a copy stream without a staging bounce.
+  StatusOr<void*> AllocateHost(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes == 0 ? 64 : bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return ResourceExhausted("cuda backend: cannot allocate " + std::to_string(bytes) +
+                               " bytes of pinned host memory (cudaMallocHost: " + cudaGetErrorString(e) +
+                               "); the host's locked-memory limit (ulimit -l) or RAM is too small");
+    }
+    return p;
+  }
+  void FreeHost(void* ptr) override {
+    // Pinned memory may back a copy still queued on the stream: finish it first.
+    if (!ptr) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaFreeHost(ptr));
+  }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));

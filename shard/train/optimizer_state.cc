@@ -1,0 +1,131 @@
+#include "shard/train/optimizer_state.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <system_error>
+
+#include "shard/optim/adamw.h"
+
+namespace shard {
+
+StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device, FsdpRuntime* runtime,
+                                                                 bool offload) {
+  std::unique_ptr<OptimizerState> s(new OptimizerState(device, runtime, offload));
+  const int units = runtime->num_units();
+  bool moments_missing = false;
+  for (int u = 0; u < units; ++u)
+    moments_missing |= runtime->layout(u).shard_numel > 0 && runtime->adam_m(u) == nullptr;
+  if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
+    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
+                    " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
+  if (!offload) return s;
+  ASSIGN_OR_RETURN(s->host_, CreateBackend("cpu"));
+  s->shards_.resize(units);
+  int64_t largest = 0;
+  for (int u = 0; u < units; ++u) {
+    const int64_t n = runtime->layout(u).shard_numel;
+    largest = std::max(largest, n);
+    HostShard& h = s->shards_[u];
+    for (HostBuffer* b : {&h.master, &h.m, &h.v}) {
+      auto buf = HostBuffer::Create(device, n);
+      if (!buf.ok())
+        return buf.status().WithContext("parallel.offload_optimizer: host memory for unit " + std::to_string(u));
+      *b = std::move(*buf);
+      s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
+    }
+    std::fill_n(h.m.data(), n, 0.0f);
+    std::fill_n(h.v.data(), n, 0.0f);
+    device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
+  }
+  for (HostBuffer& b : s->grad_stage_) {
+    auto stage = HostBuffer::Create(device, largest);
+    if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
+    b = std::move(*stage);
+    s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  }
+  return s;
+}
+
+Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config, float lr, int64_t step,
+                            float clip) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int sr = runtime_->shard_rank();
+  const int units = runtime_->num_units();
+  if (layout.num_units() != units)
+    return Internal("optimizer step: the layout has " + std::to_string(layout.num_units()) +
+                    " units, the FSDP runtime " + std::to_string(units));
+  auto ranges = [&](int u) {
+    const ShardLayout& sl = runtime_->layout(u);
+    return DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), config.decay_norms_and_embeddings);
+  };
+  auto bytes = [&](int u) { return static_cast<size_t>(runtime_->layout(u).shard_numel) * sizeof(float); };
+  if (!offload_) {
+    for (int u = 0; u < units; ++u)
+      AdamWSlice(device_, ranges(u), config, lr, step, clip, runtime_->param_shard(u), runtime_->grad_shard(u),
+                 runtime_->adam_m(u), runtime_->adam_v(u));
+  } else if (units > 0) {
+    // A per-unit pipeline: while a helper thread runs unit u's host AdamW (on
+    // the host backend, which only that thread uses meanwhile), the training
+    // thread copies unit u+1's gradient shard down into the other staging
+    // buffer and unit u-1's updated master up into its device shard. The
+    // gradient shards are final (FinishGradients drained the reductions), and
+    // the device copies return with the copy done, after queued work.
+    auto adamw = [&](int u) {
+      HostShard& h = shards_[u];
+      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), grad_stage_[u % 2].data(),
+                 h.m.data(), h.v.data());
+    };
+    device_->CopyToHost(grad_stage_[0].data(), runtime_->grad_shard(0), bytes(0));
+    for (int u = 0; u < units; ++u) {
+      std::future<void> running;
+      try {
+        running = std::async(std::launch::async, adamw, u);
+      } catch (const std::system_error&) {
+        adamw(u);  // no thread to be had: the same arithmetic, just not overlapped
+      }
+      if (u > 0) device_->CopyToDevice(runtime_->param_shard(u - 1), shards_[u - 1].master.data(), bytes(u - 1));
+      if (u + 1 < units)
+        device_->CopyToHost(grad_stage_[(u + 1) % 2].data(), runtime_->grad_shard(u + 1), bytes(u + 1));
+      if (running.valid()) running.get();
+    }
+    device_->CopyToDevice(runtime_->param_shard(units - 1), shards_[units - 1].master.data(), bytes(units - 1));
+  }
+  device_->Synchronize();
+  last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return OkStatus();
+}
+
+void OptimizerState::ReadShard(int u, int64_t n, float* params, float* m, float* v) {
+  if (n <= 0) return;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (!offload_) {
+    device_->CopyToHost(params, runtime_->param_shard(u), bytes);
+    device_->CopyToHost(m, runtime_->adam_m(u), bytes);
+    device_->CopyToHost(v, runtime_->adam_v(u), bytes);
+    return;
+  }
+  const HostShard& h = shards_[u];
+  std::memcpy(params, h.master.data(), bytes);
+  std::memcpy(m, h.m.data(), bytes);
+  std::memcpy(v, h.v.data(), bytes);
+}
+
+void OptimizerState::WriteShard(int u, const float* params, const float* m, const float* v) {
+  const int64_t n = runtime_->layout(u).shard_numel;
+  if (n <= 0) return;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  device_->CopyToDevice(runtime_->param_shard(u), params, bytes);
+  if (!offload_) {
+    device_->CopyToDevice(runtime_->adam_m(u), m, bytes);
+    device_->CopyToDevice(runtime_->adam_v(u), v, bytes);
+    return;
+  }
+  HostShard& h = shards_[u];
+  std::memcpy(h.master.data(), params, bytes);
+  std::memcpy(h.m.data(), m, bytes);
+  std::memcpy(h.v.data(), v, bytes);
+}
+
+}  // namespace shard

@@ -1,0 +1,87 @@
+// Where this rank's AdamW state lives and how one optimizer step runs over it.
+//
+//   on the device (default): the moments m, v are FsdpRuntime's moment shards
+//     and AdamW runs on the training backend, in place on the parameter shard.
+//   offloaded (parallel.offload_optimizer: true): an fp32 master copy of the
+//     parameter shard and m, v live in host memory (page-locked on CUDA, from
+//     Backend::AllocateHost); the device keeps only its parameter shard (the
+//     all-gathers read it) and its gradient shard. Each step copies a unit's
+//     final gradient shard to the host, runs AdamW on the master there, and
+//     copies the master back into the device parameter shard, unit by unit,
+//     pipelined: unit u's host AdamW (on a helper thread) overlaps the copies
+//     of unit u+1's gradient down and unit u-1's master up.
+//
+// The host arithmetic runs on a private CPU backend (CreateBackend("cpu")): the
+// same vectorised, multi-threaded AdamW kernel as device: cpu, so on the CPU an
+// offloaded run is bitwise a non-offloaded one, and core code still includes no
+// backend header. The copies are not overlapped with the backward pass: the
+// clipping factor needs the global gradient norm, so the first unit can only
+// be stepped once every gradient is final (streaming gradient shards to the
+// host during the backward pass comes with the CUDA streams).
+//
+// Checkpoints hold the same bytes either way (params = the master, m, v), so a
+// run saved offloaded resumes non-offloaded and vice versa.
+//
+// Thread-safety: called from the training thread only; Step runs the host
+// AdamW on a helper thread of its own and joins it before returning.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shard/backend/backend.h"
+#include "shard/fsdp/fsdp_runtime.h"
+#include "shard/model/param_layout.h"
+#include "shard/optim/optim_config.h"
+
+namespace shard {
+
+class OptimizerState {
+ public:
+  // `runtime` must have been created with moments_on_device == !offload, and
+  // its parameter shards must hold their initial values (offload copies them
+  // into the master). `device` and `runtime` must outlive this object.
+  static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload);
+
+  bool offloaded() const { return offload_; }
+
+  // One AdamW step over every unit's shard once the gradients are final
+  // (after FsdpRuntime::FinishGradients): `clip` multiplies the gradients
+  // first, `step` is the 1-based step for bias correction. Returns with the
+  // device parameter shards updated.
+  Status Step(const ParamLayout& layout, const OptimConfig& config, float lr, int64_t step, float clip);
+
+  // The first n elements of unit u's parameter shard (the master when
+  // offloaded), m and v, copied to host memory (checkpoint snapshots, tests).
+  void ReadShard(int u, int64_t n, float* params, float* m, float* v);
+  // Sets unit u's whole shard (layout(u).shard_numel elements each) from host
+  // memory: the device parameter shard, and the master, m and v (resume).
+  void WriteShard(int u, const float* params, const float* m, const float* v);
+
+  // Device bytes held by the optimizer state beyond the parameter shard the
+  // model needs anyway: m and v (0 when offloaded).
+  int64_t device_bytes() const { return runtime_->moment_device_bytes(); }
+  // Host bytes held: master, m, v and two gradient staging buffers (0 on device).
+  int64_t host_bytes() const { return host_bytes_; }
+  // Wall seconds of the last Step (including the copies when offloaded).
+  double last_step_seconds() const { return last_step_seconds_; }
+
+ private:
+  struct HostShard {
+    HostBuffer master, m, v;
+  };
+  OptimizerState(Backend* device, FsdpRuntime* runtime, bool offload)
+      : device_(device), runtime_(runtime), offload_(offload) {}
+
+  Backend* device_;
+  FsdpRuntime* runtime_;
+  bool offload_;
+  std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
+  std::vector<HostShard> shards_;  // per unit, offloaded only
+  HostBuffer grad_stage_[2];       // gradient shards of the unit being stepped and the next
+  int64_t host_bytes_ = 0;
+  double last_step_seconds_ = 0;
+};
+
+}  // namespace shard
