@@ -71,6 +71,8 @@ class Heartbeater {
       s.set_grad_norm(m.grad_norm);
       s.set_tokens(m.tokens);
       s.set_seconds(m.seconds);
+      s.set_skipped(m.skipped);
+      s.set_loss_scale(m.loss_scale);
       pending_.push_back(s);
     }
   }

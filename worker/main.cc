@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -216,9 +217,15 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
     if (first_loss < 0) first_loss = m.loss;
     last_loss = m.loss;
     if (metrics.is_open()) {
-      metrics << "{\"step\":" << m.step << ",\"loss\":" << m.loss << ",\"lr\":" << m.lr
-              << ",\"grad_norm\":" << m.grad_norm << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds
-              << "}\n";
+      // JSON has no inf/NaN (a step the loss scaler skipped may hold them): null.
+      metrics << "{\"step\":" << m.step << ",\"loss\":";
+      if (std::isfinite(m.loss)) metrics << m.loss; else metrics << "null";
+      metrics << ",\"lr\":" << m.lr << ",\"grad_norm\":";
+      if (std::isfinite(m.grad_norm)) metrics << m.grad_norm; else metrics << "null";
+      metrics << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds;
+      if (m.skipped || m.loss_scale != 1.0) metrics << ",\"loss_scale\":" << m.loss_scale;
+      if (m.skipped) metrics << ",\"skipped\":true";
+      metrics << "}\n";
       metrics.flush();
     }
   });

@@ -30,9 +30,10 @@ std::string Manifest::ToJson() const {
     j["files"].push_back({{"name", f.name}, {"shard_rank", f.shard_rank}, {"size", f.size}, {"xxh64", HashToHex(f.xxh64)}});
   j["data"] = {{"samples_seen", samples_seen}, {"seed", seed}, {"shuffle", shuffle}, {"global_batch", global_batch}};
   if (!data_fingerprint.empty()) j["data"]["fingerprint"] = data_fingerprint;
-  j["schedule"] = {{"step", step}, {"total_steps", total_steps}};
+  j["schedule"] = {{"step", step}, {"total_steps", total_steps}, {"optimizer_steps", optimizer_steps}};
   j["tokens_seen"] = tokens_seen;
   j["loss_scale"] = loss_scale;
+  j["loss_scaler"] = {{"mode", loss_scale_mode}, {"good_steps", loss_scale_good_steps}};
   return j.dump(2) + "\n";
 }
 
@@ -73,12 +74,26 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
     m.shuffle = d.at("shuffle").get<bool>();
     m.global_batch = d.at("global_batch").get<int64_t>();
     m.data_fingerprint = d.value("fingerprint", std::string());
-    m.total_steps = j.at("schedule").at("total_steps").get<int64_t>();
+    const auto& sched = j.at("schedule");
+    m.total_steps = sched.at("total_steps").get<int64_t>();
+    // Fields added after format version 1 shipped: optional, with the values
+    // an older writer implied (no scaler, every step applied).
+    m.optimizer_steps = sched.contains("optimizer_steps") ? sched.at("optimizer_steps").get<int64_t>() : m.step;
     m.tokens_seen = j.at("tokens_seen").get<int64_t>();
     m.loss_scale = j.at("loss_scale").get<double>();
+    if (j.contains("loss_scaler")) {
+      const auto& ls = j.at("loss_scaler");
+      m.loss_scale_mode = ls.at("mode").get<std::string>();
+      m.loss_scale_good_steps = ls.at("good_steps").get<int64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(source + ": malformed manifest: " + e.what());
   }
+  if (m.optimizer_steps < 0 || m.optimizer_steps > m.step)
+    return DataLoss(source + ": schedule.optimizer_steps " + std::to_string(m.optimizer_steps) + " is outside [0, step " +
+                    std::to_string(m.step) + "]");
+  if (m.loss_scale_mode != "off" && m.loss_scale_mode != "static" && m.loss_scale_mode != "dynamic")
+    return DataLoss(source + ": loss_scaler.mode '" + m.loss_scale_mode + "' is not off, static or dynamic");
   if (!allow_partial && static_cast<int>(m.files.size()) != m.shard_count)
     return DataLoss(source + ": manifest lists " + std::to_string(m.files.size()) + " files for " +
                     std::to_string(m.shard_count) + " shards");

@@ -43,7 +43,15 @@ struct Manifest {
   std::string data_fingerprint;
   int64_t total_steps = 0;
   int64_t tokens_seen = 0;
+  // Optimizer updates applied (AdamW's bias-correction count). Equal to step
+  // unless a loss scaler skipped steps; absent on disk (older manifests) = step.
+  int64_t optimizer_steps = 0;
+  // The loss scaler (shard/optim/loss_scaler.h): its mode ("off", "static",
+  // "dynamic"), scale and clean-step count. Absent on disk (older manifests):
+  // off, scale 1, count 0.
+  std::string loss_scale_mode = "off";
   double loss_scale = 1.0;
+  int64_t loss_scale_good_steps = 0;
 
   std::string ToJson() const;
   // allow_partial: accept fewer files than shard_count (a run-state base

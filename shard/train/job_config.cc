@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "shard/common/yaml_config.h"
+#include "shard/optim/loss_scaler.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
@@ -20,6 +21,10 @@ Status TrainConfig::Validate() const {
   if (micro_batch <= 0) return InvalidArgument("train.micro_batch must be > 0");
   if (global_batch <= 0) return InvalidArgument("train.global_batch must be > 0");
   if (log_every <= 0) return InvalidArgument("train.log_every must be > 0");
+  if (loss_scale_window < 1)
+    return InvalidArgument("train.loss_scale_window must be >= 1, got " + std::to_string(loss_scale_window));
+  auto ls = ParseLossScale(loss_scale, precision, loss_scale_window);
+  if (!ls.ok()) return InvalidArgument("train.loss_scale: " + ls.status().message());
   return optim.Validate();
 }
 
@@ -175,6 +180,11 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     t.seed = static_cast<uint64_t>(seed);
     RETURN_IF_ERROR(m.GetEnum("precision", {"auto", "fp32", "bf16", "fp16"}, &t.precision));
     RETURN_IF_ERROR(m.Get("log_every", &t.log_every));
+    // A word or a number: read as text, checked here so the error names the file.
+    RETURN_IF_ERROR(m.Get("loss_scale", &t.loss_scale));
+    RETURN_IF_ERROR(m.Get("loss_scale_window", &t.loss_scale_window));
+    if (auto ls = ParseLossScale(t.loss_scale, t.precision, std::max<int64_t>(t.loss_scale_window, 1)); !ls.ok())
+      return InvalidArgument(m.Where("loss_scale") + ": " + ls.status().message());
     OptimConfig& o = t.optim;
     RETURN_IF_ERROR(m.Get("lr", &o.lr));
     RETURN_IF_ERROR(m.Get("min_lr_ratio", &o.min_lr_ratio));

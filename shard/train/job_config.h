@@ -25,6 +25,10 @@ struct TrainConfig {
   int64_t micro_batch = 8;   // sequences per forward/backward on one rank
   uint64_t seed = 1234;
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16
+  // Loss scaling (shard/optim/loss_scaler.h): auto (dynamic when precision is
+  // fp16, otherwise none) | dynamic | none | a positive number (a static scale).
+  std::string loss_scale = "auto";
+  int64_t loss_scale_window = 2000;  // dynamic: clean steps in a row before the scale doubles
   int64_t log_every = 10;
   OptimConfig optim;
   Status Validate() const;

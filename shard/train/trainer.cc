@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
@@ -46,6 +47,9 @@ Status Trainer::Init() {
     return Unimplemented("train.precision " + job_.train.precision +
                          ": reduced precision comes with the CUDA backend; the CPU backend trains in fp32 "
                          "(use auto or fp32)");
+  auto lso = ParseLossScale(job_.train.loss_scale, job_.train.precision, job_.train.loss_scale_window);
+  if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
+  scaler_ = std::make_unique<LossScaler>(*lso);
 
   LlamaConfig config;
   std::vector<std::vector<float>> hf_units;
@@ -179,6 +183,10 @@ Manifest Trainer::RunState() const {
   m.data_fingerprint = data_ ? data_->Fingerprint() : "";
   m.total_steps = job_.train.steps;
   m.tokens_seen = tokens_seen_;
+  m.optimizer_steps = optimizer_steps_;
+  m.loss_scale_mode = LossScaleModeName(scaler_->mode());
+  m.loss_scale = scaler_->scale();
+  m.loss_scale_good_steps = scaler_->good_steps();
   return m;
 }
 
@@ -233,8 +241,19 @@ Status Trainer::Resume() {
     optimizer_->WriteShard(u, p.data(), mm.data(), vv.data());
   }
   step_ = m.step;
+  optimizer_steps_ = m.optimizer_steps;
   samples_seen_ = m.samples_seen;
   tokens_seen_ = m.tokens_seen;
+  // A dynamic scale continues where it was; a static one comes from the job
+  // file. A checkpoint saved without a dynamic scaler has no walk to continue.
+  if (scaler_->mode() == LossScaleMode::kDynamic) {
+    if (m.loss_scale_mode == "dynamic") {
+      RETURN_IF_ERROR(scaler_->Restore(m.loss_scale, m.loss_scale_good_steps).WithContext("resume from " + step_dir));
+    } else if (dist_.rank == 0) {
+      LOG_INFO("resume: {} was saved with loss scaling {}; the dynamic scale starts at {}", step_dir,
+               m.loss_scale_mode, scaler_->scale());
+    }
+  }
   LOG_INFO("resumed from {} (step {}, {} samples seen, saved by {} ranks as {} shards{})", step_dir, m.step,
            m.samples_seen, m.world, m.shard_count,
            m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
@@ -260,7 +279,10 @@ StatusOr<StepMetrics> Trainer::Step() {
   if (gb.target_tokens <= 0)
     return Internal("step " + std::to_string(step_ + 1) + ": the global batch at sample " +
                     std::to_string(samples_seen_) + " holds no target token");
-  const float grad_scale = 1.0f / static_cast<float>(gb.target_tokens);
+  // The loss scale multiplies the per-token normaliser (exactly, for a power
+  // of two) and is divided back out of the norm and in AdamW below.
+  const double loss_scale = scaler_->scale();
+  const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
 
   runtime_->ZeroGrads();
   double loss_sum = 0;
@@ -282,23 +304,50 @@ StatusOr<StepMetrics> Trainer::Step() {
     loss_sum += l;
   }
   RETURN_IF_ERROR(runtime_->FinishGradients());
-  // The loss sum and the stop vote travel in one all-reduce.
-  double reduced[2] = {loss_sum, dist_.stop_requested && dist_.stop_requested() ? 1.0 : 0.0};
-  RETURN_IF_ERROR(runtime_->AllReduceSum(reduced, 2));
+  if (dist_.gradient_hook) dist_.gradient_hook(step_ + 1, *backend_, *runtime_);
+  // The norm is summed over the shard group only; replicas (no_shard,
+  // hybrid_shard) agree on it because their gradients are identical — unless
+  // one of them went non-finite on its own. So each rank's "my norm is not
+  // finite" flag travels with the loss sum and the stop vote in one world-wide
+  // all-reduce, and every rank decides from the same three sums.
+  ASSIGN_OR_RETURN(double sq, runtime_->GradNormSquared());
+  double reduced[3] = {loss_sum, dist_.stop_requested && dist_.stop_requested() ? 1.0 : 0.0,
+                       std::isfinite(sq) ? 0.0 : 1.0};
+  RETURN_IF_ERROR(runtime_->AllReduceSum(reduced, 3));
   loss_sum = reduced[0];
   stop_agreed_ = reduced[1] > 0;
-  ASSIGN_OR_RETURN(double sq, runtime_->GradNormSquared());
+  const bool nonfinite = reduced[2] > 0 || !std::isfinite(loss_sum);
 
   const ParamLayout& layout = model_->layout();
-  const double norm = std::sqrt(sq);
-  if (!std::isfinite(norm) || !std::isfinite(loss_sum))
+  double norm = std::sqrt(sq) / loss_scale;
+  // Another replica's norm was not finite: report that here too, so every
+  // rank's metrics and errors say the same.
+  if (nonfinite && std::isfinite(norm) && reduced[2] > 0) norm = std::numeric_limits<double>::quiet_NaN();
+  if (nonfinite && (!scaler_->enabled() || scaler_->at_floor()))
     return Internal("step " + std::to_string(step_ + 1) + ": loss or gradient norm is not finite (loss sum " +
                     std::to_string(loss_sum) + ", grad norm " + std::to_string(norm) +
+                    (scaler_->enabled() ? ", even at the dynamic loss scale's floor " + std::to_string(loss_scale)
+                                        : std::string()) +
                     "); lower train.lr or enable train.grad_clip");
-  float clip = 1.0f;
-  if (tc.optim.grad_clip > 0 && norm > tc.optim.grad_clip) clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
+  // Torch's GradScaler: an overflow skips the update on every rank (they all
+  // saw the same sums) and backs the scale off. The batch is consumed and the
+  // schedule moves on (step_, samples_seen_); AdamW's count does not.
+  const bool apply = scaler_->Update(nonfinite);
   const double lr = LearningRate(tc.optim, step_, tc.steps);
-  RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), step_ + 1, clip));
+  if (apply) {
+    float clip = 1.0f;
+    if (tc.optim.grad_clip > 0 && norm > tc.optim.grad_clip)
+      clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
+    // AdamW multiplies the gradients by this first: clipping and the unscale.
+    const float unscale = static_cast<float>(static_cast<double>(clip) / loss_scale);
+    RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale));
+    ++optimizer_steps_;
+  } else if (dist_.rank == 0) {
+    LOG_WARN("step {}: inf/NaN in the gradients or loss (loss sum {}, grad norm {}) at loss scale {}; the update is "
+             "skipped on every rank, the scale is now {}",
+             step_ + 1, loss_sum, norm, loss_scale, scaler_->scale());
+  }
+  backend_->Synchronize();
   ++step_;
   samples_seen_ += gb.consumed;
   tokens_seen_ += gb.tokens;
@@ -310,6 +359,8 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.loss = loss_sum / static_cast<double>(gb.target_tokens);
   m.lr = lr;
   m.grad_norm = norm;
+  m.skipped = !apply;
+  m.loss_scale = loss_scale;
   m.tokens = gb.target_tokens;
   m.positions = gb.tokens;
   m.samples = gb.consumed;
@@ -327,8 +378,10 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     window_tokens += m.positions;
     if (on_step) on_step(m);
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
-      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}", m.step, tc.steps, m.loss, m.lr,
-               m.grad_norm, window_tokens / std::max(window_seconds, 1e-9));
+      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}", m.step, tc.steps, m.loss,
+               m.lr, m.grad_norm, window_tokens / std::max(window_seconds, 1e-9),
+               scaler_->enabled() ? fmt::format(" loss_scale {:g}", m.loss_scale) : std::string(),
+               m.skipped ? " (skipped: inf/NaN)" : "");
       window_seconds = 0;
       window_tokens = 0;
     }

@@ -16,6 +16,7 @@
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/model/llama_model.h"
+#include "shard/optim/loss_scaler.h"
 #include "shard/train/batch_source.h"
 #include "shard/train/checkpointer.h"
 #include "shard/train/job_config.h"
@@ -26,10 +27,14 @@
 namespace shard {
 
 struct StepMetrics {
-  int64_t step = 0;         // 1-based: the number of optimizer steps done
+  int64_t step = 0;         // 1-based: training steps done, skipped ones included
   double loss = 0;          // mean cross-entropy per target token of this step's global batch
   double lr = 0;
-  double grad_norm = 0;     // before clipping
+  double grad_norm = 0;     // before clipping, with the loss scale divided out
+  // The loss scaler found an inf/NaN in this step's gradients or loss on some
+  // rank: no rank applied an update (loss and grad_norm may then be inf/NaN).
+  bool skipped = false;
+  double loss_scale = 1.0;  // the scale this step's gradients were computed with (1 = no scaler)
   int64_t tokens = 0;       // target tokens in the global batch
   int64_t positions = 0;    // non-padding positions in the global batch (for tokens/s)
   int64_t samples = 0;      // samples (or windows) the global batch consumed
@@ -52,6 +57,11 @@ struct DistContext {
   // returns early with stopped() set. The ranks agree through the step's
   // loss all-reduce, so the check costs no extra collective.
   std::function<bool()> stop_requested;
+  // Test hook (fault injection): called on this rank after the step's
+  // gradients are reduced into its owned shards and before their norm is
+  // computed, with the 1-based step about to be taken. Tests write an inf/NaN
+  // into one rank's shard here. Empty in production: one branch per step.
+  std::function<void(int64_t step, Backend& backend, FsdpRuntime& runtime)> gradient_hook;
 };
 
 class Trainer {
@@ -65,7 +75,13 @@ class Trainer {
   // Writes the current weights as an HF folder.
   Status ExportHf(const std::string& dir, DType dtype);
 
+  // Training steps done (a step the loss scaler skipped counts: its batch is
+  // consumed and the learning-rate schedule moves on).
   int64_t step() const { return step_; }
+  // Updates applied to the weights: AdamW's bias-correction count. Lags step()
+  // by the number of skipped steps.
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+  const LossScaler& loss_scaler() const { return *scaler_; }
   // Run returned early because DistContext.stop_requested asked it to; the
   // step's checkpoint is written (and reported) by then.
   bool stopped() const { return stopped_; }
@@ -107,6 +123,8 @@ class Trainer {
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
   std::unique_ptr<BatchSource> data_;
   int64_t step_ = 0;
+  int64_t optimizer_steps_ = 0;
+  std::unique_ptr<LossScaler> scaler_;
   bool stop_agreed_ = false;  // some rank asked to stop at this step
   bool stopped_ = false;
   // Host staging and device copies of one micro-batch.

@@ -29,7 +29,10 @@ Manifest Full() {
   m.global_batch = 8;
   m.total_steps = 5000;
   m.tokens_seen = 9600 * 2048;
-  m.loss_scale = 65536.0;
+  m.optimizer_steps = 1193;  // 7 steps skipped by the loss scaler
+  m.loss_scale_mode = "dynamic";
+  m.loss_scale = 32768.0;
+  m.loss_scale_good_steps = 17;
   return m;
 }
 
@@ -65,6 +68,9 @@ TEST(ManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(b->total_steps, a.total_steps);
   EXPECT_EQ(b->tokens_seen, a.tokens_seen);
   EXPECT_EQ(b->loss_scale, a.loss_scale);
+  EXPECT_EQ(b->optimizer_steps, a.optimizer_steps);
+  EXPECT_EQ(b->loss_scale_mode, a.loss_scale_mode);
+  EXPECT_EQ(b->loss_scale_good_steps, a.loss_scale_good_steps);
   // Stable: a second trip gives the same text.
   EXPECT_EQ(b->ToJson(), text);
 }
@@ -82,6 +88,20 @@ TEST(ManifestTest, EmptyModelConfigIsAnEmptyObject) {
   auto b = Manifest::FromJson(m.ToJson(), "x");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->model_config, "{}");
+}
+
+TEST(ManifestTest, AnOlderManifestWithoutScalerFieldsLoads) {
+  // Written before the loss scaler: no schedule.optimizer_steps, no loss_scaler.
+  auto j = nlohmann::json::parse(Full().ToJson());
+  j["schedule"].erase("optimizer_steps");
+  j.erase("loss_scaler");
+  j["loss_scale"] = 1.0;
+  auto b = Manifest::FromJson(j.dump(), "old/COMMITTED");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->optimizer_steps, b->step) << "every step was an optimizer step before the scaler";
+  EXPECT_EQ(b->loss_scale_mode, "off");
+  EXPECT_EQ(b->loss_scale, 1.0);
+  EXPECT_EQ(b->loss_scale_good_steps, 0);
 }
 
 // Each case edits a good manifest's JSON; FromJson must refuse it with
@@ -102,6 +122,11 @@ TEST(ManifestTest, MalformedManifestsAreRefused) {
       {"no data section", [](nlohmann::json* j) { j->erase("data"); }, "malformed manifest"},
       {"no samples_seen", [](nlohmann::json* j) { (*j)["data"].erase("samples_seen"); }, "malformed manifest"},
       {"no schedule", [](nlohmann::json* j) { j->erase("schedule"); }, "malformed manifest"},
+      {"more optimizer steps than steps", [](nlohmann::json* j) { (*j)["schedule"]["optimizer_steps"] = 1201; },
+       "optimizer_steps 1201"},
+      {"unknown scaler mode", [](nlohmann::json* j) { (*j)["loss_scaler"]["mode"] = "fp8"; }, "'fp8'"},
+      {"scaler without count", [](nlohmann::json* j) { (*j)["loss_scaler"].erase("good_steps"); },
+       "malformed manifest"},
       {"unit without numel", [](nlohmann::json* j) { (*j)["units"][0].erase("numel"); }, "malformed manifest"},
       {"file count differs from shard_count", [](nlohmann::json* j) { (*j)["files"].erase(1); }, "1 files for 2 shards"},
       {"more files than shards", [](nlohmann::json* j) { (*j)["shard_count"] = 1; }, "2 files for 1 shards"},
