@@ -11,6 +11,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/optim/adamw.h"
+#include "shard/train/precision.h"
 
 namespace shard {
 namespace {
@@ -44,10 +45,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 Status Trainer::Init() {
   if (job_.parallel.offload_optimizer)
     return Unimplemented("parallel.offload_optimizer: optimizer offload comes with the CUDA backend");
-  if (job_.train.precision == "bf16" || job_.train.precision == "fp16")
-    return Unimplemented("train.precision " + job_.train.precision +
-                         ": reduced precision comes with the CUDA backend; the CPU backend trains in fp32 "
-                         "(use auto or fp32)");
 
   LlamaConfig config;
   std::vector<std::vector<float>> hf_units;
@@ -111,6 +108,9 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
   fo.strategy = strategy;
+  ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
+  if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
+  ApplyPrecision(precision, &fo);
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
