@@ -1,5 +1,5 @@
 // The dtype-generic collectives (mixed precision), every backend × world size
-// 1..3, ranks as threads: the two-byte all-gather moves exact bits, and the
+// 1..4, ranks as threads: the two-byte all-gather moves exact bits, and the
 // bf16/fp16 reduce-scatter gives exactly comm::RingOrderReduce's bits — fp32
 // adds, one rounding per hop, ring order — on local and gloo alike, so a job's
 // results do not depend on whether its ranks are threads or processes.
@@ -133,7 +133,7 @@ TEST_P(LowPrecisionCollectivesTest, Fp32ThroughTheGenericReduceScatterIsTheFloat
 std::vector<Param> AllParams() {
   std::vector<Param> out;
   for (const char* backend : {"local", "gloo"})
-    for (int w = 1; w <= 3; ++w) out.push_back({backend, w});
+    for (int w = 1; w <= 4; ++w) out.push_back({backend, w});
   return out;
 }
 
