@@ -159,6 +159,14 @@ TEST(FsdpThreadsTest, Bf16TracksFp32AndStillLearns) {
   EXPECT_GT(max_delta, 0.0) << "identical curves: the weights were not rounded";
 }
 
+// shard_grad_op keeps the forward's widened bf16 compute copy for backward:
+// the same weights and the same fp32 reductions as full_shard, so the same
+// losses and masters (ExpectClose's fp32-noise bounds).
+TEST(FsdpThreadsTest, Bf16ShardGradOpMatchesFullShard) {
+  const std::vector<std::string> bf16 = {"train.precision=bf16"};
+  ExpectClose(Train(2, "shard_grad_op", 3, bf16), Train(2, "full_shard", 3, bf16), "bf16 shard_grad_op W=2");
+}
+
 // Gathered weights travel and wait as bf16 (2 bytes) and are widened only
 // while a unit is held; bf16 gradients wait for their reduce-scatter in 2
 // bytes instead of fp32 full-gradient + landing-shard buffers.
