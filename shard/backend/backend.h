@@ -7,8 +7,9 @@
 // Conventions: row-major; activations are [rows, features] with rows =
 // batch * seq; weights use HF's nn.Linear layout [out_features, in_features];
 // "accumulates" means the op adds into its output (gradient accumulation),
-// otherwise outputs are overwritten. fp32 throughout for now; reduced-precision
-// storage comes later.
+// otherwise outputs are overwritten. The math is fp32 throughout; reduced
+// precision (bf16/fp16) exists only as storage and wire format, reached through
+// the Cast ops (mixed precision: FSDP casts gathered weights and gradients).
 //
 // Device backends (cuda/) queue work asynchronously on their own stream: pass
 // host data only through CopyToDevice/CopyToHost (both return with the copy
@@ -26,6 +27,7 @@
 #include <utility>
 
 #include "shard/common/status.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
@@ -80,6 +82,11 @@ class Backend {
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Fill(float* x, int64_t n, float value) = 0;
+  // dst (n elements of `to`) = src rounded to nearest even (NaN stays NaN,
+  // overflow becomes inf); kF32 copies. Same bits as ConvertFromF32 in dtype.h.
+  virtual void CastFromF32(const float* src, void* dst, int64_t n, DType to) = 0;
+  // dst (n floats) = src (n elements of `from`) widened exactly; kF32 copies.
+  virtual void CastToF32(const void* src, float* dst, int64_t n, DType from) = 0;
   // Waits for all queued work (a no-op on CPU).
   virtual void Synchronize() = 0;
   // Host memory for state kept off the device (optimizer offload). Device

@@ -54,6 +54,12 @@ class ProfilingBackend final : public Backend {
     Timed("copy", 0, [&] { inner_->Copy(dst, src, bytes); });
   }
   void Fill(float* x, int64_t n, float v) override { Timed("fill", 0, [&] { inner_->Fill(x, n, v); }); }
+  void CastFromF32(const float* src, void* dst, int64_t n, DType to) override {
+    Timed("cast_from_f32", 0, [&] { inner_->CastFromF32(src, dst, n, to); });
+  }
+  void CastToF32(const void* src, float* dst, int64_t n, DType from) override {
+    Timed("cast_to_f32", 0, [&] { inner_->CastToF32(src, dst, n, from); });
+  }
   void Synchronize() override { inner_->Synchronize(); }
 
   void Gemm(const GemmArgs& a) override {

@@ -38,6 +38,7 @@
 
 #include "shard/common/kv_store.h"
 #include "shard/common/status.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
@@ -70,6 +71,22 @@ class Communicator {
   // over ranks of block r (send + r * count_per_rank). kAvg divides the sum by
   // world_size. In place when recv == send + rank() * count_per_rank.
   virtual Status ReduceScatter(const float* send, float* recv, int64_t count_per_rank,
+                               ReduceOp op, const CommOptions& options) = 0;
+
+  // Dtype-generic all-gather (an all-gather only moves bytes): the same layout and
+  // in-place rule as above, counted in elements of `dtype`, so bf16/fp16 (mixed
+  // precision's gathered weights) move half the bytes of fp32.
+  virtual Status AllGather(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                           const CommOptions& options) = 0;
+
+  // Reduce-scatter of `dtype` elements, same layout and in-place rule as above.
+  // fp32 is the float overload. bf16/fp16 travel as two bytes; each hop widens
+  // to fp32, combines, and rounds once back (nearest even). local and gloo
+  // combine block b in ring order, ranks b+1, b+2, ..., b (mod world), so they
+  // give identical bits (comm::RingOrderReduce is the reference); nccl uses
+  // ncclBfloat16/ncclHalf and its own order. kAvg divides the rounded sum in
+  // fp32 and rounds again.
+  virtual Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                ReduceOp op, const CommOptions& options) = 0;
 
   // In place: every rank ends with the reduction of all ranks' data.

@@ -5,6 +5,10 @@
 #include "shard/common/logging.h"
 
 namespace shard {
+namespace {
+// Floats a DeviceBuffer needs to hold n two-byte elements.
+int64_t TwoByteFloats(int64_t n) { return (n + 1) / 2; }
+}  // namespace
 
 StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name) {
   if (name == "full_shard") return ShardStrategy::kFullShard;
@@ -83,6 +87,21 @@ Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
 
 Status FsdpRuntime::StartGather(int u) {
   Unit& x = units_[u];
+  if (lowp_params()) {
+    const DType dt = options_.param_dtype;
+    const int64_t n = x.layout.shard_numel;
+    ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
+    Track(x.full_lp.size() * 4);
+    // Cast the master straight into our own slot, so the all-gather runs in place.
+    char* own = reinterpret_cast<char*>(x.full_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
+    backend_->CastFromF32(x.params.data(), own, n, dt);
+    x.gathered = true;
+    x.gather_ticket = comm_->Enqueue([this, u, own, n, dt] {
+      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, options_.comm)
+          .WithContext(std::string(DTypeName(dt)) + " all-gather of unit " + std::to_string(u));
+    });
+    return OkStatus();
+  }
   ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
   Track(x.layout.padded * 4);
   x.gathered = true;
@@ -94,14 +113,41 @@ Status FsdpRuntime::StartGather(int u) {
   return OkStatus();
 }
 
+Status FsdpRuntime::EnsureComputeCopy(int u) {
+  Unit& x = units_[u];
+  if (x.full.data()) return OkStatus();
+  const DType dt = options_.param_dtype;
+  if (sharded()) {  // widen the gathered two-byte values
+    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
+    Track(x.full.size() * 4);
+    backend_->CastToF32(x.full_lp.data(), x.full.data(), x.layout.padded, dt);
+    Track(-x.full_lp.size() * 4);
+    x.full_lp = DeviceBuffer();  // the backend orders the free after the cast
+    return OkStatus();
+  }
+  // Unsharded: round the master through a two-byte scratch, so this strategy
+  // computes with exactly the weights a sharded one gathers.
+  const int64_t n = x.layout.numel;
+  ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
+  ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, n));
+  Track((scratch.size() + x.full.size()) * 4);
+  backend_->CastFromF32(x.params.data(), scratch.data(), n, dt);
+  backend_->CastToF32(scratch.data(), x.full.data(), n, dt);
+  Track(-scratch.size() * 4);
+  x.gathered = true;
+  x.gather_ticket = 0;
+  return OkStatus();
+}
+
 void FsdpRuntime::FreeFull(int u) {
   Unit& x = units_[u];
   if (!x.gathered) return;
-  (void)WaitTicket(x.gather_ticket);  // never free a buffer the comm thread is writing
+  if (x.gather_ticket) (void)WaitTicket(x.gather_ticket);  // never free a buffer the comm thread is writing
+  Track(-(x.full.size() + x.full_lp.size()) * 4);
   x.full = DeviceBuffer();
+  x.full_lp = DeviceBuffer();
   x.gathered = false;
   x.keep_until_grads = false;
-  Track(-x.layout.padded * 4);
 }
 
 void FsdpRuntime::Prefetch(int after_unit) {
@@ -126,9 +172,14 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
     }
   }
   ++x.holds;
-  if (!sharded()) return static_cast<const float*>(x.params.data());
+  if (!sharded()) {
+    if (!lowp_params()) return static_cast<const float*>(x.params.data());
+    RETURN_IF_ERROR(EnsureComputeCopy(u));
+    return static_cast<const float*>(x.full.data());
+  }
   if (!x.gathered) RETURN_IF_ERROR(StartGather(u));
   RETURN_IF_ERROR(WaitTicket(x.gather_ticket));
+  if (lowp_params()) RETURN_IF_ERROR(EnsureComputeCopy(u));
   if (x.holds == 1) Prefetch(u);
   return static_cast<const float*>(x.full.data());
 }
@@ -136,7 +187,11 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
 Status FsdpRuntime::ReleaseParams(int u) {
   Unit& x = units_[u];
   if (x.holds <= 0) return Internal("ReleaseParams: unit " + std::to_string(u) + " is not held");
-  if (--x.holds > 0 || !sharded()) return OkStatus();
+  if (--x.holds > 0) return OkStatus();
+  if (!sharded()) {
+    if (lowp_params()) FreeFull(u);  // the rounded compute copy
+    return OkStatus();
+  }
   if (options_.strategy == ShardStrategy::kShardGradOp && !x.grads_done) {
     x.keep_until_grads = true;  // ZeRO-2: the backward pass reuses the forward's gather
     return OkStatus();
@@ -160,17 +215,33 @@ Status FsdpRuntime::GradsDone(int u) {
   Unit& x = units_[u];
   if (!sharded()) return OkStatus();
   if (!x.full_grad.data()) return Internal("GradsDone: unit " + std::to_string(u) + " has no gradient buffer");
-  if (!x.rs_out.data()) {
-    ASSIGN_OR_RETURN(x.rs_out, DeviceBuffer::Create(backend_, x.layout.shard_numel));
-    Track(x.layout.shard_numel * 4);
+  if (lowp_grads()) {
+    const DType dt = options_.reduce_dtype;
+    const int64_t n = x.layout.shard_numel;
+    ASSIGN_OR_RETURN(x.grad_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
+    Track(x.grad_lp.size() * 4);
+    backend_->CastFromF32(x.full_grad.data(), x.grad_lp.data(), x.layout.padded, dt);
+    Track(-x.full_grad.size() * 4);
+    x.full_grad = DeviceBuffer();  // only the two-byte copy waits for the wire
+    char* own = reinterpret_cast<char*>(x.grad_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
+    x.grads_done = true;
+    x.rs_ticket = comm_->Enqueue([this, u, own, n, dt] {
+      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, options_.comm)
+          .WithContext(std::string(DTypeName(dt)) + " reduce-scatter of unit " + std::to_string(u));
+    });
+  } else {
+    if (!x.rs_out.data()) {
+      ASSIGN_OR_RETURN(x.rs_out, DeviceBuffer::Create(backend_, x.layout.shard_numel));
+      Track(x.layout.shard_numel * 4);
+    }
+    x.grads_done = true;
+    x.rs_ticket = comm_->Enqueue([this, u] {
+      Unit& y = units_[u];
+      return shard_comm_
+          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, options_.comm)
+          .WithContext("reduce-scatter of unit " + std::to_string(u));
+    });
   }
-  x.grads_done = true;
-  x.rs_ticket = comm_->Enqueue([this, u] {
-    Unit& y = units_[u];
-    return shard_comm_
-        ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, options_.comm)
-        .WithContext("reduce-scatter of unit " + std::to_string(u));
-  });
   if (x.keep_until_grads && x.holds == 0) FreeFull(u);
   // Fold in (and free) every reduce-scatter that has finished, so at most the
   // in-flight units hold full-size gradient buffers.
@@ -178,13 +249,31 @@ Status FsdpRuntime::GradsDone(int u) {
     Unit& y = units_[v];
     if (v != u && y.rs_ticket && comm_->Done(y.rs_ticket)) {
       RETURN_IF_ERROR(comm_->Wait(y.rs_ticket));
-      backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), y.layout.shard_numel);
-      y.full_grad = DeviceBuffer();
-      y.rs_out = DeviceBuffer();
-      y.rs_ticket = 0;
-      Track(-(y.layout.padded + y.layout.shard_numel) * 4);
+      RETURN_IF_ERROR(FoldReduced(v));
     }
   }
+  return OkStatus();
+}
+
+Status FsdpRuntime::FoldReduced(int u) {
+  Unit& y = units_[u];
+  const int64_t n = y.layout.shard_numel;
+  if (y.grad_lp.data()) {
+    const DType dt = options_.reduce_dtype;
+    const char* own = reinterpret_cast<const char*>(y.grad_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
+    ASSIGN_OR_RETURN(DeviceBuffer wide, DeviceBuffer::Create(backend_, n));
+    Track(n * 4);
+    backend_->CastToF32(own, wide.data(), n, dt);
+    backend_->Add(y.grads.data(), wide.data(), y.grads.data(), n);
+    Track(-(n + y.grad_lp.size()) * 4);
+    y.grad_lp = DeviceBuffer();
+  } else {
+    backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), n);
+    Track(-(y.full_grad.size() + y.rs_out.size()) * 4);
+    y.full_grad = DeviceBuffer();
+    y.rs_out = DeviceBuffer();
+  }
+  y.rs_ticket = 0;
   return OkStatus();
 }
 
@@ -203,13 +292,7 @@ Status FsdpRuntime::FinishMicroBatch() {
   RETURN_IF_ERROR(WaitTicket(comm_->Enqueue([] { return OkStatus(); })));
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
-    if (x.rs_ticket) {
-      backend_->Add(x.grads.data(), x.rs_out.data(), x.grads.data(), x.layout.shard_numel);
-      x.full_grad = DeviceBuffer();
-      x.rs_out = DeviceBuffer();
-      x.rs_ticket = 0;
-      Track(-(x.layout.padded + x.layout.shard_numel) * 4);
-    }
+    if (x.rs_ticket) RETURN_IF_ERROR(FoldReduced(u));
     if (x.holds == 0 && x.gathered) FreeFull(u);  // shard_grad_op leftovers, unused prefetches
   }
   return OkStatus();

@@ -14,6 +14,17 @@
 // global target count), within shard groups by reduce-scatter per micro-batch
 // and across replicas by one all-reduce of the shard per step.
 //
+// Mixed precision (param_dtype / reduce_dtype bf16 or fp16): the fp32 shard
+// stays the master. Before an all-gather the shard is cast into its slot of a
+// two-byte gather buffer and the all-gather moves two-byte values; on acquire
+// the unit is widened to an fp32 compute copy (the math stays fp32, on rounded
+// weights: "store bf16, compute fp32"). Unsharded units get the same rounded
+// copy, so every strategy computes with the same weights. With a two-byte
+// reduce_dtype the full gradient is cast down before the reduce-scatter (freeing
+// the fp32 buffer at once), reduced on the wire in that type (fp32 adds per hop,
+// see Communicator::ReduceScatter), and widened into the fp32 gradient shard.
+// The replicas' all-reduce (no_shard, hybrid_shard) stays fp32.
+//
 // Knows nothing of attention or Llama: units are flat buffers of given sizes.
 // Thread-safety: one compute thread calls everything; the communication thread
 // is internal.
@@ -40,6 +51,8 @@ struct FsdpOptions {
   // false under optimizer offload: the AdamW moments live in host memory
   // (shard/train/optimizer_state.h) and the runtime allocates no m, v shards.
   bool moments_on_device = true;
+  DType param_dtype = DType::kF32;   // weights on the wire and their compute rounding
+  DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
   CommOptions comm;
 };
 
@@ -102,7 +115,9 @@ class FsdpRuntime : public UnitAccess {
   struct Unit {
     ShardLayout layout;
     DeviceBuffer params, grads, m, v;  // shards
-    DeviceBuffer full;                 // gathered parameters while held or prefetched
+    DeviceBuffer full;                 // gathered fp32 parameters while held (or prefetched, fp32)
+    DeviceBuffer full_lp;              // param_dtype gather buffer until widened into `full`
+    DeviceBuffer grad_lp;              // reduce_dtype gradient on the reduce-scatter wire
     DeviceBuffer full_grad;            // unreduced gradient while accumulating / reducing
     DeviceBuffer rs_out;               // reduce-scatter landing buffer
     int holds = 0;
@@ -115,6 +130,13 @@ class FsdpRuntime : public UnitAccess {
 
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
   bool sharded() const { return shard_size_ > 1; }
+  bool lowp_params() const { return options_.param_dtype != DType::kF32; }
+  bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
+  // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
+  // values, or rounding the unsharded master); a no-op once done.
+  Status EnsureComputeCopy(int u);
+  // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
+  Status FoldReduced(int u);
   Status StartGather(int u);
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);

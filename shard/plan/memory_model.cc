@@ -211,7 +211,9 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   Items dev{&est.device}, host{&est.host};
 
   if (w.cpu_engine) {
-    // Everything fp32, exactly the engine's buffers (one rank).
+    // Everything fp32, exactly the engine's buffers (one rank). Under bf16/fp16
+    // the held unit is still an fp32 compute copy and a prefetched one waits
+    // in two bytes, so the fp32 figures below are an upper bound.
     est.ranks_per_node = std::max(1, w.world);
     dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
     dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");

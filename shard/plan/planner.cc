@@ -20,9 +20,8 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
     r.push_back("data.seq_len " + std::to_string(w.seq_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(w.model.max_position_embeddings));
   if (w.cpu_engine) {
-    if (w.compute != DType::kF32)
-      r.push_back(std::string("train.precision ") + DTypeName(w.compute) +
-                  ": the CPU engine trains in fp32 (use auto or fp32)");
+    // bf16/fp16 run on the CPU engine as storage and wire format (fp32 math on
+    // the rounded weights), so every precision can run there.
     if (w.offload.optimizer || w.offload.params)
       r.push_back("parallel.offload_optimizer: the CPU engine already keeps everything in host memory; offload "
                   "comes with the CUDA backend");

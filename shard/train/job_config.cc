@@ -36,6 +36,8 @@ Status ParallelConfig::Validate() const {
   if (world_size <= 0) return InvalidArgument("parallel.world_size must be > 0");
   if (shard_group_size < 0) return InvalidArgument("parallel.shard_group_size must be >= 0");
   if (!(comm_timeout_s > 0)) return InvalidArgument("parallel.comm_timeout_s must be > 0");
+  if (reduce_dtype != "fp32" && reduce_dtype != "bf16" && reduce_dtype != "fp16")
+    return InvalidArgument("parallel.reduce_dtype '" + reduce_dtype + "' is not one of: fp32, bf16, fp16");
   return OkStatus();
 }
 
@@ -210,6 +212,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     RETURN_IF_ERROR(m.Get("activation_checkpointing", &p.activation_checkpointing));
     RETURN_IF_ERROR(m.Get("offload_optimizer", &p.offload_optimizer));
     RETURN_IF_ERROR(m.Get("comm_timeout_s", &p.comm_timeout_s));
+    RETURN_IF_ERROR(m.GetEnum("reduce_dtype", {"fp32", "bf16", "fp16"}, &p.reduce_dtype));
     RETURN_IF_ERROR(m.Finish());
   }
   {

@@ -41,6 +41,10 @@ struct ParallelConfig {
   bool activation_checkpointing = false;
   bool offload_optimizer = false;
   double comm_timeout_s = 300;  // longest any collective may block
+  // Gradients on the reduce-scatter wire: fp32 | bf16 | fp16. Two-byte types add
+  // in fp32 at every hop; the gradient shard stays fp32. The replicas' all-reduce
+  // (no_shard, hybrid_shard) stays fp32 whatever this says.
+  std::string reduce_dtype = "fp32";
   Status Validate() const;
 };
 

@@ -12,6 +12,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/optim/optim_config.h"
+#include "shard/train/precision.h"
 
 namespace shard {
 namespace {
@@ -43,10 +44,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 Status Trainer::Init() {
-  if (job_.train.precision == "bf16" || job_.train.precision == "fp16")
-    return Unimplemented("train.precision " + job_.train.precision +
-                         ": reduced precision comes with the CUDA backend; the CPU backend trains in fp32 "
-                         "(use auto or fp32)");
   auto lso = ParseLossScale(job_.train.loss_scale, job_.train.precision, job_.train.loss_scale_window);
   if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
   scaler_ = std::make_unique<LossScaler>(*lso);
@@ -117,6 +114,9 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   FsdpOptions fo;
   fo.strategy = strategy;
   fo.moments_on_device = !job_.parallel.offload_optimizer;
+  ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
+  if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
+  ApplyPrecision(precision, &fo);
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();

@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
     if (bytes && dst != src) std::memmove(dst, src, bytes);
   }
   void Fill(float* x, int64_t n, float value) override { cpu::Fill(x, n, value); }
+  void CastFromF32(const float* src, void* dst, int64_t n, DType to) override { cpu::CastFromF32(src, dst, n, to); }
+  void CastToF32(const void* src, float* dst, int64_t n, DType from) override { cpu::CastToF32(src, dst, n, from); }
   void Synchronize() override {}
 
   void Gemm(const GemmArgs& args) override { cpu::Gemm(args); }

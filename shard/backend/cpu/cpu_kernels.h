@@ -27,6 +27,10 @@ void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, i
 void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h);
 void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu);
 
+// cpu_cast.cc
+void CastFromF32(const float* src, void* dst, int64_t n, DType to);
+void CastToF32(const void* src, float* dst, int64_t n, DType from);
+
 // cpu_norm_rope.cc
 void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
                     float* rstd);

@@ -114,6 +114,12 @@ class CudaBackend final : public Backend {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void Fill(float* x, int64_t n, float value) override { LaunchFill(x, n, value, stream_); }
+  void CastFromF32(const float* src, void* dst, int64_t n, DType to) override {
+    LaunchCastFromF32(src, dst, n, to, stream_);
+  }
+  void CastToF32(const void* src, float* dst, int64_t n, DType from) override {
+    LaunchCastToF32(src, dst, n, from, stream_);
+  }
   void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void Gemm(const GemmArgs& args) override { gemm_->Run(args); }

@@ -17,6 +17,9 @@ using Stream = void*;  // cudaStream_t
 void LaunchFill(float* x, int64_t n, float value, Stream s);
 void LaunchAdd(const float* a, const float* b, float* out, int64_t n, Stream s);
 void LaunchScale(float* x, int64_t n, float v, Stream s);
+// cuda_cast.cu
+void LaunchCastFromF32(const float* src, void* dst, int64_t n, DType to, Stream s);
+void LaunchCastToF32(const void* src, float* dst, int64_t n, DType from, Stream s);
 // C[m, n] (row stride ldc) = beta * C (0 when beta == 0): GEMMs with k == 0.
 void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, Stream s);
 // Fixed-shape partial sums (the same for a given n on any GPU): writes

@@ -112,25 +112,32 @@ class GlooCommunicator final : public Communicator {
 
   Status AllGather(const float* send, float* recv, int64_t count,
                    const CommOptions& options) override {
+    return AllGather(send, recv, count, DType::kF32, options);
+  }
+
+  // Gloo's all-gather over raw bytes: the element type only sets the byte count.
+  Status AllGather(const void* send, void* recv, int64_t count, DType dtype,
+                   const CommOptions& options) override {
     RETURN_IF_ERROR(comm::CheckArgs("AllGather", *this, count, send, recv));
     return Run("AllGather", options, [&] {
       if (count == 0) return;
-      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-      float* own = recv + static_cast<size_t>(rank()) * count;
+      const size_t bytes = static_cast<size_t>(count) * DTypeSize(dtype);
+      auto* out_bytes = static_cast<uint8_t*>(recv);
+      uint8_t* own = out_bytes + static_cast<size_t>(rank()) * bytes;
       if (world_size() == 1) {
         if (own != send) std::memcpy(own, send, bytes);
         return;
       }
       ::gloo::AllgatherOptions opts(context_);
-      auto out = context_->createUnboundBuffer(recv, bytes * world_size());
+      auto out = context_->createUnboundBuffer(out_bytes, bytes * world_size());
       comm::ScopedTrack track_out(abortable_, out.get());
       std::unique_ptr<comm::ScopedTrack> track_in;
       if (own != send) {  // otherwise in place: our block already sits in recv
-        auto in = context_->createUnboundBuffer(const_cast<float*>(send), bytes);
+        auto in = context_->createUnboundBuffer(const_cast<void*>(send), bytes);
         track_in = std::make_unique<comm::ScopedTrack>(abortable_, in.get());
-        opts.setInput<float>(std::move(in));
+        opts.setInput<uint8_t>(std::move(in));
       }
-      opts.setOutput<float>(std::move(out));
+      opts.setOutput<uint8_t>(std::move(out));
       opts.setTimeout(options.timeout);
       ::gloo::allgather(opts);
     });
@@ -138,12 +145,25 @@ class GlooCommunicator final : public Communicator {
 
   Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op,
                        const CommOptions& options) override {
-    RETURN_IF_ERROR(comm::CheckArgs("ReduceScatter", *this, count, send, recv));
-    return Run("ReduceScatter", options, [&] {
-      const size_t n = static_cast<size_t>(count);
-      comm::RingReduceScatter<float>(context_, send, n * world_size(), n, recv, op,
-                                     Clock::now() + options.timeout, scratch_, abortable_);
-    });
+    return ReduceScatterT(send, recv, count, op, options);
+  }
+
+  // Two-byte types run the same ring with comm::wire_types.h's arithmetic: the
+  // partial sums travel as bf16/fp16, each hop adds in fp32 and rounds.
+  Status ReduceScatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                       const CommOptions& options) override {
+    switch (dtype) {
+      case DType::kF32:
+        return ReduceScatter(static_cast<const float*>(send), static_cast<float*>(recv), count, op,
+                             options);
+      case DType::kBF16:
+        return ReduceScatterT(static_cast<const comm::Bf16Bits*>(send),
+                              static_cast<comm::Bf16Bits*>(recv), count, op, options);
+      case DType::kF16:
+        return ReduceScatterT(static_cast<const comm::F16Bits*>(send),
+                              static_cast<comm::F16Bits*>(recv), count, op, options);
+    }
+    return Internal(comm::Where("ReduceScatter", *this) + ": unknown dtype");
   }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& options) override {
@@ -190,6 +210,17 @@ class GlooCommunicator final : public Communicator {
       auto& pair = context_->getPair(peer);
       if (pair) pair->close();
     }
+  }
+
+  template <typename T>
+  Status ReduceScatterT(const T* send, T* recv, int64_t count, ReduceOp op,
+                        const CommOptions& options) {
+    RETURN_IF_ERROR(comm::CheckArgs("ReduceScatter", *this, count, send, recv));
+    return Run("ReduceScatter", options, [&] {
+      const size_t n = static_cast<size_t>(count);
+      comm::RingReduceScatter<T>(context_, send, n * world_size(), n, recv, op,
+                                 Clock::now() + options.timeout, scratch_, abortable_);
+    });
   }
 
   // Bandwidth-optimal all-reduce: our ring reduce-scatter of count/W-sized blocks in

@@ -155,5 +155,12 @@ template void RingReduceScatter<float>(const std::shared_ptr<::gloo::Context>&, 
 template void RingReduceScatter<double>(const std::shared_ptr<::gloo::Context>&, const double*,
                                         size_t, size_t, double*, ReduceOp, Clock::time_point,
                                         std::vector<std::byte>&, AbortableBuffers&);
+template void RingReduceScatter<Bf16Bits>(const std::shared_ptr<::gloo::Context>&,
+                                          const Bf16Bits*, size_t, size_t, Bf16Bits*, ReduceOp,
+                                          Clock::time_point, std::vector<std::byte>&,
+                                          AbortableBuffers&);
+template void RingReduceScatter<F16Bits>(const std::shared_ptr<::gloo::Context>&, const F16Bits*,
+                                         size_t, size_t, F16Bits*, ReduceOp, Clock::time_point,
+                                         std::vector<std::byte>&, AbortableBuffers&);
 
 }  // namespace shard::comm

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "shard/comm/communicator.h"
+#include "shard/comm/wire_types.h"
 
 namespace gloo {
 class Context;
@@ -48,5 +49,15 @@ extern template void RingReduceScatter<double>(const std::shared_ptr<::gloo::Con
                                                const double*, size_t, size_t, double*,
                                                ReduceOp, std::chrono::steady_clock::time_point,
                                                std::vector<std::byte>&, AbortableBuffers&);
+
+// bf16/fp16 partial sums on the wire (mixed-precision gradient reduction).
+extern template void RingReduceScatter<Bf16Bits>(const std::shared_ptr<::gloo::Context>&,
+                                                 const Bf16Bits*, size_t, size_t, Bf16Bits*,
+                                                 ReduceOp, std::chrono::steady_clock::time_point,
+                                                 std::vector<std::byte>&, AbortableBuffers&);
+extern template void RingReduceScatter<F16Bits>(const std::shared_ptr<::gloo::Context>&,
+                                                const F16Bits*, size_t, size_t, F16Bits*,
+                                                ReduceOp, std::chrono::steady_clock::time_point,
+                                                std::vector<std::byte>&, AbortableBuffers&);
 
 }  // namespace shard::comm

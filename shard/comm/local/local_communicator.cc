@@ -5,6 +5,7 @@
 
 #include "shard/comm/collective_util.h"
 #include "shard/comm/local/local_group.h"
+#include "shard/comm/wire_types.h"
 
 namespace shard {
 namespace {
@@ -40,16 +41,22 @@ class LocalCommunicator final : public Communicator {
 
   Status AllGather(const float* send, float* recv, int64_t count,
                    const CommOptions& options) override {
+    return AllGather(send, recv, count, DType::kF32, options);
+  }
+
+  Status AllGather(const void* send, void* recv, int64_t count, DType dtype,
+                   const CommOptions& options) override {
     const char* call = "AllGather";
     RETURN_IF_ERROR(Begin(call, count, send, recv));
     if (count == 0) return OkStatus();
-    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-    LocalPost post{call, send, recv, count, -1, -1, sizeof(float)};
+    const size_t elem = DTypeSize(dtype);
+    const size_t bytes = static_cast<size_t>(count) * elem;
+    LocalPost post{call, send, recv, count, -1, -1, static_cast<int>(elem)};
     Phases ph(this, call, options);
     RETURN_IF_ERROR(ph.First(post));
     for (int r = 0; r < world_size(); ++r) {
       const void* src = group_->post(r).send;
-      float* dst = recv + static_cast<size_t>(r) * count;
+      char* dst = static_cast<char*>(recv) + static_cast<size_t>(r) * bytes;
       if (src != dst) std::memcpy(dst, src, bytes);
     }
     return ph.Second();
@@ -80,6 +87,22 @@ class LocalCommunicator final : public Communicator {
       std::memcpy(recv + off, acc.data(), n * sizeof(float));
     }
     return ph.Second();
+  }
+
+  Status ReduceScatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                       const CommOptions& options) override {
+    switch (dtype) {
+      case DType::kF32:
+        return ReduceScatter(static_cast<const float*>(send), static_cast<float*>(recv), count, op,
+                             options);
+      case DType::kBF16:
+        return ReduceScatterWire("ReduceScatter(bf16)", static_cast<const comm::Bf16Bits*>(send),
+                                 static_cast<comm::Bf16Bits*>(recv), count, op, options);
+      case DType::kF16:
+        return ReduceScatterWire("ReduceScatter(fp16)", static_cast<const comm::F16Bits*>(send),
+                                 static_cast<comm::F16Bits*>(recv), count, op, options);
+    }
+    return Internal(comm::Where("ReduceScatter", *this) + ": unknown dtype");
   }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& options) override {
@@ -137,6 +160,39 @@ class LocalCommunicator final : public Communicator {
   Status Begin(const char* call, int64_t count, const void* a, const void* b) {
     RETURN_IF_ERROR(comm::CheckArgs(call, *this, count, a, b));
     return group_->CheckUsable(rank_, comm::Where(call, *this));
+  }
+
+  // Two-byte reduce-scatter with the gloo ring's arithmetic and order (see
+  // communicator.h): block rank_ starts from rank_+1's copy, each later rank's
+  // contribution is added in fp32 and rounded, and our own comes last.
+  template <typename W>
+  Status ReduceScatterWire(const char* call, const W* send, W* recv, int64_t count, ReduceOp op,
+                           const CommOptions& options) {
+    RETURN_IF_ERROR(Begin(call, count, send, recv));
+    if (count == 0) return OkStatus();
+    LocalPost post{call, send, recv, count, -1, static_cast<int>(op), sizeof(W)};
+    Phases ph(this, call, options);
+    RETURN_IF_ERROR(ph.First(post));
+    const int w = world_size();
+    const int64_t base = static_cast<int64_t>(rank_) * count;
+    auto block_of = [&](int r, int64_t off) {
+      return static_cast<const W*>(group_->post(r).send) + base + off;
+    };
+    if (w == 1) {
+      if (recv != send + base) std::memcpy(recv, send + base, static_cast<size_t>(count) * sizeof(W));
+      return ph.Second();
+    }
+    constexpr int64_t kChunk = 4096;
+    std::vector<W> acc(static_cast<size_t>(std::min(count, kChunk)));
+    for (int64_t off = 0; off < count; off += kChunk) {
+      const size_t n = static_cast<size_t>(std::min(kChunk, count - off));
+      std::memcpy(acc.data(), block_of((rank_ + 1) % w, off), n * sizeof(W));
+      for (int k = 2; k < w; ++k) comm::ReduceInto(op, acc.data(), block_of((rank_ + k) % w, off), n);
+      // recv may be our own block (in place): element-wise read-then-write is fine.
+      comm::Combine(op, recv + off, acc.data(), block_of(rank_, off), n);
+      comm::FinishAvg(op, recv + off, n, w);
+    }
+    return ph.Second();
   }
 
   template <typename T>

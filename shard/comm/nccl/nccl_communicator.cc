@@ -57,6 +57,18 @@ ncclRedOp_t ToNccl(ReduceOp op) {
   return ncclSum;
 }
 
+ncclDataType_t ToNccl(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclHalf;
+  }
+  return ncclFloat;
+}
+
 bool IsDevicePointer(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -141,25 +153,37 @@ class NcclCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
   Status AllGather(const float* send, float* recv, int64_t count, const CommOptions& o) override {
+    return AllGather(send, recv, count, DType::kF32, o);
+  }
+
+  Status AllGather(const void* send, void* recv, int64_t count, DType dtype, const CommOptions& o) override {
     RETURN_IF_ERROR(comm::CheckArgs("AllGather", *this, count, send, recv));
     if (count == 0) return Failure();
-    const size_t n = static_cast<size_t>(count);
-    return Staged("AllGather", o, send, n, recv, n * world_, send == recv + rank_ * n ? rank_ * n : kNoAlias,
-                  [&](const float* s, float* r, cudaStream_t st) {
-                    return ncclAllGather(s, r, n, ncclFloat, comm_, st);
+    const size_t n = static_cast<size_t>(count), elem = DTypeSize(dtype);
+    const bool in_place = send == static_cast<const char*>(recv) + rank_ * n * elem;
+    return Staged("AllGather", o, send, n * elem, recv, n * world_ * elem, in_place ? rank_ * n * elem : kNoAlias,
+                  [&](const void* s, void* r, cudaStream_t st) {
+                    return ncclAllGather(s, r, n, ToNccl(dtype), comm_, st);
                   });
   }
 
   Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op, const CommOptions& o) override {
+    return ReduceScatter(send, recv, count, DType::kF32, op, o);
+  }
+
+  // bf16/fp16: NCCL reduces in the two-byte type (its kernels add in fp32 and
+  // round per hop, in NCCL's own order, so the bits may differ from gloo's ring).
+  Status ReduceScatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                       const CommOptions& o) override {
     RETURN_IF_ERROR(comm::CheckArgs("ReduceScatter", *this, count, send, recv));
     if (count == 0) return Failure();
-    const size_t n = static_cast<size_t>(count);
+    const size_t n = static_cast<size_t>(count), elem = DTypeSize(dtype);
     // Staging places recv first, then send; an in-place recv is a view into send.
-    const bool in_place = recv == send + rank_ * n;
-    return StagedRs("ReduceScatter", o, send, n * world_, recv, n, in_place, [&](const float* s, float* r,
-                                                                                  cudaStream_t st) {
-      return ncclReduceScatter(s, r, n, ncclFloat, ToNccl(op), comm_, st);
-    });
+    const bool in_place = recv == static_cast<const char*>(send) + rank_ * n * elem;
+    return StagedRs("ReduceScatter", o, send, n * world_ * elem, recv, n * elem, in_place ? rank_ * n * elem : kNoAlias,
+                    [&](const void* s, void* r, cudaStream_t st) {
+                      return ncclReduceScatter(s, r, n, ToNccl(dtype), ToNccl(op), comm_, st);
+                    });
   }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& o) override {
@@ -310,35 +334,38 @@ class NcclCommunicator final : public Communicator {
     return Copy(data, dev, bytes, cudaMemcpyDeviceToHost);
   }
 
-  // All-gather: send (n floats) lands in recv (total floats); `alias` is the
-  // offset of send inside recv for in-place calls.
-  Status Staged(const char* call, const CommOptions& o, const float* send, size_t n, float* recv, size_t total,
-                size_t alias, const std::function<ncclResult_t(const float*, float*, cudaStream_t)>& f) {
+  using Issue2 = std::function<ncclResult_t(const void*, void*, cudaStream_t)>;
+
+  // All-gather: send (send_bytes) lands in recv (recv_bytes); `alias` is the
+  // byte offset of send inside recv for in-place calls.
+  Status Staged(const char* call, const CommOptions& o, const void* send, size_t send_bytes, void* recv,
+                size_t recv_bytes, size_t alias, const Issue2& f) {
     const bool dev_s = IsDevicePointer(send), dev_r = IsDevicePointer(recv);
     if (dev_s != dev_r)
       return InvalidArgument(comm::Where(call, *this) + ": send and receive buffers must both be device or host memory");
     if (dev_r) return Run(call, o, [&](cudaStream_t st) { return f(send, recv, st); });
-    ASSIGN_OR_RETURN(char* dev, Scratch((total + n) * sizeof(float)));
-    float* d_recv = reinterpret_cast<float*>(dev);
-    float* d_send = alias != kNoAlias ? d_recv + alias : d_recv + total;
-    RETURN_IF_ERROR(Copy(d_send, send, n * sizeof(float), cudaMemcpyHostToDevice));
+    ASSIGN_OR_RETURN(char* dev, Scratch(recv_bytes + send_bytes));
+    char* d_recv = dev;
+    char* d_send = alias != kNoAlias ? d_recv + alias : d_recv + recv_bytes;
+    RETURN_IF_ERROR(Copy(d_send, send, send_bytes, cudaMemcpyHostToDevice));
     RETURN_IF_ERROR(Run(call, o, [&](cudaStream_t st) { return f(d_send, d_recv, st); }));
-    return Copy(recv, d_recv, total * sizeof(float), cudaMemcpyDeviceToHost);
+    return Copy(recv, d_recv, recv_bytes, cudaMemcpyDeviceToHost);
   }
 
-  // Reduce-scatter: send (total floats) reduces into recv (n floats).
-  Status StagedRs(const char* call, const CommOptions& o, const float* send, size_t total, float* recv, size_t n,
-                  bool in_place, const std::function<ncclResult_t(const float*, float*, cudaStream_t)>& f) {
+  // Reduce-scatter: send (send_bytes) reduces into recv (recv_bytes); `alias`
+  // is the byte offset of recv inside send for in-place calls.
+  Status StagedRs(const char* call, const CommOptions& o, const void* send, size_t send_bytes, void* recv,
+                  size_t recv_bytes, size_t alias, const Issue2& f) {
     const bool dev_s = IsDevicePointer(send), dev_r = IsDevicePointer(recv);
     if (dev_s != dev_r)
       return InvalidArgument(comm::Where(call, *this) + ": send and receive buffers must both be device or host memory");
     if (dev_r) return Run(call, o, [&](cudaStream_t st) { return f(send, recv, st); });
-    ASSIGN_OR_RETURN(char* dev, Scratch((total + n) * sizeof(float)));
-    float* d_send = reinterpret_cast<float*>(dev);
-    float* d_recv = in_place ? d_send + rank_ * n : d_send + total;
-    RETURN_IF_ERROR(Copy(d_send, send, total * sizeof(float), cudaMemcpyHostToDevice));
+    ASSIGN_OR_RETURN(char* dev, Scratch(send_bytes + recv_bytes));
+    char* d_send = dev;
+    char* d_recv = alias != kNoAlias ? d_send + alias : d_send + send_bytes;
+    RETURN_IF_ERROR(Copy(d_send, send, send_bytes, cudaMemcpyHostToDevice));
     RETURN_IF_ERROR(Run(call, o, [&](cudaStream_t st) { return f(d_send, d_recv, st); }));
-    return Copy(recv, d_recv, n * sizeof(float), cudaMemcpyDeviceToHost);
+    return Copy(recv, d_recv, recv_bytes, cudaMemcpyDeviceToHost);
   }
 
   const int rank_, world_, device_;

@@ -66,6 +66,29 @@ TEST_F(NcclTest, DeviceCollectivesAtWorldOne) {
   EXPECT_EQ(comm_->AllReduce(a.data(), -1, ReduceOp::kSum, kOpts).code(), StatusCode::kInvalidArgument);
 }
 
+// Mixed precision's calls: a two-byte all-gather (device and host buffers) and
+// a bf16/fp16 reduce-scatter, which at world size 1 returns its input's bits.
+TEST_F(NcclTest, TwoByteCollectivesAtWorldOne) {
+  SKIP_WITHOUT_GPU(be_, why_);
+  std::vector<uint16_t> h(1001);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = F32ToBF16(0.01f * static_cast<float>(i) - 3.0f);
+  auto a = DeviceBuffer::Create(be_.get(), 501), b = DeviceBuffer::Create(be_.get(), 501);
+  ASSERT_TRUE(a.ok() && b.ok());
+  be_->CopyToDevice(a->data(), h.data(), h.size() * 2);
+  std::vector<uint16_t> back(h.size());
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    ASSERT_TRUE(comm_->AllGather(a->data(), b->data(), 1001, t, kOpts).ok()) << DTypeName(t);
+    be_->CopyToHost(back.data(), b->data(), h.size() * 2);
+    EXPECT_EQ(back, h) << DTypeName(t);
+    ASSERT_TRUE(comm_->ReduceScatter(a->data(), b->data(), 1001, t, ReduceOp::kSum, kOpts).ok()) << DTypeName(t);
+    be_->CopyToHost(back.data(), b->data(), h.size() * 2);
+    EXPECT_EQ(back, h) << DTypeName(t);
+  }
+  std::vector<uint16_t> hr(h.size());
+  ASSERT_TRUE(comm_->AllGather(h.data(), hr.data(), 1001, DType::kBF16, kOpts).ok());  // host: staged
+  EXPECT_EQ(hr, h);
+}
+
 TEST_F(NcclTest, HostBuffersAreStaged) {
   SKIP_WITHOUT_GPU(be_, why_);
   double d[3] = {1.5, -2.0, 3.25};

@@ -136,9 +136,10 @@ TEST(PlannerTest, CpuJobPlansForThisHost) {
   EXPECT_TRUE(p.cluster.cpu_only);
   EXPECT_EQ(p.workload.compute, DType::kF32);
   EXPECT_EQ(p.memory.ranks_per_node, 2);
-  // The CPU engine refuses reduced precision and offload today.
+  // The CPU engine runs bf16 as storage and wire format (mixed precision).
   Plan bf = PlanFile("tiny-cpu.yaml", "", {"train.precision=bf16"});
-  EXPECT_EQ(bf.verdict, Verdict::kCannotRun);
+  EXPECT_NE(bf.verdict, Verdict::kCannotRun) << FormatPlanText(bf);
+  EXPECT_EQ(bf.workload.compute, DType::kBF16);
   // --cluster contradicts resources.device: cpu.
   auto job = LoadJobConfig(Root() + "/configs/jobs/tiny-cpu.yaml");
   ASSERT_TRUE(job.ok());
