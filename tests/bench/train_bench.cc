@@ -26,6 +26,35 @@
 #include "shard/common/thread_pool.h"
 #include "shard/train/trainer.h"
 
+namespace {
+
+// Median GFLOP/s of five 1024^3 products through the backend's Gemm (the
+// same slicing over the compute threads the model's GEMMs get).
+double ReferenceSgemmGflops(shard::Backend* backend) {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  shard::GemmArgs g;
+  g.m = g.n = g.k = n;
+  g.a = a.data();
+  g.lda = n;
+  g.b = b.data();
+  g.ldb = n;
+  g.c = c.data();
+  g.ldc = n;
+  backend->Gemm(g);  // warm-up
+  std::vector<double> rates;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    backend->Gemm(g);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * n * n * n / s / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[2];
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
   bool offload = false;
@@ -77,6 +106,15 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < 2; ++i) (void)(*trainer)->Step();  // warm up allocations and caches
   shard::ResetProfile((*trainer)->backend());
+  // What this machine's sgemm gives right now, before and after the steps:
+  // the host's speed drifts by +-15% from minute to minute, so the training
+  // figure is also given as a fraction of it.
+  auto reference = shard::CreateBackend("cpu");
+  if (!reference.ok()) {
+    std::fprintf(stderr, "%s\n", reference.status().ToString().c_str());
+    return 1;
+  }
+  const double sgemm_before = ReferenceSgemmGflops(reference->get());
   double total = 0;
   double best = 1e30;
   // Process CPU time as well as wall time: on a shared machine the wall clock
@@ -101,6 +139,8 @@ int main(int argc, char** argv) {
     best = std::min(best, m->seconds);
   }
   const double cpu_seconds = cpu_now() - cpu0;
+  const double sgemm_after = ReferenceSgemmGflops(reference->get());
+  shard::ResetProfile(reference->get());
   const auto& c = (*trainer)->model_config();
   const double tokens_per_step = static_cast<double>(micro) * seq;
   const double flops_per_token = c.TrainFlopsPerToken(seq);
@@ -129,11 +169,16 @@ int main(int argc, char** argv) {
               median_of(optimizer_seconds) * 1e3, *std::min_element(optimizer_seconds.begin(), optimizer_seconds.end()) * 1e3,
               offload ? "offloaded: grad copy to host, host AdamW, master copy back" : "AdamW on the device",
               (*trainer)->optimizer().device_bytes() / 1048576.0, (*trainer)->optimizer().host_bytes() / 1048576.0);
+  const double sgemm = 0.5 * (sgemm_before + sgemm_after);
+  std::printf("  reference  sgemm 1024^3 on the same threads: %.1f GFLOP/s before, %.1f after; the median step "
+              "ran at %.0f%% of it\n",
+              sgemm_before, sgemm_after, 100.0 * flops_per_step / median / 1e9 / sgemm);
   const double cpu_step = cpu_seconds / steps / shard::NumComputeThreads();
   std::printf("  CPU-time estimate for %d dedicated cores: %.0f tokens/s, %.1f GFLOP/s (%.2f CPU-s per step)\n",
               shard::NumComputeThreads(), tokens_per_step / cpu_step, tokens_per_step * flops_per_token / cpu_step / 1e9,
               cpu_seconds / steps);
   const std::string profile = shard::ProfileReport((*trainer)->backend());
   if (!profile.empty()) std::printf("%s", profile.c_str());
+  shard::ResetProfile((*trainer)->backend());  // printed above; not again on destruction
   return 0;
 }
