@@ -2,6 +2,9 @@
 // cpu_kernels.h. Everything is synchronous, so Synchronize() has nothing to do.
 #include "shard/backend/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,6 +18,16 @@ namespace {
 // aligned starts and no two buffers share a line (no false sharing).
 constexpr size_t kAlignment = 64;
 
+// Buffers of 2 MiB and more start on a 2 MiB boundary and ask for transparent
+// huge pages (MADV_HUGEPAGE; Debian's default THP mode is "madvise", so
+// without the hint they get 4 KiB pages). Activations, weights and gradients
+// are streamed through by the GEMMs' packing and the elementwise kernels; with
+// 4 KiB pages that walk misses the TLB every page. On the 2-core build machine
+// the bench model's median step went from 94 to 109 GFLOP/s (7 alternating
+// pairs of runs). Where THP is off the hint is ignored and costs nothing; the
+// rounding wastes under 2 MiB per large buffer.
+constexpr size_t kHugePage = size_t(2) << 20;
+
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
@@ -24,6 +37,13 @@ class CpuBackend final : public Backend {
     // unique pointer so callers need no special case.
     const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
     if (rounded < bytes) return ResourceExhausted("cpu backend: allocation size overflows");
+    if (rounded >= kHugePage && rounded <= SIZE_MAX - kHugePage) {
+      const size_t huge = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+      if (void* p = std::aligned_alloc(kHugePage, huge)) {
+        (void)madvise(p, huge, MADV_HUGEPAGE);  // a hint: failure only means 4 KiB pages
+        return p;
+      }
+    }
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (p == nullptr)
       return ResourceExhausted("cpu backend: cannot allocate " + std::to_string(bytes) +
