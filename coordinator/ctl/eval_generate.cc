@@ -104,8 +104,8 @@ Status RunGenerate(const GenerateOptions& o) {
     const int64_t T = static_cast<int64_t>(seq.size());
     m.backend->CopyToDevice(d_tok.data(), seq.data(), T * sizeof(int32_t));
     shard::DeviceBatch b{1, T, d_tok.as_int(), nullptr, d_pos.as_int(), nullptr};
-    ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, *m.params));
-    m.backend->CopyToHost(row.data(), logits + (T - 1) * m.config.vocab_size, row.size() * sizeof(float));
+    ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, *m.params, {T - 1}));  // the last position's
+    m.backend->CopyToHost(row.data(), logits, row.size() * sizeof(float));
     int32_t next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     seq.push_back(next);
     generated.push_back(next);

@@ -1,5 +1,7 @@
 #include "shard/model/llama_model.h"
 
+#include <algorithm>
+
 #include "shard/model/rope.h"
 
 namespace shard {
@@ -45,6 +47,13 @@ void LinearBackward(Backend* be, const float* x, const float* w, const float* dy
 
 }  // namespace
 
+int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options) {
+  const int64_t rows = std::max<int64_t>(1, options.max_batch * options.max_seq);
+  if (options.loss_chunk_rows > 0) return std::min(options.loss_chunk_rows, rows);
+  const int64_t row_bytes = std::max<int64_t>(1, config.vocab_size) * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>(kAutoLogitsBudgetBytes / row_bytes, 1, rows);
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& config, Backend* backend, const ModelOptions& options)
     : config_(config), layout_(ParamLayout::ForLlama(config)), backend_(backend), options_(options) {}
 
@@ -55,6 +64,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& conf
   RETURN_IF_ERROR(config.Validate());
   if (options.max_batch <= 0 || options.max_seq <= 0)
     return InvalidArgument("model: micro-batch size and sequence length must be > 0");
+  if (options.loss_chunk_rows < 0)
+    return InvalidArgument("model: loss_chunk_rows must be >= 0 (0 = auto), got " +
+                           std::to_string(options.loss_chunk_rows));
   std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, options));
   RETURN_IF_ERROR(m->Allocate());
   return m;
@@ -63,6 +75,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& conf
 Status LlamaModel::Allocate() {
   const auto& c = config_;
   max_rows_ = options_.max_batch * options_.max_seq;
+  chunk_rows_ = ResolveLossChunkRows(c, options_);
+  logits_rows_ = std::max(chunk_rows_, options_.max_batch);  // ForwardLogits: one row per sequence
   const int64_t n = max_rows_, d = c.hidden_size, f = c.intermediate_size;
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
   auto make = [&](DeviceBuffer* buf, int64_t count) -> Status {
@@ -88,7 +102,7 @@ Status LlamaModel::Allocate() {
   }
   RETURN_IF_ERROR(make(&final_norm_, n * d));
   RETURN_IF_ERROR(make(&final_rstd_, n));
-  RETURN_IF_ERROR(make(&logits_, n * c.vocab_size));
+  RETURN_IF_ERROR(make(&logits_, logits_rows_ * c.vocab_size));
   RETURN_IF_ERROR(make(&grad_a_, n * d));
   RETURN_IF_ERROR(make(&grad_b_, n * d));
   RETURN_IF_ERROR(make(&scratch_d_, n * d));
@@ -185,7 +199,7 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
   return OkStatus();
 }
 
-Status LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess& access) {
+StatusOr<const float*> LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess& access) {
   const auto& c = config_;
   const int64_t n = b.rows(), d = c.hidden_size;
   int head = layout_.head_unit();
@@ -198,7 +212,12 @@ Status LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess& access) {
   }
   backend_->RmsNormForward(resid_[c.num_layers].data(), hw + layout_.units[head].tensors[kFinalNorm].offset, n,
                            d, static_cast<float>(c.rms_norm_eps), final_norm_.data(), final_rstd_.data());
-  LinearForward(backend_, final_norm_.data(), w_head, n, d, c.vocab_size, logits_.data());
+  return w_head;
+}
+
+Status LlamaModel::ReleaseHead(UnitAccess& access) {
+  RETURN_IF_ERROR(access.ReleaseParams(layout_.head_unit()));
+  if (config_.tie_word_embeddings) RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
   return OkStatus();
 }
 
@@ -206,42 +225,41 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   if (!b.targets) return InvalidArgument("model: training micro-batch without targets");
   const auto& c = config_;
   const int L = c.num_layers;
-  const int64_t n = b.rows(), d = c.hidden_size;
+  const int64_t n = b.rows(), d = c.hidden_size, vocab = c.vocab_size;
   const int head = layout_.head_unit();
-  const bool tied = c.tie_word_embeddings;
   RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/true));
-  RETURN_IF_ERROR(HeadForward(b, access));
+  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
 
-  // Loss and its gradient (logits_ becomes dlogits).
-  double loss = backend_->CrossEntropy(logits_.data(), b.targets, n, static_cast<int>(c.vocab_size), grad_scale,
-                                       /*grad=*/true);
-
-  // Head backward.
+  // Head, loss and head backward, loss_chunk_rows rows at a time so only one
+  // chunk's logits exist: logits = norm[chunk]·W^T, which CrossEntropy turns
+  // into dlogits in place (grad_scale already normalises over the global
+  // batch), then dX[chunk] = dlogits·W and dW += dlogits^T·norm[chunk]. With
+  // one chunk this is exactly the unchunked computation.
+  double loss = 0;
   {
     ASSIGN_OR_RETURN(const float* hw, access.AcquireParams(head));  // nested: already held by HeadForward
     ASSIGN_OR_RETURN(float* hg, access.GradBuffer(head));
     const auto& ht = layout_.units[head].tensors;
-    const float* w_head;
     float* g_head;
-    if (tied) {
-      ASSIGN_OR_RETURN(w_head, access.AcquireParams(ParamLayout::kEmbedUnit));
-      ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));
+    if (c.tie_word_embeddings) {
+      ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));  // W_head is the embedding table
     } else {
-      w_head = hw + ht[kLmHead].offset;
       g_head = hg + ht[kLmHead].offset;
     }
-    LinearBackward(backend_, final_norm_.data(), w_head, logits_.data(), n, d, c.vocab_size, scratch_d_.data(),
-                   g_head);
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
+      const int64_t m = std::min(chunk_rows_, n - r0);
+      const float* xn = final_norm_.data() + r0 * d;
+      LinearForward(backend_, xn, w_head, m, d, vocab, logits_.data());
+      loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
+                                     /*grad=*/true);
+      LinearBackward(backend_, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
+    }
     backend_->RmsNormBackward(scratch_d_.data(), resid_[L].data(), hw + ht[kFinalNorm].offset,
                               final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(), hg + ht[kFinalNorm].offset);
     RETURN_IF_ERROR(access.GradsDone(head));
-    // Release the nested acquisitions and the ones from HeadForward.
-    for (int i = 0; i < 2; ++i) {
-      RETURN_IF_ERROR(access.ReleaseParams(head));
-      if (tied) RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
-    }
+    RETURN_IF_ERROR(access.ReleaseParams(head));  // the nested acquisition
+    RETURN_IF_ERROR(ReleaseHead(access));         // HeadForward's
   }
-
   // Blocks, last to first.
   for (int l = L - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
@@ -266,17 +284,37 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
 
 StatusOr<double> LlamaModel::ForwardLoss(const DeviceBatch& b, UnitAccess& access) {
   if (!b.targets) return InvalidArgument("model: evaluation micro-batch without targets");
-  ASSIGN_OR_RETURN(const float* logits, ForwardLogits(b, access));
-  (void)logits;
-  return backend_->CrossEntropy(logits_.data(), b.targets, b.rows(), static_cast<int>(config_.vocab_size), 1.0f,
-                                /*grad=*/false);
+  RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/false));
+  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
+  const int64_t n = b.rows(), d = config_.hidden_size, vocab = config_.vocab_size;
+  double loss = 0;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
+    const int64_t m = std::min(chunk_rows_, n - r0);
+    LinearForward(backend_, final_norm_.data() + r0 * d, w_head, m, d, vocab, logits_.data());
+    loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), 1.0f,
+                                   /*grad=*/false);
+  }
+  RETURN_IF_ERROR(ReleaseHead(access));
+  return loss;
 }
 
-StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAccess& access) {
+StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAccess& access,
+                                                 const std::vector<int64_t>& rows) {
+  const int64_t k = static_cast<int64_t>(rows.size()), d = config_.hidden_size;
+  if (k == 0 || k > logits_rows_)
+    return InvalidArgument("model: ForwardLogits wants 1.." + std::to_string(logits_rows_) + " rows, got " +
+                           std::to_string(k));
+  for (int64_t r : rows)
+    if (r < 0 || r >= b.rows())
+      return InvalidArgument("model: ForwardLogits row " + std::to_string(r) + " is outside the micro-batch of " +
+                             std::to_string(b.rows()) + " rows");
   RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/false));
-  RETURN_IF_ERROR(HeadForward(b, access));
-  RETURN_IF_ERROR(access.ReleaseParams(layout_.head_unit()));
-  if (config_.tie_word_embeddings) RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
+  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
+  // Gather the wanted rows of the final norm (scratch_d_ holds max_rows >= k rows), one GEMM.
+  for (int64_t i = 0; i < k; ++i)
+    backend_->Copy(scratch_d_.data() + i * d, final_norm_.data() + rows[i] * d, d * sizeof(float));
+  LinearForward(backend_, scratch_d_.data(), w_head, k, d, config_.vocab_size, logits_.data());
+  RETURN_IF_ERROR(ReleaseHead(access));
   return static_cast<const float*>(logits_.data());
 }
 

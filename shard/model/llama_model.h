@@ -23,7 +23,20 @@ struct ModelOptions {
   int64_t max_batch = 1;  // sequences per micro-batch
   int64_t max_seq = 1;    // tokens per sequence
   bool activation_checkpointing = false;
+  // Rows whose fp32 logits the head and loss hold at once (ForwardBackward,
+  // ForwardLoss): the logits buffer is loss_chunk_rows x vocab instead of
+  // rows x vocab. 0 = auto: every row when their logits fit
+  // kAutoLogitsBudgetBytes, else the most rows that do (at least 1).
+  int64_t loss_chunk_rows = 0;
 };
+
+// Auto chunking's budget for one chunk of fp32 logits.
+inline constexpr int64_t kAutoLogitsBudgetBytes = int64_t{256} << 20;
+
+// The chunk size LlamaModel uses for these options: loss_chunk_rows capped at
+// max_batch * max_seq, or the auto choice when it is 0. Pure; for the planner
+// and tests.
+int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options);
 
 // One micro-batch in backend memory. rows = batch * seq; int32 arrays of `rows`.
 struct DeviceBatch {
@@ -54,8 +67,17 @@ class LlamaModel {
   // Forward only: sum of target-token losses.
   StatusOr<double> ForwardLoss(const DeviceBatch& batch, UnitAccess& access);
 
-  // Forward only: logits [rows, vocab] in backend memory, valid until the next call.
-  StatusOr<const float*> ForwardLogits(const DeviceBatch& batch, UnitAccess& access);
+  // Forward only: logits [rows.size(), vocab] of the listed batch rows (row =
+  // sequence * seq + position), in that order, in backend memory, valid until
+  // the next call. Callers (greedy generation, SFT exact-match eval) need one
+  // row per sequence, so this never holds the whole [batch*seq, vocab] tensor;
+  // at most max_logits_rows() rows per call.
+  StatusOr<const float*> ForwardLogits(const DeviceBatch& batch, UnitAccess& access,
+                                       const std::vector<int64_t>& rows);
+
+  int64_t loss_chunk_rows() const { return chunk_rows_; }
+  // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).
+  int64_t max_logits_rows() const { return logits_rows_; }
 
  private:
   struct LayerActs;  // one block's saved activations
@@ -71,14 +93,18 @@ class LlamaModel {
                      const float* dy, float* dx);
   // Runs embedding + blocks; leaves the final hidden state in resid_[L].
   Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
-  // Final norm + head into logits_.
-  Status HeadForward(const DeviceBatch& b, UnitAccess& access);
+  // Final norm of every row into final_norm_; acquires the head unit (and the
+  // embedding unit when tied) and returns W_head [vocab, d]. The caller releases.
+  StatusOr<const float*> HeadForward(const DeviceBatch& b, UnitAccess& access);
+  Status ReleaseHead(UnitAccess& access);  // undoes HeadForward's acquisitions
 
   LlamaConfig config_;
   ParamLayout layout_;
   Backend* backend_;
   ModelOptions options_;
   int64_t max_rows_ = 0;
+  int64_t chunk_rows_ = 0;   // rows per head/loss chunk
+  int64_t logits_rows_ = 0;  // rows of logits_
 
   std::vector<DeviceBuffer> resid_;  // L+1 block inputs/outputs [rows, d]
   std::vector<std::unique_ptr<LayerActs>> acts_;  // L sets, or 1 with checkpointing

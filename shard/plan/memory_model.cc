@@ -5,6 +5,7 @@
 #include <set>
 
 #include "shard/fsdp/shard_layout.h"
+#include "shard/model/llama_model.h"
 #include "shard/model/param_layout.h"
 
 namespace shard::plan {
@@ -196,6 +197,21 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
+namespace {
+
+// Rows of fp32 logits the engine's LlamaModel holds: one loss chunk
+// (train.loss_chunk_rows, auto keeps it under 256 MiB), at least one row per
+// sequence for ForwardLogits.
+int64_t EngineLogitsRows(const Workload& w) {
+  ModelOptions mo;
+  mo.max_batch = std::max<int64_t>(1, w.micro_batch);
+  mo.max_seq = std::max<int64_t>(1, w.seq_len);
+  mo.loss_chunk_rows = std::max<int64_t>(0, w.loss_chunk_rows);
+  return std::max(ResolveLossChunkRows(w.model, mo), mo.max_batch);
+}
+
+}  // namespace
+
 MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   MemoryEstimate est;
   const LlamaConfig& c = w.model;
@@ -204,6 +220,9 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   const int S = shape.ok() ? shape->shard_size : std::max(1, w.world);
   const int64_t shard = ShardNumel(numels, S);
   const int64_t rows = w.micro_batch * w.seq_len;
+  const int64_t logit_rows = EngineLogitsRows(w);
+  const std::string logits_how = Num(logit_rows) + " x " + Num(c.vocab_size) + " x 4 B" +
+                                 (logit_rows < rows ? " (loss in chunks of the " + Num(rows) + " rows)" : "");
   const ActivationElems a = Activations(c, w.micro_batch, w.seq_len, w.activation_checkpointing);
   const bool keep_forward = w.strategy == ShardStrategy::kShardGradOp;
   const std::string shard_how = Num(shard) + " elements (" + std::to_string(numels.size()) +
@@ -228,7 +247,7 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
     dev.Add("activations", (a.residuals + a.saved + a.statistics + a.final_norm) * 4,
             std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
                 (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x 4 B");
-    dev.Add("logits (fp32, becomes its gradient)", a.logits * 4, Num(rows) + " x " + Num(c.vocab_size) + " x 4 B");
+    dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
     dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
     dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
     // Attention tiles per pool thread (grow-only, kept for the process).
@@ -323,8 +342,8 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
               (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens");
   int64_t logits = 0;
   if (w.ce_chunks <= 0) {
-    logits = a.logits * 4;
-    dev.Add("logits (fp32, becomes its gradient)", logits, Num(rows) + " x " + Num(c.vocab_size) + " x 4 B");
+    logits = logit_rows * c.vocab_size * 4;
+    dev.Add("logits (fp32, becomes its gradient)", logits, logits_how);
   } else {
     logits = a.logits * 2 * cb + a.logits / w.ce_chunks * 4;
     dev.Add("logits (" + cname + " + its gradient, fp32 chunk)", logits,

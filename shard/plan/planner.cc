@@ -80,6 +80,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.activation_checkpointing = job.parallel.activation_checkpointing;
   w.offload.optimizer = job.parallel.offload_optimizer;
   w.micro_batch = job.train.micro_batch;
+  w.loss_chunk_rows = job.train.loss_chunk_rows;
   w.seq_len = job.data.seq_len;
   w.global_batch = job.train.global_batch;
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;

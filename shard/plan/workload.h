@@ -63,6 +63,10 @@ struct Workload {
   // their gradient in place. N: logits kept in `compute` and upcast N chunks
   // at a time (torchtune's CEWithChunkedOutputLoss).
   int ce_chunks = 0;
+  // ce_chunks 0: rows of logits per chunk of the engine's loss
+  // (train.loss_chunk_rows; 0 = auto, under 256 MiB). Modelling a trainer that
+  // holds every row's logits (HF Trainer): a value >= micro_batch x seq_len.
+  int64_t loss_chunk_rows = 0;
   bool async_checkpoint = false;  // periodic checkpoints snapshot the shard to host memory first
   bool from_hf = false;           // starts from HF weights (staged on the host while loading)
 

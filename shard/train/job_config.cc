@@ -21,6 +21,8 @@ Status TrainConfig::Validate() const {
   if (micro_batch <= 0) return InvalidArgument("train.micro_batch must be > 0");
   if (global_batch <= 0) return InvalidArgument("train.global_batch must be > 0");
   if (log_every <= 0) return InvalidArgument("train.log_every must be > 0");
+  if (loss_chunk_rows < 0)
+    return InvalidArgument("train.loss_chunk_rows must be >= 0 (0 = auto), got " + std::to_string(loss_chunk_rows));
   if (loss_scale_window < 1)
     return InvalidArgument("train.loss_scale_window must be >= 1, got " + std::to_string(loss_scale_window));
   auto ls = ParseLossScale(loss_scale, precision, loss_scale_window);
@@ -182,6 +184,10 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     t.seed = static_cast<uint64_t>(seed);
     RETURN_IF_ERROR(m.GetEnum("precision", {"auto", "fp32", "bf16", "fp16"}, &t.precision));
     RETURN_IF_ERROR(m.Get("log_every", &t.log_every));
+    RETURN_IF_ERROR(m.Get("loss_chunk_rows", &t.loss_chunk_rows));
+    if (t.loss_chunk_rows < 0)
+      return InvalidArgument(m.Where("loss_chunk_rows") + ": must be >= 0 (0 = auto), got " +
+                             std::to_string(t.loss_chunk_rows));
     // A word or a number: read as text, checked here so the error names the file.
     RETURN_IF_ERROR(m.Get("loss_scale", &t.loss_scale));
     RETURN_IF_ERROR(m.Get("loss_scale_window", &t.loss_scale_window));

@@ -30,6 +30,10 @@ struct TrainConfig {
   std::string loss_scale = "auto";
   int64_t loss_scale_window = 2000;  // dynamic: clean steps in a row before the scale doubles
   int64_t log_every = 10;
+  // Rows of fp32 logits the LM head and loss hold at once (ModelOptions::
+  // loss_chunk_rows): 0 = auto (all rows if their logits fit 256 MiB, else
+  // chunks that do), N > 0 = N rows per chunk.
+  int64_t loss_chunk_rows = 0;
   OptimConfig optim;
   Status Validate() const;
 };

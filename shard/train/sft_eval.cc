@@ -114,11 +114,18 @@ StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend,
       }
       rows.Upload(backend, nb * S, /*targets=*/false);
       DeviceBatch b{nb, S, rows.d_tok.as_int(), nullptr, rows.d_pos.as_int(), nullptr};
-      ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, params));
+      // Only each unfinished sequence's last position: at most nb <= B rows of logits.
+      std::vector<int64_t> want, owner;
       for (int64_t i = 0; i < nb; ++i) {
         if (k >= spans[i].size()) continue;  // this answer is complete
-        const int64_t at = i * S + static_cast<int64_t>(seqs[i].size()) - 1;
-        backend->CopyToHost(logits_row.data(), logits + at * config.vocab_size, logits_row.size() * sizeof(float));
+        want.push_back(i * S + static_cast<int64_t>(seqs[i].size()) - 1);
+        owner.push_back(i);
+      }
+      ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, params, want));
+      for (size_t j = 0; j < want.size(); ++j) {
+        const int64_t i = owner[j];
+        backend->CopyToHost(logits_row.data(), logits + static_cast<int64_t>(j) * config.vocab_size,
+                            logits_row.size() * sizeof(float));
         seqs[i].push_back(
             static_cast<int32_t>(std::max_element(logits_row.begin(), logits_row.end()) - logits_row.begin()));
       }

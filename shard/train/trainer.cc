@@ -72,7 +72,12 @@ Status Trainer::Init() {
   mo.max_batch = job_.train.micro_batch;
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
+  mo.loss_chunk_rows = job_.train.loss_chunk_rows;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
+  if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
+    LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
+             model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
+             mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
   RETURN_IF_ERROR(InitRuntime(hf_units));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));

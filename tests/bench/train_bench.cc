@@ -6,6 +6,8 @@
 // 6N + 12*L*d*T per token (N without the input embedding).
 //
 // usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile] [--offload]
+//        [--loss-chunk-rows=N] (train.loss_chunk_rows; default 0 = auto, which keeps the bench's
+//        32 MiB of logits in one chunk)
 // --profile (or SHARDD_PROFILE_OPS=1) adds a table of the time each backend
 // operation took over the measured steps. --offload trains with
 // parallel.offload_optimizer: true; either way the optimizer step's own time
@@ -58,15 +60,18 @@ double ReferenceSgemmGflops(shard::Backend* backend) {
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
   bool offload = false;
+  std::string chunk = "0";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--profile") {
       setenv("SHARDD_PROFILE_OPS", "1", 1);
     } else if (a == "--offload") {
       offload = true;
+    } else if (a.rfind("--loss-chunk-rows=", 0) == 0) {
+      chunk = a.substr(18);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile] "
-                  "[--offload]\n");
+                  "[--offload] [--loss-chunk-rows=N]\n");
       return 0;
     } else {
       pos.push_back(a);
@@ -92,7 +97,7 @@ int main(int argc, char** argv) {
   std::string yaml = "name: bench\nmodel: {preset: bench}\ndata: {tokens: " + tokens + ", seq_len: " +
                      std::to_string(seq) + "}\ntrain: {steps: " + std::to_string(steps + 2) +
                      ", global_batch: " + std::to_string(micro) + ", micro_batch: " + std::to_string(micro) +
-                     ", lr: 1.0e-4, log_every: 1000}\nparallel: {activation_checkpointing: " +
+                     ", lr: 1.0e-4, log_every: 1000, loss_chunk_rows: " + chunk + "}\nparallel: {activation_checkpointing: " +
                      (ckpt ? "true" : "false") + ", offload_optimizer: " + (offload ? "true" : "false") + "}\n";
   auto job = shard::ParseJobConfig(yaml, "bench.yaml");
   if (!job.ok()) {

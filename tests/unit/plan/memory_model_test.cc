@@ -183,6 +183,29 @@ TEST(MemoryModelTest, CpuEngineIsExact) {
   EXPECT_EQ(Item(m, "gathered"), 0);  // one rank: no gathers
 }
 
+// The engine's loss holds one chunk of fp32 logits: llama3-8b at micro-batch
+// 2 x 2048 has 4096 x 128256 x 4 B = 2,101,346,304 B unchunked and
+// 523 x 128256 x 4 B = 268,311,552 B with auto chunks (<= 256 MiB).
+TEST(MemoryModelTest, LogitsAreOneLossChunk) {
+  Workload w;
+  w.model = Preset("llama3-8b");
+  w.world = 8;
+  w.compute = DType::kBF16;
+  w.micro_batch = 2;
+  w.seq_len = 2048;
+  EXPECT_EQ(Item(EstimateMemory(w, OneNode(8)), "logits"), 523LL * 128256 * 4);
+  w.loss_chunk_rows = 512;
+  EXPECT_EQ(Item(EstimateMemory(w, OneNode(8)), "logits"), 512LL * 128256 * 4);
+  w.loss_chunk_rows = 1 << 20;  // capped at the rows: unchunked
+  EXPECT_EQ(Item(EstimateMemory(w, OneNode(8)), "logits"), 4096LL * 128256 * 4);
+  // The CPU engine's line too.
+  w.loss_chunk_rows = 0;
+  w.cpu_engine = true;
+  w.compute = DType::kF32;
+  w.world = 1;
+  EXPECT_EQ(Item(EstimateMemory(w, LocalCpuCluster(CpuRates{}, 1)), "logits"), 523LL * 128256 * 4);
+}
+
 TEST(StepTimeTest, Llama2_7bOnEightA100s) {
   // 6N + 12 L d T with N = 6,738,415,616 - 131,072,000 (input embedding) =
   // 6,607,343,616 and 12*32*4096*2048 = 3,221,225,472: 42,865,287,168 per token.

@@ -77,6 +77,32 @@ TEST(TrainerTest, GradientAccumulationMatchesOneBigMicroBatch) {
   for (size_t i = 0; i < w8.size(); ++i) ASSERT_NEAR(w8[i], w2[i], 2e-5) << i;
 }
 
+// train.loss_chunk_rows: the LM head and loss in chunks of 100 rows (256 rows
+// per micro-batch: chunks of 100, 100, 56) follow the unchunked loss curve;
+// only dW_head's summation order differs.
+TEST(TrainerTest, ChunkedLossFollowsTheUnchunkedCurve) {
+  std::string tokens = MakeTokens("chunk", 8000, 512);
+  auto run = [&](const std::string& chunk) {
+    auto job = ParseJobConfig(Job(tokens), "job.yaml", {"train.steps=8", "train.loss_chunk_rows=" + chunk});
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    auto t = Trainer::Create(*job);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<double> losses;
+    EXPECT_TRUE((*t)->Run([&](const StepMetrics& m) { losses.push_back(m.loss); }).ok());
+    std::vector<float> head;
+    EXPECT_TRUE((*t)->UnitParams((*t)->layout().head_unit(), &head).ok());
+    return std::make_pair(losses, head);
+  };
+  auto [la, wa] = run("0");  // auto: 256 x 512 x 4 B fits, one chunk
+  auto [lc, wc] = run("100");
+  ASSERT_EQ(la.size(), 8u);
+  ASSERT_EQ(la.size(), lc.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lc[i], 1e-5) << "step " << i;
+  EXPECT_LT(la.back(), la.front());  // it trains
+  ASSERT_EQ(wa.size(), wc.size());
+  for (size_t i = 0; i < wa.size(); ++i) ASSERT_NEAR(wa[i], wc[i], 2e-5) << i;
+}
+
 TEST(TrainerTest, ExportedModelReloadsAndContinuesIdentically) {
   std::string tokens = MakeTokens("export", 8000, 512);
   std::string out = testing::TempDir() + "/trainer_export";
@@ -114,6 +140,8 @@ TEST(JobConfigTest, StrictErrorsNameTheKey) {
   expect_error(Job(tokens), "parallel.strategy: 'zero5' is not one of", {"parallel.strategy=zero5"});
   expect_error(Job(tokens), "exactly one of model.preset or model.from_hf", {"model.from_hf=/x"});
   expect_error(Job(tokens), "train.adam_betas: expected two numbers", {"train.adam_betas=[0.9]"});
+  expect_error(Job(tokens), "train.loss_chunk_rows: must be >= 0", {"train.loss_chunk_rows=-1"});
+  expect_error(Job(tokens), "train.loss_chunk_rows: expected an integer", {"train.loss_chunk_rows=auto"});
   expect_error(Job(tokens), "data.tokens and data.jsonl are both set", {"data.jsonl=x.jsonl"});
   expect_error("name: t\n", "exactly one of model.preset");
   expect_error("name: t\nmodel: {preset: tiny}\n", "data.tokens or data.jsonl is required");
