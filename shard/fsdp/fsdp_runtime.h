@@ -51,6 +51,17 @@ struct FsdpOptions {
   // false under optimizer offload: the AdamW moments live in host memory
   // (shard/train/optimizer_state.h) and the runtime allocates no m, v shards.
   bool moments_on_device = true;
+  // false under optimizer offload too: the runtime allocates no device gradient
+  // shards; each reduce-scatter result is copied to the host and added into a
+  // host fp32 gradient shard attached by the optimizer state (AttachHostGrads).
+  // Unsharded units (a shard group of one rank) get a transient device gradient
+  // buffer per micro-batch: it is loaded from the host shard when earlier
+  // micro-batches left gradients there, the model accumulates into it in place
+  // as it would into a device shard, and GradsDone copies it back — so the sums
+  // are bitwise the on-device ones. The replicas' all-reduce then runs on the
+  // host shards (host pointers: the local and gloo communicators read them
+  // directly, nccl stages them through device scratch).
+  bool grads_on_device = true;
   DType param_dtype = DType::kF32;   // weights on the wire and their compute rounding
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
   CommOptions comm;
@@ -78,7 +89,21 @@ class FsdpRuntime : public UnitAccess {
   int shard_rank() const { return shard_rank_; }
   // This rank's shards (size layout(u).shard_numel).
   float* param_shard(int u) { return units_[u].params.data(); }
-  float* grad_shard(int u) { return units_[u].grads.data(); }
+  // The device gradient shard; aborts (naming the unit) when the gradients live
+  // on the host (grads_on_device false): use host_grad_shard then.
+  float* grad_shard(int u);
+  // The host gradient shard when !grads_on_device; aborts otherwise.
+  float* host_grad_shard(int u);
+  bool grads_on_host() const { return !options_.grads_on_device; }
+  // Under !grads_on_device, before the first micro-batch: the host gradient
+  // shards (one per unit, layout(u).shard_numel floats, owned by the caller),
+  // one host staging buffer of the largest shard (pinned on CUDA), and a CPU
+  // backend for the host adds and sums. All must outlive this runtime's use.
+  Status AttachHostGrads(Backend* host, std::vector<float*> grads, float* stage);
+  // Device bytes held by the parameter and gradient shards (persistent, not
+  // the transient gathered or landing buffers).
+  int64_t param_shard_device_bytes() const;
+  int64_t grad_shard_device_bytes() const;
   // The AdamW moment shards on the device; null when !moments_on_device.
   float* adam_m(int u) { return units_[u].m.data(); }
   float* adam_v(int u) { return units_[u].v.data(); }
@@ -137,6 +162,9 @@ class FsdpRuntime : public UnitAccess {
   Status EnsureComputeCopy(int u);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
+  // Adds n device floats at `src` into unit u's host gradient shard (via the stage).
+  void AddToHostGrads(int u, const float* src, int64_t n);
+  Status CheckHostGrads() const;
   Status StartGather(int u);
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
@@ -157,6 +185,12 @@ class FsdpRuntime : public UnitAccess {
   bool in_order_ = true;
   int64_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
   double comm_wait_seconds_ = 0;
+  // !grads_on_device: see AttachHostGrads. host_dirty_[u]: the host shard holds
+  // gradients of an earlier micro-batch (an unsharded unit loads them first).
+  Backend* host_ = nullptr;
+  std::vector<float*> host_grads_;
+  float* host_stage_ = nullptr;
+  std::vector<bool> host_dirty_;
 };
 
 }  // namespace shard

@@ -20,6 +20,9 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
   if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
     return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
                     " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
+  if (runtime->grads_on_host() != offload)
+    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
+                    " but the FSDP runtime was created with grads_on_device = " + (offload ? "true" : "false"));
   if (!offload) return s;
   ASSIGN_OR_RETURN(s->host_, CreateBackend("cpu"));
   s->shards_.resize(units);
@@ -39,12 +42,24 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     std::fill_n(h.v.data(), n, 0.0f);
     device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
   }
-  for (HostBuffer& b : s->grad_stage_) {
-    auto stage = HostBuffer::Create(device, largest);
-    if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
-    b = std::move(*stage);
-    s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  // The host gradient shards the runtime accumulates into, and its staging
+  // buffer for reduce-scatter results on their way down.
+  std::vector<float*> grads;
+  for (int u = 0; u < units; ++u) {
+    const int64_t n = runtime->layout(u).shard_numel;
+    auto buf = HostBuffer::Create(device, n);
+    if (!buf.ok())
+      return buf.status().WithContext("parallel.offload_optimizer: host gradient shard of unit " + std::to_string(u));
+    s->shards_[u].grad = std::move(*buf);
+    std::fill_n(s->shards_[u].grad.data(), n, 0.0f);
+    s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
+    grads.push_back(s->shards_[u].grad.data());
   }
+  auto stage = HostBuffer::Create(device, largest);
+  if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
+  s->grad_stage_ = std::move(*stage);
+  s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  RETURN_IF_ERROR(runtime->AttachHostGrads(s->host_.get(), std::move(grads), s->grad_stage_.data()));
   return s;
 }
 
@@ -67,17 +82,15 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
                  runtime_->adam_m(u), runtime_->adam_v(u));
   } else if (units > 0) {
     // A per-unit pipeline: while a helper thread runs unit u's host AdamW (on
-    // the host backend, which only that thread uses meanwhile), the training
-    // thread copies unit u+1's gradient shard down into the other staging
-    // buffer and unit u-1's updated master up into its device shard. The
-    // gradient shards are final (FinishGradients drained the reductions), and
-    // the device copies return with the copy done, after queued work.
+    // the host backend, which only that thread uses meanwhile) on the host
+    // gradient shard (final: FinishGradients drained the reductions), the
+    // training thread copies unit u-1's updated master up into its device
+    // shard; the device copies return with the copy done, after queued work.
     auto adamw = [&](int u) {
       HostShard& h = shards_[u];
-      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), grad_stage_[u % 2].data(),
-                 h.m.data(), h.v.data());
+      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), h.grad.data(), h.m.data(),
+                 h.v.data());
     };
-    device_->CopyToHost(grad_stage_[0].data(), runtime_->grad_shard(0), bytes(0));
     for (int u = 0; u < units; ++u) {
       std::future<void> running;
       try {
@@ -86,8 +99,6 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
         adamw(u);  // no thread to be had: the same arithmetic, just not overlapped
       }
       if (u > 0) device_->CopyToDevice(runtime_->param_shard(u - 1), shards_[u - 1].master.data(), bytes(u - 1));
-      if (u + 1 < units)
-        device_->CopyToHost(grad_stage_[(u + 1) % 2].data(), runtime_->grad_shard(u + 1), bytes(u + 1));
       if (running.valid()) running.get();
     }
     device_->CopyToDevice(runtime_->param_shard(units - 1), shards_[units - 1].master.data(), bytes(units - 1));

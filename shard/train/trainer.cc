@@ -86,8 +86,10 @@ Status Trainer::Init() {
   LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {}, backend {}",
            job_.model.preset.empty() ? job_.model.from_hf : job_.model.preset, config.NumParams() / 1e6,
            config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
-  LOG_INFO("optimizer state: {} — {:.1f} MiB of AdamW moments on the device, {:.1f} MiB on the host",
-           optimizer_->offloaded() ? "offloaded (fp32 master, m, v in host memory)" : "on the device",
+  LOG_INFO("optimizer state: {} — device: {:.1f} MiB parameter shards, {:.1f} MiB gradient shards, {:.1f} MiB "
+           "AdamW moments; host: {:.1f} MiB",
+           optimizer_->offloaded() ? "offloaded (fp32 master, m, v, gradients in host memory)" : "on the device",
+           optimizer_->param_shard_device_bytes() / 1048576.0, optimizer_->grad_shard_device_bytes() / 1048576.0,
            optimizer_->device_bytes() / 1048576.0, optimizer_->host_bytes() / 1048576.0);
   return OkStatus();
 }
@@ -114,6 +116,7 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   FsdpOptions fo;
   fo.strategy = strategy;
   fo.moments_on_device = !job_.parallel.offload_optimizer;
+  fo.grads_on_device = !job_.parallel.offload_optimizer;
   ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);

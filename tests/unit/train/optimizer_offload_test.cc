@@ -93,6 +93,7 @@ Optimizer MakeOptimizer(const ParamLayout& layout, bool offload) {
   for (const auto& u : layout.units) numels.push_back(u.numel);
   FsdpOptions fo;
   fo.moments_on_device = !offload;
+  fo.grads_on_device = !offload;
   auto rt = FsdpRuntime::Create(o.be.get(), numels, fo, nullptr, nullptr);
   EXPECT_TRUE(rt.ok()) << rt.status().ToString();
   o.rt = std::move(*rt);
@@ -115,7 +116,11 @@ void FillGrads(Optimizer& o, int step) {
   for (int u = 0; u < o.rt->num_units(); ++u) {
     std::vector<float> g(o.rt->layout(u).shard_numel);
     for (auto& x : g) x = nd(rng);
-    o.be->CopyToDevice(o.rt->grad_shard(u), g.data(), g.size() * 4);
+    if (o.rt->grads_on_host()) {
+      std::copy(g.begin(), g.end(), o.rt->host_grad_shard(u));
+    } else {
+      o.be->CopyToDevice(o.rt->grad_shard(u), g.data(), g.size() * 4);
+    }
   }
 }
 
@@ -128,8 +133,12 @@ TEST(OptimizerStateTest, OffloadedStepsAreBitwiseTheDeviceStepsAndTheDeviceHolds
   EXPECT_EQ(dev.st->host_bytes(), 0);
   EXPECT_EQ(off.st->device_bytes(), 0);
   EXPECT_EQ(off.rt->adam_m(0), nullptr);
-  // master, m, v per unit plus two staging buffers of the largest shard.
-  EXPECT_EQ(off.st->host_bytes(), 3 * 4 * shard_numel + 2 * 4 * off.rt->layout(1).shard_numel);
+  // No device gradient shard when offloaded; the parameter shard stays (fp32 here).
+  EXPECT_EQ(dev.st->grad_shard_device_bytes(), 4 * shard_numel);
+  EXPECT_EQ(off.st->grad_shard_device_bytes(), 0);
+  EXPECT_EQ(off.st->param_shard_device_bytes(), 4 * shard_numel);
+  // master, m, v, gradient per unit plus one staging buffer of the largest shard.
+  EXPECT_EQ(off.st->host_bytes(), 4 * 4 * shard_numel + 4 * off.rt->layout(1).shard_numel);
   OptimConfig c;
   c.weight_decay = 0.1;
   for (int s = 1; s <= 4; ++s) {
@@ -164,6 +173,32 @@ TEST(OptimizerStateTest, WriteShardSetsMasterAndDeviceShard) {
   off.st->ReadShard(0, n, rp.data(), rm.data(), rv.data());
   off.be->CopyToHost(dp.data(), off.rt->param_shard(0), n * 4);
   EXPECT_TRUE(rp == p && rm == m && rv == v && dp == p);
+}
+
+TEST(OptimizerStateDeathTest, DeviceGradShardOfAnOffloadedRuntimeIsAnError) {
+  const ParamLayout layout = TwoUnits();
+  Optimizer off = MakeOptimizer(layout, true);
+  EXPECT_DEATH(off.rt->grad_shard(0), "host memory under parallel.offload_optimizer");
+  Optimizer dev = MakeOptimizer(layout, false);
+  EXPECT_DEATH(dev.rt->host_grad_shard(0), "on the device");
+}
+
+// A runtime told to keep gradients on the host refuses to run a micro-batch
+// until host shards are attached, instead of dropping the gradients.
+TEST(OptimizerStateTest, HostGradientRuntimeWithoutAttachedShardsFails) {
+  auto be = CreateBackend("cpu");
+  ASSERT_TRUE(be.ok());
+  FsdpOptions fo;
+  fo.moments_on_device = false;
+  fo.grads_on_device = false;
+  auto rt = FsdpRuntime::Create(be->get(), {100}, fo, nullptr, nullptr);
+  ASSERT_TRUE(rt.ok());
+  EXPECT_EQ((*rt)->grad_shard_device_bytes(), 0);
+  (*rt)->BeginMicroBatch();
+  auto g = (*rt)->GradBuffer(0);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().ToString().find("no host gradient shards"), std::string::npos) << g.status().ToString();
+  EXPECT_FALSE((*rt)->FinishGradients().ok());
 }
 
 TEST(OptimizerStateTest, RefusesARuntimeWithTheOtherMomentPlacement) {
@@ -217,6 +252,7 @@ struct RunResult {
   std::map<int64_t, double> losses;
   int64_t start_step = 0;
   int64_t device_bytes = -1;
+  int64_t param_shard_bytes = -1, grad_shard_bytes = -1, host_bytes = -1, model_numel = 0;
   State final;
 };
 
@@ -236,7 +272,8 @@ RunResult Train(const Opts& o) {
   RunResult out;
   std::vector<std::map<int64_t, double>> losses(o.world);
   std::vector<State> states(o.world);
-  std::vector<int64_t> starts(o.world), dev_bytes(o.world);
+  std::vector<int64_t> starts(o.world), dev_bytes(o.world), pbytes(o.world), gbytes(o.world), hbytes(o.world),
+      numel(o.world);
   std::vector<std::thread> threads;
   for (int r = 0; r < o.world; ++r) {
     threads.emplace_back([&, r] {
@@ -253,6 +290,10 @@ RunResult Train(const Opts& o) {
       EXPECT_EQ(tr.optimizer().offloaded(), o.offload);
       starts[r] = tr.step();
       dev_bytes[r] = tr.optimizer().device_bytes();
+      pbytes[r] = tr.optimizer().param_shard_device_bytes();
+      gbytes[r] = tr.optimizer().grad_shard_device_bytes();
+      hbytes[r] = tr.optimizer().host_bytes();
+      for (int u = 0; u < tr.runtime().num_units(); ++u) numel[r] += tr.runtime().layout(u).shard_numel;
       while (tr.step() < o.stop_after) {
         auto m = tr.Step();
         ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -274,6 +315,10 @@ RunResult Train(const Opts& o) {
   out.losses = losses[0];
   out.start_step = starts[0];
   out.device_bytes = dev_bytes[0];
+  out.param_shard_bytes = pbytes[0];
+  out.grad_shard_bytes = gbytes[0];
+  out.host_bytes = hbytes[0];
+  out.model_numel = numel[0];
   for (const State& s : states) {
     auto append = [](std::vector<std::vector<float>>& dst, const std::vector<std::vector<float>>& src) {
       dst.insert(dst.end(), src.begin(), src.end());
@@ -304,6 +349,10 @@ void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard") 
   ASSERT_EQ(dev.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(dev.device_bytes, 0);
   EXPECT_EQ(off.device_bytes, 0) << "offloaded moments still on the device";
+  EXPECT_EQ(dev.grad_shard_bytes, 4 * dev.model_numel);
+  EXPECT_EQ(off.grad_shard_bytes, 0) << "offloaded gradients still have a device shard";
+  EXPECT_EQ(off.param_shard_bytes, 4 * off.model_numel);
+  EXPECT_GE(off.host_bytes, 4 * 4 * off.model_numel);  // master, m, v, gradients
   ExpectBitwise(dev, off, strategy + " W=" + std::to_string(world));
   // The master and the device shard agree after the last step.
   EXPECT_TRUE(off.final.params == off.final.device_params);
