@@ -1,5 +1,6 @@
 #include "shard/fsdp/fsdp_runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +55,10 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
                                                             const FsdpOptions& options,
                                                             std::unique_ptr<Communicator> shard_comm,
                                                             std::unique_ptr<Communicator> replicate_comm) {
+  if (options.param_shard_dtype != DType::kF32 && options.param_shard_dtype != options.param_dtype)
+    return InvalidArgument(std::string("FSDP runtime: a ") + DTypeName(options.param_shard_dtype) +
+                           " parameter shard needs param_dtype " + DTypeName(options.param_shard_dtype) + ", not " +
+                           DTypeName(options.param_dtype));
   std::unique_ptr<FsdpRuntime> rt(new FsdpRuntime(backend, options));
   rt->shard_size_ = shard_comm ? shard_comm->world_size() : 1;
   rt->shard_rank_ = shard_comm ? shard_comm->rank() : 0;
@@ -67,8 +72,10 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
       if (!options.moments_on_device && (b == &x.m || b == &x.v)) continue;
       if (!options.grads_on_device && b == &x.grads) continue;
-      ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, n));
-      backend->Fill(b->data(), n, 0.0f);
+      const bool two_byte = b == &x.params && options.param_shard_dtype != DType::kF32;
+      const int64_t floats = two_byte ? TwoByteFloats(n) : n;
+      ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, floats));
+      backend->Fill(b->data(), floats, 0.0f);  // all-zero bits: 0 in bf16/fp16 too
     }
   }
   rt->comm_ = std::make_unique<CommThread>();
@@ -157,9 +164,14 @@ Status FsdpRuntime::StartGather(int u) {
     const int64_t n = x.layout.shard_numel;
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
     Track(x.full_lp.size() * 4);
-    // Cast the master straight into our own slot, so the all-gather runs in place.
+    // Cast the master straight into our own slot, so the all-gather runs in
+    // place; a two-byte shard is already the wire format: copied as is.
     char* own = reinterpret_cast<char*>(x.full_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
-    backend_->CastFromF32(x.params.data(), own, n, dt);
+    if (lowp_shard()) {
+      backend_->Copy(own, x.params.data(), static_cast<size_t>(n) * DTypeSize(dt));
+    } else {
+      backend_->CastFromF32(x.params.data(), own, n, dt);
+    }
     x.gathered = true;
     x.gather_ticket = comm_->Enqueue([this, u, own, n, dt] {
       return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, options_.comm)
@@ -193,6 +205,14 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   // Unsharded: round the master through a two-byte scratch, so this strategy
   // computes with exactly the weights a sharded one gathers.
   const int64_t n = x.layout.numel;
+  if (lowp_shard()) {  // the shard is the rounded weights already: widen it
+    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, n));
+    Track(x.full.size() * 4);
+    backend_->CastToF32(x.params.data(), x.full.data(), n, dt);
+    x.gathered = true;
+    x.gather_ticket = 0;
+    return OkStatus();
+  }
   ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
   ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, n));
   Track((scratch.size() + x.full.size()) * 4);
@@ -441,16 +461,31 @@ Status FsdpRuntime::AllReduceSum(double* data, int64_t count) {
   return OkStatus();
 }
 
-Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out) {
+Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
+  if (lowp_shard() && host_master == nullptr)
+    return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
+                    DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");
   out->resize(x.layout.numel);
+  const size_t shard_bytes = static_cast<size_t>(x.layout.shard_numel) * sizeof(float);
   if (!sharded()) {
-    backend_->CopyToHost(out->data(), x.params.data(), x.layout.numel * sizeof(float));
+    if (host_master) {
+      std::copy(host_master, host_master + x.layout.numel, out->begin());
+    } else {
+      backend_->CopyToHost(out->data(), x.params.data(), x.layout.numel * sizeof(float));
+    }
     return OkStatus();
   }
+  DeviceBuffer staged;  // the host master, on the device for the all-gather
+  const float* send = x.params.data();
+  if (host_master) {
+    ASSIGN_OR_RETURN(staged, DeviceBuffer::Create(backend_, x.layout.shard_numel));
+    backend_->CopyToDevice(staged.data(), host_master, shard_bytes);
+    send = staged.data();
+  }
   ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
-  RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), full.data(), x.layout.shard_numel, options_.comm)
+  RETURN_IF_ERROR(shard_comm_->AllGather(send, full.data(), x.layout.shard_numel, options_.comm)
                       .WithContext("export all-gather of unit " + std::to_string(u)));
   backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
   return OkStatus();

@@ -63,6 +63,11 @@ struct FsdpOptions {
   // directly, nccl stages them through device scratch).
   bool grads_on_device = true;
   DType param_dtype = DType::kF32;   // weights on the wire and their compute rounding
+  // How the device parameter shard is stored: kF32 (the shard is the master),
+  // or param_dtype when the fp32 master lives elsewhere (optimizer offload
+  // with a two-byte precision): the all-gather sends the shard as stored, an
+  // unsharded unit widens it, and GatherUnit needs the master passed in.
+  DType param_shard_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
   CommOptions comm;
 };
@@ -87,8 +92,11 @@ class FsdpRuntime : public UnitAccess {
   int num_units() const { return static_cast<int>(units_.size()); }
   const ShardLayout& layout(int unit) const { return units_[unit].layout; }
   int shard_rank() const { return shard_rank_; }
-  // This rank's shards (size layout(u).shard_numel).
+  // This rank's shards (size layout(u).shard_numel). The parameter shard holds
+  // param_shard_dtype() values: two-byte ones behind the float* when that is
+  // bf16/fp16 (shard_numel * 2 bytes).
   float* param_shard(int u) { return units_[u].params.data(); }
+  DType param_shard_dtype() const { return options_.param_shard_dtype; }
   // The device gradient shard; aborts (naming the unit) when the gradients live
   // on the host (grads_on_device false): use host_grad_shard then.
   float* grad_shard(int u);
@@ -121,7 +129,10 @@ class FsdpRuntime : public UnitAccess {
   // Sums `data` over every rank of the world (shard group, then replicas).
   Status AllReduceSum(double* data, int64_t count);
   // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
-  Status GatherUnit(int u, std::vector<float>* out);
+  // `host_master`: this rank's fp32 shard in host memory, gathered instead of
+  // the device shard; required when the device shard is two-byte (it holds
+  // only the rounded weights), otherwise optional (null: the device shard).
+  Status GatherUnit(int u, std::vector<float>* out, const float* host_master = nullptr);
 
   // UnitAccess.
   StatusOr<const float*> AcquireParams(int unit) override;
@@ -156,6 +167,7 @@ class FsdpRuntime : public UnitAccess {
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
   bool sharded() const { return shard_size_ > 1; }
   bool lowp_params() const { return options_.param_dtype != DType::kF32; }
+  bool lowp_shard() const { return options_.param_shard_dtype != DType::kF32; }
   bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
   // values, or rounding the unsharded master); a no-op once done.

@@ -4,7 +4,10 @@
 //     and AdamW runs on the training backend, in place on the parameter shard.
 //   offloaded (parallel.offload_optimizer: true): an fp32 master copy of the
 //     parameter shard and m, v live in host memory (page-locked on CUDA, from
-//     Backend::AllocateHost); the device keeps only its parameter shard (the
+//     Backend::AllocateHost); the device keeps only its parameter shard — in
+//     the compute dtype under train.precision bf16/fp16 (2 B/param: the master
+//     is cast on the host, by the CPU backend, before each upload), fp32 under
+//     fp32 precision (the
 //     all-gathers read it) and no gradient shard: the FSDP runtime copies each
 //     reduce-scatter result down as it lands and adds it into a host fp32
 //     gradient shard owned here (FsdpOptions::grads_on_device = false,
@@ -41,9 +44,10 @@ namespace shard {
 class OptimizerState {
  public:
   // `runtime` must have been created with moments_on_device == grads_on_device
-  // == !offload (offload attaches the host gradient shards to it), and
-  // its parameter shards must hold their initial values (offload copies them
-  // into the master). `device` and `runtime` must outlive this object.
+  // == !offload (offload attaches the host gradient shards to it), and a
+  // two-byte param_shard_dtype only when offloaded. An fp32 parameter shard's
+  // current values become the master; a two-byte one needs WriteParams.
+  // `device` and `runtime` must outlive this object.
   static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload);
 
   bool offloaded() const { return offload_; }
@@ -60,6 +64,12 @@ class OptimizerState {
   // Sets unit u's whole shard (layout(u).shard_numel elements each) from host
   // memory: the device parameter shard, and the master, m and v (resume).
   void WriteShard(int u, const float* params, const float* m, const float* v);
+  // Sets only unit u's parameters (initial weights): the master when
+  // offloaded, and the device shard (cast on the host when it is two-byte).
+  void WriteParams(int u, const float* params);
+  // Unit u's fp32 master shard in host memory; null when not offloaded (the
+  // device shard is the master then).
+  const float* master(int u) const { return offload_ ? shards_[u].master.data() : nullptr; }
 
   // Device bytes held by the optimizer state beyond the parameter shard the
   // model needs anyway: m and v (0 when offloaded).
@@ -87,6 +97,7 @@ class OptimizerState {
   std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
   std::vector<HostShard> shards_;  // per unit, offloaded only
   HostBuffer grad_stage_;          // the runtime's landing stage for reduce-scatter results
+  HostBuffer lowp_stage_[2];       // two-byte device shard: the master cast down, per pipeline slot
   int64_t host_bytes_ = 0;
   double last_step_seconds_ = 0;
 };
