@@ -1,13 +1,15 @@
 // Optimizer-state offload (parallel.offload_optimizer), in layers:
 //   * HostBuffer / Backend::AllocateHost: aligned, usable host memory;
 //   * OptimizerState alone on an FSDP runtime: offloaded AdamW steps are
-//     bitwise the on-device ones, the device holds no moments, and the master
-//     is copied back into the device parameter shard;
-//   * whole trainers (ranks as threads, local communicator): an offloaded run
-//     equals a non-offloaded run bitwise at W = 1 and W = 2 (full_shard and
-//     no_shard);
+//     bitwise the on-device ones, the device holds no moments and no gradient
+//     shard (asking for it aborts), and the master is copied back into the
+//     device parameter shard;
+//   * whole trainers (ranks as threads, local communicator, 2-4 micro-batches
+//     per step): an offloaded run equals a non-offloaded run bitwise at W = 1
+//     and W = 2 (full_shard and no_shard), in fp32, bf16 (two-byte device
+//     shard, 2 B/param), bf16 with a bf16 reduce-scatter, and fp16;
 //   * checkpoints: saved offloaded, resumed on the device, and the reverse,
-//     continue bitwise like an uninterrupted run.
+//     continue bitwise like an uninterrupted run (fp32 and bf16).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -240,6 +242,7 @@ struct Opts {
   std::string resume = "none";
   int stop_after = kSteps;
   std::string precision = "fp32";  // train.precision
+  std::string reduce = "fp32";     // parallel.reduce_dtype
 };
 
 // Rank-concatenated shards of every unit: params (master), m, v, and the
@@ -268,7 +271,7 @@ RunResult Train(const Opts& o) {
                                    std::string("parallel.offload_optimizer=") + (o.offload ? "true" : "false"),
                                    "checkpoint.resume=" + o.resume, "checkpoint.async=false",
                                    "checkpoint.every_steps=" + std::to_string(o.every),
-                                   "train.precision=" + o.precision};
+                                   "train.precision=" + o.precision, "parallel.reduce_dtype=" + o.reduce};
   if (!o.ckpt_dir.empty()) sets.push_back("checkpoint.dir=" + o.ckpt_dir);
   const std::string yaml = "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +
                            ", seq_len: 32, shuffle: true}\ntrain: {global_batch: 8, micro_batch: 2, lr: 3.0e-3, "
@@ -369,10 +372,13 @@ void ExpectBitwise(const RunResult& a, const RunResult& b, const std::string& wh
   }
 }
 
-void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard", const std::string& precision = "fp32") {
-  SCOPED_TRACE(strategy + " W=" + std::to_string(world) + " " + precision);
-  const RunResult dev = Train({.world = world, .strategy = strategy, .offload = false, .precision = precision});
-  const RunResult off = Train({.world = world, .strategy = strategy, .offload = true, .precision = precision});
+void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard", const std::string& precision = "fp32",
+                         const std::string& reduce = "fp32") {
+  SCOPED_TRACE(strategy + " W=" + std::to_string(world) + " " + precision + " reduce " + reduce);
+  const RunResult dev =
+      Train({.world = world, .strategy = strategy, .offload = false, .precision = precision, .reduce = reduce});
+  const RunResult off =
+      Train({.world = world, .strategy = strategy, .offload = true, .precision = precision, .reduce = reduce});
   ASSERT_EQ(dev.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(dev.device_bytes, 0);
   EXPECT_EQ(off.device_bytes, 0) << "offloaded moments still on the device";
@@ -414,6 +420,14 @@ TEST(OptimizerOffloadTrainerTest, Bf16TwoRanksFullShardOffloadedRunIsBitwiseTheD
 }
 TEST(OptimizerOffloadTrainerTest, Bf16TwoRanksNoShardOffloadedRunIsBitwiseTheDeviceRun) {
   OffloadEqualsDevice(2, "no_shard", "bf16");
+}
+// A bf16 reduce-scatter wire: the widened landing shard goes to the host.
+TEST(OptimizerOffloadTrainerTest, Bf16ReduceTwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "full_shard", "bf16", "bf16");
+}
+// fp16 turns the dynamic loss scaler on: its inf/NaN vote reads the host gradients.
+TEST(OptimizerOffloadTrainerTest, Fp16TwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "full_shard", "fp16", "fp16");
 }
 
 // Saved with one placement, resumed with the other: the continuation is
