@@ -1,11 +1,24 @@
 #include "shard/fsdp/fsdp_runtime.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "shard/common/logging.h"
 
 namespace shard {
 namespace {
+// A caller asked for the gradient shard on the wrong side of the PCIe bus: a
+// programming error, so it stops the process (on stderr, where death tests and
+// crash logs look) instead of handing out a pointer that reads stale memory.
+[[noreturn]] void WrongGradSide(const std::string& what) {
+  LOG_ERROR("{}", what);
+  std::fprintf(stderr, "%s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
 // Floats a DeviceBuffer needs to hold n two-byte elements.
 int64_t TwoByteFloats(int64_t n) { return (n + 1) / 2; }
 }  // namespace
@@ -42,6 +55,10 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
                                                             const FsdpOptions& options,
                                                             std::unique_ptr<Communicator> shard_comm,
                                                             std::unique_ptr<Communicator> replicate_comm) {
+  if (options.param_shard_dtype != DType::kF32 && options.param_shard_dtype != options.param_dtype)
+    return InvalidArgument(std::string("FSDP runtime: a ") + DTypeName(options.param_shard_dtype) +
+                           " parameter shard needs param_dtype " + DTypeName(options.param_shard_dtype) + ", not " +
+                           DTypeName(options.param_dtype));
   std::unique_ptr<FsdpRuntime> rt(new FsdpRuntime(backend, options));
   rt->shard_size_ = shard_comm ? shard_comm->world_size() : 1;
   rt->shard_rank_ = shard_comm ? shard_comm->rank() : 0;
@@ -54,8 +71,11 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
     const int64_t n = x.layout.shard_numel;
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
       if (!options.moments_on_device && (b == &x.m || b == &x.v)) continue;
-      ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, n));
-      backend->Fill(b->data(), n, 0.0f);
+      if (!options.grads_on_device && b == &x.grads) continue;
+      const bool two_byte = b == &x.params && options.param_shard_dtype != DType::kF32;
+      const int64_t floats = two_byte ? TwoByteFloats(n) : n;
+      ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, floats));
+      backend->Fill(b->data(), floats, 0.0f);  // all-zero bits: 0 in bf16/fp16 too
     }
   }
   rt->comm_ = std::make_unique<CommThread>();
@@ -64,6 +84,58 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
 
 FsdpRuntime::~FsdpRuntime() {
   if (comm_) (void)comm_->Drain();
+}
+
+float* FsdpRuntime::grad_shard(int u) {
+  if (!options_.grads_on_device)
+    WrongGradSide("FsdpRuntime::grad_shard(" + std::to_string(u) +
+                  "): the gradient shards live in host memory under parallel.offload_optimizer; use host_grad_shard");
+  return units_[u].grads.data();
+}
+
+float* FsdpRuntime::host_grad_shard(int u) {
+  if (options_.grads_on_device || static_cast<size_t>(u) >= host_grads_.size())
+    WrongGradSide("FsdpRuntime::host_grad_shard(" + std::to_string(u) + "): " +
+                  (options_.grads_on_device ? "the gradient shards are on the device; use grad_shard"
+                                            : "no host gradient shards attached (OptimizerState::Create attaches them)"));
+  return host_grads_[u];
+}
+
+Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads, float* stage) {
+  if (options_.grads_on_device) return Internal("AttachHostGrads: the runtime keeps its gradient shards on the device");
+  if (host == nullptr || stage == nullptr || grads.size() != units_.size())
+    return Internal("AttachHostGrads: need a host backend, a stage and " + std::to_string(units_.size()) +
+                    " gradient shards, got " + std::to_string(grads.size()));
+  host_ = host;
+  host_grads_ = std::move(grads);
+  host_stage_ = stage;
+  host_dirty_.assign(units_.size(), false);
+  return OkStatus();
+}
+
+Status FsdpRuntime::CheckHostGrads() const {
+  if (!options_.grads_on_device && host_ == nullptr)
+    return Internal("FSDP runtime: gradients are kept in host memory (parallel.offload_optimizer) but no host "
+                    "gradient shards were attached");
+  return OkStatus();
+}
+
+void FsdpRuntime::AddToHostGrads(int u, const float* src, int64_t n) {
+  backend_->CopyToHost(host_stage_, src, static_cast<size_t>(n) * sizeof(float));
+  host_->Add(host_grads_[u], host_stage_, host_grads_[u], n);
+  host_dirty_[u] = true;
+}
+
+int64_t FsdpRuntime::param_shard_device_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& x : units_) bytes += x.params.size() * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+int64_t FsdpRuntime::grad_shard_device_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& x : units_) bytes += x.grads.size() * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 int64_t FsdpRuntime::moment_device_bytes() const {
@@ -92,9 +164,14 @@ Status FsdpRuntime::StartGather(int u) {
     const int64_t n = x.layout.shard_numel;
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
     Track(x.full_lp.size() * 4);
-    // Cast the master straight into our own slot, so the all-gather runs in place.
+    // Cast the master straight into our own slot, so the all-gather runs in
+    // place; a two-byte shard is already the wire format: copied as is.
     char* own = reinterpret_cast<char*>(x.full_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
-    backend_->CastFromF32(x.params.data(), own, n, dt);
+    if (lowp_shard()) {
+      backend_->Copy(own, x.params.data(), static_cast<size_t>(n) * DTypeSize(dt));
+    } else {
+      backend_->CastFromF32(x.params.data(), own, n, dt);
+    }
     x.gathered = true;
     x.gather_ticket = comm_->Enqueue([this, u, own, n, dt] {
       return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, options_.comm)
@@ -128,6 +205,14 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   // Unsharded: round the master through a two-byte scratch, so this strategy
   // computes with exactly the weights a sharded one gathers.
   const int64_t n = x.layout.numel;
+  if (lowp_shard()) {  // the shard is the rounded weights already: widen it
+    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, n));
+    Track(x.full.size() * 4);
+    backend_->CastToF32(x.params.data(), x.full.data(), n, dt);
+    x.gathered = true;
+    x.gather_ticket = 0;
+    return OkStatus();
+  }
   ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
   ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, n));
   Track((scratch.size() + x.full.size()) * 4);
@@ -202,7 +287,23 @@ Status FsdpRuntime::ReleaseParams(int u) {
 
 StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
   Unit& x = units_[u];
-  if (!sharded()) return x.grads.data();  // the shard is the whole unit: accumulate in place
+  if (!sharded() && options_.grads_on_device) return x.grads.data();  // the shard is the whole unit: accumulate in place
+  if (!sharded()) {
+    // Host gradients: a transient device copy of the shard to accumulate into
+    // in place, loaded from the host when earlier micro-batches left sums there.
+    RETURN_IF_ERROR(CheckHostGrads());
+    if (!x.full_grad.data()) {
+      const int64_t n = x.layout.shard_numel;
+      ASSIGN_OR_RETURN(x.full_grad, DeviceBuffer::Create(backend_, n));
+      Track(n * 4);
+      if (host_dirty_[u]) {
+        backend_->CopyToDevice(x.full_grad.data(), host_grads_[u], static_cast<size_t>(n) * sizeof(float));
+      } else {
+        backend_->Fill(x.full_grad.data(), n, 0.0f);
+      }
+    }
+    return x.full_grad.data();
+  }
   if (!x.full_grad.data()) {
     ASSIGN_OR_RETURN(x.full_grad, DeviceBuffer::Create(backend_, x.layout.padded));
     Track(x.layout.padded * 4);
@@ -213,8 +314,18 @@ StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
 
 Status FsdpRuntime::GradsDone(int u) {
   Unit& x = units_[u];
-  if (!sharded()) return OkStatus();
+  if (!sharded() && options_.grads_on_device) return OkStatus();
   if (!x.full_grad.data()) return Internal("GradsDone: unit " + std::to_string(u) + " has no gradient buffer");
+  if (!sharded()) {  // host gradients, one rank per shard group: the buffer is the new running sum
+    x.grads_done = true;
+    const int64_t n = x.layout.shard_numel;
+    backend_->CopyToHost(host_grads_[u], x.full_grad.data(), static_cast<size_t>(n) * sizeof(float));
+    host_dirty_[u] = true;
+    Track(-x.full_grad.size() * 4);
+    x.full_grad = DeviceBuffer();
+    return OkStatus();
+  }
+  RETURN_IF_ERROR(CheckHostGrads());
   if (lowp_grads()) {
     const DType dt = options_.reduce_dtype;
     const int64_t n = x.layout.shard_numel;
@@ -264,11 +375,19 @@ Status FsdpRuntime::FoldReduced(int u) {
     ASSIGN_OR_RETURN(DeviceBuffer wide, DeviceBuffer::Create(backend_, n));
     Track(n * 4);
     backend_->CastToF32(own, wide.data(), n, dt);
-    backend_->Add(y.grads.data(), wide.data(), y.grads.data(), n);
+    if (options_.grads_on_device) {
+      backend_->Add(y.grads.data(), wide.data(), y.grads.data(), n);
+    } else {
+      AddToHostGrads(u, wide.data(), n);
+    }
     Track(-(n + y.grad_lp.size()) * 4);
     y.grad_lp = DeviceBuffer();
   } else {
-    backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), n);
+    if (options_.grads_on_device) {
+      backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), n);
+    } else {
+      AddToHostGrads(u, y.rs_out.data(), n);
+    }
     Track(-(y.full_grad.size() + y.rs_out.size()) * 4);
     y.full_grad = DeviceBuffer();
     y.rs_out = DeviceBuffer();
@@ -278,7 +397,15 @@ Status FsdpRuntime::FoldReduced(int u) {
 }
 
 void FsdpRuntime::ZeroGrads() {
-  for (auto& x : units_) backend_->Fill(x.grads.data(), x.layout.shard_numel, 0.0f);
+  if (options_.grads_on_device) {
+    for (auto& x : units_) backend_->Fill(x.grads.data(), x.layout.shard_numel, 0.0f);
+    return;
+  }
+  if (host_ == nullptr) return;  // FinishMicroBatch/GradBuffer report the missing attach
+  for (int u = 0; u < num_units(); ++u) {
+    host_->Fill(host_grads_[u], units_[u].layout.shard_numel, 0.0f);
+    host_dirty_[u] = false;
+  }
 }
 
 void FsdpRuntime::BeginMicroBatch() {
@@ -289,10 +416,12 @@ void FsdpRuntime::BeginMicroBatch() {
 }
 
 Status FsdpRuntime::FinishMicroBatch() {
+  RETURN_IF_ERROR(CheckHostGrads());
   RETURN_IF_ERROR(WaitTicket(comm_->Enqueue([] { return OkStatus(); })));
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
     if (x.rs_ticket) RETURN_IF_ERROR(FoldReduced(u));
+    if (!sharded() && x.full_grad.data()) RETURN_IF_ERROR(GradsDone(u));  // host gradients the model never closed
     if (x.holds == 0 && x.gathered) FreeFull(u);  // shard_grad_op leftovers, unused prefetches
   }
   return OkStatus();
@@ -300,10 +429,12 @@ Status FsdpRuntime::FinishMicroBatch() {
 
 Status FsdpRuntime::FinishGradients() {
   RETURN_IF_ERROR(comm_->Drain());
+  RETURN_IF_ERROR(CheckHostGrads());
   if (!replicate_comm_ || replicate_comm_->world_size() == 1) return OkStatus();
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
-    RETURN_IF_ERROR(replicate_comm_->AllReduce(x.grads.data(), x.layout.shard_numel, ReduceOp::kSum, options_.comm)
+    float* g = options_.grads_on_device ? x.grads.data() : host_grads_[u];
+    RETURN_IF_ERROR(replicate_comm_->AllReduce(g, x.layout.shard_numel, ReduceOp::kSum, options_.comm)
                         .WithContext("gradient all-reduce of unit " + std::to_string(u)));
   }
   return OkStatus();
@@ -312,7 +443,12 @@ Status FsdpRuntime::FinishGradients() {
 StatusOr<double> FsdpRuntime::GradNormSquared() {
   RETURN_IF_ERROR(comm_->Drain());
   double sq = 0;
-  for (auto& x : units_) sq += backend_->SumSquares(x.grads.data(), x.layout.shard_numel);
+  RETURN_IF_ERROR(CheckHostGrads());
+  for (int u = 0; u < num_units(); ++u) {
+    const Unit& x = units_[u];
+    sq += options_.grads_on_device ? backend_->SumSquares(x.grads.data(), x.layout.shard_numel)
+                                   : host_->SumSquares(host_grads_[u], x.layout.shard_numel);
+  }
   if (sharded()) RETURN_IF_ERROR(shard_comm_->AllReduce(&sq, 1, ReduceOp::kSum, options_.comm));
   return sq;
 }
@@ -325,16 +461,31 @@ Status FsdpRuntime::AllReduceSum(double* data, int64_t count) {
   return OkStatus();
 }
 
-Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out) {
+Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
+  if (lowp_shard() && host_master == nullptr)
+    return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
+                    DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");
   out->resize(x.layout.numel);
+  const size_t shard_bytes = static_cast<size_t>(x.layout.shard_numel) * sizeof(float);
   if (!sharded()) {
-    backend_->CopyToHost(out->data(), x.params.data(), x.layout.numel * sizeof(float));
+    if (host_master) {
+      std::copy(host_master, host_master + x.layout.numel, out->begin());
+    } else {
+      backend_->CopyToHost(out->data(), x.params.data(), x.layout.numel * sizeof(float));
+    }
     return OkStatus();
   }
+  DeviceBuffer staged;  // the host master, on the device for the all-gather
+  const float* send = x.params.data();
+  if (host_master) {
+    ASSIGN_OR_RETURN(staged, DeviceBuffer::Create(backend_, x.layout.shard_numel));
+    backend_->CopyToDevice(staged.data(), host_master, shard_bytes);
+    send = staged.data();
+  }
   ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
-  RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), full.data(), x.layout.shard_numel, options_.comm)
+  RETURN_IF_ERROR(shard_comm_->AllGather(send, full.data(), x.layout.shard_numel, options_.comm)
                       .WithContext("export all-gather of unit " + std::to_string(u)));
   backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
   return OkStatus();

@@ -51,7 +51,23 @@ struct FsdpOptions {
   // false under optimizer offload: the AdamW moments live in host memory
   // (shard/train/optimizer_state.h) and the runtime allocates no m, v shards.
   bool moments_on_device = true;
+  // false under optimizer offload too: the runtime allocates no device gradient
+  // shards; each reduce-scatter result is copied to the host and added into a
+  // host fp32 gradient shard attached by the optimizer state (AttachHostGrads).
+  // Unsharded units (a shard group of one rank) get a transient device gradient
+  // buffer per micro-batch: it is loaded from the host shard when earlier
+  // micro-batches left gradients there, the model accumulates into it in place
+  // as it would into a device shard, and GradsDone copies it back — so the sums
+  // are bitwise the on-device ones. The replicas' all-reduce then runs on the
+  // host shards (host pointers: the local and gloo communicators read them
+  // directly, nccl stages them through device scratch).
+  bool grads_on_device = true;
   DType param_dtype = DType::kF32;   // weights on the wire and their compute rounding
+  // How the device parameter shard is stored: kF32 (the shard is the master),
+  // or param_dtype when the fp32 master lives elsewhere (optimizer offload
+  // with a two-byte precision): the all-gather sends the shard as stored, an
+  // unsharded unit widens it, and GatherUnit needs the master passed in.
+  DType param_shard_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
   CommOptions comm;
 };
@@ -76,9 +92,26 @@ class FsdpRuntime : public UnitAccess {
   int num_units() const { return static_cast<int>(units_.size()); }
   const ShardLayout& layout(int unit) const { return units_[unit].layout; }
   int shard_rank() const { return shard_rank_; }
-  // This rank's shards (size layout(u).shard_numel).
+  // This rank's shards (size layout(u).shard_numel). The parameter shard holds
+  // param_shard_dtype() values: two-byte ones behind the float* when that is
+  // bf16/fp16 (shard_numel * 2 bytes).
   float* param_shard(int u) { return units_[u].params.data(); }
-  float* grad_shard(int u) { return units_[u].grads.data(); }
+  DType param_shard_dtype() const { return options_.param_shard_dtype; }
+  // The device gradient shard; aborts (naming the unit) when the gradients live
+  // on the host (grads_on_device false): use host_grad_shard then.
+  float* grad_shard(int u);
+  // The host gradient shard when !grads_on_device; aborts otherwise.
+  float* host_grad_shard(int u);
+  bool grads_on_host() const { return !options_.grads_on_device; }
+  // Under !grads_on_device, before the first micro-batch: the host gradient
+  // shards (one per unit, layout(u).shard_numel floats, owned by the caller),
+  // one host staging buffer of the largest shard (pinned on CUDA), and a CPU
+  // backend for the host adds and sums. All must outlive this runtime's use.
+  Status AttachHostGrads(Backend* host, std::vector<float*> grads, float* stage);
+  // Device bytes held by the parameter and gradient shards (persistent, not
+  // the transient gathered or landing buffers).
+  int64_t param_shard_device_bytes() const;
+  int64_t grad_shard_device_bytes() const;
   // The AdamW moment shards on the device; null when !moments_on_device.
   float* adam_m(int u) { return units_[u].m.data(); }
   float* adam_v(int u) { return units_[u].v.data(); }
@@ -96,7 +129,10 @@ class FsdpRuntime : public UnitAccess {
   // Sums `data` over every rank of the world (shard group, then replicas).
   Status AllReduceSum(double* data, int64_t count);
   // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
-  Status GatherUnit(int u, std::vector<float>* out);
+  // `host_master`: this rank's fp32 shard in host memory, gathered instead of
+  // the device shard; required when the device shard is two-byte (it holds
+  // only the rounded weights), otherwise optional (null: the device shard).
+  Status GatherUnit(int u, std::vector<float>* out, const float* host_master = nullptr);
 
   // UnitAccess.
   StatusOr<const float*> AcquireParams(int unit) override;
@@ -131,12 +167,16 @@ class FsdpRuntime : public UnitAccess {
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
   bool sharded() const { return shard_size_ > 1; }
   bool lowp_params() const { return options_.param_dtype != DType::kF32; }
+  bool lowp_shard() const { return options_.param_shard_dtype != DType::kF32; }
   bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
   // values, or rounding the unsharded master); a no-op once done.
   Status EnsureComputeCopy(int u);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
+  // Adds n device floats at `src` into unit u's host gradient shard (via the stage).
+  void AddToHostGrads(int u, const float* src, int64_t n);
+  Status CheckHostGrads() const;
   Status StartGather(int u);
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
@@ -157,6 +197,12 @@ class FsdpRuntime : public UnitAccess {
   bool in_order_ = true;
   int64_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
   double comm_wait_seconds_ = 0;
+  // !grads_on_device: see AttachHostGrads. host_dirty_[u]: the host shard holds
+  // gradients of an earlier micro-batch (an unsharded unit loads them first).
+  Backend* host_ = nullptr;
+  std::vector<float*> host_grads_;
+  float* host_stage_ = nullptr;
+  std::vector<bool> host_dirty_;
 };
 
 }  // namespace shard

@@ -20,6 +20,12 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
   if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
     return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
                     " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
+  if (!offload && runtime->param_shard_dtype() != DType::kF32)
+    return Internal("optimizer state: a two-byte device parameter shard needs parallel.offload_optimizer (the "
+                    "fp32 master must live somewhere)");
+  if (runtime->grads_on_host() != offload)
+    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
+                    " but the FSDP runtime was created with grads_on_device = " + (offload ? "true" : "false"));
   if (!offload) return s;
   ASSIGN_OR_RETURN(s->host_, CreateBackend("cpu"));
   s->shards_.resize(units);
@@ -37,14 +43,40 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     }
     std::fill_n(h.m.data(), n, 0.0f);
     std::fill_n(h.v.data(), n, 0.0f);
-    device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
+    if (runtime->param_shard_dtype() == DType::kF32) {
+      device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
+    } else {
+      std::fill_n(h.master.data(), n, 0.0f);  // a rounded shard is no master: WriteParams sets it
+    }
   }
-  for (HostBuffer& b : s->grad_stage_) {
-    auto stage = HostBuffer::Create(device, largest);
-    if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
-    b = std::move(*stage);
-    s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  // The host gradient shards the runtime accumulates into, and its staging
+  // buffer for reduce-scatter results on their way down.
+  std::vector<float*> grads;
+  for (int u = 0; u < units; ++u) {
+    const int64_t n = runtime->layout(u).shard_numel;
+    auto buf = HostBuffer::Create(device, n);
+    if (!buf.ok())
+      return buf.status().WithContext("parallel.offload_optimizer: host gradient shard of unit " + std::to_string(u));
+    s->shards_[u].grad = std::move(*buf);
+    std::fill_n(s->shards_[u].grad.data(), n, 0.0f);
+    s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
+    grads.push_back(s->shards_[u].grad.data());
   }
+  auto stage = HostBuffer::Create(device, largest);
+  if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
+  s->grad_stage_ = std::move(*stage);
+  s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
+  if (runtime->param_shard_dtype() != DType::kF32) {
+    // The master cast down for the upload: one buffer being filled by the
+    // helper thread, one being copied up by the training thread.
+    for (HostBuffer& b : s->lowp_stage_) {
+      auto lp = HostBuffer::Create(device, (largest + 1) / 2);
+      if (!lp.ok()) return lp.status().WithContext("parallel.offload_optimizer: two-byte parameter staging buffer");
+      b = std::move(*lp);
+      s->host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  RETURN_IF_ERROR(runtime->AttachHostGrads(s->host_.get(), std::move(grads), s->grad_stage_.data()));
   return s;
 }
 
@@ -61,23 +93,34 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
     return DecayRanges(layout.units[u], sl.begin(sr), sl.end(sr), config.decay_norms_and_embeddings);
   };
   auto bytes = [&](int u) { return static_cast<size_t>(runtime_->layout(u).shard_numel) * sizeof(float); };
+  const DType shard_dt = runtime_->param_shard_dtype();
   if (!offload_) {
     for (int u = 0; u < units; ++u)
       AdamWSlice(device_, ranges(u), config, lr, step, clip, runtime_->param_shard(u), runtime_->grad_shard(u),
                  runtime_->adam_m(u), runtime_->adam_v(u));
   } else if (units > 0) {
     // A per-unit pipeline: while a helper thread runs unit u's host AdamW (on
-    // the host backend, which only that thread uses meanwhile), the training
-    // thread copies unit u+1's gradient shard down into the other staging
-    // buffer and unit u-1's updated master up into its device shard. The
-    // gradient shards are final (FinishGradients drained the reductions), and
-    // the device copies return with the copy done, after queued work.
+    // the host backend, which only that thread uses meanwhile) on the host
+    // gradient shard (final: FinishGradients drained the reductions), the
+    // training thread copies unit u-1's updated master up into its device
+    // shard; the device copies return with the copy done, after queued work.
     auto adamw = [&](int u) {
       HostShard& h = shards_[u];
-      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), grad_stage_[u % 2].data(),
-                 h.m.data(), h.v.data());
+      AdamWSlice(host_.get(), ranges(u), config, lr, step, clip, h.master.data(), h.grad.data(), h.m.data(),
+                 h.v.data());
+      if (shard_dt != DType::kF32)
+        host_->CastFromF32(h.master.data(), lowp_stage_[u % 2].data(), runtime_->layout(u).shard_numel, shard_dt);
     };
-    device_->CopyToHost(grad_stage_[0].data(), runtime_->grad_shard(0), bytes(0));
+    // Unit u's new weights to its device shard: the master, or its two-byte
+    // cast that the helper thread left in lowp_stage_[u % 2].
+    auto upload = [&](int u) {
+      if (shard_dt == DType::kF32) {
+        device_->CopyToDevice(runtime_->param_shard(u), shards_[u].master.data(), bytes(u));
+      } else {
+        device_->CopyToDevice(runtime_->param_shard(u), lowp_stage_[u % 2].data(),
+                              static_cast<size_t>(runtime_->layout(u).shard_numel) * DTypeSize(shard_dt));
+      }
+    };
     for (int u = 0; u < units; ++u) {
       std::future<void> running;
       try {
@@ -85,12 +128,10 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
       } catch (const std::system_error&) {
         adamw(u);  // no thread to be had: the same arithmetic, just not overlapped
       }
-      if (u > 0) device_->CopyToDevice(runtime_->param_shard(u - 1), shards_[u - 1].master.data(), bytes(u - 1));
-      if (u + 1 < units)
-        device_->CopyToHost(grad_stage_[(u + 1) % 2].data(), runtime_->grad_shard(u + 1), bytes(u + 1));
+      if (u > 0) upload(u - 1);
       if (running.valid()) running.get();
     }
-    device_->CopyToDevice(runtime_->param_shard(units - 1), shards_[units - 1].master.data(), bytes(units - 1));
+    upload(units - 1);
   }
   device_->Synchronize();
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -112,18 +153,32 @@ void OptimizerState::ReadShard(int u, int64_t n, float* params, float* m, float*
   std::memcpy(v, h.v.data(), bytes);
 }
 
+void OptimizerState::WriteParams(int u, const float* params) {
+  const int64_t n = runtime_->layout(u).shard_numel;
+  if (n <= 0) return;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (offload_) std::memcpy(shards_[u].master.data(), params, bytes);
+  const DType dt = runtime_->param_shard_dtype();
+  if (dt == DType::kF32) {
+    device_->CopyToDevice(runtime_->param_shard(u), params, bytes);
+    return;
+  }
+  // A two-byte device shard exists only offloaded: cast the master on the host.
+  host_->CastFromF32(shards_[u].master.data(), lowp_stage_[0].data(), n, dt);
+  device_->CopyToDevice(runtime_->param_shard(u), lowp_stage_[0].data(), static_cast<size_t>(n) * DTypeSize(dt));
+}
+
 void OptimizerState::WriteShard(int u, const float* params, const float* m, const float* v) {
   const int64_t n = runtime_->layout(u).shard_numel;
   if (n <= 0) return;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  device_->CopyToDevice(runtime_->param_shard(u), params, bytes);
+  WriteParams(u, params);
   if (!offload_) {
     device_->CopyToDevice(runtime_->adam_m(u), m, bytes);
     device_->CopyToDevice(runtime_->adam_v(u), v, bytes);
     return;
   }
   HostShard& h = shards_[u];
-  std::memcpy(h.master.data(), params, bytes);
   std::memcpy(h.m.data(), m, bytes);
   std::memcpy(h.v.data(), v, bytes);
 }

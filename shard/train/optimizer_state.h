@@ -4,20 +4,24 @@
 //     and AdamW runs on the training backend, in place on the parameter shard.
 //   offloaded (parallel.offload_optimizer: true): an fp32 master copy of the
 //     parameter shard and m, v live in host memory (page-locked on CUDA, from
-//     Backend::AllocateHost); the device keeps only its parameter shard (the
-//     all-gathers read it) and its gradient shard. Each step copies a unit's
-//     final gradient shard to the host, runs AdamW on the master there, and
-//     copies the master back into the device parameter shard, unit by unit,
-//     pipelined: unit u's host AdamW (on a helper thread) overlaps the copies
-//     of unit u+1's gradient down and unit u-1's master up.
+//     Backend::AllocateHost); the device keeps only its parameter shard — in
+//     the compute dtype under train.precision bf16/fp16 (2 B/param: the master
+//     is cast on the host, by the CPU backend, before each upload), fp32 under
+//     fp32 precision (the
+//     all-gathers read it) and no gradient shard: the FSDP runtime copies each
+//     reduce-scatter result down as it lands and adds it into a host fp32
+//     gradient shard owned here (FsdpOptions::grads_on_device = false,
+//     FsdpRuntime::AttachHostGrads). Each step runs AdamW on the master and
+//     the host gradients and copies the master back into the device parameter
+//     shard, unit by unit, pipelined: unit u's host AdamW (on a helper thread)
+//     overlaps the copy of unit u-1's master up.
 //
 // The host arithmetic runs on a private CPU backend (CreateBackend("cpu")): the
 // same vectorised, multi-threaded AdamW kernel as device: cpu, so on the CPU an
 // offloaded run is bitwise a non-offloaded one, and core code still includes no
-// backend header. The copies are not overlapped with the backward pass: the
-// clipping factor needs the global gradient norm, so the first unit can only
-// be stepped once every gradient is final (streaming gradient shards to the
-// host during the backward pass comes with the CUDA streams).
+// backend header. The gradient copies down happen during the backward pass
+// (synchronously on the compute thread for now); AdamW waits for the global
+// gradient norm (clipping), so it runs once every gradient is final.
 //
 // Checkpoints hold the same bytes either way (params = the master, m, v), so a
 // run saved offloaded resumes non-offloaded and vice versa.
@@ -39,9 +43,11 @@ namespace shard {
 
 class OptimizerState {
  public:
-  // `runtime` must have been created with moments_on_device == !offload, and
-  // its parameter shards must hold their initial values (offload copies them
-  // into the master). `device` and `runtime` must outlive this object.
+  // `runtime` must have been created with moments_on_device == grads_on_device
+  // == !offload (offload attaches the host gradient shards to it), and a
+  // two-byte param_shard_dtype only when offloaded. An fp32 parameter shard's
+  // current values become the master; a two-byte one needs WriteParams.
+  // `device` and `runtime` must outlive this object.
   static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload);
 
   bool offloaded() const { return offload_; }
@@ -58,18 +64,29 @@ class OptimizerState {
   // Sets unit u's whole shard (layout(u).shard_numel elements each) from host
   // memory: the device parameter shard, and the master, m and v (resume).
   void WriteShard(int u, const float* params, const float* m, const float* v);
+  // Sets only unit u's parameters (initial weights): the master when
+  // offloaded, and the device shard (cast on the host when it is two-byte).
+  void WriteParams(int u, const float* params);
+  // Unit u's fp32 master shard in host memory; null when not offloaded (the
+  // device shard is the master then).
+  const float* master(int u) const { return offload_ ? shards_[u].master.data() : nullptr; }
 
   // Device bytes held by the optimizer state beyond the parameter shard the
   // model needs anyway: m and v (0 when offloaded).
   int64_t device_bytes() const { return runtime_->moment_device_bytes(); }
-  // Host bytes held: master, m, v and two gradient staging buffers (0 on device).
+  // Device bytes of the persistent parameter and gradient shards (the gradient
+  // shards are 0 when offloaded: they live on the host).
+  int64_t param_shard_device_bytes() const { return runtime_->param_shard_device_bytes(); }
+  int64_t grad_shard_device_bytes() const { return runtime_->grad_shard_device_bytes(); }
+  // Host bytes held: master, m, v, the gradient shard and one gradient staging
+  // buffer of the largest unit's shard (0 on device).
   int64_t host_bytes() const { return host_bytes_; }
   // Wall seconds of the last Step (including the copies when offloaded).
   double last_step_seconds() const { return last_step_seconds_; }
 
  private:
   struct HostShard {
-    HostBuffer master, m, v;
+    HostBuffer master, m, v, grad;  // grad: the runtime accumulates into it (AttachHostGrads)
   };
   OptimizerState(Backend* device, FsdpRuntime* runtime, bool offload)
       : device_(device), runtime_(runtime), offload_(offload) {}
@@ -79,7 +96,8 @@ class OptimizerState {
   bool offload_;
   std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
   std::vector<HostShard> shards_;  // per unit, offloaded only
-  HostBuffer grad_stage_[2];       // gradient shards of the unit being stepped and the next
+  HostBuffer grad_stage_;          // the runtime's landing stage for reduce-scatter results
+  HostBuffer lowp_stage_[2];       // two-byte device shard: the master cast down, per pipeline slot
   int64_t host_bytes_ = 0;
   double last_step_seconds_ = 0;
 };

@@ -91,8 +91,10 @@ Status Trainer::Init() {
   LOG_INFO("model {} ({:.2f}M parameters, {} layers, d={}), {}, backend {}",
            job_.model.preset.empty() ? job_.model.from_hf : job_.model.preset, config.NumParams() / 1e6,
            config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
-  LOG_INFO("optimizer state: {} — {:.1f} MiB of AdamW moments on the device, {:.1f} MiB on the host",
-           optimizer_->offloaded() ? "offloaded (fp32 master, m, v in host memory)" : "on the device",
+  LOG_INFO("optimizer state: {} — device: {:.1f} MiB parameter shards, {:.1f} MiB gradient shards, {:.1f} MiB "
+           "AdamW moments; host: {:.1f} MiB",
+           optimizer_->offloaded() ? "offloaded (fp32 master, m, v, gradients in host memory)" : "on the device",
+           optimizer_->param_shard_device_bytes() / 1048576.0, optimizer_->grad_shard_device_bytes() / 1048576.0,
            optimizer_->device_bytes() / 1048576.0, optimizer_->host_bytes() / 1048576.0);
   return OkStatus();
 }
@@ -119,9 +121,13 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   FsdpOptions fo;
   fo.strategy = strategy;
   fo.moments_on_device = !job_.parallel.offload_optimizer;
+  fo.grads_on_device = !job_.parallel.offload_optimizer;
   ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);
+  // Offloaded, the fp32 master lives on the host: the device shard holds only
+  // what the all-gathers send, in the compute dtype (2 B/param under bf16/fp16).
+  if (job_.parallel.offload_optimizer) fo.param_shard_dtype = fo.param_dtype;
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -147,6 +153,7 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
   for (const auto& u : layout.units) numels.push_back(u.numel);
   ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
 
+  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
   // Each rank fills only its own shard: from the HF weights or from the
   // deterministic init, which does not depend on the world size.
   std::vector<float> host;
@@ -159,9 +166,8 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
     } else {
       for (int64_t i = begin; i < std::min(end, sl.numel); ++i) host[i - begin] = hf_units[u][i];
     }
-    backend_->CopyToDevice(runtime_->param_shard(u), host.data(), host.size() * sizeof(float));
+    optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
   }
-  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
   CheckpointRole role;
   role.rank = dist_.rank;
   role.writer = dist_.rank / S == 0;
@@ -410,11 +416,11 @@ Status Trainer::ExportHf(const std::string& dir, DType dtype) {
   // Every rank takes part in each unit's gather; rank 0 alone writes.
   if (dist_.rank != 0) {
     std::vector<float> buf;
-    for (int u = 0; u < model_->layout().num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf));
+    for (int u = 0; u < model_->layout().num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf, optimizer_->master(u)));
     return OkStatus();
   }
   return shard::ExportHf(dir, model_->config(), model_->layout(),
-                         [&](int u, std::vector<float>* buf) { return runtime_->GatherUnit(u, buf); }, dtype);
+                         [&](int u, std::vector<float>* buf) { return runtime_->GatherUnit(u, buf, optimizer_->master(u)); }, dtype);
 }
 
 }  // namespace shard

@@ -92,7 +92,7 @@ class Trainer {
   Backend* backend() const { return backend_.get(); }
   const ParamLayout& layout() const { return model_->layout(); }
   // Unit u's full parameters (a collective: every rank must call it in turn).
-  Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out); }
+  Status UnitParams(int u, std::vector<float>* out) { return runtime_->GatherUnit(u, out, optimizer_->master(u)); }
   FsdpRuntime& runtime() { return *runtime_; }
   // The AdamW state (on the device, or offloaded: parallel.offload_optimizer).
   OptimizerState& optimizer() { return *optimizer_; }

@@ -26,6 +26,7 @@
 #include "shard/backend/profiling_backend.h"
 #include "shard/common/logging.h"
 #include "shard/common/thread_pool.h"
+#include "shard/train/optimizer_state.h"
 #include "shard/train/trainer.h"
 
 namespace {
@@ -169,11 +170,13 @@ int main(int argc, char** argv) {
               tokens_per_step / best);
   std::printf("  GFLOP/s    mean %.1f  median %.1f  best %.1f  (%.1f MFLOP per token)\n", flops_per_step / mean / 1e9,
               flops_per_step / median / 1e9, flops_per_step / best / 1e9, flops_per_token / 1e6);
-  std::printf("  optimizer  median %.2f ms  best %.2f ms  (%s; %.1f MiB optimizer state on the device, %.1f MiB "
-              "on the host)\n",
+  const shard::OptimizerState& opt = (*trainer)->optimizer();
+  std::printf("  optimizer  median %.2f ms  best %.2f ms  (%s; device: %.1f MiB parameter shards, %.1f MiB gradient "
+              "shards, %.1f MiB moments; host: %.1f MiB)\n",
               median_of(optimizer_seconds) * 1e3, *std::min_element(optimizer_seconds.begin(), optimizer_seconds.end()) * 1e3,
-              offload ? "offloaded: grad copy to host, host AdamW, master copy back" : "AdamW on the device",
-              (*trainer)->optimizer().device_bytes() / 1048576.0, (*trainer)->optimizer().host_bytes() / 1048576.0);
+              offload ? "offloaded: host AdamW on the host gradients, master copy back" : "AdamW on the device",
+              opt.param_shard_device_bytes() / 1048576.0, opt.grad_shard_device_bytes() / 1048576.0,
+              opt.device_bytes() / 1048576.0, opt.host_bytes() / 1048576.0);
   const double sgemm = 0.5 * (sgemm_before + sgemm_after);
   std::printf("  reference  sgemm 1024^3 on the same threads: %.1f GFLOP/s before, %.1f after; the median step "
               "ran at %.0f%% of it\n",

@@ -57,12 +57,13 @@ std::string Tokens() {
 struct Curve {
   std::vector<double> losses;
   int64_t device_bytes = -1, host_bytes = -1;
+  int64_t param_shard_bytes = -1, grad_shard_bytes = -1, numel = 0;
 };
 
-Curve Train(const std::string& tokens, bool offload) {
+Curve Train(const std::string& tokens, bool offload, const std::string& precision = "fp32") {
   const std::string yaml = "name: gpu-offload\nmodel: {preset: tiny}\ndata: {tokens: " + tokens +
                            ", seq_len: 64}\ntrain: {steps: 20, global_batch: 16, micro_batch: 8, lr: 3.0e-3, "
-                           "warmup_steps: 5, grad_clip: 0.5, weight_decay: 0.1, log_every: 1000, precision: fp32}\n"
+                           "warmup_steps: 5, grad_clip: 0.5, weight_decay: 0.1, log_every: 1000, precision: " + precision + "}\n"
                            "parallel: {offload_optimizer: " + std::string(offload ? "true" : "false") +
                            "}\nresources: {device: cuda}\n";
   Curve c;
@@ -74,6 +75,9 @@ Curve Train(const std::string& tokens, bool offload) {
   if (!t.ok()) return c;
   c.device_bytes = (*t)->optimizer().device_bytes();
   c.host_bytes = (*t)->optimizer().host_bytes();
+  c.param_shard_bytes = (*t)->optimizer().param_shard_device_bytes();
+  c.grad_shard_bytes = (*t)->optimizer().grad_shard_device_bytes();
+  for (int u = 0; u < (*t)->runtime().num_units(); ++u) c.numel += (*t)->runtime().layout(u).shard_numel;
   Status st = (*t)->Run([&](const StepMetrics& m) { c.losses.push_back(m.loss); });
   EXPECT_TRUE(st.ok()) << st.ToString();
   return c;
@@ -97,6 +101,28 @@ TEST(GpuOffloadTest, OffloadedTrainingTracksOnDeviceTraining) {
   }
   std::printf("  loss on device %.4f -> %.4f | offloaded %.4f -> %.4f (max rel diff %.2e)\n", dev.losses.front(),
               dev.losses.back(), off.losses.front(), off.losses.back(), worst);
+  EXPECT_LT(off.losses.back(), 0.7 * off.losses.front());
+  // fp32: the device keeps an fp32 parameter shard and no gradient shard.
+  EXPECT_EQ(dev.grad_shard_bytes, 4 * dev.numel);
+  EXPECT_EQ(off.grad_shard_bytes, 0);
+  EXPECT_EQ(off.param_shard_bytes, 4 * off.numel);
+}
+
+// bf16 offloaded: the device shard is the master's bf16 cast (2 B/param, cast
+// on the host), no gradient shard; the run tracks the bf16 on-device run (the
+// same rounded weights; AdamW differs only in the last bits of the fp32 math).
+TEST(GpuOffloadTest, Bf16OffloadHoldsATwoByteShardAndTracksTheDeviceRun) {
+  std::string why;
+  if (!gpu_testing::MaybeCuda(&why)) GTEST_SKIP() << "no GPU: " << why;
+  const std::string tokens = Tokens();
+  const Curve dev = Train(tokens, false, "bf16"), off = Train(tokens, true, "bf16");
+  ASSERT_EQ(dev.losses.size(), 20u);
+  ASSERT_EQ(off.losses.size(), 20u);
+  EXPECT_EQ(off.grad_shard_bytes, 0);
+  EXPECT_LE(off.param_shard_bytes, 2 * off.numel + 2 * 64);  // odd unit sizes round up to whole floats
+  EXPECT_GE(off.param_shard_bytes, 2 * off.numel);
+  for (size_t i = 0; i < dev.losses.size(); ++i)
+    EXPECT_NEAR(off.losses[i], dev.losses[i], 1e-2 * dev.losses[i]) << "step " << i + 1;
   EXPECT_LT(off.losses.back(), 0.7 * off.losses.front());
 }
 

@@ -60,6 +60,7 @@ struct RankOutcome {
 struct RunSpec {
   std::string train_extra;          // appended inside train: {...}
   std::string strategy = "full_shard";
+  bool offload = false;             // parallel.offload_optimizer (gradients in host memory)
   std::string dir;                  // checkpoint dir ("" = a fresh temp dir)
   std::string resume = "none";
   int64_t every_steps = 0;
@@ -76,7 +77,7 @@ std::vector<RankOutcome> RunRanks(const RunSpec& spec) {
                            ", seq_len: 16, shuffle: true}\ntrain: {steps: " + std::to_string(kSteps) +
                            ", global_batch: 4, micro_batch: 2, lr: 3.0e-3, log_every: 1000, precision: fp32" +
                            spec.train_extra + "}\nparallel: {world_size: 2, comm_timeout_s: 30, strategy: " + spec.strategy +
-                           "}\ncheckpoint: {dir: " + dir + ", every_steps: " + std::to_string(spec.every_steps) +
+                           ", offload_optimizer: " + (spec.offload ? "true" : "false") + "}\ncheckpoint: {dir: " + dir + ", every_steps: " + std::to_string(spec.every_steps) +
                            ", async: false, resume: " + spec.resume + "}\nresources: {device: cpu}\n";
   std::vector<RankOutcome> out(kWorld);
   std::vector<std::thread> threads;
@@ -97,14 +98,26 @@ std::vector<RankOutcome> RunRanks(const RunSpec& spec) {
         auto calls = std::make_shared<int64_t>(0);
         d.stop_requested = [&spec, r, calls] { return r == 1 && ++*calls >= spec.stop_after; };
       }
+      // Offloaded, the final gradients are host memory (the device has no
+      // gradient shard): read and poison them there.
       d.gradient_hook = [&spec, &o, r](int64_t step, Backend& backend, FsdpRuntime& runtime) {
         double sq = 0;
-        for (int u = 0; u < runtime.num_units(); ++u)
-          sq += backend.SumSquares(runtime.grad_shard(u), runtime.layout(u).shard_numel);
+        for (int u = 0; u < runtime.num_units(); ++u) {
+          const int64_t n = runtime.layout(u).shard_numel;
+          if (runtime.grads_on_host()) {
+            for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(runtime.host_grad_shard(u)[i]) * runtime.host_grad_shard(u)[i];
+          } else {
+            sq += backend.SumSquares(runtime.grad_shard(u), n);
+          }
+        }
         o.grad_sq.push_back(sq);
         if (r != spec.inject_rank || step != spec.inject_step) return;
         const float nan = std::numeric_limits<float>::quiet_NaN();
-        backend.CopyToDevice(runtime.grad_shard(0), &nan, sizeof(float));
+        if (runtime.grads_on_host()) {
+          runtime.host_grad_shard(0)[0] = nan;
+        } else {
+          backend.CopyToDevice(runtime.grad_shard(0), &nan, sizeof(float));
+        }
       };
       auto t = Trainer::Create(*job, d);
       if (!t.ok()) {
@@ -120,9 +133,8 @@ std::vector<RankOutcome> RunRanks(const RunSpec& spec) {
         std::vector<float> mv;
         for (int u = 0; u < tr.runtime().num_units(); ++u) {
           const int64_t n = tr.runtime().layout(u).shard_numel;
-          std::vector<float> m(n), v(n);
-          tr.backend()->CopyToHost(m.data(), tr.runtime().adam_m(u), n * sizeof(float));
-          tr.backend()->CopyToHost(v.data(), tr.runtime().adam_v(u), n * sizeof(float));
+          std::vector<float> p(n), m(n), v(n);
+          tr.optimizer().ReadShard(u, n, p.data(), m.data(), v.data());  // device or host moments
           mv.insert(mv.end(), m.begin(), m.end());
           mv.insert(mv.end(), v.begin(), v.end());
         }
@@ -153,6 +165,11 @@ class OneRankOverflowTest : public testing::TestWithParam<std::string> {};
 TEST_P(OneRankOverflowTest, EveryRankSkipsThatStepAndHalvesTheScale) {
   RunSpec spec;
   spec.strategy = GetParam();
+  // "+offload": the NaN lands in the host gradient shard (parallel.offload_optimizer).
+  if (const auto plus = spec.strategy.find("+offload"); plus != std::string::npos) {
+    spec.strategy.resize(plus);
+    spec.offload = true;
+  }
   spec.train_extra = ", loss_scale: dynamic, loss_scale_window: 1000";
   spec.inject_rank = 1;
   spec.inject_step = 3;
@@ -183,7 +200,14 @@ TEST_P(OneRankOverflowTest, EveryRankSkipsThatStepAndHalvesTheScale) {
   for (int s = 0; s < kSteps; ++s) EXPECT_TRUE(SameBits(out[0].params[s], out[1].params[s])) << "step " << s + 1;
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, OneRankOverflowTest, testing::Values("full_shard", "no_shard"));
+INSTANTIATE_TEST_SUITE_P(Strategies, OneRankOverflowTest,
+                         testing::Values("full_shard", "no_shard", "full_shard+offload", "no_shard+offload"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& c : n)
+                             if (c == '+') c = '_';
+                           return n;
+                         });
 
 TEST(LossScaleTrainTest, WithoutAScalerANaNStillFailsTheJobOnEveryRank) {
   RunSpec spec;

@@ -1,13 +1,15 @@
 // Optimizer-state offload (parallel.offload_optimizer), in layers:
 //   * HostBuffer / Backend::AllocateHost: aligned, usable host memory;
 //   * OptimizerState alone on an FSDP runtime: offloaded AdamW steps are
-//     bitwise the on-device ones, the device holds no moments, and the master
-//     is copied back into the device parameter shard;
-//   * whole trainers (ranks as threads, local communicator): an offloaded run
-//     equals a non-offloaded run bitwise at W = 1 and W = 2 (full_shard and
-//     no_shard);
+//     bitwise the on-device ones, the device holds no moments and no gradient
+//     shard (asking for it aborts), and the master is copied back into the
+//     device parameter shard;
+//   * whole trainers (ranks as threads, local communicator, 2-4 micro-batches
+//     per step): an offloaded run equals a non-offloaded run bitwise at W = 1
+//     and W = 2 (full_shard and no_shard), in fp32, bf16 (two-byte device
+//     shard, 2 B/param), bf16 with a bf16 reduce-scatter, and fp16;
 //   * checkpoints: saved offloaded, resumed on the device, and the reverse,
-//     continue bitwise like an uninterrupted run.
+//     continue bitwise like an uninterrupted run (fp32 and bf16).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -93,6 +95,7 @@ Optimizer MakeOptimizer(const ParamLayout& layout, bool offload) {
   for (const auto& u : layout.units) numels.push_back(u.numel);
   FsdpOptions fo;
   fo.moments_on_device = !offload;
+  fo.grads_on_device = !offload;
   auto rt = FsdpRuntime::Create(o.be.get(), numels, fo, nullptr, nullptr);
   EXPECT_TRUE(rt.ok()) << rt.status().ToString();
   o.rt = std::move(*rt);
@@ -115,7 +118,11 @@ void FillGrads(Optimizer& o, int step) {
   for (int u = 0; u < o.rt->num_units(); ++u) {
     std::vector<float> g(o.rt->layout(u).shard_numel);
     for (auto& x : g) x = nd(rng);
-    o.be->CopyToDevice(o.rt->grad_shard(u), g.data(), g.size() * 4);
+    if (o.rt->grads_on_host()) {
+      std::copy(g.begin(), g.end(), o.rt->host_grad_shard(u));
+    } else {
+      o.be->CopyToDevice(o.rt->grad_shard(u), g.data(), g.size() * 4);
+    }
   }
 }
 
@@ -128,8 +135,12 @@ TEST(OptimizerStateTest, OffloadedStepsAreBitwiseTheDeviceStepsAndTheDeviceHolds
   EXPECT_EQ(dev.st->host_bytes(), 0);
   EXPECT_EQ(off.st->device_bytes(), 0);
   EXPECT_EQ(off.rt->adam_m(0), nullptr);
-  // master, m, v per unit plus two staging buffers of the largest shard.
-  EXPECT_EQ(off.st->host_bytes(), 3 * 4 * shard_numel + 2 * 4 * off.rt->layout(1).shard_numel);
+  // No device gradient shard when offloaded; the parameter shard stays (fp32 here).
+  EXPECT_EQ(dev.st->grad_shard_device_bytes(), 4 * shard_numel);
+  EXPECT_EQ(off.st->grad_shard_device_bytes(), 0);
+  EXPECT_EQ(off.st->param_shard_device_bytes(), 4 * shard_numel);
+  // master, m, v, gradient per unit plus one staging buffer of the largest shard.
+  EXPECT_EQ(off.st->host_bytes(), 4 * 4 * shard_numel + 4 * off.rt->layout(1).shard_numel);
   OptimConfig c;
   c.weight_decay = 0.1;
   for (int s = 1; s <= 4; ++s) {
@@ -164,6 +175,32 @@ TEST(OptimizerStateTest, WriteShardSetsMasterAndDeviceShard) {
   off.st->ReadShard(0, n, rp.data(), rm.data(), rv.data());
   off.be->CopyToHost(dp.data(), off.rt->param_shard(0), n * 4);
   EXPECT_TRUE(rp == p && rm == m && rv == v && dp == p);
+}
+
+TEST(OptimizerStateDeathTest, DeviceGradShardOfAnOffloadedRuntimeIsAnError) {
+  const ParamLayout layout = TwoUnits();
+  Optimizer off = MakeOptimizer(layout, true);
+  EXPECT_DEATH(off.rt->grad_shard(0), "host memory under parallel.offload_optimizer");
+  Optimizer dev = MakeOptimizer(layout, false);
+  EXPECT_DEATH(dev.rt->host_grad_shard(0), "on the device");
+}
+
+// A runtime told to keep gradients on the host refuses to run a micro-batch
+// until host shards are attached, instead of dropping the gradients.
+TEST(OptimizerStateTest, HostGradientRuntimeWithoutAttachedShardsFails) {
+  auto be = CreateBackend("cpu");
+  ASSERT_TRUE(be.ok());
+  FsdpOptions fo;
+  fo.moments_on_device = false;
+  fo.grads_on_device = false;
+  auto rt = FsdpRuntime::Create(be->get(), {100}, fo, nullptr, nullptr);
+  ASSERT_TRUE(rt.ok());
+  EXPECT_EQ((*rt)->grad_shard_device_bytes(), 0);
+  (*rt)->BeginMicroBatch();
+  auto g = (*rt)->GradBuffer(0);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().ToString().find("no host gradient shards"), std::string::npos) << g.status().ToString();
+  EXPECT_FALSE((*rt)->FinishGradients().ok());
 }
 
 TEST(OptimizerStateTest, RefusesARuntimeWithTheOtherMomentPlacement) {
@@ -204,10 +241,13 @@ struct Opts {
   int every = 0;
   std::string resume = "none";
   int stop_after = kSteps;
+  std::string precision = "fp32";  // train.precision
+  std::string reduce = "fp32";     // parallel.reduce_dtype
 };
 
 // Rank-concatenated shards of every unit: params (master), m, v, and the
-// device parameter shards as the all-gathers see them.
+// device parameter shards as the model computes with them (fp32: the shard;
+// bf16: the shard's bf16 rounding, or the two-byte shard widened).
 struct State {
   std::vector<std::vector<float>> params, m, v, device_params;
   bool operator==(const State&) const = default;
@@ -217,6 +257,9 @@ struct RunResult {
   std::map<int64_t, double> losses;
   int64_t start_step = 0;
   int64_t device_bytes = -1;
+  int64_t param_shard_bytes = -1, grad_shard_bytes = -1, host_bytes = -1, model_numel = 0;
+  int64_t two_byte_shard_bytes = 0;  // what a two-byte shard of every unit takes (odd sizes round up)
+  DType shard_dtype = DType::kF32;
   State final;
 };
 
@@ -227,7 +270,8 @@ RunResult Train(const Opts& o) {
                                    "parallel.strategy=" + o.strategy, "train.steps=" + std::to_string(kSteps),
                                    std::string("parallel.offload_optimizer=") + (o.offload ? "true" : "false"),
                                    "checkpoint.resume=" + o.resume, "checkpoint.async=false",
-                                   "checkpoint.every_steps=" + std::to_string(o.every)};
+                                   "checkpoint.every_steps=" + std::to_string(o.every),
+                                   "train.precision=" + o.precision, "parallel.reduce_dtype=" + o.reduce};
   if (!o.ckpt_dir.empty()) sets.push_back("checkpoint.dir=" + o.ckpt_dir);
   const std::string yaml = "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +
                            ", seq_len: 32, shuffle: true}\ntrain: {global_batch: 8, micro_batch: 2, lr: 3.0e-3, "
@@ -236,7 +280,9 @@ RunResult Train(const Opts& o) {
   RunResult out;
   std::vector<std::map<int64_t, double>> losses(o.world);
   std::vector<State> states(o.world);
-  std::vector<int64_t> starts(o.world), dev_bytes(o.world);
+  std::vector<int64_t> starts(o.world), dev_bytes(o.world), pbytes(o.world), gbytes(o.world), hbytes(o.world),
+      numel(o.world), numel2(o.world);
+  std::vector<DType> shard_dt(o.world, DType::kF32);
   std::vector<std::thread> threads;
   for (int r = 0; r < o.world; ++r) {
     threads.emplace_back([&, r] {
@@ -253,6 +299,14 @@ RunResult Train(const Opts& o) {
       EXPECT_EQ(tr.optimizer().offloaded(), o.offload);
       starts[r] = tr.step();
       dev_bytes[r] = tr.optimizer().device_bytes();
+      pbytes[r] = tr.optimizer().param_shard_device_bytes();
+      gbytes[r] = tr.optimizer().grad_shard_device_bytes();
+      hbytes[r] = tr.optimizer().host_bytes();
+      shard_dt[r] = tr.runtime().param_shard_dtype();
+      for (int u = 0; u < tr.runtime().num_units(); ++u) {
+        numel[r] += tr.runtime().layout(u).shard_numel;
+        numel2[r] += (tr.runtime().layout(u).shard_numel + 1) / 2 * 4;
+      }
       while (tr.step() < o.stop_after) {
         auto m = tr.Step();
         ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -265,7 +319,21 @@ RunResult Train(const Opts& o) {
         const int64_t n = rt.layout(u).shard_numel;
         for (auto* x : {&s.params, &s.m, &s.v, &s.device_params}) x->emplace_back(n);
         tr.optimizer().ReadShard(u, n, s.params[u].data(), s.m[u].data(), s.v[u].data());
-        tr.backend()->CopyToHost(s.device_params[u].data(), rt.param_shard(u), n * sizeof(float));
+        // The CPU backend: "device" buffers are host memory, casts run in place here.
+        Backend* be = tr.backend();
+        const DType pdt = job->train.precision == "fp32" ? DType::kF32
+                          : job->train.precision == "bf16" ? DType::kBF16 : DType::kF16;
+        std::vector<uint16_t> lp(n);
+        if (rt.param_shard_dtype() != DType::kF32) {
+          be->CopyToHost(lp.data(), rt.param_shard(u), n * DTypeSize(rt.param_shard_dtype()));
+          be->CastToF32(lp.data(), s.device_params[u].data(), n, rt.param_shard_dtype());
+        } else {
+          be->CopyToHost(s.device_params[u].data(), rt.param_shard(u), n * sizeof(float));
+          if (pdt != DType::kF32) {
+            be->CastFromF32(s.device_params[u].data(), lp.data(), n, pdt);
+            be->CastToF32(lp.data(), s.device_params[u].data(), n, pdt);
+          }
+        }
       }
     });
   }
@@ -274,6 +342,12 @@ RunResult Train(const Opts& o) {
   out.losses = losses[0];
   out.start_step = starts[0];
   out.device_bytes = dev_bytes[0];
+  out.param_shard_bytes = pbytes[0];
+  out.grad_shard_bytes = gbytes[0];
+  out.host_bytes = hbytes[0];
+  out.model_numel = numel[0];
+  out.two_byte_shard_bytes = numel2[0];
+  out.shard_dtype = shard_dt[0];
   for (const State& s : states) {
     auto append = [](std::vector<std::vector<float>>& dst, const std::vector<std::vector<float>>& src) {
       dst.insert(dst.end(), src.begin(), src.end());
@@ -298,15 +372,34 @@ void ExpectBitwise(const RunResult& a, const RunResult& b, const std::string& wh
   }
 }
 
-void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard") {
-  const RunResult dev = Train({.world = world, .strategy = strategy, .offload = false});
-  const RunResult off = Train({.world = world, .strategy = strategy, .offload = true});
+void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard", const std::string& precision = "fp32",
+                         const std::string& reduce = "fp32") {
+  SCOPED_TRACE(strategy + " W=" + std::to_string(world) + " " + precision + " reduce " + reduce);
+  const RunResult dev =
+      Train({.world = world, .strategy = strategy, .offload = false, .precision = precision, .reduce = reduce});
+  const RunResult off =
+      Train({.world = world, .strategy = strategy, .offload = true, .precision = precision, .reduce = reduce});
   ASSERT_EQ(dev.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(dev.device_bytes, 0);
   EXPECT_EQ(off.device_bytes, 0) << "offloaded moments still on the device";
-  ExpectBitwise(dev, off, strategy + " W=" + std::to_string(world));
-  // The master and the device shard agree after the last step.
-  EXPECT_TRUE(off.final.params == off.final.device_params);
+  EXPECT_EQ(dev.grad_shard_bytes, 4 * dev.model_numel);
+  EXPECT_EQ(off.grad_shard_bytes, 0) << "offloaded gradients still have a device shard";
+  EXPECT_EQ(dev.param_shard_bytes, 4 * dev.model_numel);
+  EXPECT_GE(off.host_bytes, 4 * 4 * off.model_numel);  // master, m, v, gradients
+  if (precision == "fp32") {
+    EXPECT_EQ(off.shard_dtype, DType::kF32);
+    EXPECT_EQ(off.param_shard_bytes, 4 * off.model_numel);
+  } else {
+    // The planner's assumption: a compute-dtype shard, 2 B/param, and no gradient shard.
+    EXPECT_NE(off.shard_dtype, DType::kF32);
+    EXPECT_EQ(off.param_shard_bytes, off.two_byte_shard_bytes);
+    EXPECT_LE(off.param_shard_bytes, 2 * off.model_numel + 2 * 64);
+  }
+  // Losses, master, m, v, and the weights the model computes with.
+  ExpectBitwise(dev, off, strategy + " W=" + std::to_string(world) + " " + precision);
+  // The master and the device shard agree after the last step (fp32), or the
+  // device shard is the master's rounding (two-byte).
+  if (precision == "fp32") EXPECT_TRUE(off.final.params == off.final.device_params);
   // Guard: training moved the loss.
   EXPECT_NE(dev.losses.begin()->second, dev.losses.rbegin()->second);
 }
@@ -318,20 +411,39 @@ TEST(OptimizerOffloadTrainerTest, TwoRanksFullShardOffloadedRunIsBitwiseTheDevic
 TEST(OptimizerOffloadTrainerTest, TwoRanksNoShardOffloadedRunIsBitwiseTheDeviceRun) {
   OffloadEqualsDevice(2, "no_shard");
 }
+// bf16: the device path computes on the bf16 rounding of its fp32 shard; the
+// offloaded one on the bf16 cast of the host master, stored as its device
+// shard — the same values, so bitwise the same run.
+TEST(OptimizerOffloadTrainerTest, Bf16OneRankOffloadedRunIsBitwiseTheDeviceRun) { OffloadEqualsDevice(1, "full_shard", "bf16"); }
+TEST(OptimizerOffloadTrainerTest, Bf16TwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "full_shard", "bf16");
+}
+TEST(OptimizerOffloadTrainerTest, Bf16TwoRanksNoShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "no_shard", "bf16");
+}
+// A bf16 reduce-scatter wire: the widened landing shard goes to the host.
+TEST(OptimizerOffloadTrainerTest, Bf16ReduceTwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "full_shard", "bf16", "bf16");
+}
+// fp16 turns the dynamic loss scaler on: its inf/NaN vote reads the host gradients.
+TEST(OptimizerOffloadTrainerTest, Fp16TwoRanksFullShardOffloadedRunIsBitwiseTheDeviceRun) {
+  OffloadEqualsDevice(2, "full_shard", "fp16", "fp16");
+}
 
 // Saved with one placement, resumed with the other: the continuation is
 // bitwise the uninterrupted run (the checkpoint bytes do not depend on where
 // the state lived).
-void CrossResume(int world, bool save_offloaded) {
+void CrossResume(int world, bool save_offloaded, const std::string& precision = "fp32") {
   const std::string what = std::string(save_offloaded ? "offloaded -> device" : "device -> offloaded") +
-                           " W=" + std::to_string(world);
+                           " W=" + std::to_string(world) + " " + precision;
   SCOPED_TRACE(what);
-  const RunResult straight = Train({.world = world, .offload = !save_offloaded});
+  const RunResult straight = Train({.world = world, .offload = !save_offloaded, .precision = precision});
   const std::string dir = NewCkptDir(save_offloaded ? "off2dev" : "dev2off");
-  const RunResult first = Train({.world = world, .offload = save_offloaded, .ckpt_dir = dir, .every = 2, .stop_after = 3});
+  const RunResult first = Train(
+      {.world = world, .offload = save_offloaded, .ckpt_dir = dir, .every = 2, .stop_after = 3, .precision = precision});
   for (int s = 1; s <= 3; ++s) EXPECT_EQ(first.losses.at(s), straight.losses.at(s)) << what << " step " << s;
-  const RunResult resumed =
-      Train({.world = world, .offload = !save_offloaded, .ckpt_dir = dir, .every = 2, .resume = "auto"});
+  const RunResult resumed = Train(
+      {.world = world, .offload = !save_offloaded, .ckpt_dir = dir, .every = 2, .resume = "auto", .precision = precision});
   EXPECT_EQ(resumed.start_step, 2) << what;
   ASSERT_EQ(resumed.losses.begin()->first, 3) << what;
   RunResult tail = straight;
@@ -344,6 +456,12 @@ void CrossResume(int world, bool save_offloaded) {
 TEST(OptimizerOffloadTrainerTest, OffloadedCheckpointResumesOnTheDeviceBitwise) { CrossResume(1, true); }
 TEST(OptimizerOffloadTrainerTest, DeviceCheckpointResumesOffloadedBitwise) { CrossResume(1, false); }
 TEST(OptimizerOffloadTrainerTest, TwoRanksOffloadedCheckpointResumesOnTheDeviceBitwise) { CrossResume(2, true); }
+// bf16: the checkpoint holds the fp32 master either way; resuming offloaded
+// casts it into the two-byte device shard (OptimizerState::WriteShard).
+TEST(OptimizerOffloadTrainerTest, Bf16TwoRanksCheckpointsResumeAcrossPlacementsBitwise) {
+  CrossResume(2, true, "bf16");
+  CrossResume(2, false, "bf16");
+}
 
 }  // namespace
 }  // namespace shard
