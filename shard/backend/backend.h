@@ -74,6 +74,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // Whether the device computes in bf16 natively (CUDA compute capability >=
+  // 8.0). precision: auto picks bf16 where it does and fp16 elsewhere on GPUs;
+  // the CPU stores bf16 but computes in fp32, so auto stays fp32 there.
+  virtual bool native_bf16() const { return false; }
 
   // ---- Memory -------------------------------------------------------------
   virtual StatusOr<void*> Allocate(size_t bytes) = 0;

@@ -40,6 +40,7 @@ class ProfilingBackend final : public Backend {
   void Reset() { stats_.clear(); }
 
   const char* name() const override { return inner_->name(); }
+  bool native_bf16() const override { return inner_->native_bf16(); }
   StatusOr<void*> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
   void Free(void* ptr) override { inner_->Free(ptr); }
   StatusOr<void*> AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }

@@ -4,6 +4,12 @@
 
 namespace shard {
 
+std::string ResolveAutoPrecision(const std::string& precision, bool gpu, bool native_bf16) {
+  if (precision != "auto") return precision;
+  if (!gpu) return "fp32";
+  return native_bf16 ? "bf16" : "fp16";
+}
+
 StatusOr<PrecisionPlan> PlanPrecision(const TrainConfig& train, const ParallelConfig& parallel) {
   PrecisionPlan plan;
   const std::string& p = train.precision;

@@ -1,7 +1,7 @@
 // Maps the job file's precision keys onto the FSDP runtime's mixed-precision
 // options (DESIGN.md "Precision"): train.precision bf16|fp16 keeps fp32 master
 // weights and Adam moments, all-gathers two-byte weights and computes in fp32
-// on them; auto|fp32 stays fp32 throughout. parallel.reduce_dtype picks the
+// on them; fp32 stays fp32 throughout (auto is resolved per device first). parallel.reduce_dtype picks the
 // gradient reduce-scatter's wire type. Pure; thread-safe.
 #pragma once
 
@@ -20,7 +20,14 @@ struct PrecisionPlan {
   std::string warning;
 };
 
+// train.precision with `auto` resolved for the device (DESIGN.md "Precision"):
+// bf16 on a GPU with native bf16 (compute capability >= 8.0), fp16 (and so the
+// dynamic loss scaler, train.loss_scale: auto) on older GPUs, fp32 on the CPU.
+// Other values pass through.
+std::string ResolveAutoPrecision(const std::string& precision, bool gpu, bool native_bf16);
+
 // INVALID_ARGUMENT naming the key for values the job file parser would refuse.
+// Expects train.precision already resolved (ResolveAutoPrecision); auto means fp32.
 StatusOr<PrecisionPlan> PlanPrecision(const TrainConfig& train, const ParallelConfig& parallel);
 
 // Copies the plan into FSDP options.

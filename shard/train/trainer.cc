@@ -44,10 +44,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 Status Trainer::Init() {
-  auto lso = ParseLossScale(job_.train.loss_scale, job_.train.precision, job_.train.loss_scale_window);
-  if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
-  scaler_ = std::make_unique<LossScaler>(*lso);
-
   LlamaConfig config;
   std::vector<std::vector<float>> hf_units;
   if (!job_.model.from_hf.empty()) {
@@ -68,6 +64,15 @@ Status Trainer::Init() {
   if (std::string(backend_->name()) == "cuda" && dist_.world > 1 && dist_.comm_backend == "local")
     return FailedPrecondition("device " + job_.resources.device +
                               ": ranks as threads (the local communicator) share host memory; use device: cpu");
+  // precision auto, per device: bf16 on GPUs that have it, fp16 + the loss
+  // scaler on older ones, fp32 on the CPU (the planner assumes the same).
+  const std::string asked = job_.train.precision;
+  job_.train.precision = ResolveAutoPrecision(asked, std::string(backend_->name()) != "cpu", backend_->native_bf16());
+  if (asked != job_.train.precision && dist_.rank == 0)
+    LOG_INFO("train.precision auto: {} on this {} device", job_.train.precision, backend_->name());
+  auto lso = ParseLossScale(job_.train.loss_scale, job_.train.precision, job_.train.loss_scale_window);
+  if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
+  scaler_ = std::make_unique<LossScaler>(*lso);
   ModelOptions mo;
   mo.max_batch = job_.train.micro_batch;
   mo.max_seq = job_.data.seq_len;

@@ -241,7 +241,8 @@ int main(int argc, char** argv) {
   } else {
     std::printf("catalog: no entry for %s; percentages of peak are omitted\n", g.name.c_str());
   }
-  std::printf("precision: fp32 storage; GEMMs strict fp32 and TF32 (bf16/fp16 mixed precision is a later step)\n");
+  std::printf("precision: GEMM figures in strict fp32 and TF32; the training run uses precision auto (sm_80+: bf16 "
+              "weights on the wire and as rounded fp32 compute copies, TF32 GEMMs; bf16 GEMMs are a later step)\n");
 
   for (bool tf32 : {false, true}) {
     if (tf32 && !g.tf32) continue;

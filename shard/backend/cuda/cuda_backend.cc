@@ -53,8 +53,8 @@ class Scratch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm)
-      : device_(device), stream_(stream), gemm_(std::move(gemm)) {}
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm, bool native_bf16)
+      : device_(device), stream_(stream), gemm_(std::move(gemm)), native_bf16_(native_bf16) {}
   ~CudaBackend() override {
     gemm_.reset();
     for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_}) s->Release(stream_);
@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
   }
 
   const char* name() const override { return "cuda"; }
+  bool native_bf16() const override { return native_bf16_; }
 
   StatusOr<void*> Allocate(size_t bytes) override {
     void* p = nullptr;
@@ -219,6 +220,7 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_;
   std::unique_ptr<LtGemm> gemm_;
+  bool native_bf16_;
   Scratch partials_, scalars_, starts_, delta_, norm_partial_;
 };
 
@@ -264,7 +266,7 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
     cudaStreamDestroy(stream);
     return gemm.status();
   }
-  return static_cast<Backend*>(new CudaBackend(index, stream, std::move(gemm.value())));
+  return static_cast<Backend*>(new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8));
 }
 
 }  // namespace shard::cuda

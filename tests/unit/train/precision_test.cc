@@ -1,5 +1,6 @@
 // The job file's precision keys (train.precision, parallel.reduce_dtype) and
 // their mapping onto the FSDP runtime's options. Pure.
+#include "shard/backend/backend.h"
 #include "shard/train/precision.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +62,20 @@ TEST(PrecisionTest, Fp16WithoutALossScaleWarns) {
   plan = Plan({"parallel.reduce_dtype=fp16", "train.loss_scale=dynamic"});
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->warning.empty()) << plan->warning;
+}
+
+TEST(PrecisionTest, AutoResolvesPerDevice) {
+  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/false, /*native_bf16=*/false), "fp32");
+  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/true, /*native_bf16=*/true), "bf16");
+  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/true, /*native_bf16=*/false), "fp16");
+  for (const char* p : {"fp32", "bf16", "fp16"}) {
+    EXPECT_EQ(ResolveAutoPrecision(p, true, true), p);
+    EXPECT_EQ(ResolveAutoPrecision(p, false, false), p);
+  }
+  // The CPU backend stores bf16 but computes in fp32: auto stays fp32 there.
+  auto cpu = CreateBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE((*cpu)->native_bf16());
 }
 
 TEST(PrecisionTest, BadValuesNameTheKey) {
