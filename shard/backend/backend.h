@@ -178,62 +178,46 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device,
 // or a device). Never fails.
 int NumCudaDevices();
 
-// A buffer of n floats in a backend's memory: device memory (Allocate/Free)
-// or host memory (AllocateHost/FreeHost, pinned on device backends). Movable,
-// not copyable.
-enum class BufferMemory { kDevice, kHost };
-
-template <BufferMemory kMemory>
-class BackendBuffer {
+// A buffer of n floats in a backend's memory. Movable, not copyable.
+class DeviceBuffer {
  public:
-  BackendBuffer() = default;
-  static StatusOr<BackendBuffer> Create(Backend* backend, int64_t n_floats) {
-    BackendBuffer b;
-    b.backend_ = backend;
-    b.n_ = n_floats;
-    if (n_floats > 0) {
-      const size_t bytes = static_cast<size_t>(n_floats) * sizeof(float);
-      ASSIGN_OR_RETURN(void* p, kMemory == BufferMemory::kHost ? backend->AllocateHost(bytes) : backend->Allocate(bytes));
-      b.data_ = static_cast<float*>(p);
-    }
-    return b;
-  }
-  BackendBuffer(BackendBuffer&& o) noexcept { *this = std::move(o); }
-  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
-    if (this != &o) {
-      Release();
-      backend_ = o.backend_;
-      data_ = o.data_;
-      n_ = o.n_;
-      o.data_ = nullptr;
-      o.n_ = 0;
-    }
-    return *this;
-  }
-  BackendBuffer(const BackendBuffer&) = delete;
-  BackendBuffer& operator=(const BackendBuffer&) = delete;
-  ~BackendBuffer() { Release(); }
+  DeviceBuffer() = default;
+  static StatusOr<DeviceBuffer> Create(Backend* backend, int64_t n_floats);
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
 
   float* data() const { return data_; }
   int64_t size() const { return n_; }
   int32_t* as_int() const { return reinterpret_cast<int32_t*>(data_); }
 
  private:
-  void Release() {
-    if (!data_) return;
-    if constexpr (kMemory == BufferMemory::kHost) {
-      backend_->FreeHost(data_);
-    } else {
-      backend_->Free(data_);
-    }
-  }
-
   Backend* backend_ = nullptr;
   float* data_ = nullptr;
   int64_t n_ = 0;
 };
 
-using DeviceBuffer = BackendBuffer<BufferMemory::kDevice>;
-using HostBuffer = BackendBuffer<BufferMemory::kHost>;
+// A buffer of n floats in host memory from a backend's AllocateHost (pinned on
+// device backends). Movable, not copyable.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  static StatusOr<HostBuffer> Create(Backend* backend, int64_t n_floats);
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  float* data() const { return data_; }
+  int64_t size() const { return n_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  int64_t n_ = 0;
+};
 
 }  // namespace shard
