@@ -44,6 +44,12 @@ struct GemmArgs {
   float beta = 0.0f;
   float* c = nullptr;
   int64_t ldc = 0;
+  // kBF16/kF16: A and B are rounded to this type (nearest even) before the
+  // multiply; products and accumulation stay fp32 and C stays fp32 — what
+  // tensor cores compute from two-byte inputs. The CPU backend rounds the same
+  // way, so it remains the reference (results differ only in summation order).
+  // kF32: fp32 inputs (TF32 on GPUs where BackendOptions allow it).
+  DType compute = DType::kF32;
 };
 
 // Shape of a fused qkv activation: [batch*seq, (n_heads + 2*n_kv_heads) * head_dim],
@@ -55,6 +61,12 @@ struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  // kBF16/kF16: q, k and v are rounded to this type before use (tensor-core
+  // attention on GPUs, which also rounds the probabilities before P·V and dS
+  // before its GEMMs); scores, softmax statistics, accumulation, out and dqkv
+  // stay fp32. The CPU backend rounds q, k and v only (its P stays fp32), so
+  // the two agree to the two-byte type's precision. kF32: fp32 throughout.
+  DType compute = DType::kF32;
   int64_t qkv_stride() const { return static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim; }
   int64_t out_stride() const { return static_cast<int64_t>(n_heads) * head_dim; }
 };
