@@ -14,9 +14,10 @@ struct LlamaModel::LayerActs {
 namespace {
 
 // y[N,out] (+)= x[N,in] · W[out,in]^T
-void LinearForward(Backend* be, const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y,
-                   float beta = 0.0f) {
+void LinearForward(Backend* be, DType dt, const float* x, const float* w, int64_t n, int64_t in, int64_t out,
+                   float* y, float beta = 0.0f) {
   GemmArgs g;
+  g.compute = dt;
   g.trans_b = true;
   g.m = n, g.n = out, g.k = in;
   g.a = x, g.lda = in;
@@ -27,15 +28,17 @@ void LinearForward(Backend* be, const float* x, const float* w, int64_t n, int64
 }
 
 // dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x
-void LinearBackward(Backend* be, const float* x, const float* w, const float* dy, int64_t n, int64_t in,
+void LinearBackward(Backend* be, DType dt, const float* x, const float* w, const float* dy, int64_t n, int64_t in,
                     int64_t out, float* dx, float* dw) {
   GemmArgs g;
+  g.compute = dt;
   g.m = n, g.n = in, g.k = out;
   g.a = dy, g.lda = out;
   g.b = w, g.ldb = in;
   g.c = dx, g.ldc = in;
   be->Gemm(g);
   GemmArgs gw;
+  gw.compute = dt;
   gw.trans_a = true;
   gw.m = out, gw.n = in, gw.k = n;
   gw.a = dy, gw.lda = out;
@@ -132,20 +135,20 @@ void LlamaModel::BlockForward(const float* w, const DeviceBatch& b, const float*
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, qkv = c.qkv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim()};
+  AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim(), options_.matmul_dtype};
 
   backend_->RmsNormForward(x, w + t[kInputNorm].offset, n, d, eps, a.xn1.data(), a.rstd1.data());
-  LinearForward(backend_, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
+  LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
                  rope_table_.data(), /*inverse=*/false);
   backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
   backend_->Copy(a.x_mid.data(), x, n * d * sizeof(float));
-  LinearForward(backend_, a.attn.data(), w + t[kO].offset, n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
+  LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
   backend_->RmsNormForward(a.x_mid.data(), w + t[kPostNorm].offset, n, d, eps, a.xn2.data(), a.rstd2.data());
-  LinearForward(backend_, a.xn2.data(), w + t[kGate].offset, n, d, 2 * f, a.gu.data());
+  LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, n, d, 2 * f, a.gu.data());
   backend_->SwiGluForward(a.gu.data(), n, static_cast<int>(f), a.h.data());
   backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
-  LinearForward(backend_, a.h.data(), w + t[kDown].offset, n, f, d, out, /*beta=*/1.0f);
+  LinearForward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, n, f, d, out, /*beta=*/1.0f);
 }
 
 void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
@@ -154,16 +157,16 @@ void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, 
   const auto& t = layout_.units[1].tensors;
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, qkv = c.qkv_dim();
-  AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim()};
+  AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim(), options_.matmul_dtype};
   float* dh = scratch_ffn_.data();
   float* dgu = scratch_gu_.data();
   float* dxn = scratch_d_.data();
   float* dmid = grad_b_.data();
 
   // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  LinearBackward(backend_, a.h.data(), w + t[kDown].offset, dy, n, f, d, dh, dw + t[kDown].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, dy, n, f, d, dh, dw + t[kDown].offset);
   backend_->SwiGluBackward(dh, a.gu.data(), n, static_cast<int>(f), dgu);
-  LinearBackward(backend_, a.xn2.data(), w + t[kGate].offset, dgu, n, d, 2 * f, dxn, dw + t[kGate].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, dgu, n, d, 2 * f, dxn, dw + t[kGate].offset);
   backend_->RmsNormBackward(dxn, a.x_mid.data(), w + t[kPostNorm].offset, a.rstd2.data(), n, d, dmid,
                             dw + t[kPostNorm].offset);
   backend_->Add(dmid, dy, dmid, n * d);
@@ -171,11 +174,11 @@ void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, 
   // Attention branch: x_mid = x + o(attn(rope(qkv(norm(x))))).
   float* dattn = scratch_attn_.data();
   float* dqkv = scratch_qkv_.data();
-  LinearBackward(backend_, a.attn.data(), w + t[kO].offset, dmid, n, hq, d, dattn, dw + t[kO].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, dmid, n, hq, d, dattn, dw + t[kO].offset);
   backend_->AttentionBackward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv);
   backend_->Rope(dqkv, n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions, rope_table_.data(),
                  /*inverse=*/true);
-  LinearBackward(backend_, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, dw + t[kQ].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, dw + t[kQ].offset);
   backend_->RmsNormBackward(dxn, x, w + t[kInputNorm].offset, a.rstd1.data(), n, d, dx,
                             dw + t[kInputNorm].offset);
   backend_->Add(dx, dmid, dx, n * d);
@@ -249,10 +252,10 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
       const int64_t m = std::min(chunk_rows_, n - r0);
       const float* xn = final_norm_.data() + r0 * d;
-      LinearForward(backend_, xn, w_head, m, d, vocab, logits_.data());
+      LinearForward(backend_, options_.matmul_dtype, xn, w_head, m, d, vocab, logits_.data());
       loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
                                      /*grad=*/true);
-      LinearBackward(backend_, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
+      LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
     }
     backend_->RmsNormBackward(scratch_d_.data(), resid_[L].data(), hw + ht[kFinalNorm].offset,
                               final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(), hg + ht[kFinalNorm].offset);
@@ -290,7 +293,7 @@ StatusOr<double> LlamaModel::ForwardLoss(const DeviceBatch& b, UnitAccess& acces
   double loss = 0;
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
     const int64_t m = std::min(chunk_rows_, n - r0);
-    LinearForward(backend_, final_norm_.data() + r0 * d, w_head, m, d, vocab, logits_.data());
+    LinearForward(backend_, options_.matmul_dtype, final_norm_.data() + r0 * d, w_head, m, d, vocab, logits_.data());
     loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), 1.0f,
                                    /*grad=*/false);
   }
@@ -313,7 +316,7 @@ StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAcces
   // Gather the wanted rows of the final norm (scratch_d_ holds max_rows >= k rows), one GEMM.
   for (int64_t i = 0; i < k; ++i)
     backend_->Copy(scratch_d_.data() + i * d, final_norm_.data() + rows[i] * d, d * sizeof(float));
-  LinearForward(backend_, scratch_d_.data(), w_head, k, d, config_.vocab_size, logits_.data());
+  LinearForward(backend_, options_.matmul_dtype, scratch_d_.data(), w_head, k, d, config_.vocab_size, logits_.data());
   RETURN_IF_ERROR(ReleaseHead(access));
   return static_cast<const float*>(logits_.data());
 }

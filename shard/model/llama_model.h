@@ -28,6 +28,11 @@ struct ModelOptions {
   // rows x vocab. 0 = auto: every row when their logits fit
   // kAutoLogitsBudgetBytes, else the most rows that do (at least 1).
   int64_t loss_chunk_rows = 0;
+  // The inputs of every GEMM and of attention are rounded to this type
+  // (GemmArgs::compute, AttentionShape::compute): tensor cores on GPUs, fp32
+  // accumulation, fp32 activations in memory. train.precision bf16/fp16 sets
+  // it to that type; kF32 keeps fp32 products (TF32 where the backend allows).
+  DType matmul_dtype = DType::kF32;
 };
 
 // Auto chunking's budget for one chunk of fp32 logits.

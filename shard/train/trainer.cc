@@ -78,6 +78,12 @@ Status Trainer::Init() {
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
+  {
+    // bf16/fp16: GEMM and attention inputs in that type too (tensor cores),
+    // as torch autocast and DeepSpeed's bf16 mode do; fp32 accumulation.
+    ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
+    mo.matmul_dtype = precision.param_dtype;
+  }
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",

@@ -1,16 +1,19 @@
-// One-GPU figures for the CUDA backend (fp32 storage; fp32 and TF32 GEMMs):
-//   1. GEMM TFLOP/s (square and the 1B model's shapes) vs the device's dense
-//      peak from configs/hardware/gpus.yaml,
+// One-GPU figures for the CUDA backend:
+//   1. GEMM TFLOP/s (square and the 1B model's shapes) in fp32, TF32 and bf16
+//      (fp32 operands cast to bf16, tensor cores, fp32 accumulation: what the
+//      model's GEMMs do under precision bf16) vs the device's dense peak from
+//      configs/hardware/gpus.yaml,
 //   2. attention forward + backward TFLOP/s (flash kernels, causal),
 //   3. training tokens/s and MFU of a ~1B Llama (llama3.2-1b by default) with
-//      the Trainer on one GPU.
-// The bf16/fp16 path (tensor cores at 2x TF32's rate) is a later step: these
-// are fp32/TF32 numbers.
+//      the Trainer on one GPU, at train.precision auto (bf16 on sm_80+) or the
+//      one given; MFU against the bf16 peak for bf16/fp16, TF32's for fp32.
 //
-// usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--skip-train]
+// usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--precision auto|bf16|fp16|fp32]
+//                  [--skip-train]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -74,7 +77,7 @@ double TimeBest(shard::Backend* be, int iters, F f) {
   return best;
 }
 
-void GemmBench(shard::Backend* be, const char* mode, double peak) {
+void GemmBench(shard::Backend* be, const char* mode, double peak, shard::DType compute) {
   struct Shape {
     const char* what;
     int64_t m, n, k;
@@ -91,6 +94,7 @@ void GemmBench(shard::Backend* be, const char* mode, double peak) {
     shard::GemmArgs g;
     g.m = s.m, g.n = s.n, g.k = s.k, g.trans_b = s.tb;
     g.a = a.p(), g.lda = s.k, g.b = b.p(), g.ldb = s.tb ? s.k : s.n, g.c = c.p(), g.ldc = s.n;
+    g.compute = compute;  // bf16: the operand casts are in the timing, as in training
     const double t = TimeBest(be, 3, [&] { be->Gemm(g); });
     const double tf = 2.0 * s.m * s.n * s.k / t / 1e12;
     std::printf("gemm %-5s %-36s %8.1f TFLOP/s  (%5.1f%% of the %s peak %.1f)\n", mode, s.what, tf,
@@ -131,7 +135,8 @@ void AttentionBench(shard::Backend* be, const shard::LlamaConfig& c, int64_t bat
               peak_fp32 > 0 ? 100 * (fwd + bwd) / (tf + tb) / 1e12 / peak_fp32 : 0.0, peak_fp32);
 }
 
-int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps, double peak_tf32) {
+int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps, const std::string& precision,
+               double peak_tf32, double peak_bf16, bool native_bf16) {
   auto cfg = shard::LlamaPreset(preset);
   if (!cfg.ok()) {
     std::fprintf(stderr, "%s\n", cfg.status().ToString().c_str());
@@ -148,7 +153,7 @@ int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps,
                            ", seq_len: " + std::to_string(seq) + ", shuffle: false}\ntrain: {steps: " +
                            std::to_string(steps + 2) + ", global_batch: " + std::to_string(micro) +
                            ", micro_batch: " + std::to_string(micro) +
-                           ", lr: 1.0e-4, log_every: 1000, precision: auto}\n"
+                           ", lr: 1.0e-4, log_every: 1000, precision: " + precision + "}\n"
                            "checkpoint: {dir: /tmp/shardd_gpu_bench_ckpt, resume: none}\n"
                            "resources: {device: cuda}\n";
   auto job = shard::ParseJobConfig(yaml, "gpu-bench.yaml");
@@ -193,12 +198,19 @@ int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps,
   const double n_matmul = cfg->NumParams() - (cfg->tie_word_embeddings ? 0.0 : 1.0 * cfg->vocab_size * cfg->hidden_size);
   const double flops_tok = 6.0 * n_matmul + 12.0 * cfg->num_layers * cfg->hidden_size * seq;
   const double achieved = tps * flops_tok / 1e12;
-  std::printf("train: %d steps, mean %.3f s/step (best %.3f), loss %.3f, %.0f tokens/s, %.1f model TFLOP/s, "
-              "MFU %.1f%% of the TF32 dense peak %.1f\n",
-              steps, total / steps, best, loss, tps, achieved, peak_tf32 > 0 ? 100 * achieved / peak_tf32 : 0.0,
-              peak_tf32);
-  std::printf("train: (fp32 storage, TF32 GEMMs; the issue's >= 45%% MFU target is for bf16 against the bf16 "
-              "peak: a later step)\n");
+  // What precision auto became (the Trainer's rule): bf16 with native bf16, else fp16.
+  const std::string ran = precision == "auto" ? (native_bf16 ? "bf16" : "fp16") : precision;
+  const bool two_byte = ran != "fp32";
+  const double peak = two_byte ? peak_bf16 : peak_tf32;
+  std::printf("train: precision %s, %d steps, mean %.3f s/step (best %.3f), loss %.3f, %.0f tokens/s, %.1f model "
+              "TFLOP/s, MFU %.1f%% of the %s dense peak %.1f\n",
+              ran.c_str(), steps, total / steps, best, loss, tps, achieved, peak > 0 ? 100 * achieved / peak : 0.0,
+              two_byte ? "bf16" : "TF32", peak);
+  std::printf("train: (%s; attention %s)\n",
+              two_byte ? "two-byte weights gathered, GEMM inputs in that type on tensor cores, fp32 activations "
+                         "and accumulation"
+                       : "fp32 storage, TF32 GEMMs",
+              std::getenv("SHARDD_TC_ATTENTION") ? "on tensor cores (SHARDD_TC_ATTENTION)" : "fp32 flash kernels");
   return 0;
 }
 
@@ -208,6 +220,7 @@ int main(int argc, char** argv) {
   std::string preset = "llama3.2-1b";
   int64_t micro = 4, seq = 2048;
   int steps = 5;
+  std::string precision = "auto";
   bool skip_train = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -216,9 +229,12 @@ int main(int argc, char** argv) {
     else if (a == "--micro") micro = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
     else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--precision") precision = next();
     else if (a == "--skip-train") skip_train = true;
     else {
-      std::fprintf(stderr, "usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--skip-train]\n");
+      std::fprintf(stderr,
+                   "usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] "
+                   "[--precision auto|bf16|fp16|fp32] [--skip-train]\n");
       return 2;
     }
   }
@@ -230,22 +246,24 @@ int main(int argc, char** argv) {
   }
   std::fputs(hw->ToString().c_str(), stdout);
   const shard::GpuInfo& g = hw->gpus[0];
-  double peak_fp32 = 0, peak_tf32 = 0;
+  double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0;
   auto cat = shard::plan::LoadDefaultHardwareCatalog();
   const shard::plan::GpuSpec* spec = cat.ok() ? FindSpec(*cat, g) : nullptr;
   if (spec) {
     peak_fp32 = spec->tflops_fp32;
     peak_tf32 = spec->tflops_tf32;
+    peak_bf16 = spec->tflops_bf16;
     std::printf("catalog: %s (%s): dense peak fp32 %.1f, tf32 %.1f, bf16 %.1f TFLOP/s\n", spec->name.c_str(),
                 spec->product.c_str(), spec->tflops_fp32, spec->tflops_tf32, spec->tflops_bf16);
   } else {
     std::printf("catalog: no entry for %s; percentages of peak are omitted\n", g.name.c_str());
   }
-  std::printf("precision: GEMM figures in strict fp32 and TF32; the training run uses precision auto (sm_80+: bf16 "
-              "weights on the wire and as rounded fp32 compute copies, TF32 GEMMs; bf16 GEMMs are a later step)\n");
+  std::printf("precision: GEMM figures in strict fp32, TF32 and bf16 inputs (fp32 accumulation); the training run "
+              "uses precision %s\n", precision.c_str());
 
-  for (bool tf32 : {false, true}) {
-    if (tf32 && !g.tf32) continue;
+  for (const char* mode : {"fp32", "tf32", "bf16"}) {
+    const bool tf32 = std::strcmp(mode, "tf32") == 0, bf16 = std::strcmp(mode, "bf16") == 0;
+    if ((tf32 && !g.tf32) || (bf16 && !g.bf16)) continue;
     shard::BackendOptions o;
     o.allow_tf32 = tf32;
     auto be = shard::CreateBackend("cuda", o);
@@ -253,12 +271,13 @@ int main(int argc, char** argv) {
       std::printf("gpu_bench: %s\n", be.status().ToString().c_str());
       return 3;
     }
-    GemmBench(be->get(), tf32 ? "tf32" : "fp32", tf32 ? peak_tf32 : peak_fp32);
-    if (!tf32) {
+    GemmBench(be->get(), mode, tf32 ? peak_tf32 : bf16 ? peak_bf16 : peak_fp32,
+              bf16 ? shard::DType::kBF16 : shard::DType::kF32);
+    if (!tf32 && !bf16) {
       auto cfg = shard::LlamaPreset(preset);
       if (cfg.ok()) AttentionBench(be->get(), *cfg, micro, seq, peak_fp32);
     }
   }
   if (skip_train) return 0;
-  return TrainBench(preset, micro, seq, steps, peak_tf32);
+  return TrainBench(preset, micro, seq, steps, precision, peak_tf32, peak_bf16, g.bf16);
 }

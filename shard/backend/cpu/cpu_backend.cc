@@ -4,10 +4,12 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "shard/backend/cpu/cpu_kernels.h"
 
@@ -94,12 +96,12 @@ class CpuBackend final : public Backend {
   }
   void AttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                         float* out, float* lse) override {
-    cpu::AttentionForward(shape, qkv, segment_ids, out, lse);
+    cpu::AttentionForward(Fp32Shape(shape), RoundedQkv(shape, qkv), segment_ids, out, lse);
   }
   void AttentionBackward(const AttentionShape& shape, const float* qkv,
                          const int32_t* segment_ids, const float* out, const float* lse,
                          const float* dout, float* dqkv) override {
-    cpu::AttentionBackward(shape, qkv, segment_ids, out, lse, dout, dqkv);
+    cpu::AttentionBackward(Fp32Shape(shape), RoundedQkv(shape, qkv), segment_ids, out, lse, dout, dqkv);
   }
   void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
     cpu::SwiGluForward(gu, rows, ffn, h);
@@ -115,6 +117,23 @@ class CpuBackend final : public Backend {
              const AdamWArgs& args) override {
     cpu::AdamW(param, grad, m, v, n, args);
   }
+
+ private:
+  // AttentionShape::compute bf16/fp16: q, k and v rounded to that type (a
+  // copy; the caller's qkv is a saved activation), then fp32 attention.
+  const float* RoundedQkv(const AttentionShape& shape, const float* qkv) {
+    if (shape.compute == DType::kF32) return qkv;
+    const int64_t n = shape.batch * shape.seq * shape.qkv_stride();
+    rounded_qkv_.resize(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    cpu::RoundThrough(qkv, rounded_qkv_.data(), n, shape.compute);
+    return rounded_qkv_.data();
+  }
+  static AttentionShape Fp32Shape(AttentionShape shape) {
+    shape.compute = DType::kF32;
+    return shape;
+  }
+
+  std::vector<float> rounded_qkv_;
 };
 
 }  // namespace

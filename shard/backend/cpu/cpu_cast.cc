@@ -88,4 +88,21 @@ void CastToF32(const void* src, float* dst, int64_t n, DType from) {
   });
 }
 
+void RoundThrough(const float* src, float* dst, int64_t n, DType t) {
+  if (t == DType::kF32) {
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const bool bf16 = t == DType::kBF16;
+  ParallelFor(n, kCastGrain, [&](int64_t b, int64_t e) {
+    if (bf16) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) dst[i] = FromBF16(ToBF16(src[i]));
+    } else {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) dst[i] = FromF16(ToF16(src[i]));
+    }
+  });
+}
+
 }  // namespace shard::cpu

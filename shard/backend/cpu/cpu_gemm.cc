@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "shard/common/thread_pool.h"
 
@@ -38,6 +39,25 @@ void SgemmSlice(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j
 
 void Gemm(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
+  if (g.compute != DType::kF32 && g.k > 0) {
+    // Two-byte inputs: round copies of A and B (each span keeps its leading
+    // dimension), then the fp32 product of the rounded values — what tensor
+    // cores compute, up to summation order.
+    static thread_local std::vector<float> ra, rb;
+    const int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
+    const int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
+    const int64_t a_span = (a_rows - 1) * g.lda + a_cols, b_span = (b_rows - 1) * g.ldb + b_cols;
+    ra.resize(static_cast<size_t>(a_span));
+    rb.resize(static_cast<size_t>(b_span));
+    RoundThrough(g.a, ra.data(), a_span, g.compute);
+    RoundThrough(g.b, rb.data(), b_span, g.compute);
+    GemmArgs r = g;
+    r.compute = DType::kF32;
+    r.a = ra.data();
+    r.b = rb.data();
+    Gemm(r);
+    return;
+  }
   if (g.k <= 0) {
     // BLAS rejects k == 0 with leading dimensions of 0; the result is beta * C.
     for (int64_t i = 0; i < g.m; ++i) {

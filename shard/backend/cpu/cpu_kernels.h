@@ -30,6 +30,9 @@ void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, flo
 // cpu_cast.cc
 void CastFromF32(const float* src, void* dst, int64_t n, DType to);
 void CastToF32(const void* src, float* dst, int64_t n, DType from);
+// dst = src rounded to `t` and widened back (the value a two-byte operand
+// holds); dst may alias src. kF32 copies.
+void RoundThrough(const float* src, float* dst, int64_t n, DType t);
 
 // cpu_norm_rope.cc
 void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,

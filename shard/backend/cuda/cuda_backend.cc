@@ -261,7 +261,7 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
   e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) return Unavailable(CudaError("cudaStreamCreateWithFlags", e));
   const bool tf32 = options.allow_tf32 && prop.major >= 8;
-  auto gemm = LtGemm::Create(tf32, stream);
+  auto gemm = LtGemm::Create(tf32, prop.major >= 8, stream);
   if (!gemm.ok()) {
     cudaStreamDestroy(stream);
     return gemm.status();

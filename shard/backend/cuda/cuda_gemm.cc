@@ -49,10 +49,10 @@ struct LtGemm::Plan {
   }
 };
 
-LtGemm::LtGemm(bool tf32, void* stream) : tf32_(tf32), stream_(stream) {}
+LtGemm::LtGemm(bool tf32, bool native_bf16, void* stream) : tf32_(tf32), native_bf16_(native_bf16), stream_(stream) {}
 
-StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(bool tf32, void* stream) {
-  std::unique_ptr<LtGemm> g(new LtGemm(tf32, stream));
+StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(bool tf32, bool native_bf16, void* stream) {
+  std::unique_ptr<LtGemm> g(new LtGemm(tf32, native_bf16, stream));
   cublasLtHandle_t h = nullptr;
   const cublasStatus_t st = cublasLtCreate(&h);
   if (st != CUBLAS_STATUS_SUCCESS) return Unavailable(LtError("cublasLtCreate", st));
@@ -66,18 +66,25 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(bool tf32, void* stream) {
 
 LtGemm::~LtGemm() {
   plans_.clear();
+  for (Scratch* x : {&lowp_a_, &lowp_b_, &wide_a_, &wide_b_})
+    if (x->ptr) cudaFreeAsync(x->ptr, static_cast<cudaStream_t>(stream_));
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-LtGemm::Plan* LtGemm::GetPlan(const GemmArgs& g) {
+LtGemm::Plan* LtGemm::GetPlan(const GemmArgs& g, DType input, const void* a_ptr, const void* b_ptr) {
   const Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.beta != 0.0f,
-                Alignment(g.a), Alignment(g.b), Alignment(g.c)};
+                Alignment(a_ptr), Alignment(b_ptr), Alignment(g.c), static_cast<int>(input)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
-  const cublasComputeType_t compute = tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // Two-byte inputs: tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F
+  // with 16-bit A/B); fp32 inputs: TF32 when allowed, else strict fp32.
+  const bool two_byte = input != DType::kF32;
+  const cublasComputeType_t compute =
+      !two_byte && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t in_type = input == DType::kBF16 ? CUDA_R_16BF : input == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
   LT_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
   // Column-major view: C^T[n,m] = op'(B')[n,k] op'(A')[k,m] with A' = B, B' = A.
   const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -86,15 +93,15 @@ LtGemm::Plan* LtGemm::GetPlan(const GemmArgs& g) {
   LT_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Stored (column-major) shapes: B row-major [k,n] (or [n,k] when transposed) is
   // column-major [n,k] (or [k,n]); likewise A.
-  LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda));
   LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, g.n, g.m, g.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = workspace_bytes_;
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = Alignment(g.b), al_b = Alignment(g.a), al_c = Alignment(g.c);
+  const uint32_t al_a = Alignment(b_ptr), al_b = Alignment(a_ptr), al_c = Alignment(g.c);
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
@@ -107,11 +114,37 @@ LtGemm::Plan* LtGemm::GetPlan(const GemmArgs& g) {
   cublasLtMatmulPreferenceDestroy(pref);
   SHARD_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS && found > 0,
                   "cuda backend: cuBLASLt has no algorithm for a GEMM m=" + std::to_string(g.m) + " n=" +
-                      std::to_string(g.n) + " k=" + std::to_string(g.k) + " (" + cublasLtGetStatusString(st) + ")");
+                      std::to_string(g.n) + " k=" + std::to_string(g.k) + " inputs " + DTypeName(input) + " (" +
+                      cublasLtGetStatusString(st) + ")");
   plan->algo = result.algo;
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
+}
+
+void* LtGemm::Grow(Scratch* x, size_t bytes) {
+  if (bytes > x->bytes) {
+    const auto st = static_cast<cudaStream_t>(stream_);
+    if (x->ptr) cudaFreeAsync(x->ptr, st);
+    x->ptr = nullptr;
+    x->bytes = 0;
+    const cudaError_t e = cudaMallocAsync(&x->ptr, bytes, st);
+    SHARD_CHECK_MSG(e == cudaSuccess, std::string("cuda backend: GEMM input scratch of ") + std::to_string(bytes) +
+                                          " bytes: " + cudaGetErrorString(e));
+    x->bytes = bytes;
+  }
+  return x->ptr;
+}
+
+const void* LtGemm::Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* lowp,
+                            Scratch* wide) {
+  const int64_t span = (rows - 1) * ld + cols;  // the operand keeps its leading dimension
+  void* lp = Grow(lowp, static_cast<size_t>(span) * DTypeSize(compute));
+  LaunchCastFromF32(x, lp, span, compute, stream_);
+  if (compute != DType::kBF16 || native_bf16_) return lp;
+  auto* w = static_cast<float*>(Grow(wide, static_cast<size_t>(span) * sizeof(float)));
+  LaunchCastToF32(lp, w, span, compute, stream_);
+  return w;
 }
 
 void LtGemm::Run(const GemmArgs& g) {
@@ -120,8 +153,16 @@ void LtGemm::Run(const GemmArgs& g) {
     LaunchScaleMatrix(g.c, g.m, g.n, g.ldc, g.beta, stream_);
     return;
   }
-  Plan* p = GetPlan(g);
-  LT_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &g.alpha, g.b, p->a, g.a, p->b, &g.beta,
+  const void* a = g.a;
+  const void* b = g.b;
+  DType input = DType::kF32;
+  if (g.compute != DType::kF32) {
+    a = Prepare(g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.compute, &lowp_a_, &wide_a_);
+    b = Prepare(g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.compute, &lowp_b_, &wide_b_);
+    input = g.compute == DType::kBF16 && !native_bf16_ ? DType::kF32 : g.compute;
+  }
+  Plan* p = GetPlan(g, input, a, b);
+  LT_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &g.alpha, b, p->a, a, p->b, &g.beta,
                           g.c, p->c, g.c, p->c, &p->algo, workspace_, workspace_bytes_,
                           static_cast<cudaStream_t>(stream_)));
 }

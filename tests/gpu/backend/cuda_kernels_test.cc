@@ -5,6 +5,9 @@
 // Tolerances (|gpu - cpu| <= atol + rtol |cpu|):
 //   fp32 GEMM            rtol 1e-5, atol 1e-5 * sqrt(k)   (summation order only)
 //   TF32 GEMM            rtol 5e-3, atol 5e-3 * sqrt(k)   (10-bit mantissa products)
+//   bf16/fp16-input GEMM rtol 1e-4, atol 1e-4 * sqrt(k)   (both sides multiply the same
+//                                                          rounded inputs exactly; fp32
+//                                                          accumulation in another order)
 //   elementwise / norms  rtol 1e-5, atol 1e-6             (expf vs the CPU's FastExp, FMA contraction)
 //   reductions (double)  relative 1e-12
 //   embedding forward    exact; backward rtol 1e-6 (the same row order)
@@ -46,18 +49,20 @@ struct GemmCase {
 };
 
 void RunGemm(Backend* be, const GemmCase& c, const std::vector<float>& a, const std::vector<float>& b,
-             const std::vector<float>& c0, std::vector<float>* out) {
+             const std::vector<float>& c0, std::vector<float>* out, DType compute = DType::kF32) {
   const int64_t lda = (c.ta ? c.m : c.k) + c.pad, ldb = (c.tb ? c.k : c.n) + c.pad, ldc = c.n + c.pad;
   DeviceBuffer da = gpu_testing::Up(be, a), db = gpu_testing::Up(be, b), dc = gpu_testing::Up(be, c0);
   GemmArgs g;
   g.trans_a = c.ta, g.trans_b = c.tb, g.m = c.m, g.n = c.n, g.k = c.k, g.alpha = c.alpha, g.beta = c.beta;
   g.a = da.data() + c.offset, g.lda = lda, g.b = db.data() + c.offset, g.ldb = ldb;
   g.c = dc.data() + c.offset, g.ldc = ldc;
+  g.compute = compute;
   be->Gemm(g);
   *out = gpu_testing::Down(be, dc);
 }
 
-void CheckGemms(Backend* gpu, Backend* cpu, double rtol, double atol_per_sqrt_k, const std::string& mode) {
+void CheckGemms(Backend* gpu, Backend* cpu, double rtol, double atol_per_sqrt_k, const std::string& mode,
+                DType compute = DType::kF32) {
   const GemmCase cases[] = {
       {false, false, 37, 53, 71, 1.0f, 0.0f, 0, 0},  {false, true, 64, 96, 128, 1.0f, 1.0f, 0, 0},
       {true, false, 33, 17, 200, 0.5f, 1.0f, 3, 1},  {true, true, 5, 300, 9, 1.0f, 0.0f, 1, 3},
@@ -71,8 +76,8 @@ void CheckGemms(Backend* gpu, Backend* cpu, double rtol, double atol_per_sqrt_k,
     auto b = Random(static_cast<size_t>(b_rows * ldb + c.offset + 1), 20 + idx);
     auto c0 = Random(static_cast<size_t>(c.m * ldc + c.offset + 1), 30 + idx);
     std::vector<float> got, want;
-    RunGemm(gpu, c, a, b, c0, &got);
-    RunGemm(cpu, c, a, b, c0, &want);
+    RunGemm(gpu, c, a, b, c0, &got, compute);
+    RunGemm(cpu, c, a, b, c0, &want, compute);
     ExpectClose(got, want, rtol, atol_per_sqrt_k * std::sqrt(static_cast<double>(std::max<int64_t>(c.k, 1))),
                 mode + " gemm case " + std::to_string(idx));
     ++idx;
@@ -89,6 +94,18 @@ TEST_F(CudaKernelsTest, GemmTf32MatchesCpuWithinTf32Rounding) {
   auto tf32 = gpu_testing::MaybeCuda(&why_, /*tf32=*/true);
   ASSERT_TRUE(tf32);
   CheckGemms(tf32.get(), cpu_.get(), 5e-3, 5e-3, "tf32");
+}
+
+// GemmArgs::compute bf16/fp16: the GPU casts A and B to two bytes for the
+// tensor cores (bf16 before sm_80: rounded, then fp32 math), the CPU rounds
+// them the same way, so only the summation order differs. The TF32 backend is
+// used on purpose: two-byte inputs must not fall back to TF32 products.
+TEST_F(CudaKernelsTest, GemmTwoByteInputsMatchCpuOnTheSameRoundedInputs) {
+  SKIP_WITHOUT_GPU(gpu_, why_);
+  auto tf32 = gpu_testing::MaybeCuda(&why_, /*tf32=*/true);
+  ASSERT_TRUE(tf32);
+  CheckGemms(tf32.get(), cpu_.get(), 1e-4, 1e-4, "bf16-input", DType::kBF16);
+  CheckGemms(tf32.get(), cpu_.get(), 1e-4, 1e-4, "fp16-input", DType::kF16);
 }
 
 TEST_F(CudaKernelsTest, ElementwiseAndReductions) {

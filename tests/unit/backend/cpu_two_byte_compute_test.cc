@@ -1,0 +1,147 @@
+// GemmArgs::compute and AttentionShape::compute on the CPU backend: bf16/fp16
+// inputs mean "round A and B (or q, k, v) to that type, then fp32 math" — the
+// CPU stays the reference the tensor-core GPU path is checked against. Each
+// case checks the bits against fp32 math on inputs rounded here with the
+// scalar conversions of shard/tensor/dtype.h, that the caller's inputs are left
+// alone, and that the rounding really happened (the result moved away from
+// plain fp32 by more than summation noise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "shard/backend/backend.h"
+#include "shard/tensor/dtype.h"
+#include "tests/unit/backend/backend_test_util.h"
+
+namespace shard {
+namespace {
+
+using testing::BackendTest;
+using testing::BitwiseEqual;
+using testing::RandomFloats;
+
+std::vector<float> Rounded(const std::vector<float>& x, DType t) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    r[i] = t == DType::kBF16 ? BF16ToF32(F32ToBF16(x[i])) : t == DType::kF16 ? F16ToF32(F32ToF16(x[i])) : x[i];
+  return r;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+struct TwoByteGemmCase {
+  bool ta, tb;
+  int64_t m, n, k;
+  DType dt;
+};
+
+class CpuTwoByteGemmTest : public BackendTest, public ::testing::WithParamInterface<TwoByteGemmCase> {
+ protected:
+  // C = 0.75 op(A) op(B) - 0.5 C0 with padded leading dimensions.
+  std::vector<float> Run(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c0,
+                         int64_t lda, int64_t ldb, int64_t ldc, DType compute) {
+    const TwoByteGemmCase& c = GetParam();
+    DeviceBuffer da = Up(a), db = Up(b), dc = Up(c0);
+    GemmArgs g;
+    g.trans_a = c.ta, g.trans_b = c.tb;
+    g.m = c.m, g.n = c.n, g.k = c.k;
+    g.alpha = 0.75f, g.beta = -0.5f;
+    g.a = da.data(), g.lda = lda;
+    g.b = db.data(), g.ldb = ldb;
+    g.c = dc.data(), g.ldc = ldc;
+    g.compute = compute;
+    be_->Gemm(g);
+    EXPECT_TRUE(BitwiseEqual(Down(da), a)) << "A was modified";
+    EXPECT_TRUE(BitwiseEqual(Down(db), b)) << "B was modified";
+    return Down(dc);
+  }
+};
+
+TEST_P(CpuTwoByteGemmTest, EqualsFp32ProductOfRoundedInputs) {
+  const TwoByteGemmCase& c = GetParam();
+  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+  const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
+  const std::vector<float> a = RandomFloats(a_rows * lda, 21), b = RandomFloats(b_rows * ldb, 22);
+  const std::vector<float> c0 = RandomFloats(c.m * ldc, 23);
+
+  const std::vector<float> two_byte = Run(a, b, c0, lda, ldb, ldc, c.dt);
+  const std::vector<float> want = Run(Rounded(a, c.dt), Rounded(b, c.dt), c0, lda, ldb, ldc, DType::kF32);
+  EXPECT_TRUE(BitwiseEqual(two_byte, want)) << "max |diff| " << MaxAbsDiff(two_byte, want);
+  // Rounding to 8 (bf16) or 11 (fp16) mantissa bits moves a k-term dot
+  // product far more than fp32 summation order could (~1e-6 here).
+  const std::vector<float> fp32 = Run(a, b, c0, lda, ldb, ldc, DType::kF32);
+  EXPECT_GT(MaxAbsDiff(two_byte, fp32), c.dt == DType::kBF16 ? 1e-3 : 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TransposesAndTypes, CpuTwoByteGemmTest,
+    ::testing::Values(TwoByteGemmCase{false, false, 5, 7, 9, DType::kBF16},
+                      TwoByteGemmCase{true, false, 5, 7, 9, DType::kBF16},
+                      TwoByteGemmCase{false, true, 33, 40, 64, DType::kBF16},
+                      TwoByteGemmCase{true, true, 33, 40, 64, DType::kF16},
+                      // Sliced across threads.
+                      TwoByteGemmCase{false, true, 203, 77, 150, DType::kBF16},
+                      TwoByteGemmCase{true, false, 45, 301, 170, DType::kF16}));
+
+TEST(CpuTwoByteGemm, ZeroKScalesCWithoutReadingInputs) {
+  auto be = CreateBackend("cpu");
+  ASSERT_TRUE(be.ok());
+  std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
+  GemmArgs g;
+  g.m = 2, g.n = 2, g.k = 0;
+  g.beta = 2.0f;
+  g.c = c.data(), g.ldc = 2;
+  g.compute = DType::kBF16;  // a and b are null: a rounding pass would crash
+  (*be)->Gemm(g);
+  EXPECT_EQ(c, (std::vector<float>{2.0f, 4.0f, 6.0f, 8.0f}));
+}
+
+class CpuTwoByteAttentionTest : public BackendTest {
+ protected:
+  struct Result {
+    std::vector<float> out, lse, dqkv;
+  };
+  Result Run(AttentionShape s, const std::vector<float>& qkv, const std::vector<int32_t>& seg,
+             const std::vector<float>& dout) {
+    const int64_t rows = s.batch * s.seq;
+    DeviceBuffer bqkv = Up(qkv), bdout = Up(dout), bseg = UpInt(seg);
+    DeviceBuffer bout = Filled(rows * s.out_stride(), 0), blse = Filled(s.batch * s.n_heads * s.seq, 0);
+    DeviceBuffer bdqkv = Filled(rows * s.qkv_stride(), 0);
+    be_->AttentionForward(s, bqkv.data(), bseg.as_int(), bout.data(), blse.data());
+    be_->AttentionBackward(s, bqkv.data(), bseg.as_int(), bout.data(), blse.data(), bdout.data(), bdqkv.data());
+    EXPECT_TRUE(BitwiseEqual(Down(bqkv), qkv)) << "qkv (a saved activation) was modified";
+    return {Down(bout), Down(blse), Down(bdqkv)};
+  }
+};
+
+TEST_F(CpuTwoByteAttentionTest, RoundsQkvThenComputesInFp32) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    AttentionShape s{2, 37, 4, 2, 16};  // GQA, packed segments below
+    const int64_t rows = s.batch * s.seq;
+    const std::vector<float> qkv = RandomFloats(rows * s.qkv_stride(), 31, -2.0f, 2.0f);
+    const std::vector<float> dout = RandomFloats(rows * s.out_stride(), 32);
+    std::vector<int32_t> seg(rows);
+    for (int64_t r = 0; r < rows; ++r) seg[r] = (r % s.seq) < 15 ? 0 : 1;
+
+    s.compute = dt;
+    const Result two_byte = Run(s, qkv, seg, dout);
+    s.compute = DType::kF32;
+    const Result want = Run(s, Rounded(qkv, dt), seg, dout);
+    const Result fp32 = Run(s, qkv, seg, dout);
+    EXPECT_TRUE(BitwiseEqual(two_byte.out, want.out));
+    EXPECT_TRUE(BitwiseEqual(two_byte.lse, want.lse));
+    EXPECT_TRUE(BitwiseEqual(two_byte.dqkv, want.dqkv));
+    EXPECT_GT(MaxAbsDiff(two_byte.out, fp32.out), dt == DType::kBF16 ? 1e-3 : 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace shard
