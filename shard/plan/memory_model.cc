@@ -278,6 +278,11 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
   const int64_t cb = w.compute_bytes(), sb = w.state_bytes();
   const std::string cname = DTypeName(w.compute), sname = w.fp32_master ? "fp32" : cname;
+  // Transient buffers' element size and name (Workload::fp32_transients; LoRA
+  // and QLoRA are not built, so they are planned at the design point).
+  const bool as_built = w.fp32_transients && w.method == Method::kFull;
+  const int64_t tb = as_built ? 4 : cb;
+  const std::string tname = as_built ? "fp32" : cname;
   int64_t gathered_bytes = 0;
   int64_t host_state = 0;
 
@@ -296,12 +301,16 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
     if (gather) {
       GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
                                      w.prefetch, keep_forward);
-      dev.Add("gathered parameters (" + cname + ")", g.params * cb,
+      // As built, a held unit is widened to an fp32 compute copy while its
+      // two-byte gather buffer still exists (6 B for a moment), and a
+      // prefetched one waits in two bytes: 4 B per element over both bounds it.
+      dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")",
+              g.params * tb,
               Num(g.params) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
                   " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
-      dev.Add("unsharded gradients + landing shards (" + cname + ")", g.grads * cb,
+      dev.Add("unsharded gradients + landing shards (" + tname + ")", g.grads * tb,
               Num(g.grads) + " elements (unit in backward + one being reduce-scattered)");
-      gathered_bytes = g.total * cb;
+      gathered_bytes = g.total * tb;
     }
   } else {
     // LoRA / QLoRA: frozen base sharded like parameters, no base gradients.
@@ -334,10 +343,10 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
             Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ") x 16 B");
   }
 
-  // Activations in `compute`, normalisation statistics in fp32.
+  // Activations in `compute` (fp32 as built), normalisation statistics in fp32.
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
-  const int64_t acts = (a.residuals + a.saved + a.final_norm) * cb + a.statistics * 4;
-  dev.Add("activations (" + cname + ")", acts,
+  const int64_t acts = (a.residuals + a.saved + a.final_norm) * tb + a.statistics * 4;
+  dev.Add("activations (" + tname + ")", acts,
           std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
               (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens");
   int64_t logits = 0;
@@ -349,9 +358,21 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
     dev.Add("logits (" + cname + " + its gradient, fp32 chunk)", logits,
             Num(rows) + " x " + Num(c.vocab_size) + ", upcast in " + std::to_string(w.ce_chunks) + " chunks");
   }
-  dev.Add("backward scratch (" + cname + ")", a.scratch * cb, Num(rows) + " tokens x (3d + 3ffn + heads + qkv)");
+  dev.Add("backward scratch (" + tname + ")", a.scratch * tb, Num(rows) + " tokens x (3d + 3ffn + heads + qkv)");
+  int64_t gemm_scratch = 0;
+  if (as_built && cb != 4) {
+    // Each GEMM casts A and B into two grow-only scratch buffers: A at most
+    // the gate/up gradient [rows, 2 ffn] or a loss chunk's logit gradient, B
+    // at most the head [vocab, d], the gate/up weight or an activation.
+    const int64_t d = c.hidden_size, f = c.intermediate_size;
+    const int64_t a_max = std::max(rows * 2 * f, logit_rows * c.vocab_size);
+    const int64_t b_max = std::max({c.vocab_size * d, 2 * f * d, rows * f});
+    gemm_scratch = (a_max + b_max) * cb;
+    dev.Add("GEMM operand casts (" + cname + ")", gemm_scratch, "largest A and B operands of any GEMM x " +
+                                                                   std::to_string(cb) + " B (grow-only scratch)");
+  }
   dev.Add("CUDA context, cuBLASLt workspace, NCCL buffers", kGpuRuntimeBytes, "fixed allowance");
-  const int64_t transient = gathered_bytes + acts + logits + a.scratch * cb;
+  const int64_t transient = gathered_bytes + acts + logits + a.scratch * tb + gemm_scratch;
   dev.Add("allocator fragmentation", static_cast<int64_t>(kAllocatorSlack * transient),
           "10% of gathered + activation bytes");
   est.device_total = Sum(est.device);

@@ -75,6 +75,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
   ASSIGN_OR_RETURN(w.strategy, ParseShardStrategy(job.parallel.strategy));
   w.cpu_engine = cluster.cpu_only;
+  w.fp32_transients = !w.cpu_engine;  // shardd's GPU runtime as built (Workload::fp32_transients)
   w.world = job.parallel.world_size;
   w.shard_group_size = job.parallel.shard_group_size;
   w.activation_checkpointing = job.parallel.activation_checkpointing;
@@ -179,9 +180,18 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
   p.notes.insert(p.notes.begin(), jw.notes.begin(), jw.notes.end());
   if (cluster.cpu_only && cluster_name.empty() && job.resources.device == "auto")
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
-  if (!cluster.cpu_only && !p.workload.cpu_engine)
-    p.notes.push_back("planned for the GPU engine's design (fp32 master weights and AdamW state, " +
-                      std::string(DTypeName(p.workload.compute)) + " gathers and activations, NCCL collectives)");
+  if (!cluster.cpu_only && !p.workload.cpu_engine) {
+    const std::string dt = DTypeName(p.workload.compute);
+    std::string note = "planned for shardd's GPU runtime as built (fp32 master weights and AdamW state, " + dt +
+                       " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
+    if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
+      Workload design = p.workload;
+      design.fp32_transients = false;
+      const int64_t saved = p.memory.device_total - EstimateMemory(design, cluster).device_total;
+      if (saved > 0) note += "; keeping those in " + dt + " too would save " + FormatBytes(saved) + " per GPU";
+    }
+    p.notes.push_back(note);
+  }
   p.recommendations = Recommend(p, catalog);
   return p;
 }

@@ -127,6 +127,41 @@ TEST(MemoryModelTest, FullShardStatesAre16BytesPerParameterShard) {
   EXPECT_EQ(m.host_total, 8 * kGpuWorkerHostBytes);
 }
 
+// shardd's GPU runtime as built (Workload::fp32_transients) keeps the
+// transients in fp32: twice the design point's bytes for the gathered units,
+// unsharded gradients, activations (statistics are fp32 in both) and backward
+// scratch, plus the GEMM operand casts: A up to the gate/up gradient
+// [4096, 2*11008] and B up to the head [32000, 4096], 2 B each.
+TEST(MemoryModelTest, AsBuiltRuntimeHoldsFp32Transients) {
+  Workload w;
+  w.model = Preset("llama2-7b");
+  w.world = 8;
+  w.micro_batch = 2;
+  w.seq_len = 2048;
+  w.compute = DType::kBF16;
+  w.activation_checkpointing = true;
+  const MemoryEstimate design = EstimateMemory(w, OneNode(8));
+  w.fp32_transients = true;
+  const MemoryEstimate built = EstimateMemory(w, OneNode(8));
+  EXPECT_EQ(Item(built, "gathered parameters"), 404766720LL * 4);
+  EXPECT_EQ(Item(built, "unsharded gradients"), 2 * Item(design, "unsharded gradients"));
+  EXPECT_EQ(Item(built, "backward scratch"), 2 * Item(design, "backward scratch"));
+  // Activations double except the fp32 normalisation statistics (a few
+  // floats per token): built - stats = 2 (design - stats).
+  const int64_t rows = 4096, stats = 2 * Item(design, "activations") - Item(built, "activations");
+  EXPECT_GT(stats, 0);
+  EXPECT_LT(stats, rows * 4 * 2 * 33);  // at most two fp32 rstd per layer and token
+  EXPECT_EQ(Item(built, "GEMM operand casts"), (rows * 2 * 11008 + 32000LL * 4096) * 2);
+  EXPECT_EQ(Item(design, "GEMM operand casts"), 0);
+  EXPECT_EQ(Item(built, "parameter shard"), Item(design, "parameter shard")) << "shards are not transients";
+  EXPECT_GT(built.device_total, design.device_total);
+  // LoRA is not built: planned at the design point either way.
+  w.method = Method::kLora;
+  const MemoryEstimate lora_built = EstimateMemory(w, OneNode(8));
+  w.fp32_transients = false;
+  EXPECT_EQ(lora_built.device_total, EstimateMemory(w, OneNode(8)).device_total);
+}
+
 TEST(MemoryModelTest, OptimizerOffloadMoves16BytesToTheHost) {
   Workload w;
   w.model = Preset("llama2-7b");

@@ -51,6 +51,11 @@ TEST(PlannerTest, Llama70bFitsOnEightA100sWithOffloadAndCheckpointing) {
   EXPECT_GT(p.memory.host_total, 1024.0 * (1 << 30)) << "1.13 TB of optimizer state lives on the host";
   EXPECT_GT(p.time.mfu, 0.3);
   EXPECT_LT(p.time.mfu, 0.72);
+  // Planned as the runtime is built (fp32 transients), and the note says so.
+  EXPECT_TRUE(p.workload.fp32_transients);
+  bool noted = false;
+  for (const auto& n : p.notes) noted |= n.find("as built") != std::string::npos;
+  EXPECT_TRUE(noted) << FormatPlanText(p);
 }
 
 TEST(PlannerTest, Llama70bWithoutOffloadDoesNotFitAndOffloadIsRecommended) {
