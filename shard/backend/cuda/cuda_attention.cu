@@ -469,14 +469,6 @@ Params MakeParams(const AttentionShape& sh, const float* qkv, const int32_t* sta
   return p;
 }
 
-const int32_t* Starts(const AttentionShape& sh, const int32_t* segment_ids, int32_t* starts, Stream s) {
-  if (segment_ids == nullptr) return nullptr;
-  SegmentStartsKernel<<<static_cast<unsigned>((sh.batch + 127) / 128), 128, 0, S(s)>>>(
-      segment_ids, static_cast<int>(sh.batch), static_cast<int>(sh.seq), starts);
-  CheckLaunch("attention segment starts");
-  return starts;
-}
-
 template <int D, int BR, int BC>
 void Forward(const Params& p, Stream s) {
   dim3 grid((p.seq + BR - 1) / BR, p.n_heads, p.batch);
@@ -495,10 +487,34 @@ void Backward(const Params& p, Stream s) {
 
 bool AttentionHeadDimSupported(int head_dim) { return head_dim > 0 && head_dim <= 128; }
 
+const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& sh, const int32_t* segment_ids, int32_t* starts,
+                                            Stream s) {
+  if (segment_ids == nullptr) return nullptr;
+  SegmentStartsKernel<<<static_cast<unsigned>((sh.batch + 127) / 128), 128, 0, S(s)>>>(
+      segment_ids, static_cast<int>(sh.batch), static_cast<int>(sh.seq), starts);
+  CheckLaunch("attention segment starts");
+  return starts;
+}
+
+void LaunchAttentionDelta(const AttentionShape& sh, const float* out, const float* dout, float* delta, Stream s) {
+  Params p{};
+  p.out = out;
+  p.dout = dout;
+  p.delta = delta;
+  p.batch = static_cast<int>(sh.batch);
+  p.seq = static_cast<int>(sh.seq);
+  p.n_heads = sh.n_heads;
+  p.hd = sh.head_dim;
+  p.out_stride = sh.out_stride();
+  const int64_t warps = sh.batch * sh.seq * sh.n_heads;
+  DeltaKernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, S(s)>>>(p);
+  CheckLaunch("AttentionBackward (delta)");
+}
+
 void LaunchAttentionForward(const AttentionShape& sh, const float* qkv, const int32_t* segment_ids, int32_t* starts,
                             float* out, float* lse, Stream s) {
   if (sh.batch <= 0 || sh.seq <= 0) return;
-  Params p = MakeParams(sh, qkv, Starts(sh, segment_ids, starts, s));
+  Params p = MakeParams(sh, qkv, LaunchAttentionSegmentStarts(sh, segment_ids, starts, s));
   p.o = out;
   p.lse_out = lse;
   if (sh.head_dim <= 32) Forward<32, 64, 64>(p, s);
@@ -510,15 +526,13 @@ void LaunchAttentionBackward(const AttentionShape& sh, const float* qkv, const i
                              const float* out, const float* lse, const float* dout, float* dqkv, int32_t* starts,
                              float* delta, Stream s) {
   if (sh.batch <= 0 || sh.seq <= 0) return;
-  Params p = MakeParams(sh, qkv, Starts(sh, segment_ids, starts, s));
+  Params p = MakeParams(sh, qkv, LaunchAttentionSegmentStarts(sh, segment_ids, starts, s));
   p.out = out;
   p.lse = lse;
   p.dout = dout;
   p.delta = delta;
   p.dqkv = dqkv;
-  const int64_t warps = sh.batch * sh.seq * sh.n_heads;
-  DeltaKernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, S(s)>>>(p);
-  CheckLaunch("AttentionBackward (delta)");
+  LaunchAttentionDelta(sh, out, dout, delta, s);
   if (sh.head_dim <= 32) Backward<32, 64, 64, 64, 32>(p, s);
   else if (sh.head_dim <= 64) Backward<64, 64, 32, 64, 32>(p, s);
   else Backward<128, 32, 32, 32, 16>(p, s);
