@@ -72,12 +72,14 @@ struct Two<__half> {
   static __device__ __forceinline__ Pair Pack(float a, float b) { return __floats2half2_rn(a, b); }
   static __device__ __forceinline__ __half Round(float a) { return __float2half_rn(a); }
 };
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // unused (and so warned about) where kArchHas is false
 template <>
 struct Two<__nv_bfloat16> {
   using Pair = __nv_bfloat162;
   static __device__ __forceinline__ Pair Pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
   static __device__ __forceinline__ __nv_bfloat16 Round(float a) { return __float2bfloat16_rn(a); }
 };
+#endif
 
 template <typename T, typename Layout>
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, Layout>;

@@ -16,6 +16,7 @@
 
 #include "shard/backend/cuda/cuda_gemm.h"
 #include "shard/backend/cuda/cuda_kernels.h"
+#include "shard/common/logging.h"
 
 namespace shard::cuda {
 namespace {
@@ -308,6 +309,8 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
   // See CudaBackend::tensor_core_attention_ (experimental, off unless asked for).
   const char* tc_env = std::getenv("SHARDD_TC_ATTENTION");
   const bool tc_attention = tc_env != nullptr && std::string(tc_env) == "1";
+  if (tc_attention)
+    LOG_INFO("cuda backend: SHARDD_TC_ATTENTION=1: experimental tensor-core attention for compute bf16/fp16");
   return static_cast<Backend*>(
       new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8, tc_attention));
 }
