@@ -496,21 +496,6 @@ const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& sh, const int3
   return starts;
 }
 
-void LaunchAttentionDelta(const AttentionShape& sh, const float* out, const float* dout, float* delta, Stream s) {
-  Params p{};
-  p.out = out;
-  p.dout = dout;
-  p.delta = delta;
-  p.batch = static_cast<int>(sh.batch);
-  p.seq = static_cast<int>(sh.seq);
-  p.n_heads = sh.n_heads;
-  p.hd = sh.head_dim;
-  p.out_stride = sh.out_stride();
-  const int64_t warps = sh.batch * sh.seq * sh.n_heads;
-  DeltaKernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, S(s)>>>(p);
-  CheckLaunch("AttentionBackward (delta)");
-}
-
 void LaunchAttentionForward(const AttentionShape& sh, const float* qkv, const int32_t* segment_ids, int32_t* starts,
                             float* out, float* lse, Stream s) {
   if (sh.batch <= 0 || sh.seq <= 0) return;
@@ -532,7 +517,9 @@ void LaunchAttentionBackward(const AttentionShape& sh, const float* qkv, const i
   p.dout = dout;
   p.delta = delta;
   p.dqkv = dqkv;
-  LaunchAttentionDelta(sh, out, dout, delta, s);
+  const int64_t warps = sh.batch * sh.seq * sh.n_heads;
+  DeltaKernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, S(s)>>>(p);
+  CheckLaunch("AttentionBackward (delta)");
   if (sh.head_dim <= 32) Backward<32, 64, 64, 64, 32>(p, s);
   else if (sh.head_dim <= 64) Backward<64, 64, 32, 64, 32>(p, s);
   else Backward<128, 32, 32, 32, 16>(p, s);

@@ -20,6 +20,7 @@
 //            (wmma, stored fp32), online softmax by two lanes per row, O (fp32
 //            in shared memory) rescaled, P stored rounded, O += P V (wmma,
 //            accumulating from and into the shared O).
+//   Delta    delta = rowsum(round(dO) * O), one warp per row and head.
 //   BwdDq    grid (query tiles, heads, batch): S and dP = dO V^T (wmma),
 //            dS = P (dP - delta) rounded, dQ += dS K in register fragments.
 //   BwdDkDv  grid (key tiles, kv heads, batch): loops over the group's query
@@ -595,6 +596,38 @@ __global__ void __launch_bounds__(BC / 16 * 32) BwdDkDvTcKernel(Params p) {
   else __trap();
 }
 
+// ---- Backward: delta --------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ float RoundThrough(float x);
+template <>
+__device__ __forceinline__ float RoundThrough<__half>(float x) { return __half2float(__float2half_rn(x)); }
+template <>
+__device__ __forceinline__ float RoundThrough<__nv_bfloat16>(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// delta[b, h, t] = round(dO[b, t, h, :]) . O[b, t, h, :], one warp per (b, t, h).
+// dO rounded as in dP = dO V^T, so that sum_j P_ij dP_ij - delta_i stays ~0
+// (the fp32 delta would leave a rounding-size residue in every dS row, e.g.
+// dQ = dK = noise instead of 0 at seq 1).
+template <typename T>
+__global__ void DeltaTcKernel(Params p, const float* out) {
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= static_cast<int64_t>(p.batch) * p.seq * p.n_heads) return;
+  const int h = static_cast<int>(w % p.n_heads);
+  const int64_t bt = w / p.n_heads;  // b * seq + t
+  const float* o = out + bt * p.out_stride + static_cast<int64_t>(h) * p.hd;
+  const float* d = p.dout + bt * p.out_stride + static_cast<int64_t>(h) * p.hd;
+  float acc = 0.0f;
+  for (int j = lane; j < p.hd; j += 32) acc += o[j] * RoundThrough<T>(d[j]);
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const int64_t b = bt / p.seq, t = bt % p.seq;
+    const_cast<float*>(p.delta)[(b * p.n_heads + h) * p.seq + t] = acc;
+  }
+}
+
 // ---- Host side ----------------------------------------------------------------------
 // Tile shapes per D (query rows BR, key rows BC; 16 rows per warp), chosen to
 // stay under 64 KB of shared memory on every architecture:
@@ -718,9 +751,12 @@ void LaunchAttentionBackwardTc(const AttentionShape& sh, const float* qkv, const
   p.delta = delta;
   p.dqkv = dqkv;
   p.vec = p.vec && Aligned16(dout);
-  // delta from the fp32 out and dout, as in the fp32 backward.
-  LaunchAttentionDelta(sh, out, dout, delta, s);
   const bool bf16 = sh.compute == DType::kBF16;
+  const int64_t warps = sh.batch * sh.seq * sh.n_heads;
+  const unsigned delta_blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  if (bf16) DeltaTcKernel<__nv_bfloat16><<<delta_blocks, 256, 0, S(s)>>>(p, out);
+  else DeltaTcKernel<__half><<<delta_blocks, 256, 0, S(s)>>>(p, out);
+  CheckLaunch("AttentionBackward (tensor cores, delta)");
   if (sh.head_dim <= 64) bf16 ? Backward<__nv_bfloat16, 64>(p, s) : Backward<__half, 64>(p, s);
   else bf16 ? Backward<__nv_bfloat16, 128>(p, s) : Backward<__half, 128>(p, s);
 }

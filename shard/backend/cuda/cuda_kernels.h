@@ -62,13 +62,10 @@ void LaunchAttentionForward(const AttentionShape& shape, const float* qkv, const
 void LaunchAttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                              const float* out, const float* lse, const float* dout, float* dqkv,
                              int32_t* starts, float* delta, Stream s);
-// Pieces both attention implementations use: starts[b*seq + t] = first token
-// of t's segment (returns starts, or null without segment_ids), and
-// delta[b, h, t] = out[b*seq + t, h, :] . dout[b*seq + t, h, :] in fp32.
+// Shared by both attention implementations: starts[b*seq + t] = first token
+// of t's segment; returns starts, or null without segment_ids.
 const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& shape, const int32_t* segment_ids,
                                             int32_t* starts, Stream s);
-void LaunchAttentionDelta(const AttentionShape& shape, const float* out, const float* dout, float* delta,
-                          Stream s);
 
 // cuda_attention_tc.cu: the same two operations on tensor cores for
 // shape.compute bf16/fp16 (q, k, v, dout, P and dS rounded to it; scores,
