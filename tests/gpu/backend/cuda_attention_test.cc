@@ -130,11 +130,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
 // dK, dV separately); lse absolutely:
 //                      out     dQ/dK/dV   lse
 //   bf16 prerounded    1e-2    2e-2       1e-3
-//   bf16 unrounded     2e-2    3e-2       1e-2
+//   bf16 unrounded     2e-2    3e-2       2e-2
 //   fp16 prerounded    2e-3    5e-3       1e-3
 //   fp16 unrounded     4e-3    1e-2       3e-3
-// (unit roundoff 2^-9 for bf16, 2^-11 for fp16; a wrong mask, tile edge or
-// index gives errors of order 1.)
+// (unit roundoff 2^-9 for bf16, 2^-11 for fp16; a numpy model of the kernels'
+// rounding gave at most 3e-3 prerounded / 7e-3 unrounded in bf16 and 7e-4 in
+// fp16, lse 6e-3 unrounded in bf16; a wrong mask, tile edge or index gives
+// errors of order 1.)
 
 // Sets (value) or unsets (null) an environment variable for the scope.
 class ScopedEnv {
@@ -198,7 +200,7 @@ struct TcTol {
   double out, grad, lse;
 };
 TcTol TolFor(const TcCase& t) {
-  if (t.compute == DType::kBF16) return t.prerounded ? TcTol{1e-2, 2e-2, 1e-3} : TcTol{2e-2, 3e-2, 1e-2};
+  if (t.compute == DType::kBF16) return t.prerounded ? TcTol{1e-2, 2e-2, 1e-3} : TcTol{2e-2, 3e-2, 2e-2};
   return t.prerounded ? TcTol{2e-3, 5e-3, 1e-3} : TcTol{4e-3, 1e-2, 3e-3};
 }
 
