@@ -1,12 +1,13 @@
 // One-GPU figures for the CUDA backend (fp32 storage; fp32 and TF32 GEMMs):
 //   1. GEMM TFLOP/s (square and the 1B model's shapes) vs the device's dense
 //      peak from configs/hardware/gpus.yaml,
-//   2. attention forward + backward TFLOP/s (flash kernels, causal): the fp32
-//      SIMT kernels, then the tensor-core kernels in bf16 (fp16 before sm_80)
-//      against that type's dense peak (experimental; SHARDD_TC_ATTENTION=1 is
-//      set for that backend only),
+//   2. attention forward + backward TFLOP/s (flash kernels, causal) of the fp32
+//      SIMT kernels,
 //   3. training tokens/s and MFU of a ~1B Llama (llama3.2-1b by default) with
-//      the Trainer on one GPU.
+//      the Trainer on one GPU,
+//   4. attention again with the tensor-core kernels in bf16 (fp16 before
+//      sm_80) against that type's dense peak (experimental: a backend created
+//      with SHARDD_TC_ATTENTION=1; last, so a fault cannot cost the rest).
 // Apart from that attention line, bf16/fp16 (tensor cores at 2x TF32's rate)
 // is a later step: the GEMM and training figures are fp32/TF32 numbers.
 //
@@ -301,8 +302,10 @@ int main(int argc, char** argv) {
       if (cfg.ok()) AttentionBench(be->get(), *cfg, micro, seq, shard::DType::kF32, peak_fp32);
     }
   }
+  // The experimental tensor-core attention runs last: should it fault, the
+  // device context is lost, and the figures above (and training) are already out.
+  const int rc = skip_train ? 0 : TrainBench(preset, micro, seq, steps, peak_tf32);
   if (auto cfg = shard::LlamaPreset(preset); cfg.ok())
     TensorCoreAttentionBench(g, *cfg, micro, seq, peak_bf16, peak_fp16);
-  if (skip_train) return 0;
-  return TrainBench(preset, micro, seq, steps, peak_tf32);
+  return rc;
 }

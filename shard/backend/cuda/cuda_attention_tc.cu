@@ -631,7 +631,7 @@ __global__ void DeltaTcKernel(Params p, const float* out) {
 // ---- Host side ----------------------------------------------------------------------
 // Tile shapes per D (query rows BR, key rows BC; 16 rows per warp), chosen to
 // stay under 64 KB of shared memory on every architecture:
-//   D = 64:  forward 64 x 32 (~49 KB), dQ 64 x 32 (~50 KB), dK/dV 64 keys x 32 queries (~55 KB)
+//   D = 64:  forward 64 x 32 (~50 KB), dQ 64 x 32 (~51 KB), dK/dV 64 keys x 32 queries (~55 KB)
 //   D = 128: forward 32 x 32 (~49 KB), dQ 32 x 32 (~46 KB), dK/dV 32 keys x 32 queries (~48 KB)
 template <typename T, int D>
 struct Tiles;
