@@ -5,8 +5,10 @@
 // operations, layouts, masking and scratch as the fp32 kernels in
 // cuda_attention.cu (read that file first); only the arithmetic differs.
 //
-// EXPERIMENTAL: compiled for every architecture but not yet run on a GPU. The
-// backend uses it only with SHARDD_TC_ATTENTION=1 (cuda_backend.cc), and
+// EXPERIMENTAL: compiled for every architecture but not yet run on a GPU (only
+// on a CPU emulation of CUDA threads, barriers and wmma fragments, where it
+// matched the CPU backend within the GPU test's tolerances). The backend uses
+// it only with SHARDD_TC_ATTENTION=1 (cuda_backend.cc), and
 // tests/gpu/backend/cuda_attention_test.cc checks it against the CPU backend.
 //
 // The products use the portable nvcuda::wmma API (16x16x16 fragments, float

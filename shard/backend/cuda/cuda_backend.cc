@@ -255,7 +255,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> gemm_;
   bool native_bf16_;
   // EXPERIMENTAL: the tensor-core attention (cuda_attention_tc.cu) for compute
-  // bf16/fp16 is compiled but not yet verified on a GPU, so it runs only when
+  // bf16/fp16 is compiled but not yet verified on a GPU (only on a CPU
+  // emulation of its threads and wmma fragments), so it runs only when
   // SHARDD_TC_ATTENTION=1 was set at backend creation; otherwise compute
   // bf16/fp16 goes through the fp32 kernels on rounded q, k, v. The GPU tests
   // (tests/gpu/backend/cuda_attention_test.cc, CudaAttentionTcTest) verify it:
