@@ -62,8 +62,8 @@ struct AttentionShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   // kBF16/kF16: q, k and v are rounded to this type before use (tensor-core
-  // attention on GPUs, which also rounds the probabilities before P·V and dS
-  // before its GEMMs); scores, softmax statistics, accumulation, out and dqkv
+  // attention on GPUs, which also rounds the probabilities before P·V, and
+  // dout and dS before their GEMMs); scores, softmax statistics, accumulation, out and dqkv
   // stay fp32. The CPU backend rounds q, k and v only (its P stays fp32), so
   // the two agree to the two-byte type's precision. kF32: fp32 throughout.
   DType compute = DType::kF32;

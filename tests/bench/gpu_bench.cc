@@ -3,10 +3,14 @@
 //      (fp32 operands cast to bf16, tensor cores, fp32 accumulation: what the
 //      model's GEMMs do under precision bf16) vs the device's dense peak from
 //      configs/hardware/gpus.yaml,
-//   2. attention forward + backward TFLOP/s (flash kernels, causal),
+//   2. attention forward + backward TFLOP/s (flash kernels, causal) of the fp32
+//      SIMT kernels,
 //   3. training tokens/s and MFU of a ~1B Llama (llama3.2-1b by default) with
 //      the Trainer on one GPU, at train.precision auto (bf16 on sm_80+) or the
-//      one given; MFU against the bf16 peak for bf16/fp16, TF32's for fp32.
+//      one given; MFU against the bf16 peak for bf16/fp16, TF32's for fp32,
+//   4. attention again with the tensor-core kernels in bf16 (fp16 before
+//      sm_80) against that type's dense peak (experimental: a backend created
+//      with SHARDD_TC_ATTENTION=1; last, so a fault cannot cost the rest).
 //
 // usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--precision auto|bf16|fp16|fp32]
 //                  [--skip-train]
@@ -102,8 +106,12 @@ void GemmBench(shard::Backend* be, const char* mode, double peak, shard::DType c
   }
 }
 
-void AttentionBench(shard::Backend* be, const shard::LlamaConfig& c, int64_t batch, int64_t seq, double peak_fp32) {
+// compute fp32: the SIMT kernels; bf16/fp16: the tensor-core kernels when `be`
+// was created with SHARDD_TC_ATTENTION=1. `peak`: that type's dense peak.
+void AttentionBench(shard::Backend* be, const shard::LlamaConfig& c, int64_t batch, int64_t seq,
+                    shard::DType compute, double peak) {
   shard::AttentionShape s{batch, seq, c.num_heads, c.num_kv_heads, static_cast<int>(c.head_dim())};
+  s.compute = compute;
   const int64_t rows = batch * seq;
   Buf qkv = Alloc(be, rows * s.qkv_stride()), out = Alloc(be, rows * s.out_stride()),
       lse = Alloc(be, rows * s.n_heads), dout = Alloc(be, rows * s.out_stride()),
@@ -124,15 +132,47 @@ void AttentionBench(shard::Backend* be, const shard::LlamaConfig& c, int64_t bat
   // halved by the mask; backward 2.5x the forward (recomputation not counted).
   const double fwd = 2.0 * batch * c.num_heads * seq * seq * c.head_dim();
   const double bwd = 2.5 * fwd;
-  std::printf("attention fwd  B=%lld T=%lld H=%d/%d hd=%lld  %7.2f ms  %6.1f TFLOP/s\n",
+  const double pct = peak > 0 ? 100 * (fwd + bwd) / (tf + tb) / 1e12 / peak : 0.0;
+  if (compute == shard::DType::kF32) {
+    std::printf("attention fwd  B=%lld T=%lld H=%d/%d hd=%lld  %7.2f ms  %6.1f TFLOP/s\n",
+                static_cast<long long>(batch), static_cast<long long>(seq), c.num_heads, c.num_kv_heads,
+                static_cast<long long>(c.head_dim()), tf * 1e3, fwd / tf / 1e12);
+    std::printf("attention bwd  (dQ, dK/dV kernels, deterministic)      %7.2f ms  %6.1f TFLOP/s\n", tb * 1e3,
+                bwd / tb / 1e12);
+    std::printf("attention fwd+bwd                                      %7.2f ms  %6.1f TFLOP/s  (%.1f%% of the "
+                "fp32 CUDA-core peak %.1f; SIMT fp32 kernels, no tensor cores)\n",
+                (tf + tb) * 1e3, (fwd + bwd) / (tf + tb) / 1e12, pct, peak);
+    return;
+  }
+  const char* t = shard::DTypeName(compute);
+  std::printf("attention %s fwd  B=%lld T=%lld H=%d/%d hd=%lld  %7.2f ms  %6.1f TFLOP/s\n", t,
               static_cast<long long>(batch), static_cast<long long>(seq), c.num_heads, c.num_kv_heads,
               static_cast<long long>(c.head_dim()), tf * 1e3, fwd / tf / 1e12);
-  std::printf("attention bwd  (dQ, dK/dV kernels, deterministic)      %7.2f ms  %6.1f TFLOP/s\n", tb * 1e3,
+  std::printf("attention %s bwd  (dQ, dK/dV kernels, deterministic) %7.2f ms  %6.1f TFLOP/s\n", t, tb * 1e3,
               bwd / tb / 1e12);
-  std::printf("attention fwd+bwd                                      %7.2f ms  %6.1f TFLOP/s  (%.1f%% of the fp32 "
-              "CUDA-core peak %.1f; SIMT fp32 kernels, no tensor cores)\n",
-              (tf + tb) * 1e3, (fwd + bwd) / (tf + tb) / 1e12,
-              peak_fp32 > 0 ? 100 * (fwd + bwd) / (tf + tb) / 1e12 / peak_fp32 : 0.0, peak_fp32);
+  std::printf("attention %s fwd+bwd                                 %7.2f ms  %6.1f TFLOP/s  (%.1f%% of the %s "
+              "dense peak %.1f; wmma tensor-core kernels, SHARDD_TC_ATTENTION=1)\n",
+              t, (tf + tb) * 1e3, (fwd + bwd) / (tf + tb) / 1e12, pct, t, peak);
+}
+
+// The tensor-core attention: bf16 where the device has it, else fp16 (sm_70+),
+// on a backend created with SHARDD_TC_ATTENTION=1 (restored afterwards, so the
+// training run below is unaffected).
+void TensorCoreAttentionBench(const shard::GpuInfo& g, const shard::LlamaConfig& c, int64_t batch, int64_t seq,
+                              double peak_bf16, double peak_fp16) {
+  if (g.cc_major < 7) return;
+  const char* old = std::getenv("SHARDD_TC_ATTENTION");
+  const std::string saved = old ? old : "";
+  setenv("SHARDD_TC_ATTENTION", "1", 1);
+  auto be = shard::CreateBackend("cuda");
+  if (old) setenv("SHARDD_TC_ATTENTION", saved.c_str(), 1);
+  else unsetenv("SHARDD_TC_ATTENTION");
+  if (!be.ok()) {
+    std::printf("gpu_bench: %s\n", be.status().ToString().c_str());
+    return;
+  }
+  if (g.bf16) AttentionBench(be->get(), c, batch, seq, shard::DType::kBF16, peak_bf16);
+  else AttentionBench(be->get(), c, batch, seq, shard::DType::kF16, peak_fp16);
 }
 
 int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps, const std::string& precision,
@@ -246,13 +286,14 @@ int main(int argc, char** argv) {
   }
   std::fputs(hw->ToString().c_str(), stdout);
   const shard::GpuInfo& g = hw->gpus[0];
-  double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0;
+  double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0, peak_fp16 = 0;
   auto cat = shard::plan::LoadDefaultHardwareCatalog();
   const shard::plan::GpuSpec* spec = cat.ok() ? FindSpec(*cat, g) : nullptr;
   if (spec) {
     peak_fp32 = spec->tflops_fp32;
     peak_tf32 = spec->tflops_tf32;
     peak_bf16 = spec->tflops_bf16;
+    peak_fp16 = spec->tflops_fp16;
     std::printf("catalog: %s (%s): dense peak fp32 %.1f, tf32 %.1f, bf16 %.1f TFLOP/s\n", spec->name.c_str(),
                 spec->product.c_str(), spec->tflops_fp32, spec->tflops_tf32, spec->tflops_bf16);
   } else {
@@ -275,9 +316,13 @@ int main(int argc, char** argv) {
               bf16 ? shard::DType::kBF16 : shard::DType::kF32);
     if (!tf32 && !bf16) {
       auto cfg = shard::LlamaPreset(preset);
-      if (cfg.ok()) AttentionBench(be->get(), *cfg, micro, seq, peak_fp32);
+      if (cfg.ok()) AttentionBench(be->get(), *cfg, micro, seq, shard::DType::kF32, peak_fp32);
     }
   }
-  if (skip_train) return 0;
-  return TrainBench(preset, micro, seq, steps, precision, peak_tf32, peak_bf16, g.bf16);
+  // The experimental tensor-core attention runs last: should it fault, the
+  // device context is lost, and the figures above (and training) are already out.
+  const int rc = skip_train ? 0 : TrainBench(preset, micro, seq, steps, precision, peak_tf32, peak_bf16, g.bf16);
+  if (auto cfg = shard::LlamaPreset(preset); cfg.ok())
+    TensorCoreAttentionBench(g, *cfg, micro, seq, peak_bf16, peak_fp16);
+  return rc;
 }

@@ -469,14 +469,6 @@ Params MakeParams(const AttentionShape& sh, const float* qkv, const int32_t* sta
   return p;
 }
 
-const int32_t* Starts(const AttentionShape& sh, const int32_t* segment_ids, int32_t* starts, Stream s) {
-  if (segment_ids == nullptr) return nullptr;
-  SegmentStartsKernel<<<static_cast<unsigned>((sh.batch + 127) / 128), 128, 0, S(s)>>>(
-      segment_ids, static_cast<int>(sh.batch), static_cast<int>(sh.seq), starts);
-  CheckLaunch("attention segment starts");
-  return starts;
-}
-
 template <int D, int BR, int BC>
 void Forward(const Params& p, Stream s) {
   dim3 grid((p.seq + BR - 1) / BR, p.n_heads, p.batch);
@@ -495,10 +487,19 @@ void Backward(const Params& p, Stream s) {
 
 bool AttentionHeadDimSupported(int head_dim) { return head_dim > 0 && head_dim <= 128; }
 
+const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& sh, const int32_t* segment_ids, int32_t* starts,
+                                            Stream s) {
+  if (segment_ids == nullptr) return nullptr;
+  SegmentStartsKernel<<<static_cast<unsigned>((sh.batch + 127) / 128), 128, 0, S(s)>>>(
+      segment_ids, static_cast<int>(sh.batch), static_cast<int>(sh.seq), starts);
+  CheckLaunch("attention segment starts");
+  return starts;
+}
+
 void LaunchAttentionForward(const AttentionShape& sh, const float* qkv, const int32_t* segment_ids, int32_t* starts,
                             float* out, float* lse, Stream s) {
   if (sh.batch <= 0 || sh.seq <= 0) return;
-  Params p = MakeParams(sh, qkv, Starts(sh, segment_ids, starts, s));
+  Params p = MakeParams(sh, qkv, LaunchAttentionSegmentStarts(sh, segment_ids, starts, s));
   p.o = out;
   p.lse_out = lse;
   if (sh.head_dim <= 32) Forward<32, 64, 64>(p, s);
@@ -510,7 +511,7 @@ void LaunchAttentionBackward(const AttentionShape& sh, const float* qkv, const i
                              const float* out, const float* lse, const float* dout, float* dqkv, int32_t* starts,
                              float* delta, Stream s) {
   if (sh.batch <= 0 || sh.seq <= 0) return;
-  Params p = MakeParams(sh, qkv, Starts(sh, segment_ids, starts, s));
+  Params p = MakeParams(sh, qkv, LaunchAttentionSegmentStarts(sh, segment_ids, starts, s));
   p.out = out;
   p.lse = lse;
   p.dout = dout;

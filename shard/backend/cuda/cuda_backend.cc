@@ -7,13 +7,16 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "shard/backend/cuda/cuda_gemm.h"
 #include "shard/backend/cuda/cuda_kernels.h"
+#include "shard/common/logging.h"
 
 namespace shard::cuda {
 namespace {
@@ -53,11 +56,16 @@ class Scratch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm, bool native_bf16)
-      : device_(device), stream_(stream), gemm_(std::move(gemm)), native_bf16_(native_bf16) {}
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm, bool native_bf16,
+              bool tensor_core_attention)
+      : device_(device),
+        stream_(stream),
+        gemm_(std::move(gemm)),
+        native_bf16_(native_bf16),
+        tensor_core_attention_(tensor_core_attention) {}
   ~CudaBackend() override {
     gemm_.reset();
-    for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_}) s->Release(stream_);
+    for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_, &rounded_qkv_}) s->Release(stream_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
@@ -158,14 +166,24 @@ class CudaBackend final : public Backend {
   }
   void AttentionForward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids, float* out,
                         float* lse) override {
-    LaunchAttentionForward(shape, qkv, segment_ids, Starts(shape, segment_ids), out, lse, stream_);
+    if (UseTensorCoreAttention(shape)) {
+      LaunchAttentionForwardTc(shape, qkv, segment_ids, Starts(shape, segment_ids), out, lse, stream_);
+      return;
+    }
+    LaunchAttentionForward(shape, RoundedQkv(shape, qkv), segment_ids, Starts(shape, segment_ids), out, lse,
+                           stream_);
   }
   void AttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                          const float* out, const float* lse, const float* dout, float* dqkv) override {
     auto* delta = static_cast<float*>(
         delta_.Get(sizeof(float) * std::max<int64_t>(1, shape.batch * shape.seq * shape.n_heads), stream_));
-    LaunchAttentionBackward(shape, qkv, segment_ids, out, lse, dout, dqkv, Starts(shape, segment_ids), delta,
-                            stream_);
+    if (UseTensorCoreAttention(shape)) {
+      LaunchAttentionBackwardTc(shape, qkv, segment_ids, out, lse, dout, dqkv, Starts(shape, segment_ids), delta,
+                                stream_);
+      return;
+    }
+    LaunchAttentionBackward(shape, RoundedQkv(shape, qkv), segment_ids, out, lse, dout, dqkv,
+                            Starts(shape, segment_ids), delta, stream_);
   }
   void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
     LaunchSwiGluForward(gu, rows, ffn, h, stream_);
@@ -217,11 +235,34 @@ class CudaBackend final : public Backend {
         starts_.Get(sizeof(int32_t) * std::max<int64_t>(1, shape.batch * shape.seq), stream_));
   }
 
+  bool UseTensorCoreAttention(const AttentionShape& shape) const {
+    return shape.compute != DType::kF32 && tensor_core_attention_ && AttentionTcSupported(shape);
+  }
+  // The fp32 kernels serve compute bf16/fp16 too (tensor cores off, or a shape
+  // they do not support): q, k and v are rounded into a scratch copy first, so
+  // the contract of AttentionShape::compute holds; P and dS stay fp32 there,
+  // as on the CPU backend.
+  const float* RoundedQkv(const AttentionShape& shape, const float* qkv) {
+    if (shape.compute == DType::kF32) return qkv;
+    const int64_t n = shape.batch * shape.seq * shape.qkv_stride();
+    auto* rounded = static_cast<float*>(rounded_qkv_.Get(sizeof(float) * std::max<int64_t>(1, n), stream_));
+    LaunchRoundThrough(qkv, rounded, n, shape.compute, stream_);
+    return rounded;
+  }
+
   int device_;
   cudaStream_t stream_;
   std::unique_ptr<LtGemm> gemm_;
   bool native_bf16_;
-  Scratch partials_, scalars_, starts_, delta_, norm_partial_;
+  // EXPERIMENTAL: the tensor-core attention (cuda_attention_tc.cu) for compute
+  // bf16/fp16 is compiled but not yet verified on a GPU (only on a CPU
+  // emulation of its threads and wmma fragments), so it runs only when
+  // SHARDD_TC_ATTENTION=1 was set at backend creation; otherwise compute
+  // bf16/fp16 goes through the fp32 kernels on rounded q, k, v. The GPU tests
+  // (tests/gpu/backend/cuda_attention_test.cc, CudaAttentionTcTest) verify it:
+  // flip this default once they pass on a device.
+  bool tensor_core_attention_;
+  Scratch partials_, scalars_, starts_, delta_, norm_partial_, rounded_qkv_;
 };
 
 }  // namespace
@@ -266,7 +307,13 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
     cudaStreamDestroy(stream);
     return gemm.status();
   }
-  return static_cast<Backend*>(new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8));
+  // See CudaBackend::tensor_core_attention_ (experimental, off unless asked for).
+  const char* tc_env = std::getenv("SHARDD_TC_ATTENTION");
+  const bool tc_attention = tc_env != nullptr && std::string(tc_env) == "1";
+  if (tc_attention)
+    LOG_INFO("cuda backend: SHARDD_TC_ATTENTION=1: experimental tensor-core attention for compute bf16/fp16");
+  return static_cast<Backend*>(
+      new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8, tc_attention));
 }
 
 }  // namespace shard::cuda

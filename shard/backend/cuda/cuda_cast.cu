@@ -35,6 +35,13 @@ __global__ void F16ToF32Kernel(const __half* src, float* dst, int64_t n) {
   GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
 }
 
+__global__ void RoundThroughBF16Kernel(const float* src, float* dst, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+}
+__global__ void RoundThroughF16Kernel(const float* src, float* dst, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __half2float(__float2half_rn(src[i]));
+}
+
 }  // namespace
 
 void LaunchCastFromF32(const float* src, void* dst, int64_t n, DType to, Stream s) {
@@ -67,6 +74,22 @@ void LaunchCastToF32(const void* src, float* dst, int64_t n, DType from, Stream 
       break;
   }
   CheckLaunch("CastToF32");
+}
+
+void LaunchRoundThrough(const float* src, float* dst, int64_t n, DType through, Stream s) {
+  if (n <= 0) return;
+  switch (through) {
+    case DType::kF32:
+      if (dst != src) cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, S(s));
+      break;
+    case DType::kBF16:
+      RoundThroughBF16Kernel<<<GridFor(n), kThreads, 0, S(s)>>>(src, dst, n);
+      break;
+    case DType::kF16:
+      RoundThroughF16Kernel<<<GridFor(n), kThreads, 0, S(s)>>>(src, dst, n);
+      break;
+  }
+  CheckLaunch("RoundThrough");
 }
 
 }  // namespace shard::cuda

@@ -1,5 +1,5 @@
 // Internal to shard/backend/cuda: host-side launchers of the kernels in
-// cuda_kernels.cu and cuda_attention.cu. Every launcher queues work on
+// cuda_kernels.cu, cuda_cast.cu, cuda_attention.cu and cuda_attention_tc.cu. Every launcher queues work on
 // `stream` and returns at once; semantics are those of the matching
 // shard::Backend methods (backend.h). C++17 (shared with nvcc) and free of
 // CUDA types, so cuda_backend.cc needs no device code.
@@ -20,6 +20,9 @@ void LaunchScale(float* x, int64_t n, float v, Stream s);
 // cuda_cast.cu
 void LaunchCastFromF32(const float* src, void* dst, int64_t n, DType to, Stream s);
 void LaunchCastToF32(const void* src, float* dst, int64_t n, DType from, Stream s);
+// dst = src rounded to `through` (nearest even) and widened back: the values
+// an op with compute = `through` sees (kF32 copies). dst may equal src.
+void LaunchRoundThrough(const float* src, float* dst, int64_t n, DType through, Stream s);
 // C[m, n] (row stride ldc) = beta * C (0 when beta == 0): GEMMs with k == 0.
 void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, Stream s);
 // Fixed-shape partial sums (the same for a given n on any GPU): writes
@@ -59,6 +62,22 @@ void LaunchAttentionForward(const AttentionShape& shape, const float* qkv, const
 void LaunchAttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                              const float* out, const float* lse, const float* dout, float* dqkv,
                              int32_t* starts, float* delta, Stream s);
+// Shared by both attention implementations: starts[b*seq + t] = first token
+// of t's segment; returns starts, or null without segment_ids.
+const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& shape, const int32_t* segment_ids,
+                                            int32_t* starts, Stream s);
+
+// cuda_attention_tc.cu: the same two operations on tensor cores for
+// shape.compute bf16/fp16 (q, k, v, dout, P and dS rounded to it; scores,
+// softmax statistics and accumulation fp32), same arguments and scratch.
+// Supported: compute kBF16 (compute capability >= 8.0 on the current device)
+// or kF16 (>= 7.0), head_dim a multiple of 16 up to 128.
+bool AttentionTcSupported(const AttentionShape& shape);
+void LaunchAttentionForwardTc(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                              int32_t* starts, float* out, float* lse, Stream s);
+void LaunchAttentionBackwardTc(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
+                               const float* out, const float* lse, const float* dout, float* dqkv,
+                               int32_t* starts, float* delta, Stream s);
 
 // Raises a CHECK failure naming `what` if the last launch failed.
 void CheckLaunch(const char* what);
