@@ -13,7 +13,9 @@
 //      with SHARDD_TC_ATTENTION=1; last, so a fault cannot cost the rest).
 //
 // usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--precision auto|bf16|fp16|fp32]
-//                  [--skip-train]
+//                  [--skip-train] [--train-only]
+// --train-only: just the training figure (e.g. a second run under
+// SHARDD_TC_ATTENTION=1, where the trainer's backend uses tensor-core attention).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -261,7 +263,7 @@ int main(int argc, char** argv) {
   int64_t micro = 4, seq = 2048;
   int steps = 5;
   std::string precision = "auto";
-  bool skip_train = false;
+  bool skip_train = false, train_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -271,10 +273,11 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--precision") precision = next();
     else if (a == "--skip-train") skip_train = true;
+    else if (a == "--train-only") train_only = true;
     else {
       std::fprintf(stderr,
                    "usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] "
-                   "[--precision auto|bf16|fp16|fp32] [--skip-train]\n");
+                   "[--precision auto|bf16|fp16|fp32] [--skip-train] [--train-only]\n");
       return 2;
     }
   }
@@ -302,6 +305,7 @@ int main(int argc, char** argv) {
   std::printf("precision: GEMM figures in strict fp32, TF32 and bf16 inputs (fp32 accumulation); the training run "
               "uses precision %s\n", precision.c_str());
 
+  if (train_only) return TrainBench(preset, micro, seq, steps, precision, peak_tf32, peak_bf16, g.bf16);
   for (const char* mode : {"fp32", "tf32", "bf16"}) {
     const bool tf32 = std::strcmp(mode, "tf32") == 0, bf16 = std::strcmp(mode, "bf16") == 0;
     if ((tf32 && !g.tf32) || (bf16 && !g.bf16)) continue;
