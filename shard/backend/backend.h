@@ -94,6 +94,9 @@ class BackendEvent {
   // Blocks the calling host thread until all work queued before the record is
   // done (a no-op for synchronous backends, whose work is done on return).
   virtual void Wait() = 0;
+  // The device event (a cudaEvent_t on cuda/) for code that makes other device
+  // work wait for it (CommOptions::ready_event); null on synchronous backends.
+  virtual void* native_handle() const { return nullptr; }
 };
 
 class Backend {

@@ -52,6 +52,14 @@ const char* ReduceOpName(ReduceOp op);
 struct CommOptions {
   // Longest the call may block, end to end. Nothing waits forever.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // nccl with a compute stream (CommConfig::device_stream): an event on that
+  // stream (BackendEvent::native_handle(), a cudaEvent_t), recorded when the
+  // caller queued this call after producing its buffers; the collective orders
+  // after it instead of after everything queued by the time it is issued —
+  // a communication thread issues later, when compute the call does not need
+  // is queued too. It must stay alive until the call returns. Null: the
+  // communicator records its own event at issue time. Others ignore it.
+  void* ready_event = nullptr;
 };
 
 class Communicator {

@@ -195,6 +195,12 @@ void FsdpRuntime::Track(int64_t delta) {
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
 }
 
+CommOptions FsdpRuntime::CallOptions(const BackendEvent& ready) const {
+  CommOptions o = options_.comm;
+  o.ready_event = ready.native_handle();
+  return o;
+}
+
 Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
   if (t == 0 || comm_->Done(t)) return comm_->Wait(t);
   auto t0 = std::chrono::steady_clock::now();
@@ -219,8 +225,9 @@ Status FsdpRuntime::StartGather(int u) {
       backend_->CastFromF32(x.params.data(), own, n, dt);
     }
     x.gathered = true;
-    x.gather_ticket = comm_->Enqueue([this, u, own, n, dt] {
-      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, options_.comm)
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
+    x.gather_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
+      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, CallOptions(*ready))
           .WithContext(std::string(DTypeName(dt)) + " all-gather of unit " + std::to_string(u));
     });
     return OkStatus();
@@ -228,9 +235,10 @@ Status FsdpRuntime::StartGather(int u) {
   ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
   Track(x.layout.padded * 4);
   x.gathered = true;
-  x.gather_ticket = comm_->Enqueue([this, u] {
+  std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the allocation of `full`
+  x.gather_ticket = comm_->Enqueue([this, u, ready] {
     Unit& y = units_[u];
-    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, options_.comm)
+    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, CallOptions(*ready))
         .WithContext("all-gather of unit " + std::to_string(u));
   });
   return OkStatus();
@@ -393,8 +401,9 @@ Status FsdpRuntime::GradsDone(int u) {
     x.full_grad = DeviceBuffer();  // only the two-byte copy waits for the wire
     char* own = reinterpret_cast<char*>(x.grad_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
     x.grads_done = true;
-    x.rs_ticket = comm_->Enqueue([this, u, own, n, dt] {
-      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, options_.comm)
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
+    x.rs_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
+      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, CallOptions(*ready))
           .WithContext(std::string(DTypeName(dt)) + " reduce-scatter of unit " + std::to_string(u));
     });
   } else {
@@ -403,10 +412,11 @@ Status FsdpRuntime::GradsDone(int u) {
       Track(x.layout.shard_numel * 4);
     }
     x.grads_done = true;
-    x.rs_ticket = comm_->Enqueue([this, u] {
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the model's last accumulation
+    x.rs_ticket = comm_->Enqueue([this, u, ready] {
       Unit& y = units_[u];
       return shard_comm_
-          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, options_.comm)
+          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, CallOptions(*ready))
           .WithContext("reduce-scatter of unit " + std::to_string(u));
     });
   }

@@ -25,6 +25,11 @@
 // see Communicator::ReduceScatter), and widened into the fp32 gradient shard.
 // The replicas' all-reduce (no_shard, hybrid_shard) stays fp32.
 //
+// On a device backend the comm thread's collectives are ordered after the
+// compute stream by events recorded when each is queued (CommOptions::
+// ready_event): the all-gather of the next unit waits only for the work that
+// produced its inputs, not for the compute queued since.
+//
 // Gradients kept in host memory (optimizer offload, grads_on_device false)
 // flow down off the compute thread: each reduce-scatter result is queued as an
 // asynchronous device->host copy into one of a small ring of pinned staging
@@ -208,6 +213,10 @@ class FsdpRuntime : public UnitAccess {
   Status AddToHostGrads(int u, const float* src, int64_t n);
   Status CheckHostGrads() const;
   Status StartGather(int u);
+  // options_.comm for a collective the comm thread runs: ordered (nccl) after
+  // `ready`, recorded on the compute stream when the call was queued — not
+  // after the compute queued by the time the comm thread gets to it.
+  CommOptions CallOptions(const BackendEvent& ready) const;
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
   void Track(int64_t delta_bytes);

@@ -60,6 +60,7 @@ class CudaEvent final : public BackendEvent {
   explicit CudaEvent(cudaEvent_t e) : event_(e) {}
   ~CudaEvent() override { cudaEventDestroy(event_); }  // fine while pending: freed once it completes
   void Wait() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  void* native_handle() const override { return event_; }
 
  private:
   cudaEvent_t event_;

@@ -316,18 +316,21 @@ class NcclCommunicator final : public Communicator {
     return OkStatus();
   }
 
-  // Orders the collective after the compute stream's work queued so far: an
-  // event recorded there now, waited on by stream_ — the device does the
-  // waiting, this thread does not. Recording from this thread while the
+  // Orders the collective after the compute stream's work: the caller's event
+  // (CommOptions::ready_event) when given, else an event recorded there now;
+  // either way stream_ waits for it — the device does the waiting, this
+  // thread does not. Recording from this thread while the
   // compute thread queues more work is fine (the runtime API is thread-safe);
   // the event then sits at some point no earlier than every op queued before
   // this call began, which is all a buffer passed in can depend on. Re-recording
   // ready_ next call is safe: cudaStreamWaitEvent uses the record current at
   // the time it is called. Without a compute stream: the whole device is
   // synchronised (correct for any producer, and serialising).
-  Status OrderAfterCompute(const std::string& where) {
+  Status OrderAfterCompute(const std::string& where, const CommOptions& o) {
     cudaError_t e;
-    if (compute_) {
+    if (o.ready_event && compute_) {  // the caller's record, from when it queued the call
+      e = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(o.ready_event), 0);
+    } else if (compute_) {
       e = cudaEventRecord(ready_, compute_);
       if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
     } else {
@@ -339,7 +342,7 @@ class NcclCommunicator final : public Communicator {
 
   Status RunInFlight(const std::string& where, const CommOptions& o, const Issue& issue) {
     cudaSetDevice(device_);
-    RETURN_IF_ERROR(OrderAfterCompute(where));
+    RETURN_IF_ERROR(OrderAfterCompute(where, o));
     const auto deadline = Clock::now() + o.timeout;
     ncclResult_t r = issue(stream_);
     if (r != ncclSuccess && r != ncclInProgress)

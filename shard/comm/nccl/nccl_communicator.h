@@ -12,12 +12,15 @@
 //   call records an event on it and makes the collective's stream wait for
 //   that event, so the collective runs after every op queued before the call
 //   (the buffers it reads are complete; buffers it writes are no longer in
-//   use) while the calling thread never blocks on compute. Without a compute
-//   stream each call synchronises the whole device first (correct, but it
-//   serialises communication with compute). Completion is unchanged: a call
-//   returns once the collective finished (polled), so callers read results
-//   and free buffers as before. Overlap with compute comes from the caller's
-//   communication thread (shard/fsdp/comm_thread.h) plus this ordering.
+//   use) while the calling thread never blocks on compute. A caller that
+//   queues calls for another thread passes the event it recorded when it
+//   queued them (CommOptions::ready_event), so compute queued later does not
+//   delay the collective. Without a compute stream each call synchronises
+//   the whole device first (correct, but it serialises communication with
+//   compute). Completion is unchanged: a call returns once the collective
+//   finished (polled), so callers read results and free buffers as before.
+//   Overlap with compute comes from the caller's communication thread
+//   (shard/fsdp/comm_thread.h) plus this ordering.
 // * AllReduceMany over device buffers is one NCCL group (ncclGroupStart/End).
 // * Buffers may be device memory (the usual case) or host memory (small
 //   scalars such as the loss sum, offloaded gradient shards): host data is

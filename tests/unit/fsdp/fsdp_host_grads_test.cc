@@ -24,6 +24,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -48,12 +49,34 @@ float Grad(int rank, int step, int mb, int u, int64_t i) {
          std::ldexp(1.0f, static_cast<int>((i + mb + rank) % 7) - 3);
 }
 
+std::unique_ptr<Backend> Cpu() {
+  auto b = CreateBackend("cpu");
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return std::move(*b);
+}
+
 // Every call goes to `inner`; each counts as a use of this backend, and a use
 // that starts while another is running is an overlap.
 class ForwardingBackend : public Backend {
  public:
   explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   int overlaps() const { return overlaps_.load(); }
+
+ protected:
+  // Defined before its users: they deduce its return type.
+  template <typename F>
+  auto Use(F&& f) {
+    struct Guard {
+      ForwardingBackend* b;
+      explicit Guard(ForwardingBackend* x) : b(x) {
+        if (b->users_.fetch_add(1) != 0) b->overlaps_.fetch_add(1);
+      }
+      ~Guard() { b->users_.fetch_sub(1); }
+    } g(this);
+    return f();
+  }
+
+ public:
 
   const char* name() const override { return inner_->name(); }
   StatusOr<void*> Allocate(size_t b) override { return Use([&] { return inner_->Allocate(b); }); }
@@ -110,17 +133,6 @@ class ForwardingBackend : public Backend {
   }
 
  protected:
-  template <typename F>
-  auto Use(F&& f) {
-    struct Guard {
-      ForwardingBackend* b;
-      explicit Guard(ForwardingBackend* x) : b(x) {
-        if (b->users_.fetch_add(1) != 0) b->overlaps_.fetch_add(1);
-      }
-      ~Guard() { b->users_.fetch_sub(1); }
-    } g(this);
-    return f();
-  }
 
   std::unique_ptr<Backend> inner_;
   std::atomic<int> users_{0}, overlaps_{0};
@@ -162,7 +174,7 @@ class DeferredEvent final : public BackendEvent {
 // Created on, and used from, one compute thread (events from any thread).
 class DeferredCopyBackend final : public ForwardingBackend {
  public:
-  DeferredCopyBackend() : ForwardingBackend(std::move(*CreateBackend("cpu"))), compute_(std::this_thread::get_id()) {}
+  DeferredCopyBackend() : ForwardingBackend(Cpu()), compute_(std::this_thread::get_id()) {}
   int waits_on_compute_thread() const { return waits_on_compute_.load(); }
 
   void CopyToHostAsync(void* dst, const void* src, size_t bytes) override {
@@ -209,7 +221,7 @@ class DeferredCopyBackend final : public ForwardingBackend {
   std::atomic<int> waits_on_compute_{0};
 };
 
-struct Setup {
+struct Case {
   int world = 1;
   ShardStrategy strategy = ShardStrategy::kFullShard;
   DType reduce_dtype = DType::kF32;
@@ -224,7 +236,7 @@ struct RankView {
 };
 
 // Communicators for one rank: a shard group and a replica group as the strategy needs.
-void MakeComms(const Setup& s, int rank, const std::string& prefix, std::unique_ptr<Communicator>* shard,
+void MakeComms(const Case& s, int rank, const std::string& prefix, std::unique_ptr<Communicator>* shard,
                std::unique_ptr<Communicator>* replicate) {
   if (s.world == 1) return;
   CommConfig cc;
@@ -280,7 +292,7 @@ std::vector<std::vector<float>> ReadGrads(FsdpRuntime& rt, Backend& be) {
   return out;
 }
 
-FsdpOptions Options(const Setup& s, bool host_grads) {
+FsdpOptions Options(const Case& s, bool host_grads) {
   FsdpOptions o;
   o.strategy = s.strategy;
   o.reduce_dtype = s.reduce_dtype;
@@ -290,7 +302,7 @@ FsdpOptions Options(const Setup& s, bool host_grads) {
 
 // The runtime alone, host shards attached by hand (host backend wrapped to
 // catch overlapping use). Returns every rank's view.
-std::vector<RankView> RunGradients(const Setup& s, bool host_grads) {
+std::vector<RankView> RunGradients(const Case& s, bool host_grads) {
   static std::atomic<int> group{0};
   const std::string prefix = "fsdp-hg-" + std::to_string(group++) + "/";
   std::vector<RankView> views(s.world);
@@ -304,10 +316,10 @@ std::vector<RankView> RunGradients(const Setup& s, bool host_grads) {
         deferred = d.get();
         be = std::move(d);
       } else {
-        be = std::move(*CreateBackend("cpu"));
+        be = Cpu();
       }
       // The host backend and shards outlive the runtime (declared first).
-      ForwardingBackend host(std::move(*CreateBackend("cpu")));
+      ForwardingBackend host(Cpu());
       std::vector<HostBuffer> shards;
       std::unique_ptr<Communicator> shard, replicate;
       MakeComms(s, r, prefix, &shard, &replicate);
@@ -347,10 +359,10 @@ void ExpectBitwise(const std::vector<float>& a, const std::vector<float>& b, con
     ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " element " << i;
 }
 
-class FsdpHostGradsTest : public ::testing::TestWithParam<Setup> {};
+class FsdpHostGradsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FsdpHostGradsTest, HostGradientsAreBitwiseTheDeviceOnesAndTheComputeThreadNeverWaitsOnACopy) {
-  const Setup s = GetParam();
+  const Case s = GetParam();
   const std::vector<RankView> dev = RunGradients(s, false), host = RunGradients(s, true);
   ASSERT_EQ(dev.size(), host.size());
   for (int r = 0; r < s.world; ++r) {
@@ -363,16 +375,18 @@ TEST_P(FsdpHostGradsTest, HostGradientsAreBitwiseTheDeviceOnesAndTheComputeThrea
     EXPECT_EQ(host[r].host_overlaps, 0) << "rank " << r << ": the host backend was used by two threads at once";
     // Sharded units go through the two stages: six units folded per
     // micro-batch with a 2 ms copy each must find both stages busy.
-    if (s.world > 1 && s.strategy != ShardStrategy::kNoShard)
+    if (s.world > 1 && s.strategy != ShardStrategy::kNoShard) {
       EXPECT_GT(host[r].stalls, 0) << "rank " << r << ": the staging ring never filled";
+    }
+    std::printf("rank %d: %lld waits for a free stage\n", r, static_cast<long long>(host[r].stalls));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Worlds, FsdpHostGradsTest,
-    ::testing::Values(Setup{1, ShardStrategy::kFullShard, DType::kF32}, Setup{2, ShardStrategy::kFullShard, DType::kF32},
-                      Setup{2, ShardStrategy::kFullShard, DType::kBF16}, Setup{2, ShardStrategy::kNoShard, DType::kF32}),
-    [](const ::testing::TestParamInfo<Setup>& i) {
+    ::testing::Values(Case{1, ShardStrategy::kFullShard, DType::kF32}, Case{2, ShardStrategy::kFullShard, DType::kF32},
+                      Case{2, ShardStrategy::kFullShard, DType::kBF16}, Case{2, ShardStrategy::kNoShard, DType::kF32}),
+    [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(i.param.strategy == ShardStrategy::kNoShard ? "no_shard" : "full_shard") + "_W" +
              std::to_string(i.param.world) + (i.param.reduce_dtype == DType::kF32 ? "" : "_bf16_reduce");
     });
@@ -397,7 +411,7 @@ ParamLayout Layout() {
 
 // Through OptimizerState (its own host backend and shards, the runtime's ring):
 // parameters after kSteps offloaded AdamW steps equal the on-device ones.
-std::vector<RankView> RunOptimizer(const Setup& s, bool offload) {
+std::vector<RankView> RunOptimizer(const Case& s, bool offload) {
   static std::atomic<int> group{0};
   const std::string prefix = "fsdp-hg-opt-" + std::to_string(group++) + "/";
   const ParamLayout layout = Layout();
@@ -409,7 +423,7 @@ std::vector<RankView> RunOptimizer(const Setup& s, bool offload) {
       if (offload) {
         be = std::make_unique<DeferredCopyBackend>();
       } else {
-        be = std::move(*CreateBackend("cpu"));
+        be = Cpu();
       }
       std::unique_ptr<Communicator> shard, replicate;
       MakeComms(s, r, prefix, &shard, &replicate);
@@ -448,8 +462,8 @@ std::vector<RankView> RunOptimizer(const Setup& s, bool offload) {
 }
 
 TEST(FsdpHostGradsOptimizerTest, OffloadedParametersAreBitwiseTheDeviceOnesAtW1AndW2) {
-  for (const Setup s : {Setup{1, ShardStrategy::kFullShard, DType::kF32}, Setup{2, ShardStrategy::kFullShard, DType::kF32},
-                        Setup{2, ShardStrategy::kNoShard, DType::kF32}}) {
+  for (const Case s : {Case{1, ShardStrategy::kFullShard, DType::kF32}, Case{2, ShardStrategy::kFullShard, DType::kF32},
+                        Case{2, ShardStrategy::kNoShard, DType::kF32}}) {
     SCOPED_TRACE("W=" + std::to_string(s.world) + (s.strategy == ShardStrategy::kNoShard ? " no_shard" : " full_shard"));
     const std::vector<RankView> dev = RunOptimizer(s, false), off = RunOptimizer(s, true);
     for (int r = 0; r < s.world; ++r)
