@@ -137,7 +137,7 @@ class Backend {
   virtual void Synchronize() = 0;
   // Host memory for state kept off the device (optimizer offload). Device
   // backends return page-locked memory, so CopyToDevice/CopyToHost run at full
-  // bus speed and may later be made asynchronous; the default is 64-byte
+  // bus speed and CopyToHostAsync is truly asynchronous; the default is 64-byte
   // aligned ordinary memory. Free with FreeHost of the same backend.
   virtual StatusOr<void*> AllocateHost(size_t bytes);
   virtual void FreeHost(void* ptr);

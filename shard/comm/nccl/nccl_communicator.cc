@@ -319,13 +319,14 @@ class NcclCommunicator final : public Communicator {
   // Orders the collective after the compute stream's work: the caller's event
   // (CommOptions::ready_event) when given, else an event recorded there now;
   // either way stream_ waits for it — the device does the waiting, this
-  // thread does not. Recording from this thread while the
-  // compute thread queues more work is fine (the runtime API is thread-safe);
-  // the event then sits at some point no earlier than every op queued before
-  // this call began, which is all a buffer passed in can depend on. Re-recording
-  // ready_ next call is safe: cudaStreamWaitEvent uses the record current at
-  // the time it is called. Without a compute stream: the whole device is
-  // synchronised (correct for any producer, and serialising).
+  // thread does not. Recording from this thread while the compute thread
+  // queues more work is fine (the runtime API is thread-safe): the event sits
+  // no earlier than every op queued before this call began, which is all a
+  // buffer passed in can depend on. Re-recording ready_ next call is safe:
+  // cudaStreamWaitEvent uses the record current when it is called. Without a
+  // compute stream the whole device is synchronised (correct for any
+  // producer, and serialising). The call's deadline now also covers the
+  // device finishing that compute, which used to be waited for before it.
   Status OrderAfterCompute(const std::string& where, const CommOptions& o) {
     cudaError_t e;
     if (o.ready_event && compute_) {  // the caller's record, from when it queued the call
@@ -431,7 +432,7 @@ class NcclCommunicator final : public Communicator {
   const int rank_, world_, device_;
   std::string name_;
   const cudaStream_t compute_;  // CommConfig::device_stream; null: cudaDeviceSynchronize before each call
-  cudaEvent_t ready_ = nullptr; // recorded on compute_, waited on by stream_ (null without compute_)
+  cudaEvent_t ready_ = nullptr;  // recorded on compute_, waited on by stream_ (null without compute_)
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;  // owned by the calling thread (collectives are serial)
   size_t scratch_bytes_ = 0;
