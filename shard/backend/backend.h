@@ -13,11 +13,13 @@
 //
 // Device backends (cuda/) queue work asynchronously on their own stream: pass
 // host data only through CopyToDevice/CopyToHost (both return with the copy
-// done), and results returned by value (SumSquares, CrossEntropy) wait for the
-// work they need. Buffers may be freed while queued work still uses them (the
-// backend orders the free after that work).
+// done) or CopyToHostAsync plus an event, and results returned by value
+// (SumSquares, CrossEntropy) wait for the work they need. Buffers may be freed
+// while queued work still uses them (the backend orders the free after that
+// work — including an asynchronous copy out of them).
 //
-// Thread-safety: a Backend may be used from one thread at a time per instance.
+// Thread-safety: a Backend may be used from one thread at a time per instance;
+// a BackendEvent it returned may be waited on (and destroyed) from any thread.
 #pragma once
 
 #include <cstddef>
@@ -82,6 +84,21 @@ struct AdamWArgs {
   float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, loss-scale undo)
 };
 
+// A point in a backend's queue of work (RecordEvent). Thread-safety: Wait and
+// the destructor may be called from any thread, concurrently with the
+// backend's own thread queueing more work — the FSDP runtime's host worker
+// waits on events the compute thread recorded.
+class BackendEvent {
+ public:
+  virtual ~BackendEvent() = default;
+  // Blocks the calling host thread until all work queued before the record is
+  // done (a no-op for synchronous backends, whose work is done on return).
+  virtual void Wait() = 0;
+  // The device event (a cudaEvent_t on cuda/) for code that makes other device
+  // work wait for it (CommOptions::ready_event); null on synchronous backends.
+  virtual void* native_handle() const { return nullptr; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -90,12 +107,25 @@ class Backend {
   // 8.0). precision: auto picks bf16 where it does and fp16 elsewhere on GPUs;
   // the CPU stores bf16 but computes in fp32, so auto stays fp32 there.
   virtual bool native_bf16() const { return false; }
+  // The device stream every op is queued on (a cudaStream_t on cuda/), for
+  // code that must order other device work after it — the nccl communicator
+  // (CommConfig::device_stream). Null on synchronous backends.
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- Memory -------------------------------------------------------------
   virtual StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  // Queues a copy to host memory and returns at once; host_dst holds the bytes
+  // only after an event recorded later (RecordEvent) has been waited on, and
+  // must not be read or written before that. host_dst must come from
+  // AllocateHost (pinned: a device copy into pageable memory would block).
+  // `src` may be freed right after the call (frees are ordered after queued
+  // work, this copy included). The default copies synchronously.
+  virtual void CopyToHostAsync(void* host_dst, const void* src, size_t bytes) { CopyToHost(host_dst, src, bytes); }
+  // An event after all work queued so far. The default is already complete.
+  virtual std::shared_ptr<BackendEvent> RecordEvent();
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Fill(float* x, int64_t n, float value) = 0;
   // dst (n elements of `to`) = src rounded to nearest even (NaN stays NaN,
@@ -107,7 +137,7 @@ class Backend {
   virtual void Synchronize() = 0;
   // Host memory for state kept off the device (optimizer offload). Device
   // backends return page-locked memory, so CopyToDevice/CopyToHost run at full
-  // bus speed and may later be made asynchronous; the default is 64-byte
+  // bus speed and CopyToHostAsync is truly asynchronous; the default is 64-byte
   // aligned ordinary memory. Free with FreeHost of the same backend.
   virtual StatusOr<void*> AllocateHost(size_t bytes);
   virtual void FreeHost(void* ptr);

@@ -41,6 +41,7 @@ class ProfilingBackend final : public Backend {
 
   const char* name() const override { return inner_->name(); }
   bool native_bf16() const override { return inner_->native_bf16(); }
+  void* native_stream() const override { return inner_->native_stream(); }
   StatusOr<void*> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
   void Free(void* ptr) override { inner_->Free(ptr); }
   StatusOr<void*> AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }
@@ -51,6 +52,11 @@ class ProfilingBackend final : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     Timed("copy_to_host", 0, [&] { inner_->CopyToHost(dst, src, bytes); });
   }
+  // Timed like every op, so synchronised: profiling serialises the stream anyway.
+  void CopyToHostAsync(void* dst, const void* src, size_t bytes) override {
+    Timed("copy_to_host_async", 0, [&] { inner_->CopyToHostAsync(dst, src, bytes); });
+  }
+  std::shared_ptr<BackendEvent> RecordEvent() override { return inner_->RecordEvent(); }
   void Copy(void* dst, const void* src, size_t bytes) override {
     Timed("copy", 0, [&] { inner_->Copy(dst, src, bytes); });
   }

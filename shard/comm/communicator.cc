@@ -22,6 +22,13 @@ const char* ReduceOpName(ReduceOp op) {
   return "?";
 }
 
+Status Communicator::AllReduceMany(const std::vector<Buffer>& buffers, ReduceOp op, const CommOptions& options) {
+  for (size_t i = 0; i < buffers.size(); ++i)
+    RETURN_IF_ERROR(AllReduce(buffers[i].data, buffers[i].count, op, options)
+                        .WithContext("buffer " + std::to_string(i) + " of " + std::to_string(buffers.size())));
+  return OkStatus();
+}
+
 Status CommConfig::Validate() const {
   if (backend != "local" && backend != "gloo" && backend != "nccl") {
     return InvalidArgument("communicator backend '" + backend +

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shard/common/kv_store.h"
 #include "shard/common/status.h"
@@ -51,6 +52,14 @@ const char* ReduceOpName(ReduceOp op);
 struct CommOptions {
   // Longest the call may block, end to end. Nothing waits forever.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // nccl with a compute stream (CommConfig::device_stream): an event on that
+  // stream (BackendEvent::native_handle(), a cudaEvent_t), recorded when the
+  // caller queued this call after producing its buffers; the collective orders
+  // after it instead of after everything queued by the time it is issued —
+  // a communication thread issues later, when compute the call does not need
+  // is queued too. It must stay alive until the call returns. Null: the
+  // communicator records its own event at issue time. Others ignore it.
+  void* ready_event = nullptr;
 };
 
 class Communicator {
@@ -95,6 +104,17 @@ class Communicator {
   virtual Status AllReduce(double* data, int64_t count, ReduceOp op,
                            const CommOptions& options) = 0;
 
+  // Several in-place all-reduces as one call, same semantics as calling
+  // AllReduce on each buffer in order (every rank passes the same counts). The
+  // default does exactly that; nccl issues them as one NCCL group (one launch,
+  // one completion wait) when every buffer is device memory. Errors name the
+  // buffer's index.
+  struct Buffer {
+    float* data = nullptr;
+    int64_t count = 0;
+  };
+  virtual Status AllReduceMany(const std::vector<Buffer>& buffers, ReduceOp op, const CommOptions& options);
+
   // Copies root's data into every other rank's data.
   virtual Status Broadcast(float* data, int64_t count, int root, const CommOptions& options) = 0;
 
@@ -126,6 +146,12 @@ struct CommConfig {
   std::string gloo_interface;
   // Longest the rendezvous and connection setup may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // nccl: the compute stream the collectives order after (a cudaStream_t,
+  // Backend::native_stream()): each call makes its own stream wait for an
+  // event recorded there, so it never blocks the calling thread on compute.
+  // Null: the device is synchronised before each call, as before. local and
+  // gloo ignore it (their buffers are host memory, complete when passed).
+  void* device_stream = nullptr;
 
   Status Validate() const;
 };

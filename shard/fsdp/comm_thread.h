@@ -5,6 +5,10 @@
 // matched while the compute thread overlaps its work with them (all-gather of
 // the next unit, reduce-scatter of the previous unit's gradients).
 //
+// The FSDP runtime also runs a second instance as a plain FIFO executor: its
+// host worker, which waits for offloaded gradient copies and adds them on the
+// host (fsdp_runtime.h).
+//
 // Thread-safety: Enqueue and Wait may be called from any thread. After a task
 // fails, every later Wait returns that error (the attempt is over).
 #pragma once

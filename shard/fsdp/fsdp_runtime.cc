@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
 
 FsdpRuntime::~FsdpRuntime() {
   if (comm_) (void)comm_->Drain();
+  if (host_worker_) (void)host_worker_->Drain();  // before the stages and shards it writes go
 }
 
 float* FsdpRuntime::grad_shard(int u) {
@@ -101,16 +102,41 @@ float* FsdpRuntime::host_grad_shard(int u) {
   return host_grads_[u];
 }
 
-Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads, float* stage) {
+Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads) {
   if (options_.grads_on_device) return Internal("AttachHostGrads: the runtime keeps its gradient shards on the device");
-  if (host == nullptr || stage == nullptr || grads.size() != units_.size())
-    return Internal("AttachHostGrads: need a host backend, a stage and " + std::to_string(units_.size()) +
+  if (host == nullptr || grads.size() != units_.size())
+    return Internal("AttachHostGrads: need a host backend and " + std::to_string(units_.size()) +
                     " gradient shards, got " + std::to_string(grads.size()));
+  if (host_worker_) return Internal("AttachHostGrads: host gradient shards are attached already");
+  int64_t largest = 0;
+  for (const Unit& x : units_) largest = std::max(largest, x.layout.shard_numel);
+  // Two stages: one being filled by the device while the worker adds the
+  // other; the planner counts the same (memory_model.cc, "pinned transfer staging").
+  host_stages_.clear();
+  for (int s = 0; s < kHostStages; ++s) {
+    auto b = HostBuffer::Create(backend_, largest);
+    if (!b.ok()) return b.status().WithContext("FSDP runtime: host gradient staging buffer " + std::to_string(s));
+    host_stages_.push_back(std::move(*b));
+  }
   host_ = host;
   host_grads_ = std::move(grads);
-  host_stage_ = stage;
   host_dirty_.assign(units_.size(), false);
+  stage_ticket_.assign(kHostStages, 0);
+  host_ticket_.assign(units_.size(), 0);
+  next_stage_ = 0;
+  host_worker_ = std::make_unique<CommThread>();
   return OkStatus();
+}
+
+int64_t FsdpRuntime::host_stage_bytes() const {
+  int64_t bytes = 0;
+  for (const HostBuffer& b : host_stages_) bytes += b.size() * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+Status FsdpRuntime::DrainHostGrads() {
+  if (!host_worker_) return OkStatus();
+  return host_worker_->Drain().WithContext("adding gradients into the host shards");
 }
 
 Status FsdpRuntime::CheckHostGrads() const {
@@ -120,10 +146,30 @@ Status FsdpRuntime::CheckHostGrads() const {
   return OkStatus();
 }
 
-void FsdpRuntime::AddToHostGrads(int u, const float* src, int64_t n) {
-  backend_->CopyToHost(host_stage_, src, static_cast<size_t>(n) * sizeof(float));
-  host_->Add(host_grads_[u], host_stage_, host_grads_[u], n);
+Status FsdpRuntime::AddToHostGrads(int u, const float* src, int64_t n) {
+  const int s = next_stage_;
+  next_stage_ = (next_stage_ + 1) % kHostStages;
+  // The stage's previous add must have read it before the device overwrites it.
+  if (!host_worker_->Done(stage_ticket_[s])) ++host_stage_stalls_;
+  RETURN_IF_ERROR(host_worker_->Wait(stage_ticket_[s]).WithContext("adding gradients into the host shards"));
+  float* stage = host_stages_[s].data();
+  float* dst = host_grads_[u];
+  Backend* host = host_;
+  // Queued after the work producing `src`; the caller's free of `src` is
+  // queued after the copy (same stream), so it stays valid until copied.
+  backend_->CopyToHostAsync(stage, src, static_cast<size_t>(n) * sizeof(float));
+  std::shared_ptr<BackendEvent> copied = backend_->RecordEvent();
+  // Tasks for one unit run in FIFO order, so its micro-batches add up in the
+  // same order as on the device (bitwise the same sums).
+  const CommThread::Ticket t = host_worker_->Enqueue([copied, host, dst, stage, n] {
+    copied->Wait();
+    host->Add(dst, stage, dst, n);
+    return OkStatus();
+  });
+  stage_ticket_[s] = t;
+  host_ticket_[u] = t;
   host_dirty_[u] = true;
+  return OkStatus();
 }
 
 int64_t FsdpRuntime::param_shard_device_bytes() const {
@@ -147,6 +193,12 @@ int64_t FsdpRuntime::moment_device_bytes() const {
 void FsdpRuntime::Track(int64_t delta) {
   transient_bytes_ += delta;
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
+}
+
+CommOptions FsdpRuntime::CallOptions(const BackendEvent& ready) const {
+  CommOptions o = options_.comm;
+  o.ready_event = ready.native_handle();
+  return o;
 }
 
 Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
@@ -173,8 +225,9 @@ Status FsdpRuntime::StartGather(int u) {
       backend_->CastFromF32(x.params.data(), own, n, dt);
     }
     x.gathered = true;
-    x.gather_ticket = comm_->Enqueue([this, u, own, n, dt] {
-      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, options_.comm)
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
+    x.gather_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
+      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, CallOptions(*ready))
           .WithContext(std::string(DTypeName(dt)) + " all-gather of unit " + std::to_string(u));
     });
     return OkStatus();
@@ -182,9 +235,10 @@ Status FsdpRuntime::StartGather(int u) {
   ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
   Track(x.layout.padded * 4);
   x.gathered = true;
-  x.gather_ticket = comm_->Enqueue([this, u] {
+  std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the allocation of `full`
+  x.gather_ticket = comm_->Enqueue([this, u, ready] {
     Unit& y = units_[u];
-    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, options_.comm)
+    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, CallOptions(*ready))
         .WithContext("all-gather of unit " + std::to_string(u));
   });
   return OkStatus();
@@ -297,6 +351,9 @@ StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
       ASSIGN_OR_RETURN(x.full_grad, DeviceBuffer::Create(backend_, n));
       Track(n * 4);
       if (host_dirty_[u]) {
+        // The last micro-batch's copy into the host shard must have landed.
+        RETURN_IF_ERROR(
+            host_worker_->Wait(host_ticket_[u]).WithContext("adding gradients into the host shards"));
         backend_->CopyToDevice(x.full_grad.data(), host_grads_[u], static_cast<size_t>(n) * sizeof(float));
       } else {
         backend_->Fill(x.full_grad.data(), n, 0.0f);
@@ -319,10 +376,18 @@ Status FsdpRuntime::GradsDone(int u) {
   if (!sharded()) {  // host gradients, one rank per shard group: the buffer is the new running sum
     x.grads_done = true;
     const int64_t n = x.layout.shard_numel;
-    backend_->CopyToHost(host_grads_[u], x.full_grad.data(), static_cast<size_t>(n) * sizeof(float));
+    // Straight into the (pinned) host shard, asynchronously; the worker's task
+    // only waits for the copy, so draining it (or waiting host_ticket_[u])
+    // means the shard holds the sum. Nothing else touches the shard meanwhile.
+    backend_->CopyToHostAsync(host_grads_[u], x.full_grad.data(), static_cast<size_t>(n) * sizeof(float));
+    std::shared_ptr<BackendEvent> copied = backend_->RecordEvent();
+    host_ticket_[u] = host_worker_->Enqueue([copied] {
+      copied->Wait();
+      return OkStatus();
+    });
     host_dirty_[u] = true;
     Track(-x.full_grad.size() * 4);
-    x.full_grad = DeviceBuffer();
+    x.full_grad = DeviceBuffer();  // the free is queued after the copy on the same stream
     return OkStatus();
   }
   RETURN_IF_ERROR(CheckHostGrads());
@@ -336,8 +401,9 @@ Status FsdpRuntime::GradsDone(int u) {
     x.full_grad = DeviceBuffer();  // only the two-byte copy waits for the wire
     char* own = reinterpret_cast<char*>(x.grad_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
     x.grads_done = true;
-    x.rs_ticket = comm_->Enqueue([this, u, own, n, dt] {
-      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, options_.comm)
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
+    x.rs_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
+      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, CallOptions(*ready))
           .WithContext(std::string(DTypeName(dt)) + " reduce-scatter of unit " + std::to_string(u));
     });
   } else {
@@ -346,10 +412,11 @@ Status FsdpRuntime::GradsDone(int u) {
       Track(x.layout.shard_numel * 4);
     }
     x.grads_done = true;
-    x.rs_ticket = comm_->Enqueue([this, u] {
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the model's last accumulation
+    x.rs_ticket = comm_->Enqueue([this, u, ready] {
       Unit& y = units_[u];
       return shard_comm_
-          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, options_.comm)
+          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, CallOptions(*ready))
           .WithContext("reduce-scatter of unit " + std::to_string(u));
     });
   }
@@ -378,7 +445,7 @@ Status FsdpRuntime::FoldReduced(int u) {
     if (options_.grads_on_device) {
       backend_->Add(y.grads.data(), wide.data(), y.grads.data(), n);
     } else {
-      AddToHostGrads(u, wide.data(), n);
+      RETURN_IF_ERROR(AddToHostGrads(u, wide.data(), n));
     }
     Track(-(n + y.grad_lp.size()) * 4);
     y.grad_lp = DeviceBuffer();
@@ -386,7 +453,7 @@ Status FsdpRuntime::FoldReduced(int u) {
     if (options_.grads_on_device) {
       backend_->Add(y.grads.data(), y.rs_out.data(), y.grads.data(), n);
     } else {
-      AddToHostGrads(u, y.rs_out.data(), n);
+      RETURN_IF_ERROR(AddToHostGrads(u, y.rs_out.data(), n));
     }
     Track(-(y.full_grad.size() + y.rs_out.size()) * 4);
     y.full_grad = DeviceBuffer();
@@ -402,6 +469,9 @@ void FsdpRuntime::ZeroGrads() {
     return;
   }
   if (host_ == nullptr) return;  // FinishMicroBatch/GradBuffer report the missing attach
+  // The worker may still be adding last step's gradients (or using host_).
+  // An error stays with the worker and surfaces at the next wait on it.
+  (void)DrainHostGrads();
   for (int u = 0; u < num_units(); ++u) {
     host_->Fill(host_grads_[u], units_[u].layout.shard_numel, 0.0f);
     host_dirty_[u] = false;
@@ -415,6 +485,8 @@ void FsdpRuntime::BeginMicroBatch() {
   in_order_ = true;
 }
 
+// The host worker is not drained here: the folds below only queue more work
+// for it, and the next micro-batch may overlap those adds.
 Status FsdpRuntime::FinishMicroBatch() {
   RETURN_IF_ERROR(CheckHostGrads());
   RETURN_IF_ERROR(WaitTicket(comm_->Enqueue([] { return OkStatus(); })));
@@ -430,20 +502,25 @@ Status FsdpRuntime::FinishMicroBatch() {
 Status FsdpRuntime::FinishGradients() {
   RETURN_IF_ERROR(comm_->Drain());
   RETURN_IF_ERROR(CheckHostGrads());
+  // Host shards: every copy down has landed and been added before the
+  // all-reduce reads them (nccl's staging copy is not ordered after compute).
+  RETURN_IF_ERROR(DrainHostGrads());
   if (!replicate_comm_ || replicate_comm_->world_size() == 1) return OkStatus();
+  // One call for all units (one NCCL group on device shards; buffer i is unit i).
+  std::vector<Communicator::Buffer> shards;
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
-    float* g = options_.grads_on_device ? x.grads.data() : host_grads_[u];
-    RETURN_IF_ERROR(replicate_comm_->AllReduce(g, x.layout.shard_numel, ReduceOp::kSum, options_.comm)
-                        .WithContext("gradient all-reduce of unit " + std::to_string(u)));
+    shards.push_back({options_.grads_on_device ? x.grads.data() : host_grads_[u], x.layout.shard_numel});
   }
-  return OkStatus();
+  return replicate_comm_->AllReduceMany(shards, ReduceOp::kSum, options_.comm)
+      .WithContext("gradient all-reduce of " + std::to_string(num_units()) + " units");
 }
 
 StatusOr<double> FsdpRuntime::GradNormSquared() {
   RETURN_IF_ERROR(comm_->Drain());
   double sq = 0;
   RETURN_IF_ERROR(CheckHostGrads());
+  RETURN_IF_ERROR(DrainHostGrads());  // host_ is the compute thread's from here
   for (int u = 0; u < num_units(); ++u) {
     const Unit& x = units_[u];
     sq += options_.grads_on_device ? backend_->SumSquares(x.grads.data(), x.layout.shard_numel)

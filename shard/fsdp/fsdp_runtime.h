@@ -25,9 +25,25 @@
 // see Communicator::ReduceScatter), and widened into the fp32 gradient shard.
 // The replicas' all-reduce (no_shard, hybrid_shard) stays fp32.
 //
+// On a device backend the comm thread's collectives are ordered after the
+// compute stream by events recorded when each is queued (CommOptions::
+// ready_event): the all-gather of the next unit waits only for the work that
+// produced its inputs, not for the compute queued since.
+//
+// Gradients kept in host memory (optimizer offload, grads_on_device false)
+// flow down off the compute thread: each reduce-scatter result is queued as an
+// asynchronous device->host copy into one of a small ring of pinned staging
+// buffers, and a host worker thread waits for the copy (a BackendEvent) and
+// adds the stage into the host gradient shard. The compute thread blocks only
+// when every stage is still busy, and drains the worker wherever it reads or
+// writes host gradients itself (ZeroGrads, an unsharded unit's GradBuffer,
+// FinishGradients, GradNormSquared, DrainHostGrads for the optimizer step).
+//
 // Knows nothing of attention or Llama: units are flat buffers of given sizes.
 // Thread-safety: one compute thread calls everything; the communication thread
-// is internal.
+// and the host worker are internal. The attached host backend is used by the
+// host worker while gradients flow, and by the compute thread only after
+// draining it, so it is never used by two threads at once.
 #pragma once
 
 #include <memory>
@@ -100,14 +116,31 @@ class FsdpRuntime : public UnitAccess {
   // The device gradient shard; aborts (naming the unit) when the gradients live
   // on the host (grads_on_device false): use host_grad_shard then.
   float* grad_shard(int u);
-  // The host gradient shard when !grads_on_device; aborts otherwise.
+  // The host gradient shard when !grads_on_device; aborts otherwise. Its
+  // contents are final only after FinishGradients (or DrainHostGrads): copies
+  // and adds into it may still be in flight on the host worker before that.
   float* host_grad_shard(int u);
   bool grads_on_host() const { return !options_.grads_on_device; }
   // Under !grads_on_device, before the first micro-batch: the host gradient
-  // shards (one per unit, layout(u).shard_numel floats, owned by the caller),
-  // one host staging buffer of the largest shard (pinned on CUDA), and a CPU
-  // backend for the host adds and sums. All must outlive this runtime's use.
-  Status AttachHostGrads(Backend* host, std::vector<float*> grads, float* stage);
+  // shards (one per unit, layout(u).shard_numel floats, owned by the caller,
+  // from the device backend's AllocateHost: unsharded units' gradients are
+  // copied straight into them asynchronously, which needs pinned memory on
+  // CUDA), and a CPU backend for the host adds and sums, which the host worker
+  // uses: the caller may use it only after DrainHostGrads. Both must outlive
+  // this runtime. The runtime allocates its staging ring here (kHostStages
+  // pinned buffers of the largest shard, host_stage_bytes()).
+  Status AttachHostGrads(Backend* host, std::vector<float*> grads);
+  // Waits until every queued gradient copy down and host add has finished;
+  // returns the first error. Until the next micro-batch the host shards and
+  // the host backend are then the caller's (the optimizer step calls it).
+  // OK and immediate when the gradients live on the device.
+  Status DrainHostGrads();
+  // Staging buffers for gradients on their way down: how many, their bytes in
+  // all (0 before AttachHostGrads), and how often the compute thread had to
+  // wait for one to come free (every stage still being added on the host).
+  static constexpr int kHostStages = 2;
+  int64_t host_stage_bytes() const;
+  int64_t host_stage_stalls() const { return host_stage_stalls_; }
   // Device bytes held by the parameter and gradient shards (persistent, not
   // the transient gathered or landing buffers).
   int64_t param_shard_device_bytes() const;
@@ -174,10 +207,16 @@ class FsdpRuntime : public UnitAccess {
   Status EnsureComputeCopy(int u);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
-  // Adds n device floats at `src` into unit u's host gradient shard (via the stage).
-  void AddToHostGrads(int u, const float* src, int64_t n);
+  // Queues the addition of n device floats at `src` into unit u's host
+  // gradient shard: an asynchronous copy into the next free stage, then the
+  // add on the host worker. `src` may be freed at once (see CopyToHostAsync).
+  Status AddToHostGrads(int u, const float* src, int64_t n);
   Status CheckHostGrads() const;
   Status StartGather(int u);
+  // options_.comm for a collective the comm thread runs: ordered (nccl) after
+  // `ready`, recorded on the compute stream when the call was queued — not
+  // after the compute queued by the time the comm thread gets to it.
+  CommOptions CallOptions(const BackendEvent& ready) const;
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
   void Track(int64_t delta_bytes);
@@ -199,10 +238,21 @@ class FsdpRuntime : public UnitAccess {
   double comm_wait_seconds_ = 0;
   // !grads_on_device: see AttachHostGrads. host_dirty_[u]: the host shard holds
   // gradients of an earlier micro-batch (an unsharded unit loads them first).
+  // host_ticket_[u]: the last host-worker task that writes unit u's host shard
+  // (0: none); stage_ticket_[s]: the last one reading stage s. All are touched
+  // by the compute thread only; the worker sees only what a task captured.
   Backend* host_ = nullptr;
   std::vector<float*> host_grads_;
-  float* host_stage_ = nullptr;
   std::vector<bool> host_dirty_;
+  std::vector<HostBuffer> host_stages_;
+  std::vector<CommThread::Ticket> stage_ticket_;
+  std::vector<CommThread::Ticket> host_ticket_;
+  int next_stage_ = 0;
+  int64_t host_stage_stalls_ = 0;
+  // A FIFO executor (the same class as comm_, a second instance): waits for
+  // each copy down and adds it on the host. Declared last: destroyed (joined)
+  // before the stages it reads.
+  std::unique_ptr<CommThread> host_worker_;
 };
 
 }  // namespace shard

@@ -49,8 +49,8 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
       std::fill_n(h.master.data(), n, 0.0f);  // a rounded shard is no master: WriteParams sets it
     }
   }
-  // The host gradient shards the runtime accumulates into, and its staging
-  // buffer for reduce-scatter results on their way down.
+  // The host gradient shards the runtime accumulates into (it allocates its
+  // own staging ring for reduce-scatter results on their way down).
   std::vector<float*> grads;
   for (int u = 0; u < units; ++u) {
     const int64_t n = runtime->layout(u).shard_numel;
@@ -62,10 +62,6 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
     grads.push_back(s->shards_[u].grad.data());
   }
-  auto stage = HostBuffer::Create(device, largest);
-  if (!stage.ok()) return stage.status().WithContext("parallel.offload_optimizer: gradient staging buffer");
-  s->grad_stage_ = std::move(*stage);
-  s->host_bytes_ += largest * static_cast<int64_t>(sizeof(float));
   if (runtime->param_shard_dtype() != DType::kF32) {
     // The master cast down for the upload: one buffer being filled by the
     // helper thread, one being copied up by the training thread.
@@ -76,8 +72,13 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
       s->host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
     }
   }
-  RETURN_IF_ERROR(runtime->AttachHostGrads(s->host_.get(), std::move(grads), s->grad_stage_.data()));
+  RETURN_IF_ERROR(runtime->AttachHostGrads(s->host_.get(), std::move(grads)));
+  s->host_bytes_ += runtime->host_stage_bytes();
   return s;
+}
+
+OptimizerState::~OptimizerState() {
+  if (offload_) (void)runtime_->DrainHostGrads();
 }
 
 Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config, float lr, int64_t step,
@@ -99,6 +100,9 @@ Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config
       AdamWSlice(device_, ranges(u), config, lr, step, clip, runtime_->param_shard(u), runtime_->grad_shard(u),
                  runtime_->adam_m(u), runtime_->adam_v(u));
   } else if (units > 0) {
+    // The runtime's host worker may still be adding gradients (FinishGradients
+    // drains it; this covers callers that skip it) and uses host_ meanwhile.
+    RETURN_IF_ERROR(runtime_->DrainHostGrads());
     // A per-unit pipeline: while a helper thread runs unit u's host AdamW (on
     // the host backend, which only that thread uses meanwhile) on the host
     // gradient shard (final: FinishGradients drained the reductions), the
@@ -163,7 +167,10 @@ void OptimizerState::WriteParams(int u, const float* params) {
     device_->CopyToDevice(runtime_->param_shard(u), params, bytes);
     return;
   }
-  // A two-byte device shard exists only offloaded: cast the master on the host.
+  // A two-byte device shard exists only offloaded: cast the master on the host,
+  // with host_ taken back from the runtime's host worker first (an error
+  // stays with the worker and surfaces at the step).
+  (void)runtime_->DrainHostGrads();
   host_->CastFromF32(shards_[u].master.data(), lowp_stage_[0].data(), n, dt);
   device_->CopyToDevice(runtime_->param_shard(u), lowp_stage_[0].data(), static_cast<size_t>(n) * DTypeSize(dt));
 }

@@ -19,9 +19,11 @@
 // The host arithmetic runs on a private CPU backend (CreateBackend("cpu")): the
 // same vectorised, multi-threaded AdamW kernel as device: cpu, so on the CPU an
 // offloaded run is bitwise a non-offloaded one, and core code still includes no
-// backend header. The gradient copies down happen during the backward pass
-// (synchronously on the compute thread for now); AdamW waits for the global
-// gradient norm (clipping), so it runs once every gradient is final.
+// backend header. The gradient copies down happen during the backward pass,
+// off the compute thread (the runtime's staging ring and host worker, see
+// fsdp_runtime.h); AdamW waits for the global gradient norm (clipping), so it
+// runs once every gradient is final. host_ is shared with the runtime's host
+// worker: this class uses it only after FsdpRuntime::DrainHostGrads.
 //
 // Checkpoints hold the same bytes either way (params = the master, m, v), so a
 // run saved offloaded resumes non-offloaded and vice versa.
@@ -49,6 +51,10 @@ class OptimizerState {
   // current values become the master; a two-byte one needs WriteParams.
   // `device` and `runtime` must outlive this object.
   static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload);
+
+  // Drains the runtime's host worker first: it may still be adding into the
+  // gradient shards this object owns, with host_.
+  ~OptimizerState();
 
   bool offloaded() const { return offload_; }
 
@@ -78,8 +84,9 @@ class OptimizerState {
   // shards are 0 when offloaded: they live on the host).
   int64_t param_shard_device_bytes() const { return runtime_->param_shard_device_bytes(); }
   int64_t grad_shard_device_bytes() const { return runtime_->grad_shard_device_bytes(); }
-  // Host bytes held: master, m, v, the gradient shard and one gradient staging
-  // buffer of the largest unit's shard (0 on device).
+  // Host bytes held: master, m, v, the gradient shard, the runtime's gradient
+  // staging ring (FsdpRuntime::kHostStages buffers of the largest unit's
+  // shard) and the two-byte parameter stages (0 on device).
   int64_t host_bytes() const { return host_bytes_; }
   // Wall seconds of the last Step (including the copies when offloaded).
   double last_step_seconds() const { return last_step_seconds_; }
@@ -96,7 +103,6 @@ class OptimizerState {
   bool offload_;
   std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
   std::vector<HostShard> shards_;  // per unit, offloaded only
-  HostBuffer grad_stage_;          // the runtime's landing stage for reduce-scatter results
   HostBuffer lowp_stage_[2];       // two-byte device shard: the master cast down, per pipeline slot
   int64_t host_bytes_ = 0;
   double last_step_seconds_ = 0;

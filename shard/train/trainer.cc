@@ -151,6 +151,9 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
     cc.prefix = dist_.prefix + group + "/";
     cc.gloo_hostname = dist_.gloo_hostname;
     cc.timeout = fo.comm.timeout;
+    // nccl orders each collective after the compute stream by event instead
+    // of synchronising the device (null on the CPU; local/gloo ignore it).
+    cc.device_stream = backend_->native_stream();
     auto c = CreateCommunicator(cc);
     if (!c.ok()) return c.status().WithContext("rank " + std::to_string(dist_.rank) + " joining group " + group);
     return c;

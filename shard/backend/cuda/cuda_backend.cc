@@ -1,8 +1,9 @@
 // CudaBackend: device memory from the stream-ordered allocator (cached in the
 // device's default pool, so FSDP's per-unit gather buffers cost no cudaMalloc),
 // one non-blocking compute stream that every op is queued on, cuBLASLt GEMMs
-// and the kernels of cuda_kernels.h. Host transfers and results returned by
-// value wait on the stream; everything else returns as soon as it is queued.
+// and the kernels of cuda_kernels.h. Host transfers (except CopyToHostAsync,
+// fenced by RecordEvent) and results returned by value wait on the stream;
+// everything else returns as soon as it is queued.
 #include "shard/backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -54,6 +55,20 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// A cudaEvent_t recorded on the compute stream. Waiting and destroying are
+// plain runtime calls, safe from any host thread (the FSDP runtime's host
+// worker waits while the compute thread keeps queueing work).
+class CudaEvent final : public BackendEvent {
+ public:
+  explicit CudaEvent(cudaEvent_t e) : event_(e) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }  // fine while pending: freed once it completes
+  void Wait() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  void* native_handle() const override { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<LtGemm> gemm, bool native_bf16,
@@ -72,6 +87,7 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   bool native_bf16() const override { return native_bf16_; }
+  void* native_stream() const override { return stream_; }
 
   StatusOr<void*> Allocate(size_t bytes) override {
     void* p = nullptr;
@@ -118,6 +134,20 @@ class CudaBackend final : public Backend {
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // On the compute stream, so it runs after the work that produced `src`, and
+  // a later Free(src) (cudaFreeAsync on the same stream) waits for it. host_dst
+  // is pinned (AllocateHost), so the copy is a true DMA and returns at once.
+  void CopyToHostAsync(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  std::shared_ptr<BackendEvent> RecordEvent() override {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    const cudaError_t r = cudaEventRecord(e, stream_);
+    if (r != cudaSuccess) cudaEventDestroy(e);
+    CUDA_CHECK(r);
+    return std::make_shared<CudaEvent>(e);
   }
   void Copy(void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));

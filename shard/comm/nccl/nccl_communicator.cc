@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "shard/comm/collective_util.h"
 
@@ -83,7 +84,8 @@ bool IsDevicePointer(const void* p) {
 // failure_ and in_flight_; aborted_ is an atomic the polling loop reads.
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const CommConfig& c, int device) : rank_(c.rank), world_(c.world_size), device_(device) {
+  NcclCommunicator(const CommConfig& c, int device)
+      : rank_(c.rank), world_(c.world_size), device_(device), compute_(static_cast<cudaStream_t>(c.device_stream)) {
     name_ = "nccl:" + c.prefix + " rank " + std::to_string(rank_) + "/" + std::to_string(world_);
   }
   ~NcclCommunicator() override {
@@ -103,12 +105,17 @@ class NcclCommunicator final : public Communicator {
       comm_ = nullptr;
     }
     if (scratch_) cudaFree(scratch_);
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   Status Init(const CommConfig& c) {
     cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (e != cudaSuccess) return Unavailable(name_ + ": cudaStreamCreate: " + cudaGetErrorString(e));
+    if (compute_) {
+      e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+      if (e != cudaSuccess) return Unavailable(name_ + ": cudaEventCreate: " + cudaGetErrorString(e));
+    }
     ncclUniqueId id;
     const std::string key = c.prefix + "nccl_unique_id";
     if (rank_ == 0) {
@@ -191,6 +198,36 @@ class NcclCommunicator final : public Communicator {
   }
   Status AllReduce(double* data, int64_t count, ReduceOp op, const CommOptions& o) override {
     return AllReduceT("AllReduce", data, count, ncclDouble, sizeof(double), op, o);
+  }
+
+  // One NCCL group when every buffer is device memory: the all-reduces launch
+  // together and complete together (one ordering event, one poll). Host
+  // buffers are staged one by one through the scratch buffer, as AllReduce does.
+  Status AllReduceMany(const std::vector<Buffer>& buffers, ReduceOp op, const CommOptions& o) override {
+    std::vector<Buffer> live;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const Buffer& b = buffers[i];
+      RETURN_IF_ERROR(comm::CheckArgs("AllReduceMany", *this, b.count, b.data, b.data)
+                          .WithContext("buffer " + std::to_string(i)));
+      if (b.count == 0) continue;
+      if (!IsDevicePointer(b.data)) return Communicator::AllReduceMany(buffers, op, o);
+      live.push_back(b);
+    }
+    if (live.empty()) return Failure();
+    return Run("AllReduceMany", o, [&](cudaStream_t st) {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      for (const Buffer& b : live) {
+        r = ncclAllReduce(b.data, b.data, static_cast<size_t>(b.count), ncclFloat, ToNccl(op), comm_, st);
+        // Inside a group a non-blocking communicator defers the launch; any
+        // other result is an argument error: still close the group.
+        if (r != ncclSuccess && r != ncclInProgress) {
+          ncclGroupEnd();
+          return r;
+        }
+      }
+      return ncclGroupEnd();  // ncclInProgress: Run polls until the group completes
+    });
   }
 
   Status Broadcast(float* data, int64_t count, int root, const CommOptions& o) override {
@@ -279,10 +316,34 @@ class NcclCommunicator final : public Communicator {
     return OkStatus();
   }
 
+  // Orders the collective after the compute stream's work: the caller's event
+  // (CommOptions::ready_event) when given, else an event recorded there now;
+  // either way stream_ waits for it — the device does the waiting, this
+  // thread does not. Recording from this thread while the compute thread
+  // queues more work is fine (the runtime API is thread-safe): the event sits
+  // no earlier than every op queued before this call began, which is all a
+  // buffer passed in can depend on. Re-recording ready_ next call is safe:
+  // cudaStreamWaitEvent uses the record current when it is called. Without a
+  // compute stream the whole device is synchronised (correct for any
+  // producer, and serialising). The call's deadline now also covers the
+  // device finishing that compute, which used to be waited for before it.
+  Status OrderAfterCompute(const std::string& where, const CommOptions& o) {
+    cudaError_t e;
+    if (o.ready_event && compute_) {  // the caller's record, from when it queued the call
+      e = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(o.ready_event), 0);
+    } else if (compute_) {
+      e = cudaEventRecord(ready_, compute_);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
+    } else {
+      e = cudaDeviceSynchronize();
+    }
+    if (e != cudaSuccess) return Internal(where + ": device error before the call: " + cudaGetErrorString(e));
+    return OkStatus();
+  }
+
   Status RunInFlight(const std::string& where, const CommOptions& o, const Issue& issue) {
     cudaSetDevice(device_);
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return Internal(where + ": device error before the call: " + cudaGetErrorString(e));
+    RETURN_IF_ERROR(OrderAfterCompute(where, o));
     const auto deadline = Clock::now() + o.timeout;
     ncclResult_t r = issue(stream_);
     if (r != ncclSuccess && r != ncclInProgress)
@@ -370,6 +431,8 @@ class NcclCommunicator final : public Communicator {
 
   const int rank_, world_, device_;
   std::string name_;
+  const cudaStream_t compute_;  // CommConfig::device_stream; null: cudaDeviceSynchronize before each call
+  cudaEvent_t ready_ = nullptr;  // recorded on compute_, waited on by stream_ (null without compute_)
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;  // owned by the calling thread (collectives are serial)
   size_t scratch_bytes_ = 0;

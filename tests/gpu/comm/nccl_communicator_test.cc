@@ -1,6 +1,7 @@
 // CreateCommunicator("nccl") on one GPU: every collective with world size 1
 // on device memory and on host memory (staged), in place and not, zero
-// counts, Abort, and the init timeout when a peer never joins.
+// counts, ordering after the compute stream by event, grouped all-reduces,
+// Abort, and the init timeout when a peer never joins.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -121,6 +122,66 @@ TEST_F(NcclTest, AbortFailsEveryLaterCall) {
   EXPECT_EQ(comm_->Barrier(kOpts).code(), StatusCode::kAborted);
   EXPECT_EQ(comm_->AllGather(a.data(), a.data(), 0, kOpts).code(), StatusCode::kAborted);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+}
+
+// Event ordering (CommConfig::device_stream): the collective is issued while
+// the compute stream is still busy producing its input (a slow GEMM, then a
+// Fill of the send buffer, all queued, nothing synchronised); it must see the
+// filled values — ordered by an event recorded at issue time, or by the
+// caller's CommOptions::ready_event. Then AllReduceMany: one NCCL group over
+// device buffers (a zero count among them), the per-buffer loop for host ones.
+TEST_F(NcclTest, CollectivesOrderAfterTheComputeStreamAndGroupAllReduces) {
+  SKIP_WITHOUT_GPU(be_, why_);
+  ASSERT_NE(be_->native_stream(), nullptr);
+  CommConfig c;
+  c.backend = "nccl";
+  c.world_size = 1;
+  c.store = std::make_shared<InMemoryKvStore>();
+  c.prefix = "gputest/ordered/";
+  c.timeout = std::chrono::seconds(30);
+  c.device_stream = be_->native_stream();
+  auto made = CreateCommunicator(c);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Communicator& comm = **made;
+  const int64_t n = 1 << 20, k = 2048;
+  DeviceBuffer big = Up(be_.get(), gpu_testing::Random(k * k, 3));
+  DeviceBuffer prod = Up(be_.get(), std::vector<float>(k * k));
+  for (int caller_event = 0; caller_event < 2; ++caller_event) {
+    DeviceBuffer a = Up(be_.get(), std::vector<float>(n, 1.0f)), b = Up(be_.get(), std::vector<float>(n));
+    for (int i = 0; i < 4; ++i) {  // keeps the compute stream busy for a while
+      GemmArgs g;
+      g.m = g.n = g.k = k;
+      g.a = big.data();
+      g.lda = k;
+      g.b = big.data();
+      g.ldb = k;
+      g.c = prod.data();
+      g.ldc = k;
+      be_->Gemm(g);
+    }
+    be_->Fill(a.data(), n, 7.0f);
+    CommOptions o = kOpts;
+    std::shared_ptr<BackendEvent> ready;
+    if (caller_event) {
+      ready = be_->RecordEvent();
+      o.ready_event = ready->native_handle();
+      ASSERT_NE(o.ready_event, nullptr);
+    }
+    ASSERT_TRUE(comm.AllGather(a.data(), b.data(), n, o).ok());
+    const std::vector<float> got = Down(be_.get(), b);
+    EXPECT_EQ(got.front(), 7.0f) << (caller_event ? "caller's event" : "event at issue");
+    EXPECT_EQ(got.back(), 7.0f) << (caller_event ? "caller's event" : "event at issue");
+  }
+  const std::vector<float> x = gpu_testing::Random(1000, 4), y = gpu_testing::Random(77, 5);
+  DeviceBuffer dx = Up(be_.get(), x), dy = Up(be_.get(), y);
+  ASSERT_TRUE(comm.AllReduceMany({{dx.data(), 1000}, {dy.data(), 0}, {dy.data(), 77}}, ReduceOp::kSum, kOpts).ok());
+  EXPECT_EQ(Down(be_.get(), dx), x);
+  EXPECT_EQ(Down(be_.get(), dy), y);
+  std::vector<float> hx = x, hy = y;
+  ASSERT_TRUE(comm.AllReduceMany({{hx.data(), 1000}, {hy.data(), 77}}, ReduceOp::kMax, kOpts).ok());
+  EXPECT_EQ(hx, x);
+  EXPECT_EQ(hy, y);
+  EXPECT_EQ(comm.AllReduceMany({{dx.data(), -1}}, ReduceOp::kSum, kOpts).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(NcclInitTest, MissingPeerTimesOutAtInit) {

@@ -139,8 +139,11 @@ TEST(OptimizerStateTest, OffloadedStepsAreBitwiseTheDeviceStepsAndTheDeviceHolds
   EXPECT_EQ(dev.st->grad_shard_device_bytes(), 4 * shard_numel);
   EXPECT_EQ(off.st->grad_shard_device_bytes(), 0);
   EXPECT_EQ(off.st->param_shard_device_bytes(), 4 * shard_numel);
-  // master, m, v, gradient per unit plus one staging buffer of the largest shard.
-  EXPECT_EQ(off.st->host_bytes(), 4 * 4 * shard_numel + 4 * off.rt->layout(1).shard_numel);
+  // master, m, v, gradient per unit plus the runtime's ring of staging buffers
+  // of the largest shard.
+  EXPECT_EQ(off.st->host_bytes(),
+            4 * 4 * shard_numel + FsdpRuntime::kHostStages * 4 * off.rt->layout(1).shard_numel);
+  EXPECT_EQ(off.rt->host_stage_bytes(), FsdpRuntime::kHostStages * 4 * off.rt->layout(1).shard_numel);
   OptimConfig c;
   c.weight_decay = 0.1;
   for (int s = 1; s <= 4; ++s) {
