@@ -12,7 +12,6 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/optim/optim_config.h"
-#include "shard/train/precision.h"
 
 namespace shard {
 namespace {
@@ -78,18 +77,16 @@ Status Trainer::Init() {
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
-  {
-    // bf16/fp16: GEMM and attention inputs in that type too (tensor cores),
-    // as torch autocast and DeepSpeed's bf16 mode do; fp32 accumulation.
-    ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
-    mo.matmul_dtype = precision.param_dtype;
-  }
+  ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
+  // bf16/fp16: GEMM and attention inputs in that type too (tensor cores), as
+  // torch autocast and DeepSpeed's bf16 mode do; fp32 accumulation.
+  mo.matmul_dtype = precision.param_dtype;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
-  RETURN_IF_ERROR(InitRuntime(hf_units));
+  RETURN_IF_ERROR(InitRuntime(hf_units, precision));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
   RETURN_IF_ERROR(Resume());
@@ -126,14 +123,13 @@ Status Trainer::PrepareData() {
   return OkStatus();
 }
 
-Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units) {
+Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision) {
   ASSIGN_OR_RETURN(ShardStrategy strategy, ParseShardStrategy(job_.parallel.strategy));
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
   fo.strategy = strategy;
   fo.moments_on_device = !job_.parallel.offload_optimizer;
   fo.grads_on_device = !job_.parallel.offload_optimizer;
-  ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);
   // Offloaded, the fp32 master lives on the host: the device shard holds only

@@ -22,6 +22,7 @@
 #include "shard/train/job_config.h"
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
+#include "shard/train/precision.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
@@ -101,7 +102,7 @@ class Trainer {
  private:
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
   Status Init();
-  Status InitRuntime(const std::vector<std::vector<float>>& hf_units);
+  Status InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision);
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all

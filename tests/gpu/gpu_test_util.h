@@ -34,6 +34,20 @@ inline std::unique_ptr<Backend> MaybeCuda(std::string* why, bool tf32 = false) {
     if (!(backend_ptr)) GTEST_SKIP() << "no GPU: " << (why); \
   } while (0)
 
+// A CUDA backend (null without a GPU: tests SKIP_WITHOUT_GPU(gpu_, why_))
+// beside the CPU reference.
+class GpuVsCpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = MaybeCuda(&why_);
+    auto c = CreateBackend("cpu");
+    ASSERT_TRUE(c.ok());
+    cpu_ = std::move(c.value());
+  }
+  std::string why_;
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+
 inline DeviceBuffer Up(Backend* be, const std::vector<float>& h) {
   auto d = DeviceBuffer::Create(be, static_cast<int64_t>(h.size()));
   EXPECT_TRUE(d.ok());

@@ -66,7 +66,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(bool tf32, bool native_bf16, vo
 
 LtGemm::~LtGemm() {
   plans_.clear();
-  for (Scratch* x : {&lowp_a_, &lowp_b_, &wide_a_, &wide_b_})
+  for (Scratch* x : {&in_a_, &in_b_})
     if (x->ptr) cudaFreeAsync(x->ptr, static_cast<cudaStream_t>(stream_));
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
@@ -136,15 +136,16 @@ void* LtGemm::Grow(Scratch* x, size_t bytes) {
   return x->ptr;
 }
 
-const void* LtGemm::Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* lowp,
-                            Scratch* wide) {
+const void* LtGemm::Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* in) {
   const int64_t span = (rows - 1) * ld + cols;  // the operand keeps its leading dimension
-  void* lp = Grow(lowp, static_cast<size_t>(span) * DTypeSize(compute));
+  if (compute == DType::kBF16 && !native_bf16_) {  // no bf16 tensor cores: fp32 values rounded through bf16
+    auto* w = static_cast<float*>(Grow(in, static_cast<size_t>(span) * sizeof(float)));
+    LaunchRoundThrough(x, w, span, compute, stream_);
+    return w;
+  }
+  void* lp = Grow(in, static_cast<size_t>(span) * DTypeSize(compute));
   LaunchCastFromF32(x, lp, span, compute, stream_);
-  if (compute != DType::kBF16 || native_bf16_) return lp;
-  auto* w = static_cast<float*>(Grow(wide, static_cast<size_t>(span) * sizeof(float)));
-  LaunchCastToF32(lp, w, span, compute, stream_);
-  return w;
+  return lp;
 }
 
 void LtGemm::Run(const GemmArgs& g) {
@@ -157,8 +158,8 @@ void LtGemm::Run(const GemmArgs& g) {
   const void* b = g.b;
   DType input = DType::kF32;
   if (g.compute != DType::kF32) {
-    a = Prepare(g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.compute, &lowp_a_, &wide_a_);
-    b = Prepare(g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.compute, &lowp_b_, &wide_b_);
+    a = Prepare(g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.compute, &in_a_);
+    b = Prepare(g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.compute, &in_b_);
     input = g.compute == DType::kBF16 && !native_bf16_ ? DType::kF32 : g.compute;
   }
   Plan* p = GetPlan(g, input, a, b);

@@ -42,16 +42,15 @@ class LtGemm {
   // `input`: the type A and B hold when they reach cuBLASLt (a, b: their addresses).
   Plan* GetPlan(const GemmArgs& g, DType input, const void* a, const void* b);
   void* Grow(Scratch* s, size_t bytes);
-  // The operand's span (rows x ld, last row only `cols`) as `compute` values,
-  // in `lowp`; widened back to fp32 in `wide` when `compute` cannot be fed to
-  // the tensor cores (bf16 before sm_80). Returns what to hand cuBLASLt.
-  const void* Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* lowp,
-                      Scratch* wide);
+  // The operand's span (rows x ld, last row only `cols`) in `in` as `compute`
+  // values, or, when the tensor cores cannot take `compute` (bf16 before
+  // sm_80), as fp32 values rounded through it. Returns what to hand cuBLASLt.
+  const void* Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* in);
 
   bool tf32_;
   bool native_bf16_;
   void* stream_;
-  Scratch lowp_a_, lowp_b_, wide_a_, wide_b_;
+  Scratch in_a_, in_b_;  // GEMM inputs in the type cuBLASLt gets (GemmArgs::compute)
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory
   size_t workspace_bytes_ = 0;

@@ -12,17 +12,7 @@
 namespace shard {
 namespace {
 
-class CudaCastTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    gpu_ = gpu_testing::MaybeCuda(&why_);
-    auto c = CreateBackend("cpu");
-    ASSERT_TRUE(c.ok());
-    cpu_ = std::move(c.value());
-  }
-  std::string why_;
-  std::unique_ptr<Backend> gpu_, cpu_;
-};
+using CudaCastTest = gpu_testing::GpuVsCpuTest;
 
 bool SameBits(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);

@@ -28,17 +28,7 @@ using gpu_testing::Random;
 using gpu_testing::Up;
 using gpu_testing::UpInt;
 
-class CudaKernelsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    gpu_ = gpu_testing::MaybeCuda(&why_);
-    auto c = CreateBackend("cpu");
-    ASSERT_TRUE(c.ok());
-    cpu_ = std::move(c.value());
-  }
-  std::string why_;
-  std::unique_ptr<Backend> gpu_, cpu_;
-};
+using CudaKernelsTest = gpu_testing::GpuVsCpuTest;
 
 struct GemmCase {
   bool ta, tb;

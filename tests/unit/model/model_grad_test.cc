@@ -163,6 +163,16 @@ TEST_P(ModelGradTest, MatchesDoubleReferenceFiniteDifferences) {
 }
 
 // Largest |a - b| over a unit's gradient, relative to the largest |a|.
+// Every unit's flat parameters, initialised as the trainer does (std 0.3).
+std::vector<std::vector<float>> InitUnits(const ParamLayout& layout, uint64_t seed) {
+  std::vector<std::vector<float>> units(layout.num_units());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    units[u].resize(layout.units[u].numel);
+    InitUnitParams(layout.units[u], u, seed, 0.3f, 0, layout.units[u].numel, units[u].data());
+  }
+  return units;
+}
+
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, scale = 1e-30;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -184,11 +194,7 @@ TEST_P(ModelGradTest, ChunkedHeadMatchesUnchunked) {
   const Case k = GetParam();
   LlamaConfig c = SmallConfig(k);
   ParamLayout layout = ParamLayout::ForLlama(c);
-  std::vector<std::vector<float>> units(layout.num_units());
-  for (int u = 0; u < layout.num_units(); ++u) {
-    units[u].resize(layout.units[u].numel);
-    InitUnitParams(layout.units[u], u, 7, 0.3f, 0, layout.units[u].numel, units[u].data());
-  }
+  const std::vector<std::vector<float>> units = InitUnits(layout, 7);
   auto rb = MakeBatch(2, 7, static_cast<int>(c.vocab_size), k.segments, 9);
   const float scale = 1.0f / 11;
   Result base = RunModel(c, rb, units, false, scale, /*chunk_rows=*/0);
@@ -220,11 +226,7 @@ TEST_P(ModelGradTest, ChunkedEvaluationPaths) {
   const Case k = GetParam();
   LlamaConfig c = SmallConfig(k);
   ParamLayout layout = ParamLayout::ForLlama(c);
-  std::vector<std::vector<float>> units(layout.num_units());
-  for (int u = 0; u < layout.num_units(); ++u) {
-    units[u].resize(layout.units[u].numel);
-    InitUnitParams(layout.units[u], u, 3, 0.3f, 0, layout.units[u].numel, units[u].data());
-  }
+  const std::vector<std::vector<float>> units = InitUnits(layout, 3);
   auto rb = MakeBatch(2, 7, static_cast<int>(c.vocab_size), k.segments, 4);
   auto seg = rb.segments;
   DeviceBatch b{rb.B, rb.T, rb.tokens.data(), rb.targets.data(), rb.positions.data(),
