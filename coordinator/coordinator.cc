@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "coordinator/auth.h"
+#include "coordinator/job_paths.h"
 #include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/launchers/slurm/slurm_launcher.h"
@@ -60,6 +61,12 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
   jo.kill_grace_s = opts.kill_grace_s;
+  ASSIGN_OR_RETURN(jo.allowed_roots, CanonicalRoots(opts.allowed_roots));
+  if (!jo.allowed_roots.empty()) {
+    std::string roots;
+    for (const std::string& r : jo.allowed_roots) roots += (roots.empty() ? "" : ", ") + r;
+    LOG_INFO("job paths confined to {}", roots);
+  }
   if (!opts.server.tls_cert.empty()) {
     const std::string ca = opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca;
     jo.worker_tls_ca = fs::absolute(ca).lexically_normal().string();

@@ -24,6 +24,9 @@ struct CoordinatorOptions {
   std::string worker_tls_ca;
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
+  // Directories every path a job names must lie in (--allowed-root; empty =
+  // anywhere the coordinator's user may reach). See coordinator/job_paths.h.
+  std::vector<std::string> allowed_roots;
   std::string http_listen;  // host:port for /healthz and /metrics ("" = none; port 0 = any)
   // The address workers dial ("" = the listen address with its bound port;
   // 0.0.0.0 becomes 127.0.0.1). Cluster launchers need a routable one.

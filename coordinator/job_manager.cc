@@ -15,6 +15,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/health_monitor.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/plan/hardware.h"
@@ -200,14 +201,10 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   if (c.resources.launcher != "external")
     if (Status st = launchers_.at(c.resources.launcher)->CheckAvailable(); !st.ok())
       return Status(st.code(), src + ": resources.launcher " + c.resources.launcher + ": " + st.message());
-  auto must_exist = [&](const std::string& key, const std::string& path) -> Status {
-    if (path.empty()) return shard::OkStatus();
-    const std::string abs = Resolve(spec.workdir(), path);
-    if (!fs::exists(abs)) return shard::NotFound(src + ": " + key + ": " + abs + " does not exist");
-    return shard::OkStatus();
-  };
-  RETURN_IF_ERROR(must_exist("data.tokens", c.data.tokens));
-  RETURN_IF_ERROR(must_exist("model.from_hf", c.model.from_hf));
+  const std::vector<JobPath> paths = JobPaths(c, spec.workdir());
+  RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
+  for (const JobPath& p : paths)
+    if (p.must_exist && !fs::exists(p.path)) return shard::NotFound(src + ": " + p.key + ": " + p.path + " does not exist");
   // The planner's verdict: a job that cannot fit is refused with its reasons.
   auto catalog = shard::plan::LoadDefaultHardwareCatalog();
   if (catalog.ok()) {

@@ -41,6 +41,9 @@ struct JobManagerOptions {
   std::string coordinator_address;  // what workers dial
   std::string worker_bin;           // shardd-worker
   std::string worker_tls_ca;        // PEM workers verify the coordinator with ("" = plaintext)
+  // Canonical directories every job path must lie in (coordinator/job_paths.h);
+  // empty = no confinement.
+  std::vector<std::string> allowed_roots;
   double kill_grace_s = 5;          // SIGTERM → SIGKILL
   double heartbeat_interval_s = 1;
   double register_timeout_s = 120;

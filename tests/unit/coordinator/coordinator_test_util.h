@@ -161,6 +161,7 @@ class JobManagerTest : public ScratchTest {
     o.kill_grace_s = kKillGraceS;
     o.register_timeout_s = kRegisterTimeoutS;
     o.now_ms = [this] { return now_ms_; };
+    o.allowed_roots = allowed_roots_;
     return std::make_unique<JobManager>(o, store_.get(), launcher);
   }
 
@@ -272,6 +273,7 @@ class JobManagerTest : public ScratchTest {
   static constexpr double kRegisterTimeoutS = 120;
 
   std::string workdir_;
+  std::vector<std::string> allowed_roots_;  // canonical; NewManager confines job paths to them
   int64_t now_ms_ = 1'700'000'000'000;
   FakeLauncher launcher_;
   std::unique_ptr<StateStore> store_;

@@ -73,7 +73,7 @@ TEST_F(ExternalJobTest, JoinChecksTokenRankAndWorldSize) {
   EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << "joined before the attempt existed";
   manager_->Tick();
 
-  for (const std::string bad : {std::string(), std::string(48, 'a')}) {
+  for (const std::string& bad : {std::string(), std::string(48, 'a')}) {
     auto st = Join(id, 0, bad);
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.status().code(), StatusCode::kUnauthenticated) << st.status().ToString();
