@@ -17,7 +17,7 @@ std::vector<JobPath> JobPaths(const shard::JobConfig& c, const std::string& work
   add("data.tokens", c.data.tokens, true);
   add("data.jsonl", c.data.jsonl, true);
   add("data.prepared", c.data.prepared, false);
-  if (c.data.tokenizer != "byte") add("data.tokenizer", c.data.tokenizer, true);
+  if (c.data.sft() && c.data.tokenizer != "byte") add("data.tokenizer", c.data.tokenizer, true);
   add("checkpoint.dir", c.checkpoint.dir, false);
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none") add("checkpoint.resume", c.checkpoint.resume, true);
   add("export.hf_dir", c.export_.hf_dir, false);

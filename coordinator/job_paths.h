@@ -27,7 +27,7 @@ struct JobPath {
 
 // Every path the job file names, resolved against `workdir` (absolute). Keys
 // that hold a name rather than a path (data.tokenizer: byte; checkpoint.resume:
-// auto | none) are left out.
+// auto | none) are left out, and so is a tokenizer a token-file job never reads.
 std::vector<JobPath> JobPaths(const shard::JobConfig& c, const std::string& workdir);
 
 // The roots made canonical (symlinks resolved); each must be an existing

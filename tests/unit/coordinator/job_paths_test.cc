@@ -59,6 +59,7 @@ TEST_F(JobPathsTest, NamesThatAreNotPathsAreLeftOut) {
   for (const JobPath& p : JobPaths(c, "/w")) keys.push_back(p.key);
   EXPECT_EQ(keys, (std::vector<std::string>{"data.tokens", "checkpoint.dir"}));
   c.checkpoint.resume = "none";
+  c.data.tokenizer = "unused/tokenizer.json";  // a token-file job reads no tokenizer
   EXPECT_EQ(JobPaths(c, "/w").size(), 2u);
 }
 
