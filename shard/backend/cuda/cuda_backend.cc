@@ -284,7 +284,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   std::unique_ptr<LtGemm> gemm_;
   bool native_bf16_;
-  // EXPERIMENTAL: the tensor-core attention (cuda_attention_tc.cu) for compute
+  // EXPERIMENTAL: the tensor-core attention (cuda_attention_tc_{fwd,bwd}.cu) for compute
   // bf16/fp16 is compiled but not yet verified on a GPU (only on a CPU
   // emulation of its threads and wmma fragments), so it runs only when
   // SHARDD_TC_ATTENTION=1 was set at backend creation; otherwise compute

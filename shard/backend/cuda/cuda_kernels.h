@@ -1,5 +1,5 @@
 // Internal to shard/backend/cuda: host-side launchers of the kernels in
-// cuda_kernels.cu, cuda_cast.cu, cuda_attention.cu and cuda_attention_tc.cu. Every launcher queues work on
+// cuda_kernels.cu, cuda_cast.cu, cuda_attention.cu and cuda_attention_tc_{fwd,bwd}.cu. Every launcher queues work on
 // `stream` and returns at once; semantics are those of the matching
 // shard::Backend methods (backend.h). C++17 (shared with nvcc) and free of
 // CUDA types, so cuda_backend.cc needs no device code.
@@ -67,7 +67,7 @@ void LaunchAttentionBackward(const AttentionShape& shape, const float* qkv, cons
 const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& shape, const int32_t* segment_ids,
                                             int32_t* starts, Stream s);
 
-// cuda_attention_tc.cu: the same two operations on tensor cores for
+// cuda_attention_tc_{fwd,bwd}.cu: the same two operations on tensor cores for
 // shape.compute bf16/fp16 (q, k, v, dout, P and dS rounded to it; scores,
 // softmax statistics and accumulation fp32), same arguments and scratch.
 // Supported: compute kBF16 (compute capability >= 8.0 on the current device)

@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
                          });
 
 // ---- compute bf16/fp16 ------------------------------------------------------------
-// The tensor-core kernels (cuda_attention_tc.cu, SHARDD_TC_ATTENTION=1) round
+// The tensor-core kernels (cuda_attention_tc_{fwd,bwd}.cu, SHARDD_TC_ATTENTION=1) round
 // q, k, v, dout, P and dS to the compute type and accumulate in fp32. The
 // reference is the CPU backend in fp32 on the same inputs. Most cases first
 // round the inputs on the host ("prerounded"), so the kernels' rounding of q,
