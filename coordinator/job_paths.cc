@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 std::vector<JobPath> JobPaths(const shard::JobConfig& c, const std::string& workdir) {
   std::vector<JobPath> out;
   auto add = [&](const char* key, const std::string& p, bool must_exist) {
-    if (!p.empty()) out.push_back({key, internal::Resolve(workdir, p), must_exist});
+    if (!p.empty()) out.push_back({key, fs::path(internal::Resolve(workdir, p)).lexically_normal().string(), must_exist});
   };
   add("model.from_hf", c.model.from_hf, true);
   add("data.tokens", c.data.tokens, true);
