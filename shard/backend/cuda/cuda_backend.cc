@@ -57,16 +57,25 @@ class Scratch {
 
 // A cudaEvent_t recorded on the compute stream. Waiting and destroying are
 // plain runtime calls, safe from any host thread (the FSDP runtime's host
-// worker waits while the compute thread keeps queueing work).
+// worker waits while the compute thread keeps queueing work). Each first
+// selects the event's device: a helper thread's current device is 0, and a
+// runtime call there would create a context on GPU 0 in every rank's process.
 class CudaEvent final : public BackendEvent {
  public:
-  explicit CudaEvent(cudaEvent_t e) : event_(e) {}
-  ~CudaEvent() override { cudaEventDestroy(event_); }  // fine while pending: freed once it completes
-  void Wait() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  CudaEvent(cudaEvent_t e, int device) : event_(e), device_(device) {}
+  ~CudaEvent() override {
+    cudaSetDevice(device_);
+    cudaEventDestroy(event_);  // fine while pending: freed once it completes
+  }
+  void Wait() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaEventSynchronize(event_));
+  }
   void* native_handle() const override { return event_; }
 
  private:
   cudaEvent_t event_;
+  int device_;
 };
 
 class CudaBackend final : public Backend {
@@ -147,7 +156,7 @@ class CudaBackend final : public Backend {
     const cudaError_t r = cudaEventRecord(e, stream_);
     if (r != cudaSuccess) cudaEventDestroy(e);
     CUDA_CHECK(r);
-    return std::make_shared<CudaEvent>(e);
+    return std::make_shared<CudaEvent>(e, device_);
   }
   void Copy(void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));

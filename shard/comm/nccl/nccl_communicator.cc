@@ -204,6 +204,7 @@ class NcclCommunicator final : public Communicator {
   // together and complete together (one ordering event, one poll). Host
   // buffers are staged one by one through the scratch buffer, as AllReduce does.
   Status AllReduceMany(const std::vector<Buffer>& buffers, ReduceOp op, const CommOptions& o) override {
+    UseDevice();
     std::vector<Buffer> live;
     for (size_t i = 0; i < buffers.size(); ++i) {
       const Buffer& b = buffers[i];
@@ -270,6 +271,12 @@ class NcclCommunicator final : public Communicator {
       comm_ = nullptr;
     }
   }
+
+  // Every call selects our GPU first, on whichever thread makes it (the FSDP
+  // runtime's communication thread never set one): the pointer queries, the
+  // scratch allocation and the staging copies below would otherwise run on
+  // GPU 0 — a stray context there per rank, and scratch on the wrong device.
+  void UseDevice() { cudaSetDevice(device_); }
 
   // Device scratch of at least `bytes` (for host-memory arguments).
   StatusOr<char*> Scratch(size_t bytes) {
@@ -342,7 +349,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status RunInFlight(const std::string& where, const CommOptions& o, const Issue& issue) {
-    cudaSetDevice(device_);
+    UseDevice();
     RETURN_IF_ERROR(OrderAfterCompute(where, o));
     const auto deadline = Clock::now() + o.timeout;
     ncclResult_t r = issue(stream_);
@@ -388,6 +395,7 @@ class NcclCommunicator final : public Communicator {
   // One in-place buffer, device or host (staged).
   Status InPlace(const char* call, const CommOptions& o, void* data, size_t bytes,
                  const std::function<ncclResult_t(void*, cudaStream_t)>& f) {
+    UseDevice();
     if (IsDevicePointer(data)) return Run(call, o, [&](cudaStream_t st) { return f(data, st); });
     ASSIGN_OR_RETURN(char* dev, Scratch(bytes));
     RETURN_IF_ERROR(Copy(dev, data, bytes, cudaMemcpyHostToDevice));
@@ -401,6 +409,7 @@ class NcclCommunicator final : public Communicator {
   // byte offset of send inside recv for in-place calls.
   Status Staged(const char* call, const CommOptions& o, const void* send, size_t send_bytes, void* recv,
                 size_t recv_bytes, size_t alias, const Issue2& f) {
+    UseDevice();
     const bool dev_s = IsDevicePointer(send), dev_r = IsDevicePointer(recv);
     if (dev_s != dev_r)
       return InvalidArgument(comm::Where(call, *this) + ": send and receive buffers must both be device or host memory");
@@ -417,6 +426,7 @@ class NcclCommunicator final : public Communicator {
   // is the byte offset of recv inside send for in-place calls.
   Status StagedRs(const char* call, const CommOptions& o, const void* send, size_t send_bytes, void* recv,
                   size_t recv_bytes, size_t alias, const Issue2& f) {
+    UseDevice();
     const bool dev_s = IsDevicePointer(send), dev_r = IsDevicePointer(recv);
     if (dev_s != dev_r)
       return InvalidArgument(comm::Where(call, *this) + ": send and receive buffers must both be device or host memory");
