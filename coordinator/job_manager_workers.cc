@@ -135,7 +135,15 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   if (!req.metrics().empty()) {
     std::vector<MetricRecord> rows;
     for (const v1::StepMetric& m : req.metrics()) {
-      rows.push_back({m.step(), j->attempt, m.loss(), m.lr(), m.grad_norm(), m.seconds(), m.tokens()});
+      rows.push_back({.step = m.step(),
+                      .attempt = j->attempt,
+                      .loss = m.loss(),
+                      .lr = m.lr(),
+                      .grad_norm = m.grad_norm(),
+                      .seconds = m.seconds(),
+                      .tokens = m.tokens(),
+                      .skipped = m.skipped(),
+                      .loss_scale = m.loss_scale()});
       j->step_seconds.push_back(m.seconds());
       if (j->step_seconds.size() > 20) j->step_seconds.pop_front();
     }

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <limits>
 
 namespace shardd {
 namespace {
@@ -25,8 +26,22 @@ CREATE TABLE IF NOT EXISTS checkpoints(
   PRIMARY KEY(job_id, step));
 CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
-  grad_norm REAL, tokens INTEGER, seconds REAL, PRIMARY KEY(job_id, step));
+  grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
+  loss_scale REAL NOT NULL DEFAULT 0, PRIMARY KEY(job_id, step));
 )sql";
+
+// Columns added after their table's first release. kSchema creates them in a
+// new database; an older database gets them, with these defaults, on open.
+struct AddedColumn {
+  const char* table;
+  const char* name;
+  const char* decl;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
+    {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
+    {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
+};
 
 // A prepared statement bound positionally; finalized on scope exit.
 class Stmt {
@@ -66,6 +81,10 @@ class Stmt {
   }
   int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
   double Real(int col) const { return sqlite3_column_double(s_, col); }
+  // SQLite stores a bound NaN as NULL: read it back as NaN.
+  double RealOrNaN(int col) const {
+    return sqlite3_column_type(s_, col) == SQLITE_NULL ? std::numeric_limits<double>::quiet_NaN() : Real(col);
+  }
 
  private:
   bool ok() const { return rc_ == SQLITE_OK || rc_ == SQLITE_ROW || rc_ == SQLITE_DONE; }
@@ -96,6 +115,15 @@ Status PutJobLocked(sqlite3* db, const JobRecord& j) {
       .Run();
 }
 
+StatusOr<bool> HasColumn(sqlite3* db, const std::string& table, const std::string& column) {
+  Stmt cols(db, ("SELECT name FROM pragma_table_info('" + table + "')").c_str());
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, cols.Next());
+    if (!row) return false;
+    if (cols.Text(0) == column) return true;
+  }
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
@@ -114,19 +142,13 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                       .WithContext("state database " + path));
   RETURN_IF_ERROR(store->Exec(kSchema).WithContext("state database " + path));
-  // Databases from before external jobs lack the join token column.
-  bool has_join = false;
-  {
-    Stmt cols(db, "SELECT name FROM pragma_table_info('jobs')");
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, cols.Next());
-      if (!row) break;
-      if (cols.Text(0) == "join_token") has_join = true;
-    }
+  for (const AddedColumn& c : kAddedColumns) {
+    StatusOr<bool> has = HasColumn(db, c.table, c.name);
+    if (!has.ok()) return has.status().WithContext("state database " + path);
+    if (!*has)
+      RETURN_IF_ERROR(store->Exec(std::string("ALTER TABLE ") + c.table + " ADD COLUMN " + c.name + " " + c.decl)
+                          .WithContext("state database " + path + ": adding " + c.table + "." + c.name));
   }
-  if (!has_join)
-    RETURN_IF_ERROR(store->Exec("ALTER TABLE jobs ADD COLUMN join_token TEXT NOT NULL DEFAULT ''")
-                        .WithContext("state database " + path));
   return store;
 }
 
@@ -265,10 +287,10 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<Metri
   RETURN_IF_ERROR(Exec("BEGIN"));
   for (const MetricRecord& m : rows) {
     Status st = Stmt(db_,
-                     "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds) "
-                     "VALUES(?,?,?,?,?,?,?,?)")
+                     "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
+                     "loss_scale) VALUES(?,?,?,?,?,?,?,?,?,?)")
                     .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
-                    .Bind(m.tokens).Bind(m.seconds)
+                    .Bind(m.tokens).Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale)
                     .Run();
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -278,10 +300,19 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<Metri
   return Exec("COMMIT");
 }
 
-StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& job_id) {
+StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& job_id, const MetricsQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds FROM metrics WHERE job_id=? ORDER BY step");
-  s.Bind(job_id);
+  // LIMIT -1 is no limit. "The last N" reads the newest N backwards and puts
+  // them back in order; both forms walk the (job_id, step) key.
+  const int64_t max_rows = q.max_rows > 0 ? q.max_rows : -1;
+  Stmt s(db_, q.last > 0 ? "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale FROM "
+                           "(SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step DESC LIMIT ?) "
+                           "ORDER BY step LIMIT ?"
+                         : "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale FROM metrics "
+                           "WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
+  s.Bind(job_id).Bind(q.after_step);
+  if (q.last > 0) s.Bind(q.last);
+  s.Bind(max_rows);
   std::vector<MetricRecord> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
@@ -289,11 +320,13 @@ StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& j
     MetricRecord m;
     m.step = s.Int(0);
     m.attempt = static_cast<int>(s.Int(1));
-    m.loss = s.Real(2);
+    m.loss = s.RealOrNaN(2);
     m.lr = s.Real(3);
-    m.grad_norm = s.Real(4);
+    m.grad_norm = s.RealOrNaN(4);
     m.tokens = s.Int(5);
     m.seconds = s.Real(6);
+    m.skipped = s.Int(7) != 0;
+    m.loss_scale = s.Real(8);
     out.push_back(m);
   }
   return out;

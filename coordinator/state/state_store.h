@@ -5,7 +5,8 @@
 // a power cut may lose the last few writes, never corrupt the file).
 //
 // Records are plain structs; the job spec and progress travel as serialized
-// protobuf blobs so new fields need no schema migration.
+// protobuf blobs so new fields need no schema migration. Columns added to a
+// table since its first release are added to an older database when it opens.
 //
 // Thread-safety: all methods are safe to call from any thread (one internal
 // mutex around the connection).
@@ -71,11 +72,22 @@ struct CheckpointRecord {
   int64_t committed_ms = 0;
 };
 
+// One training step as rank 0 reported it. A loss or gradient norm that was
+// NaN (a step the loss scaler skipped) reads back as NaN.
 struct MetricRecord {
   int64_t step = 0;
   int attempt = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   int64_t tokens = 0;
+  bool skipped = false;   // the loss scaler skipped the update (inf/NaN gradients)
+  double loss_scale = 0;  // the scale the step used: 1 = no scaler, 0 = not reported (older workers)
+};
+
+// Which metric rows LoadMetrics returns; always in step order.
+struct MetricsQuery {
+  int64_t after_step = 0;  // only steps > after_step (steps count from 1)
+  int64_t last = 0;        // > 0: only the last `last` of those
+  int64_t max_rows = 0;    // > 0: at most this many, the earliest of the selection
 };
 
 class StateStore {
@@ -101,7 +113,7 @@ class StateStore {
   Status DeleteCheckpoint(const std::string& job_id, int64_t step);
 
   Status PutMetrics(const std::string& job_id, const std::vector<MetricRecord>& rows);
-  StatusOr<std::vector<MetricRecord>> LoadMetrics(const std::string& job_id);
+  StatusOr<std::vector<MetricRecord>> LoadMetrics(const std::string& job_id, const MetricsQuery& q = {});
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

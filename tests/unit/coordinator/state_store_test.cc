@@ -1,9 +1,15 @@
 // The SQLite state store: every record kind round-trips (binary blobs
 // included: specs are serialized protobuf), writes replace by key, an event
-// and its job land together or not at all, and everything survives a reopen.
+// and its job land together or not at all, everything survives a reopen,
+// metric queries select by step, and a database from an older version opens
+// with its rows and gains the columns added since.
 #include "coordinator/state/state_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cmath>
+#include <limits>
 
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
@@ -161,6 +167,108 @@ TEST_F(StateStoreTest, CheckpointsAndMetricsRoundTrip) {
   EXPECT_EQ((*m)[1].attempt, 2);
   EXPECT_DOUBLE_EQ((*m)[1].loss, 3.25);
   EXPECT_TRUE(s->LoadMetrics("other-1")->empty());
+}
+
+TEST_F(StateStoreTest, MetricsKeepTheLossScalersVerdict) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  const double inf = std::numeric_limits<double>::infinity();
+  MetricRecord skipped{.step = 1, .attempt = 1, .loss = std::nan(""), .lr = 1e-3, .grad_norm = inf,
+                       .seconds = 0.5, .tokens = 256, .skipped = true, .loss_scale = 65536};
+  MetricRecord clean{.step = 2, .attempt = 1, .loss = 3.5, .lr = 1e-3, .grad_norm = 0.8,
+                     .seconds = 0.5, .tokens = 256, .skipped = false, .loss_scale = 32768};
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {skipped, clean}).ok());
+  auto m = s->LoadMetrics("tiny-1");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_TRUE((*m)[0].skipped);
+  EXPECT_DOUBLE_EQ((*m)[0].loss_scale, 65536);
+  EXPECT_TRUE(std::isnan((*m)[0].loss)) << "SQLite keeps a NaN as NULL; it must not come back as 0";
+  EXPECT_EQ((*m)[0].grad_norm, inf);
+  EXPECT_FALSE((*m)[1].skipped);
+  EXPECT_DOUBLE_EQ((*m)[1].loss_scale, 32768);
+  EXPECT_DOUBLE_EQ((*m)[1].loss, 3.5);
+}
+
+TEST_F(StateStoreTest, MetricQueriesSelectStepsAfterTheLastNAndCapRows) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  std::vector<MetricRecord> rows;
+  for (int step = 10; step >= 1; --step) rows.push_back({.step = step, .attempt = 1, .loss = 10.0 - step});
+  ASSERT_TRUE(s->PutMetrics("tiny-1", rows).ok());
+  ASSERT_TRUE(s->PutMetrics("tiny-2", {{.step = 11, .attempt = 1}}).ok());
+  auto steps = [&](const MetricsQuery& q) {
+    std::vector<int64_t> out;
+    auto m = s->LoadMetrics("tiny-1", q);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (m.ok())
+      for (const MetricRecord& r : *m) out.push_back(r.step);
+    return out;
+  };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(steps({}), (V{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(steps({.after_step = 7}), (V{8, 9, 10}));
+  EXPECT_EQ(steps({.last = 3}), (V{8, 9, 10}));
+  EXPECT_EQ(steps({.after_step = 8, .last = 3}), (V{9, 10}));
+  EXPECT_EQ(steps({.max_rows = 4}), (V{1, 2, 3, 4}));
+  EXPECT_EQ(steps({.last = 5, .max_rows = 2}), (V{6, 7})) << "the earliest of the last five";
+  EXPECT_EQ(steps({.after_step = 3, .max_rows = 2}), (V{4, 5}));
+  EXPECT_EQ(steps({.after_step = 10}), V{});
+  EXPECT_DOUBLE_EQ(s->LoadMetrics("tiny-1", {.last = 1})->front().loss, 0.0);
+}
+
+// A state database written before jobs had join tokens and metrics had the
+// loss scaler's columns: the tables as that version created them, and a row
+// bound the way it bound them (text as blobs).
+TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesNewOnes) {
+  fs::create_directories(Path("state"));
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((Path("state") + "/shardd.db").c_str(), &db), SQLITE_OK);
+    const char* old_schema = R"sql(
+      CREATE TABLE jobs(
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
+        restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
+        worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+        seq INTEGER NOT NULL, number INTEGER NOT NULL);
+      CREATE TABLE metrics(
+        job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
+        grad_norm REAL, tokens INTEGER, seconds REAL, PRIMARY KEY(job_id, step));
+      INSERT INTO metrics VALUES(CAST('old-3' AS BLOB), 1, 1, 4.5, 1e-3, 0.9, 512, 0.25);
+      INSERT INTO metrics VALUES(CAST('old-3' AS BLOB), 2, 1, 4.25, 1e-3, 0.8, 512, 0.25);
+    )sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_close(db);
+  }
+  JobRecord job = Job("tiny-4");
+  job.join_token = "feedface";
+  for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    auto old = s->LoadMetrics("old-3");
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    ASSERT_GE(old->size(), 2u);
+    EXPECT_DOUBLE_EQ((*old)[0].loss, 4.5);
+    EXPECT_EQ((*old)[1].tokens, 512);
+    EXPECT_FALSE((*old)[0].skipped);
+    EXPECT_EQ((*old)[0].loss_scale, 0) << "an old row's scale is 'not reported'";
+    if (open == 0) {
+      ASSERT_TRUE(s->PutMetrics("old-3", {{.step = 3, .attempt = 2, .loss = 4.0, .skipped = true, .loss_scale = 1024}})
+                      .ok());
+      ASSERT_TRUE(s->PutJob(job).ok());
+    }
+    ASSERT_EQ(s->LoadMetrics("old-3")->size(), 3u);
+    const MetricRecord added = s->LoadMetrics("old-3", {.after_step = 2})->front();
+    EXPECT_EQ(added.attempt, 2);
+    EXPECT_TRUE(added.skipped);
+    EXPECT_DOUBLE_EQ(added.loss_scale, 1024);
+    auto jobs = s->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 1u);
+    ExpectSameJob((*jobs)[0], job);
+    EXPECT_EQ((*jobs)[0].join_token, "feedface");
+  }
 }
 
 TEST_F(StateStoreTest, EverythingSurvivesAReopen) {
