@@ -86,6 +86,13 @@ class JobManager {
   std::vector<v1::JobStatus> List(bool include_finished);
   StatusOr<v1::JobStatus> Cancel(const std::string& job_id, const std::string& reason);
   StatusOr<std::vector<v1::CheckpointInfo>> Checkpoints(const std::string& job_id);
+  // Rank 0's stored per-step metrics in step order: steps after `after_step`,
+  // only the last `last` of them when last > 0. The earliest kMaxMetricRows
+  // rows that fit `max_bytes` serialized (<= 0: 4 MiB, gRPC's default message
+  // limit; the first row always goes); `truncated` says more matched.
+  StatusOr<v1::GetMetricsResponse> Metrics(const std::string& job_id, int64_t after_step, int64_t last,
+                                           int64_t max_bytes);
+  static constexpr int kMaxMetricRows = 100000;
   StatusOr<LogChunk> Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes);
   // Appends past events (seq > after_seq) to *past, then calls sink for each
   // new one until Unwatch. Returns the watch id.

@@ -1,7 +1,8 @@
-// JobManager's read side: committed checkpoints, rank logs, and event
-// watches (past events from the store, then live ones).
+// JobManager's read side: committed checkpoints, per-step metrics, rank logs,
+// and event watches (past events from the store, then live ones).
 #include "coordinator/job_manager.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -45,6 +46,42 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::str
     out.push_back(c);
   }
   return out;
+}
+
+StatusOr<v1::GetMetricsResponse> JobManager::Metrics(const std::string& job_id, int64_t after_step, int64_t last,
+                                                     int64_t max_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(FindLocked(job_id).status());
+  }
+  // Read without mu_, so heartbeats keep flowing; one row past the cap says
+  // whether there are more. The first row always goes, so paging advances.
+  ASSIGN_OR_RETURN(std::vector<MetricRecord> rows,
+                   store_->LoadMetrics(job_id, {.after_step = after_step, .last = last, .max_rows = kMaxMetricRows + 1}));
+  if (max_bytes <= 0) max_bytes = 4 << 20;
+  v1::GetMetricsResponse resp;
+  int64_t bytes = 2;  // the truncated flag
+  for (const MetricRecord& m : rows) {
+    v1::MetricRow r;
+    r.set_step(m.step);
+    r.set_attempt(m.attempt);
+    r.set_loss(m.loss);
+    r.set_lr(m.lr);
+    r.set_grad_norm(m.grad_norm);
+    r.set_tokens(m.tokens);
+    r.set_seconds(m.seconds);
+    r.set_tokens_per_s(m.seconds > 0 ? m.tokens / m.seconds : 0);
+    r.set_skipped(m.skipped);
+    r.set_loss_scale(m.loss_scale);
+    const size_t n = r.ByteSizeLong();
+    bytes += 1 + google::protobuf::io::CodedOutputStream::VarintSize64(n) + n;  // tag, length, row
+    if (resp.rows_size() == kMaxMetricRows || (bytes > max_bytes && resp.rows_size() > 0)) {
+      resp.set_truncated(true);
+      break;
+    }
+    *resp.add_rows() = std::move(r);
+  }
+  return resp;
 }
 
 StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {

@@ -121,7 +121,8 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(JobManager* jobs, std::string token) : jobs_(jobs), token_(std::move(token)) {}
+  JobServiceImpl(JobManager* jobs, std::string token, int max_message_bytes)
+      : jobs_(jobs), token_(std::move(token)), max_message_bytes_(max_message_bytes) {}
 
   ServerUnaryReactor* SubmitJob(CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                 v1::JobStatus* resp) override {
@@ -174,6 +175,14 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
     return Reply(ctx, list.status());
   }
+  ServerUnaryReactor* GetMetrics(CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
+                                 v1::GetMetricsResponse* resp) override {
+    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+    // A response over the send limit would fail the call; a truncated one
+    // tells the client to ask for the rest.
+    const int64_t budget = max_message_bytes_ - std::min(1024, max_message_bytes_ / 2);
+    return Reply(ctx, jobs_->Metrics(req->job_id(), req->after_step(), req->limit(), budget), resp);
+  }
 
  private:
   shard::Status Auth(CallbackServerContext* ctx) const {
@@ -185,6 +194,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   }
   JobManager* jobs_;
   std::string token_;
+  int max_message_bytes_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
@@ -287,7 +297,8 @@ bool IsLoopbackAddress(const std::string& a) {
 }
 
 struct CoordinatorServer::Services {
-  Services(JobManager* jobs, const std::string& token) : job(jobs, token), worker(jobs) {}
+  Services(JobManager* jobs, const std::string& token, int max_message_bytes)
+      : job(jobs, token, max_message_bytes), worker(jobs) {}
   JobServiceImpl job;
   WorkerServiceImpl worker;
 };
@@ -317,7 +328,7 @@ shard::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(con
     creds = grpc::InsecureServerCredentials();
   }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
-  s->services_ = std::make_unique<Services>(jobs, admin_token);
+  s->services_ = std::make_unique<Services>(jobs, admin_token, opts.max_message_bytes);
   grpc::ServerBuilder b;
   b.AddListeningPort(opts.listen, creds, &s->port_);
   b.SetMaxReceiveMessageSize(opts.max_message_bytes);
