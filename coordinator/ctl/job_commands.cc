@@ -16,6 +16,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/ctl/metrics_format.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/server/grpc_status.h"
 #include "shard/common/file_util.h"
@@ -83,10 +84,12 @@ struct JobCommands::State {
   CLI::App* cancel = nullptr;
   CLI::App* watch = nullptr;
   CLI::App* logs = nullptr;
+  CLI::App* metrics = nullptr;
   std::string job_file, job_id, reason;
   std::vector<std::string> sets;
   bool json = false, all = false, follow = false, and_watch = false;
   int rank = 0, attempt = 0;
+  int64_t last = 0;
 
   std::unique_ptr<v1::JobService::Stub> stub;
   std::unique_ptr<shardd::Coordinator> embedded;
@@ -102,6 +105,7 @@ struct JobCommands::State {
   shard::Status List();
   shard::Status Cancel();
   shard::Status Logs();
+  shard::Status Metrics();
 };
 
 shard::Status JobCommands::State::Connect(bool allow_embed) {
@@ -330,6 +334,37 @@ shard::Status JobCommands::State::Logs() {
   }
 }
 
+shard::Status JobCommands::State::Metrics() {
+  v1::GetMetricsRequest req;
+  req.set_job_id(job_id);
+  req.set_limit(last);
+  std::vector<v1::MetricRow> rows;
+  // A long run's rows may not fit one response: ask on from the last step.
+  while (true) {
+    v1::GetMetricsResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    grpc::Status gs = stub->GetMetrics(&ctx, req, &resp);
+    if (gs.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+      return shard::Unimplemented("the coordinator at " + client.coordinator +
+                                  " predates `shardctl metrics`: upgrade shardd");
+    RETURN_IF_ERROR(shardd::FromGrpc(gs, "metrics " + job_id));
+    if (resp.truncated() && resp.rows().empty())
+      return shard::Internal("metrics " + job_id + ": the coordinator returned no rows but more to come");
+    for (auto& r : *resp.mutable_rows()) rows.push_back(std::move(r));
+    if (last > 0 && static_cast<int64_t>(rows.size()) >= last) {
+      rows.resize(last);  // rows trained while we paged
+      break;
+    }
+    if (!resp.truncated()) break;
+    req.set_after_step(rows.back().step());
+    req.set_limit(0);
+  }
+  const std::string text = json ? MetricsJsonLines(rows) : MetricsTable(rows);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return shard::OkStatus();
+}
+
 JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   State& s = *s_;
   app.add_option("--coordinator", s.client.coordinator, "Coordinator host:port (default $SHARDD_COORDINATOR or 127.0.0.1:7070)");
@@ -352,6 +387,11 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   s.status = app.add_subcommand("status", "A job's state, progress and workers");
   s.status->add_option("job", s.job_id, "Job id")->required();
   s.status->add_flag("--json", s.json, "Print JSON");
+
+  s.metrics = app.add_subcommand("metrics", "A job's per-step loss, learning rate, gradient norm, throughput and loss scale");
+  s.metrics->add_option("job", s.job_id, "Job id")->required();
+  s.metrics->add_option("--last", s.last, "Only the last N steps")->check(CLI::PositiveNumber);
+  s.metrics->add_flag("--json", s.json, "Print one JSON object per step (JSON lines)");
 
   s.list = app.add_subcommand("list", "Jobs (active ones; --all for finished too)");
   s.list->add_flag("--all", s.all, "Include finished jobs");
@@ -376,7 +416,7 @@ JobCommands::~JobCommands() = default;
 
 bool JobCommands::Selected() const {
   const State& s = *s_;
-  for (CLI::App* c : {s.run, s.submit, s.status, s.list, s.cancel, s.watch, s.logs})
+  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.cancel, s.watch, s.logs})
     if (c->parsed()) return true;
   return false;
 }
@@ -429,6 +469,7 @@ shard::Status JobCommands::Run() {
   if (s.list->parsed()) return s.List();
   if (s.cancel->parsed()) return s.Cancel();
   if (s.logs->parsed()) return s.Logs();
+  if (s.metrics->parsed()) return s.Metrics();
   if (s.watch->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Watch(s.job_id, false));
     std::printf("job %s %s%s%s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str(),

@@ -1,5 +1,5 @@
-// shardctl's coordinator commands: run, submit, status, list, cancel, watch,
-// logs, and checkpoints JOB. They talk JobService over gRPC; `run` embeds a
+// shardctl's coordinator commands: run, submit, status, metrics, list, cancel,
+// watch, logs, and checkpoints JOB. They talk JobService over gRPC; `run` embeds a
 // local coordinator when none answers at the address.
 #pragma once
 

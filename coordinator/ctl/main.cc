@@ -1,7 +1,7 @@
 // shardctl: the user's tool. Jobs through the coordinator (run, submit,
-// status, list, cancel, watch, logs, checkpoints JOB; see job_commands.h) and
-// offline commands on model folders and checkpoints (eval, generate, export,
-// plan, prepare-data, launch).
+// status, metrics, list, cancel, watch, logs, checkpoints JOB; see
+// job_commands.h) and offline commands on model folders and checkpoints (eval,
+// generate, export, plan, prepare-data, launch).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

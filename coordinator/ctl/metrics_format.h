@@ -1,0 +1,20 @@
+// How `shardctl metrics JOB` prints a job's per-step metrics: an aligned table
+// for people, JSON lines for scripts. Pure functions of the rows.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardd/v1/coordinator.pb.h"
+
+namespace shardctl {
+
+// STEP LOSS LR GRAD_NORM TOKENS/S, then SCALE and SKIPPED when any row was
+// skipped or used a loss scale other than 0 (not reported) and 1 (no scaler).
+std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows);
+
+// One JSON object per row and line (step, attempt, loss, lr, grad_norm, tokens,
+// seconds, tokens_per_s, skipped, loss_scale); NaN and infinities are null.
+std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows);
+
+}  // namespace shardctl

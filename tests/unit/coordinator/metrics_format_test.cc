@@ -1,0 +1,93 @@
+// shardctl metrics' output: the table shows the loss scaler's columns only
+// when a row was skipped or scaled, and JSON lines parse (NaN and inf as null).
+#include "coordinator/ctl/metrics_format.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace shardctl {
+namespace {
+
+using shardd::v1::MetricRow;
+
+MetricRow Row(int64_t step, double loss, double loss_scale, bool skipped = false) {
+  MetricRow r;
+  r.set_step(step);
+  r.set_attempt(1);
+  r.set_loss(loss);
+  r.set_lr(3e-4);
+  r.set_grad_norm(0.75);
+  r.set_tokens(1024);
+  r.set_seconds(0.5);
+  r.set_tokens_per_s(2048);
+  r.set_loss_scale(loss_scale);
+  r.set_skipped(skipped);
+  return r;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(MetricsFormatTest, TableWithoutAScalerHasNoScaleColumn) {
+  // 1: no scaler; 0: a worker too old to say.
+  const auto lines = Lines(MetricsTable({Row(1, 5.25, 1), Row(2, 4.5, 0)}));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S");
+  EXPECT_EQ(lines[1], "1          5.2500     3.000e-04   0.7500     2048");
+  EXPECT_EQ(lines[2].substr(0, 21), "2          4.5000    ");
+  EXPECT_EQ(lines[1].find("SCALE"), std::string::npos);
+}
+
+TEST(MetricsFormatTest, ASkippedOrScaledRowAddsScaleAndSkipped) {
+  const auto scaled = Lines(MetricsTable({Row(1, 5.25, 1), Row(2, 4.5, 32768)}));
+  ASSERT_EQ(scaled.size(), 3u);
+  EXPECT_NE(scaled[0].find("SCALE"), std::string::npos) << scaled[0];
+  EXPECT_NE(scaled[0].find("SKIPPED"), std::string::npos) << scaled[0];
+  EXPECT_NE(scaled[2].find("32768"), std::string::npos) << scaled[2];
+  EXPECT_EQ(scaled[2].find("yes"), std::string::npos) << scaled[2];
+
+  // A skipped step under a scale of 1 (the floor) still shows.
+  const auto skipped =
+      Lines(MetricsTable({Row(1, 5.25, 1), Row(2, std::numeric_limits<double>::infinity(), 1, true)}));
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_NE(skipped[0].find("SKIPPED"), std::string::npos) << skipped[0];
+  EXPECT_EQ(skipped[2].substr(skipped[2].size() - 3), "yes") << skipped[2];
+  EXPECT_NE(skipped[2].find("inf"), std::string::npos) << skipped[2];
+}
+
+TEST(MetricsFormatTest, EmptyTableIsTheHeader) { EXPECT_EQ(Lines(MetricsTable({})).size(), 1u); }
+
+TEST(MetricsFormatTest, JsonLinesCarryEveryFieldAndNullForNonFinite) {
+  MetricRow skipped = Row(2, std::nan(""), 65536, true);
+  skipped.set_grad_norm(std::numeric_limits<double>::infinity());
+  const auto lines = Lines(MetricsJsonLines({Row(1, 5.25, 1), skipped}));
+  ASSERT_EQ(lines.size(), 2u);
+  const auto a = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(a["step"], 1);
+  EXPECT_EQ(a["attempt"], 1);
+  EXPECT_DOUBLE_EQ(a["loss"].get<double>(), 5.25);
+  EXPECT_DOUBLE_EQ(a["lr"].get<double>(), 3e-4);
+  EXPECT_DOUBLE_EQ(a["grad_norm"].get<double>(), 0.75);
+  EXPECT_EQ(a["tokens"], 1024);
+  EXPECT_DOUBLE_EQ(a["seconds"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(a["tokens_per_s"].get<double>(), 2048);
+  EXPECT_EQ(a["skipped"], false);
+  EXPECT_DOUBLE_EQ(a["loss_scale"].get<double>(), 1);
+  const auto b = nlohmann::json::parse(lines[1]);  // throws on NaN/Infinity literals
+  EXPECT_TRUE(b["loss"].is_null());
+  EXPECT_TRUE(b["grad_norm"].is_null());
+  EXPECT_EQ(b["skipped"], true);
+  EXPECT_DOUBLE_EQ(b["loss_scale"].get<double>(), 65536);
+  EXPECT_EQ(MetricsJsonLines({}), "");
+}
+
+}  // namespace
+}  // namespace shardctl
