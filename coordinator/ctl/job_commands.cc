@@ -390,7 +390,7 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
 
   s.metrics = app.add_subcommand("metrics", "A job's per-step loss, learning rate, gradient norm, throughput and loss scale");
   s.metrics->add_option("job", s.job_id, "Job id")->required();
-  s.metrics->add_option("--last", s.last, "Only the last N steps")->check(CLI::PositiveNumber);
+  s.metrics->add_option("--last", s.last, "Only the last N steps")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   s.metrics->add_flag("--json", s.json, "Print one JSON object per step (JSON lines)");
 
   s.list = app.add_subcommand("list", "Jobs (active ones; --all for finished too)");
