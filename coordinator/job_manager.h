@@ -178,6 +178,9 @@ class JobManager {
   StatusOr<Job*> CheckWorkerLocked(const v1::WorkerId& id, const std::string& token);
   // Records an event and the job's (possibly new) state in one transaction.
   void EmitLocked(Job& j, const std::string& kind, const std::string& message);
+  // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
+  // and updates the job's live progress for watchers.
+  void RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
   void SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
   Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary);
   void LaunchLocked(Job& j);

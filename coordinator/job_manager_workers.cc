@@ -118,6 +118,45 @@ StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& r
   return resp;
 }
 
+void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
+                                     int64_t now) {
+  if (metrics.empty()) return;
+  std::vector<MetricRecord> rows;
+  for (const v1::StepMetric& m : metrics) {
+    rows.push_back({.step = m.step(),
+                    .attempt = j.attempt,
+                    .loss = m.loss(),
+                    .lr = m.lr(),
+                    .grad_norm = m.grad_norm(),
+                    .seconds = m.seconds(),
+                    .tokens = m.tokens(),
+                    .skipped = m.skipped(),
+                    .loss_scale = m.loss_scale()});
+    j.step_seconds.push_back(m.seconds());
+    if (j.step_seconds.size() > 20) j.step_seconds.pop_front();
+  }
+  Status st = store_->PutMetrics(j.id, rows);
+  if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
+  const v1::StepMetric& last = metrics[metrics.size() - 1];
+  j.progress.set_step(last.step());
+  j.progress.set_loss(last.loss());
+  double sum = 0;
+  for (double s : j.step_seconds) sum += s;
+  const double mean = sum / j.step_seconds.size();
+  j.progress.set_tokens_per_s(last.seconds() > 0 ? last.tokens() / last.seconds() : 0);
+  j.progress.set_eta_s(mean * std::max<int64_t>(0, j.config.train.steps - last.step()));
+  j.updated_ms = now;
+  v1::JobEvent ev;  // live only: progress is kept as metrics, not as events
+  ev.set_unix_ms(now);
+  ev.set_job_id(j.id);
+  ev.set_attempt(j.attempt);
+  ev.set_kind("progress");
+  ev.set_state(j.state);
+  *ev.mutable_progress() = j.progress;
+  for (auto& [id, w] : watchers_)
+    if (w.job_id == j.id) w.sink(ev);
+}
+
 StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
@@ -132,42 +171,7 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
     j->adopted = false;
     EmitLocked(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
   }
-  if (!req.metrics().empty()) {
-    std::vector<MetricRecord> rows;
-    for (const v1::StepMetric& m : req.metrics()) {
-      rows.push_back({.step = m.step(),
-                      .attempt = j->attempt,
-                      .loss = m.loss(),
-                      .lr = m.lr(),
-                      .grad_norm = m.grad_norm(),
-                      .seconds = m.seconds(),
-                      .tokens = m.tokens(),
-                      .skipped = m.skipped(),
-                      .loss_scale = m.loss_scale()});
-      j->step_seconds.push_back(m.seconds());
-      if (j->step_seconds.size() > 20) j->step_seconds.pop_front();
-    }
-    Status st = store_->PutMetrics(j->id, rows);
-    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-    const v1::StepMetric& last = req.metrics(req.metrics_size() - 1);
-    j->progress.set_step(last.step());
-    j->progress.set_loss(last.loss());
-    double sum = 0;
-    for (double s : j->step_seconds) sum += s;
-    const double mean = sum / j->step_seconds.size();
-    j->progress.set_tokens_per_s(last.seconds() > 0 ? last.tokens() / last.seconds() : 0);
-    j->progress.set_eta_s(mean * std::max<int64_t>(0, j->config.train.steps - last.step()));
-    j->updated_ms = now;
-    v1::JobEvent ev;  // live only: progress is kept as metrics, not as events
-    ev.set_unix_ms(now);
-    ev.set_job_id(j->id);
-    ev.set_attempt(j->attempt);
-    ev.set_kind("progress");
-    ev.set_state(j->state);
-    *ev.mutable_progress() = j->progress;
-    for (auto& [id, w] : watchers_)
-      if (w.job_id == j->id) w.sink(ev);
-  }
+  RecordMetricsLocked(*j, req.metrics(), now);
   return v1::HeartbeatResponse();
 }
 
@@ -187,6 +191,7 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
     return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
+  RecordMetricsLocked(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
   v1::ReportCheckpointResponse resp;
   if (done) {

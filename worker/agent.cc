@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -79,6 +80,21 @@ class Heartbeater {
   void SetState(const std::string& s) {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = s;
+  }
+  // Takes the pending metrics of steps up to `step` for a checkpoint report
+  // to carry, so a failure right after the commit cannot lose them; PutBack
+  // returns them when the report could not be delivered.
+  std::vector<v1::StepMetric> TakeMetrics(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto later = std::stable_partition(pending_.begin(), pending_.end(),
+                                       [&](const v1::StepMetric& m) { return m.step() <= step; });
+    std::vector<v1::StepMetric> taken(pending_.begin(), later);
+    pending_.erase(pending_.begin(), later);
+    return taken;
+  }
+  void PutBack(const std::vector<v1::StepMetric>& metrics) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.insert(pending_.begin(), metrics.begin(), metrics.end());
   }
 
  private:
@@ -244,7 +260,11 @@ int RunAgent(const AgentOptions& opts) {
       pf->set_size(f.size);
       pf->set_xxh64(f.xxh64);
     }
-    return RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportCheckpoint(req).status(); });
+    const std::vector<v1::StepMetric> metrics = opts.rank == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
+    for (const auto& m : metrics) *req.add_metrics() = m;
+    shard::Status st = RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportCheckpoint(req).status(); });
+    if (!st.ok()) hb.PutBack(metrics);
+    return st;
   };
 
   auto trainer = shard::Trainer::Create(*job, dist);

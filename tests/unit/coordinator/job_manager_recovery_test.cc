@@ -198,7 +198,8 @@ class JobManagerCheckpointTest : public JobManagerTest {
       WriteBytes(StepDir(step) + "/" + shard::ShardFileName(sr, 2), std::string(100 + 20 * sr, 'a'));
   }
   StatusOr<v1::ReportCheckpointResponse> Report(const std::string& id, int attempt, int rank, int64_t step,
-                                                const std::string& step_dir, const std::string& token) {
+                                                const std::string& step_dir, const std::string& token,
+                                                const std::vector<v1::StepMetric>& metrics = {}) {
     shard::Manifest base;
     base.job = "tiny";
     base.step = step;
@@ -216,9 +217,43 @@ class JobManagerCheckpointTest : public JobManagerTest {
     f->set_shard_rank(rank);
     f->set_size(100 + 20 * rank);
     f->set_xxh64(0x1000 + rank);
+    for (const auto& m : metrics) *req.add_metrics() = m;
     return manager_->ReportCheckpoint(req, token);
   }
 };
+
+// Rank 0's report carries the steps it has not sent with a heartbeat yet: a
+// failure right after the commit loses none of them, though the next attempt
+// resumes past them and never trains them again.
+TEST_F(JobManagerCheckpointTest, ReportCarriesTheMetricsNotYetHeartbeated) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  WriteShards(5);
+  std::vector<v1::StepMetric> unsent;
+  for (int64_t s = 1; s <= 5; ++s) {
+    v1::StepMetric m;
+    m.set_step(s);
+    m.set_loss(10.0 / s);
+    m.set_seconds(0.5);
+    m.set_tokens(100);
+    unsent.push_back(m);
+  }
+  ASSERT_TRUE(Report(id, 1, 0, 5, StepDir(5), token, unsent).ok());
+  auto r1 = Report(id, 1, 1, 5, StepDir(5), token);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_TRUE(r1->committed());
+  EXPECT_EQ(Get(id).progress().step(), 5);
+  launcher_.Exit(id, 1, 1, 0, SIGKILL);  // before any heartbeat with those steps
+  manager_->Tick();
+  auto m = manager_->Metrics(id, 0, 0, 0);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->rows_size(), 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(m->rows(i).step(), i + 1);
+    EXPECT_DOUBLE_EQ(m->rows(i).loss(), 10.0 / (i + 1));
+    EXPECT_EQ(m->rows(i).attempt(), 1);
+  }
+}
 
 TEST_F(JobManagerCheckpointTest, ReportsFromEveryWriterCommitTheStep) {
   const std::string id = StartRunningJob();
