@@ -41,6 +41,8 @@ struct JobManagerOptions {
   std::string coordinator_address;  // what workers dial
   std::string worker_bin;           // shardd-worker
   std::string worker_tls_ca;        // PEM workers verify the coordinator with ("" = plaintext)
+  std::string worker_tls_cert;      // PEM client certificate and key workers present (mutual TLS; "" = none)
+  std::string worker_tls_key;
   double kill_grace_s = 5;          // SIGTERM → SIGKILL
   double heartbeat_interval_s = 1;
   double register_timeout_s = 120;
