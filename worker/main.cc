@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", agent.attempt,
                  "Attempt number (coordinator mode); leave out to join the current attempt of a job submitted with "
                  "resources.launcher: external, with its join token in SHARDD_WORKER_TOKEN");
-  app.add_option("--tls-ca", agent.tls.ca, "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
+  app.add_option("--tls-ca", agent.tls.ca,
+                 "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
   app.add_option("--tls-cert", agent.tls.cert,
                  "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
   app.add_option("--tls-key", agent.tls.key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");

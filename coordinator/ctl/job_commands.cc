@@ -347,7 +347,8 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   app.add_option("--state-dir", s.client.state_dir,
                  "Coordinator state dir: where the token is read, and where `run` keeps an embedded coordinator's "
                  "state (default $SHARDD_STATE_DIR or .shardd)");
-  app.add_option("--tls-ca", s.client.tls_ca, "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
+  app.add_option("--tls-ca", s.client.tls_ca,
+                 "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
   app.add_option("--tls-cert", s.client.tls_cert,
                  "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
   app.add_option("--tls-key", s.client.tls_key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");

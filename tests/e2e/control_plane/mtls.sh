@@ -43,7 +43,9 @@ grep -q "with mutual TLS" "$T/shardd.log" || fail "shardd does not say it serves
 good=(--tls-ca "$T/ca.pem" --tls-cert "$T/client.pem" --tls-key "$T/client.key")
 
 # shardctl's own mistakes: one line naming the flag and the path.
-if out=$(ctl --tls-ca "$T/ca.pem" --tls-cert "$T/client.pem" list 2>&1); then fail "--tls-cert without --tls-key was accepted"; fi
+if out=$(ctl --tls-ca "$T/ca.pem" --tls-cert "$T/client.pem" list 2>&1); then
+  fail "--tls-cert without --tls-key was accepted"
+fi
 echo "$out" | grep -q -- "--tls-cert without --tls-key" || fail "unclear error: $out"
 if out=$(ctl --tls-ca "$T/ca.pem" --tls-cert "$T/missing.pem" --tls-key "$T/client.key" list 2>&1); then
   fail "a missing --tls-cert was accepted"
