@@ -4,12 +4,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 #include "coordinator/auth.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/launchers/slurm/slurm_launcher.h"
+#include "coordinator/server/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 
@@ -41,7 +43,26 @@ std::string FindWorkerBinary() {
   return "shardd-worker";
 }
 
+shard::Status CheckTlsOptions(const CoordinatorOptions& opts) {
+  const ServerOptions& s = opts.server;
+  RETURN_IF_ERROR(CheckCertKeyPair(s.tls_cert, s.tls_key, "--tls-cert", "--tls-key"));
+  RETURN_IF_ERROR(CheckCertKeyPair(opts.worker_tls_cert, opts.worker_tls_key, "--worker-tls-cert", "--worker-tls-key"));
+  const bool tls = !s.tls_cert.empty();
+  if (!tls) {
+    if (!s.tls_client_ca.empty()) return shard::InvalidArgument("--tls-client-ca needs --tls-cert/--tls-key");
+    if (!opts.worker_tls_ca.empty()) return shard::InvalidArgument("--worker-tls-ca needs --tls-cert/--tls-key");
+    if (!opts.worker_tls_cert.empty())
+      return shard::InvalidArgument("--worker-tls-cert/--worker-tls-key need --tls-cert/--tls-key");
+  }
+  if (!s.tls_client_ca.empty() && opts.worker_tls_cert.empty())
+    return shard::InvalidArgument(
+        "--tls-client-ca needs --worker-tls-cert/--worker-tls-key: with mutual TLS the workers shardd launches "
+        "must present a client certificate that CA signed");
+  return shard::OkStatus();
+}
+
 shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& opts) {
+  RETURN_IF_ERROR(CheckTlsOptions(opts));
   std::unique_ptr<Coordinator> c(new Coordinator());
   const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
@@ -67,13 +88,20 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     for (const std::string& r : jo.allowed_roots) roots += (roots.empty() ? "" : ", ") + r;
     LOG_INFO("job paths confined to {}", roots);
   }
-  if (!opts.server.tls_cert.empty()) {
-    const std::string ca = opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca;
-    jo.worker_tls_ca = fs::absolute(ca).lexically_normal().string();
+  auto absolute = [](const std::string& p) { return fs::absolute(p).lexically_normal().string(); };
+  if (!opts.server.tls_cert.empty())
+    jo.worker_tls_ca = absolute(opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca);
+  if (!opts.worker_tls_cert.empty()) {
+    jo.worker_tls_cert = absolute(opts.worker_tls_cert);
+    jo.worker_tls_key = absolute(opts.worker_tls_key);
+    // Only the workers read these, and cluster workers may find them where
+    // this host does not: a file that is bad here is a warning, not a refusal.
+    for (auto [path, kind, name] : {std::tuple{jo.worker_tls_cert, kPemCertificate, "--worker-tls-cert"},
+                                    std::tuple{jo.worker_tls_key, kPemPrivateKey, "--worker-tls-key"}})
+      if (auto pem = ReadPem(path, kind, name); !pem.ok())
+        LOG_WARN("{} (workers on this host will fail to connect; others must find the file at that path)",
+                 pem.status().message());
   }
-  if (!opts.server.tls_client_ca.empty())
-    return shard::Unimplemented("--tls-client-ca (mutual TLS) needs client certificates for workers too, which the "
-                                "local launcher does not hand out yet; use server TLS (--tls-cert/--tls-key)");
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   c->jobs_->AddLauncher(c->slurm_.get());

@@ -22,6 +22,11 @@ struct CoordinatorOptions {
   // With TLS, the PEM workers verify the coordinator with (default: the
   // server certificate itself, right for a self-signed one).
   std::string worker_tls_ca;
+  // The client certificate and key the workers it launches present; both or
+  // neither, and required with server.tls_client_ca (mutual TLS). Workers read
+  // them at these paths (made absolute), so cluster workers need them mounted there.
+  std::string worker_tls_cert;
+  std::string worker_tls_key;
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
   // Directories every path a job names must lie in (--allowed-root; empty =
@@ -39,6 +44,10 @@ struct CoordinatorOptions {
   std::vector<std::string> kubectl_args;
   std::vector<std::string> k8s_namespaces;
 };
+
+// Pure: the TLS flags fit together (cert with key, mutual TLS only over TLS
+// and with a certificate for the workers); errors name the flags.
+shard::Status CheckTlsOptions(const CoordinatorOptions& opts);
 
 // SHARDD_WORKER_BIN, else shardd-worker beside this executable (or in the
 // build tree's worker/ folder), else on PATH.

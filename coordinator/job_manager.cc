@@ -331,6 +331,10 @@ void JobManager::LaunchLocked(Job& j) {
   req.worker_bin = opts_.worker_bin;
   req.env["SHARDD_WORKER_TOKEN"] = j.token;
   if (!opts_.worker_tls_ca.empty()) req.env["SHARDD_TLS_CA"] = opts_.worker_tls_ca;
+  if (!opts_.worker_tls_cert.empty()) {
+    req.env["SHARDD_TLS_CERT"] = opts_.worker_tls_cert;
+    req.env["SHARDD_TLS_KEY"] = opts_.worker_tls_key;
+  }
   req.job_name = j.config.name;
   req.resources = j.config.resources;
   auto pids = j.launcher->Launch(req);

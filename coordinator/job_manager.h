@@ -41,6 +41,8 @@ struct JobManagerOptions {
   std::string coordinator_address;  // what workers dial
   std::string worker_bin;           // shardd-worker
   std::string worker_tls_ca;        // PEM workers verify the coordinator with ("" = plaintext)
+  std::string worker_tls_cert;      // PEM client certificate and key workers present (mutual TLS; "" = none)
+  std::string worker_tls_key;
   // Canonical directories every job path must lie in (coordinator/job_paths.h);
   // empty = no confinement.
   std::vector<std::string> allowed_roots;

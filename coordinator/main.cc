@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", opts.server.tls_key, "PEM private key");
   app.add_option("--tls-client-ca", opts.server.tls_client_ca, "PEM CA that client certificates must chain to");
   app.add_option("--worker-tls-ca", opts.worker_tls_ca, "PEM workers verify the coordinator with (default: --tls-cert)");
+  app.add_option("--worker-tls-cert", opts.worker_tls_cert,
+                 "PEM client certificate the workers shardd launches present (required with --tls-client-ca)");
+  app.add_option("--worker-tls-key", opts.worker_tls_key, "PEM private key of --worker-tls-cert");
   app.add_option("--allowed-root", opts.allowed_roots,
                  "Confine every path a job names (and its workdir) to this directory (repeatable; default: no "
                  "confinement)");

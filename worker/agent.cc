@@ -184,7 +184,7 @@ shard::Status RetryUnavailable(double window_s, const std::function<shard::Statu
 int RunAgent(const AgentOptions& opts) {
   ClientIdentity who;
   who.address = opts.coordinator;
-  who.tls_ca = opts.tls_ca;
+  who.tls = opts.tls;
   who.token = opts.token;
   who.id.set_job_id(opts.job_id);
   who.id.set_attempt(opts.attempt);

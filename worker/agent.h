@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "coordinator/server/tls_files.h"
+
 namespace shardd {
 
 // Process exit codes of shardd-worker.
@@ -18,7 +20,7 @@ inline constexpr int kExitPreempted = 5;     // stopped on SIGUSR1 after a check
 
 struct AgentOptions {
   std::string coordinator;  // host:port
-  std::string tls_ca;
+  TlsClientFiles tls;       // --tls-ca/--tls-cert/--tls-key, else SHARDD_TLS_CA/_CERT/_KEY
   std::string job_id;
   int attempt = 0;          // 0: join the current attempt (launcher: external) with a join token
   int rank = 0;

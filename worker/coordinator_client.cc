@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include "coordinator/server/grpc_status.h"
-#include "shard/common/file_util.h"
 
 namespace shardd {
 
@@ -71,14 +70,13 @@ class GrpcKvStore : public shard::KvStore {
 
 shard::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientIdentity& who) {
   std::unique_ptr<CoordinatorClient> c(new CoordinatorClient(who));
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (who.tls_ca.empty()) {
-    creds = grpc::InsecureChannelCredentials();
-  } else {
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  ASSIGN_OR_RETURN(auto pems, ReadTlsClientFiles(who.tls));
+  if (pems) {
     grpc::SslCredentialsOptions ssl;
-    auto pem = shard::ReadFileToString(who.tls_ca);
-    if (!pem.ok()) return shard::NotFound("TLS CA " + who.tls_ca + ": " + pem.status().message());
-    ssl.pem_root_certs = *pem;
+    ssl.pem_root_certs = pems->root_certs;
+    ssl.pem_cert_chain = pems->cert_chain;
+    ssl.pem_private_key = pems->private_key;
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;

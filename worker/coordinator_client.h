@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/server/tls_files.h"
 #include "shard/common/kv_store.h"
 #include "shard/common/status.h"
 #include "shardd/v1/worker.grpc.pb.h"
@@ -18,7 +19,7 @@ namespace shardd {
 
 struct ClientIdentity {
   std::string address;  // host:port of the coordinator
-  std::string tls_ca;   // PEM file: use TLS and trust this CA ("" = plaintext)
+  TlsClientFiles tls;   // CA to trust ("" = plaintext) and the client certificate to present (mutual TLS)
   std::string token;    // the attempt's worker token
   v1::WorkerId id;
 };

@@ -132,7 +132,11 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", agent.attempt,
                  "Attempt number (coordinator mode); leave out to join the current attempt of a job submitted with "
                  "resources.launcher: external, with its join token in SHARDD_WORKER_TOKEN");
-  app.add_option("--tls-ca", agent.tls_ca, "PEM CA to verify the coordinator's TLS certificate");
+  app.add_option("--tls-ca", agent.tls.ca,
+                 "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
+  app.add_option("--tls-cert", agent.tls.cert,
+                 "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
+  app.add_option("--tls-key", agent.tls.key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);
 
@@ -165,8 +169,16 @@ int main(int argc, char** argv) {
                     shardd::kExitBadInput);
       shardd::AgentOptions a = agent;
       a.token = token;
-      if (a.tls_ca.empty())
-        if (const char* ca = std::getenv("SHARDD_TLS_CA"); ca && *ca) a.tls_ca = ca;
+      // shardd hands its workers these in the environment: errors name the
+      // variable unless the flag was given.
+      auto from_env = [](std::string& path, std::string& name, const char* var) {
+        if (!path.empty()) return;
+        name = var;
+        if (const char* v = std::getenv(var); v && *v) path = v;
+      };
+      from_env(a.tls.ca, a.tls.ca_name, "SHARDD_TLS_CA");
+      from_env(a.tls.cert, a.tls.cert_name, "SHARDD_TLS_CERT");
+      from_env(a.tls.key, a.tls.key_name, "SHARDD_TLS_KEY");
       a.rank = place->rank;
       a.world_hint = place->world_hint;
       a.launcher_id = place->launcher_id;

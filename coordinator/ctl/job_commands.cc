@@ -19,6 +19,7 @@
 #include "coordinator/ctl/metrics_format.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/server/grpc_status.h"
+#include "coordinator/server/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
@@ -113,12 +114,15 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
   if (client.state_dir.empty()) client.state_dir = Env("SHARDD_STATE_DIR", ".shardd");
   if (client.token.empty()) client.token = Env("SHARDD_TOKEN", "");
   if (client.tls_ca.empty()) client.tls_ca = Env("SHARDD_TLS_CA", "");
+  if (client.tls_cert.empty()) client.tls_cert = Env("SHARDD_TLS_CERT", "");
+  if (client.tls_key.empty()) client.tls_key = Env("SHARDD_TLS_KEY", "");
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!client.tls_ca.empty()) {
-    auto pem = shard::ReadFileToString(client.tls_ca);
-    if (!pem.ok()) return shard::NotFound("--tls-ca " + client.tls_ca + ": " + pem.status().message());
+  ASSIGN_OR_RETURN(auto pems, shardd::ReadTlsClientFiles({client.tls_ca, client.tls_cert, client.tls_key}));
+  if (pems) {
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = *pem;
+    ssl.pem_root_certs = pems->root_certs;
+    ssl.pem_cert_chain = pems->cert_chain;
+    ssl.pem_private_key = pems->private_key;
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;
@@ -126,6 +130,12 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
   auto channel = grpc::CreateCustomChannel(client.coordinator, creds, args);
   const bool up = channel->WaitForConnected(std::chrono::system_clock::now() + 1500ms);
   if (!up) {
+    // Over TLS a refused handshake looks the same as no coordinator; an
+    // embedded one would serve plaintext, which these credentials cannot reach.
+    if (pems)
+      return shard::Unavailable("no coordinator completes a TLS handshake at " + client.coordinator +
+                                " (is one running there with TLS? does --tls-ca verify its certificate? with "
+                                "--tls-client-ca it also needs --tls-cert/--tls-key that CA signed)");
     if (!allow_embed || !shardd::IsLoopbackAddress(client.coordinator))
       return shard::Unavailable("no coordinator answers at " + client.coordinator +
                                 " (start one with `shardd`, or use `shardctl run` to start one here)");
@@ -372,7 +382,11 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   app.add_option("--state-dir", s.client.state_dir,
                  "Coordinator state dir: where the token is read, and where `run` keeps an embedded coordinator's "
                  "state (default $SHARDD_STATE_DIR or .shardd)");
-  app.add_option("--tls-ca", s.client.tls_ca, "PEM CA to verify the coordinator's TLS certificate");
+  app.add_option("--tls-ca", s.client.tls_ca,
+                 "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
+  app.add_option("--tls-cert", s.client.tls_cert,
+                 "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
+  app.add_option("--tls-key", s.client.tls_key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");
 
   s.run = app.add_subcommand("run", "Submit a job and watch it to the end (starts a local coordinator if none answers)");
   s.run->add_option("job_file", s.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);

@@ -31,6 +31,14 @@ struct LaunchRequest {
   shard::ResourcesConfig resources;        // the job's resources section (slurm/kubernetes settings)
 };
 
+// The coordinator's own environment that no worker may inherit: its admin
+// token, and its own TLS files (shardd's sbatch script, or a shell set up for
+// shardctl, may hold them). Workers get only what LaunchRequest::env says.
+// Launchers whose workers inherit the coordinator's environment (local,
+// slurm) drop or blank these unless the request sets them.
+inline constexpr const char* kCoordinatorOnlyEnv[] = {"SHARDD_TOKEN", "SHARDD_WORKER_TOKEN", "SHARDD_TLS_CA",
+                                                      "SHARDD_TLS_CERT", "SHARDD_TLS_KEY"};
+
 // How a launched rank ended. Cluster launchers see their allocation end as a
 // whole (a Slurm job, a Kubernetes Job): they report rank = kAllRanks.
 struct RankExit {

@@ -8,7 +8,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/server/grpc_status.h"
-#include "shard/common/file_util.h"
+#include "coordinator/server/tls_files.h"
 #include "shard/common/logging.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/worker.grpc.pb.h"
@@ -277,12 +277,6 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   JobManager* jobs_;
 };
 
-shard::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  auto text = shard::ReadFileToString(path);
-  if (!text.ok()) return shard::NotFound(std::string(flag) + " " + path + ": " + text.status().message());
-  return *text;
-}
-
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& a) {
@@ -307,16 +301,20 @@ shard::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(con
                                                                              JobManager* jobs,
                                                                              const std::string& admin_token) {
   std::shared_ptr<grpc::ServerCredentials> creds;
-  const bool tls = !opts.tls_cert.empty() || !opts.tls_key.empty();
+  RETURN_IF_ERROR(CheckCertKeyPair(opts.tls_cert, opts.tls_key, "--tls-cert", "--tls-key"));
+  const bool tls = !opts.tls_cert.empty();
+  if (!tls && !opts.tls_client_ca.empty())
+    return shard::InvalidArgument("--tls-client-ca needs --tls-cert/--tls-key: client certificates are checked "
+                                  "only over TLS");
   if (tls) {
-    if (opts.tls_cert.empty() || opts.tls_key.empty())
-      return shard::InvalidArgument("TLS needs both --tls-cert and --tls-key");
     grpc::SslServerCredentialsOptions ssl;
-    ASSIGN_OR_RETURN(std::string cert, ReadPem(opts.tls_cert, "--tls-cert"));
-    ASSIGN_OR_RETURN(std::string key, ReadPem(opts.tls_key, "--tls-key"));
+    ASSIGN_OR_RETURN(std::string cert, ReadPem(opts.tls_cert, kPemCertificate, "--tls-cert"));
+    ASSIGN_OR_RETURN(std::string key, ReadPem(opts.tls_key, kPemPrivateKey, "--tls-key"));
     ssl.pem_key_cert_pairs.push_back({key, cert});
     if (!opts.tls_client_ca.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(opts.tls_client_ca, "--tls-client-ca"));
+      // Mutual TLS: a client without a certificate this CA signed never gets
+      // past the handshake, whatever token it holds.
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(opts.tls_client_ca, kPemCertificate, "--tls-client-ca"));
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     creds = grpc::SslServerCredentials(ssl);
@@ -338,7 +336,8 @@ shard::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(con
   s->server_ = b.BuildAndStart();
   if (!s->server_ || s->port_ == 0)
     return shard::Unavailable("cannot listen on " + opts.listen + " (address in use or not valid)");
-  LOG_INFO("shardd listening on {} (port {}){}", opts.listen, s->port_, tls ? " with TLS" : "");
+  LOG_INFO("shardd listening on {} (port {}){}", opts.listen, s->port_,
+           !tls ? "" : opts.tls_client_ca.empty() ? " with TLS" : " with mutual TLS");
   return s;
 }
 

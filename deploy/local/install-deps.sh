@@ -11,6 +11,7 @@ packages=(
   libgloo-dev libopenblas-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
   python3
+  openssl  # the TLS end-to-end tests make their certificates with it
   slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster
 )
 # The Kubernetes manifest validator runs on Node.js (these machines ship Node 20).

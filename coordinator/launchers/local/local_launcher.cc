@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -42,7 +43,12 @@ StatusOr<std::vector<int>> LocalLauncher::Launch(const LaunchRequest& req) {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) {
       std::string kv = *e;
-      if (kv.rfind("SHARDD_WORKER_TOKEN=", 0) == 0 || kv.rfind("SHARDD_TOKEN=", 0) == 0) continue;
+      const std::string name = kv.substr(0, kv.find('='));
+      // req.env replaces an inherited value (getenv would find the first).
+      if (req.env.count(name)) continue;
+      if (std::find(std::begin(kCoordinatorOnlyEnv), std::end(kCoordinatorOnlyEnv), name) !=
+          std::end(kCoordinatorOnlyEnv))
+        continue;
       env_strings.push_back(kv);
     }
     for (const auto& [k, v] : req.env) env_strings.push_back(k + "=" + v);

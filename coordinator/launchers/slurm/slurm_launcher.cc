@@ -26,8 +26,8 @@ StatusOr<std::vector<int>> SlurmLauncher::Launch(const LaunchRequest& req) {
   CommandOptions co;
   co.env = req.env;  // the token: sbatch --export=ALL hands it to the workers
   // ... and all of this process's environment with it: blank the admin token
-  // (the local launcher drops it too; workers must never hold it).
-  co.env["SHARDD_TOKEN"] = "";
+  // and the coordinator's own TLS files (the local launcher drops them too).
+  for (const char* name : kCoordinatorOnlyEnv) co.env.emplace(name, "");
   co.cwd = req.workdir;
   co.timeout_s = opts_.command_timeout_s;
   ASSIGN_OR_RETURN(CommandResult r, RunCommand({opts_.sbatch, "--parsable", script_path}, co));

@@ -40,9 +40,11 @@ YAML
   echo "$T/$name.yaml"
 }
 
-start_shardd() {  # start_shardd [port]
+start_shardd() {  # start_shardd [port [more shardd flags...]]
   local port=${1:-0}
-  "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --kill-grace-s 2 >> "$T/shardd.log" 2>&1 &
+  shift || true
+  "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --kill-grace-s 2 "$@" \
+    >> "$T/shardd.log" 2>&1 &
   SHARDD_PID=$!
   disown "$SHARDD_PID"  # no "Killed" noise when a test or the cleanup kills it
   for _ in $(seq 1 100); do

@@ -153,8 +153,8 @@ class JobManagerTest : public ScratchTest {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
   }
-  std::unique_ptr<JobManager> NewManager(Launcher* launcher) {
-    JobManagerOptions o;
+  // `o` brings what a test sets (TLS files); the rest is the fixture's.
+  std::unique_ptr<JobManager> NewManager(Launcher* launcher, JobManagerOptions o = {}) {
     o.state_dir = Path("state");
     o.coordinator_address = "127.0.0.1:7000";
     o.worker_bin = "/opt/shardd/bin/shardd-worker";

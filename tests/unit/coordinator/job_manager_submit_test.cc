@@ -111,6 +111,9 @@ TEST_F(JobManagerTest, SubmitQueuesAndTickLaunchesEveryRankWithAToken) {
   EXPECT_EQ(req.log_dir, Path("state") + "/jobs/" + id + "/attempt_1");
   ASSERT_EQ(req.env.count("SHARDD_WORKER_TOKEN"), 1u);
   EXPECT_EQ(req.env.at("SHARDD_WORKER_TOKEN").size(), 48u);
+  EXPECT_EQ(req.env.count("SHARDD_TLS_CA"), 0u) << "plaintext";
+  EXPECT_EQ(req.env.count("SHARDD_TLS_CERT"), 0u);
+  EXPECT_EQ(req.env.count("SHARDD_TLS_KEY"), 0u);
 
   v1::JobStatus s = Get(id);
   ASSERT_EQ(s.workers_size(), 2);
@@ -124,6 +127,27 @@ TEST_F(JobManagerTest, SubmitQueuesAndTickLaunchesEveryRankWithAToken) {
   auto second = manager_->Submit(Spec(JobYaml("other")));
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->id(), "other-2");
+}
+
+// With TLS every launcher hands the workers the coordinator's CA and, for
+// mutual TLS, the client certificate and key to present, by path.
+TEST_F(JobManagerTest, LaunchPassesTheTlsFilesInTheEnvironment) {
+  manager_.reset();
+  JobManagerOptions o;
+  o.worker_tls_ca = "/etc/shardd/ca.pem";
+  o.worker_tls_cert = "/etc/shardd/worker.pem";
+  o.worker_tls_key = "/etc/shardd/worker.key";
+  manager_ = NewManager(&launcher_, o);
+  SubmitJob();
+  manager_->Tick();
+  ASSERT_EQ(launcher_.launches.size(), 1u);
+  const auto& env = launcher_.launches[0].env;
+  ASSERT_EQ(env.count("SHARDD_TLS_CA"), 1u);
+  EXPECT_EQ(env.at("SHARDD_TLS_CA"), "/etc/shardd/ca.pem");
+  ASSERT_EQ(env.count("SHARDD_TLS_CERT"), 1u);
+  EXPECT_EQ(env.at("SHARDD_TLS_CERT"), "/etc/shardd/worker.pem");
+  ASSERT_EQ(env.count("SHARDD_TLS_KEY"), 1u);
+  EXPECT_EQ(env.at("SHARDD_TLS_KEY"), "/etc/shardd/worker.key");
 }
 
 // A launcher that cannot start the workers fails the job at once (retrying

@@ -117,6 +117,29 @@ TEST_F(LocalLauncherTest, RunningRanksLogTheirArgsAndDieBySigterm) {
   EXPECT_TRUE(l.Poll().empty()) << "an exit was reported twice";
 }
 
+// Workers inherit shardd's environment, but not its own TLS files (shardd's
+// sbatch script passes its server certificate as SHARDD_TLS_CERT), and what
+// the request sets replaces an inherited value rather than following it.
+TEST_F(LocalLauncherTest, WorkersGetTheRequestsTlsFilesNotTheCoordinators) {
+  ::setenv("SHARDD_TLS_CA", "/coordinator/ca.pem", 1);
+  ::setenv("SHARDD_TLS_CERT", "/coordinator/server.pem", 1);
+  ::setenv("SHARDD_TLS_KEY", "/coordinator/server.key", 1);
+  ::setenv("SHARDD_TEST_INHERITED", "kept", 1);
+  LocalLauncher l;
+  LaunchRequest req =
+      Request("echo \"tls=[$SHARDD_TLS_CA|${SHARDD_TLS_CERT:-unset}|${SHARDD_TLS_KEY:-unset}] "
+              "other=$SHARDD_TEST_INHERITED\"",
+              1);
+  req.env["SHARDD_TLS_CA"] = "/request/ca.pem";
+  auto pids = l.Launch(req);
+  for (const char* v : {"SHARDD_TLS_CA", "SHARDD_TLS_CERT", "SHARDD_TLS_KEY", "SHARDD_TEST_INHERITED"}) ::unsetenv(v);
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  ASSERT_EQ(PollExits(l, 1).size(), 1u);
+  const std::string text = ReadBytes(req.log_dir + "/rank_0.log");
+  EXPECT_TRUE(Contains(text, "tls=[/request/ca.pem|unset|unset]")) << text;
+  EXPECT_TRUE(Contains(text, "other=kept")) << text;
+}
+
 TEST_F(LocalLauncherTest, ExitCodesAndForcedKillsAreReported) {
   LocalLauncher l;
   auto pids = l.Launch(Request("exit 7", 1));

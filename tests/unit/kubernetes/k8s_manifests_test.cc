@@ -156,11 +156,15 @@ TEST(K8sManifests, DownwardApiHostnameAndSettings) {
   k.memory = "64Gi";
   k.coordinator = "10.0.0.5:7070";
   r.env["SHARDD_TLS_CA"] = "/shardd/tls/ca.pem";
+  r.env["SHARDD_TLS_CERT"] = "/shardd/tls/worker.pem";  // mutual TLS
+  r.env["SHARDD_TLS_KEY"] = "/shardd/tls/worker.key";
   auto m = RenderManifests(r);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(Env(*m, "POD_IP")->at("valueFrom")["fieldRef"]["fieldPath"], "status.podIP");
   EXPECT_EQ(Env(*m, "NCCL_DEBUG")->at("value"), "WARN");
   EXPECT_EQ(Env(*m, "SHARDD_TLS_CA")->at("value"), "/shardd/tls/ca.pem");
+  EXPECT_EQ(Env(*m, "SHARDD_TLS_CERT")->at("value"), "/shardd/tls/worker.pem");
+  EXPECT_EQ(Env(*m, "SHARDD_TLS_KEY")->at("value"), "/shardd/tls/worker.key");
   EXPECT_EQ(Env(*m, "SHARDD_COORDINATOR")->at("value"), "10.0.0.5:7070");
   const Json& pod = m->job["spec"]["template"]["spec"];
   EXPECT_EQ(pod["serviceAccountName"], "shardd-worker");

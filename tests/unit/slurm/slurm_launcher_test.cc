@@ -105,6 +105,20 @@ TEST_F(SlurmLauncherTest, TheAdminTokenIsNotPassedToTheWorkers) {
   EXPECT_TRUE(Contains(Calls("sbatch"), "admin:[]\n")) << "the admin token reached sbatch: " << Calls("sbatch");
 }
 
+// Nor are the coordinator's own TLS files: the workers get the request's.
+TEST_F(SlurmLauncherTest, WorkersGetTheRequestsTlsFilesNotTheCoordinators) {
+  ::setenv("SHARDD_TLS_CA", "/coordinator/ca.pem", 1);
+  ::setenv("SHARDD_TLS_CERT", "/coordinator/server.pem", 1);
+  ::setenv("SHARDD_TLS_KEY", "/coordinator/server.key", 1);
+  SlurmLauncher l(opts_);
+  LaunchRequest req = Request();
+  req.env["SHARDD_TLS_CA"] = "/shared/ca.pem";
+  auto pids = l.Launch(req);
+  for (const char* v : {"SHARDD_TLS_CA", "SHARDD_TLS_CERT", "SHARDD_TLS_KEY"}) ::unsetenv(v);
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_TRUE(Contains(Calls("sbatch"), "tls:[/shared/ca.pem||]\n")) << Calls("sbatch");
+}
+
 TEST_F(SlurmLauncherTest, ParsableOutputWithAClusterNameGivesTheId) {
   Answer("sbatch", "43;cluster-a\n");
   SlurmLauncher l(opts_);
