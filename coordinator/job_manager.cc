@@ -398,7 +398,13 @@ void JobManager::PreemptAttemptLocked(Job& j, const std::string& reason) {
 
 void JobManager::ProcessExitsLocked() {
   for (const auto& [name, launcher] : launchers_) {
-    for (const RankExit& e : launcher->Poll()) {
+    std::vector<RankExit> exits = launcher->Poll();
+    // Exits seen together (a busy coordinator, or survivors that left at once)
+    // come in rank order, not in the order the ranks died. A rank killed by a
+    // signal is the likely cause, and its peers' "failed" exits the effect:
+    // apply those first, so the restart names the cause.
+    std::stable_partition(exits.begin(), exits.end(), [](const RankExit& e) { return e.signal != 0; });
+    for (const RankExit& e : exits) {
       auto it = jobs_.find(e.job_id);
       if (it == jobs_.end()) continue;
       Job& j = *it->second;

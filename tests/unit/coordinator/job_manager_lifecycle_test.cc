@@ -277,6 +277,18 @@ TEST_F(JobManagerTest, TheLaunchersExitNamesTheCauseOverASurvivorsReport) {
   EXPECT_EQ(State(id), v1::RESTARTING);
 }
 
+// Both exits in one poll (a loaded coordinator saw them late): the one killed
+// by a signal names the restart, not the survivor that gave up after it.
+TEST_F(JobManagerTest, ASignalledExitNamesTheCauseOverAPeerExitSeenWithIt) {
+  const std::string id = StartRunningJob();
+  launcher_.Exit(id, 1, 0, 1);
+  launcher_.Exit(id, 1, 1, 0, SIGKILL);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_TRUE(Contains(Reason(id), "rank 1 killed by signal 9")) << Reason(id);
+  EXPECT_EQ(Get(id).restarts(), 1);
+}
+
 TEST_F(JobManagerTest, UnregisteredRankPastTheRegisterTimeoutRestarts) {
   const std::string id = SubmitJob();
   manager_->Tick();
