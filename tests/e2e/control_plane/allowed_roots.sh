@@ -9,16 +9,7 @@ fi
 echo "$out" | grep -q -- "--allowed-root $T/nowhere: not an existing directory" || fail "unclear refusal: $out"
 echo "ok: $out"
 
-"$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --http-listen "" --kill-grace-s 2 --allowed-root "$T" \
-  >> "$T/shardd.log" 2>&1 &
-SHARDD_PID=$!
-disown "$SHARDD_PID"
-for _ in $(seq 1 100); do
-  ADDR=$(grep -o 'serving on [0-9.:]*' "$T/shardd.log" | cut -d' ' -f3 || true)
-  [ -n "$ADDR" ] && break
-  sleep 0.1
-done
-[ -n "$ADDR" ] || fail "shardd with --allowed-root did not start"
+start_shardd 0 --allowed-root "$T"
 grep -q "job paths confined to $T" "$T/shardd.log" || fail "the roots are not logged"
 
 expect_denied() {  # expect_denied KEY COMMAND...
