@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   auto* cp = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
   cp->add_option("dir", ck.dir, "A job id (asks the coordinator), or a checkpoint directory (<checkpoint.dir>/<job name>)")
       ->required();
-  cp->add_flag("--json", ck.json, "Print a JSON array");
+  cp->add_flag("--json", ck.json, "Print JSON: for a directory an array of steps, for a job id {\"checkpoints\": [...]}");
 
   shardctl::LaunchOptions la;
   auto* lc = app.add_subcommand("launch",
