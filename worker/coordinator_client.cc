@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "coordinator/server/grpc_credentials.h"
 #include "coordinator/server/grpc_status.h"
 
 namespace shardd {
@@ -70,15 +71,7 @@ class GrpcKvStore : public shard::KvStore {
 
 shard::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientIdentity& who) {
   std::unique_ptr<CoordinatorClient> c(new CoordinatorClient(who));
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  ASSIGN_OR_RETURN(auto pems, ReadTlsClientFiles(who.tls));
-  if (pems) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pems->root_certs;
-    ssl.pem_cert_chain = pems->cert_chain;
-    ssl.pem_private_key = pems->private_key;
-    creds = grpc::SslCredentials(ssl);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds, ClientCredentials(who.tls));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
   c->channel_ = grpc::CreateCustomChannel(who.address, creds, args);

@@ -19,7 +19,7 @@
 #include "coordinator/ctl/metrics_format.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/server/grpc_status.h"
-#include "coordinator/server/tls_files.h"
+#include "coordinator/server/grpc_credentials.h"
 #include "shard/common/file_util.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
@@ -116,15 +116,8 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
   if (client.tls_ca.empty()) client.tls_ca = Env("SHARDD_TLS_CA", "");
   if (client.tls_cert.empty()) client.tls_cert = Env("SHARDD_TLS_CERT", "");
   if (client.tls_key.empty()) client.tls_key = Env("SHARDD_TLS_KEY", "");
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  ASSIGN_OR_RETURN(auto pems, shardd::ReadTlsClientFiles({client.tls_ca, client.tls_cert, client.tls_key}));
-  if (pems) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pems->root_certs;
-    ssl.pem_cert_chain = pems->cert_chain;
-    ssl.pem_private_key = pems->private_key;
-    creds = grpc::SslCredentials(ssl);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                   shardd::ClientCredentials({client.tls_ca, client.tls_cert, client.tls_key}));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
   auto channel = grpc::CreateCustomChannel(client.coordinator, creds, args);
@@ -132,7 +125,7 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
   if (!up) {
     // Over TLS a refused handshake looks the same as no coordinator; an
     // embedded one would serve plaintext, which these credentials cannot reach.
-    if (pems)
+    if (!client.tls_ca.empty())
       return shard::Unavailable("no coordinator completes a TLS handshake at " + client.coordinator +
                                 " (is one running there with TLS? does --tls-ca verify its certificate? with "
                                 "--tls-client-ca it also needs --tls-cert/--tls-key that CA signed)");
