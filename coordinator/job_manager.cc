@@ -209,7 +209,7 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   auto catalog = shard::plan::LoadDefaultHardwareCatalog();
   if (catalog.ok()) {
     std::string no_gpu;
-    auto probed = ProbedLocalCluster(*catalog, &no_gpu);
+    auto probed = ProbedLocalCluster(*catalog, opts_.worker_bin, &no_gpu);
     auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster, probed ? &*probed : nullptr);
     if (plan.ok() && !plan->ok())
       return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +

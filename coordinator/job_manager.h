@@ -30,7 +30,7 @@
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state/state_store.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"
 

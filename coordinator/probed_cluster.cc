@@ -2,29 +2,37 @@
 
 #include <mutex>
 
-#include "shard/backend/hardware_probe.h"
+#include "coordinator/launchers/command.h"
 
 namespace shardd {
+namespace {
+
+// The worker's answer: its GPUs, or why there are none (its stderr line).
+shard::StatusOr<std::vector<shard::plan::ProbedGpu>> RunProbe(const std::string& worker_bin) {
+  CommandOptions opts;
+  opts.timeout_s = 120;  // a first CUDA context on a busy node can take tens of seconds
+  ASSIGN_OR_RETURN(CommandResult r, RunCommand({worker_bin, "--probe", "--json"}, opts));
+  if (r.exit_code == 3) {  // the worker's "no GPU here": its one-line reason
+    std::string line = r.err.substr(0, r.err.find('\n'));
+    if (line.rfind("shardd-worker: ", 0) == 0) line.erase(0, 15);
+    return shard::Unavailable(line.empty() ? "no GPU" : line);
+  }
+  if (!r.ok()) return shard::Unavailable(r.Explain(worker_bin + " --probe"));
+  return shard::plan::ProbedGpusFromJson(r.out);
+}
+
+}  // namespace
 
 std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
-                                                           std::string* why) {
+                                                           const std::string& worker_bin, std::string* why) {
   static std::once_flag once;
-  static shard::StatusOr<shard::HardwareProbe> probe = shard::Unavailable("not probed");
-  std::call_once(once, [] { probe = shard::ProbeHardware(); });
+  static shard::StatusOr<std::vector<shard::plan::ProbedGpu>> probe = shard::Unavailable("not probed");
+  std::call_once(once, [&] { probe = RunProbe(worker_bin); });
   if (!probe.ok()) {
     *why = probe.status().message();
     return std::nullopt;
   }
-  std::vector<shard::plan::ProbedGpu> gpus;
-  for (const shard::GpuInfo& g : probe->gpus) {
-    shard::plan::ProbedGpu p;
-    p.name = g.name;
-    p.memory_gib = static_cast<double>(g.total_bytes) / (1024.0 * 1024.0 * 1024.0);
-    for (const shard::PeerLink& l : probe->links)
-      if (l.a == g.index && l.kind == "nvlink") p.nvlink_to_peers = true;
-    gpus.push_back(p);
-  }
-  auto cluster = shard::plan::ClusterFromProbe(catalog, gpus);
+  auto cluster = shard::plan::ClusterFromProbe(catalog, *probe);
   if (!cluster.ok()) {
     *why = cluster.status().message();
     return std::nullopt;

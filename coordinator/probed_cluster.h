@@ -1,7 +1,8 @@
-// The GPUs on this host, as the planner's cluster: the hardware probe
-// (shard/backend/hardware_probe.h) mapped onto the catalog. Used by the
-// coordinator at submission and by `shardctl plan` when no cluster is named,
-// so a plan describes the GPUs that will actually run the job.
+// The GPUs on this host, as the planner's cluster: what `shardd-worker --probe
+// --json` reports, mapped onto the catalog. Used by the coordinator at
+// submission and by `shardctl plan` when no cluster is named, so a plan
+// describes the GPUs that will actually run the job. The probe runs in the
+// worker binary, so the daemon itself never loads the CUDA runtime.
 #pragma once
 
 #include <optional>
@@ -11,10 +12,10 @@
 
 namespace shardd {
 
-// Probes once per process (the CUDA runtime's start-up is not free) and
-// returns the cluster, or nullopt with *why set (no GPU, a build without
-// CUDA, a GPU the catalog does not know).
+// Runs the probe once per process (a CUDA runtime start is not free) and
+// returns the cluster, or nullopt with *why set (no GPU, a build without CUDA,
+// a worker binary that cannot run, a GPU the catalog does not know).
 std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
-                                                           std::string* why);
+                                                           const std::string& worker_bin, std::string* why);
 
 }  // namespace shardd

@@ -22,6 +22,7 @@
 #include "shard/backend/hardware_probe.h"
 #include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
+#include "shard/plan/hardware.h"
 #include "shard/train/trainer.h"
 #include "worker/agent.h"
 #include "worker/stop_signal.h"
@@ -32,6 +33,21 @@ namespace {
 int Fail(const shard::Status& st, int code = 1) {
   std::fprintf(stderr, "shardd-worker: %s\n", st.ToString().c_str());
   return code;
+}
+
+// The probe as the planner reads it (shard/plan/hardware.h): what the
+// coordinator asks its worker binary for instead of loading CUDA itself.
+std::string ProbedGpusJson(const shard::HardwareProbe& hw) {
+  std::vector<shard::plan::ProbedGpu> gpus;
+  for (const shard::GpuInfo& g : hw.gpus) {
+    shard::plan::ProbedGpu p;
+    p.name = g.name;
+    p.memory_gib = static_cast<double>(g.total_bytes) / (1024.0 * 1024.0 * 1024.0);
+    for (const shard::PeerLink& l : hw.links)
+      if (l.a == g.index && l.kind == "nvlink") p.nvlink_to_peers = true;
+    gpus.push_back(p);
+  }
+  return shard::plan::ProbedGpusToJson(gpus);
 }
 
 // Appends this process's stdout and stderr to DIR/rank_<r>.log.
@@ -112,6 +128,8 @@ int main(int argc, char** argv) {
   int rank = -1, world = 0, nproc = 1, node_rank = -1;
   bool brief = false;
   std::string log_dir;
+  bool json = false;
+  app.add_flag("--json", json, "With --probe: the GPUs as the planner reads them ({\"gpus\": [...]}; what shardd runs)");
   app.add_flag("--brief", brief, "With --probe: one line (\"8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)\")");
   app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks node_rank*N .. node_rank*N+N-1 "
                  "(a Kubernetes pod per node)")->capture_default_str();
@@ -146,7 +164,8 @@ int main(int argc, char** argv) {
   if (probe) {
     auto hw = shard::ProbeHardware();
     if (!hw.ok()) return Fail(hw.status(), 3);
-    std::fputs(brief ? (hw->Brief() + "\n").c_str() : hw->ToString().c_str(), stdout);
+    const std::string text = json ? ProbedGpusJson(*hw) + "\n" : brief ? hw->Brief() + "\n" : hw->ToString();
+    std::fputs(text.c_str(), stdout);
     return 0;
   }
   // Placement and logs for one local worker; the body of each rank.

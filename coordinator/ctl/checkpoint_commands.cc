@@ -8,8 +8,8 @@
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 
 namespace shardctl {
 

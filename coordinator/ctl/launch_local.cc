@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "coordinator/ctl/commands.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shardctl {
 namespace fs = std::filesystem;

@@ -3,10 +3,11 @@
 
 #include <cstdio>
 
+#include "coordinator/coordinator.h"
 #include "coordinator/probed_cluster.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shardctl {
 
@@ -16,7 +17,7 @@ shard::Status RunPlan(const PlanOptions& o) {
   const std::string cluster = o.cluster.empty() ? job.resources.cluster : o.cluster;
   // Without a named cluster, GPU jobs are planned for the GPUs this host has.
   std::string no_gpu;
-  auto probed = cluster.empty() ? shardd::ProbedLocalCluster(catalog, &no_gpu) : std::nullopt;
+  auto probed = cluster.empty() ? shardd::ProbedLocalCluster(catalog, shardd::FindWorkerBinary(), &no_gpu) : std::nullopt;
   auto planned = shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr);
   if (!planned.ok() && !no_gpu.empty()) return planned.status().WithContext("no local GPU to plan for (" + no_gpu + ")");
   shard::plan::Plan plan = std::move(*planned);

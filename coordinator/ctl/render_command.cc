@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "coordinator/launchers/kubernetes/k8s_manifests.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shardctl {
 

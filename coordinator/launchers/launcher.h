@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shardd {
 

@@ -23,34 +23,6 @@ namespace {
 int64_t TwoByteFloats(int64_t n) { return (n + 1) / 2; }
 }  // namespace
 
-StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name) {
-  if (name == "full_shard") return ShardStrategy::kFullShard;
-  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
-  if (name == "no_shard") return ShardStrategy::kNoShard;
-  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
-  return InvalidArgument("unknown sharding strategy '" + name +
-                         "' (expected full_shard, shard_grad_op, no_shard or hybrid_shard)");
-}
-
-StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size) {
-  if (world < 1) return InvalidArgument("world size must be >= 1");
-  switch (s) {
-    case ShardStrategy::kFullShard:
-    case ShardStrategy::kShardGradOp:
-      return GroupShape{world, 1};
-    case ShardStrategy::kNoShard:
-      return GroupShape{1, world};
-    case ShardStrategy::kHybridShard: {
-      int g = shard_group_size == 0 ? world : shard_group_size;
-      if (g < 1 || world % g != 0)
-        return InvalidArgument("parallel.shard_group_size " + std::to_string(shard_group_size) +
-                               " must divide the world size " + std::to_string(world));
-      return GroupShape{g, world / g};
-    }
-  }
-  return Internal("unreachable strategy");
-}
-
 StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, const std::vector<int64_t>& numels,
                                                             const FsdpOptions& options,
                                                             std::unique_ptr<Communicator> shard_comm,

@@ -53,13 +53,10 @@
 #include "shard/backend/backend.h"
 #include "shard/comm/communicator.h"
 #include "shard/fsdp/comm_thread.h"
-#include "shard/fsdp/shard_layout.h"
-#include "shard/model/unit_access.h"
+#include "shard/spec/shard_layout.h"
+#include "shard/spec/unit_access.h"
 
 namespace shard {
-
-enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
-StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
 
 struct FsdpOptions {
   ShardStrategy strategy = ShardStrategy::kFullShard;
@@ -87,13 +84,6 @@ struct FsdpOptions {
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
   CommOptions comm;
 };
-
-// Shard/replicate group sizes for a strategy (hybrid: shard_group_size, 0 = world).
-struct GroupShape {
-  int shard_size = 1;
-  int replicas = 1;
-};
-StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size);
 
 class FsdpRuntime : public UnitAccess {
  public:

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "shard/common/status.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "shard/model/param_layout.h"
+#include "shard/spec/param_layout.h"
 
 namespace shard {
 

@@ -51,10 +51,7 @@ void LinearBackward(Backend* be, DType dt, const float* x, const float* w, const
 }  // namespace
 
 int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options) {
-  const int64_t rows = std::max<int64_t>(1, options.max_batch * options.max_seq);
-  if (options.loss_chunk_rows > 0) return std::min(options.loss_chunk_rows, rows);
-  const int64_t row_bytes = std::max<int64_t>(1, config.vocab_size) * static_cast<int64_t>(sizeof(float));
-  return std::clamp<int64_t>(kAutoLogitsBudgetBytes / row_bytes, 1, rows);
+  return ResolveLossChunkRows(config, options.max_batch * options.max_seq, options.loss_chunk_rows);
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Backend* backend, const ModelOptions& options)

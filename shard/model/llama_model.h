@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
-#include "shard/model/unit_access.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/unit_access.h"
 
 namespace shard {
 
@@ -35,12 +35,7 @@ struct ModelOptions {
   DType matmul_dtype = DType::kF32;
 };
 
-// Auto chunking's budget for one chunk of fp32 logits.
-inline constexpr int64_t kAutoLogitsBudgetBytes = int64_t{256} << 20;
-
-// The chunk size LlamaModel uses for these options: loss_chunk_rows capped at
-// max_batch * max_seq, or the auto choice when it is 0. Pure; for the planner
-// and tests.
+// The chunk size LlamaModel uses for these options (shard/spec/llama_config.h).
 int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options);
 
 // One micro-batch in backend memory. rows = batch * seq; int32 arrays of `rows`.

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "shard/model/llama_config.h"
+#include "shard/spec/llama_config.h"
 
 namespace shard {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
-#include "shard/model/param_layout.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/optim_config.h"
 
 namespace shard {
 

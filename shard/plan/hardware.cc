@@ -11,6 +11,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
 
@@ -333,6 +335,32 @@ StatusOr<GpuSpec> MatchProbedGpu(const HardwareCatalog& catalog, const ProbedGpu
     return NotFound("the probed GPU '" + gpu.name + "' is not in the hardware catalog (" + catalog.dir +
                     "/gpus.yaml); add it, or plan with --cluster NAME");
   return *best;
+}
+
+std::string ProbedGpusToJson(const std::vector<ProbedGpu>& gpus) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ProbedGpu& g : gpus)
+    list.push_back({{"name", g.name}, {"memory_gib", g.memory_gib}, {"nvlink_to_peers", g.nvlink_to_peers}});
+  return nlohmann::json{{"gpus", list}}.dump();
+}
+
+StatusOr<std::vector<ProbedGpu>> ProbedGpusFromJson(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("gpus") || !j["gpus"].is_array())
+    return InvalidArgument("probe output is not {\"gpus\": [...]}: '" + text.substr(0, 120) + "'");
+  std::vector<ProbedGpu> gpus;
+  for (const auto& g : j["gpus"]) {
+    if (!g.is_object() || !g.contains("name") || !g["name"].is_string() || !g.contains("memory_gib") ||
+        !g["memory_gib"].is_number() || !(g["memory_gib"].get<double>() > 0))
+      return InvalidArgument("probe output: GPU " + std::to_string(gpus.size()) +
+                             " needs a name and a positive memory_gib: " + g.dump());
+    ProbedGpu p;
+    p.name = g["name"].get<std::string>();
+    p.memory_gib = g["memory_gib"].get<double>();
+    p.nvlink_to_peers = g.value("nvlink_to_peers", false);
+    gpus.push_back(std::move(p));
+  }
+  return gpus;
 }
 
 StatusOr<ClusterSpec> ClusterFromProbe(const HardwareCatalog& catalog, const std::vector<ProbedGpu>& gpus) {

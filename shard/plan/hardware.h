@@ -120,6 +120,12 @@ struct ProbedGpu {
 // closest memory size, then the form factor (SXM/PCIe) the name mentions.
 // NOT_FOUND names the device when nothing matches.
 StatusOr<GpuSpec> MatchProbedGpu(const HardwareCatalog& catalog, const ProbedGpu& gpu);
+// The probe as `shardd-worker --probe --json` prints it and the coordinator
+// reads it back ({"gpus": [{"name", "memory_gib", "nvlink_to_peers"}]}), so
+// the daemon plans for the GPUs its workers see without linking CUDA.
+std::string ProbedGpusToJson(const std::vector<ProbedGpu>& gpus);
+// INVALID_ARGUMENT naming what is wrong for text that is not that shape.
+StatusOr<std::vector<ProbedGpu>> ProbedGpusFromJson(const std::string& text);
 // One node of the probed GPUs (all must be the same model) with this host's RAM.
 StatusOr<ClusterSpec> ClusterFromProbe(const HardwareCatalog& catalog, const std::vector<ProbedGpu>& gpus);
 

@@ -4,9 +4,8 @@
 #include <cstdio>
 #include <set>
 
-#include "shard/fsdp/shard_layout.h"
-#include "shard/model/llama_model.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/shard_layout.h"
+#include "shard/spec/param_layout.h"
 
 namespace shard::plan {
 namespace {
@@ -203,11 +202,9 @@ namespace {
 // (train.loss_chunk_rows, auto keeps it under 256 MiB), at least one row per
 // sequence for ForwardLogits.
 int64_t EngineLogitsRows(const Workload& w) {
-  ModelOptions mo;
-  mo.max_batch = std::max<int64_t>(1, w.micro_batch);
-  mo.max_seq = std::max<int64_t>(1, w.seq_len);
-  mo.loss_chunk_rows = std::max<int64_t>(0, w.loss_chunk_rows);
-  return std::max(ResolveLossChunkRows(w.model, mo), mo.max_batch);
+  const int64_t batch = std::max<int64_t>(1, w.micro_batch);
+  const int64_t rows = batch * std::max<int64_t>(1, w.seq_len);
+  return std::max(ResolveLossChunkRows(w.model, rows, std::max<int64_t>(0, w.loss_chunk_rows)), batch);
 }
 
 }  // namespace

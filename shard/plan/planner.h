@@ -20,7 +20,7 @@
 #include "shard/plan/memory_model.h"
 #include "shard/plan/step_time.h"
 #include "shard/plan/workload.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shard::plan {
 

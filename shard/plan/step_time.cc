@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "shard/fsdp/shard_layout.h"
+#include "shard/spec/shard_layout.h"
 #include "shard/plan/memory_model.h"
 
 namespace shard::plan {

@@ -13,16 +13,6 @@ const char* MethodName(Method m) {
   return "?";
 }
 
-const char* StrategyName(ShardStrategy s) {
-  switch (s) {
-    case ShardStrategy::kFullShard: return "full_shard";
-    case ShardStrategy::kShardGradOp: return "shard_grad_op";
-    case ShardStrategy::kNoShard: return "no_shard";
-    case ShardStrategy::kHybridShard: return "hybrid_shard";
-  }
-  return "?";
-}
-
 int64_t Workload::micro_batches_per_step() const {
   const int64_t per = std::max<int64_t>(1, micro_batch) * std::max(1, world);
   return std::max<int64_t>(1, (global_batch + per - 1) / per);

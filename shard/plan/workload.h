@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "shard/fsdp/fsdp_runtime.h"
-#include "shard/model/llama_config.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/shard_layout.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard::plan {
@@ -87,6 +87,5 @@ struct Workload {
   std::string Describe() const;
 };
 
-const char* StrategyName(ShardStrategy s);
 
 }  // namespace shard::plan

@@ -21,7 +21,7 @@
 
 #include "shard/common/status.h"
 #include "shard/data/prepare_sft.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 namespace shard {
 

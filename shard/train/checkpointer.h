@@ -16,8 +16,8 @@
 
 #include "shard/ckpt/manifest.h"
 #include "shard/fsdp/fsdp_runtime.h"
-#include "shard/model/param_layout.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/job_config.h"
 #include "shard/train/optimizer_state.h"
 
 namespace shard {

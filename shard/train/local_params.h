@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
-#include "shard/model/unit_access.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/unit_access.h"
 
 namespace shard {
 

@@ -38,8 +38,8 @@
 
 #include "shard/backend/backend.h"
 #include "shard/fsdp/fsdp_runtime.h"
-#include "shard/model/param_layout.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/optim_config.h"
 
 namespace shard {
 

@@ -11,7 +11,7 @@
 #include "shard/data/sampler.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/optim_config.h"
 
 namespace shard {
 namespace {

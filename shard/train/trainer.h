@@ -19,7 +19,7 @@
 #include "shard/optim/loss_scaler.h"
 #include "shard/train/batch_source.h"
 #include "shard/train/checkpointer.h"
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"

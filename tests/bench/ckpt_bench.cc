@@ -37,9 +37,9 @@
 #include "shard/ckpt/shard_file.h"
 #include "shard/common/logging.h"
 #include "shard/common/thread_pool.h"
-#include "shard/fsdp/shard_layout.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/shard_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 #include "shard/train/trainer.h"
 
 namespace {

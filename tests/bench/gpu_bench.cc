@@ -28,7 +28,7 @@
 #include "shard/backend/backend.h"
 #include "shard/backend/hardware_probe.h"
 #include "shard/common/logging.h"
-#include "shard/model/llama_config.h"
+#include "shard/spec/llama_config.h"
 #include "shard/plan/hardware.h"
 #include "shard/train/trainer.h"
 

@@ -42,8 +42,8 @@
 
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/safetensors.h"
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 
 namespace shard {
 namespace {

@@ -31,8 +31,8 @@
 #include <thread>
 
 #include "shard/fsdp/fsdp_runtime.h"
-#include "shard/model/param_layout.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/param_layout.h"
+#include "shard/spec/optim_config.h"
 #include "shard/train/optimizer_state.h"
 
 namespace shard {

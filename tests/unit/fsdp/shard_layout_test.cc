@@ -1,4 +1,4 @@
-#include "shard/fsdp/shard_layout.h"
+#include "shard/spec/shard_layout.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 #include "shard/model/rope.h"
 
 namespace shard {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "shard/model/llama_config.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 
 namespace shard::testing_ref {
 

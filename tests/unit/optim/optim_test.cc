@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "shard/optim/adamw.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/optim_config.h"
 
 namespace shard {
 namespace {

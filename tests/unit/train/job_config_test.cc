@@ -2,7 +2,7 @@
 // strictly (every key, unknown keys and wrong types named by their dotted
 // path) and validate their shape against parallel.world_size before any
 // launcher sees them.
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 #include <gtest/gtest.h>
 

@@ -25,7 +25,7 @@
 
 #include "shard/backend/backend.h"
 #include "shard/fsdp/fsdp_runtime.h"
-#include "shard/model/param_layout.h"
+#include "shard/spec/param_layout.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/trainer.h"
 

@@ -1,4 +1,4 @@
-#include "shard/data/data_config.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 

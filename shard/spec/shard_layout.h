@@ -1,4 +1,5 @@
-// How one unit's flat buffer is cut into equal per-rank shards: pure arithmetic.
+// How ranks share a unit: the sharding strategy, the shard/replica group
+// shape it implies, and how one unit's flat buffer is cut into equal per-rank shards: pure arithmetic.
 //
 // The unit's numel elements are padded up to a multiple of (shards * align) so
 // every shard has the same size and starts 16-byte aligned; shard r owns
@@ -8,10 +9,24 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "shard/common/status.h"
 
 namespace shard {
+
+// parallel.strategy (DESIGN.md "FSDP units"): ranks form S-sized shard groups
+// replicated R times (world = S * R).
+enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
+const char* StrategyName(ShardStrategy s);  // the job file's spelling
+
+// Shard/replicate group sizes for a strategy (hybrid: shard_group_size, 0 = world).
+struct GroupShape {
+  int shard_size = 1;
+  int replicas = 1;
+};
+StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size);
 
 struct ShardLayout {
   int64_t numel = 0;        // real elements of the unit

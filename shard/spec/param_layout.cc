@@ -1,4 +1,4 @@
-#include "shard/model/param_layout.h"
+#include "shard/spec/param_layout.h"
 
 namespace shard {
 namespace {

@@ -1,7 +1,8 @@
-#include "shard/model/llama_config.h"
+#include "shard/spec/llama_config.h"
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -251,6 +252,13 @@ StatusOr<LlamaConfig> LlamaConfigFromHfDir(const std::string& dir) {
   auto text = ReadFileToString(path);
   if (!text.ok()) return NotFound("model folder " + dir + " has no readable config.json");
   return LlamaConfigFromHfJson(*text, path);
+}
+
+int64_t ResolveLossChunkRows(const LlamaConfig& config, int64_t rows, int64_t loss_chunk_rows) {
+  rows = std::max<int64_t>(1, rows);
+  if (loss_chunk_rows > 0) return std::min(loss_chunk_rows, rows);
+  const int64_t row_bytes = std::max<int64_t>(1, config.vocab_size) * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>(kAutoLogitsBudgetBytes / row_bytes, 1, rows);
 }
 
 }  // namespace shard

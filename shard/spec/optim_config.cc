@@ -1,4 +1,4 @@
-#include "shard/optim/optim_config.h"
+#include "shard/spec/optim_config.h"
 
 #include <algorithm>
 #include <cmath>

@@ -60,4 +60,13 @@ StatusOr<LlamaConfig> LlamaPreset(const std::string& name);
 StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& json_text, const std::string& source);
 StatusOr<LlamaConfig> LlamaConfigFromHfDir(const std::string& dir);
 
+// Auto chunking's budget for one chunk of fp32 logits.
+inline constexpr int64_t kAutoLogitsBudgetBytes = int64_t{256} << 20;
+
+// Rows of fp32 logits the LM head and loss hold at once for `rows` tokens per
+// micro-batch: loss_chunk_rows (train.loss_chunk_rows) capped at rows, or when
+// it is 0 the most rows whose logits fit kAutoLogitsBudgetBytes (at least 1).
+// Pure; the engine allocates by it and the planner prices it.
+int64_t ResolveLossChunkRows(const LlamaConfig& config, int64_t rows, int64_t loss_chunk_rows);
+
 }  // namespace shard

@@ -1,11 +1,11 @@
-#include "shard/train/job_config.h"
+#include "shard/spec/job_config.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 
 #include "shard/common/yaml_config.h"
-#include "shard/optim/loss_scaler.h"
+#include "shard/spec/loss_scale.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "shard/common/status.h"
-#include "shard/data/data_config.h"
-#include "shard/optim/optim_config.h"
+#include "shard/spec/data_config.h"
+#include "shard/spec/optim_config.h"
 
 namespace shard {
 

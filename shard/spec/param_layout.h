@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "shard/model/llama_config.h"
+#include "shard/spec/llama_config.h"
 
 namespace shard {
 
