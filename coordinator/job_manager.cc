@@ -78,7 +78,7 @@ std::string JobManager::NewToken() const {
 }
 
 std::string JobManager::CheckpointJobDir(const Job& j) const {
-  return (fs::path(Resolve(j.spec.workdir(), j.config.checkpoint.dir)) / j.config.name).string();
+  return shard::CheckpointJobDir(j.config, j.spec.workdir());
 }
 
 std::string JobManager::AttemptDir(const Job& j, int attempt) const {
@@ -100,7 +100,7 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
   s.set_world_size(j.config.parallel.world_size);
   s.set_job_dir((fs::path(opts_.state_dir) / "jobs" / j.id).string());
   s.set_checkpoint_dir(CheckpointJobDir(j));
-  s.set_launcher(j.config.resources.launcher);
+  s.set_launcher(shard::LauncherName(j.config.resources.launcher));
   s.set_join_token(j.join_token);
   const int64_t now = opts_.now_ms();
   for (size_t r = 0; r < j.ranks.size(); ++r) {
@@ -192,15 +192,16 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   if (!plain)
     return shard::InvalidArgument(src + ": name: '" + c.name +
                                   "' must be a plain file name (letters, digits, '.', '_', '-')");
-  if (c.resources.launcher != "external" && !launchers_.count(c.resources.launcher)) {
+  const std::string launcher = shard::LauncherName(c.resources.launcher);
+  if (c.resources.launcher != shard::Launcher::kExternal && !launchers_.count(launcher)) {
     std::string have;
     for (const auto& [name, l] : launchers_) have += (have.empty() ? "" : ", ") + name;
-    return shard::Unimplemented(src + ": resources.launcher '" + c.resources.launcher +
+    return shard::Unimplemented(src + ": resources.launcher '" + launcher +
                                 "' is not available in this coordinator (it has: " + have + ", external)");
   }
-  if (c.resources.launcher != "external")
-    if (Status st = launchers_.at(c.resources.launcher)->CheckAvailable(); !st.ok())
-      return Status(st.code(), src + ": resources.launcher " + c.resources.launcher + ": " + st.message());
+  if (c.resources.launcher != shard::Launcher::kExternal)
+    if (Status st = launchers_.at(launcher)->CheckAvailable(); !st.ok())
+      return Status(st.code(), src + ": resources.launcher " + launcher + ": " + st.message());
   const std::vector<JobPath> paths = JobPaths(c, spec.workdir());
   RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
   for (const JobPath& p : paths)
@@ -220,7 +221,7 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   }
   for (const auto& [id, other] : jobs_) {
     if (Active(*other) && other->config.name == c.name &&
-        CheckpointJobDir(*other) == (fs::path(Resolve(spec.workdir(), c.checkpoint.dir)) / c.name).string())
+        CheckpointJobDir(*other) == shard::CheckpointJobDir(c, spec.workdir()))
       return shard::FailedPrecondition(src + ": job " + other->id + " named '" + c.name +
                                        "' is still active and would share its checkpoint directory; cancel it or "
                                        "rename this job");
@@ -244,7 +245,7 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   j->progress.set_last_committed_step(-1);
   j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
   if (External(*j)) j->join_token = NewToken();
-  else j->launcher = launchers_.at(config.resources.launcher);
+  else j->launcher = launchers_.at(shard::LauncherName(config.resources.launcher));
   Job& ref = *j;
   jobs_[ref.id] = std::move(j);
   SetStateLocked(ref, v1::QUEUED, "submitted",

@@ -192,7 +192,7 @@ class JobManager {
   // attempt resumes from it, and the restart budget is not charged.
   void PreemptAttemptLocked(Job& j, const std::string& reason);
   void ApplyExitLocked(Job& j, const RankExit& e);
-  static bool External(const Job& j) { return j.config.resources.launcher == "external"; }
+  static bool External(const Job& j) { return j.config.resources.launcher == shard::Launcher::kExternal; }
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
   void EndAttemptLocked(Job& j);
   JobRecord RecordOf(const Job& j) const;

@@ -47,14 +47,14 @@ Status JobManager::Recover() {
     }
     j->config = *config;
     j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
-    auto launcher = launchers_.find(j->config.resources.launcher);
+    auto launcher = launchers_.find(shard::LauncherName(j->config.resources.launcher));
     if (launcher != launchers_.end()) j->launcher = launcher->second;
     Job& ref = *j;
     jobs_[ref.id] = std::move(j);
     if (!ref.launcher && !External(ref)) {
       if (Active(ref))
         SetStateLocked(ref, v1::FAILED, "failed",
-                       "this coordinator has no '" + ref.config.resources.launcher +
+                       std::string("this coordinator has no '") + shard::LauncherName(ref.config.resources.launcher) +
                            "' launcher any more, so the job's workers can be neither watched nor restarted");
       continue;
     }

@@ -57,7 +57,7 @@ StatusOr<v1::JoinResponse> JobManager::Join(const v1::JoinRequest& req, const st
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, FindLocked(req.job_id()));
   if (!External(*j))
-    return shard::FailedPrecondition("job " + j->id + " has launcher '" + j->config.resources.launcher +
+    return shard::FailedPrecondition("job " + j->id + " has launcher '" + shard::LauncherName(j->config.resources.launcher) +
                                      "': its workers are started by the coordinator, not joined");
   if (join_token.empty() || !TokensEqual(join_token, j->join_token))
     return shard::Unauthenticated("join of job " + j->id + ": missing or wrong join token");

@@ -43,7 +43,7 @@ shard::Status RunLaunch(const LaunchOptions& o) {
   if (!::mkdtemp(tmpl)) return shard::Internal("cannot create a rendezvous directory under /tmp");
   const std::string rdv = tmpl;
   std::fprintf(stderr, "shardctl: launching %d worker(s) of job %s (%s), rendezvous %s\n", world, job.name.c_str(),
-               job.parallel.strategy.c_str(), rdv.c_str());
+               shard::StrategyName(job.parallel.strategy), rdv.c_str());
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> args = {worker, "--standalone", "--config", o.job_file, "--rank", std::to_string(r),
@@ -112,7 +112,7 @@ shard::Status RunLaunch(const LaunchOptions& o) {
     return shard::Aborted("rank " + std::to_string(failed_rank) + " failed (" +
                           (WIFSIGNALED(failed_status) ? "signal " + std::to_string(WTERMSIG(failed_status))
                                                       : "exit code " + std::to_string(WEXITSTATUS(failed_status))) +
-                          "); committed checkpoints stay in " + job.checkpoint.dir + "/" + job.name +
+                          "); committed checkpoints stay in " + shard::CheckpointJobDir(job) +
                           " and the next launch resumes from the newest");
   return shard::OkStatus();
 }

@@ -44,9 +44,9 @@ shard::Status RunRender(const RenderOptions& o) {
               "# The Secret's token is a placeholder (%s):\n"
               "# the coordinator puts a fresh worker token there for every attempt.\n",
               req.job_id.c_str(), req.attempt, shardd::k8s::kTokenPlaceholder);
-  if (job.resources.launcher != "kubernetes")
+  if (job.resources.launcher != shard::Launcher::kKubernetes)
     std::printf("# Note: this job file has resources.launcher '%s', so a coordinator would not use these objects.\n",
-                job.resources.launcher.c_str());
+                shard::LauncherName(job.resources.launcher));
   std::printf("---\n%s", m.Yaml().c_str());
   return shard::OkStatus();
 }

@@ -209,137 +209,192 @@ int64_t EngineLogitsRows(const Workload& w) {
 
 }  // namespace
 
-MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
-  MemoryEstimate est;
-  const LlamaConfig& c = w.model;
-  const std::vector<int64_t> numels = UnitNumels(c);
+namespace {
+
+// What every part of the estimate shares: the job's shapes and the shard
+// layout its strategy implies.
+struct EstimateContext {
+  const Workload& w;
+  const LlamaConfig& c;
+  std::vector<int64_t> numels;
+  int S = 1;               // ranks a unit is split across
+  int64_t shard = 0;       // elements of this rank's shard of every unit
+  int64_t rows = 0;        // tokens per micro-batch
+  int64_t logit_rows = 0;  // rows of fp32 logits held at once
+  std::string logits_how, shard_how;
+  ActivationElems a;
+  bool keep_forward = false;  // shard_grad_op keeps forward gathers for backward
+};
+
+EstimateContext MakeContext(const Workload& w) {
+  EstimateContext x{w, w.model};
+  x.numels = UnitNumels(x.c);
   auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
-  const int S = shape.ok() ? shape->shard_size : std::max(1, w.world);
-  const int64_t shard = ShardNumel(numels, S);
-  const int64_t rows = w.micro_batch * w.seq_len;
-  const int64_t logit_rows = EngineLogitsRows(w);
-  const std::string logits_how = Num(logit_rows) + " x " + Num(c.vocab_size) + " x 4 B" +
-                                 (logit_rows < rows ? " (loss in chunks of the " + Num(rows) + " rows)" : "");
-  const ActivationElems a = Activations(c, w.micro_batch, w.seq_len, w.activation_checkpointing);
-  const bool keep_forward = w.strategy == ShardStrategy::kShardGradOp;
-  const std::string shard_how = Num(shard) + " elements (" + std::to_string(numels.size()) +
-                                " units padded and split " + std::to_string(S) + " ways)";
+  x.S = shape.ok() ? shape->shard_size : std::max(1, w.world);
+  x.shard = ShardNumel(x.numels, x.S);
+  x.rows = w.micro_batch * w.seq_len;
+  x.logit_rows = EngineLogitsRows(w);
+  x.logits_how = Num(x.logit_rows) + " x " + Num(x.c.vocab_size) + " x 4 B" +
+                 (x.logit_rows < x.rows ? " (loss in chunks of the " + Num(x.rows) + " rows)" : "");
+  x.a = Activations(x.c, w.micro_batch, w.seq_len, w.activation_checkpointing);
+  x.keep_forward = w.strategy == ShardStrategy::kShardGradOp;
+  x.shard_how = Num(x.shard) + " elements (" + std::to_string(x.numels.size()) + " units padded and split " +
+                std::to_string(x.S) + " ways)";
+  return x;
+}
+
+// The CPU engine: everything fp32, exactly the engine's buffers per rank.
+void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEstimate& est) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
+  const int S = x.S;
+  const int64_t shard = x.shard, rows = x.rows, logit_rows = x.logit_rows;
+  const ActivationElems& a = x.a;
+  const std::string& shard_how = x.shard_how;
+  const std::string& logits_how = x.logits_how;
+  const bool keep_forward = x.keep_forward;
+  const std::vector<int64_t>& numels = x.numels;
   Items dev{&est.device}, host{&est.host};
-
-  if (w.cpu_engine) {
-    // Everything fp32, exactly the engine's buffers (one rank). Under bf16/fp16
-    // the held unit is still an fp32 compute copy and a prefetched one waits
-    // in two bytes, so the fp32 figures below are an upper bound.
-    est.ranks_per_node = std::max(1, w.world);
-    dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
-    dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
-    dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
-    if (S > 1) {
-      GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
-                                     w.prefetch, keep_forward);
-      dev.Add("gathered parameters", g.params * 4, Num(g.params) + " elements held at the worst moment x 4 B");
-      dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
-    }
-    const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
-    dev.Add("activations", (a.residuals + a.saved + a.statistics + a.final_norm) * 4,
-            std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
-                (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x 4 B");
-    dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
-    dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
-    dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
-    // Attention tiles per pool thread (grow-only, kept for the process).
-    const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
-    const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
-    const int64_t scratch = threads * (7 * seq_pad * hd_pad + 2 * c.head_dim() * seq_pad + seq_pad + 60 * seq_pad +
-                                       30 * hd_pad) * 4;
-    dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
-    dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
-    est.device_fixed = scratch + kCpuProcessBytes;
-    if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
-    if (w.from_hf) {
-      // Trainer::Init reads every unit of the HF weights before sharding.
-      const int64_t staged = c.NumParams() * 4;
-      const int64_t transient = Sum(est.device) - shard * 16 - est.device_fixed;
-      if (staged > transient)
-        dev.Add("HF weights staged at start (beyond the training peak)", staged - transient,
-                "whole model x 4 B while loading, freed before training");
-    }
-    est.device_total = Sum(est.device);
-    host.Add("ranks on this host", est.device_total * est.ranks_per_node,
-             std::to_string(est.ranks_per_node) + " x " + FormatBytes(est.device_total));
-    est.host_total = Sum(est.host);
-    return est;
+  // Everything fp32, exactly the engine's buffers (one rank). Under bf16/fp16
+  // the held unit is still an fp32 compute copy and a prefetched one waits
+  // in two bytes, so the fp32 figures below are an upper bound.
+  est.ranks_per_node = std::max(1, w.world);
+  dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
+  dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
+  dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
+  if (S > 1) {
+    GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
+                                   w.prefetch, keep_forward);
+    dev.Add("gathered parameters", g.params * 4, Num(g.params) + " elements held at the worst moment x 4 B");
+    dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
   }
+  const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
+  dev.Add("activations", (a.residuals + a.saved + a.statistics + a.final_norm) * 4,
+          std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
+              (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x 4 B");
+  dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
+  dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
+  dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
+  // Attention tiles per pool thread (grow-only, kept for the process).
+  const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
+  const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
+  const int64_t scratch = threads * (7 * seq_pad * hd_pad + 2 * c.head_dim() * seq_pad + seq_pad + 60 * seq_pad +
+                                     30 * hd_pad) * 4;
+  dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
+  dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
+  est.device_fixed = scratch + kCpuProcessBytes;
+  if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+  if (w.from_hf) {
+    // Trainer::Init reads every unit of the HF weights before sharding.
+    const int64_t staged = c.NumParams() * 4;
+    const int64_t transient = Sum(est.device) - shard * 16 - est.device_fixed;
+    if (staged > transient)
+      dev.Add("HF weights staged at start (beyond the training peak)", staged - transient,
+              "whole model x 4 B while loading, freed before training");
+  }
+  est.device_total = Sum(est.device);
+  host.Add("ranks on this host", est.device_total * est.ranks_per_node,
+           std::to_string(est.ranks_per_node) + " x " + FormatBytes(est.device_total));
+  est.host_total = Sum(est.host);
+}
 
-  // ---- GPU ---------------------------------------------------------------
-  est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
+// The GPU items of full fine-tuning: sharded state (on the device or
+// offloaded) and the gathered units. Returns the gathered bytes; sets
+// *host_state to the bytes per rank the offload keeps in host memory.
+int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* host_state) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
+  const int S = x.S;
+  const int64_t shard = x.shard;
   const int64_t cb = w.compute_bytes(), sb = w.state_bytes();
   const std::string cname = DTypeName(w.compute), sname = w.fp32_master ? "fp32" : cname;
-  // Transient buffers' element size and name (Workload::fp32_transients; LoRA
-  // and QLoRA are not built, so they are planned at the design point).
-  const bool as_built = w.fp32_transients && w.method == Method::kFull;
-  const int64_t tb = as_built ? 4 : cb;
+  const bool as_built = w.fp32_transients;  // full fine-tuning as built (Workload::fp32_transients)
   const std::string tname = as_built ? "fp32" : cname;
+  const std::string& shard_how = x.shard_how;
+  const bool keep_forward = x.keep_forward;
+  const std::vector<int64_t>& numels = x.numels;
   int64_t gathered_bytes = 0;
-  int64_t host_state = 0;
-
-  if (w.method == Method::kFull) {
-    const bool gather = S > 1 || cb != sb || w.offload.optimizer || w.offload.params;
-    if (!w.offload.optimizer && !w.offload.params) {
-      dev.Add("parameter shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
-      dev.Add("gradient shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
-      dev.Add("AdamW moments (" + sname + " m, v)", shard * 2 * sb, shard_how + " x " + std::to_string(2 * sb) + " B");
-    } else {
-      if (!w.offload.params)
-        dev.Add("parameter shard (" + cname + " copy to all-gather from)", shard * cb,
-                shard_how + " x " + std::to_string(cb) + " B");
-      host_state = shard * (w.fp32_master ? 4 * sb + (w.offload.params ? cb : 0) : 4 * sb);
-    }
-    if (gather) {
-      GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
-                                     w.prefetch, keep_forward);
-      // As built, a held unit is widened to an fp32 compute copy while its
-      // two-byte gather buffer still exists (6 B for a moment), and a
-      // prefetched one waits in two bytes: 4 B per element over both bounds it.
-      dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")",
-              g.params * tb,
-              Num(g.params) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
-                  " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
-      dev.Add("unsharded gradients + landing shards (" + tname + ")", g.grads * tb,
-              Num(g.grads) + " elements (unit in backward + one being reduce-scattered)");
-      gathered_bytes = g.total * tb;
-    }
+  const bool gather = S > 1 || cb != sb || w.offload.optimizer || w.offload.params;
+  if (!w.offload.optimizer && !w.offload.params) {
+    dev.Add("parameter shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
+    dev.Add("gradient shard (" + sname + ")", shard * sb, shard_how + " x " + std::to_string(sb) + " B");
+    dev.Add("AdamW moments (" + sname + " m, v)", shard * 2 * sb, shard_how + " x " + std::to_string(2 * sb) + " B");
   } else {
-    // LoRA / QLoRA: frozen base sharded like parameters, no base gradients.
-    ParamLayout layout = ParamLayout::ForLlama(c);
-    UnitBytes b;
-    int64_t base_shard = 0, max_block = 0;
-    for (const auto& u : layout.units) {
-      ShardLayout l = Layout(u.numel, S);
-      const bool q = w.method == Method::kQlora;
-      b.gathered.push_back(q ? QloraUnitBytes(u, w.qlora_bits, cb, l.padded) : l.padded * cb);
-      b.grad.push_back(0);
-      b.grad_shard.push_back(0);
-      base_shard += q ? QloraUnitBytes(u, w.qlora_bits, cb, l.shard_numel) : l.shard_numel * cb;
-      if (u.kind == UnitKind::kBlock) max_block = std::max(max_block, u.numel);
-    }
-    const std::string base_what = w.method == Method::kQlora ? "frozen base shard (NF4 linear weights, " + cname + " rest)"
-                                                              : "frozen base shard (" + cname + ")";
-    dev.Add(base_what, base_shard, shard_how);
-    if (S > 1) {
-      GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
-      dev.Add("gathered base units", g.total, "unit in use + prefetched, stored format");
-      gathered_bytes += g.total;
-    }
-    if (w.method == Method::kQlora) {
-      dev.Add("dequantised unit (" + cname + ")", max_block * cb, "one block's weights dequantised for its GEMMs");
-      gathered_bytes += max_block * cb;
-    }
-    const int64_t lora = LoraParams(c, w.lora_rank);
-    dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16,
-            Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ") x 16 B");
+    if (!w.offload.params)
+      dev.Add("parameter shard (" + cname + " copy to all-gather from)", shard * cb,
+              shard_how + " x " + std::to_string(cb) + " B");
+    *host_state = shard * (w.fp32_master ? 4 * sb + (w.offload.params ? cb : 0) : 4 * sb);
   }
+  if (gather) {
+    GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
+                                   w.prefetch, keep_forward);
+    // As built, a held unit is widened to an fp32 compute copy while its
+    // two-byte gather buffer still exists (6 B for a moment), and a
+    // prefetched one waits in two bytes: 4 B per element over both bounds it.
+    dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")",
+            g.params * tb,
+            Num(g.params) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
+                " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
+    dev.Add("unsharded gradients + landing shards (" + tname + ")", g.grads * tb,
+            Num(g.grads) + " elements (unit in backward + one being reduce-scattered)");
+    gathered_bytes = g.total * tb;
+  }
+  return gathered_bytes;
+}
 
+// LoRA / QLoRA: a frozen base sharded like parameters, trained adapters.
+// Returns the gathered bytes.
+int64_t AddAdapterState(const EstimateContext& x, Items& dev) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
+  const int S = x.S;
+  const int64_t cb = w.compute_bytes();
+  const std::string cname = DTypeName(w.compute);
+  const std::string& shard_how = x.shard_how;
+  const bool keep_forward = x.keep_forward;
+  int64_t gathered_bytes = 0;
+  ParamLayout layout = ParamLayout::ForLlama(c);
+  UnitBytes b;
+  int64_t base_shard = 0, max_block = 0;
+  for (const auto& u : layout.units) {
+    ShardLayout l = Layout(u.numel, S);
+    const bool q = w.method == Method::kQlora;
+    b.gathered.push_back(q ? QloraUnitBytes(u, w.qlora_bits, cb, l.padded) : l.padded * cb);
+    b.grad.push_back(0);
+    b.grad_shard.push_back(0);
+    base_shard += q ? QloraUnitBytes(u, w.qlora_bits, cb, l.shard_numel) : l.shard_numel * cb;
+    if (u.kind == UnitKind::kBlock) max_block = std::max(max_block, u.numel);
+  }
+  const std::string base_what = w.method == Method::kQlora ? "frozen base shard (NF4 linear weights, " + cname + " rest)"
+                                                            : "frozen base shard (" + cname + ")";
+  dev.Add(base_what, base_shard, shard_how);
+  if (S > 1) {
+    GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
+    dev.Add("gathered base units", g.total, "unit in use + prefetched, stored format");
+    gathered_bytes += g.total;
+  }
+  if (w.method == Method::kQlora) {
+    dev.Add("dequantised unit (" + cname + ")", max_block * cb, "one block's weights dequantised for its GEMMs");
+    gathered_bytes += max_block * cb;
+  }
+  const int64_t lora = LoraParams(c, w.lora_rank);
+  dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16,
+          Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ") x 16 B");
+  return gathered_bytes;
+}
+
+// Activations, logits, backward scratch, GEMM casts, the CUDA runtime and
+// fragmentation over the transient bytes.
+void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t gathered_bytes) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
+  const int64_t rows = x.rows, logit_rows = x.logit_rows;
+  const ActivationElems& a = x.a;
+  const int64_t cb = w.compute_bytes();
+  const std::string cname = DTypeName(w.compute);
+  const bool as_built = w.fp32_transients && w.method == Method::kFull;
+  const std::string tname = as_built ? "fp32" : cname;
+  const std::string& logits_how = x.logits_how;
   // Activations in `compute` (fp32 as built), normalisation statistics in fp32.
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
   const int64_t acts = (a.residuals + a.saved + a.final_norm) * tb + a.statistics * 4;
@@ -372,9 +427,19 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   const int64_t transient = gathered_bytes + acts + logits + a.scratch * tb + gemm_scratch;
   dev.Add("allocator fragmentation", static_cast<int64_t>(kAllocatorSlack * transient),
           "10% of gathered + activation bytes");
-  est.device_total = Sum(est.device);
+}
 
-  // ---- Host ----------------------------------------------------------------
+// Host memory of a GPU node: worker processes, offloaded state, checkpoint
+// snapshots and HF loading.
+void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_state) {
+  const Workload& w = x.w;
+  const int S = x.S;
+  const int64_t shard = x.shard;
+  const int64_t cb = w.compute_bytes();
+  const std::string sname = w.fp32_master ? "fp32" : DTypeName(w.compute);
+  const std::string& shard_how = x.shard_how;
+  const std::vector<int64_t>& numels = x.numels;
+  Items host{&est.host};
   const int ranks = est.ranks_per_node;
   host.Add("worker processes", ranks * kGpuWorkerHostBytes, std::to_string(ranks) + " x 1.5 GiB (CUDA runtime, libraries)");
   if (host_state > 0) {
@@ -397,6 +462,29 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   if (staged > snapshot)  // loading and checkpointing never overlap: count the larger
     host.Add("HF weights staged while loading (beyond the snapshot)", staged - snapshot,
              std::to_string(ranks) + " ranks x own slices x 4 B");
+}
+
+}  // namespace
+
+MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
+  MemoryEstimate est;
+  const EstimateContext x = MakeContext(w);
+  if (w.cpu_engine) {
+    EstimateCpu(x, cluster, est);
+    return est;
+  }
+  est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
+  // Transient buffers' element size (Workload::fp32_transients; LoRA and
+  // QLoRA are not built, so they are planned at the design point).
+  const bool as_built = w.fp32_transients && w.method == Method::kFull;
+  const int64_t tb = as_built ? 4 : w.compute_bytes();
+  Items dev{&est.device};
+  int64_t host_state = 0;
+  const int64_t gathered_bytes =
+      w.method == Method::kFull ? AddFullState(x, dev, tb, &host_state) : AddAdapterState(x, dev);
+  AddGpuTransients(x, dev, tb, gathered_bytes);
+  est.device_total = Sum(est.device);
+  AddGpuHost(x, est, host_state);
   est.host_total = Sum(est.host);
   return est;
 }

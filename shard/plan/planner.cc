@@ -1,5 +1,7 @@
 #include "shard/plan/planner.h"
 
+#include "shard/spec/precision.h"
+
 #include <cstdio>
 
 namespace shard::plan {
@@ -73,7 +75,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     return InvalidArgument("model: set model.preset or model.from_hf");
   }
   RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
-  ASSIGN_OR_RETURN(w.strategy, ParseShardStrategy(job.parallel.strategy));
+  w.strategy = job.parallel.strategy;
   w.cpu_engine = cluster.cpu_only;
   w.fp32_transients = !w.cpu_engine;  // shardd's GPU runtime as built (Workload::fp32_transients)
   w.world = job.parallel.world_size;
@@ -86,17 +88,17 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.global_batch = job.train.global_batch;
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
 
-  const std::string& p = job.train.precision;
+  // The engine's rule (ResolveAutoPrecision), for the hardware planned for.
+  const Precision asked = job.train.precision;
+  const Precision p = ResolveAutoPrecision(asked, !w.cpu_engine, !w.cpu_engine && cluster.gpu.bf16);
+  w.compute = PrecisionDType(p);
   if (w.cpu_engine) {
-    w.compute = p == "bf16" ? DType::kBF16 : p == "fp16" ? DType::kF16 : DType::kF32;
     w.fp32_master = true;
-  } else if (p == "auto") {
-    w.compute = cluster.gpu.bf16 ? DType::kBF16 : DType::kF16;
+  } else if (asked == Precision::kAuto) {
     out.notes.push_back(std::string("train.precision auto: ") +
-                        (cluster.gpu.bf16 ? "bf16 compute with fp32 master weights"
-                                          : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
+                        (p == Precision::kBf16 ? "bf16 compute with fp32 master weights"
+                                               : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
   } else {
-    ASSIGN_OR_RETURN(w.compute, ParseDType(p));
     if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");
     if (w.compute == DType::kF32) out.notes.push_back("fp32 compute: GEMMs run in TF32 where the GPU has it");
   }
@@ -110,18 +112,18 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
 
 StatusOr<ClusterSpec> ClusterForJob(const JobConfig& job, const HardwareCatalog& catalog, const std::string& name,
                                     const ClusterSpec* probed) {
-  const std::string& device = job.resources.device;
-  if (name.empty() && probed && device != "cpu") return *probed;
+  const DeviceSpec& device = job.resources.device;
+  if (name.empty() && probed && !device.is_cpu()) return *probed;
   if (!name.empty()) {
-    if (device == "cpu")
+    if (device.is_cpu())
       return InvalidArgument("resources.device is cpu, so the job runs on this host's CPU: drop --cluster, or plan "
                              "it for GPUs with --set resources.device=cuda");
     return catalog.Cluster(name);
   }
-  if (device == "cpu" || device == "auto") return LocalCpuCluster(catalog.cpu, job.parallel.world_size);
+  if (device.is_cpu() || device.is_auto()) return LocalCpuCluster(catalog.cpu, job.parallel.world_size);
   std::string known;
   for (const auto& n : catalog.ClusterNames()) known += (known.empty() ? "" : ", ") + n;
-  return InvalidArgument("resources.device is " + device + ": name the GPUs to plan for with --cluster NAME (" +
+  return InvalidArgument("resources.device is " + device.ToString() + ": name the GPUs to plan for with --cluster NAME (" +
                          known + ")");
 }
 
@@ -178,7 +180,7 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
   Plan p = PlanWorkload(jw.workload, cluster);
   p.job_file = job.source;
   p.notes.insert(p.notes.begin(), jw.notes.begin(), jw.notes.end());
-  if (cluster.cpu_only && cluster_name.empty() && job.resources.device == "auto")
+  if (cluster.cpu_only && cluster_name.empty() && job.resources.device.is_auto())
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
   if (!cluster.cpu_only && !p.workload.cpu_engine) {
     const std::string dt = DTypeName(p.workload.compute);

@@ -19,18 +19,15 @@ struct EnumName {
   const char* name;
 };
 
-// "a, b or c": the allowed spellings, for error messages.
+// "a, b, c": the allowed spellings, for error messages.
 template <typename E, size_t N>
 std::string EnumChoices(const EnumName<E> (&table)[N]) {
   std::string s;
-  for (size_t i = 0; i < N; ++i) {
-    if (i > 0) s += i + 1 == N ? " or " : ", ";
-    s += table[i].name;
-  }
+  for (size_t i = 0; i < N; ++i) s += (i > 0 ? ", " : "") + std::string(table[i].name);
   return s;
 }
 
-// INVALID_ARGUMENT "'x' is not one of: a, b or c" (the caller adds the key).
+// INVALID_ARGUMENT "'x' is not one of: a, b, c" (the caller adds the key).
 template <typename E, size_t N>
 StatusOr<E> ParseEnum(const EnumName<E> (&table)[N], std::string_view text) {
   for (const auto& e : table)

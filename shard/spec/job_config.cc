@@ -3,12 +3,37 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 
 #include "shard/common/yaml_config.h"
 #include "shard/spec/loss_scale.h"
-#include "shard/tensor/dtype.h"
 
 namespace shard {
+
+std::string DeviceSpec::ToString() const {
+  switch (kind) {
+    case Kind::kAuto: return "auto";
+    case Kind::kCpu: return "cpu";
+    case Kind::kCuda: return index < 0 ? "cuda" : "cuda:" + std::to_string(index);
+  }
+  return "?";
+}
+
+StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& text) {
+  DeviceSpec d;
+  if (text == "auto") return d;
+  if (text == "cpu" || text == "cuda") {
+    d.kind = text == "cpu" ? DeviceSpec::Kind::kCpu : DeviceSpec::Kind::kCuda;
+    return d;
+  }
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      std::all_of(text.begin() + 5, text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    d.kind = DeviceSpec::Kind::kCuda;
+    d.index = std::stoi(text.substr(5));
+    return d;
+  }
+  return InvalidArgument("'" + text + "' is not one of: auto, cpu, cuda, cuda:N");
+}
 
 Status ModelSource::Validate() const {
   if (preset.empty() == from_hf.empty())
@@ -25,21 +50,15 @@ Status TrainConfig::Validate() const {
     return InvalidArgument("train.loss_chunk_rows must be >= 0 (0 = auto), got " + std::to_string(loss_chunk_rows));
   if (loss_scale_window < 1)
     return InvalidArgument("train.loss_scale_window must be >= 1, got " + std::to_string(loss_scale_window));
-  auto ls = ParseLossScale(loss_scale, precision, loss_scale_window);
+  auto ls = ResolveLossScale(loss_scale, precision == Precision::kFp16, loss_scale_window);
   if (!ls.ok()) return InvalidArgument("train.loss_scale: " + ls.status().message());
   return optim.Validate();
 }
 
 Status ParallelConfig::Validate() const {
-  if (strategy != "full_shard" && strategy != "shard_grad_op" && strategy != "no_shard" &&
-      strategy != "hybrid_shard")
-    return InvalidArgument("parallel.strategy '" + strategy +
-                           "' is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard");
   if (world_size <= 0) return InvalidArgument("parallel.world_size must be > 0");
   if (shard_group_size < 0) return InvalidArgument("parallel.shard_group_size must be >= 0");
   if (!(comm_timeout_s > 0)) return InvalidArgument("parallel.comm_timeout_s must be > 0");
-  if (reduce_dtype != "fp32" && reduce_dtype != "bf16" && reduce_dtype != "fp16")
-    return InvalidArgument("parallel.reduce_dtype '" + reduce_dtype + "' is not one of: fp32, bf16, fp16");
   return OkStatus();
 }
 
@@ -61,9 +80,8 @@ Status JobConfig::Validate() const {
     return InvalidArgument("train.global_batch " + std::to_string(train.global_batch) +
                            " must be a multiple of train.micro_batch x parallel.world_size = " +
                            std::to_string(per_step));
-  if (!export_.hf_dir.empty()) RETURN_IF_ERROR(ParseDType(export_.dtype).status().WithContext("export.dtype"));
-  if (resources.launcher == "slurm") RETURN_IF_ERROR(resources.slurm.Validate(parallel.world_size));
-  if (resources.launcher == "kubernetes") RETURN_IF_ERROR(resources.kubernetes.Validate(parallel.world_size));
+  if (resources.launcher == Launcher::kSlurm) RETURN_IF_ERROR(resources.slurm.Validate(parallel.world_size));
+  if (resources.launcher == Launcher::kKubernetes) RETURN_IF_ERROR(resources.kubernetes.Validate(parallel.world_size));
   return OkStatus();
 }
 
@@ -140,169 +158,203 @@ Status KubernetesConfig::Validate(int world_size) const {
 
 namespace {
 
+// A closed set read through its one table: the error names the file and key.
+template <typename E, size_t N>
+Status GetEnum(YamlMap& m, const std::string& key, const EnumName<E> (&table)[N], E* out) {
+  if (!m.Has(key)) return OkStatus();
+  std::string text;
+  RETURN_IF_ERROR(m.Get(key, &text));
+  auto v = ParseEnum(table, text);
+  if (!v.ok()) return InvalidArgument(m.Where(key) + ": " + v.status().message());
+  *out = *v;
+  return OkStatus();
+}
+
+Status MapModel(YamlMap& root, ModelSource* model) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("model"));
+  RETURN_IF_ERROR(m.Get("preset", &model->preset));
+  RETURN_IF_ERROR(m.Get("from_hf", &model->from_hf));
+  return m.Finish();
+}
+
+Status MapData(YamlMap& root, DataConfig* d) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("data"));
+  RETURN_IF_ERROR(m.Get("tokens", &d->tokens));
+  RETURN_IF_ERROR(m.Get("jsonl", &d->jsonl));
+  RETURN_IF_ERROR(m.Get("seq_len", &d->seq_len));
+  RETURN_IF_ERROR(m.Get("shuffle", &d->shuffle));
+  RETURN_IF_ERROR(m.Get("prepared", &d->prepared));
+  RETURN_IF_ERROR(m.Get("tokenizer", &d->tokenizer));
+  RETURN_IF_ERROR(m.GetEnum("template", {"plain", "llama2", "llama3", "chatml"}, &d->chat_template));
+  RETURN_IF_ERROR(m.Get("packing", &d->packing));
+  RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d->train_on));
+  RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d->bad_rows));
+  RETURN_IF_ERROR(m.GetEnum("overlong", {"truncate", "drop"}, &d->overlong));
+  // The SFT keys mean nothing to a raw token file: refuse them rather than
+  // silently train on something else than the user described.
+  if (!d->tokens.empty() && d->jsonl.empty()) {
+    for (const char* key : {"prepared", "tokenizer", "template", "packing", "train_on", "bad_rows", "overlong"}) {
+      if (m.Has(key))
+        return InvalidArgument(m.Where(key) + ": only applies to SFT data (data.jsonl); data.tokens is a raw "
+                               "uint32 token file, already tokenized");
+    }
+  }
+  return m.Finish();
+}
+
+Status MapOptim(YamlMap& m, OptimConfig* o) {
+  RETURN_IF_ERROR(m.Get("lr", &o->lr));
+  RETURN_IF_ERROR(m.Get("min_lr_ratio", &o->min_lr_ratio));
+  RETURN_IF_ERROR(m.Get("warmup_steps", &o->warmup_steps));
+  RETURN_IF_ERROR(GetEnum(m, "schedule", kScheduleNames, &o->schedule));
+  RETURN_IF_ERROR(m.Get("weight_decay", &o->weight_decay));
+  RETURN_IF_ERROR(m.Get("decay_norms_and_embeddings", &o->decay_norms_and_embeddings));
+  RETURN_IF_ERROR(m.Get("grad_clip", &o->grad_clip));
+  RETURN_IF_ERROR(m.Get("adam_eps", &o->eps));
+  std::vector<double> betas{o->beta1, o->beta2};
+  RETURN_IF_ERROR(m.Get("adam_betas", &betas));
+  if (betas.size() != 2) return InvalidArgument(m.Where("adam_betas") + ": expected two numbers [beta1, beta2]");
+  o->beta1 = betas[0];
+  o->beta2 = betas[1];
+  return OkStatus();
+}
+
+Status MapTrain(YamlMap& root, TrainConfig* t) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("train"));
+  RETURN_IF_ERROR(m.Get("steps", &t->steps));
+  RETURN_IF_ERROR(m.Get("global_batch", &t->global_batch));
+  RETURN_IF_ERROR(m.Get("micro_batch", &t->micro_batch));
+  int64_t seed = static_cast<int64_t>(t->seed);
+  RETURN_IF_ERROR(m.Get("seed", &seed));
+  t->seed = static_cast<uint64_t>(seed);
+  RETURN_IF_ERROR(GetEnum(m, "precision", kPrecisionNames, &t->precision));
+  RETURN_IF_ERROR(m.Get("log_every", &t->log_every));
+  RETURN_IF_ERROR(m.Get("loss_chunk_rows", &t->loss_chunk_rows));
+  if (t->loss_chunk_rows < 0)
+    return InvalidArgument(m.Where("loss_chunk_rows") + ": must be >= 0 (0 = auto), got " +
+                           std::to_string(t->loss_chunk_rows));
+  // A word or a number: read as text, parsed here so the error names the file.
+  std::string loss_scale = t->loss_scale.ToString();
+  RETURN_IF_ERROR(m.Get("loss_scale", &loss_scale));
+  RETURN_IF_ERROR(m.Get("loss_scale_window", &t->loss_scale_window));
+  auto ls = ParseLossScaleSetting(loss_scale);
+  if (!ls.ok()) return InvalidArgument(m.Where("loss_scale") + ": " + ls.status().message());
+  t->loss_scale = *ls;
+  RETURN_IF_ERROR(MapOptim(m, &t->optim));
+  return m.Finish();
+}
+
+Status MapParallel(YamlMap& root, ParallelConfig* p) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("parallel"));
+  RETURN_IF_ERROR(GetEnum(m, "strategy", kShardStrategyNames, &p->strategy));
+  RETURN_IF_ERROR(m.Get("world_size", &p->world_size));
+  RETURN_IF_ERROR(m.Get("shard_group_size", &p->shard_group_size));
+  RETURN_IF_ERROR(m.Get("activation_checkpointing", &p->activation_checkpointing));
+  RETURN_IF_ERROR(m.Get("offload_optimizer", &p->offload_optimizer));
+  RETURN_IF_ERROR(m.Get("comm_timeout_s", &p->comm_timeout_s));
+  RETURN_IF_ERROR(GetEnum(m, "reduce_dtype", kFloatDTypeNames, &p->reduce_dtype));
+  return m.Finish();
+}
+
+Status MapCheckpoint(YamlMap& root, CheckpointConfig* c) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("checkpoint"));
+  RETURN_IF_ERROR(m.Get("dir", &c->dir));
+  RETURN_IF_ERROR(m.Get("every_steps", &c->every_steps));
+  RETURN_IF_ERROR(m.Get("keep_last", &c->keep_last));
+  RETURN_IF_ERROR(m.Get("async", &c->async));
+  RETURN_IF_ERROR(m.Get("resume", &c->resume));
+  return m.Finish();
+}
+
+Status MapSlurm(YamlMap& m, SlurmConfig* c) {
+  ASSIGN_OR_RETURN(YamlMap s, m.Sub("slurm"));
+  RETURN_IF_ERROR(s.Get("nodes", &c->nodes));
+  RETURN_IF_ERROR(s.Get("tasks_per_node", &c->tasks_per_node));
+  RETURN_IF_ERROR(s.Get("gpus_per_node", &c->gpus_per_node));
+  RETURN_IF_ERROR(s.GetEnum("gpu_request", {"gpus-per-task", "gres"}, &c->gpu_request));
+  RETURN_IF_ERROR(s.Get("cpus_per_task", &c->cpus_per_task));
+  RETURN_IF_ERROR(s.Get("partition", &c->partition));
+  RETURN_IF_ERROR(s.Get("account", &c->account));
+  RETURN_IF_ERROR(s.Get("qos", &c->qos));
+  RETURN_IF_ERROR(s.Get("time", &c->time));
+  RETURN_IF_ERROR(s.Get("mem", &c->mem));
+  RETURN_IF_ERROR(s.Get("requeue", &c->requeue));
+  RETURN_IF_ERROR(s.Get("signal_s", &c->signal_s));
+  RETURN_IF_ERROR(s.Get("sbatch_args", &c->sbatch_args));
+  RETURN_IF_ERROR(s.Get("setup", &c->setup));
+  RETURN_IF_ERROR(s.Get("env", &c->env));
+  RETURN_IF_ERROR(s.Get("poll_interval_s", &c->poll_interval_s));
+  return s.Finish();
+}
+
+Status MapKubernetes(YamlMap& m, KubernetesConfig* c) {
+  ASSIGN_OR_RETURN(YamlMap k, m.Sub("kubernetes"));
+  RETURN_IF_ERROR(k.Get("namespace", &c->namespace_));
+  RETURN_IF_ERROR(k.Get("image", &c->image));
+  RETURN_IF_ERROR(k.GetEnum("image_pull_policy", {"Always", "IfNotPresent", "Never"}, &c->image_pull_policy));
+  RETURN_IF_ERROR(k.Get("nodes", &c->nodes));
+  RETURN_IF_ERROR(k.Get("gpus_per_node", &c->gpus_per_node));
+  RETURN_IF_ERROR(k.Get("procs_per_node", &c->procs_per_node));
+  RETURN_IF_ERROR(k.Get("cpu", &c->cpu));
+  RETURN_IF_ERROR(k.Get("memory", &c->memory));
+  RETURN_IF_ERROR(k.Get("pvc", &c->pvc));
+  RETURN_IF_ERROR(k.Get("mount_path", &c->mount_path));
+  RETURN_IF_ERROR(k.Get("service_account", &c->service_account));
+  RETURN_IF_ERROR(k.Get("coordinator", &c->coordinator));
+  RETURN_IF_ERROR(k.Get("node_selector", &c->node_selector));
+  RETURN_IF_ERROR(k.Get("labels", &c->labels));
+  RETURN_IF_ERROR(k.Get("env", &c->env));
+  RETURN_IF_ERROR(k.Get("active_deadline_s", &c->active_deadline_s));
+  RETURN_IF_ERROR(k.Get("termination_grace_s", &c->termination_grace_s));
+  RETURN_IF_ERROR(k.Get("poll_interval_s", &c->poll_interval_s));
+  return k.Finish();
+}
+
+Status MapResources(YamlMap& root, ResourcesConfig* r) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("resources"));
+  RETURN_IF_ERROR(GetEnum(m, "launcher", kLauncherNames, &r->launcher));
+  std::string device = r->device.ToString();
+  RETURN_IF_ERROR(m.Get("device", &device));
+  auto dev = ParseDeviceSpec(device);
+  if (!dev.ok()) return InvalidArgument(m.Where("device") + ": " + dev.status().message());
+  r->device = *dev;
+  RETURN_IF_ERROR(m.Get("cluster", &r->cluster));
+  RETURN_IF_ERROR(MapSlurm(m, &r->slurm));
+  RETURN_IF_ERROR(MapKubernetes(m, &r->kubernetes));
+  // A cluster launcher asked for GPUs: auto means them, even where a
+  // worker sees fewer GPUs than its host has ranks (one per task).
+  if (r->device.is_auto() && ((r->launcher == Launcher::kSlurm && r->slurm.gpus_per_node > 0) ||
+                              (r->launcher == Launcher::kKubernetes && r->kubernetes.gpus_per_node > 0)))
+    r->device.kind = DeviceSpec::Kind::kCuda;
+  return m.Finish();
+}
+
+Status MapRestart(YamlMap& root, RestartConfig* r) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("restart"));
+  RETURN_IF_ERROR(m.Get("max_restarts", &r->max_restarts));
+  RETURN_IF_ERROR(m.Get("backoff_s", &r->backoff_s));
+  RETURN_IF_ERROR(m.Get("heartbeat_timeout_s", &r->heartbeat_timeout_s));
+  RETURN_IF_ERROR(m.Get("hang_timeout_s", &r->hang_timeout_s));
+  return m.Finish();
+}
+
+Status MapExport(YamlMap& root, ExportConfig* e) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("export"));
+  RETURN_IF_ERROR(m.Get("hf_dir", &e->hf_dir));
+  RETURN_IF_ERROR(GetEnum(m, "dtype", kFloatDTypeNames, &e->dtype));
+  return m.Finish();
+}
+
 Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(root.Get("name", &job->name));
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("model"));
-    RETURN_IF_ERROR(m.Get("preset", &job->model.preset));
-    RETURN_IF_ERROR(m.Get("from_hf", &job->model.from_hf));
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("data"));
-    DataConfig& d = job->data;
-    RETURN_IF_ERROR(m.Get("tokens", &d.tokens));
-    RETURN_IF_ERROR(m.Get("jsonl", &d.jsonl));
-    RETURN_IF_ERROR(m.Get("seq_len", &d.seq_len));
-    RETURN_IF_ERROR(m.Get("shuffle", &d.shuffle));
-    RETURN_IF_ERROR(m.Get("prepared", &d.prepared));
-    RETURN_IF_ERROR(m.Get("tokenizer", &d.tokenizer));
-    RETURN_IF_ERROR(m.GetEnum("template", {"plain", "llama2", "llama3", "chatml"}, &d.chat_template));
-    RETURN_IF_ERROR(m.Get("packing", &d.packing));
-    RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d.train_on));
-    RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d.bad_rows));
-    RETURN_IF_ERROR(m.GetEnum("overlong", {"truncate", "drop"}, &d.overlong));
-    // The SFT keys mean nothing to a raw token file: refuse them rather than
-    // silently train on something else than the user described.
-    if (!d.tokens.empty() && d.jsonl.empty()) {
-      for (const char* key : {"prepared", "tokenizer", "template", "packing", "train_on", "bad_rows", "overlong"}) {
-        if (m.Has(key))
-          return InvalidArgument(m.Where(key) + ": only applies to SFT data (data.jsonl); data.tokens is a raw "
-                                 "uint32 token file, already tokenized");
-      }
-    }
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("train"));
-    TrainConfig& t = job->train;
-    RETURN_IF_ERROR(m.Get("steps", &t.steps));
-    RETURN_IF_ERROR(m.Get("global_batch", &t.global_batch));
-    RETURN_IF_ERROR(m.Get("micro_batch", &t.micro_batch));
-    int64_t seed = static_cast<int64_t>(t.seed);
-    RETURN_IF_ERROR(m.Get("seed", &seed));
-    t.seed = static_cast<uint64_t>(seed);
-    RETURN_IF_ERROR(m.GetEnum("precision", {"auto", "fp32", "bf16", "fp16"}, &t.precision));
-    RETURN_IF_ERROR(m.Get("log_every", &t.log_every));
-    RETURN_IF_ERROR(m.Get("loss_chunk_rows", &t.loss_chunk_rows));
-    if (t.loss_chunk_rows < 0)
-      return InvalidArgument(m.Where("loss_chunk_rows") + ": must be >= 0 (0 = auto), got " +
-                             std::to_string(t.loss_chunk_rows));
-    // A word or a number: read as text, checked here so the error names the file.
-    RETURN_IF_ERROR(m.Get("loss_scale", &t.loss_scale));
-    RETURN_IF_ERROR(m.Get("loss_scale_window", &t.loss_scale_window));
-    if (auto ls = ParseLossScale(t.loss_scale, t.precision, std::max<int64_t>(t.loss_scale_window, 1)); !ls.ok())
-      return InvalidArgument(m.Where("loss_scale") + ": " + ls.status().message());
-    OptimConfig& o = t.optim;
-    RETURN_IF_ERROR(m.Get("lr", &o.lr));
-    RETURN_IF_ERROR(m.Get("min_lr_ratio", &o.min_lr_ratio));
-    RETURN_IF_ERROR(m.Get("warmup_steps", &o.warmup_steps));
-    RETURN_IF_ERROR(m.GetEnum("schedule", {"constant", "cosine", "linear"}, &o.schedule));
-    RETURN_IF_ERROR(m.Get("weight_decay", &o.weight_decay));
-    RETURN_IF_ERROR(m.Get("decay_norms_and_embeddings", &o.decay_norms_and_embeddings));
-    RETURN_IF_ERROR(m.Get("grad_clip", &o.grad_clip));
-    RETURN_IF_ERROR(m.Get("adam_eps", &o.eps));
-    std::vector<double> betas{o.beta1, o.beta2};
-    RETURN_IF_ERROR(m.Get("adam_betas", &betas));
-    if (betas.size() != 2) return InvalidArgument(m.Where("adam_betas") + ": expected two numbers [beta1, beta2]");
-    o.beta1 = betas[0];
-    o.beta2 = betas[1];
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("parallel"));
-    ParallelConfig& p = job->parallel;
-    RETURN_IF_ERROR(m.GetEnum("strategy", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}, &p.strategy));
-    RETURN_IF_ERROR(m.Get("world_size", &p.world_size));
-    RETURN_IF_ERROR(m.Get("shard_group_size", &p.shard_group_size));
-    RETURN_IF_ERROR(m.Get("activation_checkpointing", &p.activation_checkpointing));
-    RETURN_IF_ERROR(m.Get("offload_optimizer", &p.offload_optimizer));
-    RETURN_IF_ERROR(m.Get("comm_timeout_s", &p.comm_timeout_s));
-    RETURN_IF_ERROR(m.GetEnum("reduce_dtype", {"fp32", "bf16", "fp16"}, &p.reduce_dtype));
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("checkpoint"));
-    CheckpointConfig& c = job->checkpoint;
-    RETURN_IF_ERROR(m.Get("dir", &c.dir));
-    RETURN_IF_ERROR(m.Get("every_steps", &c.every_steps));
-    RETURN_IF_ERROR(m.Get("keep_last", &c.keep_last));
-    RETURN_IF_ERROR(m.Get("async", &c.async));
-    RETURN_IF_ERROR(m.Get("resume", &c.resume));
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("resources"));
-    RETURN_IF_ERROR(m.GetEnum("launcher", {"local", "slurm", "kubernetes", "external"}, &job->resources.launcher));
-    RETURN_IF_ERROR(m.Get("device", &job->resources.device));
-    RETURN_IF_ERROR(m.Get("cluster", &job->resources.cluster));
-    {
-      ASSIGN_OR_RETURN(YamlMap s, m.Sub("slurm"));
-      SlurmConfig& c = job->resources.slurm;
-      RETURN_IF_ERROR(s.Get("nodes", &c.nodes));
-      RETURN_IF_ERROR(s.Get("tasks_per_node", &c.tasks_per_node));
-      RETURN_IF_ERROR(s.Get("gpus_per_node", &c.gpus_per_node));
-      RETURN_IF_ERROR(s.GetEnum("gpu_request", {"gpus-per-task", "gres"}, &c.gpu_request));
-      RETURN_IF_ERROR(s.Get("cpus_per_task", &c.cpus_per_task));
-      RETURN_IF_ERROR(s.Get("partition", &c.partition));
-      RETURN_IF_ERROR(s.Get("account", &c.account));
-      RETURN_IF_ERROR(s.Get("qos", &c.qos));
-      RETURN_IF_ERROR(s.Get("time", &c.time));
-      RETURN_IF_ERROR(s.Get("mem", &c.mem));
-      RETURN_IF_ERROR(s.Get("requeue", &c.requeue));
-      RETURN_IF_ERROR(s.Get("signal_s", &c.signal_s));
-      RETURN_IF_ERROR(s.Get("sbatch_args", &c.sbatch_args));
-      RETURN_IF_ERROR(s.Get("setup", &c.setup));
-      RETURN_IF_ERROR(s.Get("env", &c.env));
-      RETURN_IF_ERROR(s.Get("poll_interval_s", &c.poll_interval_s));
-      RETURN_IF_ERROR(s.Finish());
-    }
-    {
-      ASSIGN_OR_RETURN(YamlMap k, m.Sub("kubernetes"));
-      KubernetesConfig& c = job->resources.kubernetes;
-      RETURN_IF_ERROR(k.Get("namespace", &c.namespace_));
-      RETURN_IF_ERROR(k.Get("image", &c.image));
-      RETURN_IF_ERROR(k.GetEnum("image_pull_policy", {"Always", "IfNotPresent", "Never"}, &c.image_pull_policy));
-      RETURN_IF_ERROR(k.Get("nodes", &c.nodes));
-      RETURN_IF_ERROR(k.Get("gpus_per_node", &c.gpus_per_node));
-      RETURN_IF_ERROR(k.Get("procs_per_node", &c.procs_per_node));
-      RETURN_IF_ERROR(k.Get("cpu", &c.cpu));
-      RETURN_IF_ERROR(k.Get("memory", &c.memory));
-      RETURN_IF_ERROR(k.Get("pvc", &c.pvc));
-      RETURN_IF_ERROR(k.Get("mount_path", &c.mount_path));
-      RETURN_IF_ERROR(k.Get("service_account", &c.service_account));
-      RETURN_IF_ERROR(k.Get("coordinator", &c.coordinator));
-      RETURN_IF_ERROR(k.Get("node_selector", &c.node_selector));
-      RETURN_IF_ERROR(k.Get("labels", &c.labels));
-      RETURN_IF_ERROR(k.Get("env", &c.env));
-      RETURN_IF_ERROR(k.Get("active_deadline_s", &c.active_deadline_s));
-      RETURN_IF_ERROR(k.Get("termination_grace_s", &c.termination_grace_s));
-      RETURN_IF_ERROR(k.Get("poll_interval_s", &c.poll_interval_s));
-      RETURN_IF_ERROR(k.Finish());
-    }
-    // A cluster launcher asked for GPUs: auto means them, even where a
-    // worker sees fewer GPUs than its host has ranks (one per task).
-    ResourcesConfig& r = job->resources;
-    if (r.device == "auto" && ((r.launcher == "slurm" && r.slurm.gpus_per_node > 0) ||
-                               (r.launcher == "kubernetes" && r.kubernetes.gpus_per_node > 0)))
-      r.device = "cuda";
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("restart"));
-    RestartConfig& r = job->restart;
-    RETURN_IF_ERROR(m.Get("max_restarts", &r.max_restarts));
-    RETURN_IF_ERROR(m.Get("backoff_s", &r.backoff_s));
-    RETURN_IF_ERROR(m.Get("heartbeat_timeout_s", &r.heartbeat_timeout_s));
-    RETURN_IF_ERROR(m.Get("hang_timeout_s", &r.hang_timeout_s));
-    RETURN_IF_ERROR(m.Finish());
-  }
-  {
-    ASSIGN_OR_RETURN(YamlMap m, root.Sub("export"));
-    RETURN_IF_ERROR(m.Get("hf_dir", &job->export_.hf_dir));
-    RETURN_IF_ERROR(m.GetEnum("dtype", {"fp32", "bf16", "fp16"}, &job->export_.dtype));
-    RETURN_IF_ERROR(m.Finish());
-  }
+  RETURN_IF_ERROR(MapModel(root, &job->model));
+  RETURN_IF_ERROR(MapData(root, &job->data));
+  RETURN_IF_ERROR(MapTrain(root, &job->train));
+  RETURN_IF_ERROR(MapParallel(root, &job->parallel));
+  RETURN_IF_ERROR(MapCheckpoint(root, &job->checkpoint));
+  RETURN_IF_ERROR(MapResources(root, &job->resources));
+  RETURN_IF_ERROR(MapRestart(root, &job->restart));
+  RETURN_IF_ERROR(MapExport(root, &job->export_));
   return root.Finish();
 }
 
@@ -317,6 +369,12 @@ StatusOr<JobConfig> FromMap(YamlMap root, const std::string& source, const std::
 }
 
 }  // namespace
+
+std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir) {
+  std::filesystem::path dir(job.checkpoint.dir);
+  if (!workdir.empty() && !dir.empty() && dir.is_relative()) dir = (std::filesystem::path(workdir) / dir).lexically_normal();
+  return (dir / job.name).string();
+}
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(YamlMap root, YamlMap::LoadFile(path));

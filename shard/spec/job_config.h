@@ -9,9 +9,45 @@
 
 #include "shard/common/status.h"
 #include "shard/spec/data_config.h"
+#include "shard/spec/enum_names.h"
+#include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
+#include "shard/spec/shard_layout.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
+
+// train.precision (DESIGN.md "Precision"); auto is resolved per device by
+// ResolveAutoPrecision (shard/spec/precision.h).
+enum class Precision { kAuto, kFp32, kBf16, kFp16 };
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}};
+inline const char* PrecisionName(Precision p) { return EnumToName(kPrecisionNames, p); }
+
+// The two-byte and fp32 types a job may name (parallel.reduce_dtype, export.dtype).
+inline constexpr EnumName<DType> kFloatDTypeNames[] = {
+    {DType::kF32, "fp32"}, {DType::kBF16, "bf16"}, {DType::kF16, "fp16"}};
+
+// resources.launcher: who starts the workers.
+enum class Launcher { kLocal, kSlurm, kKubernetes, kExternal };
+inline constexpr EnumName<Launcher> kLauncherNames[] = {{Launcher::kLocal, "local"},
+                                                        {Launcher::kSlurm, "slurm"},
+                                                        {Launcher::kKubernetes, "kubernetes"},
+                                                        {Launcher::kExternal, "external"}};
+inline const char* LauncherName(Launcher l) { return EnumToName(kLauncherNames, l); }
+
+// resources.device: auto (a GPU per rank when the host has them, else the
+// CPU) | cpu | cuda (rank r takes GPU r % GPUs) | cuda:N.
+struct DeviceSpec {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int index = -1;  // cuda:N; -1 = by rank
+  bool is_auto() const { return kind == Kind::kAuto; }
+  bool is_cpu() const { return kind == Kind::kCpu; }
+  std::string ToString() const;  // the job file's spelling
+  bool operator==(const DeviceSpec&) const = default;
+};
+StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& text);
 
 struct ModelSource {
   std::string preset;   // a LlamaPreset name
@@ -24,10 +60,10 @@ struct TrainConfig {
   int64_t global_batch = 8;  // sequences per optimizer step, over all ranks
   int64_t micro_batch = 8;   // sequences per forward/backward on one rank
   uint64_t seed = 1234;
-  std::string precision = "auto";  // auto | fp32 | bf16 | fp16
-  // Loss scaling (shard/optim/loss_scaler.h): auto (dynamic when precision is
+  Precision precision = Precision::kAuto;
+  // Loss scaling (shard/spec/loss_scale.h): auto (dynamic when precision is
   // fp16, otherwise none) | dynamic | none | a positive number (a static scale).
-  std::string loss_scale = "auto";
+  LossScaleSetting loss_scale;
   int64_t loss_scale_window = 2000;  // dynamic: clean steps in a row before the scale doubles
   int64_t log_every = 10;
   // Rows of fp32 logits the LM head and loss hold at once (ModelOptions::
@@ -39,7 +75,7 @@ struct TrainConfig {
 };
 
 struct ParallelConfig {
-  std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard | hybrid_shard
+  ShardStrategy strategy = ShardStrategy::kFullShard;
   int world_size = 1;
   int shard_group_size = 0;  // hybrid_shard: ranks per shard group (0 = all)
   bool activation_checkpointing = false;
@@ -48,7 +84,7 @@ struct ParallelConfig {
   // Gradients on the reduce-scatter wire: fp32 | bf16 | fp16. Two-byte types add
   // in fp32 at every hop; the gradient shard stays fp32. The replicas' all-reduce
   // (no_shard, hybrid_shard) stays fp32 whatever this says.
-  std::string reduce_dtype = "fp32";
+  DType reduce_dtype = DType::kF32;
   Status Validate() const;
 };
 
@@ -116,8 +152,8 @@ struct KubernetesConfig {
 };
 
 struct ResourcesConfig {
-  std::string launcher = "local";  // local | slurm | kubernetes | external
-  std::string device = "auto";     // auto | cpu | cuda
+  Launcher launcher = Launcher::kLocal;
+  DeviceSpec device;
   std::string cluster;             // a cluster of configs/hardware for the planner ("" = this host)
   SlurmConfig slurm;
   KubernetesConfig kubernetes;
@@ -132,7 +168,7 @@ struct RestartConfig {
 
 struct ExportConfig {
   std::string hf_dir;         // write the trained model here as an HF folder ("" = don't)
-  std::string dtype = "fp32"; // fp32 | bf16 | fp16
+  DType dtype = DType::kF32;  // fp32 | bf16 | fp16
 };
 
 struct JobConfig {
@@ -150,6 +186,11 @@ struct JobConfig {
   // Cross-section checks (e.g. global_batch divisible by micro_batch * world).
   Status Validate() const;
 };
+
+// Where the job's checkpoints live: <checkpoint.dir>/<name>, with a relative
+// checkpoint.dir taken relative to workdir ("" = the current directory). The
+// one rule every reader and writer of a job's checkpoints uses.
+std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir = "");
 
 // Loads a job file, applying `--set key=value` overrides first.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides = {});

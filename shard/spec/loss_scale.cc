@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace shard {
@@ -35,30 +36,62 @@ Status LossScalerOptions::Validate() const {
   return OkStatus();
 }
 
-StatusOr<LossScalerOptions> ParseLossScale(const std::string& spec, const std::string& precision, int64_t window) {
+std::string LossScaleSetting::ToString() const {
+  switch (kind) {
+    case LossScaleKind::kAuto: return "auto";
+    case LossScaleKind::kDynamic: return "dynamic";
+    case LossScaleKind::kNone: return "none";
+    case LossScaleKind::kStatic: {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", value);
+      return buf;
+    }
+  }
+  return "?";
+}
+
+StatusOr<LossScaleSetting> ParseLossScaleSetting(const std::string& text) {
+  LossScaleSetting s;
+  if (text == "auto") return s;
+  if (text == "dynamic") {
+    s.kind = LossScaleKind::kDynamic;
+    return s;
+  }
+  if (text == "none") {
+    s.kind = LossScaleKind::kNone;
+    return s;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v) || !(v > 0) ||
+      !std::isnormal(v))
+    return InvalidArgument("expected auto, dynamic, none or a positive number, got '" + text + "'");
+  s.kind = LossScaleKind::kStatic;
+  s.value = v;
+  return s;
+}
+
+StatusOr<LossScalerOptions> ResolveLossScale(const LossScaleSetting& setting, bool fp16, int64_t window) {
   LossScalerOptions o;
   o.growth_interval = window;
-  if (spec == "auto") {
-    o.mode = precision == "fp16" ? LossScaleMode::kDynamic : LossScaleMode::kOff;
-  } else if (spec == "dynamic") {
-    o.mode = LossScaleMode::kDynamic;
-  } else if (spec == "none") {
-    o.mode = LossScaleMode::kOff;
-  } else {
-    errno = 0;
-    char* end = nullptr;
-    const double v = std::strtod(spec.c_str(), &end);
-    if (spec.empty() || end != spec.c_str() + spec.size() || errno == ERANGE || !std::isfinite(v) || !(v > 0) ||
-        !std::isnormal(v))
-      return InvalidArgument("expected auto, dynamic, none or a positive number, got '" + spec + "'");
-    o.mode = LossScaleMode::kStatic;
-    o.init_scale = v;
+  switch (setting.kind) {
+    case LossScaleKind::kAuto: o.mode = fp16 ? LossScaleMode::kDynamic : LossScaleMode::kOff; break;
+    case LossScaleKind::kDynamic: o.mode = LossScaleMode::kDynamic; break;
+    case LossScaleKind::kNone: o.mode = LossScaleMode::kOff; break;
+    case LossScaleKind::kStatic:
+      o.mode = LossScaleMode::kStatic;
+      o.init_scale = setting.value;
+      break;
   }
-  // The window is checked whatever the mode, so a typo is caught before a run
-  // switches to fp16 and starts to use it.
   if (window < 1) return InvalidArgument("loss_scale_window must be >= 1, got " + std::to_string(window));
   RETURN_IF_ERROR(o.Validate());
   return o;
+}
+
+StatusOr<LossScalerOptions> ParseLossScale(const std::string& text, bool fp16, int64_t window) {
+  ASSIGN_OR_RETURN(LossScaleSetting s, ParseLossScaleSetting(text));
+  return ResolveLossScale(s, fp16, window);
 }
 
 }  // namespace shard

@@ -28,10 +28,24 @@ struct LossScalerOptions {
   Status Validate() const;
 };
 
-// train.loss_scale as written in a job file: "auto" (dynamic when precision is
-// fp16, otherwise off), "dynamic", "none", or a positive number (static).
-// `window` is train.loss_scale_window. Errors name neither file nor key: the
-// caller adds them.
-StatusOr<LossScalerOptions> ParseLossScale(const std::string& spec, const std::string& precision, int64_t window);
+// train.loss_scale as written in a job file: "auto" (dynamic when the
+// precision is fp16, otherwise off), "dynamic", "none", or a positive number
+// (a static scale). Parsed once when the job file is read.
+enum class LossScaleKind { kAuto, kDynamic, kNone, kStatic };
+struct LossScaleSetting {
+  LossScaleKind kind = LossScaleKind::kAuto;
+  double value = 0;  // kStatic: the scale
+  std::string ToString() const;  // the job file's spelling
+};
+// Errors name neither file nor key: the caller adds them.
+StatusOr<LossScaleSetting> ParseLossScaleSetting(const std::string& text);
+
+// The scaler's options for a setting, once the precision is known (`fp16`:
+// train.precision resolved to fp16). `window` is train.loss_scale_window,
+// checked whatever the mode so a typo is caught before a run switches to fp16.
+StatusOr<LossScalerOptions> ResolveLossScale(const LossScaleSetting& setting, bool fp16, int64_t window);
+
+// Both at once: ParseLossScaleSetting then ResolveLossScale.
+StatusOr<LossScalerOptions> ParseLossScale(const std::string& text, bool fp16, int64_t window);
 
 }  // namespace shard

@@ -5,14 +5,20 @@
 #include <string>
 
 #include "shard/common/status.h"
+#include "shard/spec/enum_names.h"
 
 namespace shard {
+
+// train.schedule: the learning rate after warmup.
+enum class Schedule { kConstant, kCosine, kLinear };
+inline constexpr EnumName<Schedule> kScheduleNames[] = {
+    {Schedule::kConstant, "constant"}, {Schedule::kCosine, "cosine"}, {Schedule::kLinear, "linear"}};
 
 struct OptimConfig {
   double lr = 3e-4;             // peak learning rate
   double min_lr_ratio = 0.0;    // floor of cosine/linear decay, as a fraction of lr
   int64_t warmup_steps = 0;     // linear warmup from lr/warmup to lr
-  std::string schedule = "cosine";  // constant | cosine | linear
+  Schedule schedule = Schedule::kCosine;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

@@ -25,11 +25,15 @@ struct PrecisionPlan {
 // train.precision with `auto` resolved for the device (DESIGN.md "Precision"):
 // bf16 on a GPU with native bf16 (compute capability >= 8.0), fp16 (and so the
 // dynamic loss scaler, train.loss_scale: auto) on older GPUs, fp32 on the CPU.
-// Other values pass through.
-std::string ResolveAutoPrecision(const std::string& precision, bool gpu, bool native_bf16);
+// Other values pass through. The one place this rule is written: the engine
+// resolves with its backend, the planner with the cluster it plans for.
+Precision ResolveAutoPrecision(Precision precision, bool gpu, bool native_bf16);
 
-// INVALID_ARGUMENT naming the key for values the job file parser would refuse.
-// Expects train.precision already resolved (ResolveAutoPrecision); auto means fp32.
-StatusOr<PrecisionPlan> PlanPrecision(const TrainConfig& train, const ParallelConfig& parallel);
+// The compute type of a resolved precision (auto counts as fp32).
+DType PrecisionDType(Precision resolved);
+
+// The FSDP runtime's types for a resolved precision, and the warning fp16
+// without loss scaling deserves.
+PrecisionPlan PlanPrecision(Precision resolved, const TrainConfig& train, const ParallelConfig& parallel);
 
 }  // namespace shard

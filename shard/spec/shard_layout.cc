@@ -21,15 +21,6 @@ StatusOr<ShardLayout> ComputeShardLayout(int64_t numel, int shards, int64_t alig
   return l;
 }
 
-StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name) {
-  if (name == "full_shard") return ShardStrategy::kFullShard;
-  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
-  if (name == "no_shard") return ShardStrategy::kNoShard;
-  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
-  return InvalidArgument("unknown sharding strategy '" + name +
-                         "' (expected full_shard, shard_grad_op, no_shard or hybrid_shard)");
-}
-
 StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_size) {
   if (world < 1) return InvalidArgument("world size must be >= 1");
   switch (s) {
@@ -47,16 +38,6 @@ StatusOr<GroupShape> GroupShapeFor(ShardStrategy s, int world, int shard_group_s
     }
   }
   return Internal("unreachable strategy");
-}
-
-const char* StrategyName(ShardStrategy s) {
-  switch (s) {
-    case ShardStrategy::kFullShard: return "full_shard";
-    case ShardStrategy::kShardGradOp: return "shard_grad_op";
-    case ShardStrategy::kNoShard: return "no_shard";
-    case ShardStrategy::kHybridShard: return "hybrid_shard";
-  }
-  return "?";
 }
 
 }  // namespace shard

@@ -12,14 +12,18 @@
 #include <string>
 
 #include "shard/common/status.h"
+#include "shard/spec/enum_names.h"
 
 namespace shard {
 
 // parallel.strategy (DESIGN.md "FSDP units"): ranks form S-sized shard groups
 // replicated R times (world = S * R).
 enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
-StatusOr<ShardStrategy> ParseShardStrategy(const std::string& name);
-const char* StrategyName(ShardStrategy s);  // the job file's spelling
+inline constexpr EnumName<ShardStrategy> kShardStrategyNames[] = {{ShardStrategy::kFullShard, "full_shard"},
+                                                                  {ShardStrategy::kShardGradOp, "shard_grad_op"},
+                                                                  {ShardStrategy::kNoShard, "no_shard"},
+                                                                  {ShardStrategy::kHybridShard, "hybrid_shard"}};
+inline const char* StrategyName(ShardStrategy s) { return EnumToName(kShardStrategyNames, s); }
 
 // Shard/replicate group sizes for a strategy (hybrid: shard_group_size, 0 = world).
 struct GroupShape {

@@ -98,7 +98,7 @@ class SftSource : public BatchSource {
 
 std::string SftPreparedPrefix(const JobConfig& job) {
   if (!job.data.prepared.empty()) return job.data.prepared;
-  return (std::filesystem::path(job.checkpoint.dir) / job.name / "data" / "sft").string();
+  return (std::filesystem::path(CheckpointJobDir(job)) / "data" / "sft").string();
 }
 
 PrepareSftOptions SftPrepareOptions(const JobConfig& job) {

@@ -16,7 +16,7 @@ Checkpointer::Checkpointer(const JobConfig& job, const CheckpointRole& role, Opt
 
 Checkpointer::~Checkpointer() { (void)Wait(); }
 
-std::string Checkpointer::job_dir() const { return (fs::path(job_.checkpoint.dir) / job_.name).string(); }
+std::string Checkpointer::job_dir() const { return CheckpointJobDir(job_); }
 
 Status Checkpointer::Wait() {
   if (thread_.joinable()) thread_.join();

@@ -19,12 +19,12 @@ namespace {
 // resources.device for this rank. auto: a GPU per rank when this host has one
 // for every rank of a multi-process job (local launches put every rank here),
 // else the CPU; cuda: rank r takes GPU r % (GPUs on this host).
-std::string DeviceFor(const std::string& device, const DistContext& d) {
+std::string DeviceFor(const DeviceSpec& device, const DistContext& d) {
+  if (device.is_cpu()) return "cpu";
   const int gpus = NumCudaDevices();
-  std::string dev = device;
-  if (dev == "auto") dev = gpus > 0 && d.world <= gpus && (d.world == 1 || d.comm_backend != "local") ? "cuda" : "cpu";
-  if (dev == "cuda") dev = "cuda:" + std::to_string(gpus > 0 ? d.rank % gpus : 0);
-  return dev;
+  if (device.is_auto() && !(gpus > 0 && d.world <= gpus && (d.world == 1 || d.comm_backend != "local"))) return "cpu";
+  if (device.index >= 0) return device.ToString();
+  return "cuda:" + std::to_string(gpus > 0 ? d.rank % gpus : 0);
 }
 
 }  // namespace
@@ -58,18 +58,18 @@ Status Trainer::Init() {
 
   // precision auto: TF32 for fp32 GEMMs on Ampere and later (DESIGN.md); fp32: strict fp32 products.
   BackendOptions bo;
-  bo.allow_tf32 = job_.train.precision != "fp32";
+  bo.allow_tf32 = job_.train.precision != Precision::kFp32;
   ASSIGN_OR_RETURN(backend_, CreateBackend(DeviceFor(job_.resources.device, dist_), bo));
   if (std::string(backend_->name()) == "cuda" && dist_.world > 1 && dist_.comm_backend == "local")
-    return FailedPrecondition("device " + job_.resources.device +
+    return FailedPrecondition("device " + job_.resources.device.ToString() +
                               ": ranks as threads (the local communicator) share host memory; use device: cpu");
   // precision auto, per device: bf16 on GPUs that have it, fp16 + the loss
   // scaler on older ones, fp32 on the CPU (the planner assumes the same).
-  const std::string asked = job_.train.precision;
-  job_.train.precision = ResolveAutoPrecision(asked, std::string(backend_->name()) != "cpu", backend_->native_bf16());
-  if (asked != job_.train.precision && dist_.rank == 0)
-    LOG_INFO("train.precision auto: {} on this {} device", job_.train.precision, backend_->name());
-  auto lso = ParseLossScale(job_.train.loss_scale, job_.train.precision, job_.train.loss_scale_window);
+  precision_ = ResolveAutoPrecision(job_.train.precision, std::string(backend_->name()) != "cpu",
+                                    backend_->native_bf16());
+  if (precision_ != job_.train.precision && dist_.rank == 0)
+    LOG_INFO("train.precision auto: {} on this {} device", PrecisionName(precision_), backend_->name());
+  auto lso = ResolveLossScale(job_.train.loss_scale, precision_ == Precision::kFp16, job_.train.loss_scale_window);
   if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
   scaler_ = std::make_unique<LossScaler>(*lso);
   ModelOptions mo;
@@ -77,7 +77,7 @@ Status Trainer::Init() {
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
-  ASSIGN_OR_RETURN(PrecisionPlan precision, PlanPrecision(job_.train, job_.parallel));
+  const PrecisionPlan precision = PlanPrecision(precision_, job_.train, job_.parallel);
   // bf16/fp16: GEMM and attention inputs in that type too (tensor cores), as
   // torch autocast and DeepSpeed's bf16 mode do; fp32 accumulation.
   mo.matmul_dtype = precision.param_dtype;
@@ -124,7 +124,7 @@ Status Trainer::PrepareData() {
 }
 
 Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision) {
-  ASSIGN_OR_RETURN(ShardStrategy strategy, ParseShardStrategy(job_.parallel.strategy));
+  const ShardStrategy strategy = job_.parallel.strategy;
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
   fo.strategy = strategy;
@@ -192,7 +192,7 @@ Manifest Trainer::RunState() const {
   m.job = job_.name;
   m.step = step_;
   m.world = dist_.world;
-  m.strategy = job_.parallel.strategy;
+  m.strategy = StrategyName(job_.parallel.strategy);
   m.shard_count = shard_count_;
   m.model_hash = model_->config().ShapeHash();
   m.model_config = model_->config().ToHfConfigJson();
@@ -415,9 +415,8 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   }
   RETURN_IF_ERROR(checkpointer_->Wait());
   if (!job_.export_.hf_dir.empty()) {
-    ASSIGN_OR_RETURN(DType dt, ParseDType(job_.export_.dtype));
-    RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, dt));
-    if (dist_.rank == 0) LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, job_.export_.dtype);
+    RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, job_.export_.dtype));
+    if (dist_.rank == 0) LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, DTypeName(job_.export_.dtype));
   }
   return OkStatus();
 }

@@ -113,6 +113,8 @@ class Trainer {
   void LoadRows(int64_t first_row, int64_t count);
 
   JobConfig job_;
+  // train.precision with auto resolved for this backend (Init); job_ stays as written.
+  Precision precision_ = Precision::kFp32;
   DistContext dist_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;

@@ -256,7 +256,7 @@ TEST_F(PreemptionTest, UnavailableLauncherIsRefusedWithItsOwnError) {
   manager_->Tick();
   EXPECT_TRUE(launcher_.launches.empty()) << "the local launcher got a slurm job";
   ASSERT_EQ(slurm.launches.size(), 1u);
-  EXPECT_EQ(slurm.launches[0].resources.launcher, "slurm");
+  EXPECT_EQ(slurm.launches[0].resources.launcher, shard::Launcher::kSlurm);
   EXPECT_EQ(slurm.launches[0].resources.slurm.partition, "debug");
   EXPECT_EQ(slurm.launches[0].job_name, "tiny");
   EXPECT_EQ(State(ok->id()), v1::LAUNCHING);

@@ -49,7 +49,9 @@ TEST(GroupShapeTest, StrategiesMapToShardAndReplicaGroups) {
   EXPECT_EQ(h->shard_size, 2);
   EXPECT_EQ(h->replicas, 2);
   EXPECT_FALSE(GroupShapeFor(ShardStrategy::kHybridShard, 4, 3).ok());
-  EXPECT_FALSE(ParseShardStrategy("zero9").ok());
+  EXPECT_FALSE(ParseEnum(kShardStrategyNames, "zero9").ok());
+  EXPECT_EQ(*ParseEnum(kShardStrategyNames, "hybrid_shard"), ShardStrategy::kHybridShard);
+  EXPECT_STREQ(StrategyName(ShardStrategy::kShardGradOp), "shard_grad_op");
 }
 
 TEST(CommThreadTest, RunsInOrderAndStopsAfterAFailure) {

@@ -28,7 +28,7 @@ LaunchRequest Request(int world, int nodes, int gpus) {
   r.coordinator = "shardd.ml.svc:7070";
   r.worker_bin = "/usr/local/bin/shardd-worker";
   r.env["SHARDD_WORKER_TOKEN"] = "s3cret-token";
-  r.resources.launcher = "kubernetes";
+  r.resources.launcher = shard::Launcher::kKubernetes;
   auto& k = r.resources.kubernetes;
   k.image = "registry.example/shardd-worker:1";
   k.pvc = "shardd-data";

@@ -103,7 +103,7 @@ LaunchRequest Request() {
   r.log_dir = "/shardd/state/jobs/demo-1/attempt_1";
   r.coordinator = "shardd:7070";
   r.env["SHARDD_WORKER_TOKEN"] = "tok-123";
-  r.resources.launcher = "kubernetes";
+  r.resources.launcher = shard::Launcher::kKubernetes;
   r.resources.kubernetes.image = "registry.example/shardd-worker:0.1";
   r.resources.kubernetes.pvc = "shardd-data";
   r.resources.kubernetes.poll_interval_s = 0.2;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "shard/optim/adamw.h"
+#include "shard/spec/job_config.h"
 #include "shard/spec/optim_config.h"
 
 namespace shard {
@@ -13,16 +14,16 @@ TEST(LearningRateTest, WarmupThenCosineToFloor) {
   c.lr = 1.0;
   c.warmup_steps = 4;
   c.min_lr_ratio = 0.1;
-  c.schedule = "cosine";
+  c.schedule = Schedule::kCosine;
   EXPECT_DOUBLE_EQ(LearningRate(c, 0, 14), 0.25);
   EXPECT_DOUBLE_EQ(LearningRate(c, 3, 14), 1.0);
   EXPECT_DOUBLE_EQ(LearningRate(c, 4, 14), 1.0);    // decay starts at peak
   EXPECT_NEAR(LearningRate(c, 13, 14), 0.1, 1e-12);  // reaches the floor at the last step
   EXPECT_NEAR(LearningRate(c, 8, 14), 0.1 + 0.45 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12);
-  c.schedule = "linear";
+  c.schedule = Schedule::kLinear;
   EXPECT_NEAR(LearningRate(c, 13, 14), 0.1, 1e-12);
   EXPECT_NEAR(LearningRate(c, 8, 14), 1.0 - 0.9 * 4.0 / 9.0, 1e-12);
-  c.schedule = "constant";
+  c.schedule = Schedule::kConstant;
   EXPECT_DOUBLE_EQ(LearningRate(c, 13, 14), 1.0);
 }
 
@@ -33,9 +34,12 @@ TEST(OptimConfigTest, ValidateNamesTheField) {
   c = OptimConfig();
   c.beta2 = 1.0;
   EXPECT_NE(c.Validate().message().find("adam_betas"), std::string::npos);
-  c = OptimConfig();
-  c.schedule = "step";
-  EXPECT_FALSE(c.Validate().ok());
+  // The schedule is a closed set, refused when the job file is read.
+  auto job = ParseJobConfig("name: j\nmodel: {preset: tiny}\ndata: {tokens: t.u32, seq_len: 8}\n"
+                            "train: {schedule: step}\n", "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("train.schedule: 'step' is not one of: constant, cosine, linear"),
+            std::string::npos) << job.status().ToString();
 }
 
 TEST(DecayRangesTest, SplitsSlicesAtTensorBoundaries) {

@@ -168,5 +168,26 @@ TEST(ProbedGpuTest, ClusterFromProbeCountsGpusAndLinks) {
   EXPECT_FALSE(ClusterFromProbe(cat, {}).ok());
 }
 
+// What `shardd-worker --probe --json` prints is what the coordinator reads
+// back: the daemon plans for its workers' GPUs without loading CUDA.
+TEST(ProbedGpuTest, TheWorkersProbeRoundTripsThroughJson) {
+  const std::vector<ProbedGpu> gpus = {{"NVIDIA H200", 139.8, true}, {"NVIDIA H200", 139.8, true}};
+  auto back = ProbedGpusFromJson(ProbedGpusToJson(gpus));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].name, "NVIDIA H200");
+  EXPECT_DOUBLE_EQ((*back)[1].memory_gib, 139.8);
+  EXPECT_TRUE((*back)[1].nvlink_to_peers);
+  auto none = ProbedGpusFromJson("{\"gpus\": []}");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  for (const char* bad : {"", "not json", "[]", "{\"gpus\": 3}", "{\"gpus\": [{\"name\": \"x\"}]}",
+                          "{\"gpus\": [{\"name\": \"x\", \"memory_gib\": -1}]}"}) {
+    auto r = ProbedGpusFromJson(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("probe output"), std::string::npos) << r.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace shard::plan

@@ -178,7 +178,7 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
     ASSERT_TRUE(job.ok()) << name << ": " << job.status().ToString();
     auto it = cluster.find(name);
     std::string c = it == cluster.end() ? "" : it->second;
-    if (c.empty() && job->resources.device != "cpu" && job->resources.device != "auto") continue;  // another engineer's GPU job
+    if (c.empty() && !job->resources.device.is_cpu() && !job->resources.device.is_auto()) continue;  // another engineer's GPU job
     auto p = PlanJob(*job, Catalog(), c);
     ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
     EXPECT_EQ(p->ok(), name != "llama2-70b-sft-4xrtx4090.yaml") << name << "\n" << FormatPlanText(*p);

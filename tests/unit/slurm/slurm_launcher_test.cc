@@ -50,7 +50,7 @@ class SlurmLauncherTest : public ScratchTest {
     r.worker_bin = "/opt/shardd/bin/shardd-worker";
     r.env["SHARDD_WORKER_TOKEN"] = kToken;
     r.job_name = "tiny";
-    r.resources.launcher = "slurm";
+    r.resources.launcher = shard::Launcher::kSlurm;
     r.resources.slurm.poll_interval_s = poll_interval_s;
     return r;
   }

@@ -29,7 +29,7 @@ LaunchRequest Request(int world) {
   r.worker_bin = "/opt/shardd/bin/shardd-worker";
   r.env["SHARDD_WORKER_TOKEN"] = kToken;
   r.job_name = "tiny";
-  r.resources.launcher = "slurm";
+  r.resources.launcher = shard::Launcher::kSlurm;
   return r;
 }
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shard {
 namespace {
@@ -55,7 +57,7 @@ TEST(SlurmConfigTest, EveryKeyIsRead) {
                             "job.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const SlurmConfig& c = job->resources.slurm;
-  EXPECT_EQ(job->resources.launcher, "slurm");
+  EXPECT_EQ(job->resources.launcher, Launcher::kSlurm);
   EXPECT_EQ(c.nodes, 2);
   EXPECT_EQ(c.tasks_per_node, 8);
   EXPECT_EQ(c.gpus_per_node, 8);
@@ -185,18 +187,62 @@ TEST(KubernetesConfigTest, MapsParseAndAListWhereAMapBelongsIsNamed) {
 TEST(ClusterDeviceTest, AutoMeansCudaWhenTheLauncherAsksForGpus) {
   auto slurm = ParseJobConfig(Job("  launcher: slurm\n  slurm: {nodes: 2, gpus_per_node: 8}\n"), "job.yaml");
   ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
-  EXPECT_EQ(slurm->resources.device, "cuda");
+  EXPECT_EQ(slurm->resources.device.ToString(), "cuda");
   auto k8s = ParseJobConfig(
       Job("  launcher: kubernetes\n  kubernetes: {image: img, pvc: data, nodes: 2, gpus_per_node: 8}\n"), "job.yaml");
   ASSERT_TRUE(k8s.ok()) << k8s.status().ToString();
-  EXPECT_EQ(k8s->resources.device, "cuda");
+  EXPECT_EQ(k8s->resources.device.ToString(), "cuda");
   auto cpu = ParseJobConfig(Job("  launcher: slurm\n  slurm: {nodes: 2}\n"), "job.yaml");
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
-  EXPECT_EQ(cpu->resources.device, "auto");
+  EXPECT_EQ(cpu->resources.device.ToString(), "auto");
   auto pinned = ParseJobConfig(Job("  launcher: slurm\n  device: cpu\n  slurm: {nodes: 2, gpus_per_node: 8}\n"),
                                "job.yaml");
   ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
-  EXPECT_EQ(pinned->resources.device, "cpu");
+  EXPECT_EQ(pinned->resources.device.ToString(), "cpu");
+}
+
+// Closed sets are parsed once, when the job file is read: the typed values
+// reach every reader, and a bad value is refused with the file and key.
+TEST(JobSpecTest, ClosedSetsAreTypedWhenRead) {
+  auto job = ParseJobConfig(Job("  launcher: kubernetes\n  device: cuda:3\n"
+                                "  kubernetes: {image: i, pvc: p, nodes: 2, gpus_per_node: 8}\n"),
+                            "job.yaml",
+                            {"parallel.strategy=hybrid_shard", "parallel.shard_group_size=8", "train.precision=bf16",
+                             "parallel.reduce_dtype=bf16", "train.loss_scale=1024", "train.schedule=linear",
+                             "export.dtype=fp16"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->resources.launcher, Launcher::kKubernetes);
+  EXPECT_EQ(job->resources.device.kind, DeviceSpec::Kind::kCuda);
+  EXPECT_EQ(job->resources.device.index, 3);
+  EXPECT_EQ(job->parallel.strategy, ShardStrategy::kHybridShard);
+  EXPECT_EQ(job->train.precision, Precision::kBf16);
+  EXPECT_EQ(job->parallel.reduce_dtype, DType::kBF16);
+  EXPECT_EQ(job->train.loss_scale.kind, LossScaleKind::kStatic);
+  EXPECT_EQ(job->train.loss_scale.value, 1024.0);
+  EXPECT_EQ(job->train.optim.schedule, Schedule::kLinear);
+  EXPECT_EQ(job->export_.dtype, DType::kF16);
+  for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
+           {"resources.device=gpu", "resources.device: 'gpu' is not one of: auto, cpu, cuda, cuda:N"},
+           {"resources.device=cuda:x", "resources.device"},
+           {"resources.launcher=docker", "resources.launcher: 'docker' is not one of: local, slurm, kubernetes, external"},
+           {"parallel.strategy=zero3", "parallel.strategy: 'zero3' is not one of"},
+           {"export.dtype=int8", "export.dtype: 'int8' is not one of: fp32, bf16, fp16"},
+           {"train.loss_scale=lots", "train.loss_scale"}}) {
+    auto bad = ParseJobConfig(Job(""), "job.yaml", {set});
+    ASSERT_FALSE(bad.ok()) << set;
+    EXPECT_TRUE(Contains(bad.status().message(), "job.yaml")) << bad.status().ToString();
+    EXPECT_TRUE(Contains(bad.status().message(), key)) << bad.status().ToString();
+  }
+}
+
+// <checkpoint.dir>/<name>: the one rule, relative to the job's workdir.
+TEST(JobSpecTest, CheckpointJobDirIsOneRule) {
+  auto job = ParseJobConfig(Job(""), "job.yaml", {"checkpoint.dir=runs/ck"});
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(CheckpointJobDir(*job), "runs/ck/big");
+  EXPECT_EQ(CheckpointJobDir(*job, "/work/a"), "/work/a/runs/ck/big");
+  job->checkpoint.dir = "/abs/ck";
+  EXPECT_EQ(CheckpointJobDir(*job, "/work/a"), "/abs/ck/big");
 }
 
 }  // namespace

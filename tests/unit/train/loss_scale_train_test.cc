@@ -340,12 +340,12 @@ TEST(LossScaleTrainTest, BadLossScaleValuesNameTheKey) {
   }
   auto ok = ParseJobConfig(base + "train: {loss_scale: 512, loss_scale_window: 10}\n", "job.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_EQ(ok->train.loss_scale, "512");
+  EXPECT_EQ(ok->train.loss_scale.ToString(), "512");
   EXPECT_EQ(ok->train.loss_scale_window, 10);
   auto over = ParseJobConfig(base, "job.yaml", {"train.loss_scale=dynamic"});
   ASSERT_TRUE(over.ok()) << over.status().ToString();
-  EXPECT_EQ(over->train.loss_scale, "dynamic");
-  EXPECT_EQ(ParseJobConfig(base, "job.yaml")->train.loss_scale, "auto");
+  EXPECT_EQ(over->train.loss_scale.ToString(), "dynamic");
+  EXPECT_EQ(ParseJobConfig(base, "job.yaml")->train.loss_scale.ToString(), "auto");
 }
 
 }  // namespace

@@ -324,8 +324,7 @@ RunResult Train(const Opts& o) {
         tr.optimizer().ReadShard(u, n, s.params[u].data(), s.m[u].data(), s.v[u].data());
         // The CPU backend: "device" buffers are host memory, casts run in place here.
         Backend* be = tr.backend();
-        const DType pdt = job->train.precision == "fp32" ? DType::kF32
-                          : job->train.precision == "bf16" ? DType::kBF16 : DType::kF16;
+        const DType pdt = PrecisionDType(job->train.precision);
         std::vector<uint16_t> lp(n);
         if (rt.param_shard_dtype() != DType::kF32) {
           be->CopyToHost(lp.data(), rt.param_shard(u), n * DTypeSize(rt.param_shard_dtype()));

@@ -14,7 +14,7 @@ const char* kJob =
 
 StatusOr<PrecisionPlan> Plan(const std::vector<std::string>& sets) {
   ASSIGN_OR_RETURN(JobConfig job, ParseJobConfig(kJob, "job.yaml", sets));
-  return PlanPrecision(job.train, job.parallel);
+  return PlanPrecision(ResolveAutoPrecision(job.train.precision, /*gpu=*/false, false), job.train, job.parallel);
 }
 
 TEST(PrecisionTest, AutoAndFp32StayFp32) {
@@ -65,10 +65,10 @@ TEST(PrecisionTest, Fp16WithoutALossScaleWarns) {
 }
 
 TEST(PrecisionTest, AutoResolvesPerDevice) {
-  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/false, /*native_bf16=*/false), "fp32");
-  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/true, /*native_bf16=*/true), "bf16");
-  EXPECT_EQ(ResolveAutoPrecision("auto", /*gpu=*/true, /*native_bf16=*/false), "fp16");
-  for (const char* p : {"fp32", "bf16", "fp16"}) {
+  EXPECT_EQ(ResolveAutoPrecision(Precision::kAuto, /*gpu=*/false, /*native_bf16=*/false), Precision::kFp32);
+  EXPECT_EQ(ResolveAutoPrecision(Precision::kAuto, /*gpu=*/true, /*native_bf16=*/true), Precision::kBf16);
+  EXPECT_EQ(ResolveAutoPrecision(Precision::kAuto, /*gpu=*/true, /*native_bf16=*/false), Precision::kFp16);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
     EXPECT_EQ(ResolveAutoPrecision(p, true, true), p);
     EXPECT_EQ(ResolveAutoPrecision(p, false, false), p);
   }
