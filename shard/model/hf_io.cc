@@ -1,5 +1,6 @@
 #include "shard/model/hf_io.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -19,8 +20,7 @@ bool Ignorable(const std::string& name, const LlamaConfig& c) {
 
 }  // namespace
 
-Status LoadHfWeights(const std::string& dir, const ParamLayout& layout, std::vector<std::vector<float>>* units) {
-  ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHfDir(dir));
+StatusOr<HfWeights> OpenHfWeightsFor(const std::string& dir, const LlamaConfig& config, const ParamLayout& layout) {
   ASSIGN_OR_RETURN(HfWeights weights, HfWeights::Open(dir));
   std::set<std::string> expected;
   for (const auto& u : layout.units)
@@ -29,14 +29,35 @@ Status LoadHfWeights(const std::string& dir, const ParamLayout& layout, std::vec
     if (!expected.count(name) && !Ignorable(name, config))
       return InvalidArgument(dir + ": tensor '" + name + "' is not part of this Llama model (wrong architecture?)");
   }
+  for (const auto& u : layout.units) {
+    for (const auto& t : u.tensors) {
+      const TensorInfo* info = weights.Find(t.hf_name);
+      if (!info) return NotFound(dir + ": tensor '" + t.hf_name + "' is missing from the safetensors files");
+      if (info->shape != t.shape)
+        return InvalidArgument(dir + ": tensor '" + t.hf_name + "' has shape " + ShapeToString(info->shape) +
+                               ", the model's config.json implies " + ShapeToString(t.shape));
+    }
+  }
+  return weights;
+}
+
+Status ReadHfUnitRange(const HfWeights& weights, const UnitSpec& unit, int64_t begin, int64_t end, float* dst) {
+  if (begin < 0 || end < begin) return InvalidArgument("unit " + unit.name + ": bad range");
+  for (const auto& t : unit.tensors) {
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
+    RETURN_IF_ERROR(weights.ReadF32Range(t.hf_name, lo - t.offset, hi - lo, dst + (lo - begin)));
+  }
+  return OkStatus();
+}
+
+Status LoadHfWeights(const std::string& dir, const ParamLayout& layout, std::vector<std::vector<float>>* units) {
+  ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHfDir(dir));
+  ASSIGN_OR_RETURN(HfWeights weights, OpenHfWeightsFor(dir, config, layout));
   units->assign(layout.units.size(), {});
   for (size_t u = 0; u < layout.units.size(); ++u) {
     (*units)[u].assign(layout.units[u].numel, 0.0f);
-    for (const auto& t : layout.units[u].tensors) {
-      if (!weights.Find(t.hf_name))
-        return NotFound(dir + ": tensor '" + t.hf_name + "' is missing from the safetensors files");
-      RETURN_IF_ERROR(weights.ReadF32(t.hf_name, t.shape, (*units)[u].data() + t.offset));
-    }
+    RETURN_IF_ERROR(ReadHfUnitRange(weights, layout.units[u], 0, layout.units[u].numel, (*units)[u].data()));
   }
   return OkStatus();
 }

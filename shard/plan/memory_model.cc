@@ -284,14 +284,9 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
   est.device_fixed = scratch + kCpuProcessBytes;
   if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
-  if (w.from_hf) {
-    // Trainer::Init reads every unit of the HF weights before sharding.
-    const int64_t staged = c.NumParams() * 4;
-    const int64_t transient = Sum(est.device) - shard * 16 - est.device_fixed;
-    if (staged > transient)
-      dev.Add("HF weights staged at start (beyond the training peak)", staged - transient,
-              "whole model x 4 B while loading, freed before training");
-  }
+  // model.from_hf: each rank reads its own byte ranges of the mapped files
+  // into one unit-shard buffer (Trainer::InitRuntime), far below the
+  // training peak, so loading adds nothing here.
   est.device_total = Sum(est.device);
   host.Add("ranks on this host", est.device_total * est.ranks_per_node,
            std::to_string(est.ranks_per_node) + " x " + FormatBytes(est.device_total));
@@ -455,13 +450,17 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   // Only replica 0 of each shard writes checkpoints: ranks [0, S) on node 0.
   const int writers = std::min(ranks, S);
   const int64_t snapshot = w.async_checkpoint && w.method == Method::kFull ? writers * shard * 12 : 0;
-  const int64_t staged = w.from_hf ? ranks * shard * 4 : 0;
+  // model.from_hf: each rank reads its own byte ranges of the mapped files
+  // into one unit-shard buffer at a time (Trainer::InitRuntime).
+  int64_t max_unit_shard = 0;
+  for (int64_t n : numels) max_unit_shard = std::max(max_unit_shard, Layout(n, S).shard_numel);
+  const int64_t staged = w.from_hf ? ranks * max_unit_shard * 4 : 0;
   if (snapshot > 0)
     host.Add("async checkpoint snapshot (fp32 p, m, v)", snapshot,
              std::to_string(writers) + " writer ranks x " + shard_how + " x 12 B");
   if (staged > snapshot)  // loading and checkpointing never overlap: count the larger
-    host.Add("HF weights staged while loading (beyond the snapshot)", staged - snapshot,
-             std::to_string(ranks) + " ranks x own slices x 4 B");
+    host.Add("HF weights read while loading (beyond the snapshot)", staged - snapshot,
+             std::to_string(ranks) + " ranks x one unit's shard x 4 B (files memory-mapped, own ranges only)");
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 //               L+1 residuals, per-layer saved tensors (one set with
 //               activation checkpointing), logits, backward scratch.
 //   host        offloaded state, pinned staging, async checkpoint snapshots,
-//               weights staged while loading, worker processes.
+//               HF weights read while loading (one unit shard per rank), worker processes.
 //
 // Thread-safety: pure functions.
 #pragma once

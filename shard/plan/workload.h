@@ -76,7 +76,7 @@ struct Workload {
   // holds every row's logits (HF Trainer): a value >= micro_batch x seq_len.
   int64_t loss_chunk_rows = 0;
   bool async_checkpoint = false;  // periodic checkpoints snapshot the shard to host memory first
-  bool from_hf = false;           // starts from HF weights (staged on the host while loading)
+  bool from_hf = false;           // starts from HF weights (each rank reads its own ranges, one unit shard at a time)
 
   int64_t micro_batches_per_step() const;  // gradient accumulation
   int64_t tokens_per_step() const { return global_batch * seq_len; }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
@@ -44,10 +45,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 
 Status Trainer::Init() {
   LlamaConfig config;
-  std::vector<std::vector<float>> hf_units;
+  // HF weights stay memory-mapped: each rank reads only its own shard's
+  // bytes (InitRuntime), never the whole model.
+  std::optional<HfWeights> hf;
   if (!job_.model.from_hf.empty()) {
     ASSIGN_OR_RETURN(config, LlamaConfigFromHfDir(job_.model.from_hf));
-    RETURN_IF_ERROR(LoadHfWeights(job_.model.from_hf, ParamLayout::ForLlama(config), &hf_units));
+    ASSIGN_OR_RETURN(HfWeights weights, OpenHfWeightsFor(job_.model.from_hf, config, ParamLayout::ForLlama(config)));
+    hf.emplace(std::move(weights));
   } else {
     ASSIGN_OR_RETURN(config, LlamaPreset(job_.model.preset));
   }
@@ -86,7 +90,7 @@ Status Trainer::Init() {
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
-  RETURN_IF_ERROR(InitRuntime(hf_units, precision));
+  RETURN_IF_ERROR(InitRuntime(hf ? &*hf : nullptr, precision));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
   RETURN_IF_ERROR(Resume());
@@ -123,7 +127,7 @@ Status Trainer::PrepareData() {
   return OkStatus();
 }
 
-Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision) {
+Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision) {
   const ShardStrategy strategy = job_.parallel.strategy;
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
@@ -164,17 +168,19 @@ Status Trainer::InitRuntime(const std::vector<std::vector<float>>& hf_units, con
   ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
 
   ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
-  // Each rank fills only its own shard: from the HF weights or from the
+  // Each rank fills only its own shard, one unit at a time through one
+  // shard-sized buffer: from its byte ranges of the HF weights or from the
   // deterministic init, which does not depend on the world size.
   std::vector<float> host;
   for (int u = 0; u < layout.num_units(); ++u) {
     const ShardLayout& sl = runtime_->layout(u);
     const int64_t begin = sl.begin(runtime_->shard_rank()), end = sl.end(runtime_->shard_rank());
     host.assign(sl.shard_numel, 0.0f);
-    if (hf_units.empty()) {
+    if (!hf) {
       InitUnitParams(layout.units[u], u, job_.train.seed, 0.02f, begin, end, host.data());
     } else {
-      for (int64_t i = begin; i < std::min(end, sl.numel); ++i) host[i - begin] = hf_units[u][i];
+      RETURN_IF_ERROR(ReadHfUnitRange(*hf, layout.units[u], begin, end, host.data())
+                          .WithContext("model.from_hf " + job_.model.from_hf));
     }
     optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
   }

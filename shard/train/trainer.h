@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/ckpt/hf_weights.h"
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/model/llama_model.h"
 #include "shard/optim/loss_scaler.h"
 #include "shard/train/batch_source.h"
-#include "shard/train/checkpointer.h"
 #include "shard/spec/job_config.h"
+#include "shard/train/checkpointer.h"
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
@@ -102,7 +103,8 @@ class Trainer {
  private:
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
   Status Init();
-  Status InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision);
+  // hf: the job's HF weights (model.from_hf), or null for the seeded init.
+  Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all

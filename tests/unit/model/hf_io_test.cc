@@ -102,6 +102,34 @@ std::vector<TensorDecl> Decls(const ParamLayout& l) {
   return d;
 }
 
+// Rank-local loading: any range of a unit's flat buffer (a shard, across
+// tensor boundaries and sharded bf16 files) reads exactly those elements of
+// the whole-unit read, and leaves the padding past the unit alone.
+TEST(HfIoTest, UnitRangesReadExactlyTheirSliceOfTheUnit) {
+  LlamaConfig c = Small(false);
+  ParamLayout l = ParamLayout::ForLlama(c);
+  auto units = RandomUnits(l);
+  std::string d = Dir("ranges");
+  ASSERT_TRUE(Export(d, c, units, DType::kBF16, /*max_bytes=*/4000).ok());
+  std::vector<std::vector<float>> whole;
+  ASSERT_TRUE(LoadHfWeights(d, l, &whole).ok());
+  auto weights = OpenHfWeightsFor(d, c, l);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  for (int u = 0; u < l.num_units(); ++u) {
+    const int64_t n = l.units[u].numel;
+    for (int shards : {1, 2, 3, 8}) {
+      const int64_t per = (n + shards - 1) / shards;
+      for (int r = 0; r < shards; ++r) {
+        const int64_t begin = r * per, end = begin + per;  // the last shard runs past the unit
+        std::vector<float> got(per, -7.0f);
+        ASSERT_TRUE(ReadHfUnitRange(*weights, l.units[u], begin, end, got.data()).ok());
+        for (int64_t i = begin; i < end; ++i)
+          ASSERT_EQ(got[i - begin], i < n ? whole[u][i] : -7.0f) << "unit " << u << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(HfIoTest, MissingUnknownAndMisshapenTensorsAreNamed) {
   LlamaConfig c = Small(false);
   ParamLayout l = ParamLayout::ForLlama(c);
