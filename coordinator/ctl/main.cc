@@ -6,6 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "coordinator/ctl/commands.h"
 #include "coordinator/ctl/job_commands.h"
@@ -14,6 +17,121 @@
 #include "coordinator/ctl/render_command.h"
 #include "shard/common/logging.h"
 
+namespace {
+
+CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Mean next-token loss over a token file, or loss and exact-match accuracy of greedy answers on SFT data");
+  sub->add_option("--model", o->model, "HF model folder, or a committed checkpoint step folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--tokens", o->tokens, "Raw little-endian uint32 token file")->check(CLI::ExistingFile);
+  sub->add_option("--data", o->data, "SFT data: a prepared PREFIX (prepare-data --out) or a JSONL file");
+  sub->add_option("--seq-len", o->seq_len,
+                  "--tokens: window length (required); --data: row length (default: the longest sample)");
+  sub->add_option("--batch", o->batch, "Windows or samples per forward pass")->capture_default_str();
+  sub->add_option("--max-windows", o->max_windows, "--tokens: at most this many windows (0 = all)")->capture_default_str();
+  sub->add_option("--max-samples", o->max_samples, "--data: the first N samples (0 = all)")->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer, "--data F.jsonl: tokenizer to prepare it with")->capture_default_str();
+  sub->add_option("--template", o->chat_template, "--data F.jsonl: chat template")->capture_default_str();
+  sub->add_option("--train-on", o->train_on, "--data F.jsonl: assistant or all")->capture_default_str();
+  sub->add_option("--show", o->show, "--data: print the first N greedy answers")->capture_default_str();
+  sub->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
+  sub->add_flag("--json", o->json,
+               "Print {\"loss\", \"tokens\"} (--data adds samples, scored, exact, exact_match, seq_len)");
+  return sub;
+}
+
+CLI::App* AddGenerate(CLI::App& app, shardctl::GenerateOptions* o, std::string* prompt) {
+  CLI::App* sub = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids");
+  sub->add_option("--model", o->model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3")->required();
+  sub->add_option("--max-new", o->max_new, "Tokens to generate")->capture_default_str();
+  sub->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
+  sub->add_flag("--json", o->json, "Print {\"prompt\": [...], \"generated\": [...]}");
+  return sub;
+}
+
+CLI::App* AddExport(CLI::App& app, shardctl::ExportOptions* o) {
+  CLI::App* sub = app.add_subcommand("export", "Write a committed checkpoint step as an HF folder (config.json + safetensors)");
+  sub->add_option("step_dir", o->step_dir, "Committed step directory, e.g. runs/job/step_00000100")->required();
+  sub->add_option("--out", o->out, "Output folder")->required();
+  sub->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")->capture_default_str();
+  sub->add_option("--max-file-bytes", o->max_file_bytes, "Split into several safetensors files above this size")
+      ->capture_default_str();
+  return sub;
+}
+
+CLI::App* AddCheckpoints(CLI::App& app, shardctl::CheckpointsOptions* o) {
+  CLI::App* sub = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
+  sub->add_option("dir", o->dir, "A job id (asks the coordinator), or a checkpoint directory (<checkpoint.dir>/<job name>)")
+      ->required();
+  sub->add_flag("--json", o->json, "Print JSON: for a directory an array of steps, for a job id {\"checkpoints\": [...]}");
+  return sub;
+}
+
+CLI::App* AddLaunch(CLI::App& app, shardctl::LaunchOptions* o) {
+  CLI::App* sub = app.add_subcommand("launch",
+                                "Run a job here: one shardd-worker per rank (parallel.world_size), supervised");
+  sub->add_option("job_file", o->job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--set", o->sets, "Override a job-file key: --set train.steps=100 (repeatable)");
+  sub->add_option("--worker-bin", o->worker_bin, "Path of shardd-worker");
+  sub->add_option("--metrics-prefix", o->metrics_prefix, "Rank r appends per-step JSON metrics to PREFIX<r>.jsonl");
+  return sub;
+}
+
+CLI::App* AddPlan(CLI::App& app, shardctl::PlanOptions* o) {
+  CLI::App* sub = app.add_subcommand("plan", "Memory and time per GPU and host, a verdict, and what to change");
+  sub->add_option("job_file", o->job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--set", o->sets, "Override a job-file key: --set train.micro_batch=2 (repeatable)");
+  sub->add_option("--cluster", o->cluster,
+                  "A cluster of configs/hardware/clusters.yaml, e.g. 8xA100-80GB-SXM (default: this host's CPU for "
+                 "device cpu/auto)");
+  sub->add_flag("--json", o->json, "Print the plan as JSON");
+  return sub;
+}
+
+CLI::App* AddPrepareData(CLI::App& app, shardctl::PrepareDataOptions* o) {
+  CLI::App* sub = app.add_subcommand("prepare-data", "Tokenize SFT JSONL into PREFIX.{tokens,mask,index,json}");
+  sub->add_option("--input", o->input, "JSONL: {\"messages\":[...]} or {\"prompt\",\"response\"} rows")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--tokenizer", o->tokenizer, "byte, a tokenizer.json, a SentencePiece .model, or a folder")->required();
+  sub->add_option("--template", o->chat_template, "plain, llama2, llama3 or chatml")->required();
+  sub->add_option("--seq-len", o->seq_len, "Training sequence length")->required();
+  sub->add_option("--out", o->out, "Output prefix")->required();
+  sub->add_option("--train-on", o->train_on, "assistant or all")->capture_default_str();
+  sub->add_option("--bad-rows", o->bad_rows, "fail or skip")->capture_default_str();
+  sub->add_option("--threads", o->threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
+  sub->add_flag("--json", o->json, "Print the dataset header as JSON");
+  return sub;
+}
+
+CLI::App* AddRender(CLI::App& app, shardctl::RenderOptions* o) {
+  CLI::App* sub = app.add_subcommand("render", "Print the cluster objects a launcher would create for a job (k8s), without applying them");
+  sub->add_option("target", o->target, "k8s")->required()->check(CLI::IsMember({"k8s"}));
+  sub->add_option("job_file", o->job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--set", o->sets, "Override a job-file key: --set resources.kubernetes.nodes=2 (repeatable)");
+  sub->add_option("--job-id", o->job_id, "Job id to name the objects after (default: <name>-1)");
+  sub->add_option("--attempt", o->attempt, "Attempt number")->capture_default_str();
+  sub->add_option("--coordinator", o->coordinator, "Address the pods dial (default: resources.kubernetes.coordinator, else shardd:7070)");
+  sub->add_option("--workdir", o->workdir, "The job's directory on the claim (default: this one if under mount_path, else mount_path)");
+  sub->add_option("--state-dir", o->state_dir, "The coordinator's --state-dir, for the rank log dir (default: <mount_path>/state)");
+  sub->add_option("--worker-command", o->worker_command, "shardd-worker in the image")->capture_default_str();
+  return sub;
+}
+
+// shardctl's exit codes: 2 for bad input (a wrong value, a missing file, a
+// corrupt checkpoint), 1 for everything else.
+int ExitCode(const shard::Status& st) {
+  return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ||
+                 st.code() == shard::StatusCode::kDataLoss
+             ? 2
+             : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"shardctl: train, evaluate and sample Llama models with shardd"};
   app.require_subcommand(1);
@@ -21,92 +139,31 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
 
   shardctl::EvalOptions eval;
-  auto* ev = app.add_subcommand(
-      "eval", "Mean next-token loss over a token file, or loss and exact-match accuracy of greedy answers on SFT data");
-  ev->add_option("--model", eval.model, "HF model folder, or a committed checkpoint step folder")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  ev->add_option("--tokens", eval.tokens, "Raw little-endian uint32 token file")->check(CLI::ExistingFile);
-  ev->add_option("--data", eval.data, "SFT data: a prepared PREFIX (prepare-data --out) or a JSONL file");
-  ev->add_option("--seq-len", eval.seq_len,
-                 "--tokens: window length (required); --data: row length (default: the longest sample)");
-  ev->add_option("--batch", eval.batch, "Windows or samples per forward pass")->capture_default_str();
-  ev->add_option("--max-windows", eval.max_windows, "--tokens: at most this many windows (0 = all)")->capture_default_str();
-  ev->add_option("--max-samples", eval.max_samples, "--data: the first N samples (0 = all)")->capture_default_str();
-  ev->add_option("--tokenizer", eval.tokenizer, "--data F.jsonl: tokenizer to prepare it with")->capture_default_str();
-  ev->add_option("--template", eval.chat_template, "--data F.jsonl: chat template")->capture_default_str();
-  ev->add_option("--train-on", eval.train_on, "--data F.jsonl: assistant or all")->capture_default_str();
-  ev->add_option("--show", eval.show, "--data: print the first N greedy answers")->capture_default_str();
-  ev->add_option("--device", eval.device, "auto, cpu or cuda")->capture_default_str();
-  ev->add_flag("--json", eval.json,
-               "Print {\"loss\", \"tokens\"} (--data adds samples, scored, exact, exact_match, seq_len)");
-
   shardctl::GenerateOptions gen;
   std::string prompt;
-  auto* ge = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids");
-  ge->add_option("--model", gen.model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
-  ge->add_option("--prompt-tokens", prompt, "Comma-separated token ids, e.g. 1,2,3")->required();
-  ge->add_option("--max-new", gen.max_new, "Tokens to generate")->capture_default_str();
-  ge->add_option("--device", gen.device, "auto, cpu or cuda")->capture_default_str();
-  ge->add_flag("--json", gen.json, "Print {\"prompt\": [...], \"generated\": [...]}");
-
   shardctl::ExportOptions exp;
-  auto* ex = app.add_subcommand("export", "Write a committed checkpoint step as an HF folder (config.json + safetensors)");
-  ex->add_option("step_dir", exp.step_dir, "Committed step directory, e.g. runs/job/step_00000100")->required();
-  ex->add_option("--out", exp.out, "Output folder")->required();
-  ex->add_option("--dtype", exp.dtype, "fp32, bf16 or fp16")->capture_default_str();
-  ex->add_option("--max-file-bytes", exp.max_file_bytes, "Split into several safetensors files above this size")
-      ->capture_default_str();
-
   shardctl::CheckpointsOptions ck;
-  auto* cp = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
-  cp->add_option("dir", ck.dir, "A job id (asks the coordinator), or a checkpoint directory (<checkpoint.dir>/<job name>)")
-      ->required();
-  cp->add_flag("--json", ck.json, "Print JSON: for a directory an array of steps, for a job id {\"checkpoints\": [...]}");
-
   shardctl::LaunchOptions la;
-  auto* lc = app.add_subcommand("launch",
-                                "Run a job here: one shardd-worker per rank (parallel.world_size), supervised");
-  lc->add_option("job_file", la.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
-  lc->add_option("--set", la.sets, "Override a job-file key: --set train.steps=100 (repeatable)");
-  lc->add_option("--worker-bin", la.worker_bin, "Path of shardd-worker");
-  lc->add_option("--metrics-prefix", la.metrics_prefix, "Rank r appends per-step JSON metrics to PREFIX<r>.jsonl");
-
   shardctl::PlanOptions pl;
-  auto* pc = app.add_subcommand("plan", "Memory and time per GPU and host, a verdict, and what to change");
-  pc->add_option("job_file", pl.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
-  pc->add_option("--set", pl.sets, "Override a job-file key: --set train.micro_batch=2 (repeatable)");
-  pc->add_option("--cluster", pl.cluster,
-                 "A cluster of configs/hardware/clusters.yaml, e.g. 8xA100-80GB-SXM (default: this host's CPU for "
-                 "device cpu/auto)");
-  pc->add_flag("--json", pl.json, "Print the plan as JSON");
-
   shardctl::PrepareDataOptions prep;
-  auto* pd = app.add_subcommand("prepare-data", "Tokenize SFT JSONL into PREFIX.{tokens,mask,index,json}");
-  pd->add_option("--input", prep.input, "JSONL: {\"messages\":[...]} or {\"prompt\",\"response\"} rows")
-      ->required()
-      ->check(CLI::ExistingFile);
-  pd->add_option("--tokenizer", prep.tokenizer, "byte, a tokenizer.json, a SentencePiece .model, or a folder")->required();
-  pd->add_option("--template", prep.chat_template, "plain, llama2, llama3 or chatml")->required();
-  pd->add_option("--seq-len", prep.seq_len, "Training sequence length")->required();
-  pd->add_option("--out", prep.out, "Output prefix")->required();
-  pd->add_option("--train-on", prep.train_on, "assistant or all")->capture_default_str();
-  pd->add_option("--bad-rows", prep.bad_rows, "fail or skip")->capture_default_str();
-  pd->add_option("--threads", prep.threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
-  pd->add_flag("--json", prep.json, "Print the dataset header as JSON");
-
   shardctl::RenderOptions rd;
-  auto* rc = app.add_subcommand("render", "Print the cluster objects a launcher would create for a job (k8s), without applying them");
-  rc->add_option("target", rd.target, "k8s")->required()->check(CLI::IsMember({"k8s"}));
-  rc->add_option("job_file", rd.job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
-  rc->add_option("--set", rd.sets, "Override a job-file key: --set resources.kubernetes.nodes=2 (repeatable)");
-  rc->add_option("--job-id", rd.job_id, "Job id to name the objects after (default: <name>-1)");
-  rc->add_option("--attempt", rd.attempt, "Attempt number")->capture_default_str();
-  rc->add_option("--coordinator", rd.coordinator, "Address the pods dial (default: resources.kubernetes.coordinator, else shardd:7070)");
-  rc->add_option("--workdir", rd.workdir, "The job's directory on the claim (default: this one if under mount_path, else mount_path)");
-  rc->add_option("--state-dir", rd.state_dir, "The coordinator's --state-dir, for the rank log dir (default: <mount_path>/state)");
-  rc->add_option("--worker-command", rd.worker_command, "shardd-worker in the image")->capture_default_str();
-
+  // Offline commands: the first one given runs.
+  const std::vector<std::pair<CLI::App*, std::function<shard::Status()>>> offline = {
+      {AddEval(app, &eval), [&] { return shardctl::RunEval(eval); }},
+      {AddGenerate(app, &gen, &prompt),
+       [&] {
+         auto tokens = shardctl::ParseTokenList(prompt);
+         if (!tokens.ok()) return tokens.status();
+         gen.prompt = *tokens;
+         return shardctl::RunGenerate(gen);
+       }},
+      {AddExport(app, &exp), [&] { return shardctl::RunExport(exp); }},
+      {AddCheckpoints(app, &ck), [&] { return shardctl::RunCheckpoints(ck); }},
+      {AddLaunch(app, &la), [&] { return shardctl::RunLaunch(la); }},
+      {AddPlan(app, &pl), [&] { return shardctl::RunPlan(pl); }},
+      {AddPrepareData(app, &prep), [&] { return shardctl::RunPrepareData(prep); }},
+      {AddRender(app, &rd), [&] { return shardctl::RunRender(rd); }},
+  };
   shardctl::JobCommands jobs(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -115,33 +172,17 @@ int main(int argc, char** argv) {
   shard::Status st;
   if (jobs.Selected()) {
     st = jobs.Run();
-  } else if (*cp && ck.dir.find('/') == std::string::npos && !std::filesystem::exists(ck.dir)) {
+  } else if (app.got_subcommand("checkpoints") && ck.dir.find('/') == std::string::npos &&
+             !std::filesystem::exists(ck.dir)) {
     // A job id (ids never contain '/'); a path is read offline.
     st = jobs.Checkpoints(ck.dir, ck.json);
-  } else if (*ev) {
-    st = shardctl::RunEval(eval);
-  } else if (*pd) {
-    st = shardctl::RunPrepareData(prep);
-  } else if (*pc) {
-    st = shardctl::RunPlan(pl);
-  } else if (*rc) {
-    st = shardctl::RunRender(rd);
-  } else if (*lc) {
-    st = shardctl::RunLaunch(la);
-  } else if (*ex) {
-    st = shardctl::RunExport(exp);
-  } else if (*cp) {
-    st = shardctl::RunCheckpoints(ck);
-  } else if (*ge) {
-    auto tokens = shardctl::ParseTokenList(prompt);
-    st = tokens.ok() ? (gen.prompt = *tokens, shardctl::RunGenerate(gen)) : tokens.status();
+  } else {
+    for (const auto& [sub, run] : offline)
+      if (sub->parsed()) st = run();
   }
   if (!st.ok()) {
     std::fprintf(stderr, "shardctl: %s\n", st.ToString().c_str());
-    return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ||
-                   st.code() == shard::StatusCode::kDataLoss
-               ? 2
-               : 1;
+    return ExitCode(st);
   }
   return 0;
 }
