@@ -28,17 +28,21 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::str
   ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
   for (const shard::StepInfo& s : steps) {
     if (!s.committed) continue;
-    auto text = shard::ReadFileToString(s.dir + "/" + shard::kCommittedFile);
-    if (!text.ok()) continue;
-    auto m = shard::Manifest::FromJson(*text, s.dir);
-    if (!m.ok()) continue;
     v1::CheckpointInfo c;
     c.set_step(s.step);
-    c.set_world(m->world);
-    c.set_files(static_cast<int>(m->files.size()));
-    int64_t bytes = 0;
-    for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
-    c.set_bytes(bytes);
+    // The same proof resume uses (without re-reading checksums: a listing
+    // must stay cheap); a step that fails it is listed with its problem.
+    auto reader = shard::CheckpointReader::Open(s.dir, /*verify_checksums=*/false);
+    if (reader.ok()) {
+      const shard::Manifest& m = reader->manifest();
+      c.set_world(m.world);
+      c.set_files(static_cast<int>(m.files.size()));
+      int64_t bytes = 0;
+      for (const auto& f : m.files) bytes += static_cast<int64_t>(f.size);
+      c.set_bytes(bytes);
+    } else {
+      c.set_problem(reader.status().message());
+    }
     c.set_path(s.dir);
     struct stat st;
     if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)

@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "coordinator/auth.h"
@@ -32,6 +33,24 @@ ServerUnaryReactor* Reply(CallbackServerContext* ctx, const shard::Status& st) {
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(st));
   return reactor;
+}
+
+// Runs a unary handler; an exception escaping it (bad_alloc from a huge
+// request, a bug) becomes an error the caller can read. Without this gRPC
+// answers an empty "UNIMPLEMENTED" (issue 18 item 5). Only for handlers that
+// finish through Reply: the default reactor must not have been taken yet.
+template <typename F>
+ServerUnaryReactor* Guarded(CallbackServerContext* ctx, const char* rpc, F&& handler) {
+  try {
+    return handler();
+  } catch (const std::bad_alloc&) {
+    LOG_ERROR("{}: out of memory while handling the request", rpc);
+    return Reply(ctx, shard::ResourceExhausted(std::string(rpc) + ": the coordinator ran out of memory handling "
+                                                                  "this request (is something in it far too large?)"));
+  } catch (const std::exception& e) {
+    LOG_ERROR("{}: unexpected exception: {}", rpc, e.what());
+    return Reply(ctx, shard::Internal(std::string(rpc) + ": internal error: " + e.what()));
+  }
 }
 
 bool IsTerminalEvent(const v1::JobEvent& e) { return e.kind() != "progress" && IsTerminal(e.state()); }
@@ -126,23 +145,31 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
   ServerUnaryReactor* SubmitJob(CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                 v1::JobStatus* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    return Reply(ctx, jobs_->Submit(req->spec()), resp);
+    return Guarded(ctx, "SubmitJob", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      return Reply(ctx, jobs_->Submit(req->spec()), resp);
+    });
   }
   ServerUnaryReactor* GetJob(CallbackServerContext* ctx, const v1::GetJobRequest* req, v1::JobStatus* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    return Reply(ctx, jobs_->Get(req->job_id()), resp);
+    return Guarded(ctx, "GetJob", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      return Reply(ctx, jobs_->Get(req->job_id()), resp);
+    });
   }
   ServerUnaryReactor* ListJobs(CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                v1::ListJobsResponse* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    for (auto& j : jobs_->List(req->include_finished())) *resp->add_jobs() = std::move(j);
-    return Reply(ctx, shard::OkStatus());
+    return Guarded(ctx, "ListJobs", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      for (auto& j : jobs_->List(req->include_finished())) *resp->add_jobs() = std::move(j);
+      return Reply(ctx, shard::OkStatus());
+    });
   }
   ServerUnaryReactor* CancelJob(CallbackServerContext* ctx, const v1::CancelJobRequest* req,
                                 v1::JobStatus* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    return Reply(ctx, jobs_->Cancel(req->job_id(), req->reason()), resp);
+    return Guarded(ctx, "CancelJob", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      return Reply(ctx, jobs_->Cancel(req->job_id(), req->reason()), resp);
+    });
   }
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* req) override {
@@ -157,31 +184,37 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   }
   ServerUnaryReactor* GetLogs(CallbackServerContext* ctx, const v1::GetLogsRequest* req,
                               v1::GetLogsResponse* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    auto chunk = jobs_->Logs(req->job_id(), req->rank(), req->attempt(), req->offset(), req->max_bytes());
-    if (chunk.ok()) {
-      resp->set_data(chunk->data);
-      resp->set_next_offset(chunk->next_offset);
-      resp->set_attempt(chunk->attempt);
-      resp->set_finished(chunk->finished);
-    }
-    return Reply(ctx, chunk.status());
+    return Guarded(ctx, "GetLogs", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      auto chunk = jobs_->Logs(req->job_id(), req->rank(), req->attempt(), req->offset(), req->max_bytes());
+      if (chunk.ok()) {
+        resp->set_data(chunk->data);
+        resp->set_next_offset(chunk->next_offset);
+        resp->set_attempt(chunk->attempt);
+        resp->set_finished(chunk->finished);
+      }
+      return Reply(ctx, chunk.status());
+    });
   }
   ServerUnaryReactor* ListCheckpoints(CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
                                       v1::ListCheckpointsResponse* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    auto list = jobs_->Checkpoints(req->job_id());
-    if (list.ok())
-      for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
-    return Reply(ctx, list.status());
+    return Guarded(ctx, "ListCheckpoints", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      auto list = jobs_->Checkpoints(req->job_id());
+      if (list.ok())
+        for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
+      return Reply(ctx, list.status());
+    });
   }
   ServerUnaryReactor* GetMetrics(CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
                                  v1::GetMetricsResponse* resp) override {
-    if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
-    // A response over the send limit would fail the call; a truncated one
-    // tells the client to ask for the rest.
-    const int64_t budget = max_message_bytes_ - std::min(1024, max_message_bytes_ / 2);
-    return Reply(ctx, jobs_->Metrics(req->job_id(), req->after_step(), req->limit(), budget), resp);
+    return Guarded(ctx, "GetMetrics", [&]() -> ServerUnaryReactor* {
+      if (auto st = Auth(ctx); !st.ok()) return Reply(ctx, st);
+      // A response over the send limit would fail the call; a truncated one
+      // tells the client to ask for the rest.
+      const int64_t budget = max_message_bytes_ - std::min(1024, max_message_bytes_ / 2);
+      return Reply(ctx, jobs_->Metrics(req->job_id(), req->after_step(), req->limit(), budget), resp);
+    });
   }
 
  private:
@@ -202,32 +235,46 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   explicit WorkerServiceImpl(JobManager* jobs) : jobs_(jobs) {}
 
   ServerUnaryReactor* Join(CallbackServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
-    return Reply(ctx, jobs_->Join(*req, BearerToken(ctx)), resp);
+    return Guarded(ctx, "Join", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->Join(*req, BearerToken(ctx)), resp);
+    });
   }
   ServerUnaryReactor* Register(CallbackServerContext* ctx, const v1::RegisterRequest* req,
                                v1::RegisterResponse* resp) override {
-    return Reply(ctx, jobs_->Register(*req, BearerToken(ctx)), resp);
+    return Guarded(ctx, "Register", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->Register(*req, BearerToken(ctx)), resp);
+    });
   }
   ServerUnaryReactor* Heartbeat(CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
                                 v1::HeartbeatResponse* resp) override {
-    return Reply(ctx, jobs_->Heartbeat(*req, BearerToken(ctx)), resp);
+    return Guarded(ctx, "Heartbeat", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->Heartbeat(*req, BearerToken(ctx)), resp);
+    });
   }
   ServerUnaryReactor* ReportCheckpoint(CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
                                        v1::ReportCheckpointResponse* resp) override {
-    return Reply(ctx, jobs_->ReportCheckpoint(*req, BearerToken(ctx)), resp);
+    return Guarded(ctx, "ReportCheckpoint", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->ReportCheckpoint(*req, BearerToken(ctx)), resp);
+    });
   }
   ServerUnaryReactor* ReportDone(CallbackServerContext* ctx, const v1::ReportDoneRequest* req, v1::Ack*) override {
-    return Reply(ctx, jobs_->ReportDone(*req, BearerToken(ctx)));
+    return Guarded(ctx, "ReportDone", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->ReportDone(*req, BearerToken(ctx)));
+    });
   }
   ServerUnaryReactor* ReportFailure(CallbackServerContext* ctx, const v1::ReportFailureRequest* req,
                                     v1::Ack*) override {
-    return Reply(ctx, jobs_->ReportFailure(*req, BearerToken(ctx)));
+    return Guarded(ctx, "ReportFailure", [&]() -> ServerUnaryReactor* {
+      return Reply(ctx, jobs_->ReportFailure(*req, BearerToken(ctx)));
+    });
   }
   ServerUnaryReactor* KvSet(CallbackServerContext* ctx, const v1::KvSetRequest* req, v1::Ack*) override {
-    if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-    if (req->value().size() > (1u << 20)) return Reply(ctx, shard::InvalidArgument("rendezvous value over 1 MiB"));
-    jobs_->rendezvous()->Set(JobManager::KvPrefix(req->id()) + req->key(), req->value());
-    return Reply(ctx, shard::OkStatus());
+    return Guarded(ctx, "KvSet", [&]() -> ServerUnaryReactor* {
+      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
+      if (req->value().size() > (1u << 20)) return Reply(ctx, shard::InvalidArgument("rendezvous value over 1 MiB"));
+      jobs_->rendezvous()->Set(JobManager::KvPrefix(req->id()) + req->key(), req->value());
+      return Reply(ctx, shard::OkStatus());
+    });
   }
   ServerUnaryReactor* KvGet(CallbackServerContext* ctx, const v1::KvGetRequest* req,
                             v1::KvGetResponse* resp) override {
@@ -258,15 +305,19 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   }
   ServerUnaryReactor* KvAdd(CallbackServerContext* ctx, const v1::KvAddRequest* req,
                             v1::KvAddResponse* resp) override {
-    if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-    resp->set_value(jobs_->rendezvous()->Add(JobManager::KvPrefix(req->id()) + req->key(), req->delta()));
-    return Reply(ctx, shard::OkStatus());
+    return Guarded(ctx, "KvAdd", [&]() -> ServerUnaryReactor* {
+      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
+      resp->set_value(jobs_->rendezvous()->Add(JobManager::KvPrefix(req->id()) + req->key(), req->delta()));
+      return Reply(ctx, shard::OkStatus());
+    });
   }
   ServerUnaryReactor* KvCheck(CallbackServerContext* ctx, const v1::KvCheckRequest* req,
                               v1::KvCheckResponse* resp) override {
-    if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-    resp->set_exists(jobs_->rendezvous()->Check(JobManager::KvPrefix(req->id()) + req->key()));
-    return Reply(ctx, shard::OkStatus());
+    return Guarded(ctx, "KvCheck", [&]() -> ServerUnaryReactor* {
+      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
+      resp->set_exists(jobs_->rendezvous()->Check(JobManager::KvPrefix(req->id()) + req->key()));
+      return Reply(ctx, shard::OkStatus());
+    });
   }
 
  private:

@@ -124,6 +124,34 @@ StatusOr<bool> HasColumn(sqlite3* db, const std::string& table, const std::strin
   }
 }
 
+// The first problem PRAGMA quick_check reports; "" when the file is sound.
+// SQLite reports some damage (a garbled header) as an error of the pragma
+// itself rather than as rows: that is a problem too.
+std::string QuickCheckProblem(sqlite3* db) {
+  Stmt s(db, "PRAGMA quick_check");
+  std::string first;
+  while (true) {
+    StatusOr<bool> row = s.Next();
+    if (!row.ok()) return row.status().message();
+    if (!*row) break;
+    if (first.empty()) first = s.Text(0);
+  }
+  return first == "ok" ? "" : (first.empty() ? "no answer" : first);
+}
+
+Status CorruptStore(const std::string& path, const std::string& problem) {
+  const std::string bak = path + ".bak";
+  std::error_code ec;
+  const std::string way_out =
+      std::filesystem::exists(bak, ec)
+          ? "restore the copy kept at the last good start: mv " + path + " " + path + ".corrupt && rm -f " + path +
+                "-wal " + path + "-shm && cp " + bak + " " + path
+          : "no backup " + bak + " exists; move " + path + " away to start with an empty state";
+  std::string first_line = problem.substr(0, problem.find('\n'));
+  return shard::FailedPrecondition("state database " + path + " is corrupt (" + first_line +
+                                   "); shardd will not serve it: " + way_out);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
@@ -139,6 +167,10 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
   }
   std::unique_ptr<StateStore> store(new StateStore(db));
   sqlite3_busy_timeout(db, 5000);
+  // Before anything writes to it: a damaged file would otherwise open, read
+  // as empty tables and be written over (issue 18 item 10).
+  const std::string problem = QuickCheckProblem(db);
+  if (!problem.empty()) return CorruptStore(path, problem);
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                       .WithContext("state database " + path));
   RETURN_IF_ERROR(store->Exec(kSchema).WithContext("state database " + path));
@@ -149,7 +181,36 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
       RETURN_IF_ERROR(store->Exec(std::string("ALTER TABLE ") + c.table + " ADD COLUMN " + c.name + " " + c.decl)
                           .WithContext("state database " + path + ": adding " + c.table + "." + c.name));
   }
+  RETURN_IF_ERROR(store->Backup(path + ".bak"));
   return store;
+}
+
+Status StateStore::Backup(const std::string& to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A consistent copy through SQLite's online backup (WAL content included),
+  // written beside the target and renamed over it, so a crash mid-copy never
+  // leaves a half-written backup under the name the corrupt-store message names.
+  const std::string tmp = to + ".tmp";
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  sqlite3* out = nullptr;
+  if (sqlite3_open(tmp.c_str(), &out) != SQLITE_OK) {
+    std::string msg = out ? sqlite3_errmsg(out) : "out of memory";
+    sqlite3_close(out);
+    return shard::Internal("cannot create the state backup " + tmp + ": " + msg);
+  }
+  sqlite3_backup* b = sqlite3_backup_init(out, "main", db_, "main");
+  int rc = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(out);
+  if (b) sqlite3_backup_finish(b);
+  std::string msg = sqlite3_errmsg(out);
+  sqlite3_close(out);
+  if (rc != SQLITE_DONE) {
+    std::filesystem::remove(tmp, ec);
+    return shard::Internal("cannot back up the state database to " + to + ": " + msg);
+  }
+  std::filesystem::rename(tmp, to, ec);
+  if (ec) return shard::Internal("cannot rename the state backup " + tmp + " to " + to + ": " + ec.message());
+  return shard::OkStatus();
 }
 
 StateStore::~StateStore() { sqlite3_close(db_); }

@@ -92,7 +92,9 @@ struct MetricsQuery {
 
 class StateStore {
  public:
-  // Opens (creating if needed) <state_dir>/shardd.db.
+  // Opens (creating if needed) <state_dir>/shardd.db. Refuses a file that
+  // fails SQLite's quick_check (FAILED_PRECONDITION naming the file and the
+  // backup to restore); after a good open, copies it to shardd.db.bak.
   static StatusOr<std::unique_ptr<StateStore>> Open(const std::string& state_dir);
   ~StateStore();
 
@@ -118,6 +120,8 @@ class StateStore {
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
   Status Exec(const std::string& sql);
+  // A consistent copy of the database (SQLite backup API) at `to`, atomically.
+  Status Backup(const std::string& to);
 
   std::mutex mu_;
   sqlite3* db_;  // guarded by mu_

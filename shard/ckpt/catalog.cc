@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "shard/ckpt/step_proof.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
@@ -63,17 +64,12 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, b
                         HashToHex(f.xxh64) + ")");
     }
     ASSIGN_OR_RETURN(ShardFileReader fr, ShardFileReader::Open(path));
-    const ShardHeader& h = fr.header();
-    if (h.step != r.manifest_.step || h.model_hash != r.manifest_.model_hash ||
-        h.units.size() != r.manifest_.units.size())
-      return DataLoss("checkpoint file " + path + " does not belong to this step/model (header disagrees with the manifest)");
-    for (size_t u = 0; u < h.units.size(); ++u) {
-      if (h.units[u].name != r.manifest_.units[u].first || h.units[u].numel != r.manifest_.units[u].second)
-        return DataLoss("checkpoint file " + path + ": unit " + h.units[u].name + " disagrees with the manifest");
-    }
-    r.headers_.push_back(h);
+    r.headers_.push_back(fr.header());
     r.files_.push_back(std::move(fr));
   }
+  // A file listed twice passes every per-file check above (same bytes, same
+  // checksum): only the proof over the whole step catches it.
+  RETURN_IF_ERROR(ProveStepComplete(r.manifest_, r.headers_, step_dir));
   return r;
 }
 
@@ -98,20 +94,32 @@ Status CheckpointReader::ReadUnitRange(int unit, int64_t begin, int64_t end, flo
   return OkStatus();
 }
 
-StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify) {
+StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify, const StepFilter& accept) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
-  int rejected = 0;
+  int rejected = 0, other_run = 0;
   std::string newest_problem;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (!it->committed) continue;
+    if (accept) {
+      // The manifest alone decides whose step it is; a manifest that does not
+      // parse is left to Open below, which names the damage.
+      auto text = ReadFileToString(it->dir + "/" + kCommittedFile);
+      auto m = text.ok() ? Manifest::FromJson(*text, it->dir) : StatusOr<Manifest>(text.status());
+      if (m.ok() && !accept(*m)) {
+        ++other_run;
+        continue;
+      }
+    }
     auto r = CheckpointReader::Open(it->dir, verify);
     if (r.ok()) return it->dir;
     LOG_WARN("skipping checkpoint {}: {}", it->dir, r.status().message());
     if (rejected++ == 0) newest_problem = r.status().message();
   }
-  if (rejected == 0) return NotFound("no committed checkpoint in " + job_dir);
+  const std::string others =
+      other_run > 0 ? " (" + std::to_string(other_run) + " committed step(s) of another run were not considered)" : "";
+  if (rejected == 0) return NotFound("no committed checkpoint in " + job_dir + others);
   return NotFound("no usable committed checkpoint in " + job_dir + ": all " + std::to_string(rejected) +
-                  " committed steps are damaged; the newest: " + newest_problem);
+                  " committed steps are damaged; the newest: " + newest_problem + others);
 }
 
 }  // namespace shard

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,15 @@ class CheckpointReader {
   std::vector<ShardHeader> headers_;
 };
 
-// Newest committed step of job_dir that opens (and verifies) cleanly, falling
-// back to older ones with a warning naming what was wrong; NOT_FOUND if none.
-StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify_checksums);
+// Which committed steps a search may choose: `accept` (empty = all) sees each
+// step's manifest before its files are read; a step it refuses belongs to
+// another run and is skipped without counting as damaged.
+using StepFilter = std::function<bool(const Manifest&)>;
+
+// Newest committed step of job_dir that `accept` takes and that opens (and
+// verifies) cleanly, falling back to older ones with a warning naming what
+// was wrong; NOT_FOUND if none (saying how many were damaged or another run's).
+StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify_checksums,
+                                         const StepFilter& accept = {});
 
 }  // namespace shard

@@ -84,15 +84,27 @@ Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milli
   return WriteFileAtomic(step_dir + "/" + kCommittedFile, base.ToJson());
 }
 
-Status ApplyRetention(const std::string& job_dir, int keep_last) {
+Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
+  // Only this run's committed steps count and may go: another run's steps in
+  // the same directory are never deleted. A manifest that does not parse is
+  // a damaged step whoever wrote it: treated as this run's.
   std::vector<const StepInfo*> committed;
-  for (const auto& s : steps)
-    if (s.committed) committed.push_back(&s);
+  std::map<int64_t, bool> others;
+  for (const auto& s : steps) {
+    if (!s.committed) continue;
+    auto text = ReadFileToString(s.dir + "/" + kCommittedFile);
+    auto m = text.ok() ? Manifest::FromJson(*text, s.dir) : StatusOr<Manifest>(text.status());
+    if (m.ok() && m->run_fingerprint != run_fingerprint) {
+      others[s.step] = true;
+      continue;
+    }
+    committed.push_back(&s);
+  }
   if (committed.empty()) return OkStatus();
   const int64_t newest = committed.back()->step;
   const size_t keep = static_cast<size_t>(std::max(1, keep_last));
-  std::map<int64_t, bool> keep_step;
+  std::map<int64_t, bool> keep_step = others;
   for (size_t i = committed.size() > keep ? committed.size() - keep : 0; i < committed.size(); ++i)
     keep_step[committed[i]->step] = true;
   // Also the newest committed step that still opens (files present with their

@@ -23,10 +23,12 @@ StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir
 // then writes COMMITTED from `base` plus the reported files.
 Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milliseconds timeout);
 
-// Keeps the newest `keep_last` committed steps of job_dir. Deletes older
-// committed steps, and uncommitted step directories older than the newest
-// committed one (leftovers of crashed saves); never the newest committed step,
-// never a step newer than it (a save may be in flight).
-Status ApplyRetention(const std::string& job_dir, int keep_last);
+// Keeps the newest `keep_last` committed steps of the run `run_fingerprint`
+// (Manifest::run_fingerprint; "" = steps written without one) in job_dir.
+// Deletes its older committed steps, and uncommitted step directories older
+// than its newest committed one (leftovers of crashed saves); never the newest
+// committed step, never a step newer than it (a save may be in flight), and
+// never a step of another run that shares the directory.
+Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint = "");
 
 }  // namespace shard

@@ -1,11 +1,70 @@
 #include "shard/ckpt/manifest.h"
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "shard/common/checksum.h"
+#include "shard/spec/loss_scale.h"
+#include "shard/spec/shard_layout.h"
 
 namespace shard {
+namespace {
+
+// Bounds far above any real run and far below what would overflow the
+// arithmetic done with these fields (steps × batch, offsets in bytes).
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxCount = int64_t{1} << 53;  // samples, tokens, elements
+constexpr int kMaxWorld = 1 << 20;
+
+Status OutOfRangeField(const std::string& source, const std::string& field, const std::string& value,
+                       const std::string& want) {
+  return DataLoss(source + ": " + field + " " + value + " is outside " + want + " (a damaged or hand-edited manifest)");
+}
+
+#define SHARD_MANIFEST_RANGE(field, expr, lo, hi)                                                          \
+  if ((expr) < (lo) || (expr) > (hi))                                                                     \
+    return OutOfRangeField(source, field, std::to_string(expr), "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]")
+
+// Every field a reader trusts is range-checked here, so a bad manifest is a
+// bad step (skipped, with fallback) rather than a crash later.
+Status CheckRanges(const Manifest& m, const std::string& source, bool allow_partial) {
+  SHARD_MANIFEST_RANGE("step", m.step, 0, kMaxSteps);
+  SHARD_MANIFEST_RANGE("world", m.world, 1, kMaxWorld);
+  SHARD_MANIFEST_RANGE("shard_count", m.shard_count, 1, m.world);
+  if (!allow_partial && static_cast<int>(m.files.size()) != m.shard_count)
+    return DataLoss(source + ": manifest lists " + std::to_string(m.files.size()) + " files for " +
+                    std::to_string(m.shard_count) + " shards");
+  if (auto strategy = ParseEnum(kShardStrategyNames, m.strategy); !strategy.ok())
+    return DataLoss(source + ": strategy " + strategy.status().message());
+  if (m.units.empty()) return DataLoss(source + ": the manifest lists no units");
+  for (const auto& [name, numel] : m.units) {
+    if (name.empty()) return DataLoss(source + ": a unit has an empty name");
+    SHARD_MANIFEST_RANGE("unit " + name + " numel", numel, 0, kMaxCount);
+  }
+  for (const ManifestFile& f : m.files) {
+    SHARD_MANIFEST_RANGE("file " + f.name + " shard_rank", f.shard_rank, 0, m.shard_count - 1);
+    if (f.size > static_cast<uint64_t>(kMaxCount))
+      return OutOfRangeField(source, "file " + f.name + " size", std::to_string(f.size), "[0, 2^53]");
+  }
+  SHARD_MANIFEST_RANGE("data.samples_seen", m.samples_seen, 0, kMaxCount);
+  SHARD_MANIFEST_RANGE("data.global_batch", m.global_batch, 1, kMaxCount);
+  SHARD_MANIFEST_RANGE("schedule.total_steps", m.total_steps, 0, kMaxSteps);
+  SHARD_MANIFEST_RANGE("schedule.optimizer_steps", m.optimizer_steps, 0, m.step);
+  SHARD_MANIFEST_RANGE("tokens_seen", m.tokens_seen, 0, kMaxCount);
+  if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0 || m.loss_scale > 1e30)
+    return OutOfRangeField(source, "loss_scale", std::to_string(m.loss_scale), "(0, 1e30]");
+  if (m.loss_scale_mode != LossScaleModeName(LossScaleMode::kOff) &&
+      m.loss_scale_mode != LossScaleModeName(LossScaleMode::kStatic) &&
+      m.loss_scale_mode != LossScaleModeName(LossScaleMode::kDynamic))
+    return DataLoss(source + ": loss_scaler.mode '" + m.loss_scale_mode + "' is not off, static or dynamic");
+  SHARD_MANIFEST_RANGE("loss_scaler.good_steps", m.loss_scale_good_steps, 0, kMaxSteps);
+  return OkStatus();
+}
+
+#undef SHARD_MANIFEST_RANGE
+
+}  // namespace
 
 std::string StepDirName(int64_t step) {
   char buf[32];
@@ -34,6 +93,7 @@ std::string Manifest::ToJson() const {
   j["tokens_seen"] = tokens_seen;
   j["loss_scale"] = loss_scale;
   j["loss_scaler"] = {{"mode", loss_scale_mode}, {"good_steps", loss_scale_good_steps}};
+  if (!run_fingerprint.empty()) j["run"] = {{"fingerprint", run_fingerprint}, {"keys", run_keys}};
   return j.dump(2) + "\n";
 }
 
@@ -54,6 +114,7 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
     auto hash = HashFromHex(j.at("model_hash").get<std::string>());
     if (!hash.ok()) return hash.status().WithContext(source + ": model_hash");
     m.model_hash = *hash;
+    if (!j.at("model_config").is_object()) return DataLoss(source + ": model_config is not a JSON object");
     m.model_config = j.at("model_config").dump();
     for (const auto& u : j.at("units")) m.units.emplace_back(u.at("name").get<std::string>(), u.at("numel").get<int64_t>());
     for (const auto& f : j.at("files")) {
@@ -86,17 +147,17 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
       m.loss_scale_mode = ls.at("mode").get<std::string>();
       m.loss_scale_good_steps = ls.at("good_steps").get<int64_t>();
     }
+    if (j.contains("run")) {
+      const auto& run = j.at("run");
+      m.run_fingerprint = run.at("fingerprint").get<std::string>();
+      if (!HashFromHex(m.run_fingerprint).ok())
+        return DataLoss(source + ": run.fingerprint '" + m.run_fingerprint + "' is not 16 hex digits");
+      m.run_keys = run.at("keys").get<std::map<std::string, std::string>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(source + ": malformed manifest: " + e.what());
   }
-  if (m.optimizer_steps < 0 || m.optimizer_steps > m.step)
-    return DataLoss(source + ": schedule.optimizer_steps " + std::to_string(m.optimizer_steps) + " is outside [0, step " +
-                    std::to_string(m.step) + "]");
-  if (m.loss_scale_mode != "off" && m.loss_scale_mode != "static" && m.loss_scale_mode != "dynamic")
-    return DataLoss(source + ": loss_scaler.mode '" + m.loss_scale_mode + "' is not off, static or dynamic");
-  if (!allow_partial && static_cast<int>(m.files.size()) != m.shard_count)
-    return DataLoss(source + ": manifest lists " + std::to_string(m.files.size()) + " files for " +
-                    std::to_string(m.shard_count) + " shards");
+  RETURN_IF_ERROR(CheckRanges(m, source, allow_partial));
   return m;
 }
 

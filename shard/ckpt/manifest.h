@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,12 @@ struct Manifest {
   std::string loss_scale_mode = "off";
   double loss_scale = 1.0;
   int64_t loss_scale_good_steps = 0;
+  // The run that wrote this step (shard/train/run_fingerprint.h): a hash of
+  // what defines it and the keys themselves, so a refusal to resume another
+  // run's step can name what differs. Absent on disk (older manifests): "" and
+  // empty — an unknown run.
+  std::string run_fingerprint;
+  std::map<std::string, std::string> run_keys;
 
   std::string ToJson() const;
   // allow_partial: accept fewer files than shard_count (a run-state base

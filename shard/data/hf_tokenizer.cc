@@ -174,6 +174,25 @@ Status HfTokenizer::ParsePreTokenizer(const void* p) {
   return OkStatus();
 }
 
+namespace {
+
+// A token id from tokenizer.json, bounded: 0 <= id < kMaxTokenId, and at most
+// kMaxIdGap past the number of entries (real vocabularies are dense; one id of
+// 2147483647 or 5000000000 made prepare-data abort or allocate 22 GB).
+StatusOr<int32_t> ParseTokenId(const nlohmann::json& v, int64_t entries, const std::string& what, const std::string& origin) {
+  if (!v.is_number_integer()) return InvalidArgument(origin + ": " + what + " has an id that is not an integer");
+  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  const uint64_t id = negative ? 0 : v.get<uint64_t>();
+  const uint64_t bound = std::min<uint64_t>(kMaxTokenId, static_cast<uint64_t>(entries) + kMaxIdGap);
+  if (negative || id >= bound)
+    return InvalidArgument(origin + ": " + what + " has id " + v.dump() + ", outside [0, " + std::to_string(bound) +
+                           ") (ids must be below " + std::to_string(kMaxTokenId) + " and at most " +
+                           std::to_string(kMaxIdGap) + " past the " + std::to_string(entries) + " entries)");
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tokenizer_json,
                                                           const std::string& tokenizer_config_json,
                                                           const std::string& origin) {
@@ -201,9 +220,13 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     StringMap<int32_t> vocab;
     vocab.reserve(m.at("vocab").size());
     std::string bytes;
+    // Ids size the id → piece tables: bound them before anything allocates.
+    const int64_t entries = static_cast<int64_t>(m.at("vocab").size()) +
+                            (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
     for (const auto& [k, v] : m.at("vocab").items()) {
-      if (o.byte_level && ByteLevelToBytes(k, &bytes)) vocab.emplace(bytes, v.get<int32_t>());
-      else vocab.emplace(k, v.get<int32_t>());
+      ASSIGN_OR_RETURN(int32_t id, ParseTokenId(v, entries, "vocabulary piece '" + k + "'", origin));
+      if (o.byte_level && ByteLevelToBytes(k, &bytes)) vocab.emplace(bytes, id);
+      else vocab.emplace(k, id);
     }
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       std::string unk = m["unk_token"].get<std::string>();
@@ -233,7 +256,7 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
       for (const auto& a : j["added_tokens"]) {
         AddedToken at;
         at.content = a.at("content").get<std::string>();
-        at.id = a.at("id").get<int32_t>();
+        ASSIGN_OR_RETURN(at.id, ParseTokenId(a.at("id"), entries, "added token '" + at.content + "'", origin));
         at.special = a.value("special", false);
         at.lstrip = a.value("lstrip", false);
         at.rstrip = a.value("rstrip", false);

@@ -20,6 +20,12 @@
 
 namespace shard {
 
+// Bounds on tokenizer.json ids (they size the id → piece tables): below 2^24
+// (the largest vocab_size a model config may have), and at most 65536 past
+// the number of entries (real vocabularies are dense).
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+inline constexpr int64_t kMaxIdGap = int64_t{1} << 16;
+
 class HfTokenizer : public Tokenizer {
  public:
   // tokenizer_config_json may be empty (no bos/eos names then, except the usual ones).

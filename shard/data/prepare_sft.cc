@@ -43,7 +43,47 @@ void TokenizeBatch(const std::vector<std::string_view>& lines, ChatTemplate tpl,
   for (auto& t : pool) t.join();
 }
 
+// Every file prepare-data reads: the JSONL and, unless built in, the tokenizer
+// (a file, or every file of a tokenizer folder).
+std::vector<std::filesystem::path> InputFiles(const PrepareSftOptions& o) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> in{o.input};
+  std::error_code ec;
+  if (fs::is_directory(o.tokenizer, ec)) {
+    for (const auto& e : fs::directory_iterator(o.tokenizer, ec))
+      if (e.is_regular_file(ec)) in.push_back(e.path());
+  } else if (fs::exists(o.tokenizer, ec)) {
+    in.push_back(o.tokenizer);
+  }
+  return in;
+}
+
 }  // namespace
+
+Status CheckOutputsSpareInputs(const PrepareSftOptions& o) {
+  namespace fs = std::filesystem;
+  const PreparedPaths out(o.out);
+  std::vector<std::string> outputs;
+  for (const std::string* p : {&out.tokens, &out.mask, &out.index, &out.header}) {
+    outputs.push_back(*p);
+    outputs.push_back(*p + ".tmp");
+  }
+  for (const fs::path& in : InputFiles(o)) {
+    std::error_code ec;
+    const fs::path in_real = fs::weakly_canonical(in, ec);
+    for (const std::string& o_path : outputs) {
+      std::error_code ec2, ec3;
+      // Same resolved path, or the same file under another name (a hard link).
+      const bool same = (!ec && fs::weakly_canonical(o_path, ec2) == in_real && !ec2) ||
+                        (fs::exists(o_path, ec3) && fs::equivalent(o_path, in, ec3) && !ec3);
+      if (same)
+        return InvalidArgument("prepare-data: output " + o_path + " would overwrite the input " + in.string() +
+                               " (choose another --out / data.prepared prefix: the outputs are PREFIX.tokens, "
+                               ".mask, .index and .json)");
+    }
+  }
+  return OkStatus();
+}
 
 Status PrepareSftOptions::Validate() const {
   if (input.empty()) return InvalidArgument("prepare-data: --input (a JSONL file) is required");
@@ -53,7 +93,9 @@ Status PrepareSftOptions::Validate() const {
   RETURN_IF_ERROR(ParseTrainOn(train_on).status());
   if (bad_rows != "fail" && bad_rows != "skip")
     return InvalidArgument("prepare-data: bad_rows '" + bad_rows + "' is not fail or skip");
-  return OkStatus();
+  // Here, so every entry point (shardctl prepare-data, a job's EnsurePrepared)
+  // refuses before loading or writing anything.
+  return CheckOutputsSpareInputs(*this);
 }
 
 StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o) {
@@ -129,7 +171,8 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
     LOG_WARN("{}: skipped {} bad rows of {}", o.input, h.bad_rows_skipped, h.rows_read);
   auto st = writer->Finish(h);
   if (!st.ok()) return st.WithContext("prepare-data " + o.out + " from " + o.input);
-  ASSIGN_OR_RETURN(PreparedDataset check, PreparedDataset::Open(o.out, {.verify_contents = false}));
+  ASSIGN_OR_RETURN(PreparedDataset check,
+                   PreparedDataset::Open(o.out, {.verify_contents = false, .verify_checksums = false}));
   res.header = check.header();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
@@ -137,9 +180,20 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
 
 StatusOr<bool> PreparedIsCurrent(const PrepareSftOptions& o, const Tokenizer& tok) {
   RETURN_IF_ERROR(o.Validate());
-  auto ds = PreparedDataset::Open(o.out, {.verify_contents = false});
-  if (!ds.ok()) return false;
+  // The checksums are what catches a flipped token inside the vocabulary: a
+  // cache that fails them is not current, so the job prepares it again (and
+  // says why). One written before checksums were recorded is prepared again
+  // too, so every reused cache is a verified one.
+  auto ds = PreparedDataset::Open(o.out, {.verify_contents = false, .verify_checksums = true});
+  if (!ds.ok()) {
+    if (ds.status().code() == StatusCode::kDataLoss) LOG_WARN("not reusing {}: {}", o.out, ds.status().message());
+    return false;
+  }
   const PreparedHeader& h = ds->header();
+  if (!h.has_file_hashes) {
+    LOG_WARN("not reusing {}: its header has no checksums of its files (an older shardd wrote it)", o.out);
+    return false;
+  }
   ASSIGN_OR_RETURN(ChatTemplate tpl, ParseChatTemplate(o.chat_template));
   ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
   if (h.tokenizer_hash != tok.hash() || h.chat_template != ChatTemplateName(tpl) || h.train_on != TrainOnName(on) ||

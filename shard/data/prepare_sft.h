@@ -39,6 +39,11 @@ struct PrepareSftResult {
   std::vector<std::string> bad_rows;  // "FILE:LINE: problem" of the first skipped rows
 };
 
+// INVALID_ARGUMENT when an output file (PREFIX.tokens/.mask/.index/.json or
+// their temp names) resolves to an input: the JSONL or a tokenizer file.
+// Validate() calls it, so every entry point refuses before writing anything.
+Status CheckOutputsSpareInputs(const PrepareSftOptions& o);
+
 StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o);
 // With a tokenizer already loaded (o.tokenizer is then only recorded).
 StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Tokenizer& tok);

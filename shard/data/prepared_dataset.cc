@@ -49,6 +49,9 @@ std::string PreparedHeader::ToJson() const {
   j["longer_than_seq_len"] = longer_than_seq_len;
   j["source"] = {{"path", source_path}, {"bytes", source_bytes}, {"xxh64", HashToHex(source_hash)}};
   j["rows"] = {{"read", rows_read}, {"bad_skipped", bad_rows_skipped}};
+  if (has_file_hashes)
+    j["files"] = {{"tokens_xxh64", HashToHex(tokens_hash)}, {"mask_xxh64", HashToHex(mask_hash)},
+                  {"index_xxh64", HashToHex(index_hash)}};
   return j.dump(2) + "\n";
 }
 
@@ -84,6 +87,13 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
       h.rows_read = j["rows"].value("read", int64_t{0});
       h.bad_rows_skipped = j["rows"].value("bad_skipped", int64_t{0});
     }
+    if (j.contains("files")) {
+      const json& f = j.at("files");
+      ASSIGN_OR_RETURN(h.tokens_hash, HashFromHex(f.at("tokens_xxh64").get<std::string>()));
+      ASSIGN_OR_RETURN(h.mask_hash, HashFromHex(f.at("mask_xxh64").get<std::string>()));
+      ASSIGN_OR_RETURN(h.index_hash, HashFromHex(f.at("index_xxh64").get<std::string>()));
+      h.has_file_hashes = true;
+    }
   } catch (const json::exception& e) {
     return DataLoss(origin + ": bad header: " + e.what());
   }
@@ -107,7 +117,7 @@ StatusOr<std::unique_ptr<PreparedWriter>> PreparedWriter::Create(const std::stri
     std::setvbuf(*f, nullptr, _IOFBF, 1 << 20);
   }
   const uint64_t zero = 0;
-  RETURN_IF_ERROR(w->Write(w->index_, &zero, sizeof(zero), w->paths_.index));
+  RETURN_IF_ERROR(w->Write(w->index_, &w->index_hash_, &zero, sizeof(zero), w->paths_.index));
   return w;
 }
 
@@ -118,7 +128,8 @@ PreparedWriter::~PreparedWriter() {
     for (const std::string* p : {&paths_.tokens, &paths_.mask, &paths_.index}) std::remove((*p + ".tmp").c_str());
 }
 
-Status PreparedWriter::Write(std::FILE* f, const void* p, size_t n, const std::string& path) {
+Status PreparedWriter::Write(std::FILE* f, Xxh64Stream* hash, const void* p, size_t n, const std::string& path) {
+  hash->Update(p, n);
   if (n && std::fwrite(p, 1, n, f) != n) return DataLoss("writing " + path + ".tmp: " + Errno());
   return OkStatus();
 }
@@ -130,11 +141,11 @@ Status PreparedWriter::Add(const TokenizedSample& s) {
     if (t < 0) return InvalidArgument("negative token id " + std::to_string(t));
     max_id_ = std::max<int64_t>(max_id_, t);
   }
-  RETURN_IF_ERROR(Write(tokens_, s.tokens.data(), s.tokens.size() * sizeof(int32_t), paths_.tokens));
-  RETURN_IF_ERROR(Write(mask_, s.mask.data(), s.mask.size(), paths_.mask));
+  RETURN_IF_ERROR(Write(tokens_, &tokens_hash_, s.tokens.data(), s.tokens.size() * sizeof(int32_t), paths_.tokens));
+  RETURN_IF_ERROR(Write(mask_, &mask_hash_, s.mask.data(), s.mask.size(), paths_.mask));
   tokens_n_ += static_cast<int64_t>(s.tokens.size());
   const uint64_t end = static_cast<uint64_t>(tokens_n_);
-  RETURN_IF_ERROR(Write(index_, &end, sizeof(end), paths_.index));
+  RETURN_IF_ERROR(Write(index_, &index_hash_, &end, sizeof(end), paths_.index));
   targets_ += s.targets();
   ++samples_;
   return OkStatus();
@@ -147,6 +158,10 @@ Status PreparedWriter::Finish(PreparedHeader h) {
   h.num_tokens = tokens_n_;
   h.num_target_tokens = targets_;
   h.max_token_id = max_id_;
+  h.has_file_hashes = true;
+  h.tokens_hash = tokens_hash_.Digest();
+  h.mask_hash = mask_hash_.Digest();
+  h.index_hash = index_hash_.Digest();
   RETURN_IF_ERROR(CloseSynced(&tokens_, paths_.tokens));
   RETURN_IF_ERROR(CloseSynced(&mask_, paths_.mask));
   RETURN_IF_ERROR(CloseSynced(&index_, paths_.index));
@@ -209,6 +224,18 @@ StatusOr<PreparedDataset> PreparedDataset::Open(const std::string& prefix, const
       return DataLoss(prefix + ": the files hold " + std::to_string(targets) + " target tokens (max id " +
                       std::to_string(max_id) + ") but the header says " + std::to_string(h.num_target_tokens) +
                       " (max id " + std::to_string(h.max_token_id) + ")");
+  }
+  // Last: the checks above name the problem when they can; this catches the
+  // rest (a token flipped to another valid id, a mask bit 1 ↔ 0).
+  if (options.verify_checksums && h.has_file_hashes) {
+    for (auto [f, want] : {std::pair<const MappedFile*, uint64_t>{&d.tokens_file_, h.tokens_hash},
+                           {&d.mask_file_, h.mask_hash},
+                           {&d.index_file_, h.index_hash}}) {
+      const uint64_t got = Xxh64(f->data(), f->size());
+      if (got != want)
+        return DataLoss(f->path() + " fails its checksum (xxh64 " + HashToHex(got) + ", " + paths.header + " says " +
+                        HashToHex(want) + "): the prepared data was changed after it was written; prepare it again");
+    }
   }
   return d;
 }

@@ -6,12 +6,14 @@
 //                  (sample i is tokens [index[i], index[i+1]))
 //   PREFIX.json    the header: format "shardd-sft", version, tokenizer (kind,
 //                  xxh64 hash, vocab size), template, train_on, seq_len, counts,
-//                  source file (path, size, xxh64) and bad-row counts
+//                  source file (path, size, xxh64), bad-row counts, and
+//                  the xxh64 of each of its own three files ("files")
 //
 // The writer writes temp files, fsyncs and renames them, and writes the header
 // last (after removing any old one): a header names complete files. Open checks
-// the header, the file sizes against its counts, the index bounds, and (unless
-// told not to) every mask byte and token id.
+// the header, the file sizes against its counts, the index bounds, (unless
+// told not to) every mask byte and token id, and each file's xxh64 against the
+// header (a flipped token inside the vocabulary is caught only by this).
 //
 // Thread-safety: PreparedWriter is single-threaded; a PreparedDataset is
 // immutable and safe for concurrent reads.
@@ -22,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/status.h"
 #include "shard/data/chat_template.h"
@@ -50,6 +53,10 @@ struct PreparedHeader {
   uint64_t source_hash = 0;  // xxh64 of the JSONL file
   int64_t rows_read = 0;         // non-blank lines
   int64_t bad_rows_skipped = 0;
+  // xxh64 of PREFIX.tokens, .mask and .index. has_file_hashes is false for a
+  // header written before they were recorded: nothing to verify then.
+  bool has_file_hashes = false;
+  uint64_t tokens_hash = 0, mask_hash = 0, index_hash = 0;
 
   std::string ToJson() const;
   static StatusOr<PreparedHeader> FromJson(const std::string& text, const std::string& origin);
@@ -73,8 +80,9 @@ class PreparedWriter {
 
  private:
   explicit PreparedWriter(const std::string& prefix) : paths_(prefix) {}
-  Status Write(std::FILE* f, const void* p, size_t n, const std::string& path);
+  Status Write(std::FILE* f, Xxh64Stream* hash, const void* p, size_t n, const std::string& path);
   PreparedPaths paths_;
+  Xxh64Stream tokens_hash_, mask_hash_, index_hash_;
   std::FILE* tokens_ = nullptr;
   std::FILE* mask_ = nullptr;
   std::FILE* index_ = nullptr;
@@ -85,7 +93,8 @@ class PreparedWriter {
 class PreparedDataset {
  public:
   struct OpenOptions {
-    bool verify_contents = true;  // scan every mask byte and token id
+    bool verify_contents = true;   // scan every mask byte and token id
+    bool verify_checksums = true;  // each file's xxh64 against the header (if it has them)
   };
   static StatusOr<PreparedDataset> Open(const std::string& prefix, const OpenOptions& options);
   static StatusOr<PreparedDataset> Open(const std::string& prefix) { return Open(prefix, OpenOptions()); }

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -31,8 +32,34 @@ Status LlamaConfig::Validate() const {
   if (!rope_scaling.type.empty() && rope_scaling.type != "llama3")
     return Unimplemented("model config: rope_scaling type '" + rope_scaling.type +
                          "' is not supported (supported: llama3)");
-  if (vocab_size > (int64_t{1} << 31) - 1) return bad("vocab_size too large");
+  // Sane bounds, checked before anything sizes a buffer from them: a typo
+  // (num_hidden_layers: 10000000) must be an error, not 22 GB of layout tables
+  // or a bad_alloc. Each bound is far above any released Llama.
+  auto too_large = [&](const char* key, int64_t v, int64_t max) {
+    return bad(std::string(key) + " " + std::to_string(v) + " is too large (at most " + std::to_string(max) + ")");
+  };
+  if (vocab_size > kMaxVocabSize) return too_large("vocab_size", vocab_size, kMaxVocabSize);
+  if (hidden_size > kMaxHiddenSize) return too_large("hidden_size", hidden_size, kMaxHiddenSize);
+  if (intermediate_size > kMaxIntermediateSize)
+    return too_large("intermediate_size", intermediate_size, kMaxIntermediateSize);
+  if (num_layers > kMaxLayers) return too_large("num_hidden_layers", num_layers, kMaxLayers);
+  if (max_position_embeddings > kMaxPositions)
+    return too_large("max_position_embeddings", max_position_embeddings, kMaxPositions);
+  const double params = ApproxParams();
+  if (params > kMaxParams) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "the model has %.3g parameters (%.3g TB in fp32), more than shardd's bound of %.3g",
+                  params, params * 4 / 1e12, kMaxParams);
+    return bad(buf);
+  }
   return OkStatus();
+}
+
+double LlamaConfig::ApproxParams() const {
+  const double d = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
+  const double block = 2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(intermediate_size) + 2 * d;
+  const double emb = static_cast<double>(vocab_size) * d;
+  return emb * (tie_word_embeddings ? 1 : 2) + static_cast<double>(num_layers) * block + d;
 }
 
 int64_t LlamaConfig::NumParams() const {
@@ -210,6 +237,10 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
   RETURN_IF_ERROR(get_int("max_position_embeddings", &c.max_position_embeddings, false));
   RETURN_IF_ERROR(get_num("rms_norm_eps", &c.rms_norm_eps));
   RETURN_IF_ERROR(get_num("rope_theta", &c.rope_theta));
+  // Range-check before narrowing to int (10000000000 would wrap).
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"num_hidden_layers", layers}, {"num_attention_heads", heads},
+                        {"num_key_value_heads", kv}})
+    if (v > (int64_t{1} << 30)) return InvalidArgument(where(key) + " " + std::to_string(v) + " is too large");
   c.num_layers = static_cast<int>(layers);
   c.num_heads = static_cast<int>(heads);
   c.num_kv_heads = static_cast<int>(kv < 0 ? heads : kv);

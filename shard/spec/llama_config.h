@@ -19,6 +19,15 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// Sane bounds on a config's sizes (Validate refuses more): each is well above
+// any released Llama (405B: 126 layers, d 16384, ffn 53248, vocab 128256).
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int kMaxLayers = 4096;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+inline constexpr double kMaxParams = 1e13;
+
 struct LlamaConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;        // d
@@ -40,6 +49,9 @@ struct LlamaConfig {
 
   // Total parameters (the lm_head counted once when tied).
   int64_t NumParams() const;
+  // The same in double: no overflow for any field values (Validate uses it
+  // before the int64 arithmetic is known to be safe).
+  double ApproxParams() const;
   // Parameters that take part in matmuls (without the input embedding; with the
   // head even when tied): the N of the 6N FLOPs-per-token estimate.
   int64_t NumMatmulParams() const;

@@ -1,5 +1,8 @@
 #include "shard/train/local_params.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 
 #include "shard/ckpt/catalog.h"
@@ -59,12 +62,30 @@ StatusOr<float*> LocalParams::GradBuffer(int unit) {
 
 namespace {
 
+// Inference loads the whole model into host memory (fp32 units, then the
+// backend's copy): refuse before allocating what this machine cannot hold,
+// rather than swapping for a minute and dying of bad_alloc (issue 18 item 5).
+Status CheckFitsInHostMemory(const LlamaConfig& c, const std::string& where) {
+  const double need = c.ApproxParams() * sizeof(float) * 2;
+  const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (have > 0 && need > have) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "%s: the model has %.3g parameters and needs %.1f GB of host memory to load for inference "
+                  "(fp32, loaded whole); this machine has %.1f GB",
+                  where.c_str(), c.ApproxParams(), need / 1e9, have / 1e9);
+    return ResourceExhausted(buf);
+  }
+  return OkStatus();
+}
+
 // A committed checkpoint step: the config from its manifest, each unit read
 // whole from the shard files (any world size).
 Status LoadCheckpointStep(const std::string& step_dir, LoadedModel* m, std::vector<std::vector<float>>* units) {
   ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify_checksums=*/true));
   const Manifest& mf = reader.manifest();
   ASSIGN_OR_RETURN(m->config, LlamaConfigFromHfJson(mf.model_config, step_dir + "/" + kCommittedFile + " model_config"));
+  RETURN_IF_ERROR(CheckFitsInHostMemory(m->config, step_dir));
   m->layout = ParamLayout::ForLlama(m->config);
   if (mf.model_hash != m->config.ShapeHash() || mf.units.size() != static_cast<size_t>(m->layout.num_units()))
     return DataLoss(step_dir + ": the manifest's units do not match its model config");
@@ -85,6 +106,7 @@ StatusOr<LoadedModel> LoadModelForInference(const std::string& dir, const std::s
     RETURN_IF_ERROR(LoadCheckpointStep(dir, &m, &units));
   } else {
     ASSIGN_OR_RETURN(m.config, LlamaConfigFromHfDir(dir));
+    RETURN_IF_ERROR(CheckFitsInHostMemory(m.config, dir));
     m.layout = ParamLayout::ForLlama(m.config);
     RETURN_IF_ERROR(LoadHfWeights(dir, m.layout, &units));
   }

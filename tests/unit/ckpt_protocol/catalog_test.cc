@@ -87,6 +87,20 @@ std::vector<Corruption> Corruptions() {
          ResealFile(d, s1);
        },
        "does not belong"},
+      // Issue 18 item 1: a copy of files[0] in place of files[1] passed every
+      // per-file check (same bytes, same checksum) and half of each unit read as 0.
+      {"one shard file listed twice",
+       [](const std::string& d) { EditManifest(d, [](Manifest* m) { m->files[1] = m->files[0]; }); }, "twice"},
+      // Issue 18 item 2: the worker segfaulted resuming from this.
+      {"negative samples_seen",
+       [](const std::string& d) { EditManifest(d, [](Manifest* m) { m->samples_seen = -5; }); },
+       "data.samples_seen -5"},
+      {"shard file holding another shard (resealed)",
+       [=](const std::string& d) {
+         fs::copy_file(d + "/" + ShardFileName(0, 2), d + "/" + s1, fs::copy_options::overwrite_existing);
+         ResealFile(d, s1);
+       },
+       "holds shard 0 of 2"},
       {"manifest of another model",
        [](const std::string& d) { EditManifest(d, [](Manifest* m) { m->model_hash ^= 1; }); }, "does not belong"},
   };

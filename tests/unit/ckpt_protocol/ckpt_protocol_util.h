@@ -142,15 +142,20 @@ inline WrittenFile WriteShard(const std::string& step_dir, int64_t step, int r, 
   return wf.ok() ? *wf : WrittenFile{};
 }
 
-// A complete step: every shard written and reported, then committed.
-inline std::string MakeCommittedStep(const std::string& job_dir, int64_t step, int n) {
+// A complete step: every shard written and reported, then committed (by the
+// run `run_fingerprint`, "" = none recorded).
+inline std::string MakeCommittedStep(const std::string& job_dir, int64_t step, int n,
+                                     const std::string& run_fingerprint = "") {
   const std::string step_dir = job_dir + "/" + StepDirName(step);
   fs::create_directories(step_dir);
   for (int r = 0; r < n; ++r) {
     WrittenFile wf = WriteShard(step_dir, step, r, n);
     EXPECT_TRUE(WriteShardReport(step_dir, wf, r).ok());
   }
-  Status st = CommitStep(step_dir, BaseManifest(step, n), std::chrono::milliseconds(2000));
+  Manifest base = BaseManifest(step, n);
+  base.run_fingerprint = run_fingerprint;
+  if (!run_fingerprint.empty()) base.run_keys = {{"train.lr", run_fingerprint == "00000000000000aa" ? "0.003" : "0.001"}};
+  Status st = CommitStep(step_dir, base, std::chrono::milliseconds(2000));
   EXPECT_TRUE(st.ok()) << st.ToString();
   return step_dir;
 }

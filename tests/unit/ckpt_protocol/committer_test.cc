@@ -250,5 +250,38 @@ TEST_F(RetentionTest, ListStepsSortsNumericallyAndFlagsCommitted) {
   EXPECT_TRUE(none->empty());
 }
 
+// Issue 18 item 3: a second run in the same directory had its steps 15 and 30
+// deleted because an older run's 40, 60 and 80 were "the newest three".
+// Retention counts and deletes only the steps of the run that saves.
+TEST_F(RetentionTest, RetentionNeverDeletesAnotherRunsSteps) {
+  const std::string a = "00000000000000aa", b = "00000000000000bb";
+  for (int64_t s : {40, 60, 80}) MakeCommittedStep(Job(), s, 1, a);
+  for (int64_t s : {15, 30}) MakeCommittedStep(Job(), s, 1, b);
+  ASSERT_TRUE(ApplyRetention(Job(), 3, b).ok());
+  EXPECT_EQ(Remaining(), (std::vector<int64_t>{15, 30, 40, 60, 80})) << "b keeps both of its steps, a all of its";
+  ASSERT_TRUE(ApplyRetention(Job(), 1, b).ok());
+  EXPECT_EQ(Remaining(), (std::vector<int64_t>{30, 40, 60, 80})) << "b's older step goes, a's steps stay";
+  ASSERT_TRUE(ApplyRetention(Job(), 1, a).ok());
+  EXPECT_EQ(Remaining(), (std::vector<int64_t>{30, 80}));
+}
+
+// The restart search takes a filter: steps of another run are passed over,
+// not counted as damaged, and said so when nothing else is left.
+TEST_F(RetentionTest, FindLatestGoodStepKeepsToTheRunItIsAskedFor) {
+  const std::string a = "00000000000000aa", b = "00000000000000bb";
+  MakeCommittedStep(Job(), 30, 1, b);
+  MakeCommittedStep(Job(), 80, 1, a);
+  auto only_b = [&](const Manifest& m) { return m.run_fingerprint == b; };
+  auto s = FindLatestGoodStep(Job(), true, only_b);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(*s, Job() + "/" + StepDirName(30));
+  fs::remove_all(Job() + "/" + StepDirName(30));
+  auto none = FindLatestGoodStep(Job(), true, only_b);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("1 committed step(s) of another run"), std::string::npos)
+      << none.status().message();
+}
+
 }  // namespace
 }  // namespace shard

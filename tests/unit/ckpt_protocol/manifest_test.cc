@@ -152,6 +152,51 @@ TEST(ManifestTest, MalformedManifestsAreRefused) {
   }
 }
 
+// Issue 18 item 2: every field a reader trusts is range-checked (a negative
+// samples_seen made the worker segfault on resume).
+TEST(ManifestTest, OutOfRangeFieldsAreRefused) {
+  const std::vector<Bad> cases = {
+      {"negative samples_seen", [](nlohmann::json* j) { (*j)["data"]["samples_seen"] = -5; }, "data.samples_seen -5"},
+      {"huge samples_seen", [](nlohmann::json* j) { (*j)["data"]["samples_seen"] = int64_t{1} << 62; },
+       "data.samples_seen"},
+      {"zero global_batch", [](nlohmann::json* j) { (*j)["data"]["global_batch"] = 0; }, "data.global_batch 0"},
+      {"negative global_batch", [](nlohmann::json* j) { (*j)["data"]["global_batch"] = -8; }, "data.global_batch -8"},
+      {"negative step", [](nlohmann::json* j) { (*j)["step"] = -1; }, "step -1"},
+      {"huge step", [](nlohmann::json* j) { (*j)["step"] = int64_t{1} << 50; }, "step"},
+      {"zero world", [](nlohmann::json* j) { (*j)["world"] = 0; }, "world 0"},
+      {"zero shard_count", [](nlohmann::json* j) { (*j)["shard_count"] = 0; }, "shard_count 0"},
+      {"more shards than ranks", [](nlohmann::json* j) { (*j)["shard_count"] = 9; }, "shard_count 9"},
+      {"unknown strategy", [](nlohmann::json* j) { (*j)["strategy"] = "zero4"; }, "'zero4'"},
+      {"no units", [](nlohmann::json* j) { (*j)["units"] = nlohmann::json::array(); }, "no units"},
+      {"negative numel", [](nlohmann::json* j) { (*j)["units"][1]["numel"] = -3; }, "numel -3"},
+      {"negative shard_rank", [](nlohmann::json* j) { (*j)["files"][1]["shard_rank"] = -1; }, "shard_rank -1"},
+      {"shard_rank past shard_count", [](nlohmann::json* j) { (*j)["files"][1]["shard_rank"] = 2; }, "shard_rank 2"},
+      {"negative file size", [](nlohmann::json* j) { (*j)["files"][1]["size"] = -5; }, "size"},
+      {"negative total_steps", [](nlohmann::json* j) { (*j)["schedule"]["total_steps"] = -1; }, "total_steps -1"},
+      {"negative optimizer_steps", [](nlohmann::json* j) { (*j)["schedule"]["optimizer_steps"] = -2; },
+       "optimizer_steps -2"},
+      {"negative tokens_seen", [](nlohmann::json* j) { (*j)["tokens_seen"] = -7; }, "tokens_seen -7"},
+      {"zero loss_scale", [](nlohmann::json* j) { (*j)["loss_scale"] = 0.0; }, "loss_scale"},
+      {"huge loss_scale", [](nlohmann::json* j) { (*j)["loss_scale"] = 1e300; }, "loss_scale"},
+      {"negative good_steps", [](nlohmann::json* j) { (*j)["loss_scaler"]["good_steps"] = -4; }, "good_steps -4"},
+      {"model_config not an object", [](nlohmann::json* j) { (*j)["model_config"] = 5; }, "model_config"},
+  };
+  const auto good = nlohmann::json::parse(Full().ToJson());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    nlohmann::json j = good;
+    c.edit(&j);
+    for (bool partial : {false, true}) {
+      auto m = Manifest::FromJson(j.dump(), "runs/job/step_00001200/COMMITTED", partial);
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().ToString();
+      EXPECT_NE(m.status().message().find("runs/job/step_00001200/COMMITTED"), std::string::npos)
+          << m.status().ToString();
+      EXPECT_NE(m.status().message().find(c.needle), std::string::npos) << m.status().ToString();
+    }
+  }
+}
+
 TEST(ManifestTest, NotJsonIsRefused) {
   for (const std::string text : {"", "COMMITTED", "{\"step\":", "[1,2]", "42", "null"}) {
     auto m = Manifest::FromJson(text, "src");

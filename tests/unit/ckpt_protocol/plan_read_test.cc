@@ -134,20 +134,18 @@ TEST_F(ReshardReadTest, AnySavedLayoutReadsUnderAnyNewLayout) {
 }
 
 // A manifest whose files do not cover a unit (both entries name shard 0's
-// file, so shard 1's range is in no file) must fail the read of the uncovered
-// range instead of returning zeros.
-TEST_F(ReshardReadTest, UncoveredRangeIsAnError) {
+// file, so shard 1's range is in no file) is not a checkpoint: Open refuses it
+// (issue 18 item 1: it used to open, and export wrote zeros for the rest).
+TEST_F(ReshardReadTest, UncoveredStepIsRefusedAtOpen) {
   const std::string step = MakeCommittedStep(Path("job"), 3, 2);
   auto m = Manifest::FromJson(ReadBytes(step + "/COMMITTED"), "x");
   ASSERT_TRUE(m.ok());
   m->files[1] = m->files[0];
   WriteBytes(step + "/COMMITTED", m->ToJson());
   auto reader = CheckpointReader::Open(step, true);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  std::vector<float> p(101);
-  Status st = reader->ReadUnitRange(1, 51, 101, p.data(), nullptr, nullptr);
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
-  EXPECT_NE(st.message().find("not fully covered"), std::string::npos) << st.ToString();
+  ASSERT_FALSE(reader.ok()) << "an incomplete step opened";
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status().ToString();
+  EXPECT_NE(reader.status().message().find("twice"), std::string::npos) << reader.status().ToString();
 }
 
 }  // namespace

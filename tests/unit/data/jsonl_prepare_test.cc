@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "coordinator/ctl/prepare_data_command.h"
 #include "shard/common/file_util.h"
@@ -177,6 +178,82 @@ TEST_F(PrepareTest, OpenRejectsCorruptFiles) {
   expect_error(StatusCode::kNotFound, "run shardctl prepare-data first");
   WriteText(p.header, header);
   EXPECT_TRUE(PreparedDataset::Open(o.out).ok());
+}
+
+// Issue 18 item 4: `prepare-data --input X.json --out X` replaced the user's
+// dataset with the header. No output may resolve to an input — by the same
+// name, through a symlinked folder, as a hard link, or a tokenizer file.
+TEST_F(PrepareTest, OutputsNeverReplaceAnInput) {
+  auto o = Options(kRows);
+  o.input = dir_ + "/p.json";
+  WriteText(o.input, kRows);
+  auto refused = [&](const PrepareSftOptions& opts, const std::string& victim) {
+    auto r = PrepareSftData(opts);
+    ASSERT_FALSE(r.ok()) << opts.out;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("would overwrite the input"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(victim), std::string::npos) << r.status().message();
+    EXPECT_EQ(*ReadFileToString(opts.input), kRows) << "the input was changed";
+  };
+  PrepareSftOptions same = o;
+  same.out = dir_ + "/p";  // p.json is both the input and the header
+  refused(same, "p.json");
+  // The job path: data.jsonl: p.json + data.prepared: p.
+  auto ensured = EnsurePrepared(same);
+  ASSERT_FALSE(ensured.ok());
+  EXPECT_NE(ensured.status().message().find("would overwrite the input"), std::string::npos);
+  EXPECT_EQ(*ReadFileToString(o.input), kRows);
+  std::filesystem::create_directory_symlink(dir_, dir_ + "/link");
+  PrepareSftOptions via_link = o;
+  via_link.out = dir_ + "/link/p";
+  refused(via_link, "p.json");
+  std::filesystem::create_hard_link(o.input, dir_ + "/hard.json");
+  PrepareSftOptions via_hard_link = o;
+  via_hard_link.out = dir_ + "/hard";
+  refused(via_hard_link, "p.json");
+  PrepareSftOptions over_tokenizer = o;
+  over_tokenizer.tokenizer = dir_ + "/tok.index";
+  std::filesystem::copy_file(testing_data::GoldenPath("sp_small.model"), over_tokenizer.tokenizer);
+  over_tokenizer.out = dir_ + "/tok";
+  refused(over_tokenizer, "tok.index");
+  EXPECT_EQ(*ReadFileToString(over_tokenizer.tokenizer),
+            *ReadFileToString(testing_data::GoldenPath("sp_small.model")));
+  PrepareSftOptions fine = o;
+  fine.out = dir_ + "/prepared/p";
+  EXPECT_TRUE(PrepareSftData(fine).ok()) << "an output beside, not over, the input is fine";
+}
+
+// Issue 18 item 4: a token flipped to another valid id was trained on. The
+// header carries each file's xxh64: opening the dataset says so, and a job
+// reusing the cache prepares it again from the input instead.
+TEST_F(PrepareTest, AFlippedTokenIsCaughtAndTheCacheIsPreparedAgain) {
+  auto o = Options(kRows);
+  ASSERT_TRUE(PrepareSftData(o).ok());
+  const PreparedPaths p(o.out);
+  const std::string tokens = *ReadFileToString(p.tokens);
+  std::string flipped = tokens;
+  const size_t at = 4 * 5;  // sample 0's "2"
+  ASSERT_EQ(flipped[at], '2');
+  flipped[at] = '3';  // still a valid byte token: only the checksum can tell
+  WriteText(p.tokens, flipped);
+  auto ds = PreparedDataset::Open(o.out);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ds.status().message().find(p.tokens + " fails its checksum"), std::string::npos) << ds.status().message();
+  ByteTokenizer tok;
+  EXPECT_FALSE(*PreparedIsCurrent(o, tok)) << "a damaged cache is not current";
+  auto again = EnsurePrepared(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(*again) << "prepared again from the input";
+  EXPECT_EQ(*ReadFileToString(p.tokens), tokens);
+  EXPECT_TRUE(PreparedDataset::Open(o.out).ok());
+  // A header from before checksums (no "files") still opens, but a job does
+  // not reuse it: it is prepared again, with checksums.
+  auto old = nlohmann::json::parse(*ReadFileToString(p.header));
+  old.erase("files");
+  WriteText(p.header, old.dump());
+  EXPECT_TRUE(PreparedDataset::Open(o.out).ok());
+  EXPECT_FALSE(*PreparedIsCurrent(o, tok));
 }
 
 TEST_F(PrepareTest, ThreadsDoNotChangeTheOutputAndReuseWorks) {

@@ -78,6 +78,34 @@ TEST(HfTokenizerTest, TinyByteLevelBpe) {
   EXPECT_EQ((*t)->TokenId("<|x|>"), 9);
 }
 
+// Issue 18 item 5: one huge id in a small tokenizer.json made prepare-data
+// abort (2147483647: int overflow) or allocate 22 GB (5000000000); bounded ids
+// are refused before anything is sized from them.
+TEST(HfTokenizerTest, RefusesIdsThatWouldExhaustMemory) {
+  for (const std::string id : {"2147483647", "5000000000", "-1", "70000", "16777216", "1.5", "\"7\""}) {
+    SCOPED_TRACE(id);
+    std::string vocab = TinyJson();
+    vocab.replace(vocab.find(R"("abc":5)"), 7, R"("abc":)" + id);
+    auto t = HfTokenizer::Parse(vocab, "", "huge.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("huge.json: vocabulary piece 'abc' has"), std::string::npos)
+        << t.status().message();
+    std::string added = TinyJson();
+    added.replace(added.find(R"("id":9)"), 6, R"("id":)" + id);
+    t = HfTokenizer::Parse(added, "", "added.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find("added.json: added token '<|x|>' has"), std::string::npos)
+        << t.status().message();
+  }
+  // Gaps inside the bound are fine (reserved ids).
+  std::string gap = TinyJson();
+  gap.replace(gap.find(R"("id":9)"), 6, R"("id":60000)");
+  auto t = HfTokenizer::Parse(gap, "", "gap.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->vocab_size(), 60001);
+}
+
 TEST(HfTokenizerTest, RefusesWhatItCannotDo) {
   auto t = HfTokenizer::Parse(TinyJson("WordPiece"), "", "wp.json");
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
 #include "shard/model/rope.h"
+#include "shard/train/local_params.h"
 
 namespace shard {
 namespace {
@@ -80,6 +83,50 @@ TEST(LlamaConfigTest, HfJsonRoundTripAndErrors) {
       "num_hidden_layers":1,"num_attention_heads":4})", "c.json");
   ASSERT_FALSE(indiv.ok());
   EXPECT_NE(indiv.status().message().find("not divisible"), std::string::npos);
+}
+
+// Issue 18 item 5: num_hidden_layers: 10000000 drove eval to 22 GB and plan /
+// submit to bad_alloc. Sizes are bounded in Validate, and what inference would
+// load is compared with this machine's memory before anything is allocated.
+std::string Config(const std::string& layers, const std::string& hidden = "64", const std::string& vocab = "256",
+                   const std::string& ffn = "128") {
+  return R"({"vocab_size":)" + vocab + R"(,"hidden_size":)" + hidden + R"(,"intermediate_size":)" + ffn +
+         R"(,"num_hidden_layers":)" + layers + R"(,"num_attention_heads":4})";
+}
+
+TEST(LlamaConfigTest, SizesThatWouldExhaustMemoryAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {Config("10000000"), "num_hidden_layers 10000000 is too large"},
+      {Config("10000000000"), "num_hidden_layers 10000000000 is too large"},
+      {Config("2", "64", "5000000000"), "vocab_size 5000000000 is too large"},
+      {Config("2", "1048576"), "hidden_size 1048576 is too large"},
+      {Config("2", "64", "256", "4000000"), "intermediate_size 4000000 is too large"},
+      {Config("4000", "131072", "256", "1000000"), "more than shardd's bound"},
+  };
+  for (const auto& [json, needle] : cases) {
+    SCOPED_TRACE(json);
+    auto c = LlamaConfigFromHfJson(json, "big/config.json");
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("big/config.json"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+  }
+  EXPECT_TRUE(LlamaConfigFromHfJson(Config("126", "16384", "128256", "53248"), "405b.json").ok())
+      << "the largest released Llama is within the bounds";
+}
+
+TEST(LlamaConfigTest, InferenceRefusesAModelThisMachineCannotHold) {
+  // Within the bounds (3.7e12 parameters) but ~30 TB to load: refused before
+  // any allocation, naming the folder and the memory.
+  const std::string dir = ::testing::TempDir() + "/huge_model";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << Config("4000", "8192", "32000", "28672");
+  auto m = LoadModelForInference(dir, "cpu");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kResourceExhausted) << m.status().ToString();
+  EXPECT_NE(m.status().message().find(dir + ": the model has"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("GB of host memory"), std::string::npos) << m.status().message();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RopeTest, InvFreqAndLlama3Scaling) {
