@@ -118,11 +118,10 @@ StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int att
   return chunk;
 }
 
-StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
-                                    std::vector<v1::JobEvent>* past) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+namespace {
+
+std::vector<v1::JobEvent> ToEvents(const std::vector<EventRecord>& events) {
+  std::vector<v1::JobEvent> out;
   for (const EventRecord& e : events) {
     v1::JobEvent ev;
     ev.set_seq(e.seq);
@@ -132,8 +131,26 @@ StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq
     ev.set_kind(e.kind);
     ev.set_message(e.message);
     ev.set_state(static_cast<v1::JobState>(e.state));
-    past->push_back(ev);
+    out.push_back(std::move(ev));
   }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<v1::JobEvent>> JobManager::Events(const std::string& job_id, int64_t after_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(FindLocked(job_id).status());
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  return ToEvents(events);
+}
+
+StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+                                    std::vector<v1::JobEvent>* past) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  for (v1::JobEvent& ev : ToEvents(events)) past->push_back(std::move(ev));
   if (!past->empty()) *past->back().mutable_progress() = j->progress;
   int64_t id = next_watch_id_++;
   watchers_[id] = {job_id, std::move(sink)};
