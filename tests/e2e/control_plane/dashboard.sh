@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The web dashboard in a real headless Chromium: shardd runs a tiny CPU job,
 # Chromium loads the job's page, the DOM must show the charts with points,
-# the events, workers, checkpoints and plan; a screenshot goes to the test's
+# the events, workers, checkpoints and plan, a restart (rank 1 killed) and
+# the checkpoint commits marked on the charts; a screenshot goes to the test's
 # output dir ($SHARDD_TEST_OUTPUT_DIR, default <build>/test-output/dashboard).
 # The job's TensorBoard file is read back too (CRCs checked by a Python
 # reader independent of the C++ one). Skips (77) only when chromium is absent.
@@ -20,6 +21,13 @@ sed -i 's/steps: 40,/steps: 100000,/; s/every_steps: 10/every_steps: 20/' "$job"
 id=$(ctl submit "$job")
 [ -n "$id" ] || fail "no job id"
 wait_for 180 committed_at_least "$id" 40 || fail "the job did not commit step 40: $(ctl status "$id")"
+# A restart, so the charts have one to mark: kill rank 1, wait for attempt 2 to train on.
+kill -9 "$(worker_pid "$id" 1)"
+attempt_at_least() { [ "$(job_field "$1" "j.get('attempt',0)")" -ge "$2" ]; }
+wait_for 120 attempt_at_least "$id" 2 || fail "no second attempt after the kill"
+wait_for 120 state_is "$id" RUNNING || fail "attempt 2 is not running: $(ctl status "$id")"
+resumed=$(job_field "$id" "j.get('progress',{}).get('last_committed_step',0)")
+wait_for 180 step_at_least "$id" $((resumed + 30)) || fail "attempt 2 did not train on: $(ctl status "$id")"
 http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
 grep -q "dashboard http://127.0.0.1:$http/" "$T/shardd.log" || fail "shardd did not print the dashboard URL"
 url="http://127.0.0.1:$http/#/job/$id"
@@ -38,6 +46,7 @@ for chart in lr grad_norm tokens_per_s loss_scale; do
   grep -q "id=\"chart-$chart\"" <<<"$dom" || fail "no $chart chart"
 done
 grep -q 'class="commit"' <<<"$dom" || fail "no checkpoint commit marked on the charts"
+grep -q 'class="restart"' <<<"$dom" || fail "the restart is not marked on the charts"
 grep -q "checkpoint_committed" <<<"$dom" || fail "the event timeline lacks checkpoint_committed"
 grep -q '<table id="workers"' <<<"$dom" || fail "no workers table"
 grep -q 'id="plan"' <<<"$dom" || fail "no admission plan"
