@@ -2,7 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -74,6 +76,28 @@ std::string ProgressLine(const std::string& id, const v1::Progress& p, int attem
   return buf;
 }
 
+// Whether anything accepts TCP connections at host:port (a coordinator that
+// failed our handshake, say), as opposed to nothing listening at all.
+bool SomethingListens(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &res) != 0) return false;
+  bool open = false;
+  for (addrinfo* a = res; a && !open; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    open = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return open;
+}
+
 }  // namespace
 
 struct JobCommands::State {
@@ -132,7 +156,7 @@ shard::Status JobCommands::State::Connect(bool allow_embed, bool allow_offline) 
                                 " (is one running there with TLS? does --tls-ca verify its certificate? with "
                                 "--tls-client-ca it also needs --tls-cert/--tls-key that CA signed)");
     if (allow_offline && !allow_embed && shardd::IsLoopbackAddress(client.coordinator) &&
-        fs::exists(fs::path(client.state_dir) / "shardd.db")) {
+        fs::exists(fs::path(client.state_dir) / "shardd.db") && !SomethingListens(client.coordinator)) {
       // The coordinator is gone but its database and logs are here: serve
       // this one command from them, read-only, on a private loopback port.
       shardd::CoordinatorOptions co;
