@@ -275,22 +275,6 @@ StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) {
   return StatusOf(*j);
 }
 
-std::vector<JobTelemetry> JobManager::Telemetry(int64_t finished_grace_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int64_t now = opts_.now_ms();
-  std::vector<JobTelemetry> out;
-  for (const auto& [id, j] : jobs_) {
-    if (!Active(*j) && finished_grace_ms >= 0 && now - j->updated_ms > finished_grace_ms) continue;
-    JobTelemetry t;
-    t.status = StatusOf(*j);
-    t.step_seconds = j->step_hist;
-    t.checkpoint_commit_seconds = j->commit_hist;
-    t.checkpoints_committed = j->checkpoints_committed;
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
 std::vector<v1::JobStatus> JobManager::List(bool include_finished) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::JobStatus> out;

@@ -1,5 +1,6 @@
 // JobManager's read side: committed checkpoints, per-step metrics, rank logs,
-// and event watches (past events from the store, then live ones).
+// event watches (past events from the store, then live ones), and the
+// telemetry behind /metrics and the dashboard.
 #include "coordinator/job_manager.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -155,6 +156,22 @@ StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq
   int64_t id = next_watch_id_++;
   watchers_[id] = {job_id, std::move(sink)};
   return id;
+}
+
+std::vector<JobTelemetry> JobManager::Telemetry(int64_t finished_grace_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = opts_.now_ms();
+  std::vector<JobTelemetry> out;
+  for (const auto& [id, j] : jobs_) {
+    if (!Active(*j) && finished_grace_ms >= 0 && now - j->updated_ms > finished_grace_ms) continue;
+    JobTelemetry t;
+    t.status = StatusOf(*j);
+    t.step_seconds = j->step_hist;
+    t.checkpoint_commit_seconds = j->commit_hist;
+    t.checkpoints_committed = j->checkpoints_committed;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 bool JobManager::Drained(const std::string& job_id) {
