@@ -14,6 +14,7 @@
 #include "coordinator/server/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
+#include "shard/config.h"
 
 namespace fs = std::filesystem;
 
@@ -82,6 +83,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
   jo.kill_grace_s = opts.kill_grace_s;
+  jo.read_only = opts.read_only;
   ASSIGN_OR_RETURN(jo.allowed_roots, CanonicalRoots(opts.allowed_roots));
   if (!jo.allowed_roots.empty()) {
     std::string roots;
@@ -112,15 +114,29 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   c->address_ = host + ":" + std::to_string(c->server_->port());
   c->jobs_->set_coordinator_address(opts.worker_address.empty() ? c->address_ : opts.worker_address);
-  if (!opts.http_listen.empty()) {
-    ASSIGN_OR_RETURN(c->http_, HttpServer::Start(opts.http_listen, opts.server.allow_insecure, c->jobs_.get()));
+  if (!opts.http_listen.empty() && !opts.read_only) {
+    HttpServerOptions ho;
+    ho.listen = opts.http_listen;
+    ho.allow_insecure = opts.server.allow_insecure;
+    ho.admin_token = c->token_;
+    ho.finished_grace_s = opts.metrics_finished_grace_s;
+    ho.version = SHARDD_VERSION;
+    ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
+    c->http_listen_ = opts.http_listen;
   }
   RETURN_IF_ERROR(c->jobs_->Recover());
-  c->jobs_->Start();
+  if (!opts.read_only) c->jobs_->Start();
   return c;
 }
 
 Coordinator::~Coordinator() { Stop(); }
+
+std::string Coordinator::dashboard_url() const {
+  if (!http_) return "";
+  std::string host = http_listen_.substr(0, http_listen_.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return "http://" + host + ":" + std::to_string(http_->port()) + "/";
+}
 
 void Coordinator::Stop() {
   if (http_) http_->Stop();

@@ -32,7 +32,11 @@ struct CoordinatorOptions {
   // Directories every path a job names must lie in (--allowed-root; empty =
   // anywhere the coordinator's user may reach). See coordinator/job_paths.h.
   std::vector<std::string> allowed_roots;
-  std::string http_listen;  // host:port for /healthz and /metrics ("" = none; port 0 = any)
+  std::string http_listen;  // host:port for the dashboard, /healthz and /metrics ("" = none; port 0 = any)
+  double metrics_finished_grace_s = 300;  // ended jobs leave /metrics this long after they end
+  // A read-only view of state_dir for shardctl when no coordinator runs
+  // (JobManagerOptions::read_only): nothing launches or changes, no HTTP.
+  bool read_only = false;
   // The address workers dial ("" = the listen address with its bound port;
   // 0.0.0.0 becomes 127.0.0.1). Cluster launchers need a routable one.
   std::string worker_address;
@@ -64,6 +68,8 @@ class Coordinator {
   const std::string& address() const { return address_; }
   // The /metrics port (0 when HTTP is off).
   int http_port() const { return http_ ? http_->port() : 0; }
+  // http://host:port/ of the dashboard ("" when HTTP is off).
+  std::string dashboard_url() const;
   // Stops serving; running workers are left alone (a restarted coordinator adopts them).
   void Stop();
 
@@ -76,6 +82,7 @@ class Coordinator {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<HttpServer> http_;
+  std::string http_listen_;
   std::string token_;
   std::string address_;
 };

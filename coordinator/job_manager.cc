@@ -27,6 +27,10 @@
 namespace fs = std::filesystem;
 
 namespace shardd {
+
+namespace {
+const char* kReadOnly = "this is a read-only view of the state dir (no coordinator is running): start shardd";
+}  // namespace
 namespace {
 
 using internal::Fmt;
@@ -114,6 +118,9 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
     w->set_last_heartbeat_age_s(rk.registered ? (now - rk.last_heartbeat_ms) / 1000.0 : -1.0);
     w->set_launcher_id(rk.launcher_id);
     w->set_devices(rk.devices);
+    w->set_rss_bytes(rk.rss_bytes);
+    w->set_step_seconds(rk.step_seconds);
+    w->set_tokens_per_s(rk.tokens_per_s);
   }
   return s;
 }
@@ -172,7 +179,8 @@ StatusOr<JobManager::Job*> JobManager::FindLocked(const std::string& job_id) {
 // ---------------------------------------------------------------------------
 // Submission
 
-Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary) {
+Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
+                                      double* mfu_per_position_s) {
   const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
   if (spec.yaml().size() > opts_.max_spec_bytes)
     return shard::InvalidArgument(src + ": the job file is " + std::to_string(spec.yaml().size()) +
@@ -216,6 +224,9 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
       return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
                                        shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");
     *plan_summary = plan.ok() ? shard::plan::PlanSummary(*plan) : "plan skipped: " + plan.status().message();
+    if (plan.ok() && !plan->cluster.cpu_only && plan->time.peak_tflops > 0)
+      *mfu_per_position_s = plan->time.model_flops_per_token /
+                            (c.parallel.world_size * plan->time.peak_tflops * 1e12);
   } else {
     *plan_summary = "plan skipped: " + catalog.status().message();
   }
@@ -231,9 +242,11 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
 
 StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (opts_.read_only) return shard::FailedPrecondition(kReadOnly);
   shard::JobConfig config;
   std::string plan;
-  RETURN_IF_ERROR(ValidateSpecLocked(spec, &config, &plan));
+  double mfu_per_position_s = 0;
+  RETURN_IF_ERROR(ValidateSpecLocked(spec, &config, &plan, &mfu_per_position_s));
   auto j = std::make_unique<Job>();
   j->id = config.name + "-" + std::to_string(next_job_number_++);
   j->name = config.name;
@@ -243,6 +256,8 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   j->progress.set_total_steps(config.train.steps);
   j->progress.set_eta_s(-1);
   j->progress.set_last_committed_step(-1);
+  j->progress.set_mfu(-1);
+  j->mfu_per_position_s = mfu_per_position_s;
   j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
   if (External(*j)) j->join_token = NewToken();
   else j->launcher = launchers_.at(shard::LauncherName(config.resources.launcher));
@@ -275,6 +290,7 @@ StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std:
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
   if (!Active(*j)) return StatusOf(*j);  // idempotent
+  if (opts_.read_only) return shard::FailedPrecondition(kReadOnly);
   EndAttemptLocked(*j);
   SetStateLocked(*j, v1::CANCELLED, "cancelled", reason.empty() ? "cancelled by the user" : reason);
   return StatusOf(*j);
@@ -286,6 +302,7 @@ StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std:
 void JobManager::LaunchLocked(Job& j) {
   const int world = j.config.parallel.world_size;
   j.attempt += 1;
+  j.first_report_ms.clear();  // an older attempt's uncommitted reports time nothing now
   j.previous_token = j.token;
   j.token = NewToken();
   j.committer->Reset();

@@ -30,6 +30,7 @@
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state/state_store.h"
+#include "coordinator/telemetry.h"
 #include "shard/spec/job_config.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"
@@ -52,6 +53,10 @@ struct JobManagerOptions {
   size_t max_spec_bytes = 1 << 20;
   double tick_s = 0.1;
   std::function<int64_t()> now_ms;  // the clock; default: system time
+  // shardctl's offline view of a state dir whose coordinator is gone: Recover
+  // loads the jobs as stored (no adoption, no events), and submissions,
+  // cancels and worker calls are refused. Start() must not be called.
+  bool read_only = false;
 };
 
 struct LogChunk {
@@ -86,6 +91,10 @@ class JobManager {
   StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec);
   StatusOr<v1::JobStatus> Get(const std::string& job_id);
   std::vector<v1::JobStatus> List(bool include_finished);
+  // Every job's status with its histograms and counters (for /metrics and the
+  // dashboard). Jobs that ended more than finished_grace_ms ago are left out
+  // (< 0: none are).
+  std::vector<JobTelemetry> Telemetry(int64_t finished_grace_ms);
   StatusOr<v1::JobStatus> Cancel(const std::string& job_id, const std::string& reason);
   StatusOr<std::vector<v1::CheckpointInfo>> Checkpoints(const std::string& job_id);
   // Rank 0's stored per-step metrics in step order: steps after `after_step`,
@@ -101,6 +110,8 @@ class JobManager {
   StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
                           std::vector<v1::JobEvent>* past);
   void Unwatch(int64_t watch_id);
+  // The job's stored events with seq > after_seq, oldest first.
+  StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t after_seq);
 
   // True once the job has ended and none of its processes runs any more.
   bool Drained(const std::string& job_id);
@@ -140,6 +151,8 @@ class JobManager {
     bool preempted = false;    // stopped on its launcher's signal after a checkpoint
     std::string launcher_id;   // SLURM_JOB_ID, pod name, ...
     std::string devices;       // its hardware probe summary
+    int64_t rss_bytes = 0;     // at its last heartbeat
+    double step_seconds = 0;   // its last step
   };
   struct Job {
     std::string id;
@@ -171,6 +184,14 @@ class JobManager {
     std::string pending_failure;
     int64_t pending_deadline_ms = 0;
     std::string queue_reason;     // the launcher's last PendingReason, announced as an event
+    // Observability (telemetry.h), in memory only.
+    Histogram step_hist{StepTimeBuckets()};
+    Histogram commit_hist{CommitBuckets()};
+    int64_t checkpoints_committed = 0;
+    std::map<int64_t, int64_t> first_report_ms;  // checkpoint step -> its first rank report
+    // Model FLOPs per trained position over the cluster's peak FLOP/s (the
+    // admission plan's figures): MFU = positions/s × this. 0 = unknown.
+    double mfu_per_position_s = 0;
   };
 
   bool Active(const Job& j) const;
@@ -184,7 +205,9 @@ class JobManager {
   // and updates the job's live progress for watchers.
   void RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
   void SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
-  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary);
+  // *mfu_per_position_s: see Job (0 when the plan does not know the peak).
+  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
+                            double* mfu_per_position_s);
   void LaunchLocked(Job& j);
   // The attempt failed: restart if allowed, else FAILED. retryable=false fails at once.
   void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);

@@ -1,5 +1,6 @@
 // JobManager's read side: committed checkpoints, per-step metrics, rank logs,
-// and event watches (past events from the store, then live ones).
+// event watches (past events from the store, then live ones), and the
+// telemetry behind /metrics and the dashboard.
 #include "coordinator/job_manager.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -122,11 +123,10 @@ StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int att
   return chunk;
 }
 
-StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
-                                    std::vector<v1::JobEvent>* past) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+namespace {
+
+std::vector<v1::JobEvent> ToEvents(const std::vector<EventRecord>& events) {
+  std::vector<v1::JobEvent> out;
   for (const EventRecord& e : events) {
     v1::JobEvent ev;
     ev.set_seq(e.seq);
@@ -136,12 +136,46 @@ StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq
     ev.set_kind(e.kind);
     ev.set_message(e.message);
     ev.set_state(static_cast<v1::JobState>(e.state));
-    past->push_back(ev);
+    out.push_back(std::move(ev));
   }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<v1::JobEvent>> JobManager::Events(const std::string& job_id, int64_t after_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(FindLocked(job_id).status());
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  return ToEvents(events);
+}
+
+StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+                                    std::vector<v1::JobEvent>* past) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  for (v1::JobEvent& ev : ToEvents(events)) past->push_back(std::move(ev));
   if (!past->empty()) *past->back().mutable_progress() = j->progress;
   int64_t id = next_watch_id_++;
   watchers_[id] = {job_id, std::move(sink)};
   return id;
+}
+
+std::vector<JobTelemetry> JobManager::Telemetry(int64_t finished_grace_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = opts_.now_ms();
+  std::vector<JobTelemetry> out;
+  for (const auto& [id, j] : jobs_) {
+    if (!Active(*j) && finished_grace_ms >= 0 && now - j->updated_ms > finished_grace_ms) continue;
+    JobTelemetry t;
+    t.status = StatusOf(*j);
+    t.step_seconds = j->step_hist;
+    t.checkpoint_commit_seconds = j->commit_hist;
+    t.checkpoints_committed = j->checkpoints_committed;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 bool JobManager::Drained(const std::string& job_id) {

@@ -41,7 +41,7 @@ Status JobManager::Recover() {
       j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
       Job& bad = *j;
       jobs_[bad.id] = std::move(j);
-      if (Active(bad))
+      if (Active(bad) && !opts_.read_only)
         SetStateLocked(bad, v1::FAILED, "failed", "stored job spec no longer parses: " + config.status().ToString());
       continue;
     }
@@ -51,6 +51,7 @@ Status JobManager::Recover() {
     if (launcher != launchers_.end()) j->launcher = launcher->second;
     Job& ref = *j;
     jobs_[ref.id] = std::move(j);
+    if (opts_.read_only) continue;  // as stored: nothing is adopted, watched or changed
     if (!ref.launcher && !External(ref)) {
       if (Active(ref))
         SetStateLocked(ref, v1::FAILED, "failed",

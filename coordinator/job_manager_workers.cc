@@ -31,6 +31,7 @@ Status JobManager::CheckWorker(const v1::WorkerId& id, const std::string& token)
 }
 
 StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id, const std::string& token) {
+  if (opts_.read_only) return shard::FailedPrecondition("read-only view of the state dir: no worker calls");
   ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
   // Token first: a caller without the attempt's token learns nothing more.
   if (!token.empty() && !j->previous_token.empty() && TokensEqual(token, j->previous_token))
@@ -134,6 +135,8 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
                     .loss_scale = m.loss_scale()});
     j.step_seconds.push_back(m.seconds());
     if (j.step_seconds.size() > 20) j.step_seconds.pop_front();
+    j.step_hist.Observe(m.seconds());
+    j.progress.set_tokens_total(j.progress.tokens_total() + m.tokens());
   }
   Status st = store_->PutMetrics(j.id, rows);
   if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
@@ -144,6 +147,14 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
   for (double s : j.step_seconds) sum += s;
   const double mean = sum / j.step_seconds.size();
   j.progress.set_tokens_per_s(last.seconds() > 0 ? last.tokens() / last.seconds() : 0);
+  j.progress.set_lr(last.lr());
+  j.progress.set_grad_norm(last.grad_norm());
+  j.progress.set_loss_scale(last.loss_scale());
+  j.progress.set_step_seconds(last.seconds());
+  // Older workers send no positions: MFU stays unknown rather than wrong.
+  j.progress.set_mfu(j.mfu_per_position_s > 0 && last.seconds() > 0 && last.positions() > 0
+                         ? last.positions() / last.seconds() * j.mfu_per_position_s
+                         : -1);
   j.progress.set_eta_s(mean * std::max<int64_t>(0, j.config.train.steps - last.step()));
   j.updated_ms = now;
   v1::JobEvent ev;  // live only: progress is kept as metrics, not as events
@@ -166,6 +177,8 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   if (req.step() != r.step) r.last_progress_ms = now;
   r.step = req.step();
   r.tokens_per_s = req.tokens_per_s();
+  r.rss_bytes = req.rss_bytes();
+  r.step_seconds = req.step_seconds();
   if (!r.done) r.state = req.state();
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;
@@ -192,10 +205,15 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
   RecordMetricsLocked(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
+  j->first_report_ms.emplace(req.step(), opts_.now_ms());
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
   v1::ReportCheckpointResponse resp;
   if (done) {
     resp.set_committed(true);
+    ++j->checkpoints_committed;
+    if (auto it = j->first_report_ms.find(done->step); it != j->first_report_ms.end())
+      j->commit_hist.Observe((opts_.now_ms() - it->second) / 1000.0);
+    j->first_report_ms.erase(j->first_report_ms.begin(), j->first_report_ms.upper_bound(done->step));
     j->progress.set_last_committed_step(done->step);
     int64_t bytes = 0;
     for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);

@@ -41,7 +41,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", opts.server.max_message_bytes, "Largest RPC message accepted")
       ->capture_default_str();
   opts.http_listen = "127.0.0.1:7080";
-  app.add_option("--http-listen", opts.http_listen, "host:port for GET /healthz and /metrics (\"\" = off, port 0 = any)")
+  app.add_option("--http-listen", opts.http_listen,
+                 "host:port for the web dashboard (/), /metrics and /healthz (\"\" = off, port 0 = any)")
+      ->capture_default_str();
+  app.add_option("--metrics-finished-grace-s", opts.metrics_finished_grace_s,
+                 "Seconds an ended job stays on /metrics (negative: forever)")
       ->capture_default_str();
   app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
       ->capture_default_str();
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   }
   std::printf("shardd: serving on %s (state %s)", (*c)->address().c_str(), opts.state_dir.c_str());
   if ((*c)->http_port() > 0) std::printf(", metrics on http port %d", (*c)->http_port());
+  if ((*c)->http_port() > 0) std::printf(", dashboard %s", (*c)->dashboard_url().c_str());
   std::printf("\n");
   std::fflush(stdout);
   int sig = 0;

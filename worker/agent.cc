@@ -63,6 +63,7 @@ class Heartbeater {
     std::lock_guard<std::mutex> lock(mu_);
     step_ = m.step;
     tokens_per_s_ = m.seconds > 0 ? m.tokens / m.seconds : 0;
+    step_seconds_ = m.seconds;
     state_ = "training";
     if (keep_metrics) {
       v1::StepMetric s;
@@ -74,6 +75,7 @@ class Heartbeater {
       s.set_seconds(m.seconds);
       s.set_skipped(m.skipped);
       s.set_loss_scale(m.loss_scale);
+      s.set_positions(m.positions);
       pending_.push_back(s);
     }
   }
@@ -122,6 +124,7 @@ class Heartbeater {
     req.set_step(step_);
     req.set_tokens_per_s(tokens_per_s_);
     req.set_rss_bytes(RssBytes());
+    req.set_step_seconds(step_seconds_);
     for (auto& m : pending_) *req.add_metrics() = m;
     std::vector<v1::StepMetric> sent = std::move(pending_);
     pending_.clear();
@@ -158,6 +161,7 @@ class Heartbeater {
   bool stop_ = false;                    // guarded by mu_
   int64_t step_ = 0;                     // guarded by mu_
   double tokens_per_s_ = 0;              // guarded by mu_
+  double step_seconds_ = 0;              // guarded by mu_
   std::string state_ = "starting";       // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
@@ -247,6 +251,7 @@ int RunAgent(const AgentOptions& opts) {
   dist.prefix = "";  // the coordinator namespaces keys by job and attempt
   dist.gloo_hostname = opts.hostname;
   dist.stop_requested = StopRequested;
+  dist.tensorboard = true;
   dist.report_checkpoint = [&](const shard::Manifest& base, const std::string& step_dir,
                                const std::vector<shard::ManifestFile>& files) -> shard::Status {
     v1::ReportCheckpointRequest req;

@@ -224,6 +224,7 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
   dist.world = world > 0 ? world : job->parallel.world_size;
   dist.prefix = job->name + "/" + run_id + "/";
   dist.gloo_hostname = hostname;
+  dist.tensorboard = true;
   if (!rendezvous.empty()) {
     if (rendezvous.rfind("file:", 0) != 0)
       return Fail(shard::InvalidArgument("--rendezvous '" + rendezvous + "': expected file:DIR"), 2);

@@ -2,7 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -74,6 +76,28 @@ std::string ProgressLine(const std::string& id, const v1::Progress& p, int attem
   return buf;
 }
 
+// Whether anything accepts TCP connections at host:port (a coordinator that
+// failed our handshake, say), as opposed to nothing listening at all.
+bool SomethingListens(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &res) != 0) return false;
+  bool open = false;
+  for (addrinfo* a = res; a && !open; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    open = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return open;
+}
+
 }  // namespace
 
 struct JobCommands::State {
@@ -95,7 +119,9 @@ struct JobCommands::State {
   std::unique_ptr<v1::JobService::Stub> stub;
   std::unique_ptr<shardd::Coordinator> embedded;
 
-  shard::Status Connect(bool allow_embed);
+  // allow_embed: `run` starts a coordinator here when none answers.
+  // allow_offline: read-only commands read the state dir instead (said on stderr).
+  shard::Status Connect(bool allow_embed, bool allow_offline = false);
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout = 30s) const {
     ctx->set_deadline(std::chrono::system_clock::now() + timeout);
     ctx->AddMetadata("authorization", "Bearer " + client.token);
@@ -109,7 +135,7 @@ struct JobCommands::State {
   shard::Status Metrics();
 };
 
-shard::Status JobCommands::State::Connect(bool allow_embed) {
+shard::Status JobCommands::State::Connect(bool allow_embed, bool allow_offline) {
   if (client.coordinator.empty()) client.coordinator = Env("SHARDD_COORDINATOR", "127.0.0.1:7070");
   if (client.state_dir.empty()) client.state_dir = Env("SHARDD_STATE_DIR", ".shardd");
   if (client.token.empty()) client.token = Env("SHARDD_TOKEN", "");
@@ -129,18 +155,44 @@ shard::Status JobCommands::State::Connect(bool allow_embed) {
       return shard::Unavailable("no coordinator completes a TLS handshake at " + client.coordinator +
                                 " (is one running there with TLS? does --tls-ca verify its certificate? with "
                                 "--tls-client-ca it also needs --tls-cert/--tls-key that CA signed)");
+    if (allow_offline && !allow_embed && shardd::IsLoopbackAddress(client.coordinator) &&
+        fs::exists(fs::path(client.state_dir) / "shardd.db") && !SomethingListens(client.coordinator)) {
+      // The coordinator is gone but its database and logs are here: serve
+      // this one command from them, read-only, on a private loopback port.
+      shardd::CoordinatorOptions co;
+      co.state_dir = client.state_dir;
+      co.server.listen = "127.0.0.1:0";
+      co.read_only = true;
+      auto c = shardd::Coordinator::Start(co);
+      if (!c.ok()) return c.status().WithContext("reading " + client.state_dir + " offline");
+      embedded = std::move(*c);
+      client.token = embedded->admin_token();
+      follow = false;  // nothing will be written any more
+      std::fprintf(stderr, "shardctl: no coordinator answers at %s; showing the state in %s (read-only)\n",
+                   client.coordinator.c_str(), client.state_dir.c_str());
+      channel = grpc::CreateCustomChannel(embedded->address(), creds, args);
+      stub = v1::JobService::NewStub(channel);
+      return shard::OkStatus();
+    }
     if (!allow_embed || !shardd::IsLoopbackAddress(client.coordinator))
       return shard::Unavailable("no coordinator answers at " + client.coordinator +
                                 " (start one with `shardd`, or use `shardctl run` to start one here)");
     shardd::CoordinatorOptions co;
     co.state_dir = client.state_dir;
     co.server.listen = client.coordinator;
+    // The dashboard and /metrics while the run lasts: shardd's default port,
+    // or any free one when that is taken.
+    co.http_listen = "127.0.0.1:7080";
     auto c = shardd::Coordinator::Start(co);
+    if (!c.ok() && c.status().message().find("for HTTP") != std::string::npos) {
+      co.http_listen = "127.0.0.1:0";
+      c = shardd::Coordinator::Start(co);
+    }
     if (!c.ok()) return c.status().WithContext("starting a local coordinator");
     embedded = std::move(*c);
     client.token = embedded->admin_token();
-    std::printf("shardctl: no coordinator at %s; started one here (state in %s)\n", client.coordinator.c_str(),
-                client.state_dir.c_str());
+    std::printf("shardctl: no coordinator at %s; started one here (state in %s); dashboard %s\n",
+                client.coordinator.c_str(), client.state_dir.c_str(), embedded->dashboard_url().c_str());
     channel = grpc::CreateCustomChannel(embedded->address(), creds, args);
   }
   if (client.token.empty()) {
@@ -434,7 +486,8 @@ shard::Status JobCommands::Run() {
   sa.sa_handler = OnSigint;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed()));
+  const bool reads = s.status->parsed() || s.list->parsed() || s.logs->parsed() || s.metrics->parsed();
+  RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed(), /*allow_offline=*/reads));
   if (s.run->parsed() || s.submit->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Submit());
     if (js.launcher() == "external" && !s.json)
@@ -488,7 +541,7 @@ shard::Status JobCommands::Run() {
 
 shard::Status JobCommands::Checkpoints(const std::string& job_id, bool json) {
   State& s = *s_;
-  RETURN_IF_ERROR(s.Connect(false));
+  RETURN_IF_ERROR(s.Connect(/*allow_embed=*/false, /*allow_offline=*/true));
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
   v1::ListCheckpointsResponse resp;

@@ -2,78 +2,62 @@
 
 #include <httplib.h>
 
-#include <map>
-#include <sstream>
+#include <algorithm>
 
+#include "coordinator/auth.h"
 #include "coordinator/server/coordinator_server.h"
+#include "coordinator/server/dashboard_api.h"
+#include "coordinator/server/metrics_page.h"
+#include "coordinator/web/web_assets.h"
 #include "shard/common/logging.h"
 
 namespace shardd {
 namespace {
 
-// Label values escape backslash, quote and newline.
-std::string Label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
+constexpr const char* kCookie = "shardd_token";
+
+// The cookie's value, or "".
+std::string CookieToken(const std::string& cookies) {
+  const std::string key = std::string(kCookie) + "=";
+  for (size_t at = 0; at < cookies.size();) {
+    while (at < cookies.size() && (cookies[at] == ' ' || cookies[at] == ';')) ++at;
+    const size_t end = std::min(cookies.find(';', at), cookies.size());
+    if (cookies.compare(at, key.size(), key) == 0) return cookies.substr(at + key.size(), end - at - key.size());
+    at = end;
   }
-  return out;
+  return "";
 }
+
+void Json(httplib::Response& res, const nlohmann::json& j) {
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+}
+
+void Error(httplib::Response& res, int code, const std::string& message) {
+  res.status = code;
+  Json(res, {{"error", message}});
+}
+
+const char* kLoginPage =
+    "<!doctype html><meta charset=utf-8><title>shardd login</title>"
+    "<body style='font-family:sans-serif;margin:4em'><h1>shardd</h1>"
+    "<form method=post action=/login><label>Admin token <input name=token type=password autofocus></label> "
+    "<button>Log in</button></form><p>The token is in the coordinator's state directory (admin.token).</p>";
 
 }  // namespace
 
-std::string RenderMetrics(const std::vector<v1::JobStatus>& jobs) {
-  std::ostringstream o;
-  o.precision(10);
-  std::map<std::string, int> by_state;
-  for (v1::JobState s : {v1::QUEUED, v1::LAUNCHING, v1::RUNNING, v1::RESTARTING, v1::SUCCEEDED, v1::FAILED,
-                         v1::CANCELLED})
-    by_state[JobStateName(s)] = 0;
-  for (const auto& j : jobs) ++by_state[JobStateName(j.state())];
-  o << "# HELP shardd_jobs Jobs known to the coordinator, by state.\n# TYPE shardd_jobs gauge\n";
-  for (const auto& [state, n] : by_state) o << "shardd_jobs{state=\"" << state << "\"} " << n << "\n";
-  struct Gauge {
-    const char* name;
-    const char* help;
-    double (*get)(const v1::JobStatus&);
-  };
-  const Gauge gauges[] = {
-      {"shardd_job_step", "Optimizer steps done (rank 0's last report).",
-       [](const v1::JobStatus& j) { return static_cast<double>(j.progress().step()); }},
-      {"shardd_job_total_steps", "Steps the job trains for.",
-       [](const v1::JobStatus& j) { return static_cast<double>(j.progress().total_steps()); }},
-      {"shardd_job_loss", "Loss of the last reported step.", [](const v1::JobStatus& j) { return j.progress().loss(); }},
-      {"shardd_job_tokens_per_second", "Target tokens per second of the last reported step.",
-       [](const v1::JobStatus& j) { return j.progress().tokens_per_s(); }},
-      {"shardd_job_attempt", "Current attempt number.",
-       [](const v1::JobStatus& j) { return static_cast<double>(j.attempt()); }},
-      {"shardd_job_restarts", "Restarts so far.", [](const v1::JobStatus& j) { return static_cast<double>(j.restarts()); }},
-      {"shardd_job_last_committed_step", "Newest committed checkpoint step (-1: none).",
-       [](const v1::JobStatus& j) { return static_cast<double>(j.progress().last_committed_step()); }},
-  };
-  for (const Gauge& g : gauges) {
-    o << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " gauge\n";
-    for (const auto& j : jobs)
-      o << g.name << "{job=\"" << Label(j.id()) << "\",state=\"" << JobStateName(j.state()) << "\"} " << g.get(j)
-        << "\n";
-  }
-  o << "# HELP shardd_worker_heartbeat_age_seconds Seconds since a worker's last heartbeat.\n"
-       "# TYPE shardd_worker_heartbeat_age_seconds gauge\n";
-  for (const auto& j : jobs)
-    for (const auto& w : j.workers())
-      if (w.last_heartbeat_age_s() >= 0)
-        o << "shardd_worker_heartbeat_age_seconds{job=\"" << Label(j.id()) << "\",rank=\"" << w.rank() << "\"} "
-          << w.last_heartbeat_age_s() << "\n";
-  return o.str();
+bool HttpAuthorized(const std::string& remote_addr, const std::string& authorization, const std::string& cookies,
+                    const std::string& token) {
+  if (remote_addr.rfind("127.", 0) == 0 || remote_addr == "::1" || remote_addr.rfind("::ffff:127.", 0) == 0)
+    return true;
+  if (token.empty()) return false;
+  if (authorization.rfind("Bearer ", 0) == 0 && TokensEqual(authorization.substr(7), token)) return true;
+  const std::string cookie = CookieToken(cookies);
+  return !cookie.empty() && TokensEqual(cookie, token);
 }
 
-shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen, bool allow_insecure,
-                                                               JobManager* jobs) {
+shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& opts, JobManager* jobs) {
+  const std::string& listen = opts.listen;
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return shard::InvalidArgument("--http-listen " + listen + ": expected host:port");
   const std::string host = listen.substr(0, colon);
@@ -83,24 +67,92 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string
   } catch (...) {
     return shard::InvalidArgument("--http-listen " + listen + ": the port is not a number");
   }
-  if (!IsLoopbackAddress(listen) && !allow_insecure)
+  if (!IsLoopbackAddress(listen) && !opts.allow_insecure)
     return shard::FailedPrecondition("--http-listen " + listen +
-                                     " is not a loopback address (metrics are unauthenticated); use --allow-insecure "
-                                     "if the network is trusted");
+                                     " is not a loopback address (plain HTTP; /metrics is unauthenticated); use "
+                                     "--allow-insecure if the network is trusted");
   std::unique_ptr<HttpServer> s(new HttpServer());
+  s->opts_ = opts;
+  s->jobs_ = jobs;
   s->server_ = std::make_unique<httplib::Server>();
-  s->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  s->server_->Get("/metrics", [jobs](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(jobs->List(/*include_finished=*/true)), "text/plain; version=0.0.4");
-  });
+  const size_t threads = static_cast<size_t>(std::max(4, opts.threads));
+  s->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s->server_->set_read_timeout(opts.read_timeout_s, 0);
+  s->server_->set_write_timeout(opts.read_timeout_s, 0);
+  s->server_->set_keep_alive_timeout(opts.keep_alive_timeout_s);
+  s->server_->set_keep_alive_max_count(100);
+  s->Routes();
   s->port_ = port == 0 ? s->server_->bind_to_any_port(host) : (s->server_->bind_to_port(host, port) ? port : -1);
   if (s->port_ <= 0) return shard::Unavailable("cannot listen on " + listen + " for HTTP (address in use?)");
   httplib::Server* raw = s->server_.get();
   s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  LOG_INFO("shardd HTTP (/healthz, /metrics) on {}:{}", host, s->port_);
+  LOG_INFO("shardd HTTP (dashboard /, /metrics, /healthz) on http://{}:{}/", host, s->port_);
   return s;
+}
+
+void HttpServer::Routes() {
+  httplib::Server& srv = *server_;
+  JobManager* jobs = jobs_;
+  const HttpServerOptions o = opts_;
+  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  srv.Get("/metrics", [jobs, o](const httplib::Request&, httplib::Response& res) {
+    const int64_t grace_ms = o.finished_grace_s < 0 ? -1 : static_cast<int64_t>(o.finished_grace_s * 1000);
+    res.set_content(RenderMetrics(jobs->Telemetry(grace_ms), o.version), "text/plain; version=0.0.4");
+  });
+  srv.Get("/login", [](const httplib::Request&, httplib::Response& res) { res.set_content(kLoginPage, "text/html"); });
+  srv.Post("/login", [o](const httplib::Request& req, httplib::Response& res) {
+    const std::string token = req.get_param_value("token");
+    if (o.admin_token.empty() || !TokensEqual(token, o.admin_token)) {
+      res.status = 401;
+      res.set_content(std::string(kLoginPage) + "<p style='color:#b00'>Wrong token.</p>", "text/html");
+      return;
+    }
+    res.set_header("Set-Cookie", std::string(kCookie) + "=" + token + "; HttpOnly; SameSite=Strict; Path=/");
+    res.set_redirect("/");
+  });
+  // Everything below needs a loopback peer or the admin token.
+  srv.set_pre_routing_handler([o](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/healthz" || req.path == "/metrics" || req.path == "/login") return httplib::Server::HandlerResponse::Unhandled;
+    if (HttpAuthorized(req.remote_addr, req.get_header_value("Authorization"), req.get_header_value("Cookie"),
+                       o.admin_token))
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path.rfind("/api/", 0) == 0) Error(res, 401, "unauthenticated: send Authorization: Bearer <admin token>");
+    else res.set_redirect("/login");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  srv.Get("/api/jobs", [jobs](const httplib::Request&, httplib::Response& res) {
+    Json(res, JobListJson(jobs->List(/*include_finished=*/true)));
+  });
+  srv.Get(R"(/api/jobs/([^/]+))", [jobs](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    auto st = jobs->Get(id);
+    if (!st.ok()) return Error(res, 404, st.status().message());
+    auto events = jobs->Events(id, 0);
+    auto ckpts = jobs->Checkpoints(id);
+    Json(res, JobJson(*st, events.ok() ? *events : std::vector<v1::JobEvent>{},
+                      ckpts.ok() ? *ckpts : std::vector<v1::CheckpointInfo>{}));
+  });
+  srv.Get(R"(/api/jobs/([^/]+)/metrics)", [jobs](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    int max_points = 2000;
+    if (req.has_param("max_points")) {
+      try {
+        max_points = std::clamp(std::stoi(req.get_param_value("max_points")), 10, 20000);
+      } catch (...) {
+        return Error(res, 400, "max_points: not a number");
+      }
+    }
+    auto m = jobs->Metrics(id, 0, 0, /*max_bytes=*/int64_t{1} << 40);
+    if (!m.ok()) return Error(res, 404, m.status().message());
+    auto ckpts = jobs->Checkpoints(id);
+    std::vector<v1::MetricRow> rows(m->rows().begin(), m->rows().end());
+    Json(res, MetricsJson(rows, ckpts.ok() ? *ckpts : std::vector<v1::CheckpointInfo>{}, max_points));
+  });
+  srv.Get(R"(/(|index\.html|app\.js|style\.css))", [](const httplib::Request& req, httplib::Response& res) {
+    const WebAsset* a = FindWebAsset(req.path == "/" ? "/index.html" : req.path);
+    if (!a) return Error(res, 404, "no such page");
+    res.set_content(std::string(a->body), a->content_type);
+  });
 }
 
 HttpServer::~HttpServer() { Stop(); }

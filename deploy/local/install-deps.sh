@@ -13,6 +13,7 @@ packages=(
   python3
   openssl  # the TLS end-to-end tests make their certificates with it
   slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster
+  chromium  # the dashboard end-to-end test loads the page in headless Chromium
 )
 # The Kubernetes manifest validator runs on Node.js (these machines ship Node 20).
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)

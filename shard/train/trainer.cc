@@ -13,6 +13,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/tensorboard_writer.h"
 
 namespace shard {
 namespace {
@@ -395,15 +396,47 @@ StatusOr<StepMetrics> Trainer::Step() {
   return m;
 }
 
+namespace {
+
+// Event files are a convenience: a run dir that cannot take one costs a
+// warning, never the training.
+std::unique_ptr<TensorBoardWriter> OpenTensorBoard(const std::string& dir) {
+  auto w = TensorBoardWriter::Open(dir, /*flush_every_s=*/1.0);
+  if (!w.ok()) {
+    LOG_WARN("no TensorBoard events: {}", w.status().ToString());
+    return nullptr;
+  }
+  LOG_INFO("TensorBoard events in {}", (*w)->path());
+  return std::move(*w);
+}
+
+void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
+  Scalars s = {{"loss", static_cast<float>(m.loss)},
+               {"lr", static_cast<float>(m.lr)},
+               {"grad_norm", static_cast<float>(m.grad_norm)},
+               {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
+               {"step_time_s", static_cast<float>(m.seconds)},
+               {"loss_scale", static_cast<float>(m.loss_scale)}};
+  Status st = tb->WriteScalars(m.step, s);
+  if (!st.ok()) {
+    LOG_WARN("TensorBoard events stop: {}", st.ToString());
+    tb.reset();
+  }
+}
+
+}  // namespace
+
 Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   const auto& tc = job_.train;
   double window_seconds = 0;
   int64_t window_tokens = 0;
+  std::unique_ptr<TensorBoardWriter> tb = dist_.rank == 0 && dist_.tensorboard ? OpenTensorBoard(checkpointer_->job_dir()) : nullptr;
   while (step_ < tc.steps) {
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     window_seconds += m.seconds;
     window_tokens += m.positions;
     if (on_step) on_step(m);
+    if (tb) WriteTensorBoard(tb, m);
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
       LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}", m.step, tc.steps, m.loss,
                m.lr, m.grad_norm, window_tokens / std::max(window_seconds, 1e-9),

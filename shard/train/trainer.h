@@ -54,6 +54,10 @@ struct DistContext {
   // Set under the control plane: checkpoint shards are reported here and the
   // coordinator commits them (otherwise rank 0 commits).
   CheckpointReportFn report_checkpoint;
+  // Rank 0 writes TensorBoard event files (tensorboard_writer.h) into the run
+  // directory, <checkpoint.dir>/<name>. Off by default so library users and
+  // tests leave no files behind; the worker turns it on.
+  bool tensorboard = false;
   // Polled once per step on every rank (a Slurm preemption signal, say); if it
   // returns true on any rank, every rank checkpoints that same step and Run
   // returns early with stopped() set. The ranks agree through the step's

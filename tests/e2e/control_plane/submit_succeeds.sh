@@ -18,6 +18,15 @@ http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '
 fetch() { python3 -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$1"; }
 [ "$(fetch "http://127.0.0.1:$http/healthz")" = ok ] || fail "/healthz is not ok"
 metrics=$(fetch "http://127.0.0.1:$http/metrics")
-echo "$metrics" | grep -q "shardd_jobs{state=\"SUCCEEDED\"} 1" || fail "/metrics lacks the succeeded job: $metrics"
-echo "$metrics" | grep -q "shardd_job_step{job=\"$id\",state=\"SUCCEEDED\"} 40" || fail "/metrics lacks the job's step: $metrics"
+grep -q "shardd_jobs{state=\"SUCCEEDED\"} 1" <<<"$metrics" || fail "/metrics lacks the succeeded job: $metrics"
+grep -q "shardd_job_step{job_id=\"$id\"} 40" <<<"$metrics" || fail "/metrics lacks the job's step: $metrics"
+grep -q "shardd_job_state{job_id=\"$id\",state=\"SUCCEEDED\"} 1" <<<"$metrics" || fail "/metrics lacks the job's state: $metrics"
+grep -q "shardd_checkpoints_committed_total{job_id=\"$id\"} [1-9]" <<<"$metrics" || fail "/metrics counts no commits: $metrics"
+grep -q "shardd_job_step_seconds_count{job_id=\"$id\"} [1-9]" <<<"$metrics" || fail "/metrics has no step-time histogram: $metrics"
+grep -q "^shardd_build_info{version=" <<<"$metrics" || fail "/metrics lacks shardd_build_info: $metrics"
+# Every series the Grafana dashboard queries is a family /metrics declares.
+for name in $(grep -o 'shardd_[a-z_]*' "$SRC/deploy/monitoring/grafana-dashboard.json" | sort -u); do
+  family=$(echo "$name" | sed -E 's/_(bucket|sum|count)$//')
+  grep -q "^# TYPE $family " <<<"$metrics" || fail "the Grafana dashboard queries $name, which /metrics lacks"
+done
 echo PASS

@@ -1,0 +1,128 @@
+#include "coordinator/server/dashboard_api.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "coordinator/job_manager.h"
+
+namespace shardd {
+namespace {
+
+using nlohmann::json;
+
+json ProgressJson(const v1::Progress& p) {
+  return {{"step", p.step()},
+          {"total_steps", p.total_steps()},
+          {"loss", p.loss()},
+          {"tokens_per_s", p.tokens_per_s()},
+          {"eta_s", p.eta_s()},
+          {"last_committed_step", p.last_committed_step()},
+          {"lr", p.lr()},
+          {"grad_norm", p.grad_norm()},
+          {"loss_scale", p.loss_scale()},
+          {"step_seconds", p.step_seconds()},
+          {"tokens_total", p.tokens_total()},
+          {"mfu", p.mfu()},
+          {"preemptions", p.preemptions()}};
+}
+
+json Summary(const v1::JobStatus& j) {
+  return {{"id", j.id()},
+          {"name", j.name()},
+          {"state", JobStateName(j.state())},
+          {"attempt", j.attempt()},
+          {"restarts", j.restarts()},
+          {"max_restarts", j.max_restarts()},
+          {"reason", j.reason()},
+          {"world_size", j.world_size()},
+          {"launcher", j.launcher()},
+          {"created_unix_ms", j.created_unix_ms()},
+          {"updated_unix_ms", j.updated_unix_ms()},
+          {"progress", ProgressJson(j.progress())}};
+}
+
+// A non-finite value (a skipped fp16 step's loss) would break JSON: null.
+json Finite(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+json JobListJson(const std::vector<v1::JobStatus>& jobs) {
+  std::vector<const v1::JobStatus*> sorted;
+  for (const auto& j : jobs) sorted.push_back(&j);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto* a, const auto* b) { return a->created_unix_ms() > b->created_unix_ms(); });
+  json list = json::array();
+  for (const auto* j : sorted) list.push_back(Summary(*j));
+  return {{"jobs", list}};
+}
+
+json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
+             const std::vector<v1::CheckpointInfo>& checkpoints) {
+  json out = Summary(job);
+  out["job_dir"] = job.job_dir();
+  out["checkpoint_dir"] = job.checkpoint_dir();
+  json workers = json::array();
+  for (const auto& w : job.workers())
+    workers.push_back({{"rank", w.rank()},
+                       {"hostname", w.hostname()},
+                       {"pid", w.pid()},
+                       {"state", w.state()},
+                       {"step", w.step()},
+                       {"heartbeat_age_s", w.last_heartbeat_age_s()},
+                       {"rss_bytes", w.rss_bytes()},
+                       {"step_seconds", w.step_seconds()},
+                       {"tokens_per_s", w.tokens_per_s()},
+                       {"devices", w.devices()}});
+  out["workers"] = workers;
+  json evs = json::array();
+  for (const auto& e : events) {
+    evs.push_back({{"seq", e.seq()},
+                   {"unix_ms", e.unix_ms()},
+                   {"attempt", e.attempt()},
+                   {"kind", e.kind()},
+                   {"state", JobStateName(e.state())},
+                   {"message", e.message()}});
+    if (e.kind() == "submitted") out["plan"] = e.message();
+  }
+  out["events"] = evs;
+  json ckpts = json::array();
+  for (const auto& c : checkpoints)
+    ckpts.push_back({{"step", c.step()},
+                     {"world", c.world()},
+                     {"files", c.files()},
+                     {"bytes", c.bytes()},
+                     {"path", c.path()},
+                     {"committed_unix_ms", c.committed_unix_ms()}});
+  out["checkpoints"] = ckpts;
+  return out;
+}
+
+json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
+                 int max_points) {
+  max_points = std::max(1, max_points);
+  const size_t n = rows.size();
+  const size_t per = n == 0 ? 1 : (n + max_points - 1) / max_points;  // rows per point
+  json steps = json::array(), loss = json::array(), lr = json::array(), gn = json::array(), tps = json::array(),
+       scale = json::array(), restarts = json::array(), commits = json::array();
+  for (size_t start = 0; start < n; start += per) {
+    const size_t end = std::min(n, start + per);
+    double sums[5] = {0, 0, 0, 0, 0};
+    int finite[5] = {0, 0, 0, 0, 0};
+    for (size_t i = start; i < end; ++i) {
+      const v1::MetricRow& r = rows[i];
+      const double v[5] = {r.loss(), r.lr(), r.grad_norm(), r.tokens_per_s(), r.loss_scale()};
+      for (int k = 0; k < 5; ++k)
+        if (std::isfinite(v[k])) sums[k] += v[k], ++finite[k];
+    }
+    json* series[5] = {&loss, &lr, &gn, &tps, &scale};
+    for (int k = 0; k < 5; ++k) series[k]->push_back(finite[k] ? Finite(sums[k] / finite[k]) : json(nullptr));
+    steps.push_back(rows[end - 1].step());
+  }
+  for (size_t i = 1; i < n; ++i)
+    if (rows[i].attempt() != rows[i - 1].attempt()) restarts.push_back(rows[i].step());
+  for (const auto& c : checkpoints) commits.push_back(c.step());
+  return {{"total_rows", n}, {"steps", steps}, {"loss", loss},  {"lr", lr},         {"grad_norm", gn},
+          {"tokens_per_s", tps}, {"loss_scale", scale}, {"restarts", restarts}, {"commits", commits}};
+}
+
+}  // namespace shardd

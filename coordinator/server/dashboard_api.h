@@ -1,0 +1,32 @@
+// The JSON the web dashboard polls (GET /api/jobs, /api/jobs/<id>,
+// /api/jobs/<id>/metrics). Pure functions over the JobManager's messages, so
+// the shapes and the downsampling are tested without a server.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "shardd/v1/coordinator.pb.h"
+
+namespace shardd {
+
+// {"jobs": [{id, name, state, step, total_steps, loss, tokens_per_s, eta_s,
+//   restarts, attempt, updated_unix_ms}, ...]} newest first.
+nlohmann::json JobListJson(const std::vector<v1::JobStatus>& jobs);
+
+// One job: its status, workers, events (the "submitted" one carries the plan
+// it was admitted with) and committed checkpoints.
+nlohmann::json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
+                       const std::vector<v1::CheckpointInfo>& checkpoints);
+
+// Per-step series downsampled to at most max_points points: consecutive steps
+// fall into equal buckets and each point is the bucket's mean (its last step
+// as x), so 100k steps cost the browser 2000 points. Also the steps where a
+// new attempt resumed (restarts) and where checkpoints were committed.
+// {"total_rows", "steps": [...], "loss": [...], "lr", "grad_norm",
+//  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]}
+nlohmann::json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
+                           int max_points);
+
+}  // namespace shardd

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The web dashboard in a real headless Chromium: shardd runs a tiny CPU job,
+# Chromium loads the job's page, the DOM must show the charts with points,
+# the events, workers, checkpoints and plan, a restart (rank 1 killed) and
+# the checkpoint commits marked on the charts; a screenshot goes to the test's
+# output dir ($SHARDD_TEST_OUTPUT_DIR, default <build>/test-output/dashboard).
+# The job's TensorBoard file is read back too (CRCs checked by a Python
+# reader independent of the C++ one). Skips (77) only when chromium is absent.
+source "$(dirname "$0")/lib.sh"
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$CHROMIUM" ]; then
+  echo "SKIP: chromium is not installed (deploy/local/install-deps.sh installs it)"
+  exit 77
+fi
+OUT=${SHARDD_TEST_OUTPUT_DIR:-$BIN/test-output}/dashboard
+mkdir -p "$OUT"
+
+start_shardd
+job=$(make_job dash)
+sed -i 's/steps: 40,/steps: 100000,/; s/every_steps: 10/every_steps: 20/' "$job"
+id=$(ctl submit "$job")
+[ -n "$id" ] || fail "no job id"
+wait_for 180 committed_at_least "$id" 40 || fail "the job did not commit step 40: $(ctl status "$id")"
+# A restart, so the charts have one to mark: kill rank 1, wait for attempt 2 to train on.
+kill -9 "$(worker_pid "$id" 1)"
+attempt_at_least() { [ "$(job_field "$1" "j.get('attempt',0)")" -ge "$2" ]; }
+wait_for 120 attempt_at_least "$id" 2 || fail "no second attempt after the kill"
+wait_for 120 state_is "$id" RUNNING || fail "attempt 2 is not running: $(ctl status "$id")"
+resumed=$(job_field "$id" "j.get('progress',{}).get('last_committed_step',0)")
+wait_for 180 step_at_least "$id" $((resumed + 30)) || fail "attempt 2 did not train on: $(ctl status "$id")"
+http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
+grep -q "dashboard http://127.0.0.1:$http/" "$T/shardd.log" || fail "shardd did not print the dashboard URL"
+url="http://127.0.0.1:$http/#/job/$id"
+
+browse() {  # browse EXTRA-FLAGS...: headless Chromium on $url
+  timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage \
+    --user-data-dir="$(mktemp -d "$T/chromium.XXXXXX")" --virtual-time-budget=6000 "$@" "$url" 2>>"$T/chromium.log"
+}
+dom=$(browse --dump-dom) || fail "chromium --dump-dom failed: $(tail -n 5 "$T/chromium.log")"
+echo "$dom" > "$OUT/dom.html"
+points=$(grep -o 'id="chart-loss"[^>]*data-points="[0-9]*"' <<<"$dom" | grep -o '[0-9]*"$' | tr -d '"')
+[ -n "$points" ] || fail "no loss chart in the DOM (saved in $OUT/dom.html)"
+[ "$points" -ge 30 ] || fail "the loss chart shows $points points, expected >= 30"
+for chart in lr grad_norm tokens_per_s loss_scale; do
+  grep -q "id=\"chart-$chart\"" <<<"$dom" || fail "no $chart chart"
+done
+grep -q 'class="commit"' <<<"$dom" || fail "no checkpoint commit marked on the charts"
+grep -q 'class="restart"' <<<"$dom" || fail "the restart is not marked on the charts"
+grep -q "checkpoint_committed" <<<"$dom" || fail "the event timeline lacks checkpoint_committed"
+grep -q '<table id="workers"' <<<"$dom" || fail "no workers table"
+grep -q 'id="plan"' <<<"$dom" || fail "no admission plan"
+grep -q "worker(s)" <<<"$dom" || fail "the plan text is missing"
+grep -q '<span class="state RUNNING">RUNNING</span>' <<<"$dom" || fail "the job is not shown RUNNING"
+echo "dashboard: the loss chart shows $points points"
+
+browse --screenshot="$OUT/dashboard.png" --window-size=1280,900 >/dev/null || fail "chromium --screenshot failed"
+[ -s "$OUT/dashboard.png" ] || fail "no screenshot written"
+echo "screenshot: $OUT/dashboard.png"
+
+# The job list page, and /api refuses nothing to a loopback client.
+url="http://127.0.0.1:$http/"
+list=$(browse --dump-dom) || fail "chromium failed on the job list"
+grep -q "#/job/$id" <<<"$list" || fail "the job list does not link the job"
+
+# Rank 0's TensorBoard events, read back by an independent reader.
+ev=$(ls "$T/ckpt/dash/"events.out.tfevents.* | head -n 1)
+[ -f "$ev" ] || fail "no TensorBoard event file under $T/ckpt/dash"
+python3 "$SRC/tests/e2e/control_plane/read_tfevents.py" "$ev" 40 || fail "the TensorBoard file does not read back"
+ctl cancel "$id" >/dev/null
+echo PASS

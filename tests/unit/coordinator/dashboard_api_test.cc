@@ -1,0 +1,92 @@
+// The dashboard's JSON: downsampling keeps 100k steps to the point budget
+// with exact bucket means, restarts and commits are marked by step, and a job
+// carries its workers, events, checkpoints and admission plan.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "coordinator/server/dashboard_api.h"
+
+namespace shardd {
+namespace {
+
+std::vector<v1::MetricRow> Rows(int n, int restart_at = -1) {
+  std::vector<v1::MetricRow> rows(n);
+  for (int i = 0; i < n; ++i) {
+    rows[i].set_step(i + 1);
+    rows[i].set_attempt(restart_at > 0 && i + 1 >= restart_at ? 2 : 1);
+    rows[i].set_loss(i + 1);
+    rows[i].set_lr(1e-3);
+    rows[i].set_grad_norm(0.5);
+    rows[i].set_tokens_per_s(1000);
+    rows[i].set_loss_scale(1);
+  }
+  return rows;
+}
+
+TEST(DashboardApiTest, DownsamplesToTheBudgetWithBucketMeans) {
+  std::vector<v1::CheckpointInfo> ckpts(2);
+  ckpts[0].set_step(50000);
+  ckpts[1].set_step(100000);
+  const auto j = MetricsJson(Rows(100000, 60001), ckpts, 2000);
+  EXPECT_EQ(j["total_rows"], 100000);
+  ASSERT_EQ(j["steps"].size(), 2000u);
+  ASSERT_EQ(j["loss"].size(), 2000u);
+  // 50 steps per point: the first point is the mean of steps 1..50, at step 50.
+  EXPECT_EQ(j["steps"][0], 50);
+  EXPECT_DOUBLE_EQ(j["loss"][0].get<double>(), 25.5);
+  EXPECT_EQ(j["steps"][1999], 100000);
+  EXPECT_DOUBLE_EQ(j["lr"][7].get<double>(), 1e-3);
+  EXPECT_EQ(j["restarts"], nlohmann::json::array({60001}));
+  EXPECT_EQ(j["commits"], nlohmann::json::array({50000, 100000}));
+}
+
+TEST(DashboardApiTest, FewRowsPassThroughAndNonFiniteValuesBecomeNull) {
+  auto rows = Rows(3);
+  rows[1].set_loss(std::numeric_limits<double>::infinity());
+  rows[1].set_grad_norm(std::nan(""));
+  const auto j = MetricsJson(rows, {}, 2000);
+  ASSERT_EQ(j["steps"].size(), 3u);
+  EXPECT_TRUE(j["loss"][1].is_null());
+  EXPECT_TRUE(j["grad_norm"][1].is_null());
+  EXPECT_DOUBLE_EQ(j["loss"][2].get<double>(), 3);
+  EXPECT_TRUE(j["restarts"].empty());
+  EXPECT_EQ(MetricsJson({}, {}, 2000)["steps"].size(), 0u);
+}
+
+TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {
+  v1::JobStatus s;
+  s.set_id("demo-1");
+  s.set_state(v1::RUNNING);
+  s.mutable_progress()->set_step(7);
+  s.mutable_progress()->set_mfu(-1);
+  auto* w = s.add_workers();
+  w->set_rank(0);
+  w->set_rss_bytes(12345);
+  w->set_last_heartbeat_age_s(0.5);
+  std::vector<v1::JobEvent> events(2);
+  events[0].set_kind("submitted");
+  events[0].set_message("jobs/demo.yaml, 2 worker(s), 40 steps; plan: fits, 1.2 GB per rank");
+  events[1].set_kind("running");
+  std::vector<v1::CheckpointInfo> ckpts(1);
+  ckpts[0].set_step(5);
+  ckpts[0].set_bytes(999);
+  const auto j = JobJson(s, events, ckpts);
+  EXPECT_EQ(j["id"], "demo-1");
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(j["progress"]["step"], 7);
+  EXPECT_EQ(j["progress"]["mfu"], -1);
+  EXPECT_EQ(j["workers"][0]["rss_bytes"], 12345);
+  EXPECT_EQ(j["events"].size(), 2u);
+  EXPECT_EQ(j["checkpoints"][0]["step"], 5);
+  EXPECT_NE(j["plan"].get<std::string>().find("plan: fits"), std::string::npos);
+  std::vector<v1::JobStatus> list(2);
+  list[0].set_id("old");
+  list[0].set_created_unix_ms(1);
+  list[1].set_id("new");
+  list[1].set_created_unix_ms(2);
+  EXPECT_EQ(JobListJson(list)["jobs"][0]["id"], "new");
+}
+
+}  // namespace
+}  // namespace shardd
