@@ -23,6 +23,7 @@
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
+#include "shard/train/run_fingerprint.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
@@ -86,6 +87,11 @@ class Trainer {
   // Run returned early because DistContext.stop_requested asked it to; the
   // step's checkpoint is written (and reported) by then.
   bool stopped() const { return stopped_; }
+  // The step directory Init resumed from ("" = none).
+  const std::string& resumed_from() const { return resumed_from_; }
+  // Run found the job already at (or past) train.steps: it trained nothing.
+  bool nothing_trained() const { return nothing_trained_; }
+  int64_t total_steps() const { return job_.train.steps; }
   // The global sampler cursor: samples (or windows) consumed so far.
   int64_t samples_seen() const { return samples_seen_; }
   int rank() const { return dist_.rank; }
@@ -128,6 +134,9 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;
   bool stop_agreed_ = false;  // some rank asked to stop at this step
   bool stopped_ = false;
+  RunKeys run_keys_;            // what defines this run (run_fingerprint.h)
+  std::string resumed_from_;    // the step directory resumed from, "" = none
+  bool nothing_trained_ = false;
   // Host staging and device copies of one micro-batch.
   std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;
   DeviceBuffer d_tokens_, d_targets_, d_pos_, d_seg_;
