@@ -90,7 +90,6 @@ Status Trainer::Init() {
   RETURN_IF_ERROR(InitRuntime(hf_units, precision));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
-  run_keys_ = RunKeysOf(job_);
   RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;

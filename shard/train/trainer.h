@@ -106,7 +106,9 @@ class Trainer {
   Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
-  Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
+  // The run's keys come from the job as given: Init resolves some fields in
+  // job_ (precision auto -> fp32) that the coordinator never sees resolved.
+  Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist), run_keys_(RunKeysOf(job)) {}
   Status Init();
   Status InitRuntime(const std::vector<std::vector<float>>& hf_units, const PrecisionPlan& precision);
   // Loads the checkpoint named by checkpoint.resume, if any.

@@ -81,6 +81,13 @@ TEST_F(RunIdentityTest, AJobAlreadyAtItsLastStepTrainsNothingAndSaysSo) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_FALSE((*first)->nothing_trained());
   EXPECT_TRUE((*first)->resumed_from().empty());
+  // The manifest's fingerprint is that of the job as written (precision auto,
+  // not the fp32 the trainer resolved it to): what the coordinator computes
+  // from the same job file when it picks a restart step.
+  auto m = Manifest::FromJson(*ReadFileToString(JobDir() + "/" + StepDirName(4) + "/COMMITTED"), "COMMITTED");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->run_fingerprint, RunFingerprint(RunKeysOf(*Job({}))));
+  EXPECT_EQ(m->run_keys.at("train.precision"), "auto");
   auto again = RunJob({});
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE((*again)->nothing_trained());
