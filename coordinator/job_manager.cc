@@ -18,6 +18,9 @@
 #include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/spec/llama_config.h"
+#include "shard/train/resume_choice.h"
+#include "shard/train/run_fingerprint.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
@@ -214,6 +217,14 @@ Status JobManager::ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig*
   RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
   for (const JobPath& p : paths)
     if (p.must_exist && !fs::exists(p.path)) return shard::NotFound(src + ": " + p.key + ": " + p.path + " does not exist");
+  // The model's config.json, read where the workers will read it: sizes past
+  // sane bounds (num_hidden_layers: 10000000) are an error here, not a
+  // bad_alloc in the planner or a failed attempt later.
+  if (!c.model.from_hf.empty()) {
+    auto model = shard::LlamaConfigFromHfDir(Resolve(spec.workdir(), c.model.from_hf));
+    if (!model.ok() && model.status().code() != shard::StatusCode::kNotFound)
+      return Status(model.status().code(), src + ": model.from_hf: " + model.status().message());
+  }
   // The planner's verdict: a job that cannot fit is refused with its reasons.
   auto catalog = shard::plan::LoadDefaultHardwareCatalog();
   if (catalog.ok()) {
@@ -310,10 +321,17 @@ void JobManager::LaunchLocked(Job& j) {
   j.pending_failure.clear();
   j.queue_reason.clear();
   j.adopted = false;
+  j.nothing_trained = false;
   if (j.attempt == 1) {
     j.resume_from = j.config.checkpoint.resume;
   } else {
-    auto latest = shard::FindLatestGoodStep(CheckpointJobDir(j), /*verify_checksums=*/true);
+    // Only this run's steps (or unknown ones): another run that shares the
+    // directory is never resumed by a restart.
+    const std::string fp = shard::RunFingerprint(shard::RunKeysOf(j.config));
+    auto latest = shard::FindLatestGoodStep(CheckpointJobDir(j), /*verify_checksums=*/true,
+                                            [&](const shard::Manifest& m) {
+                                              return shard::IsThisRunsStep(m.run_fingerprint, fp);
+                                            });
     if (latest.ok() && !latest->empty()) {
       j.resume_from = *latest;
     } else {

@@ -179,6 +179,8 @@ class JobManager {
     std::unique_ptr<CheckpointCommitter> committer;
     std::deque<double> step_seconds;  // recent step times (ETA, hang limit)
     bool adopted = false;         // recovered after a coordinator restart
+    int resumed_event_attempt = 0;  // the attempt whose "resumed" event was emitted
+    bool nothing_trained = false;   // rank 0 reported the attempt began at or past train.steps
     // A rank reported a failure that may be a symptom (a peer died): held
     // briefly so a rank's exit, the likely cause, is named instead.
     std::string pending_failure;

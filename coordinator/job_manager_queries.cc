@@ -34,15 +34,16 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::str
     // The same proof resume uses (without re-reading checksums: a listing
     // must stay cheap); a step that fails it is listed with its problem.
     auto reader = shard::CheckpointReader::Open(s.dir, /*verify_checksums=*/false);
-    if (reader.ok()) {
-      const shard::Manifest& m = reader->manifest();
-      c.set_world(m.world);
-      c.set_files(static_cast<int>(m.files.size()));
+    if (!reader.ok()) c.set_problem(reader.status().message());
+    // The manifest's own figures, even for a step that fails the proof.
+    auto text = shard::ReadFileToString(s.dir + "/" + shard::kCommittedFile);
+    auto m = text.ok() ? shard::Manifest::FromJson(*text, s.dir) : shard::StatusOr<shard::Manifest>(text.status());
+    if (m.ok()) {
+      c.set_world(m->world);
+      c.set_files(static_cast<int>(m->files.size()));
       int64_t bytes = 0;
-      for (const auto& f : m.files) bytes += static_cast<int64_t>(f.size);
+      for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
       c.set_bytes(bytes);
-    } else {
-      c.set_problem(reader.status().message());
     }
     c.set_path(s.dir);
     struct stat st;

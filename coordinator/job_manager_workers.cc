@@ -184,6 +184,17 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
     j->adopted = false;
     EmitLocked(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
   }
+  if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
+    // Once per attempt: which checkpoint the workers actually loaded (for
+    // checkpoint.resume: auto only they know), printed by run and watch.
+    j->resumed_event_attempt = j->attempt;
+    const int64_t total = j->config.train.steps;
+    EmitLocked(*j, "resumed",
+               "resumed from " + req.resumed_from() + " at step " + std::to_string(req.resumed_step()) +
+                   (req.resumed_step() >= total
+                        ? " >= train.steps " + std::to_string(total) + ": already complete, nothing to train"
+                        : " of " + std::to_string(total)));
+  }
   RecordMetricsLocked(*j, req.metrics(), now);
   return v1::HeartbeatResponse();
 }
@@ -238,6 +249,7 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
     j->progress.set_step(req.step());
     j->progress.set_loss(req.final_loss());
     j->progress.set_eta_s(0);
+    j->nothing_trained = req.nothing_trained();
   }
   bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.done; });
   if (all) {
@@ -245,9 +257,16 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
     j->draining_attempt = j->attempt;
     j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
     rendezvous_.DropPrefix(KvPrefix(req.id()));
+    // Resumed at or past the end: a distinct outcome, never "final loss 0".
+    const std::string what =
+        j->nothing_trained
+            ? "already complete: the resumed checkpoint is at step " + std::to_string(j->progress.step()) +
+                  " >= train.steps " + std::to_string(j->config.train.steps) +
+                  "; nothing was trained (raise train.steps to continue, or set checkpoint.resume: none or a new "
+                  "name to start over)"
+            : std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss());
     SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
-                   std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
-                       (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
+                   what + (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
   }
   return shard::OkStatus();
 }

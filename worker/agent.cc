@@ -83,6 +83,14 @@ class Heartbeater {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = s;
   }
+  // Rank 0: the checkpoint this attempt resumed from, sent with every heartbeat
+  // (the coordinator records the first as an event).
+  void SetResumed(const std::string& step_dir, int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    resumed_from_ = step_dir;
+    resumed_step_ = step;
+    step_ = step;
+  }
   // Takes the pending metrics of steps up to `step` for a checkpoint report
   // to carry, so a failure right after the commit cannot lose them; PutBack
   // returns them when the report could not be delivered.
@@ -125,6 +133,10 @@ class Heartbeater {
     req.set_tokens_per_s(tokens_per_s_);
     req.set_rss_bytes(RssBytes());
     req.set_step_seconds(step_seconds_);
+    if (!resumed_from_.empty()) {
+      req.set_resumed_from(resumed_from_);
+      req.set_resumed_step(resumed_step_);
+    }
     for (auto& m : pending_) *req.add_metrics() = m;
     std::vector<v1::StepMetric> sent = std::move(pending_);
     pending_.clear();
@@ -163,6 +175,8 @@ class Heartbeater {
   double tokens_per_s_ = 0;              // guarded by mu_
   double step_seconds_ = 0;              // guarded by mu_
   std::string state_ = "starting";       // guarded by mu_
+  std::string resumed_from_;             // guarded by mu_
+  int64_t resumed_step_ = 0;             // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
@@ -277,6 +291,8 @@ int RunAgent(const AgentOptions& opts) {
     hb.Stop();
     return fail(trainer.status());
   }
+  if (opts.rank == 0 && !(*trainer)->resumed_from().empty())
+    hb.SetResumed(std::filesystem::absolute((*trainer)->resumed_from()).lexically_normal().string(), (*trainer)->step());
   double last_loss = 0;
   shard::Status st = (*trainer)->Run([&](const shard::StepMetrics& m) {
     last_loss = m.loss;
@@ -298,13 +314,19 @@ int RunAgent(const AgentOptions& opts) {
     if (!ps.ok()) LOG_WARN("could not report the preemption: {}", ps.ToString());
     return kExitPreempted;
   }
-  shard::Status ds =
-      RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportDone((*trainer)->step(), last_loss); });
+  const shard::Trainer& t = **trainer;
+  shard::Status ds = RetryUnavailable(opts.reconnect_window_s, [&] {
+    return c.ReportDone(t.step(), last_loss, t.nothing_trained(), t.total_steps(), t.resumed_from());
+  });
   if (!ds.ok()) {
     LOG_ERROR("{}", ds.ToString());
     return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
   }
-  if (opts.rank == 0) LOG_INFO("done: {} steps, final loss {:.4f}", (*trainer)->step(), last_loss);
+  if (opts.rank == 0 && t.nothing_trained())
+    LOG_INFO("already complete: {} is at step {} >= train.steps {}; nothing trained", t.resumed_from(), t.step(),
+             t.total_steps());
+  else if (opts.rank == 0)
+    LOG_INFO("done: {} steps, final loss {:.4f}", t.step(), last_loss);
   return kExitOk;
 }
 

@@ -138,11 +138,15 @@ shard::StatusOr<bool> CoordinatorClient::ReportCheckpoint(v1::ReportCheckpointRe
   return resp.committed();
 }
 
-shard::Status CoordinatorClient::ReportDone(int64_t step, double final_loss) {
+shard::Status CoordinatorClient::ReportDone(int64_t step, double final_loss, bool nothing_trained, int64_t total_steps,
+                                            const std::string& resumed_from) {
   v1::ReportDoneRequest req;
   *req.mutable_id() = who_.id;
   req.set_step(step);
   req.set_final_loss(final_loss);
+  req.set_nothing_trained(nothing_trained);
+  req.set_total_steps(total_steps);
+  req.set_resumed_from(resumed_from);
   v1::Ack ack;
   grpc::ClientContext ctx;
   Prepare(&ctx, 60s);

@@ -35,7 +35,9 @@ class CoordinatorClient {
                                                  const std::string& devices);
   shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req);
   shard::StatusOr<bool> ReportCheckpoint(v1::ReportCheckpointRequest req);
-  shard::Status ReportDone(int64_t step, double final_loss);
+  // nothing_trained: the attempt resumed at or past total_steps (train.steps).
+  shard::Status ReportDone(int64_t step, double final_loss, bool nothing_trained = false, int64_t total_steps = 0,
+                           const std::string& resumed_from = "");
   shard::Status ReportFailure(const std::string& error, bool retryable);
   // Stopped on the launcher's signal after checkpointing `step`.
   shard::Status ReportPreempted(const std::string& why, int64_t step);

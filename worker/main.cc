@@ -268,7 +268,12 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
                   static_cast<long long>((*trainer)->step()));
     return shardd::kExitPreempted;
   }
-  if (rank == 0) std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
-              last_loss);
+  if (rank == 0 && (*trainer)->nothing_trained())
+    std::printf("already complete: %s is at step %lld >= train.steps %lld; nothing trained\n",
+                (*trainer)->resumed_from().c_str(), static_cast<long long>((*trainer)->step()),
+                static_cast<long long>((*trainer)->total_steps()));
+  else if (rank == 0)
+    std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
+                last_loss);
   return 0;
 }

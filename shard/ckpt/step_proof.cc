@@ -21,6 +21,9 @@ Status ProveFileList(const Manifest& m, const std::string& where) {
     if (rank_seen[f.shard_rank])
       return DataLoss(where + ": shard " + std::to_string(f.shard_rank) + " is listed twice (an incomplete step)");
     rank_seen[f.shard_rank] = true;
+  }
+  // Names after duplicates: a repeated entry is the likelier damage to report.
+  for (const ManifestFile& f : m.files) {
     if (f.name != ShardFileName(f.shard_rank, m.shard_count))
       return DataLoss(where + ": file " + f.name + " is not named as shard " + std::to_string(f.shard_rank) + " of " +
                       std::to_string(m.shard_count) + " (" + ShardFileName(f.shard_rank, m.shard_count) + ")");

@@ -96,7 +96,7 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<std:
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
     RETURN_IF_ERROR(CommitStep(step_dir, base, timeout));
     LOG_INFO("checkpoint step {} committed in {}", base.step, step_dir);
-    RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last));
+    RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last, base.run_fingerprint));
   }
   return OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/resume_choice.h"
 #include "shard/train/tensorboard_writer.h"
 
 namespace shard {
@@ -215,27 +216,17 @@ Manifest Trainer::RunState() const {
   m.loss_scale_mode = LossScaleModeName(scaler_->mode());
   m.loss_scale = scaler_->scale();
   m.loss_scale_good_steps = scaler_->good_steps();
+  m.run_keys = run_keys_;
+  m.run_fingerprint = RunFingerprint(run_keys_);
   return m;
 }
 
 Status Trainer::Resume() {
-  const std::string& spec = job_.checkpoint.resume;
-  if (spec == "none") return OkStatus();
-  std::string step_dir;
-  bool verified = false;
-  if (spec == "auto") {
-    ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(checkpointer_->job_dir()));
-    bool any_committed = false;
-    for (const auto& s : steps) any_committed |= s.committed;
-    if (!any_committed) return OkStatus();  // a fresh run
-    auto found = FindLatestGoodStep(checkpointer_->job_dir(), /*verify_checksums=*/true);
-    if (!found.ok())
-      return found.status().WithContext("resume: committed checkpoints exist but none is usable");
-    step_dir = *found;
-    verified = true;  // FindLatestGoodStep checked every file's checksum
-  } else {
-    step_dir = spec;
-  }
+  ASSIGN_OR_RETURN(ResumeChoice choice, ChooseResumeStep(job_.checkpoint.resume, checkpointer_->job_dir(), run_keys_));
+  if (choice.step_dir.empty()) return OkStatus();  // from scratch
+  if (!choice.note.empty() && dist_.rank == 0) LOG_WARN("resume: {}", choice.note);
+  const std::string& step_dir = choice.step_dir;
+  const bool verified = choice.verified;
   // Every rank must resume from the same step: compare the choices.
   auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/!verified);
   double mine[2] = {reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, 1.0};
@@ -282,6 +273,7 @@ Status Trainer::Resume() {
                m.loss_scale_mode, scaler_->scale());
     }
   }
+  resumed_from_ = step_dir;
   LOG_INFO("resumed from {} (step {}, {} samples seen, saved by {} ranks as {} shards{})", step_dir, m.step,
            m.samples_seen, m.world, m.shard_count,
            m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
@@ -431,6 +423,13 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   double window_seconds = 0;
   int64_t window_tokens = 0;
   std::unique_ptr<TensorBoardWriter> tb = dist_.rank == 0 && dist_.tensorboard ? OpenTensorBoard(checkpointer_->job_dir()) : nullptr;
+  // Resumed at or past the end: nothing to train. Said as such (never as a
+  // training result); an export still happens, so a run that died between its
+  // last checkpoint and its export finishes it.
+  nothing_trained_ = step_ >= tc.steps;
+  if (nothing_trained_ && dist_.rank == 0)
+    LOG_WARN("already complete: resumed {} at step {} >= train.steps {}; nothing to train", resumed_from_, step_,
+             tc.steps);
   while (step_ < tc.steps) {
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     window_seconds += m.seconds;
@@ -455,7 +454,9 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   RETURN_IF_ERROR(checkpointer_->Wait());
   if (!job_.export_.hf_dir.empty()) {
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, job_.export_.dtype));
-    if (dist_.rank == 0) LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, DTypeName(job_.export_.dtype));
+    if (dist_.rank == 0)
+      LOG_INFO("exported the model{} to {} ({})", nothing_trained_ ? " (the resumed checkpoint's weights, untrained)" : "",
+               job_.export_.hf_dir, DTypeName(job_.export_.dtype));
   }
   return OkStatus();
 }

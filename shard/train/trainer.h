@@ -24,6 +24,7 @@
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
+#include "shard/train/run_fingerprint.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
@@ -91,6 +92,11 @@ class Trainer {
   // Run returned early because DistContext.stop_requested asked it to; the
   // step's checkpoint is written (and reported) by then.
   bool stopped() const { return stopped_; }
+  // The step directory Init resumed from ("" = none).
+  const std::string& resumed_from() const { return resumed_from_; }
+  // Run found the job already at (or past) train.steps: it trained nothing.
+  bool nothing_trained() const { return nothing_trained_; }
+  int64_t total_steps() const { return job_.train.steps; }
   // The global sampler cursor: samples (or windows) consumed so far.
   int64_t samples_seen() const { return samples_seen_; }
   int rank() const { return dist_.rank; }
@@ -105,7 +111,9 @@ class Trainer {
   Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
-  Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist) {}
+  // The run's keys come from the job as given: Init resolves some fields in
+  // job_ (precision auto -> fp32) that the coordinator never sees resolved.
+  Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist), run_keys_(RunKeysOf(job)) {}
   Status Init();
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
@@ -136,6 +144,9 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;
   bool stop_agreed_ = false;  // some rank asked to stop at this step
   bool stopped_ = false;
+  RunKeys run_keys_;            // what defines this run (run_fingerprint.h)
+  std::string resumed_from_;    // the step directory resumed from, "" = none
+  bool nothing_trained_ = false;
   // Host staging and device copies of one micro-batch.
   std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;
   DeviceBuffer d_tokens_, d_targets_, d_pos_, d_seg_;

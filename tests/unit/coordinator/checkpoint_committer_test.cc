@@ -32,6 +32,8 @@ class CheckpointCommitterTest : public ScratchTest {
     base.strategy = "full_shard";
     base.shard_count = shard_count;
     base.samples_seen = step * 16;
+    base.global_batch = 16;        // a manifest must be in range (issue 18 item 2)
+    base.units = {{"embed", 10}};
     ShardReport r;
     r.rank = shard_rank;
     r.step = step;

@@ -493,3 +493,54 @@ TEST_F(JobManagerTest, LogsReadTheAttemptsRankLog) {
 
 }  // namespace
 }  // namespace shardd::testing
+
+namespace shardd::testing {
+namespace {
+
+std::vector<v1::JobEvent> PastEvents(JobManager* m, const std::string& id) {
+  std::vector<v1::JobEvent> past;
+  auto w = m->Watch(id, 0, [](const v1::JobEvent&) {}, &past);
+  EXPECT_TRUE(w.ok());
+  if (w.ok()) m->Unwatch(*w);
+  return past;
+}
+
+// Issue 18 item 3: the checkpoint a worker loaded is an event (run and watch
+// print it), once per attempt; an attempt that resumed at or past
+// train.steps ends SUCCEEDED saying "already complete", not "final loss".
+TEST_F(JobManagerTest, TheResumedStepIsAnEventAndAlreadyCompleteIsSaidAsSuch) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  for (int i = 0; i < 3; ++i) {
+    v1::HeartbeatRequest req;
+    *req.mutable_id() = Worker(id, 1, 0);
+    req.set_step(100);
+    req.set_resumed_from("/runs/tiny/step_00000100");
+    req.set_resumed_step(100);
+    ASSERT_TRUE(manager_->Heartbeat(req, token).ok());
+  }
+  int resumed = 0;
+  for (const auto& e : PastEvents(manager_.get(), id)) {
+    if (e.kind() != "resumed") continue;
+    ++resumed;
+    EXPECT_NE(e.message().find("resumed from /runs/tiny/step_00000100 at step 100 >= train.steps 100"),
+              std::string::npos)
+        << e.message();
+  }
+  EXPECT_EQ(resumed, 1) << "one event per attempt, not one per heartbeat";
+  for (int r = 0; r < 2; ++r) {
+    v1::ReportDoneRequest req;
+    *req.mutable_id() = Worker(id, 1, r);
+    req.set_step(100);
+    req.set_final_loss(0.0);
+    req.set_nothing_trained(true);
+    req.set_total_steps(100);
+    ASSERT_TRUE(manager_->ReportDone(req, token).ok());
+  }
+  EXPECT_EQ(State(id), v1::SUCCEEDED);
+  EXPECT_NE(Reason(id).find("already complete"), std::string::npos) << Reason(id);
+  EXPECT_EQ(Reason(id).find("final loss"), std::string::npos) << Reason(id);
+}
+
+}  // namespace
+}  // namespace shardd::testing

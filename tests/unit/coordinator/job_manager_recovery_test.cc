@@ -207,6 +207,8 @@ class JobManagerCheckpointTest : public JobManagerTest {
     base.strategy = "full_shard";
     base.shard_count = 2;
     base.total_steps = 100;
+    base.global_batch = 4;       // a manifest must be in range (issue 18 item 2)
+    base.units = {{"embed", 10}};
     v1::ReportCheckpointRequest req;
     *req.mutable_id() = Worker(id, attempt, rank);
     req.set_step(step);

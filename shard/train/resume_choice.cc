@@ -1,0 +1,68 @@
+#include "shard/train/resume_choice.h"
+
+#include "shard/ckpt/catalog.h"
+#include "shard/common/file_util.h"
+
+namespace shard {
+namespace {
+
+StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/" + kCommittedFile;
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return NotFound(step_dir + " is not a committed checkpoint (no " + kCommittedFile + ")");
+  return Manifest::FromJson(*text, path);
+}
+
+// The note for resuming `m` (at step_dir) in a run whose keys are `mine`.
+std::string OwnershipNote(const Manifest& m, const std::string& step_dir, const RunKeys& mine) {
+  if (m.run_fingerprint.empty())
+    return step_dir + " records no run fingerprint (an older shardd wrote it): resumed as this run's";
+  if (m.run_fingerprint == RunFingerprint(mine)) return "";
+  return "resuming " + step_dir + ", a step of another run, as checkpoint.resume asks (it differs in " +
+         DescribeRunDifference(m.run_keys, mine) + ")";
+}
+
+}  // namespace
+
+bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint) {
+  return step_fingerprint.empty() || step_fingerprint == my_fingerprint;
+}
+
+StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine) {
+  ResumeChoice c;
+  if (resume == "none") return c;
+  if (resume != "auto") {
+    auto m = ReadManifest(resume);
+    if (!m.ok()) return m.status().WithContext("resume from " + resume);
+    c.step_dir = resume;
+    c.note = OwnershipNote(*m, resume, mine);
+    return c;
+  }
+  ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
+  bool any_committed = false;
+  for (const auto& s : steps) any_committed |= s.committed;
+  if (!any_committed) return c;  // a fresh run
+  const std::string fp = RunFingerprint(mine);
+  auto mine_found = FindLatestGoodStep(job_dir, /*verify_checksums=*/true,
+                                       [&](const Manifest& m) { return IsThisRunsStep(m.run_fingerprint, fp); });
+  if (mine_found.ok()) {
+    ASSIGN_OR_RETURN(Manifest m, ReadManifest(*mine_found));
+    c.step_dir = *mine_found;
+    c.verified = true;  // FindLatestGoodStep read every file's checksum
+    c.note = OwnershipNote(m, c.step_dir, mine);
+    return c;
+  }
+  // None of this run's: say whose the good ones are instead of resuming them.
+  auto any = FindLatestGoodStep(job_dir, /*verify_checksums=*/false);
+  if (any.ok()) {
+    ASSIGN_OR_RETURN(Manifest m, ReadManifest(*any));
+    return InvalidArgument("resume: " + job_dir + " holds checkpoints of another run (newest: " + *any +
+                           "), which differs from this job in " + DescribeRunDifference(m.run_keys, mine) +
+                           ". To start this job fresh give it a new name (or another checkpoint.dir), or set "
+                           "checkpoint.resume: none (its steps then replace that run's steps of the same number); "
+                           "to continue that run anyway set checkpoint.resume: " + *any);
+  }
+  return mine_found.status().WithContext("resume: committed checkpoints exist but none is usable");
+}
+
+}  // namespace shard

@@ -1,0 +1,33 @@
+// Which committed step a job resumes from (checkpoint.resume), and whether
+// that step is this run's (issue 18 item 3).
+//
+//   none      from scratch.
+//   auto      the newest good committed step of this run (same fingerprint,
+//             run_fingerprint.h) or of an unknown run (a manifest written
+//             before fingerprints: resumed with a warning). If the directory
+//             holds only another run's steps, INVALID_ARGUMENT naming the
+//             differing keys and the ways out — never a silent resume.
+//   STEP_DIR  that step, whoever wrote it: resuming another run's step on
+//             purpose is allowed (fine-tuning from a checkpoint); the note
+//             says so and names the differences.
+#pragma once
+
+#include <string>
+
+#include "shard/common/status.h"
+#include "shard/train/run_fingerprint.h"
+
+namespace shard {
+
+struct ResumeChoice {
+  std::string step_dir;   // "" = from scratch
+  bool verified = false;  // the step's checksums were read while choosing it
+  std::string note;       // a warning to log ("" = none): an unknown or another run's step
+};
+
+StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine);
+
+// The filter that keeps a search to this run's steps (and unknown ones).
+bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint);
+
+}  // namespace shard

@@ -1,0 +1,72 @@
+#include "shard/train/run_fingerprint.h"
+
+#include <cstdio>
+
+#include "shard/common/checksum.h"
+
+namespace shard {
+namespace {
+
+std::string Num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.12g", v);
+  return buf;
+}
+
+}  // namespace
+
+RunKeys RunKeysOf(const JobConfig& job) {
+  RunKeys k;
+  k["model.preset"] = job.model.preset;
+  k["model.from_hf"] = job.model.from_hf;
+  const DataConfig& d = job.data;
+  k["data.tokens"] = d.tokens;
+  k["data.jsonl"] = d.jsonl;
+  k["data.tokenizer"] = d.tokenizer;
+  k["data.template"] = d.chat_template;
+  k["data.packing"] = d.packing ? "true" : "false";
+  k["data.train_on"] = d.train_on;
+  k["data.overlong"] = d.overlong;
+  k["data.seq_len"] = std::to_string(d.seq_len);
+  k["data.shuffle"] = d.shuffle ? "true" : "false";
+  const TrainConfig& t = job.train;
+  k["train.global_batch"] = std::to_string(t.global_batch);
+  k["train.seed"] = std::to_string(t.seed);
+  k["train.precision"] = PrecisionName(t.precision);
+  k["train.loss_scale"] = t.loss_scale.ToString();
+  const OptimConfig& o = t.optim;
+  k["train.lr"] = Num(o.lr);
+  k["train.min_lr_ratio"] = Num(o.min_lr_ratio);
+  k["train.warmup_steps"] = std::to_string(o.warmup_steps);
+  k["train.schedule"] = EnumToName(kScheduleNames, o.schedule);
+  k["train.beta1"] = Num(o.beta1);
+  k["train.beta2"] = Num(o.beta2);
+  k["train.eps"] = Num(o.eps);
+  k["train.weight_decay"] = Num(o.weight_decay);
+  k["train.decay_norms_and_embeddings"] = o.decay_norms_and_embeddings ? "true" : "false";
+  k["train.grad_clip"] = Num(o.grad_clip);
+  return k;
+}
+
+std::string RunFingerprint(const RunKeys& keys) {
+  std::string text;
+  for (const auto& [k, v] : keys) text += k + "=" + v + "\n";
+  return HashToHex(Xxh64(text.data(), text.size()));
+}
+
+std::string DescribeRunDifference(const RunKeys& saved, const RunKeys& now) {
+  std::string out;
+  auto add = [&](const std::string& k, const std::string& a, const std::string& b) {
+    out += (out.empty() ? "" : ", ") + k + " " + (a.empty() ? "(unset)" : a) + " -> " + (b.empty() ? "(unset)" : b);
+  };
+  for (const auto& [k, v] : saved) {
+    auto it = now.find(k);
+    const std::string b = it == now.end() ? "" : it->second;
+    if (b != v) add(k, v, b);
+  }
+  for (const auto& [k, v] : now)
+    if (!saved.count(k) && !v.empty()) add(k, "", v);
+  return out;
+}
+
+}  // namespace shard
