@@ -1,7 +1,7 @@
 // shardctl: the user's tool. Jobs through the coordinator (run, submit,
 // status, metrics, list, cancel, watch, logs, checkpoints JOB; see
 // job_commands.h) and offline commands on model folders and checkpoints (eval,
-// generate, export, plan, prepare-data, launch).
+// generate, export, plan, prepare-data, chat-template, launch).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "coordinator/ctl/commands.h"
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/plan_command.h"
+#include "coordinator/ctl/chat_template_command.h"
 #include "coordinator/ctl/prepare_data_command.h"
 #include "coordinator/ctl/render_command.h"
 #include "shard/common/logging.h"
@@ -83,17 +84,37 @@ int main(int argc, char** argv) {
 
   shardctl::PrepareDataOptions prep;
   auto* pd = app.add_subcommand("prepare-data", "Tokenize SFT JSONL into PREFIX.{tokens,mask,index,json}");
-  pd->add_option("--input", prep.input, "JSONL: {\"messages\":[...]} or {\"prompt\",\"response\"} rows")
+  pd->add_option("--input", prep.input,
+                 "JSONL rows: {\"messages\":[...]}, {\"prompt\",\"response\"}, alpaca or sharegpt")
       ->required()
       ->check(CLI::ExistingFile);
   pd->add_option("--tokenizer", prep.tokenizer, "byte, a tokenizer.json, a SentencePiece .model, or a folder")->required();
-  pd->add_option("--template", prep.chat_template, "plain, llama2, llama3 or chatml")->required();
+  pd->add_option("--template", prep.chat_template,
+                 "auto (the tokenizer folder's chat_template, else plain), hf, hf:NAME, plain, llama2, llama3 or chatml")
+      ->capture_default_str();
   pd->add_option("--seq-len", prep.seq_len, "Training sequence length")->required();
   pd->add_option("--out", prep.out, "Output prefix")->required();
   pd->add_option("--train-on", prep.train_on, "assistant or all")->capture_default_str();
+  pd->add_option("--format", prep.format, "Row format: auto (per file, from its first row), messages, prompt_response, "
+                                          "alpaca or sharegpt")
+      ->capture_default_str();
   pd->add_option("--bad-rows", prep.bad_rows, "fail or skip")->capture_default_str();
   pd->add_option("--threads", prep.threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
   pd->add_flag("--json", prep.json, "Print the dataset header as JSON");
+
+  shardctl::ChatTemplateOptions ct;
+  auto* ctc = app.add_subcommand("chat-template",
+                                 "Print a conversation rendered by a model's chat template (as transformers' "
+                                 "apply_chat_template(..., tokenize=False) prints it)");
+  ctc->add_option("--tokenizer", ct.tokenizer, "The tokenizer folder (tokenizer_config.json with chat_template)")
+      ->required();
+  ctc->add_option("--messages", ct.messages,
+                  "JSON: [{\"role\", \"content\"}, ...] or {\"messages\": [...], other template variables}")
+      ->required()
+      ->check(CLI::ExistingFile);
+  ctc->add_flag("--add-generation-prompt", ct.add_generation_prompt, "End with the assistant's turn header");
+  ctc->add_option("--template", ct.chat_template, "auto, hf, hf:NAME, plain, llama2, llama3 or chatml")
+      ->capture_default_str();
 
   shardctl::RenderOptions rd;
   auto* rc = app.add_subcommand("render", "Print the cluster objects a launcher would create for a job (k8s), without applying them");
@@ -122,6 +143,8 @@ int main(int argc, char** argv) {
     st = shardctl::RunEval(eval);
   } else if (*pd) {
     st = shardctl::RunPrepareData(prep);
+  } else if (*ctc) {
+    st = shardctl::RunChatTemplate(ct);
   } else if (*pc) {
     st = shardctl::RunPlan(pl);
   } else if (*rc) {

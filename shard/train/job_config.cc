@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "shard/common/yaml_config.h"
+#include "shard/data/chat_format.h"
 #include "shard/optim/loss_scaler.h"
 #include "shard/tensor/dtype.h"
 
@@ -157,7 +158,11 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     RETURN_IF_ERROR(m.Get("shuffle", &d.shuffle));
     RETURN_IF_ERROR(m.Get("prepared", &d.prepared));
     RETURN_IF_ERROR(m.Get("tokenizer", &d.tokenizer));
-    RETURN_IF_ERROR(m.GetEnum("template", {"plain", "llama2", "llama3", "chatml"}, &d.chat_template));
+    RETURN_IF_ERROR(m.Get("template", &d.chat_template));
+    if (!IsChatFormatSpec(d.chat_template))
+      return InvalidArgument(m.Where("template") + ": '" + d.chat_template +
+                             "' is not one of auto, hf, hf:NAME, plain, llama2, llama3, chatml");
+    RETURN_IF_ERROR(m.GetEnum("format", {"auto", "messages", "prompt_response", "alpaca", "sharegpt"}, &d.format));
     RETURN_IF_ERROR(m.Get("packing", &d.packing));
     RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d.train_on));
     RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d.bad_rows));
@@ -165,13 +170,18 @@ Status MapJob(YamlMap& root, JobConfig* job) {
     // The SFT keys mean nothing to a raw token file: refuse them rather than
     // silently train on something else than the user described.
     if (!d.tokens.empty() && d.jsonl.empty()) {
-      for (const char* key : {"prepared", "tokenizer", "template", "packing", "train_on", "bad_rows", "overlong"}) {
+      for (const char* key : {"prepared", "tokenizer", "template", "format", "packing", "train_on", "bad_rows", "overlong"}) {
         if (m.Has(key))
           return InvalidArgument(m.Where(key) + ": only applies to SFT data (data.jsonl); data.tokens is a raw "
                                  "uint32 token file, already tokenized");
       }
     }
+    const bool tokenizer_given = m.Has("tokenizer");
     RETURN_IF_ERROR(m.Finish());
+    if (!tokenizer_given) {
+      Status tok = d.ResolveTokenizer(job->model.from_hf);
+      if (!tok.ok()) return tok.WithContext(m.Where("tokenizer"));
+    }
   }
   {
     ASSIGN_OR_RETURN(YamlMap m, root.Sub("train"));
