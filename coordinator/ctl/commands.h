@@ -18,7 +18,7 @@ struct EvalOptions {
   // fly (into a temporary directory) with tokenizer/template/train_on.
   std::string data;
   std::string tokenizer = "byte";
-  std::string chat_template = "plain";
+  std::string chat_template = "auto";  // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml
   std::string train_on = "assistant";
   int64_t max_samples = 0;  // 0 = all
   int64_t show = 0;         // print the first N greedy answers

@@ -1,7 +1,7 @@
 // shardctl: the user's tool. Jobs through the coordinator (run, submit,
 // status, metrics, list, cancel, watch, logs, checkpoints JOB; see
 // job_commands.h) and offline commands on model folders and checkpoints (eval,
-// generate, export, plan, prepare-data, launch).
+// generate, export, plan, prepare-data, chat-template, launch).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "coordinator/ctl/commands.h"
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/plan_command.h"
+#include "coordinator/ctl/chat_template_command.h"
 #include "coordinator/ctl/prepare_data_command.h"
 #include "coordinator/ctl/render_command.h"
 #include "shard/common/logging.h"
@@ -93,17 +94,39 @@ CLI::App* AddPlan(CLI::App& app, shardctl::PlanOptions* o) {
 
 CLI::App* AddPrepareData(CLI::App& app, shardctl::PrepareDataOptions* o) {
   CLI::App* sub = app.add_subcommand("prepare-data", "Tokenize SFT JSONL into PREFIX.{tokens,mask,index,json}");
-  sub->add_option("--input", o->input, "JSONL: {\"messages\":[...]} or {\"prompt\",\"response\"} rows")
+  sub->add_option("--input", o->input,
+                  "JSONL rows: {\"messages\":[...]}, {\"prompt\",\"response\"}, alpaca or sharegpt")
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--tokenizer", o->tokenizer, "byte, a tokenizer.json, a SentencePiece .model, or a folder")->required();
-  sub->add_option("--template", o->chat_template, "plain, llama2, llama3 or chatml")->required();
+  sub->add_option("--template", o->chat_template,
+                  "auto (the tokenizer folder's chat_template, else plain), hf, hf:NAME, plain, llama2, llama3 or chatml")
+      ->capture_default_str();
   sub->add_option("--seq-len", o->seq_len, "Training sequence length")->required();
   sub->add_option("--out", o->out, "Output prefix")->required();
   sub->add_option("--train-on", o->train_on, "assistant or all")->capture_default_str();
+  sub->add_option("--format", o->format, "Row format: auto (per file, from its first row), messages, prompt_response, "
+                                          "alpaca or sharegpt")
+      ->capture_default_str();
   sub->add_option("--bad-rows", o->bad_rows, "fail or skip")->capture_default_str();
   sub->add_option("--threads", o->threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
   sub->add_flag("--json", o->json, "Print the dataset header as JSON");
+  return sub;
+}
+
+CLI::App* AddChatTemplate(CLI::App& app, shardctl::ChatTemplateOptions* o) {
+  CLI::App* sub = app.add_subcommand("chat-template",
+                                     "Print a conversation rendered by a model's chat template (as transformers' "
+                                     "apply_chat_template(..., tokenize=False) prints it)");
+  sub->add_option("--tokenizer", o->tokenizer, "The tokenizer folder (tokenizer_config.json with chat_template)")
+      ->required();
+  sub->add_option("--messages", o->messages,
+                  "JSON: [{\"role\", \"content\"}, ...] or {\"messages\": [...], other template variables}")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--add-generation-prompt", o->add_generation_prompt, "End with the assistant's turn header");
+  sub->add_option("--template", o->chat_template, "auto, hf, hf:NAME, plain, llama2, llama3 or chatml")
+      ->capture_default_str();
   return sub;
 }
 
@@ -147,6 +170,7 @@ int main(int argc, char** argv) {
   shardctl::PlanOptions pl;
   shardctl::PrepareDataOptions prep;
   shardctl::RenderOptions rd;
+  shardctl::ChatTemplateOptions ct;
   // Offline commands: the first one given runs.
   const std::vector<std::pair<CLI::App*, std::function<shard::Status()>>> offline = {
       {AddEval(app, &eval), [&] { return shardctl::RunEval(eval); }},
@@ -162,6 +186,7 @@ int main(int argc, char** argv) {
       {AddLaunch(app, &la), [&] { return shardctl::RunLaunch(la); }},
       {AddPlan(app, &pl), [&] { return shardctl::RunPlan(pl); }},
       {AddPrepareData(app, &prep), [&] { return shardctl::RunPrepareData(prep); }},
+      {AddChatTemplate(app, &ct), [&] { return shardctl::RunChatTemplate(ct); }},
       {AddRender(app, &rd), [&] { return shardctl::RunRender(rd); }},
   };
   shardctl::JobCommands jobs(app);

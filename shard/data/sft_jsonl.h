@@ -1,8 +1,19 @@
-// One SFT JSONL row: {"messages": [{"role": ..., "content": ...}, ...]} or
-// {"prompt": ..., "response": ...} (optionally with "system"). Other keys are
-// ignored, so exported datasets with ids or metadata load as they are.
+// One SFT JSONL row, in one of four formats (other keys are ignored, so
+// exported datasets with ids or metadata load as they are):
 //
-// Thread-safety: pure function.
+//   messages         {"messages": [{"role": ..., "content": ...}, ...]}
+//   prompt_response  {"prompt": ..., "response": ...} (optionally "system")
+//   alpaca           {"instruction": ..., "input": ..., "output": ...} (input
+//                    optional; a non-empty input follows the instruction after
+//                    a blank line; optionally "system")
+//   sharegpt         {"conversations": [{"from": "human"|"gpt"|"system", "value": ...}]}
+//                    ("user"/"assistant" are accepted as from values too)
+//
+// With format auto a file's format is that of its first row, and a row in
+// another format is refused (mixed files are usually a concatenation mistake);
+// messages and prompt_response rows may share a file, as they always could.
+//
+// Thread-safety: pure functions.
 #pragma once
 
 #include <string_view>
@@ -13,9 +24,19 @@
 
 namespace shard {
 
+enum class SftFormat { kAuto, kMessages, kPromptResponse, kAlpaca, kShareGpt };
+StatusOr<SftFormat> ParseSftFormat(std::string_view s);
+const char* SftFormatName(SftFormat f);
+
+// The format of one row, by its keys (auto is never returned). INVALID_ARGUMENT
+// for a line that is not a JSON object or matches no format.
+StatusOr<SftFormat> DetectSftFormat(std::string_view line);
+
 // INVALID_ARGUMENT says what is wrong with the row (the caller adds the line
-// number): not JSON, not an object, neither format, a message without a string
-// role or content, an unknown role, an empty conversation.
-StatusOr<std::vector<Message>> ParseSftRow(std::string_view line);
+// number): not JSON, not an object, not the expected format, a message without
+// a string role or content, an unknown role, an empty conversation.
+// `also`: a second format accepted beside `format` (auto: none).
+StatusOr<std::vector<Message>> ParseSftRow(std::string_view line, SftFormat format = SftFormat::kAuto,
+                                           SftFormat also = SftFormat::kAuto);
 
 }  // namespace shard

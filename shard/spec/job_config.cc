@@ -177,7 +177,7 @@ Status MapModel(YamlMap& root, ModelSource* model) {
   return m.Finish();
 }
 
-Status MapData(YamlMap& root, DataConfig* d) {
+Status MapData(YamlMap& root, const ModelSource& model, DataConfig* d) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("data"));
   RETURN_IF_ERROR(m.Get("tokens", &d->tokens));
   RETURN_IF_ERROR(m.Get("jsonl", &d->jsonl));
@@ -185,7 +185,11 @@ Status MapData(YamlMap& root, DataConfig* d) {
   RETURN_IF_ERROR(m.Get("shuffle", &d->shuffle));
   RETURN_IF_ERROR(m.Get("prepared", &d->prepared));
   RETURN_IF_ERROR(m.Get("tokenizer", &d->tokenizer));
-  RETURN_IF_ERROR(m.GetEnum("template", {"plain", "llama2", "llama3", "chatml"}, &d->chat_template));
+  RETURN_IF_ERROR(m.Get("template", &d->chat_template));
+  if (!IsChatFormatSpec(d->chat_template))
+    return InvalidArgument(m.Where("template") + ": '" + d->chat_template +
+                           "' is not one of auto, hf, hf:NAME, plain, llama2, llama3, chatml");
+  RETURN_IF_ERROR(m.GetEnum("format", {"auto", "messages", "prompt_response", "alpaca", "sharegpt"}, &d->format));
   RETURN_IF_ERROR(m.Get("packing", &d->packing));
   RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d->train_on));
   RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d->bad_rows));
@@ -193,13 +197,17 @@ Status MapData(YamlMap& root, DataConfig* d) {
   // The SFT keys mean nothing to a raw token file: refuse them rather than
   // silently train on something else than the user described.
   if (!d->tokens.empty() && d->jsonl.empty()) {
-    for (const char* key : {"prepared", "tokenizer", "template", "packing", "train_on", "bad_rows", "overlong"}) {
+    for (const char* key : {"prepared", "tokenizer", "template", "format", "packing", "train_on", "bad_rows", "overlong"}) {
       if (m.Has(key))
         return InvalidArgument(m.Where(key) + ": only applies to SFT data (data.jsonl); data.tokens is a raw "
                                "uint32 token file, already tokenized");
     }
   }
-  return m.Finish();
+  const bool tokenizer_given = m.Has("tokenizer");
+  RETURN_IF_ERROR(m.Finish());
+  // No data.tokenizer: the model's own (model.from_hf's folder), else byte.
+  if (!tokenizer_given) RETURN_IF_ERROR(d->ResolveTokenizer(model.from_hf).WithContext(m.Where("tokenizer")));
+  return OkStatus();
 }
 
 Status MapOptim(YamlMap& m, OptimConfig* o) {
@@ -348,7 +356,7 @@ Status MapExport(YamlMap& root, ExportConfig* e) {
 Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(root.Get("name", &job->name));
   RETURN_IF_ERROR(MapModel(root, &job->model));
-  RETURN_IF_ERROR(MapData(root, &job->data));
+  RETURN_IF_ERROR(MapData(root, job->model, &job->data));
   RETURN_IF_ERROR(MapTrain(root, &job->train));
   RETURN_IF_ERROR(MapParallel(root, &job->parallel));
   RETURN_IF_ERROR(MapCheckpoint(root, &job->checkpoint));

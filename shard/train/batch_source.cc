@@ -108,6 +108,7 @@ PrepareSftOptions SftPrepareOptions(const JobConfig& job) {
   o.chat_template = job.data.chat_template;
   o.seq_len = job.data.seq_len;
   o.train_on = job.data.train_on;
+  o.format = job.data.format;
   o.bad_rows = job.data.bad_rows;
   o.out = SftPreparedPrefix(job);
   return o;

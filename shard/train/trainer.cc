@@ -93,6 +93,7 @@ Status Trainer::Init() {
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
   RETURN_IF_ERROR(InitRuntime(hf ? &*hf : nullptr, precision));
+  RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
   RETURN_IF_ERROR(Resume());

@@ -311,3 +311,81 @@ TEST_F(PrepareTest, ShardctlPrepareDataFunction) {
 
 }  // namespace
 }  // namespace shard
+
+namespace shard {
+namespace {
+
+TEST(SftJsonlTest, AlpacaAndShareGptRows) {
+  auto a = ParseSftRow(R"({"instruction":"Sum","input":"2 and 2","output":"4","system":"S"})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->size(), 3u);
+  EXPECT_EQ((*a)[0].role, Role::kSystem);
+  EXPECT_EQ((*a)[1].content, "Sum\n\n2 and 2");
+  EXPECT_EQ((*a)[2].content, "4");
+  auto a2 = ParseSftRow(R"({"instruction":"Hi","input":"","output":"Yo"})", SftFormat::kAlpaca);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ((*a2)[0].content, "Hi");
+  auto s = ParseSftRow(R"({"conversations":[{"from":"system","value":"S"},{"from":"human","value":"Q"},)"
+                       R"({"from":"gpt","value":"A"}]})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[1].role, Role::kUser);
+  EXPECT_EQ((*s)[2].role, Role::kAssistant);
+  EXPECT_EQ((*s)[2].content, "A");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"instruction":"x"})", "no string \"output\" (alpaca)"},
+      {R"({"instruction":"x","input":3,"output":"y"})", "\"input\" must be a string"},
+      {R"({"conversations":[{"from":"bot","value":"x"}]})", "\"from\" 'bot' is not human, gpt or system"},
+      {R"({"conversations":[{"from":"gpt"}]})", "conversations[0] has no string \"value\""},
+      {R"({"conversations":[]})", "\"conversations\" is empty"},
+  };
+  for (const auto& [row, want] : bad) {
+    auto m = ParseSftRow(row);
+    ASSERT_FALSE(m.ok()) << row;
+    EXPECT_NE(m.status().message().find(want), std::string::npos) << row << " -> " << m.status().message();
+  }
+  auto wrong = ParseSftRow(R"({"messages":[{"role":"user","content":"x"}]})", SftFormat::kAlpaca);
+  EXPECT_NE(wrong.status().message().find("this row is in the messages format, but the file is alpaca"),
+            std::string::npos)
+      << wrong.status().message();
+  EXPECT_FALSE(ParseSftFormat("csv").ok());
+}
+
+TEST(SftJsonlTest, PrepareReadsEachFormatAndRefusesMixedFiles) {
+  const std::string dir = testing_data::TempDir("formats");
+  const std::pair<const char*, std::string> files[] = {
+      {"alpaca", R"({"instruction":"Reverse","input":"abc","output":"cba"})"},
+      {"sharegpt", R"({"conversations":[{"from":"human","value":"Reverse abc"},{"from":"gpt","value":"cba"}]})"},
+  };
+  for (const auto& [name, row] : files) {
+    const std::string in = dir + "/" + name + ".jsonl";
+    std::ofstream(in) << row << "\n" << row << "\n";
+    PrepareSftOptions o;
+    o.input = in;
+    o.seq_len = 64;
+    o.out = dir + "/" + name;
+    auto r = PrepareSftData(o);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    EXPECT_EQ(r->header.num_samples, 2) << name;
+    EXPECT_EQ(r->header.num_target_tokens, 2 * 4) << name;  // "cba" + EOS (plain template, byte tokenizer)
+  }
+  const std::string mixed = dir + "/mixed.jsonl";
+  std::ofstream(mixed) << files[0].second << "\n\n" << files[1].second << "\n";
+  PrepareSftOptions o;
+  o.input = mixed;
+  o.seq_len = 64;
+  o.out = dir + "/mixed";
+  auto r = PrepareSftData(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mixed.jsonl:3: this row is in the sharegpt format, but the file is alpaca"),
+            std::string::npos)
+      << r.status().message();
+  o.format = "sharegpt";
+  o.input = dir + "/sharegpt.jsonl";
+  EXPECT_TRUE(PrepareSftData(o).ok());
+  o.format = "alpaca";
+  EXPECT_FALSE(PrepareSftData(o).ok());
+}
+
+}  // namespace
+}  // namespace shard

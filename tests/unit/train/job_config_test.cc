@@ -6,9 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace shard {
 namespace {
@@ -243,6 +247,55 @@ TEST(JobSpecTest, CheckpointJobDirIsOneRule) {
   EXPECT_EQ(CheckpointJobDir(*job, "/work/a"), "/work/a/runs/ck/big");
   job->checkpoint.dir = "/abs/ck";
   EXPECT_EQ(CheckpointJobDir(*job, "/work/a"), "/abs/ck/big");
+}
+
+}  // namespace
+}  // namespace shard
+
+namespace shard {
+namespace {
+
+std::string SftJob(const std::string& model, const std::string& data_extra) {
+  return "name: sft\nmodel: " + model + "\ndata: {jsonl: rows.jsonl, seq_len: 16" + data_extra +
+         "}\ntrain: {steps: 1, global_batch: 2, micro_batch: 1}\nparallel: {world_size: 2}\n";
+}
+
+TEST(DataDefaultsTest, TokenizerAndTemplateFollowTheModel) {
+  // A preset and no tokenizer: byte, but only for a model with the byte vocabulary.
+  auto preset = ParseJobConfig(SftJob("{preset: tiny}", ""), "job.yaml");
+  ASSERT_TRUE(preset.ok()) << preset.status().ToString();
+  EXPECT_EQ(preset->data.tokenizer, "byte");
+  EXPECT_TRUE(preset->data.tokenizer_from_model);
+  EXPECT_EQ(preset->data.chat_template, "auto");
+  EXPECT_EQ(preset->data.format, "auto");
+  Status st = preset->data.CheckTokenizerFitsModel(512);
+  EXPECT_TRUE(Contains(st.message(), "data.tokenizer is not set, so the byte tokenizer (265 ids) would feed a model "
+                                     "with vocab_size 512"))
+      << st.ToString();
+  EXPECT_TRUE(preset->data.CheckTokenizerFitsModel(265).ok());
+  auto explicit_byte = ParseJobConfig(SftJob("{preset: tiny}", ", tokenizer: byte"), "job.yaml");
+  ASSERT_TRUE(explicit_byte.ok());
+  EXPECT_FALSE(explicit_byte->data.tokenizer_from_model);
+  EXPECT_TRUE(explicit_byte->data.CheckTokenizerFitsModel(512).ok());
+
+  // model.from_hf: its folder's tokenizer (and with template auto, its chat_template).
+  const auto dir = std::filesystem::temp_directory_path() / ("shardd_data_defaults_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "with");
+  std::filesystem::create_directories(dir / "without");
+  std::ofstream(dir / "with" / "tokenizer.json") << "{}";
+  auto hf = ParseJobConfig(SftJob("{from_hf: " + (dir / "with").string() + "}", ""), "job.yaml");
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  EXPECT_EQ(hf->data.tokenizer, (dir / "with").string());
+  auto none = ParseJobConfig(SftJob("{from_hf: " + (dir / "without").string() + "}", ""), "job.yaml");
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(Contains(none.status().message(), "holds no tokenizer.json or tokenizer.model")) << none.status().ToString();
+  auto hf_byte = ParseJobConfig(SftJob("{from_hf: " + (dir / "without").string() + "}", ", tokenizer: byte"), "job.yaml");
+  EXPECT_TRUE(hf_byte.ok());
+  std::filesystem::remove_all(dir);
+
+  ExpectRefused(SftJob("{preset: tiny}", ", template: vicuna"), {"data.template: 'vicuna' is not one of auto, hf, hf:NAME"});
+  ExpectRefused(SftJob("{preset: tiny}", ", format: csv"), {"format"});
+  EXPECT_TRUE(ParseJobConfig(SftJob("{preset: tiny}", ", template: hf:tool_use, format: sharegpt"), "job.yaml").ok());
 }
 
 }  // namespace

