@@ -228,13 +228,13 @@ Status ApplyOverride(YAML::Node root, const std::string& assignment) {
     return InvalidArgument("--set '" + assignment + "': expected key.path=value");
   std::string path = assignment.substr(0, eq);
   std::string value = assignment.substr(eq + 1);
-  // An empty value parses as null, which every Get() reads as "absent": the
-  // key would silently keep its default.
-  if (value.find_first_not_of(" \t") == std::string::npos)
-    return InvalidArgument("--set '" + assignment + "': empty value (give one, or leave the --set out)");
+  // An empty value would parse as null, which every Get() reads as "absent":
+  // the key would silently keep its default. It is the empty string instead:
+  // it clears a text key, and a number or flag refuses it by name.
+  const bool blank = value.find_first_not_of(" \t") == std::string::npos;
   YAML::Node parsed;
   try {
-    parsed = YAML::Load(value);
+    parsed = blank ? YAML::Node(std::string()) : YAML::Load(value);
   } catch (const YAML::Exception& e) {
     return InvalidArgument("--set '" + assignment + "': value is not valid YAML: " + e.msg);
   }

@@ -135,13 +135,18 @@ TEST(YamlConfigTest, DeepNestingIsNamed) {
   EXPECT_NE(deeper.status().message().find("nested deeper than 64 levels"), std::string::npos);
 }
 
-// An empty value parses as null, which reads as "absent": the default came back.
-TEST(YamlConfigTest, EmptyOverrideValueIsRefused) {
+// An empty value used to parse as null, which reads as "absent": the default
+// came back. It is the empty string: a number refuses it, a text key is cleared.
+TEST(YamlConfigTest, EmptyOverrideValueIsAnEmptyString) {
   for (const char* set : {"train.steps=", "train.steps=  "}) {
     auto c = Parse("train: {steps: 7}\n", {set});
     ASSERT_FALSE(c.ok()) << set;
-    EXPECT_NE(c.status().message().find("empty value"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("job.yaml: train.steps: expected an integer, got ''"), std::string::npos)
+        << c.status().message();
   }
+  auto cleared = Parse("name: demo\n", {"name="});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_EQ(cleared->name, "");
 }
 
 TEST(YamlConfigTest, LoadFileReportsDuplicatesWithThePath) {

@@ -242,7 +242,10 @@ TEST(JobFileTest, DuplicateSectionsAndEmptyOverridesAreRefused) {
       << dup.status().ToString();
   auto empty = ParseJobConfig(Job("  launcher: local\n", 2), "job.yaml", {"train.steps="});
   ASSERT_FALSE(empty.ok());
-  EXPECT_TRUE(Contains(empty.status().message(), "--set 'train.steps=': empty value")) << empty.status().ToString();
+  EXPECT_TRUE(Contains(empty.status().message(), "job.yaml: train.steps: expected an integer, got ''"))
+      << empty.status().ToString();
+  for (const char* set : {"restart.backoff_s=", "parallel.activation_checkpointing="})
+    EXPECT_FALSE(ParseJobConfig(Job("  launcher: local\n", 2), "job.yaml", {set}).ok()) << set;
 }
 
 }  // namespace
