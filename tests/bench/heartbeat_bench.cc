@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
   spec.set_yaml("name: hb\nmodel: {preset: tiny}\ndata: {tokens: tokens.u32, seq_len: 8}\ntrain: {steps: 1000000, "
                 "global_batch: " + std::to_string(workers) + ", micro_batch: 1}\nparallel: {world_size: " +
                 std::to_string(workers) + "}\nrestart: {heartbeat_timeout_s: 60, hang_timeout_s: 3600}\n");
+  // The simulated workers use no memory, but the planner would size W real
+  // CPU ranks on this host and refuse the job; a hardware dir without a
+  // catalog makes the coordinator skip the plan ("plan skipped").
+  ::setenv("SHARDD_HARDWARE_DIR", (dir / "no-hardware-catalog").string().c_str(), 1);
   auto job = jobs.Submit(spec);
   if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
   jobs.Tick();  // launches (fake) attempt 1
