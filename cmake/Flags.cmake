@@ -11,6 +11,17 @@ if(SHARDD_SANITIZE)
   target_compile_options(shardd_flags INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${_san};-fno-omit-frame-pointer>")
   target_link_options(shardd_flags INTERFACE -fsanitize=${_san})
 endif()
+# Fuzzing: every library gets libFuzzer's coverage hooks and ASan+UBSan (UB
+# aborts, so the fuzzer records it as a crash); only the fuzz targets link the
+# fuzzer's main (tests/fuzz/CMakeLists.txt).
+if(SHARDD_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "SHARDD_FUZZ=ON needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+  endif()
+  target_compile_options(shardd_flags INTERFACE
+    "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined;-fno-sanitize-recover=undefined;-fno-omit-frame-pointer;-g>")
+  target_link_options(shardd_flags INTERFACE -fsanitize=address,undefined)
+endif()
 
 # shardd_library(NAME SOURCES... DEPS ...): one static library per folder.
 function(shardd_library name)

@@ -1,6 +1,7 @@
 #include "coordinator/auth.h"
 
 #include <fcntl.h>
+#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "coordinator/state/state_dir.h"
 #include "shard/common/file_util.h"
 
 namespace shardd {
@@ -35,8 +37,7 @@ shard::StatusOr<std::string> ReadAdminToken(const std::string& state_dir) {
 shard::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir) {
   auto existing = ReadAdminToken(state_dir);
   if (existing.ok() || existing.status().code() != shard::StatusCode::kNotFound) return existing;
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
+  RETURN_IF_ERROR(SecureStateDir(state_dir));
   ASSIGN_OR_RETURN(std::string token, RandomHex(24));
   const std::string path = TokenPath(state_dir);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -73,6 +74,39 @@ bool TokensEqual(const std::string& a, const std::string& b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+namespace {
+
+std::string Sha256Hex(const std::string& s) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : md) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+constexpr const char* kHashPrefix = "sha256:";
+
+}  // namespace
+
+std::string HashToken(const std::string& token) { return kHashPrefix + Sha256Hex(token); }
+
+bool IsTokenHash(const std::string& s) {
+  return s.size() == 7 + 64 && s.rfind(kHashPrefix, 0) == 0 &&
+         s.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+}
+
+bool TokenMatchesHash(const std::string& token, const std::string& hash) {
+  return !token.empty() && IsTokenHash(hash) && TokensEqual(HashToken(token), hash);
+}
+
+std::string ExternalWorkerToken(const std::string& join_token, int attempt) {
+  return Sha256Hex("shardd-external-worker|" + join_token + "|" + std::to_string(attempt)).substr(0, 48);
 }
 
 }  // namespace shardd

@@ -138,7 +138,7 @@ JobRecord JobManager::RecordOf(const Job& j) const {
   rec.reason = j.reason;
   rec.spec = j.spec.SerializeAsString();
   rec.progress = j.progress.SerializeAsString();
-  rec.worker_token = j.token;
+  rec.worker_token = j.token_hash;
   rec.join_token = j.join_token;
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
@@ -314,8 +314,9 @@ void JobManager::LaunchLocked(Job& j) {
   const int world = j.config.parallel.world_size;
   j.attempt += 1;
   j.first_report_ms.clear();  // an older attempt's uncommitted reports time nothing now
-  j.previous_token = j.token;
-  j.token = NewToken();
+  j.previous_token_hash = j.token_hash;
+  j.token = External(j) ? ExternalWorkerToken(j.join_token, j.attempt) : NewToken();
+  j.token_hash = HashToken(j.token);
   j.committer->Reset();
   j.step_seconds.clear();
   j.pending_failure.clear();

@@ -163,8 +163,12 @@ class JobManager {
     int attempt = 0;
     int restarts = 0;
     std::string reason;
+    // The attempt's worker token: kept in memory only to hand to the launcher
+    // (or a joining external worker); "" after a coordinator restart. Calls
+    // are checked against its hash, which is all the database holds.
     std::string token;
-    std::string previous_token;  // the last attempt's: its stragglers hear "stale attempt"
+    std::string token_hash;
+    std::string previous_token_hash;  // the last attempt's: its stragglers hear "stale attempt"
     std::string join_token;      // launcher: external
     Launcher* launcher = nullptr;  // null for launcher: external
     int64_t created_ms = 0;

@@ -28,7 +28,7 @@ Status JobManager::Recover() {
     j->attempt = rec.attempt;
     j->restarts = rec.restarts;
     j->reason = rec.reason;
-    j->token = rec.worker_token;
+    j->token_hash = rec.worker_token;  // StateStore::Open hashed any plaintext from older versions
     j->join_token = rec.join_token;
     j->created_ms = rec.created_ms;
     j->updated_ms = rec.updated_ms;

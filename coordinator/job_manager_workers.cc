@@ -34,10 +34,10 @@ StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id,
   if (opts_.read_only) return shard::FailedPrecondition("read-only view of the state dir: no worker calls");
   ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
   // Token first: a caller without the attempt's token learns nothing more.
-  if (!token.empty() && !j->previous_token.empty() && TokensEqual(token, j->previous_token))
+  if (TokenMatchesHash(token, j->previous_token_hash))
     return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
                                      " (current attempt " + std::to_string(j->attempt) + "); exit");
-  if (token.empty() || !TokensEqual(token, j->token) || j->attempt == 0)
+  if (!TokenMatchesHash(token, j->token_hash) || j->attempt == 0)
     return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
   if (id.attempt() != j->attempt)
     return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
@@ -84,7 +84,7 @@ StatusOr<v1::JoinResponse> JobManager::Join(const v1::JoinRequest& req, const st
     for (Rank& x : j->ranks) x.launched_ms = opts_.now_ms();
   v1::JoinResponse resp;
   resp.set_attempt(j->attempt);
-  resp.set_token(j->token);
+  resp.set_token(ExternalWorkerToken(j->join_token, j->attempt));
   return resp;
 }
 

@@ -5,6 +5,10 @@
 #include <filesystem>
 #include <limits>
 
+#include "coordinator/auth.h"
+#include "coordinator/state/state_dir.h"
+#include "shard/common/logging.h"
+
 namespace shardd {
 namespace {
 
@@ -152,13 +156,52 @@ Status CorruptStore(const std::string& path, const std::string& problem) {
                                    "); shardd will not serve it: " + way_out);
 }
 
+Status ExecSql(sqlite3* db, const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return shard::Internal("state store: " + msg);
+  }
+  return shard::OkStatus();
+}
+
+// Databases written before worker tokens were hashed hold them in plain text:
+// hash them in place. secure_delete overwrites the old values' bytes, and the
+// WAL (which held copies of the old pages) is checkpointed and truncated.
+Status HashPlaintextTokens(sqlite3* db) {
+  std::vector<std::pair<std::string, std::string>> plain;  // id, token
+  {
+    Stmt s(db, "SELECT id, worker_token FROM jobs WHERE worker_token != ''");
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s.Next());
+      if (!row) break;
+      if (!IsTokenHash(s.Text(1))) plain.emplace_back(s.Text(0), s.Text(1));
+    }
+  }
+  if (plain.empty()) return shard::OkStatus();
+  RETURN_IF_ERROR(ExecSql(db, "PRAGMA secure_delete=ON; BEGIN IMMEDIATE;"));
+  for (const auto& [id, token] : plain) {
+    Status st = Stmt(db, "UPDATE jobs SET worker_token=? WHERE id=?").Bind(HashToken(token)).Bind(id).Run();
+    if (!st.ok()) {
+      (void)ExecSql(db, "ROLLBACK;");
+      return st;
+    }
+  }
+  RETURN_IF_ERROR(ExecSql(db, "COMMIT; PRAGMA wal_checkpoint(TRUNCATE);"));
+  LOG_WARN("state database: hashed the plain-text worker tokens of {} job(s) (older shardd)", plain.size());
+  return shard::OkStatus();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) return shard::InvalidArgument("cannot create state dir " + state_dir + ": " + ec.message());
+  RETURN_IF_ERROR(SecureStateDir(state_dir));
   const std::string path = (std::filesystem::path(state_dir) / "shardd.db").string();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (*suffix && !std::filesystem::exists(path + suffix)) continue;
+    RETURN_IF_ERROR(SecurePrivateFile(path + suffix));
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
@@ -181,6 +224,7 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
       RETURN_IF_ERROR(store->Exec(std::string("ALTER TABLE ") + c.table + " ADD COLUMN " + c.name + " " + c.decl)
                           .WithContext("state database " + path + ": adding " + c.table + "." + c.name));
   }
+  RETURN_IF_ERROR(HashPlaintextTokens(db).WithContext("state database " + path + ": hashing worker tokens"));
   RETURN_IF_ERROR(store->Backup(path + ".bak"));
   return store;
 }

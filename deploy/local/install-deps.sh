@@ -10,6 +10,8 @@ packages=(
   libspdlog-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libgloo-dev libopenblas-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
+  libssl-dev  # libcrypto: SHA-256 of worker tokens in the state database
+  clang libclang-rt-14-dev  # libFuzzer (tests/fuzz/run_fuzzers.sh)
   python3
   openssl  # the TLS end-to-end tests make their certificates with it
   slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster

@@ -24,5 +24,10 @@ if command -v npm >/dev/null 2>&1; then
   npm ci --prefix tests/k8s --no-audit --no-fund >/dev/null ||
     echo "test.sh: npm ci tests/k8s failed; k8s_manifest_schema will skip" >&2
 fi
-cd build
-ctest --output-on-failure -j "${SHARDD_TEST_JOBS:-2}" --timeout 600
+(cd build && ctest --output-on-failure -j "${SHARDD_TEST_JOBS:-2}" --timeout 600)
+# Every file reader under libFuzzer (clang, ASan+UBSan) for a short while: its
+# own build dir (build-fuzz), seeded from tests/fuzz/corpus; fails on any crash,
+# leak or undefined behaviour. SHARDD_FUZZ_SECONDS per target (0 skips).
+if [ "${SHARDD_FUZZ_SECONDS:-15}" != 0 ]; then
+  bash tests/fuzz/run_fuzzers.sh "${SHARDD_FUZZ_SECONDS:-15}"
+fi

@@ -12,6 +12,7 @@
 #include "shard/common/checksum.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_int.h"
 
 namespace shard {
 namespace {
@@ -150,21 +151,21 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
   if (j.is_discarded() || !j.is_object()) return DataLoss("checkpoint shard " + path + ": header is not JSON");
   try {
     ShardHeader& h = r.header_;
-    h.step = j.at("step").get<int64_t>();
-    h.world = j.at("world").get<int>();
-    h.rank = j.at("rank").get<int>();
-    h.shard_rank = j.at("shard_rank").get<int>();
-    h.shard_count = j.at("shard_count").get<int>();
+    h.step = JsonInt<int64_t>(j.at("step"));
+    h.world = JsonInt<int>(j.at("world"));
+    h.rank = JsonInt<int>(j.at("rank"));
+    h.shard_rank = JsonInt<int>(j.at("shard_rank"));
+    h.shard_count = JsonInt<int>(j.at("shard_count"));
     auto hash = HashFromHex(j.at("model_hash").get<std::string>());
     if (!hash.ok()) return hash.status().WithContext("checkpoint shard " + path + ": model_hash");
     h.model_hash = *hash;
     for (const auto& u : j.at("units")) {
       ShardUnit su;
       su.name = u.at("name").get<std::string>();
-      su.numel = u.at("numel").get<int64_t>();
-      su.begin = u.at("begin").get<int64_t>();
-      su.count = u.at("count").get<int64_t>();
-      su.offset = u.at("offset").get<uint64_t>();
+      su.numel = JsonInt<int64_t>(u.at("numel"));
+      su.begin = JsonInt<int64_t>(u.at("begin"));
+      su.count = JsonInt<int64_t>(u.at("count"));
+      su.offset = JsonInt<uint64_t>(u.at("offset"));
       if (su.begin < 0 || su.count < 0 || su.begin + su.count > su.numel)
         return DataLoss("checkpoint shard " + path + ": unit " + su.name + " range is outside the unit");
       h.units.push_back(std::move(su));

@@ -1,6 +1,10 @@
 #include "shard/common/yaml_config.h"
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/depthguard.h>
 
 namespace shard {
 namespace {
@@ -25,37 +29,76 @@ Status Convert(const YAML::Node& n, const std::string& where, const char* expect
   }
 }
 
+// Deeper than any config shardd reads; yaml-cpp's own limit (2000) reports
+// itself as "bad file", so a document is refused here first with its place.
+constexpr int kMaxDepth = 64;
+
+// Walks the whole document once: every mapping key must be a single value and
+// appear once (yaml-cpp keeps a repeated key in the map and `node[key]` returns
+// the first, so a second `train:` block would be silently ignored), and
+// nesting stays under kMaxDepth.
+Status CheckTree(const YAML::Node& n, const std::string& file, const std::string& path, int depth) {
+  if (depth > kMaxDepth)
+    return InvalidArgument(file + ": " + (path.empty() ? "the document" : path) + ": nested deeper than " +
+                           std::to_string(kMaxDepth) + " levels (line " + std::to_string(n.Mark().line + 1) + ")");
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      RETURN_IF_ERROR(CheckTree(n[i], file, path + "[" + std::to_string(i) + "]", depth + 1));
+    return OkStatus();
+  }
+  if (!n.IsMap()) return OkStatus();
+  std::map<std::string, int> seen;  // key -> 1-based line of its first use
+  for (const auto& kv : n) {
+    const int line = kv.first.Mark().line + 1;
+    if (!kv.first.IsScalar())
+      return InvalidArgument(file + ": " + (path.empty() ? "" : path + ": ") + "line " + std::to_string(line) +
+                             ": a key must be a single value, got " + TypeName(kv.first));
+    const std::string& key = kv.first.Scalar();
+    const std::string dotted = path.empty() ? key : path + "." + key;
+    auto [it, fresh] = seen.emplace(key, line);
+    if (!fresh)
+      return InvalidArgument(file + ": " + dotted + ": duplicate key (line " + std::to_string(it->second) +
+                             " and line " + std::to_string(line) + "); keep one");
+    RETURN_IF_ERROR(CheckTree(kv.second, file, dotted, depth + 1));
+  }
+  return OkStatus();
+}
+
+// Parses text, naming the file and line of any error, and checks the tree.
+StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    return InvalidArgument(name + ": not valid YAML: nested too deeply (line " + std::to_string(e.mark.line + 1) +
+                           ")");
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(name + ": not valid YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return InvalidArgument(name + ": the top level must be a mapping of keys");
+  RETURN_IF_ERROR(CheckTree(root, name, "", 0));
+  return root;
+}
+
 }  // namespace
 
 YamlMap::YamlMap(YAML::Node node, std::string file, std::string prefix)
     : node_(node), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
 StatusOr<YamlMap> YamlMap::LoadString(const std::string& text, const std::string& name) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(name + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
-                           ": " + e.msg);
-  }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) return InvalidArgument(name + ": the top level must be a mapping of keys");
+  ASSIGN_OR_RETURN(YAML::Node root, ParseDocument(text, name));
   return YamlMap(root, name, "");
 }
 
 StatusOr<YamlMap> YamlMap::LoadFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return NotFound("job file " + path + " does not exist");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(path + ": not valid YAML: line " + std::to_string(e.mark.line + 1) + ": " +
-                           e.msg);
-  }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) return InvalidArgument(path + ": the top level must be a mapping of keys");
-  return YamlMap(root, path, "");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) return InvalidArgument(path + ": cannot be read");
+  return LoadString(text.str(), path);
 }
 
 std::string YamlMap::Where(const std::string& key) const {
@@ -170,7 +213,7 @@ StatusOr<YamlMap> YamlMap::Sub(const std::string& key) {
 
 Status YamlMap::Finish() const {
   for (const auto& kv : node_) {
-    std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     if (asked_.count(key)) continue;
     std::string known;
     for (const auto& a : asked_) known += (known.empty() ? "" : ", ") + a;
@@ -185,12 +228,17 @@ Status ApplyOverride(YAML::Node root, const std::string& assignment) {
     return InvalidArgument("--set '" + assignment + "': expected key.path=value");
   std::string path = assignment.substr(0, eq);
   std::string value = assignment.substr(eq + 1);
+  // An empty value would parse as null, which every Get() reads as "absent":
+  // the key would silently keep its default. It is the empty string instead:
+  // it clears a text key, and a number or flag refuses it by name.
+  const bool blank = value.find_first_not_of(" \t") == std::string::npos;
   YAML::Node parsed;
   try {
-    parsed = YAML::Load(value);
+    parsed = blank ? YAML::Node(std::string()) : YAML::Load(value);
   } catch (const YAML::Exception& e) {
     return InvalidArgument("--set '" + assignment + "': value is not valid YAML: " + e.msg);
   }
+  RETURN_IF_ERROR(CheckTree(parsed, "--set '" + assignment + "'", "", 1));
   std::vector<std::string> parts;
   size_t start = 0;
   while (true) {

@@ -7,10 +7,22 @@
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_int.h"
 #include "shard/data/text_util.h"
 
 namespace shard {
 namespace {
+
+// "<0x41>" → 0x41; -1 for any other piece (a vocabulary may hold "<0xZZ>" as
+// an ordinary token: std::stoi threw on it and ended the process).
+int ByteFallbackValue(const std::string& piece) {
+  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  const int hi = hex(piece[3]), lo = hex(piece[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
 
 using json = nlohmann::json;
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // "▁"
@@ -441,8 +453,8 @@ std::string HfTokenizer::Decode(std::span<const int32_t> ids) const {
     if (!piece) continue;
     if (byte_level) {
       out += *piece;
-    } else if (piece->size() == 6 && piece->compare(0, 3, "<0x") == 0 && (*piece)[5] == '>') {
-      out.push_back(static_cast<char>(std::stoi(piece->substr(3, 2), nullptr, 16)));
+    } else if (int byte = ByteFallbackValue(*piece); byte >= 0) {
+      out.push_back(static_cast<char>(byte));
     } else {
       out += ReplaceAll(*piece, kMetaspace, " ");
     }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/checksum.h"
+#include "shard/common/json_int.h"
 
 namespace shard {
 namespace {
@@ -61,22 +62,22 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
     const json j = json::parse(text);
     if (!j.is_object() || j.value("format", "") != kFormat)
       return DataLoss(origin + ": not a shardd prepared-dataset header (format is not \"shardd-sft\")");
-    h.version = j.at("version").get<int>();
+    h.version = JsonInt<int>(j.at("version"));
     if (h.version != kPreparedFormatVersion)
       return FailedPrecondition(origin + ": format version " + std::to_string(h.version) + ", this shardd reads version " +
                                 std::to_string(kPreparedFormatVersion) + " (prepare the data again)");
     const json& t = j.at("tokenizer");
     h.tokenizer_kind = t.at("kind").get<std::string>();
     ASSIGN_OR_RETURN(h.tokenizer_hash, HashFromHex(t.at("hash").get<std::string>()));
-    h.vocab_size = t.at("vocab_size").get<int64_t>();
+    h.vocab_size = JsonInt<int64_t>(t.at("vocab_size"));
     h.tokenizer_spec = t.value("spec", "");
     h.chat_template = j.at("template").get<std::string>();
     h.train_on = j.at("train_on").get<std::string>();
-    h.seq_len = j.at("seq_len").get<int64_t>();
-    h.num_samples = j.at("num_samples").get<int64_t>();
-    h.num_tokens = j.at("num_tokens").get<int64_t>();
-    h.num_target_tokens = j.at("num_target_tokens").get<int64_t>();
-    h.max_token_id = j.at("max_token_id").get<int64_t>();
+    h.seq_len = JsonInt<int64_t>(j.at("seq_len"));
+    h.num_samples = JsonInt<int64_t>(j.at("num_samples"));
+    h.num_tokens = JsonInt<int64_t>(j.at("num_tokens"));
+    h.num_target_tokens = JsonInt<int64_t>(j.at("num_target_tokens"));
+    h.max_token_id = JsonInt<int64_t>(j.at("max_token_id"));
     h.longer_than_seq_len = j.value("longer_than_seq_len", int64_t{0});
     if (j.contains("source")) {
       h.source_path = j["source"].value("path", "");

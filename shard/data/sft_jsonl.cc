@@ -15,9 +15,12 @@ StatusOr<json> ParseObject(std::string_view line) {
     try {
       json unused = json::parse(line.begin(), line.end());
       (void)unused;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // parse_error, or out_of_range for a number too large for a double
+      // (1e999): either way the row is refused, never thrown past here.
       std::string what = e.what();
       size_t k = what.find("parse error");
+      if (k == std::string::npos) k = what.find("number overflow");
       return InvalidArgument("not valid JSON: " + (k == std::string::npos ? what : what.substr(k)));
     }
     return InvalidArgument("not valid JSON");

@@ -69,12 +69,32 @@ Status CheckpointConfig::Validate() const {
   return OkStatus();
 }
 
+Status RestartConfig::Validate() const {
+  if (max_restarts < 0 || max_restarts > 1000)
+    return InvalidArgument("restart.max_restarts must be in [0, 1000], got " + std::to_string(max_restarts));
+  auto in = [](const char* key, double v, double lo, bool lo_open, double hi) -> Status {
+    const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+    if (ok) return OkStatus();
+    return InvalidArgument(std::string("restart.") + key + " must be a number in " + (lo_open ? "(" : "[") +
+                           std::to_string(static_cast<int64_t>(lo)) + ", " + std::to_string(static_cast<int64_t>(hi)) +
+                           "] seconds, got " + std::to_string(v));
+  };
+  RETURN_IF_ERROR(in("backoff_s", backoff_s, 0, false, 86400));
+  RETURN_IF_ERROR(in("heartbeat_timeout_s", heartbeat_timeout_s, 0, true, 86400));
+  return in("hang_timeout_s", hang_timeout_s, 0, true, 30 * 86400);
+}
+
 Status JobConfig::Validate() const {
+  if (name.empty()) return InvalidArgument("name must not be empty");
+  if (name.size() > kMaxJobNameLength)
+    return InvalidArgument("name is " + std::to_string(name.size()) + " characters long; the limit is " +
+                           std::to_string(kMaxJobNameLength) + " (it becomes a directory name)");
   RETURN_IF_ERROR(model.Validate());
   RETURN_IF_ERROR(data.Validate());
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(parallel.Validate());
   RETURN_IF_ERROR(checkpoint.Validate());
+  RETURN_IF_ERROR(restart.Validate());
   const int64_t per_step = train.micro_batch * parallel.world_size;
   if (train.global_batch % per_step != 0)
     return InvalidArgument("train.global_batch " + std::to_string(train.global_batch) +

@@ -164,12 +164,19 @@ struct RestartConfig {
   double backoff_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double hang_timeout_s = 300.0;
+  // Bounds a typo cannot slip past: 0 would fail every worker at once, -1 or
+  // NaN would restart forever or never, 1e300 s would overflow the clock.
+  Status Validate() const;
 };
 
 struct ExportConfig {
   std::string hf_dir;         // write the trained model here as an HF folder ("" = don't)
   DType dtype = DType::kF32;  // fp32 | bf16 | fp16
 };
+
+// The job's name becomes a directory name (state and checkpoint dirs, plus
+// suffixes), so it is bounded well under a file system's 255 bytes.
+inline constexpr size_t kMaxJobNameLength = 128;
 
 struct JobConfig {
   std::string name = "job";

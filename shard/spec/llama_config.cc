@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,22 @@ Status LlamaConfig::Validate() const {
   if (!rope_scaling.type.empty() && rope_scaling.type != "llama3")
     return Unimplemented("model config: rope_scaling type '" + rope_scaling.type +
                          "' is not supported (supported: llama3)");
+  if (rope_scaling.type == "llama3") {
+    // rope.cc divides by factor, low_freq_factor and (high - low): a zero or
+    // NaN there trains on NaN frequencies (loss -nan, exit 0).
+    const RopeScaling& s = rope_scaling;
+    auto pos = [](double v) { return std::isfinite(v) && v > 0; };
+    if (!pos(s.factor)) return bad("rope_scaling.factor must be a finite number > 0, got " + std::to_string(s.factor));
+    if (!pos(s.low_freq_factor))
+      return bad("rope_scaling.low_freq_factor must be a finite number > 0, got " + std::to_string(s.low_freq_factor));
+    if (!pos(s.high_freq_factor) || !(s.high_freq_factor > s.low_freq_factor))
+      return bad("rope_scaling.high_freq_factor must be finite and > low_freq_factor (" +
+                 std::to_string(s.low_freq_factor) + "), got " + std::to_string(s.high_freq_factor));
+    if (s.original_max_position_embeddings <= 0)
+      return bad("rope_scaling.original_max_position_embeddings must be > 0, got " +
+                 std::to_string(s.original_max_position_embeddings));
+  }
+  if (vocab_size > (int64_t{1} << 31) - 1) return bad("vocab_size too large");
   // Sane bounds, checked before anything sizes a buffer from them: a typo
   // (num_hidden_layers: 10000000) must be an error, not 22 GB of layout tables
   // or a bad_alloc. Each bound is far above any released Llama.
@@ -258,19 +275,28 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const auto& rs = j["rope_scaling"];
     if (!rs.is_object()) return InvalidArgument(where("rope_scaling") + " must be an object or null");
-    std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
-                       : rs.contains("type")    ? rs["type"].get<std::string>()
-                                                : "";
+    const char* type_key = rs.contains("rope_type") ? "rope_type" : rs.contains("type") ? "type" : nullptr;
+    if (type_key && !rs[type_key].is_string())
+      return InvalidArgument(where("rope_scaling") + "." + type_key + " must be a string");
+    std::string type = type_key ? rs[type_key].get<std::string>() : "";
     if (type != "default") {
       c.rope_scaling.type = type;
-      auto num = [&](const char* k, double* out) {
-        if (rs.contains(k) && rs[k].is_number()) *out = rs[k].get<double>();
+      // A present key of the wrong type is an error, not a silent default.
+      auto num = [&](const char* k, double* out) -> Status {
+        if (!rs.contains(k) || rs[k].is_null()) return OkStatus();
+        if (!rs[k].is_number()) return InvalidArgument(where("rope_scaling") + "." + k + " must be a number");
+        *out = rs[k].get<double>();
+        return OkStatus();
       };
-      num("factor", &c.rope_scaling.factor);
-      num("low_freq_factor", &c.rope_scaling.low_freq_factor);
-      num("high_freq_factor", &c.rope_scaling.high_freq_factor);
-      if (rs.contains("original_max_position_embeddings") && rs["original_max_position_embeddings"].is_number())
-        c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
+      RETURN_IF_ERROR(num("factor", &c.rope_scaling.factor));
+      RETURN_IF_ERROR(num("low_freq_factor", &c.rope_scaling.low_freq_factor));
+      RETURN_IF_ERROR(num("high_freq_factor", &c.rope_scaling.high_freq_factor));
+      const char* ompe = "original_max_position_embeddings";
+      if (rs.contains(ompe) && !rs[ompe].is_null()) {
+        if (!rs[ompe].is_number_integer())
+          return InvalidArgument(where("rope_scaling") + "." + ompe + " must be an integer");
+        c.rope_scaling.original_max_position_embeddings = rs[ompe].get<int64_t>();
+      }
     }
   }
   Status st = c.Validate();

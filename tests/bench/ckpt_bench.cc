@@ -18,10 +18,13 @@
 // (~200 MB per shard).
 //
 // usage: ckpt_bench [dir=/tmp/shardd_ckpt_bench] [reps=7] [train_steps=12]
+//        ckpt_bench --smoke   (the bench preset's shard twice, 2 training steps per mode, in a fresh
+//                              temp dir: that it starts and prints its figures)
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +53,7 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 double Median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -329,9 +333,16 @@ StallResult BenchStall(const std::string& dir, const std::string& tokens, int st
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : "/tmp/shardd_ckpt_bench";
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 7;
-  const int train_steps = argc > 3 ? std::atoi(argv[3]) : 12;
+  const bool smoke = argc > 1 && std::string(argv[1]) == "--smoke";
+  const std::string dir = smoke ? "/tmp/shardd_ckpt_bench_smoke_" + std::to_string(::getpid())
+                          : argc > 1 ? argv[1]
+                                     : "/tmp/shardd_ckpt_bench";
+  const int reps = smoke ? 2 : argc > 2 ? std::atoi(argv[2]) : 7;
+  const int train_steps = smoke ? 2 : argc > 3 ? std::atoi(argv[3]) : 12;
+  if (reps < 1 || train_steps < 1) {
+    std::fprintf(stderr, "usage: ckpt_bench [dir] [reps=7] [train_steps=12] | --smoke\n");
+    return 2;
+  }
   shard::InitLogging("warn");
   fs::create_directories(dir);
   std::printf("ckpt_bench: dir %s, %d reps (medians), %d compute threads\n", dir.c_str(), reps,
@@ -344,7 +355,7 @@ int main(int argc, char** argv) {
                         *bench, 0, 1);
     BenchIo(s, dir, reps);
   }
-  {
+  if (!smoke) {
     shard::LlamaConfig big = *bench;
     big.vocab_size = 32000;
     big.hidden_size = 1024;

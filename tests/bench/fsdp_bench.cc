@@ -20,6 +20,7 @@
 // buffer, algbw = size / time, busbw = algbw * (W-1)/W).
 //
 // usage: fsdp_bench [steps=6] [configs=local,full_shard,shard_grad_op,no_shard]
+//        fsdp_bench --smoke   (1 step of full_shard, 1 MB collectives: that it starts and prints its figures)
 //   (local = the compute-only baseline; list it first for the "- compute-only" column)
 // Prints figures; never fails on speed.
 #include <cblas.h>
@@ -199,6 +200,9 @@ int Train(int rank, int steps, const std::vector<std::string>& names, const std:
   return 0;
 }
 
+// --smoke: only the 1 MB buffers.
+bool g_smoke = false;
+
 int Bandwidth(int rank, shard::Communicator& c) {
   if (rank == 0) {
     std::printf("\ngloo communicator, W=%d over loopback (busbw = algbw*(W-1)/W; size = full buffer)\n", kWorld);
@@ -206,6 +210,7 @@ int Bandwidth(int rank, shard::Communicator& c) {
   }
   const shard::CommOptions opts{};
   for (int mb : {1, 4, 16, 64}) {
+    if (g_smoke && mb > 1) break;
     const int64_t total = static_cast<int64_t>(mb) * (1 << 20) / 4;  // floats in the full buffer
     const int64_t per = total / kWorld;
     std::vector<float> full(static_cast<size_t>(total), 1.0f + rank), part(static_cast<size_t>(per), 2.0f);
@@ -264,9 +269,15 @@ int RankMain(int rank, int steps, const std::vector<std::string>& strategies, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  g_smoke = argc > 1 && std::string(argv[1]) == "--smoke";
+  const int steps = g_smoke ? 1 : argc > 1 ? std::atoi(argv[1]) : 6;
   std::vector<std::string> strategies = {"local", "full_shard", "shard_grad_op", "no_shard"};
-  if (argc > 2) {
+  if (g_smoke) strategies = {"full_shard"};
+  if (steps < 1) {
+    std::fprintf(stderr, "usage: fsdp_bench [steps=6] [configs=...] | --smoke\n");
+    return 2;
+  }
+  if (!g_smoke && argc > 2) {
     strategies.clear();
     std::stringstream ss(argv[2]);
     for (std::string s; std::getline(ss, s, ',');) strategies.push_back(s);

@@ -14,6 +14,8 @@
 //
 // usage: gpu_bench [--preset P] [--micro B] [--seq T] [--steps N] [--precision auto|bf16|fp16|fp32]
 //                  [--skip-train] [--train-only]
+//        gpu_bench --smoke   (preset tiny, micro-batch 1, seq 128, 2 steps: that it starts and prints
+//                             its figures; exits 77, which ctest reports as skipped, without a GPU)
 // --train-only: just the training figure (e.g. a second run under
 // SHARDD_TC_ATTENTION=1, where the trainer's backend uses tensor-core attention).
 #include <chrono>
@@ -263,11 +265,14 @@ int main(int argc, char** argv) {
   int64_t micro = 4, seq = 2048;
   int steps = 5;
   std::string precision = "auto";
-  bool skip_train = false, train_only = false;
+  bool skip_train = false, train_only = false, smoke = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--preset") preset = next();
+    if (a == "--smoke") {
+      smoke = true;
+      preset = "tiny", micro = 1, seq = 128, steps = 2;
+    } else if (a == "--preset") preset = next();
     else if (a == "--micro") micro = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
     else if (a == "--steps") steps = std::stoi(next());
@@ -285,9 +290,13 @@ int main(int argc, char** argv) {
   auto hw = shard::ProbeHardware();
   if (!hw.ok()) {
     std::printf("gpu_bench: %s\n", hw.status().ToString().c_str());
-    return 3;
+    return smoke ? 77 : 3;  // a build or host without CUDA: nothing to measure
   }
   std::fputs(hw->ToString().c_str(), stdout);
+  if (hw->gpus.empty()) {
+    std::printf("gpu_bench: no CUDA device on this host; nothing to measure\n");
+    return smoke ? 77 : 3;
+  }
   const shard::GpuInfo& g = hw->gpus[0];
   double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0, peak_fp16 = 0;
   auto cat = shard::plan::LoadDefaultHardwareCatalog();

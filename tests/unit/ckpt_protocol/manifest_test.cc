@@ -137,6 +137,12 @@ TEST(ManifestTest, MalformedManifestsAreRefused) {
        "not a plain file name"},
       {"file named ..", [](nlohmann::json* j) { (*j)["files"][0]["name"] = ".."; }, "not a plain file name"},
       {"empty file name", [](nlohmann::json* j) { (*j)["files"][0]["name"] = ""; }, "not a plain file name"},
+      // Found by fuzz_manifest: a float was cast to an integer (undefined
+      // behaviour) and an out-of-range integer wrapped.
+      {"file size 3.4e98", [](nlohmann::json* j) { (*j)["files"][0]["size"] = 3.45556e98; }, "expected an integer"},
+      {"step 1.5", [](nlohmann::json* j) { (*j)["step"] = 1.5; }, "expected an integer"},
+      {"world past int", [](nlohmann::json* j) { (*j)["world"] = int64_t{1} << 40; }, "expected an integer"},
+      {"negative file size", [](nlohmann::json* j) { (*j)["files"][0]["size"] = -1; }, "expected an integer"},
   };
   const auto good = nlohmann::json::parse(Full().ToJson());
   for (const auto& c : cases) {

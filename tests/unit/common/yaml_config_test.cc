@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 namespace shard {
 namespace {
 
@@ -90,6 +92,72 @@ TEST(YamlConfigTest, OverridesApplyAndCreateMaps) {
   EXPECT_FALSE(Parse("name: x\n", {"train.stepz=3"}).ok());
   EXPECT_FALSE(Parse("name: x\n", {"nokeyvalue"}).ok());
   EXPECT_FALSE(Parse("name: x\n", {"name.sub=1"}).ok());
+}
+
+// yaml-cpp keeps a repeated key and `node[key]` returns the first, so a second
+// block used to be ignored without a word.
+TEST(YamlConfigTest, DuplicateKeysAreRefusedWithBothLines) {
+  auto block = Parse("name: a\ntrain: {steps: 1}\nname: b\n");
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.status().message(), "job.yaml: name: duplicate key (line 1 and line 3); keep one");
+  auto nested = Parse("train:\n  steps: 1\n  lr: 0.1\n  steps: 2\n");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("job.yaml: train.steps: duplicate key (line 2 and line 4)"),
+            std::string::npos)
+      << nested.status().message();
+  auto sections = Parse("train: {steps: 1}\nname: x\ntrain: {lr: 0.5}\n");
+  ASSERT_FALSE(sections.ok());
+  EXPECT_NE(sections.status().message().find("train: duplicate key (line 1 and line 3)"), std::string::npos);
+  // Inside a list item too, and in an override's value.
+  EXPECT_FALSE(Parse("train: {betas: [{a: 1, a: 2}]}\n").ok());
+  auto set = Parse("", {"train={steps: 1, steps: 2}"});
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("steps: duplicate key"), std::string::npos) << set.status().message();
+}
+
+TEST(YamlConfigTest, KeysMustBeSingleValues) {
+  auto c = Parse("train:\n  ? [a, b]\n  : 1\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("a key must be a single value"), std::string::npos) << c.status().message();
+}
+
+// 100,000 levels used to come back as yaml-cpp's "bad file".
+TEST(YamlConfigTest, DeepNestingIsNamed) {
+  auto deep = Parse("name: " + std::string(100000, '[') + std::string(100000, ']') + "\n");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("job.yaml: not valid YAML: nested too deeply"), std::string::npos)
+      << deep.status().message();
+  EXPECT_EQ(deep.status().message().find("bad file"), std::string::npos);
+  // Past shardd's own limit (64) but within yaml-cpp's: the key path is named.
+  auto deeper = Parse("train: {betas: " + std::string(100, '[') + std::string(100, ']') + "}\n");
+  ASSERT_FALSE(deeper.ok());
+  EXPECT_NE(deeper.status().message().find("job.yaml: train.betas"), std::string::npos) << deeper.status().message();
+  EXPECT_NE(deeper.status().message().find("nested deeper than 64 levels"), std::string::npos);
+}
+
+// An empty value used to parse as null, which reads as "absent": the default
+// came back. It is the empty string: a number refuses it, a text key is cleared.
+TEST(YamlConfigTest, EmptyOverrideValueIsAnEmptyString) {
+  for (const char* set : {"train.steps=", "train.steps=  "}) {
+    auto c = Parse("train: {steps: 7}\n", {set});
+    ASSERT_FALSE(c.ok()) << set;
+    EXPECT_NE(c.status().message().find("job.yaml: train.steps: expected an integer, got ''"), std::string::npos)
+        << c.status().message();
+  }
+  auto cleared = Parse("name: demo\n", {"name="});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_EQ(cleared->name, "");
+}
+
+TEST(YamlConfigTest, LoadFileReportsDuplicatesWithThePath) {
+  const std::string path = ::testing::TempDir() + "/dup_job.yaml";
+  {
+    std::ofstream f(path);
+    f << "train:\n  steps: 3\ntrain:\n  steps: 4\n";
+  }
+  auto m = YamlMap::LoadFile(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().message(), path + ": train: duplicate key (line 1 and line 3); keep one");
 }
 
 }  // namespace

@@ -82,5 +82,35 @@ TEST(TokensEqualTest, ExactMatchOnly) {
   EXPECT_FALSE(TokensEqual(t, first));
 }
 
+TEST_F(AuthTest, WorkerTokensAreStoredAsHashes) {
+  const std::string token = "00112233445566778899aabbccddeeff0011223344556677";
+  const std::string hash = HashToken(token);
+  EXPECT_EQ(hash.rfind("sha256:", 0), 0u) << hash;
+  EXPECT_EQ(hash.size(), 7u + 64u);
+  EXPECT_TRUE(IsTokenHash(hash));
+  EXPECT_FALSE(IsTokenHash(token));
+  // SHA-256 of "abc" (FIPS 180-2 test vector).
+  EXPECT_EQ(HashToken("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_TRUE(TokenMatchesHash(token, hash));
+  EXPECT_FALSE(TokenMatchesHash(token + "0", hash));
+  EXPECT_FALSE(TokenMatchesHash("", HashToken("")));  // an empty token never matches
+  EXPECT_FALSE(TokenMatchesHash(hash, hash));          // the stored hash is no password
+}
+
+TEST_F(AuthTest, ExternalWorkerTokensFollowTheJoinTokenAndAttempt) {
+  const std::string a1 = ExternalWorkerToken("join-a", 1);
+  EXPECT_EQ(a1.size(), 48u);
+  EXPECT_EQ(a1, ExternalWorkerToken("join-a", 1));
+  EXPECT_NE(a1, ExternalWorkerToken("join-a", 2));
+  EXPECT_NE(a1, ExternalWorkerToken("join-b", 1));
+}
+
+TEST_F(AuthTest, AdminTokenCreatesAPrivateStateDir) {
+  ASSERT_TRUE(LoadOrCreateAdminToken(Path("fresh")).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(Path("fresh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
 }  // namespace
 }  // namespace shardd::testing

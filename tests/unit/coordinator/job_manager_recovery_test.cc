@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <fstream>
+#include <iterator>
 
+#include "coordinator/auth.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -87,6 +90,27 @@ TEST_F(JobManagerTest, RecoveredJobWhoseWorkersHeartbeatKeepsRunning) {
   auto next = manager_->Submit(Spec(JobYaml("other")));
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->id(), "other-2");
+}
+
+// The database keeps only a hash of the attempt's token (issue 18 #7); the
+// workers' token still works after the restart (above), checked against it.
+TEST_F(JobManagerTest, TheStateDatabaseHoldsNoWorkerToken) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  auto jobs = store_->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].worker_token, HashToken(token));
+  std::string bytes;
+  for (const char* f : {"/shardd.db", "/shardd.db-wal"}) {
+    std::ifstream in(Path("state") + f, std::ios::binary);
+    bytes += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(bytes.find(token), std::string::npos);
+  // A caller holding the stored hash is not a worker.
+  auto hb = Heartbeat(id, 1, 0, 1, (*jobs)[0].worker_token);
+  EXPECT_EQ(hb.status().code(), shard::StatusCode::kUnauthenticated);
 }
 
 // The previous coordinator's children are not ours: only their disappearance

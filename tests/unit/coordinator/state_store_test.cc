@@ -8,9 +8,14 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "coordinator/auth.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {
@@ -33,7 +38,7 @@ class StateStoreTest : public ScratchTest {
     j.reason = "rank 1 killed by signal 9";
     j.spec = std::string("\x0a\x05yaml\0x", 8);  // protobuf bytes with a NUL
     j.progress = std::string("\x08\x07\0", 3);
-    j.worker_token = "0123456789abcdef";
+    j.worker_token = HashToken("0123456789abcdef");  // what the JobManager stores
     j.created_ms = 1'700'000'000'123;
     j.updated_ms = 1'700'000'000'456;
     j.seq = 4;
@@ -350,6 +355,69 @@ TEST_F(StateStoreTest, UnwritableStateDirIsAnErrorNamingIt) {
   auto s = StateStore::Open(Path("file/state"));
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.status().message(), Path("file/state"))) << s.status().ToString();
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 0777;
+}
+
+// The database held every attempt's worker token, world-readable (issue 18 #7).
+TEST_F(StateStoreTest, StateDirAndDatabaseAreOwnerOnly) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->PutJob(Job("tiny-1")).ok());
+  EXPECT_EQ(ModeOf(Path("state")), 0700u);
+  EXPECT_EQ(ModeOf(Path("state/shardd.db")), 0600u);
+  EXPECT_EQ(ModeOf(Path("state/shardd.db-wal")), 0600u);
+  EXPECT_EQ(ModeOf(Path("state/shardd.db-shm")), 0600u);
+}
+
+TEST_F(StateStoreTest, LooseModesFromAnOlderVersionAreRestrictedOnOpen) {
+  { ASSERT_NE(Open(), nullptr); }
+  ASSERT_EQ(::chmod(Path("state").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(Path("state/shardd.db").c_str(), 0644), 0);
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(ModeOf(Path("state")), 0700u);
+  EXPECT_EQ(ModeOf(Path("state/shardd.db")), 0600u);
+}
+
+TEST_F(StateStoreTest, APathThatIsNotADirectoryIsRefused) {
+  WriteBytes(Path("plainfile"), "x");
+  auto s = StateStore::Open(Path("plainfile"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.status().message(), "is not a directory")) << s.status().ToString();
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Databases written by older versions hold plain-text tokens: hashed on open,
+// and the old bytes are gone from the file and its WAL.
+TEST_F(StateStoreTest, PlaintextTokensFromAnOlderVersionAreHashedOnOpen) {
+  const std::string plain = "6f1d2c3b4a5968778695a4b3c2d1e0f11223344556677889";
+  {
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    JobRecord old = Job("tiny-3");
+    old.worker_token = plain;
+    ASSERT_TRUE(s->PutJob(old).ok());
+    ASSERT_TRUE(s->PutJob(Job("tiny-4")).ok());  // already a hash: left alone
+  }
+  ASSERT_NE(FileBytes(Path("state/shardd.db")) + FileBytes(Path("state/shardd.db-wal")), "");
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  auto jobs = s->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].worker_token, HashToken(plain));
+  EXPECT_EQ((*jobs)[1].worker_token, HashToken("0123456789abcdef"));
+  const std::string bytes = FileBytes(Path("state/shardd.db")) + FileBytes(Path("state/shardd.db-wal"));
+  EXPECT_EQ(bytes.find(plain), std::string::npos) << "the plain-text token is still on disk";
 }
 
 }  // namespace

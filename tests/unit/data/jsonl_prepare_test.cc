@@ -10,6 +10,7 @@
 #include "shard/common/file_util.h"
 #include "shard/data/byte_tokenizer.h"
 #include "shard/data/prepare_sft.h"
+#include "shard/data/prepared_dataset.h"
 #include "shard/data/sft_jsonl.h"
 #include "tests/unit/data/data_test_util.h"
 
@@ -48,12 +49,32 @@ TEST(SftJsonlTest, BadRowsSayWhatIsWrong) {
       {R"({"messages":[{"role":"tool","content":"x"}]})", "role 'tool' is not system, user or assistant"},
       {R"({"prompt":"p"})", "no string \"response\""},
       {R"({"prompt":1,"response":"r"})", "no string \"prompt\""},
+      // Found by fuzz_jsonl_row: a number past a double's range threw out of
+      // the reader (std::terminate) instead of refusing the row.
+      {R"({"response":575804e1111111111111111111111111})", "not valid JSON: number overflow"},
   };
   for (const auto& [row, want] : cases) {
     auto m = ParseSftRow(row);
     ASSERT_FALSE(m.ok()) << row;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(m.status().message().find(want), std::string::npos) << row << " -> " << m.status().message();
+  }
+}
+
+// Found by fuzz_prepared_header: 8.3e28 was cast to int64 (undefined behaviour).
+TEST(PreparedHeaderTest, NonIntegerCountsAreRefused) {
+  PreparedHeader h;
+  h.tokenizer_kind = "byte", h.chat_template = "chatml", h.train_on = "assistant", h.num_samples = 1;
+  h.num_tokens = 4, h.num_target_tokens = 2, h.vocab_size = 259, h.max_token_id = 100, h.seq_len = 16;
+  const std::string good = h.ToJson();
+  ASSERT_TRUE(PreparedHeader::FromJson(good, "p.json").ok()) << PreparedHeader::FromJson(good, "p.json").status().ToString();
+  for (const char* bad : {"8.33333e+28", "1.5", "18446744073709551615"}) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["num_tokens"] = nlohmann::json::parse(bad);
+    auto r = PreparedHeader::FromJson(j.dump(), "p.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("p.json"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("expected an integer"), std::string::npos) << r.status().ToString();
   }
 }
 

@@ -106,6 +106,21 @@ TEST(HfTokenizerTest, RefusesIdsThatWouldExhaustMemory) {
   EXPECT_EQ((*t)->vocab_size(), 60001);
 }
 
+// Found by fuzz_tokenizer_json: a vocabulary piece shaped like a byte
+// fallback but not hex ("<0xZZ>") made Decode throw out of std::stoi.
+TEST(HfTokenizerTest, NonHexByteFallbackPiecesDecodeAsText) {
+  const std::string json = R"({"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,
+    "decoder":null,"model":{"type":"BPE","byte_fallback":true,
+    "vocab":{"<0xZZ>":0,"<0x41>":1,"a":2},"merges":[]}})";
+  auto t = HfTokenizer::Parse(json, "", "tok.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Decode(std::vector<int32_t>{1, 0, 2}), "A<0xZZ>a");
+  // An id past int32 is refused by name, not wrapped.
+  auto big = HfTokenizer::Parse(R"({"model":{"type":"BPE","vocab":{"a":4294967296},"merges":[]}})", "", "tok.json");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("expected an integer"), std::string::npos) << big.status().ToString();
+}
+
 TEST(HfTokenizerTest, RefusesWhatItCannotDo) {
   auto t = HfTokenizer::Parse(TinyJson("WordPiece"), "", "wp.json");
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);

@@ -129,6 +129,30 @@ TEST(LlamaConfigTest, InferenceRefusesAModelThisMachineCannotHold) {
   std::filesystem::remove_all(dir);
 }
 
+// factor 0 used to train on NaN frequencies (loss -nan, exit 0).
+TEST(LlamaConfigTest, RopeScalingIsValidated) {
+  const std::string head = R"({"vocab_size":32,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":1,
+      "num_attention_heads":2,"rope_scaling":)";
+  auto parse = [&](const std::string& rs) { return LlamaConfigFromHfJson(head + rs + "}", "config.json"); };
+  const std::string good = R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+      "original_max_position_embeddings":8192})";
+  ASSERT_TRUE(parse(good).ok()) << parse(good).status().ToString();
+  for (const auto& [rs, part] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"rope_type":"llama3","factor":0})", "rope_scaling.factor must be a finite number > 0"},
+           {R"({"rope_type":"llama3","factor":-2})", "rope_scaling.factor must be"},
+           {R"({"rope_type":"llama3","factor":8,"low_freq_factor":0})", "rope_scaling.low_freq_factor"},
+           {R"({"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":4})",
+            "rope_scaling.high_freq_factor must be finite and > low_freq_factor"},
+           {R"({"rope_type":"llama3","factor":8,"original_max_position_embeddings":0})",
+            "rope_scaling.original_max_position_embeddings must be > 0"},
+           {R"({"rope_type":"llama3","factor":"8"})", "config.json: rope_scaling.factor must be a number"},
+           {R"({"rope_type":7})", "config.json: rope_scaling.rope_type must be a string"}}) {
+    auto c = parse(rs);
+    ASSERT_FALSE(c.ok()) << rs;
+    EXPECT_NE(c.status().message().find(part), std::string::npos) << c.status().ToString();
+  }
+}
+
 TEST(RopeTest, InvFreqAndLlama3Scaling) {
   LlamaConfig c = *LlamaPreset("llama3-8b");
   auto plain = RopeInvFreq(c);

@@ -298,5 +298,54 @@ TEST(DataDefaultsTest, TokenizerAndTemplateFollowTheModel) {
   EXPECT_TRUE(ParseJobConfig(SftJob("{preset: tiny}", ", template: hf:tool_use, format: sharegpt"), "job.yaml").ok());
 }
 
+// restart.* used to take 0, -1, NaN and 1e300 (a coordinator that restarts
+// forever, or fails every worker at its first heartbeat).
+TEST(RestartConfigTest, BoundsAreChecked) {
+  const std::string base = Job("  launcher: local\n", 2);
+  for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
+           {"restart.heartbeat_timeout_s=0", "restart.heartbeat_timeout_s"},
+           {"restart.heartbeat_timeout_s=-3", "restart.heartbeat_timeout_s"},
+           {"restart.max_restarts=-1", "restart.max_restarts"},
+           {"restart.max_restarts=100000", "restart.max_restarts"},
+           {"restart.backoff_s=.nan", "restart.backoff_s"},
+           {"restart.backoff_s=-1", "restart.backoff_s"},
+           {"restart.backoff_s=1e300", "restart.backoff_s"},
+           {"restart.hang_timeout_s=.inf", "restart.hang_timeout_s"},
+           {"restart.hang_timeout_s=0", "restart.hang_timeout_s"}}) {
+    auto job = ParseJobConfig(base, "job.yaml", {set});
+    ASSERT_FALSE(job.ok()) << set;
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(job.status().message(), "job.yaml: " + key + " must be")) << job.status().ToString();
+  }
+  auto ok = ParseJobConfig(base, "job.yaml",
+                           {"restart.max_restarts=0", "restart.backoff_s=0", "restart.heartbeat_timeout_s=0.5"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->restart.max_restarts, 0);
+}
+
+TEST(JobNameTest, LongNamesAreRefusedEarly) {
+  const std::string base = Job("  launcher: local\n", 2);
+  auto at_limit = ParseJobConfig(base, "job.yaml", {"name=" + std::string(kMaxJobNameLength, 'n')});
+  EXPECT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+  auto long_name = ParseJobConfig(base, "job.yaml", {"name=" + std::string(300, 'n')});
+  ASSERT_FALSE(long_name.ok());
+  EXPECT_TRUE(Contains(long_name.status().message(), "job.yaml: name is 300 characters long; the limit is 128"))
+      << long_name.status().ToString();
+  EXPECT_FALSE(ParseJobConfig(base, "job.yaml", {"name=''"}).ok());
+}
+
+TEST(JobFileTest, DuplicateSectionsAndEmptyOverridesAreRefused) {
+  auto dup = ParseJobConfig(Job("  launcher: local\n", 2) + "train: {steps: 99}\n", "job.yaml");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_TRUE(Contains(dup.status().message(), "job.yaml: train: duplicate key (line 4 and line 8)"))
+      << dup.status().ToString();
+  auto empty = ParseJobConfig(Job("  launcher: local\n", 2), "job.yaml", {"train.steps="});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_TRUE(Contains(empty.status().message(), "job.yaml: train.steps: expected an integer, got ''"))
+      << empty.status().ToString();
+  for (const char* set : {"restart.backoff_s=", "parallel.activation_checkpointing="})
+    EXPECT_FALSE(ParseJobConfig(Job("  launcher: local\n", 2), "job.yaml", {set}).ok()) << set;
+}
+
 }  // namespace
 }  // namespace shard

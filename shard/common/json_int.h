@@ -1,0 +1,31 @@
+// Integers from JSON files shardd did not write (or that were edited by hand):
+// nlohmann's get<Int>() converts a float such as 1e300 with a plain cast
+// (undefined behaviour) and wraps an out-of-range integer silently. JsonInt<T>
+// accepts only an integer exactly representable in T and otherwise throws
+// nlohmann's type_error, which every reader already turns into a one-line
+// error naming its file.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace shard {
+
+template <typename T>
+T JsonInt(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (std::in_range<T>(u)) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (std::in_range<T>(i)) return static_cast<T>(i);
+  }
+  throw nlohmann::json::type_error::create(
+      302, "expected an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+               std::to_string(std::numeric_limits<T>::max()) + ", got " + v.dump(),
+      nullptr);
+}
+
+}  // namespace shard

@@ -1,0 +1,11 @@
+// One SFT JSONL row → messages.
+#include <string_view>
+
+#include "shard/data/sft_jsonl.h"
+#include "tests/fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto row = shard::ParseSftRow(std::string_view(reinterpret_cast<const char*>(data), size));
+  shard::fuzz::CheckRefusal(row.status());
+  return 0;
+}
