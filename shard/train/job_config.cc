@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
 #include "shard/optim/loss_scaler.h"
 #include "shard/tensor/dtype.h"
@@ -51,6 +52,8 @@ Status CheckpointConfig::Validate() const {
 }
 
 Status JobConfig::Validate() const {
+  // The name becomes part of paths (checkpoint, state and log dirs).
+  RETURN_IF_ERROR(CheckPlainName("name", name));
   RETURN_IF_ERROR(model.Validate());
   RETURN_IF_ERROR(data.Validate());
   RETURN_IF_ERROR(train.Validate());
