@@ -8,7 +8,7 @@ job=$(make_job "fatal$$")
 id=$(ctl submit "$job" --set restart.max_restarts=0 --set checkpoint.every_steps=2 --set checkpoint.async=false)
 mkdir -p "$T/ckpt/fatal$$"
 echo "not a folder" > "$T/ckpt/fatal$$/step_00000002"
-echo "id=$id"; wait_for 120 state_is "$id" FAILED || fail "job did not fail: $(ctl status "$id")"
+wait_for 120 state_is "$id" FAILED || fail "job did not fail: $(ctl status "$id")"
 reason=$(job_field "$id" "j.get('reason','')")
 echo "reason: $reason"
 echo "$reason" | grep -q "step_00000002" || fail "the status does not name the cause: $reason"
