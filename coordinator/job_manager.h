@@ -13,6 +13,13 @@
 //
 // Thread-safety: all public methods are thread-safe (one mutex, mu_, guards
 // every job). Watch sinks are called with mu_ held and must not call back in.
+// Nothing that can take seconds runs under mu_, so worker calls (heartbeats)
+// are answered while a launch or a checkpoint verification is in progress:
+// launchers (which may run sbatch/kubectl/scontrol) are called only with
+// tick_mu_ held and mu_ not held, and checkpoint verification and the
+// planner run outside mu_. Work decided under mu_ is applied after re-taking
+// it only if the job is still in the attempt it was decided for (fencing by
+// attempt number), so a cancel that arrived meanwhile wins.
 #pragma once
 
 #include <atomic>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "coordinator/checkpoint_committer.h"
+#include "coordinator/job_paths.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state/state_store.h"
@@ -74,7 +82,8 @@ class JobManager {
   // added with AddLauncher. Jobs with launcher: external need none.
   JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher);
   ~JobManager();
-  // Before Recover/Start. Replaces any launcher of the same name.
+  // Before Recover/Start. Replaces any launcher of the same name. A launcher's
+  // CheckAvailable must be thread-safe (Submit calls it from RPC threads).
   void AddLauncher(Launcher* launcher);
 
   // Loads every job from the store. Active attempts are adopted: their ranks
@@ -85,6 +94,7 @@ class JobManager {
   void Start();
   void Stop();
   // One pass of the control loop: launcher exits, health, timers, launches.
+  // Launcher calls and checkpoint verification happen outside mu_.
   void Tick();
 
   // ---- JobService ----
@@ -153,6 +163,7 @@ class JobManager {
     std::string devices;       // its hardware probe summary
     int64_t rss_bytes = 0;     // at its last heartbeat
     double step_seconds = 0;   // its last step
+    std::string error;         // the failure it reported (ReportFailure), named when it exits
   };
   struct Job {
     std::string id;
@@ -200,9 +211,39 @@ class JobManager {
     double mfu_per_position_s = 0;
   };
 
+  // Launcher work decided under mu_ and carried out without it.
+  struct TerminateCall {
+    Launcher* launcher = nullptr;
+    std::string job_id;
+    int attempt = 0;
+    bool force = false;
+  };
+  // What the launchers said in one Tick, asked outside mu_.
+  struct LauncherView {
+    std::vector<RankExit> exits;                          // signalled ones first
+    std::map<std::pair<std::string, int>, int> running;   // (job, attempt) -> Running()
+    std::map<std::pair<std::string, int>, std::string> pending;  // Pending() attempts -> PendingReason()
+  };
+  // A launch decided in Tick: the job's next attempt after `prev_attempt`.
+  struct LaunchPlan {
+    std::string job_id;
+    int prev_attempt = 0;
+    bool find_latest = false;  // resume from the newest good committed step (verified: slow)
+    std::string checkpoint_dir;
+    std::string fallback_resume;  // the job file's checkpoint.resume
+    // Only this run's steps (or unknown ones) are resumed by a restart: another
+    // run that shares the directory never is (shard/spec/run_fingerprint.h).
+    std::string run_fingerprint;
+    // With --allowed-root: the job's paths, checked again at launch (a
+    // symlink made after submission must not lead outside the roots).
+    std::string src, workdir;
+    std::vector<JobPath> confine;
+  };
+
   bool Active(const Job& j) const;
   v1::JobStatus StatusOf(const Job& j) const;
   StatusOr<Job*> FindLocked(const std::string& job_id);
+  Status ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token);
   // CheckWorker's rules; returns the job on success.
   StatusOr<Job*> CheckWorkerLocked(const v1::WorkerId& id, const std::string& token);
   // Records an event and the job's (possibly new) state in one transaction.
@@ -211,22 +252,50 @@ class JobManager {
   // and updates the job's live progress for watchers.
   void RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
   void SetStateLocked(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
+
+  // ---- submission (job_manager_submit.cc) ----
+  // Everything about a spec that needs no job table: parsing, paths, the
+  // launcher's availability, the planner. Called without mu_.
   // *mfu_per_position_s: see Job (0 when the plan does not know the peak).
-  Status ValidateSpecLocked(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
-                            double* mfu_per_position_s);
-  void LaunchLocked(Job& j);
+  Status ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
+                      double* mfu_per_position_s);
+  // No active job shares the checkpoint directory.
+  Status CheckNameFreeLocked(const v1::JobSpec& spec, const shard::JobConfig& config);
+
+  // ---- lifecycle (job_manager_lifecycle.cc) ----
+  // Asks the launchers about exits and the attempts named under mu_ (no mu_).
+  LauncherView ObserveLaunchers();
+  // Applies what the launchers said, checks health and timers; returns the
+  // launches to make.
+  std::vector<LaunchPlan> DecideLocked(const LauncherView& view);
+  void CheckRunningLocked(Job& j, const LauncherView& view, int64_t now);
+  LaunchPlan PlanLaunchLocked(Job& j) const;
+  // Resolves the resume point, starts the attempt and launches it (takes mu_ itself).
+  void RunLaunch(const LaunchPlan& plan);
+  // Starts the next attempt resuming from `resume`; fills *req when a launcher
+  // must start its workers (false for launcher: external).
+  bool BeginAttemptLocked(Job& j, const std::string& resume, LaunchRequest* req);
+  void FinishLaunchLocked(const std::string& job_id, int attempt, const StatusOr<std::vector<int>>& pids);
   // The attempt failed: restart if allowed, else FAILED. retryable=false fails at once.
   void FailAttemptLocked(Job& j, const std::string& reason, bool retryable);
   // Every rank stopped on its launcher's signal after a checkpoint: a new
   // attempt resumes from it, and the restart budget is not charged.
   void PreemptAttemptLocked(Job& j, const std::string& reason);
   void ApplyExitLocked(Job& j, const RankExit& e);
+  // ": <why>" for a rank that exited: the error it reported, else the last
+  // error line of its log (a rank that died before it could report); "".
+  std::string CauseOfExitLocked(const Job& j, const RankExit& e) const;
   static bool External(const Job& j) { return j.config.resources.launcher == shard::Launcher::kExternal; }
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).
   void EndAttemptLocked(Job& j);
+  // Queues a launcher Terminate for RunTerminates.
+  void QueueTerminateLocked(const Job& j, int attempt, bool force);
+  // Makes the queued Terminate calls. Needs tick_mu_ held, mu_ not held.
+  void RunTerminates();
+  // From an RPC thread: runs the queued Terminates now unless a Tick is busy
+  // (it runs them when it is done), so an RPC never waits for a launch.
+  void TryRunTerminates();
   JobRecord RecordOf(const Job& j) const;
-  // Applies the launcher's exit reports.
-  void ProcessExitsLocked();
   std::string CheckpointJobDir(const Job& j) const;
   std::string AttemptDir(const Job& j, int attempt) const;
   std::string NewToken() const;
@@ -236,8 +305,12 @@ class JobManager {
   std::map<std::string, Launcher*> launchers_;  // by name(); set before Start
   RendezvousStore rendezvous_;
 
+  // Serializes Tick and every launcher call (launchers are not thread-safe).
+  // Taken before mu_, never while holding it.
+  std::mutex tick_mu_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
+  std::vector<TerminateCall> terminates_;             // guarded by mu_
   int64_t next_job_number_ = 1;                       // guarded by mu_
   struct Watcher {
     std::string job_id;

@@ -1,10 +1,12 @@
-// JobManager's read side: committed checkpoints, per-step metrics, rank logs,
-// event watches (past events from the store, then live ones), and the
-// telemetry behind /metrics and the dashboard.
+// JobManager's read side: job status and lists, committed checkpoints,
+// per-step metrics, rank logs, event watches (past events from the store,
+// then live ones), and the telemetry behind /metrics and the dashboard.
 #include "coordinator/job_manager.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +18,38 @@
 namespace fs = std::filesystem;
 
 namespace shardd {
+namespace {
+
+// rel itself, or rel's folder + "pod_<i>.log" when rel is a symlink to
+// exactly that name (what a Kubernetes pod writes for each of its ranks).
+std::string PodLogTarget(const std::string& root, const std::string& rel) {
+  std::error_code ec;
+  const fs::path link = fs::path(root) / rel;
+  if (!fs::is_symlink(link, ec)) return rel;
+  const std::string target = fs::read_symlink(link, ec).string();
+  const bool pod_log = !ec && target.rfind("pod_", 0) == 0 && target.size() > 8 &&
+                       target.compare(target.size() - 4, 4, ".log") == 0 &&
+                       std::all_of(target.begin() + 4, target.end() - 4, [](char c) { return c >= '0' && c <= '9'; });
+  return pod_log ? (fs::path(rel).parent_path() / target).string() : rel;
+}
+
+}  // namespace
+
+StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+  return StatusOf(*j);
+}
+
+std::vector<v1::JobStatus> JobManager::List(bool include_finished) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::JobStatus> out;
+  for (const auto& [id, j] : jobs_)
+    if (include_finished || Active(*j)) out.push_back(StatusOf(*j));
+  std::sort(out.begin(), out.end(),
+            [](const v1::JobStatus& a, const v1::JobStatus& b) { return a.created_unix_ms() < b.created_unix_ms(); });
+  return out;
+}
 
 StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::string& job_id) {
   std::string dir;
@@ -91,7 +125,7 @@ StatusOr<v1::GetMetricsResponse> JobManager::Metrics(const std::string& job_id, 
 }
 
 StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {
-  std::string path;
+  std::string rel;
   LogChunk chunk;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,23 +138,33 @@ StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int att
       return shard::OutOfRange("job " + job_id + " has ranks 0.." + std::to_string(j->config.parallel.world_size - 1));
     chunk.finished = chunk.attempt < j->attempt || (!Active(*j) && j->draining_attempt == 0) ||
                      j->state == v1::RESTARTING;
-    path = AttemptDir(*j, chunk.attempt) + "/rank_" + std::to_string(rank) + ".log";
+    rel = "jobs/" + j->id + "/attempt_" + std::to_string(chunk.attempt) + "/rank_" + std::to_string(rank) + ".log";
   }
   if (max_bytes <= 0 || max_bytes > (4 << 20)) max_bytes = 64 << 10;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    chunk.next_offset = 0;
+  // The job's processes can write in its folders: never follow a symlink they
+  // may have put there (rank_1.log -> /etc/shadow), nor block on a FIFO. The
+  // one link allowed is a Kubernetes pod's rank_<r>.log -> pod_<i>.log beside it.
+  rel = PodLogTarget(opts_.state_dir, rel);
+  auto fd = shard::OpenBeneath(opts_.state_dir, rel, O_RDONLY | O_NONBLOCK);
+  if (!fd.ok()) {
+    if (fd.status().code() != shard::StatusCode::kNotFound) return fd.status();
+    chunk.next_offset = 0;  // not written yet
     return chunk;
   }
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
+  struct stat st;
+  if (::fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(*fd);
+    return shard::PermissionDenied(opts_.state_dir + "/" + rel + " is not a regular file; not served");
+  }
+  const int64_t size = st.st_size;
   if (offset < 0) offset = std::max<int64_t>(0, size - max_bytes);
   offset = std::min(offset, size);
   const int64_t n = std::min<int64_t>(max_bytes, size - offset);
   chunk.data.resize(n);
-  in.seekg(offset);
-  in.read(chunk.data.data(), n);
-  chunk.next_offset = offset + n;
+  const ssize_t got = n > 0 ? ::pread(*fd, chunk.data.data(), n, offset) : 0;
+  ::close(*fd);
+  chunk.data.resize(got > 0 ? got : 0);
+  chunk.next_offset = offset + static_cast<int64_t>(chunk.data.size());
   return chunk;
 }
 

@@ -10,6 +10,8 @@ namespace shardd {
 // Recovery
 
 Status JobManager::Recover() {
+  // Before Start and before any RPC: Adopt may ask the cluster under mu_ here.
+  std::lock_guard<std::mutex> serial(tick_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(int64_t max_number, store_->MaxJobNumber());
   next_job_number_ = max_number + 1;

@@ -8,6 +8,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/job_paths.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
 
@@ -211,6 +212,14 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
   const std::string expected = CheckpointJobDir(*j);
   if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
     return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
+  // ... where it leads now: a symlink made since submission must not take the
+  // commit (or the shards) outside the allowed roots.
+  if (!opts_.allowed_roots.empty() &&
+      std::none_of(opts_.allowed_roots.begin(), opts_.allowed_roots.end(),
+                   [&](const std::string& root) { return IsInside(rep.step_dir, root); }))
+    return shard::PermissionDenied("checkpoint report names " + rep.step_dir +
+                                   ", which resolves outside the coordinator's allowed roots (a symlink in " +
+                                   expected + "?); not committed");
   if (fs::path(rep.step_dir).filename() != shard::StepDirName(req.step()))
     return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
@@ -272,7 +281,15 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
 }
 
 Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(ReportFailureLocked(req, token));
+  }
+  TryRunTerminates();  // the attempt may have ended: stop its other ranks
+  return shard::OkStatus();
+}
+
+Status JobManager::ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token) {
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
   Rank& rank = j->ranks[req.id().rank()];
   if (req.preempted()) {
@@ -287,14 +304,15 @@ Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std:
     return shard::OkStatus();
   }
   rank.state = "failed";
+  rank.error = req.error();
   const std::string why = "rank " + std::to_string(req.id().rank()) + " failed: " + req.error();
   if (!req.retryable()) {
     FailAttemptLocked(*j, why, false);
     return shard::OkStatus();
   }
   // A peer's death shows up on the survivors first: give the launcher a
-  // moment to report the exit that caused it, so the event names the cause.
-  ProcessExitsLocked();
+  // moment (the next Ticks poll it) to report the exit that caused it, so the
+  // event names the cause.
   if ((j->state == v1::LAUNCHING || j->state == v1::RUNNING) && j->pending_failure.empty()) {
     j->pending_failure = why;
     j->pending_deadline_ms = opts_.now_ms() + 1000;

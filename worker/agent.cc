@@ -15,6 +15,7 @@
 
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
+#include "worker/run_trainer.h"
 #include "worker/coordinator_client.h"
 #include "worker/stop_signal.h"
 
@@ -197,77 +198,86 @@ shard::Status RetryUnavailable(double window_s, const std::function<shard::Statu
   }
 }
 
-}  // namespace
+// One worker's life under a coordinator, in named steps. Each step returns
+// kContinue or the process exit code to leave with.
+class AgentSession {
+ public:
+  explicit AgentSession(const AgentOptions& opts) : opts_(opts) {}
 
-int RunAgent(const AgentOptions& opts) {
-  ClientIdentity who;
-  who.address = opts.coordinator;
-  who.tls = opts.tls;
-  who.token = opts.token;
-  who.id.set_job_id(opts.job_id);
-  who.id.set_attempt(opts.attempt);
-  who.id.set_rank(opts.rank);
-  auto client = CoordinatorClient::Connect(who);
-  if (!client.ok()) {
-    std::fprintf(stderr, "shardd-worker: %s\n", client.status().ToString().c_str());
-    return kExitBadInput;
+  int Run() {
+    if (int code = Connect(); code != kContinue) return code;
+    if (int code = Register(); code != kContinue) return code;
+    return Train();
   }
-  CoordinatorClient& c = **client;
-  if (opts.attempt == 0) {
-    shard::Status js = RetryUnavailable(opts.join_wait_s, [&] { return c.Join(opts.world_hint, opts.hostname); });
-    if (!js.ok()) {
-      std::fprintf(stderr, "shardd-worker: %s\n", js.ToString().c_str());
-      if (js.code() == shard::StatusCode::kInvalidArgument) return kExitBadInput;
-      return AttemptOver(js) ? kExitAttemptOver : kExitFailed;
+
+ private:
+  static constexpr int kContinue = -1;
+
+  // Dials the coordinator; an external job's worker first joins its current attempt.
+  int Connect() {
+    ClientIdentity who;
+    who.address = opts_.coordinator;
+    who.tls = opts_.tls;
+    who.token = opts_.token;
+    who.id.set_job_id(opts_.job_id);
+    who.id.set_attempt(opts_.attempt);
+    who.id.set_rank(opts_.rank);
+    auto client = CoordinatorClient::Connect(who);
+    if (!client.ok()) {
+      std::fprintf(stderr, "shardd-worker: %s\n", client.status().ToString().c_str());
+      return kExitBadInput;
     }
+    client_ = std::move(*client);
+    if (opts_.attempt != 0) return kContinue;
+    shard::Status js =
+        RetryUnavailable(opts_.join_wait_s, [&] { return client_->Join(opts_.world_hint, opts_.hostname); });
+    if (js.ok()) return kContinue;
+    std::fprintf(stderr, "shardd-worker: %s\n", js.ToString().c_str());
+    if (js.code() == shard::StatusCode::kInvalidArgument) return kExitBadInput;
+    return AttemptOver(js) ? kExitAttemptOver : kExitFailed;
   }
-  const int attempt = c.id().attempt();
+
   // The probe runs in a child (`shardd-worker --probe --brief`) so the CUDA
   // contexts it opens on every GPU die with it; one worker per host asks.
-  std::string devices;
-  if (opts.probe_devices) {
+  std::string ProbeDevices() const {
+    std::string devices;
+    if (!opts_.probe_devices) return devices;
     if (FILE* p = ::popen("/proc/self/exe --probe --brief 2>/dev/null", "r")) {
       char line[512] = {0};
       if (std::fgets(line, sizeof(line), p)) devices = line;
       ::pclose(p);
       while (!devices.empty() && (devices.back() == '\n' || devices.back() == '\r')) devices.pop_back();
     }
+    return devices;
   }
-  auto reg = c.Register(opts.hostname, static_cast<int>(::getpid()), opts.launcher_id, devices);
-  if (!reg.ok()) {
-    std::fprintf(stderr, "shardd-worker: %s\n", reg.status().ToString().c_str());
-    return AttemptOver(reg.status()) ? kExitAttemptOver : kExitFailed;
-  }
-  shard::SetLogContext(opts.job_id, attempt, opts.rank);
-  if (opts.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts.job_id, opts.rank);
 
-  auto fail = [&](const shard::Status& st) {
+  // Registers this rank and receives the job and the attempt's resume point.
+  int Register() {
+    auto reg = client_->Register(opts_.hostname, static_cast<int>(::getpid()), opts_.launcher_id, ProbeDevices());
+    if (!reg.ok()) {
+      std::fprintf(stderr, "shardd-worker: %s\n", reg.status().ToString().c_str());
+      return AttemptOver(reg.status()) ? kExitAttemptOver : kExitFailed;
+    }
+    reg_ = std::move(*reg);
+    const int attempt = client_->id().attempt();
+    shard::SetLogContext(opts_.job_id, attempt, opts_.rank);
+    if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, opts_.rank);
+    return kContinue;
+  }
+
+  // Logs and reports a failure; the exit code says whether a retry may help.
+  int Fail(const shard::Status& st) {
     const bool retryable = Retryable(st);
     LOG_ERROR("{}", st.ToString());
-    shard::Status rs = RetryUnavailable(10, [&] { return c.ReportFailure(st.ToString(), retryable); });
+    shard::Status rs = RetryUnavailable(10, [&] { return client_->ReportFailure(st.ToString(), retryable); });
     if (!rs.ok()) LOG_WARN("could not report the failure: {}", rs.ToString());
     return retryable ? kExitFailed : kExitBadInput;
-  };
+  }
 
-  const v1::JobSpec& spec = reg->spec();
-  std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
-  if (!reg->resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg->resume_from());
-  auto job = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
-  if (!job.ok()) return fail(job.status());
-
-  Heartbeater hb(&c, reg->heartbeat_interval_s() > 0 ? reg->heartbeat_interval_s() : 1.0, opts.reconnect_window_s);
-  hb.Start();
-
-  shard::DistContext dist;
-  dist.rank = opts.rank;
-  dist.world = reg->world_size();
-  dist.store = c.kv_store();
-  dist.prefix = "";  // the coordinator namespaces keys by job and attempt
-  dist.gloo_hostname = opts.hostname;
-  dist.stop_requested = StopRequested;
-  dist.tensorboard = true;
-  dist.report_checkpoint = [&](const shard::Manifest& base, const std::string& step_dir,
-                               const std::vector<shard::ManifestFile>& files) -> shard::Status {
+  // Reports one checkpoint shard (the coordinator commits once every rank has);
+  // rank 0's report carries the metrics of the steps up to it.
+  shard::Status ReportCheckpoint(Heartbeater& hb, const shard::Manifest& base, const std::string& step_dir,
+                                 const std::vector<shard::ManifestFile>& files) {
     v1::ReportCheckpointRequest req;
     req.set_step(base.step);
     req.set_step_dir(std::filesystem::absolute(step_dir).lexically_normal().string());
@@ -279,55 +289,92 @@ int RunAgent(const AgentOptions& opts) {
       pf->set_size(f.size);
       pf->set_xxh64(f.xxh64);
     }
-    const std::vector<v1::StepMetric> metrics = opts.rank == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
+    const std::vector<v1::StepMetric> metrics =
+        opts_.rank == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
     for (const auto& m : metrics) *req.add_metrics() = m;
-    shard::Status st = RetryUnavailable(opts.reconnect_window_s, [&] { return c.ReportCheckpoint(req).status(); });
+    shard::Status st =
+        RetryUnavailable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
     if (!st.ok()) hb.PutBack(metrics);
     return st;
-  };
+  }
 
-  auto trainer = shard::Trainer::Create(*job, dist);
-  if (!trainer.ok()) {
+  shard::DistContext RankContext(Heartbeater& hb) {
+    shard::DistContext dist;
+    dist.rank = opts_.rank;
+    dist.world = reg_.world_size();
+    dist.store = client_->kv_store();
+    dist.prefix = "";  // the coordinator namespaces keys by job and attempt
+    dist.gloo_hostname = opts_.hostname;
+    dist.stop_requested = StopRequested;
+    dist.tensorboard = true;
+    dist.report_checkpoint = [this, &hb](const shard::Manifest& base, const std::string& step_dir,
+                                         const std::vector<shard::ManifestFile>& files) {
+      return ReportCheckpoint(hb, base, step_dir, files);
+    };
+    return dist;
+  }
+
+  // Parses the job as the coordinator handed it, trains with heartbeats from
+  // their own thread, and reports how it ended.
+  int Train() {
+    const v1::JobSpec& spec = reg_.spec();
+    std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
+    if (!reg_.resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg_.resume_from());
+    auto job = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
+    if (!job.ok()) return Fail(job.status());
+
+    Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
+                   opts_.reconnect_window_s);
+    hb.Start();
+    TrainerHooks hooks;
+    hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*keep_metrics=*/opts_.rank == 0); };
+    // Rank 0 tells the coordinator which checkpoint it resumed (an event).
+    hooks.on_built = [&](const shard::Trainer& t) {
+      if (opts_.rank == 0 && !t.resumed_from().empty())
+        hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step());
+    };
+    TrainOutcome run;
+    shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
+    hb.SetState(st.ok() ? "done" : "failed");
     hb.Stop();
-    return fail(trainer.status());
+    if (!st.ok()) return Fail(st);
+    hb.Flush();  // one last heartbeat carries the final metrics before done
+    return Finish(run);
   }
-  if (opts.rank == 0 && !(*trainer)->resumed_from().empty())
-    hb.SetResumed(std::filesystem::absolute((*trainer)->resumed_from()).lexically_normal().string(), (*trainer)->step());
-  double last_loss = 0;
-  shard::Status st = (*trainer)->Run([&](const shard::StepMetrics& m) {
-    last_loss = m.loss;
-    hb.OnStep(m, /*keep_metrics=*/opts.rank == 0);
-  });
-  hb.SetState(st.ok() ? "done" : "failed");
-  if (!st.ok()) {
-    hb.Stop();
-    return fail(st);
+
+  // Reports a stop on the launcher's signal (a new attempt resumes) or done.
+  int Finish(const TrainOutcome& run) {
+    if (run.stopped) {
+      const std::string why = std::string(StopSignalName()) + " at step " + std::to_string(run.step) +
+                              "; checkpoint step_" + std::to_string(run.step) + " written";
+      LOG_WARN("stopping: {}", why);
+      shard::Status ps = RetryUnavailable(10, [&] { return client_->ReportPreempted(why, run.step); });
+      if (!ps.ok()) LOG_WARN("could not report the preemption: {}", ps.ToString());
+      return kExitPreempted;
+    }
+    const double last_loss = run.last_loss < 0 ? 0 : run.last_loss;  // no step ran: as before, 0
+    shard::Status ds = RetryUnavailable(opts_.reconnect_window_s, [&] {
+      return client_->ReportDone(run.step, last_loss, run.nothing_trained, run.total_steps, run.resumed_from);
+    });
+    if (!ds.ok()) {
+      LOG_ERROR("{}", ds.ToString());
+      return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
+    }
+    if (opts_.rank == 0 && run.nothing_trained)
+      LOG_INFO("already complete: {} is at step {} >= train.steps {}; nothing trained", run.resumed_from, run.step,
+               run.total_steps);
+    else if (opts_.rank == 0)
+      LOG_INFO("done: {} steps, final loss {:.4f}", run.step, last_loss);
+    return kExitOk;
   }
-  // One last heartbeat carries the final metrics before done.
-  hb.Stop();
-  hb.Flush();
-  if ((*trainer)->stopped()) {
-    const std::string why = std::string(StopSignalName()) + " at step " + std::to_string((*trainer)->step()) +
-                            "; checkpoint step_" + std::to_string((*trainer)->step()) + " written";
-    LOG_WARN("stopping: {}", why);
-    shard::Status ps = RetryUnavailable(10, [&] { return c.ReportPreempted(why, (*trainer)->step()); });
-    if (!ps.ok()) LOG_WARN("could not report the preemption: {}", ps.ToString());
-    return kExitPreempted;
-  }
-  const shard::Trainer& t = **trainer;
-  shard::Status ds = RetryUnavailable(opts.reconnect_window_s, [&] {
-    return c.ReportDone(t.step(), last_loss, t.nothing_trained(), t.total_steps(), t.resumed_from());
-  });
-  if (!ds.ok()) {
-    LOG_ERROR("{}", ds.ToString());
-    return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
-  }
-  if (opts.rank == 0 && t.nothing_trained())
-    LOG_INFO("already complete: {} is at step {} >= train.steps {}; nothing trained", t.resumed_from(), t.step(),
-             t.total_steps());
-  else if (opts.rank == 0)
-    LOG_INFO("done: {} steps, final loss {:.4f}", t.step(), last_loss);
-  return kExitOk;
-}
+
+  const AgentOptions& opts_;
+  std::unique_ptr<CoordinatorClient> client_;
+  v1::RegisterResponse reg_;
+};
+
+}  // namespace
+
+int RunAgent(const AgentOptions& opts) { return AgentSession(opts).Run(); }
 
 }  // namespace shardd

@@ -15,16 +15,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 #include <functional>
 #include <vector>
 
 #include "shard/backend/hardware_probe.h"
 #include "shard/common/kv_stores.h"
 #include "shard/common/logging.h"
+#include "shard/common/process.h"
 #include "shard/plan/hardware.h"
-#include "shard/train/trainer.h"
 #include "worker/agent.h"
+#include "worker/run_trainer.h"
 #include "worker/stop_signal.h"
 #include "worker/worker_env.h"
 
@@ -53,7 +56,7 @@ std::string ProbedGpusJson(const shard::HardwareProbe& hw) {
 // Appends this process's stdout and stderr to DIR/rank_<r>.log.
 shard::Status RedirectLogs(const std::string& dir, int rank) {
   const std::string path = dir + "/rank_" + std::to_string(rank) + ".log";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return shard::NotFound("--log-dir: cannot open " + path + ": " + std::strerror(errno));
   ::dup2(fd, 1);
   ::dup2(fd, 2);
@@ -61,6 +64,7 @@ shard::Status RedirectLogs(const std::string& dir, int rank) {
   return shard::OkStatus();
 }
 
+// The children's pids for the signal handler (filled before it is installed).
 std::vector<pid_t> g_children;
 
 // SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask the children
@@ -69,17 +73,35 @@ void ForwardStop(int) {
   for (pid_t c : g_children) ::kill(c, SIGUSR1);
 }
 
-// --nproc-per-node: forks one worker per local index; returns the exit code to
-// use: the first bad-input code, else the first non-zero, else 0.
-int RunLocalWorkers(int nproc, const std::function<int(int local)>& run_one) {
+// Folds one child's exit into the exit code to use: the first bad-input
+// code, else the first non-zero, else 0.
+void FoldExit(const shard::ExitStatus& e, int* code) {
+  const int c = e.signal == 0 ? e.code : 128 + e.signal;
+  if (c == shardd::kExitBadInput) *code = c;
+  else if (*code == 0) *code = c;
+}
+
+// --nproc-per-node: runs this binary again once per local index (with
+// --local-index i added to `args`) and waits for them. Each child dies with
+// this process, so a SIGKILLed pod entrypoint leaves no rank behind.
+int RunLocalWorkers(int nproc, const std::vector<std::string>& args) {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return Fail(shard::Internal("cannot find this program (/proc/self/exe): " + ec.message()));
+  std::vector<shard::Process> procs;
   for (int i = 0; i < nproc; ++i) {
-    const pid_t pid = ::fork();
-    if (pid < 0) return Fail(shard::Internal(std::string("fork: ") + std::strerror(errno)));
-    if (pid == 0) {
-      std::fflush(nullptr);
-      ::_exit(run_one(i));
-    }
-    g_children.push_back(pid);
+    shard::SpawnOptions so;
+    so.argv = args;
+    so.argv[0] = self;
+    so.argv.push_back("--local-index");
+    so.argv.push_back(std::to_string(i));
+    so.stdout_fd = 1;
+    so.stderr_fd = 2;
+    so.die_with_parent = true;
+    auto p = shard::Process::Spawn(so);
+    if (!p.ok()) return Fail(p.status());  // the started ones are killed with their Process
+    g_children.push_back(p->pid());
+    procs.push_back(std::move(*p));
   }
   struct sigaction sa = {};
   sa.sa_handler = ForwardStop;
@@ -88,22 +110,38 @@ int RunLocalWorkers(int nproc, const std::function<int(int local)>& run_one) {
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   int code = 0;
-  for (size_t left = g_children.size(); left > 0;) {
-    int status = 0;
-    const pid_t pid = ::wait(&status);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
+  std::vector<bool> seen(procs.size(), false);
+  for (size_t left = procs.size(); left > 0;) {
+    for (size_t i = 0; i < procs.size(); ++i) {
+      if (seen[i]) continue;
+      const auto e = procs[i].Poll();
+      if (!e) continue;
+      seen[i] = true;
+      --left;
+      FoldExit(*e, &code);
+      const int c = e->signal == 0 ? e->code : 128 + e->signal;
+      // One worker's failure dooms the attempt: don't leave the others waiting in collectives.
+      if (c != 0 && c != shardd::kExitPreempted)
+        for (size_t k = 0; k < procs.size(); ++k)
+          if (!seen[k]) procs[k].Signal(SIGTERM);
     }
-    --left;
-    const int c = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (c == shardd::kExitBadInput) code = c;
-    else if (code == 0) code = c;
-    // One worker's failure dooms the attempt: don't leave the others waiting in collectives.
-    if (c != 0 && c != shardd::kExitPreempted)
-      for (pid_t other : g_children) ::kill(other, SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return code;
+}
+
+// One JSON line per step for --metrics.
+void WriteMetricsLine(std::ofstream& metrics, const shard::StepMetrics& m) {
+  // JSON has no inf/NaN (a step the loss scaler skipped may hold them): null.
+  metrics << "{\"step\":" << m.step << ",\"loss\":";
+  if (std::isfinite(m.loss)) metrics << m.loss; else metrics << "null";
+  metrics << ",\"lr\":" << m.lr << ",\"grad_norm\":";
+  if (std::isfinite(m.grad_norm)) metrics << m.grad_norm; else metrics << "null";
+  metrics << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds;
+  if (m.skipped || m.loss_scale != 1.0) metrics << ",\"loss_scale\":" << m.loss_scale;
+  if (m.skipped) metrics << ",\"skipped\":true";
+  metrics << "}\n";
+  metrics.flush();
 }
 
 }  // namespace
@@ -125,7 +163,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
   app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  int rank = -1, world = 0, nproc = 1, node_rank = -1;
+  int rank = -1, world = 0, nproc = 1, node_rank = -1, local_index = -1;
   bool brief = false;
   std::string log_dir;
   bool json = false;
@@ -134,6 +172,8 @@ int main(int argc, char** argv) {
   app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks node_rank*N .. node_rank*N+N-1 "
                  "(a Kubernetes pod per node)")->capture_default_str();
   app.add_option("--node-rank", node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
+  // Internal: set by --nproc-per-node on the workers it starts.
+  app.add_option("--local-index", local_index, "")->group("");
   app.add_option("--log-dir", log_dir, "Append each worker's output to DIR/rank_<r>.log");
   std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
   CLI::Option* rank_opt = app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
@@ -207,7 +247,8 @@ int main(int argc, char** argv) {
     }
     return RunStandalone(config_path, sets, place->rank, world, rendezvous, run_id, hostname, metrics_path);
   };
-  if (nproc > 1) return RunLocalWorkers(nproc, run_one);
+  if (local_index >= 0) return run_one(local_index);
+  if (nproc > 1) return RunLocalWorkers(nproc, std::vector<std::string>(argv, argv + argc));
   return run_one(0);
 }
 
@@ -235,45 +276,27 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
   }
   shard::SetLogContext(job->name, 0, rank);
 
-  auto trainer = shard::Trainer::Create(*job, dist);
-  if (!trainer.ok()) return Fail(trainer.status(), 2);
-
   std::ofstream metrics;
   metrics.precision(17);  // losses compared to 1e-6 and below must survive the file
   if (!metrics_path.empty()) {
     metrics.open(metrics_path, std::ios::app);
     if (!metrics) return Fail(shard::NotFound("cannot open --metrics file " + metrics_path), 2);
   }
-  double first_loss = -1, last_loss = -1;
-  shard::Status st = (*trainer)->Run([&](const shard::StepMetrics& m) {
-    if (first_loss < 0) first_loss = m.loss;
-    last_loss = m.loss;
-    if (metrics.is_open()) {
-      // JSON has no inf/NaN (a step the loss scaler skipped may hold them): null.
-      metrics << "{\"step\":" << m.step << ",\"loss\":";
-      if (std::isfinite(m.loss)) metrics << m.loss; else metrics << "null";
-      metrics << ",\"lr\":" << m.lr << ",\"grad_norm\":";
-      if (std::isfinite(m.grad_norm)) metrics << m.grad_norm; else metrics << "null";
-      metrics << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds;
-      if (m.skipped || m.loss_scale != 1.0) metrics << ",\"loss_scale\":" << m.loss_scale;
-      if (m.skipped) metrics << ",\"skipped\":true";
-      metrics << "}\n";
-      metrics.flush();
-    }
-  });
-  if (!st.ok()) return Fail(st);
-  if ((*trainer)->stopped()) {
+  shardd::TrainerHooks hooks;
+  if (metrics.is_open()) hooks.on_step = [&](const shard::StepMetrics& m) { WriteMetricsLine(metrics, m); };
+  shardd::TrainOutcome run;
+  if (shard::Status st = shardd::RunTrainer(*job, dist, hooks, &run); !st.ok()) return Fail(st, run.built ? 1 : 2);
+  if (run.stopped) {
     if (rank == 0)
       std::printf("stopped on %s at step %lld; checkpoint written: run again to resume\n", shardd::StopSignalName(),
-                  static_cast<long long>((*trainer)->step()));
+                  static_cast<long long>(run.step));
     return shardd::kExitPreempted;
   }
-  if (rank == 0 && (*trainer)->nothing_trained())
-    std::printf("already complete: %s is at step %lld >= train.steps %lld; nothing trained\n",
-                (*trainer)->resumed_from().c_str(), static_cast<long long>((*trainer)->step()),
-                static_cast<long long>((*trainer)->total_steps()));
+  if (rank == 0 && run.nothing_trained)
+    std::printf("already complete: %s is at step %lld >= train.steps %lld; nothing trained\n", run.resumed_from.c_str(),
+                static_cast<long long>(run.step), static_cast<long long>(run.total_steps));
   else if (rank == 0)
-    std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>((*trainer)->step()), first_loss,
-                last_loss);
+    std::printf("done: %lld steps, loss %.4f -> %.4f\n", static_cast<long long>(run.step), run.first_loss,
+                run.last_loss);
   return 0;
 }

@@ -3,23 +3,26 @@
 // when any rank fails, the others are stopped (SIGTERM, then SIGKILL after a
 // grace period) so no orphan keeps a half-dead job running.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <algorithm>
 #include <thread>
 
 #include "coordinator/ctl/commands.h"
+#include "shard/common/process.h"
 #include "shard/spec/job_config.h"
 
 namespace shardctl {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr double kStopGraceS = 5;
 
 std::string FindWorkerBinary(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -33,6 +36,89 @@ std::string FindWorkerBinary(const std::string& flag) {
   return "shardd-worker";  // from PATH
 }
 
+// The workers lead their own process groups, so a terminal's Ctrl-C reaches
+// only shardctl: it passes the signal on.
+std::atomic<int> g_forward_signal{0};
+void OnForwardSignal(int sig) { g_forward_signal.store(sig); }
+
+void InstallForwarding() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+// One worker per rank. Each dies with shardctl (PR_SET_PDEATHSIG): a
+// SIGKILLed launcher leaves no rank training on its own.
+shard::StatusOr<std::vector<shard::Process>> SpawnRanks(const LaunchOptions& o, const std::string& worker, int world,
+                                                        const std::string& rdv) {
+  // Share the cores between the ranks unless the user chose (the pool and
+  // OpenBLAS would otherwise each start one thread per core in every rank).
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string per_rank = std::to_string(std::max(1u, cores / static_cast<unsigned>(world)));
+  std::vector<shard::Process> procs;
+  for (int r = 0; r < world; ++r) {
+    shard::SpawnOptions so;
+    so.argv = {worker, "--standalone", "--config", o.job_file, "--rank", std::to_string(r),
+               "--world", std::to_string(world), "--rendezvous", "file:" + rdv};
+    for (const auto& s : o.sets) {
+      so.argv.push_back("--set");
+      so.argv.push_back(s);
+    }
+    if (!o.metrics_prefix.empty()) {
+      so.argv.push_back("--metrics");
+      so.argv.push_back(o.metrics_prefix + std::to_string(r) + ".jsonl");
+    }
+    so.env.defaults = {{"SHARDD_NUM_THREADS", per_rank}, {"OPENBLAS_NUM_THREADS", per_rank}};
+    so.stdout_fd = 1;
+    so.stderr_fd = 2;
+    so.die_with_parent = true;
+    auto p = shard::Process::Spawn(so);
+    if (!p.ok()) {
+      std::vector<shard::Process*> started;
+      for (auto& q : procs) started.push_back(&q);
+      shard::StopAll(started, kStopGraceS);
+      return shard::Status(p.status().code(),
+                           p.status().message() + " (set --worker-bin or SHARDD_WORKER_BIN)");
+    }
+    procs.push_back(std::move(*p));
+  }
+  return procs;
+}
+
+// Waits for every rank. The first failure (or a forwarded signal) stops the
+// others: SIGTERM, then SIGKILL after the grace. Returns the failure.
+shard::Status Supervise(std::vector<shard::Process>& procs) {
+  const int world = static_cast<int>(procs.size());
+  std::vector<shard::Process*> all;
+  for (auto& p : procs) all.push_back(&p);
+  int failed_rank = -1;
+  shard::ExitStatus failed;
+  while (std::any_of(procs.begin(), procs.end(), [](shard::Process& p) { return p.running(); })) {
+    if (const int sig = g_forward_signal.exchange(0); sig != 0) {
+      std::fprintf(stderr, "shardctl: %s: stopping the workers\n", ::strsignal(sig));
+      for (auto& p : procs) p.Signal(sig);
+      shard::StopAll(all, kStopGraceS);
+      return shard::Aborted(std::string("interrupted by ") + ::strsignal(sig));
+    }
+    for (int r = 0; r < world && failed_rank < 0; ++r) {
+      const auto e = procs[r].Poll();
+      if (!e || e->ok()) continue;
+      failed_rank = r;
+      failed = *e;
+      std::fprintf(stderr, "shardctl: rank %d %s; stopping the other ranks\n", r, e->Describe().c_str());
+      shard::StopAll(all, kStopGraceS);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (failed_rank < 0) return shard::OkStatus();
+  return shard::Aborted("rank " + std::to_string(failed_rank) + " failed (" +
+                        (failed.signal ? "signal " + std::to_string(failed.signal)
+                                       : "exit code " + std::to_string(failed.code)) +
+                        ")");
+}
+
 }  // namespace
 
 shard::Status RunLaunch(const LaunchOptions& o) {
@@ -44,77 +130,15 @@ shard::Status RunLaunch(const LaunchOptions& o) {
   const std::string rdv = tmpl;
   std::fprintf(stderr, "shardctl: launching %d worker(s) of job %s (%s), rendezvous %s\n", world, job.name.c_str(),
                shard::StrategyName(job.parallel.strategy), rdv.c_str());
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args = {worker, "--standalone", "--config", o.job_file, "--rank", std::to_string(r),
-                                     "--world", std::to_string(world), "--rendezvous", "file:" + rdv};
-    for (const auto& s : o.sets) {
-      args.push_back("--set");
-      args.push_back(s);
-    }
-    if (!o.metrics_prefix.empty()) {
-      args.push_back("--metrics");
-      args.push_back(o.metrics_prefix + std::to_string(r) + ".jsonl");
-    }
-    pid_t pid = ::fork();
-    if (pid < 0) return shard::Internal("fork failed");
-    if (pid == 0) {
-      // Share the cores between the ranks unless the user chose (the pool and
-      // OpenBLAS would otherwise each start one thread per core in every rank).
-      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-      const std::string per_rank = std::to_string(std::max(1u, cores / static_cast<unsigned>(world)));
-      ::setenv("SHARDD_NUM_THREADS", per_rank.c_str(), /*overwrite=*/0);
-      ::setenv("OPENBLAS_NUM_THREADS", per_rank.c_str(), /*overwrite=*/0);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      std::fprintf(stderr, "shardctl: cannot run %s (set --worker-bin or SHARDD_WORKER_BIN)\n", argv[0]);
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  int failed_rank = -1, failed_status = 0, alive = world;
-  std::vector<bool> done(world, false);
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  while (alive > 0) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < world; ++r) {
-        if (pids[r] != pid) continue;
-        done[r] = true;
-        --alive;
-        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed_rank < 0) {
-          failed_rank = r;
-          failed_status = status;
-          std::fprintf(stderr, "shardctl: rank %d %s %d; stopping the other ranks\n", r,
-                       WIFSIGNALED(status) ? "was killed by signal" : "exited with code",
-                       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-          for (int k = 0; k < world; ++k)
-            if (!done[k]) ::kill(pids[k], SIGTERM);
-          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        }
-      }
-      continue;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (int k = 0; k < world; ++k)
-        if (!done[k]) ::kill(pids[k], SIGKILL);
-      deadline = std::chrono::steady_clock::time_point::max();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  InstallForwarding();
+  auto procs = SpawnRanks(o, worker, world, rdv);
+  shard::Status st = procs.ok() ? Supervise(*procs) : procs.status();
   std::error_code ec;
   fs::remove_all(rdv, ec);
-  if (failed_rank >= 0)
-    return shard::Aborted("rank " + std::to_string(failed_rank) + " failed (" +
-                          (WIFSIGNALED(failed_status) ? "signal " + std::to_string(WTERMSIG(failed_status))
-                                                      : "exit code " + std::to_string(WEXITSTATUS(failed_status))) +
-                          "); committed checkpoints stay in " + shard::CheckpointJobDir(job) +
-                          " and the next launch resumes from the newest");
-  return shard::OkStatus();
+  if (!st.ok() && procs.ok())
+    return shard::Status(st.code(), st.message() + "; committed checkpoints stay in " + shard::CheckpointJobDir(job) +
+                                        " and the next launch resumes from the newest");
+  return st;
 }
 
 }  // namespace shardctl

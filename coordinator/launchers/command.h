@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,8 @@ shard::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, 
 
 // Whether a cluster CLI runs here, for Launcher::CheckAvailable: runs argv
 // (e.g. `sbatch --version`) at most once a minute and keeps the answer.
-// Thread-safety: none (each launcher calls it from the JobManager's thread).
+// Thread-safety: Check is thread-safe (submissions call it from RPC threads);
+// callers meanwhile wait for the one check in flight.
 class CommandCheck {
  public:
   // launcher and tool name the failure: "the slurm launcher cannot run sbatch here: ...".
@@ -50,8 +52,9 @@ class CommandCheck {
  private:
   std::string launcher_, tool_;
   std::vector<std::string> argv_;
-  shard::Status result_;
-  std::chrono::steady_clock::time_point checked_{};
+  std::mutex mu_;
+  shard::Status result_;                               // guarded by mu_
+  std::chrono::steady_clock::time_point checked_{};    // guarded by mu_
 };
 
 // Quotes a word for a POSIX shell script: 'it'\''s'.

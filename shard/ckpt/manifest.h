@@ -53,7 +53,7 @@ struct Manifest {
   std::string loss_scale_mode = "off";
   double loss_scale = 1.0;
   int64_t loss_scale_good_steps = 0;
-  // The run that wrote this step (shard/train/run_fingerprint.h): a hash of
+  // The run that wrote this step (shard/spec/run_fingerprint.h): a hash of
   // what defines it and the keys themselves, so a refusal to resume another
   // run's step can name what differs. Absent on disk (older manifests): "" and
   // empty — an unknown run.

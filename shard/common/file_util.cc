@@ -5,13 +5,63 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace shard {
+
+StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel, int flags, unsigned mode) {
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= rel.size();) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    std::string part = rel.substr(start, end - start);
+    if (part == "..") return InvalidArgument("path " + rel + " leaves " + root + " ('..')");
+    if (!part.empty() && part != ".") parts.push_back(std::move(part));
+    start = end + 1;
+  }
+  if (parts.empty()) return InvalidArgument("no file named beneath " + root);
+  int dir = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return NotFound("cannot open " + root + ": " + std::strerror(errno));
+  std::string at = root;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    at += "/" + parts[i];
+    const int fd = last ? ::openat(dir, parts[i].c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
+                        : ::openat(dir, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir);
+    if (fd < 0) {
+      struct stat st;
+      if ((err == ELOOP || err == ENOTDIR) && ::lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+        return PermissionDenied(at + " is a symbolic link; not followed");
+      if (err == ENOENT) return NotFound(at + " does not exist");
+      return Internal("cannot open " + at + ": " + std::strerror(err));
+    }
+    dir = fd;
+  }
+  return dir;
+}
+
+Status CheckPlainName(const std::string& key, const std::string& name) {
+  constexpr size_t kMaxName = 200;
+  const bool plain = !name.empty() && name != "." && name != ".." &&
+                     std::all_of(name.begin(), name.end(), [](char ch) {
+                       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+                     });
+  if (!plain)
+    return InvalidArgument(key + ": '" + name + "' must be a plain file name (letters, digits, '.', '_', '-')");
+  if (name.size() > kMaxName)
+    return InvalidArgument(key + ": a name of " + std::to_string(name.size()) + " characters is too long (at most " +
+                           std::to_string(kMaxName) + ")");
+  return OkStatus();
+}
 namespace {
 std::string Errno() { return std::strerror(errno); }
 }  // namespace

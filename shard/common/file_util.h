@@ -18,6 +18,20 @@ inline Status WriteFileAtomic(const std::string& path, const std::string& data) 
   return WriteFileAtomic(path, data.data(), data.size());
 }
 
+// The one rule for a name that becomes a path component (a job's name names
+// its checkpoint, state and log directories, in shardctl launch, standalone
+// workers and the coordinator alike): 1 to 200 letters, digits, '.', '_' or
+// '-', and not "." or "..". INVALID_ARGUMENT naming `key` otherwise.
+Status CheckPlainName(const std::string& key, const std::string& name);
+
+// Opens `rel` (relative, no "..") beneath the directory `root` without
+// following a symbolic link at any component (O_NOFOLLOW at each step, via
+// openat), so a file or folder swapped for a symlink cannot lead outside
+// `root`. `flags` are open(2)'s for the last component (O_NOFOLLOW and
+// O_CLOEXEC are added). Returns the fd (the caller closes it). NOT_FOUND when
+// a component is missing; PERMISSION_DENIED naming it when it is a symlink.
+StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel, int flags, unsigned mode = 0644);
+
 // fsyncs a directory so a rename inside it is durable.
 Status FsyncDir(const std::string& dir);
 

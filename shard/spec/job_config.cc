@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
 #include "shard/spec/loss_scale.h"
 
@@ -89,6 +90,9 @@ Status JobConfig::Validate() const {
   if (name.size() > kMaxJobNameLength)
     return InvalidArgument("name is " + std::to_string(name.size()) + " characters long; the limit is " +
                            std::to_string(kMaxJobNameLength) + " (it becomes a directory name)");
+  // The one rule for names every entry point shares (shardctl launch,
+  // standalone workers, the coordinator): a plain file name.
+  RETURN_IF_ERROR(CheckPlainName("name", name));
   RETURN_IF_ERROR(model.Validate());
   RETURN_IF_ERROR(data.Validate());
   RETURN_IF_ERROR(train.Validate());

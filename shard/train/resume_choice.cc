@@ -24,10 +24,6 @@ std::string OwnershipNote(const Manifest& m, const std::string& step_dir, const 
 
 }  // namespace
 
-bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint) {
-  return step_fingerprint.empty() || step_fingerprint == my_fingerprint;
-}
-
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine) {
   ResumeChoice c;
   if (resume == "none") return c;

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "shard/common/status.h"
-#include "shard/train/run_fingerprint.h"
+#include "shard/spec/run_fingerprint.h"
 
 namespace shard {
 
@@ -27,7 +27,5 @@ struct ResumeChoice {
 
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine);
 
-// The filter that keeps a search to this run's steps (and unknown ones).
-bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint);
 
 }  // namespace shard

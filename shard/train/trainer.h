@@ -24,7 +24,7 @@
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
-#include "shard/train/run_fingerprint.h"
+#include "shard/spec/run_fingerprint.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {

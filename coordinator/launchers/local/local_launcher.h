@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator/launchers/launcher.h"
+#include "shard/common/process.h"
 
 namespace shardd {
 
@@ -28,8 +29,11 @@ class LocalLauncher : public Launcher {
     int attempt = 0;
     int rank = 0;
     pid_t pid = 0;
-    bool child = true;  // false: adopted, watched with kill(pid, 0)
+    shard::Process proc;  // our child; not running for an adopted rank
+    bool child = true;    // false: adopted, watched with kill(pid, 0)
     bool done = false;
+    // Signals the rank's process group (ours or adopted: both lead one).
+    void Signal(int sig);
   };
   std::vector<Proc> procs_;
 };

@@ -14,7 +14,7 @@
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
-#include "shard/train/run_fingerprint.h"
+#include "shard/spec/run_fingerprint.h"
 #include "shard/train/trainer.h"
 
 namespace shard {

@@ -3,6 +3,7 @@
 // and a new token, max_restarts, non-retryable exits, cancel with SIGTERM then
 // SIGKILL, and the event log (past events in order, live events to watchers).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <csignal>
 
@@ -489,6 +490,80 @@ TEST_F(JobManagerTest, LogsReadTheAttemptsRankLog) {
   EXPECT_EQ(tail->data, " rank 1\n");
   EXPECT_EQ(manager_->Logs(id, 2, 0, 0, 0).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(manager_->Logs(id, 0, 2, 0, 0).status().code(), StatusCode::kOutOfRange);
+}
+
+// The job's processes can write in its log folder: a log swapped for a
+// symlink (or a folder on the way) is refused, never followed, and a FIFO is
+// not opened for reading (it would block the RPC).
+TEST_F(JobManagerTest, LogsAreNeverServedThroughASymlink) {
+  const std::string id = SubmitJob();
+  manager_->Tick();
+  const std::string attempt_dir = Path("state") + "/jobs/" + id + "/attempt_1";
+  WriteBytes(Path("secret"), "root:hash:...\n");
+  WriteBytes(attempt_dir + "/rank_0.log", "plain log\n");
+  fs::create_symlink(Path("secret"), attempt_dir + "/rank_1.log");
+  auto chunk = manager_->Logs(id, 1, 0, 0, 0);
+  ASSERT_FALSE(chunk.ok());
+  EXPECT_EQ(chunk.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Contains(chunk.status().message(), "rank_1.log is a symbolic link")) << chunk.status().ToString();
+  EXPECT_FALSE(Contains(chunk.status().message(), "root:hash"));
+  auto plain = manager_->Logs(id, 0, 0, 0, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->data, "plain log\n");
+  // A Kubernetes pod's rank log is a link to the pod's log beside it: served.
+  WriteBytes(attempt_dir + "/pod_0.log", "from the pod\n");
+  fs::remove(attempt_dir + "/rank_0.log");
+  fs::create_symlink("pod_0.log", attempt_dir + "/rank_0.log");
+  auto pod = manager_->Logs(id, 0, 0, 0, 0);
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  EXPECT_EQ(pod->data, "from the pod\n");
+  // ... but not a pod log link that leads elsewhere.
+  fs::remove(attempt_dir + "/rank_0.log");
+  fs::create_symlink("../../../../secret", attempt_dir + "/rank_0.log");
+  EXPECT_EQ(manager_->Logs(id, 0, 0, 0, 0).status().code(), StatusCode::kPermissionDenied);
+
+  // The attempt's folder itself swapped for a symlink to a folder of logs.
+  WriteBytes(Path("elsewhere/rank_0.log"), "not this job's\n");
+  WriteBytes(Path("elsewhere/pod_0.log"), "not this job's\n");
+  fs::rename(attempt_dir, attempt_dir + ".old");
+  fs::create_symlink(Path("elsewhere"), attempt_dir);
+  auto through_dir = manager_->Logs(id, 0, 0, 0, 0);
+  ASSERT_FALSE(through_dir.ok());
+  EXPECT_EQ(through_dir.status().code(), StatusCode::kPermissionDenied);
+
+  fs::remove(attempt_dir);
+  fs::create_directories(attempt_dir);
+  ASSERT_EQ(::mkfifo((attempt_dir + "/rank_0.log").c_str(), 0600), 0);
+  EXPECT_EQ(manager_->Logs(id, 0, 0, 0, 0).status().code(), StatusCode::kPermissionDenied);
+}
+
+// A rank that reported its error and then exited: the restart names the
+// error, not only the exit code. A rank that died before it could report:
+// the last error line of its log.
+TEST_F(JobManagerTest, ARanksExitNamesTheErrorItReportedOrLogged) {
+  const std::string id = StartRunningJob({"restart.max_restarts=0"});
+  v1::ReportFailureRequest req;
+  *req.mutable_id() = Worker(id, 1, 0);
+  req.set_error("INTERNAL: cannot write ckpt/tiny/step_00000005: No space left on device");
+  req.set_retryable(true);
+  ASSERT_TRUE(manager_->ReportFailure(req, TokenOf(id, 1)).ok());
+  launcher_.Exit(id, 1, 0, 1);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::FAILED);
+  EXPECT_TRUE(Contains(Reason(id), "rank 0 exited with code 1: INTERNAL: cannot write ckpt/tiny/step_00000005: No "
+                                   "space left on device"))
+      << Reason(id);
+
+  const std::string other = SubmitJob({"restart.max_restarts=0"}, "other");
+  manager_->Tick();
+  RegisterAll(other);
+  WriteBytes(Path("state") + "/jobs/" + other + "/attempt_1/rank_1.log",
+             "2026-12-01 10:00:00.000 I [other/a1/r1] starting\n"
+             "shardd-worker: FAILED_PRECONDITION: device: cuda:3, but this host has 2 GPUs\n");
+  launcher_.Exit(other, 1, 1, 1);
+  manager_->Tick();
+  EXPECT_EQ(State(other), v1::FAILED);
+  EXPECT_TRUE(Contains(Reason(other), "rank 1 exited with code 1: FAILED_PRECONDITION: device: cuda:3")) << Reason(other);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "coordinator/auth.h"
+#include "coordinator/job_paths.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -379,6 +380,41 @@ TEST_F(JobManagerCheckpointTest, RelativeStepDirResolvesAgainstTheWorkdir) {
   EXPECT_EQ(Get(id).progress().last_committed_step(), 5);
   auto escape = Report(id, 1, 0, 10, "ckpt/other/" + shard::StepDirName(10), TokenOf(id, 1));
   EXPECT_EQ(escape.status().code(), StatusCode::kInvalidArgument);
+}
+
+// --allowed-root confines a job's paths where they lead when used, not only
+// at submission: a symlink made afterwards in the checkpoint directory gets no
+// commit written through it, and the next attempt is refused at launch.
+TEST_F(JobManagerCheckpointTest, ASymlinkMadeAfterSubmissionCannotLeadCheckpointsOutsideTheRoots) {
+  auto roots = CanonicalRoots({workdir_});
+  ASSERT_TRUE(roots.ok()) << roots.status().ToString();
+  allowed_roots_ = *roots;
+  manager_ = NewManager(&launcher_);
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  // The job's folder becomes a symlink to somewhere outside the roots.
+  fs::create_directories(Path("outside"));
+  fs::create_directories(workdir_ + "/ckpt");
+  fs::create_symlink(Path("outside"), workdir_ + "/ckpt/tiny");
+  WriteShards(5);  // a worker wrote through it
+  auto r0 = Report(id, 1, 0, 5, StepDir(5), token);
+  ASSERT_FALSE(r0.ok());
+  EXPECT_EQ(r0.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Contains(r0.status().message(), "outside the coordinator's allowed roots")) << r0.status().ToString();
+  EXPECT_FALSE(Report(id, 1, 1, 5, StepDir(5), token).ok());
+  EXPECT_FALSE(fs::exists(Path("outside/") + shard::StepDirName(5) + "/" + shard::kCommittedFile));
+
+  // The attempt fails; its successor is refused before anything is read or launched there.
+  launcher_.Exit(id, 1, 0, 1);
+  manager_->Tick();
+  ASSERT_EQ(State(id), v1::RESTARTING);
+  launcher_.SetRunning(id, 1, 0);
+  Advance(10);
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::FAILED);
+  EXPECT_TRUE(Contains(Reason(id), "checkpoint.dir/tiny")) << Reason(id);
+  EXPECT_TRUE(Contains(Reason(id), "symlink")) << Reason(id);
+  EXPECT_EQ(launcher_.launches.size(), 1u);
 }
 
 }  // namespace

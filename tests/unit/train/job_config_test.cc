@@ -39,6 +39,23 @@ void ExpectRefused(const std::string& yaml, std::initializer_list<std::string> p
   for (const std::string& p : parts) EXPECT_TRUE(Contains(job.status().message(), p)) << job.status().ToString();
 }
 
+// The job's name becomes a directory (checkpoints, logs, state) wherever the
+// job runs: shardctl launch, a standalone worker and the coordinator all parse
+// it here, so all of them refuse a name that is not one plain path component.
+TEST(JobNameTest, NamesThatAreNotPlainFileNamesAreRefusedByEveryParse) {
+  const std::string rest = Job("  device: cpu\n", 2).substr(std::string("name: big\n").size());
+  for (const std::string name : {"/etc", "../..", "..", ".", "a/b", "", "x y", "run$1"}) {
+    const std::string yaml = "name: '" + name + "'\n" + rest;
+    ExpectRefused(yaml, {"job.yaml", "name: '" + name + "'", "plain file name"});
+  }
+  ExpectRefused("name: " + std::string(300, 'a') + "\n" + rest, {"name", "300 characters", "too long"});
+  EXPECT_TRUE(ParseJobConfig("name: my-job_1.2\n" + rest, "job.yaml").ok());
+  // An override is held to the same rule.
+  auto job = ParseJobConfig("name: fine\n" + rest, "job.yaml", {"name=../escape"});
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(Contains(job.status().message(), "plain file name")) << job.status().ToString();
+}
+
 TEST(SlurmConfigTest, EveryKeyIsRead) {
   auto job = ParseJobConfig(Job("  launcher: slurm\n"
                                 "  slurm:\n"

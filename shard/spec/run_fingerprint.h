@@ -26,4 +26,7 @@ std::string RunFingerprint(const RunKeys& keys);
 // one side show as "(unset)"); "" when the keys agree.
 std::string DescribeRunDifference(const RunKeys& saved, const RunKeys& now);
 
+// The filter that keeps a search to this run's steps (and unknown ones).
+bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint);
+
 }  // namespace shard

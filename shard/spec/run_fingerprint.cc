@@ -1,4 +1,4 @@
-#include "shard/train/run_fingerprint.h"
+#include "shard/spec/run_fingerprint.h"
 
 #include <cstdio>
 
@@ -67,6 +67,10 @@ std::string DescribeRunDifference(const RunKeys& saved, const RunKeys& now) {
   for (const auto& [k, v] : now)
     if (!saved.count(k) && !v.empty()) add(k, "", v);
   return out;
+}
+
+bool IsThisRunsStep(const std::string& step_fingerprint, const std::string& my_fingerprint) {
+  return step_fingerprint.empty() || step_fingerprint == my_fingerprint;
 }
 
 }  // namespace shard

@@ -1,0 +1,141 @@
+// JobManager's submission half: a spec is validated (outside the lock: it
+// may plan, probe and ask a cluster CLI), admitted as a QUEUED job, or
+// cancelled. The lifecycle (job_manager_lifecycle.cc) takes it from there.
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "coordinator/job_manager.h"
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/job_paths.h"
+#include "coordinator/probed_cluster.h"
+#include "shard/plan/hardware.h"
+#include "shard/plan/plan_report.h"
+#include "shard/plan/planner.h"
+#include "shard/spec/llama_config.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+
+using internal::Resolve;
+
+Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
+                                double* mfu_per_position_s) {
+  const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
+  if (spec.yaml().size() > opts_.max_spec_bytes)
+    return shard::InvalidArgument(src + ": the job file is " + std::to_string(spec.yaml().size()) +
+                                  " bytes; the limit is " + std::to_string(opts_.max_spec_bytes));
+  if (spec.workdir().empty() || !fs::path(spec.workdir()).is_absolute())
+    return shard::InvalidArgument("job spec: workdir must be an absolute directory, got '" + spec.workdir() + "'");
+  if (!fs::is_directory(spec.workdir()))
+    return shard::NotFound("job spec: workdir " + spec.workdir() + " does not exist");
+  std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
+  ASSIGN_OR_RETURN(*config, shard::ParseJobConfig(spec.yaml(), src, overrides));
+  const shard::JobConfig& c = *config;
+  // The job's name was checked by the parser (shard::CheckPlainName, the rule
+  // every entry point shares).
+  const std::string launcher = shard::LauncherName(c.resources.launcher);
+  if (c.resources.launcher != shard::Launcher::kExternal && !launchers_.count(launcher)) {
+    std::string have;
+    for (const auto& [name, l] : launchers_) have += (have.empty() ? "" : ", ") + name;
+    return shard::Unimplemented(src + ": resources.launcher '" + launcher +
+                                "' is not available in this coordinator (it has: " + have + ", external)");
+  }
+  if (c.resources.launcher != shard::Launcher::kExternal)
+    if (Status st = launchers_.at(launcher)->CheckAvailable(); !st.ok())
+      return Status(st.code(), src + ": resources.launcher " + launcher + ": " + st.message());
+  const std::vector<JobPath> paths = JobPaths(c, spec.workdir());
+  RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
+  for (const JobPath& p : paths)
+    if (p.must_exist && !fs::exists(p.path)) return shard::NotFound(src + ": " + p.key + ": " + p.path + " does not exist");
+  // The model's config.json, read where the workers will read it: sizes past
+  // sane bounds (num_hidden_layers: 10000000) are an error here, not a
+  // bad_alloc in the planner or a failed attempt later.
+  if (!c.model.from_hf.empty()) {
+    auto model = shard::LlamaConfigFromHfDir(Resolve(spec.workdir(), c.model.from_hf));
+    if (!model.ok() && model.status().code() != shard::StatusCode::kNotFound)
+      return Status(model.status().code(), src + ": model.from_hf: " + model.status().message());
+  }
+  // The planner's verdict: a job that cannot fit is refused with its reasons.
+  auto catalog = shard::plan::LoadDefaultHardwareCatalog();
+  if (catalog.ok()) {
+    std::string no_gpu;
+    auto probed = ProbedLocalCluster(*catalog, opts_.worker_bin, &no_gpu);
+    auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster, probed ? &*probed : nullptr);
+    if (plan.ok() && !plan->ok())
+      return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
+                                       shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");
+    *plan_summary = plan.ok() ? shard::plan::PlanSummary(*plan) : "plan skipped: " + plan.status().message();
+    if (plan.ok() && !plan->cluster.cpu_only && plan->time.peak_tflops > 0)
+      *mfu_per_position_s = plan->time.model_flops_per_token /
+                            (c.parallel.world_size * plan->time.peak_tflops * 1e12);
+  } else {
+    *plan_summary = "plan skipped: " + catalog.status().message();
+  }
+  return shard::OkStatus();
+}
+
+Status JobManager::CheckNameFreeLocked(const v1::JobSpec& spec, const shard::JobConfig& c) {
+  const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
+  for (const auto& [id, other] : jobs_) {
+    if (Active(*other) && other->config.name == c.name &&
+        CheckpointJobDir(*other) == shard::CheckpointJobDir(c, spec.workdir()))
+      return shard::FailedPrecondition(src + ": job " + other->id + " named '" + c.name +
+                                       "' is still active and would share its checkpoint directory; cancel it or "
+                                       "rename this job");
+  }
+  return shard::OkStatus();
+}
+
+StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
+  if (opts_.read_only) return shard::FailedPrecondition(internal::kReadOnly);
+  // Validation may take a while (the planner, a launcher's availability
+  // check runs sbatch --version): not under mu_.
+  shard::JobConfig config;
+  std::string plan;
+  double mfu_per_position_s = 0;
+  RETURN_IF_ERROR(ValidateSpec(spec, &config, &plan, &mfu_per_position_s));
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckNameFreeLocked(spec, config));
+  auto j = std::make_unique<Job>();
+  j->id = config.name + "-" + std::to_string(next_job_number_++);
+  j->name = config.name;
+  j->spec = spec;
+  j->config = config;
+  j->created_ms = opts_.now_ms();
+  j->progress.set_total_steps(config.train.steps);
+  j->progress.set_eta_s(-1);
+  j->progress.set_last_committed_step(-1);
+  j->progress.set_mfu(-1);
+  j->mfu_per_position_s = mfu_per_position_s;
+  j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
+  if (External(*j)) j->join_token = NewToken();
+  else j->launcher = launchers_.at(shard::LauncherName(config.resources.launcher));
+  Job& ref = *j;
+  jobs_[ref.id] = std::move(j);
+  SetStateLocked(ref, v1::QUEUED, "submitted",
+                 (spec.source_path().empty() ? std::string("job") : spec.source_path()) + ", " +
+                     std::to_string(config.parallel.world_size) + " worker(s), " +
+                     std::to_string(config.train.steps) + " steps; " + plan);
+  return StatusOf(ref);
+}
+
+StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  v1::JobStatus status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    if (!Active(*j)) return StatusOf(*j);  // idempotent
+    if (opts_.read_only) return shard::FailedPrecondition(internal::kReadOnly);
+    // A launch in flight for this job sees CANCELLED when it returns and its
+    // workers get the Terminate queued here (RunLaunch): the cancel wins.
+    EndAttemptLocked(*j);
+    SetStateLocked(*j, v1::CANCELLED, "cancelled", reason.empty() ? "cancelled by the user" : reason);
+    status = StatusOf(*j);
+  }
+  TryRunTerminates();
+  return status;
+}
+
+}  // namespace shardd
