@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   ex->add_option("--dtype", exp.dtype, "fp32, bf16 or fp16")->capture_default_str();
   ex->add_option("--max-file-bytes", exp.max_file_bytes, "Split into several safetensors files above this size")
       ->capture_default_str();
+  ex->add_option("--tokenizer", exp.tokenizer,
+                 "Tokenizer folder whose tokenizer files are copied in (and generation_config.json written)");
 
   shardctl::CheckpointsOptions ck;
   auto* cp = app.add_subcommand("checkpoints", "List a job's checkpoint steps with sizes and validity");
