@@ -9,6 +9,7 @@
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
+#include "shard/data/tokenizer_export.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/optim/optim_config.h"
@@ -418,6 +419,9 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   if (!job_.export_.hf_dir.empty()) {
     ASSIGN_OR_RETURN(DType dt, ParseDType(job_.export_.dtype));
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, dt));
+    // The tokenizer the data was prepared with goes along, so the folder loads as it is.
+    if (dist_.rank == 0 && job_.data.sft())
+      RETURN_IF_ERROR(ExportTokenizerFiles(job_.data.tokenizer, job_.export_.hf_dir).status().WithContext("export.hf_dir"));
     if (dist_.rank == 0) LOG_INFO("exported the model to {} ({})", job_.export_.hf_dir, job_.export_.dtype);
   }
   return OkStatus();
