@@ -43,6 +43,7 @@ struct ExportOptions {
   std::string out;
   std::string dtype = "fp32";
   int64_t max_file_bytes = int64_t{5} << 30;
+  std::string tokenizer;  // "" / byte: no tokenizer files (shard/data/tokenizer_export.h)
 };
 shard::Status RunExport(const ExportOptions& o);
 

@@ -60,6 +60,8 @@ CLI::App* AddExport(CLI::App& app, shardctl::ExportOptions* o) {
   sub->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")->capture_default_str();
   sub->add_option("--max-file-bytes", o->max_file_bytes, "Split into several safetensors files above this size")
       ->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "Tokenizer folder whose tokenizer files are copied in (and generation_config.json written)");
   return sub;
 }
 

@@ -252,6 +252,11 @@ Status StateStore::Backup(const std::string& to) {
     std::filesystem::remove(tmp, ec);
     return shard::Internal("cannot back up the state database to " + to + ": " + msg);
   }
+  // Like shardd.db itself: only the owner reads it (it holds token hashes and
+  // every job's spec).
+  std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec) return shard::Internal("cannot restrict the state backup " + tmp + " to mode 0600: " + ec.message());
   std::filesystem::rename(tmp, to, ec);
   if (ec) return shard::Internal("cannot rename the state backup " + tmp + " to " + to + ": " + ec.message());
   return shard::OkStatus();

