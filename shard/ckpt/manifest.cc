@@ -103,50 +103,51 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
   if (j.is_discarded() || !j.is_object()) return DataLoss(source + ": manifest is not valid JSON");
   Manifest m;
   try {
-    int version = JsonInt<int>(j.at("format_version"));
+    int version = JsonInt<int>(j.at("format_version"), "format_version");
     if (version != kManifestVersion)
       return DataLoss(source + ": manifest format version " + std::to_string(version) + " is not " +
                       std::to_string(kManifestVersion));
     m.job = j.at("job").get<std::string>();
-    m.step = JsonInt<int64_t>(j.at("step"));
-    m.world = JsonInt<int>(j.at("world"));
+    m.step = JsonInt<int64_t>(j.at("step"), "step");
+    m.world = JsonInt<int>(j.at("world"), "world");
     m.strategy = j.at("strategy").get<std::string>();
-    m.shard_count = JsonInt<int>(j.at("shard_count"));
+    m.shard_count = JsonInt<int>(j.at("shard_count"), "shard_count");
     auto hash = HashFromHex(j.at("model_hash").get<std::string>());
     if (!hash.ok()) return hash.status().WithContext(source + ": model_hash");
     m.model_hash = *hash;
     if (!j.at("model_config").is_object()) return DataLoss(source + ": model_config is not a JSON object");
     m.model_config = j.at("model_config").dump();
-    for (const auto& u : j.at("units")) m.units.emplace_back(u.at("name").get<std::string>(), JsonInt<int64_t>(u.at("numel")));
+    for (const auto& u : j.at("units"))
+      m.units.emplace_back(u.at("name").get<std::string>(), JsonInt<int64_t>(u.at("numel"), "numel"));
     for (const auto& f : j.at("files")) {
       ManifestFile mf;
       mf.name = f.at("name").get<std::string>();
       if (mf.name.find('/') != std::string::npos || mf.name == ".." || mf.name.empty())
         return DataLoss(source + ": file name '" + mf.name + "' is not a plain file name");
-      mf.shard_rank = JsonInt<int>(f.at("shard_rank"));
-      mf.size = JsonInt<uint64_t>(f.at("size"));
+      mf.shard_rank = JsonInt<int>(f.at("shard_rank"), "shard_rank");
+      mf.size = JsonInt<uint64_t>(f.at("size"), "size");
       auto h = HashFromHex(f.at("xxh64").get<std::string>());
       if (!h.ok()) return h.status().WithContext(source + ": file " + mf.name);
       mf.xxh64 = *h;
       m.files.push_back(std::move(mf));
     }
     const auto& d = j.at("data");
-    m.samples_seen = JsonInt<int64_t>(d.at("samples_seen"));
-    m.seed = JsonInt<uint64_t>(d.at("seed"));
+    m.samples_seen = JsonInt<int64_t>(d.at("samples_seen"), "samples_seen");
+    m.seed = JsonInt<uint64_t>(d.at("seed"), "seed");
     m.shuffle = d.at("shuffle").get<bool>();
-    m.global_batch = JsonInt<int64_t>(d.at("global_batch"));
+    m.global_batch = JsonInt<int64_t>(d.at("global_batch"), "global_batch");
     m.data_fingerprint = d.value("fingerprint", std::string());
     const auto& sched = j.at("schedule");
-    m.total_steps = JsonInt<int64_t>(sched.at("total_steps"));
+    m.total_steps = JsonInt<int64_t>(sched.at("total_steps"), "total_steps");
     // Fields added after format version 1 shipped: optional, with the values
     // an older writer implied (no scaler, every step applied).
-    m.optimizer_steps = sched.contains("optimizer_steps") ? JsonInt<int64_t>(sched.at("optimizer_steps")) : m.step;
-    m.tokens_seen = JsonInt<int64_t>(j.at("tokens_seen"));
+    m.optimizer_steps = sched.contains("optimizer_steps") ? JsonInt<int64_t>(sched.at("optimizer_steps"), "optimizer_steps") : m.step;
+    m.tokens_seen = JsonInt<int64_t>(j.at("tokens_seen"), "tokens_seen");
     m.loss_scale = j.at("loss_scale").get<double>();
     if (j.contains("loss_scaler")) {
       const auto& ls = j.at("loss_scaler");
       m.loss_scale_mode = ls.at("mode").get<std::string>();
-      m.loss_scale_good_steps = JsonInt<int64_t>(ls.at("good_steps"));
+      m.loss_scale_good_steps = JsonInt<int64_t>(ls.at("good_steps"), "good_steps");
     }
     if (j.contains("run")) {
       const auto& run = j.at("run");

@@ -13,8 +13,9 @@
 
 namespace shard {
 
+// `key` (optional) names the field in the error.
 template <typename T>
-T JsonInt(const nlohmann::json& v) {
+T JsonInt(const nlohmann::json& v, const char* key = nullptr) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (std::in_range<T>(u)) return static_cast<T>(u);
@@ -22,10 +23,12 @@ T JsonInt(const nlohmann::json& v) {
     const int64_t i = v.get<int64_t>();
     if (std::in_range<T>(i)) return static_cast<T>(i);
   }
-  throw nlohmann::json::type_error::create(
-      302, "expected an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
-               std::to_string(std::numeric_limits<T>::max()) + ", got " + v.dump(),
-      nullptr);
+  const std::string where = key ? std::string(key) + ": " : "";
+  throw nlohmann::json::type_error::create(302,
+                                           where + "expected an integer from " +
+                                               std::to_string(std::numeric_limits<T>::min()) + " to " +
+                                               std::to_string(std::numeric_limits<T>::max()) + ", got " + v.dump(),
+                                           nullptr);
 }
 
 }  // namespace shard

@@ -48,7 +48,6 @@ Status LlamaConfig::Validate() const {
       return bad("rope_scaling.original_max_position_embeddings must be > 0, got " +
                  std::to_string(s.original_max_position_embeddings));
   }
-  if (vocab_size > (int64_t{1} << 31) - 1) return bad("vocab_size too large");
   // Sane bounds, checked before anything sizes a buffer from them: a typo
   // (num_hidden_layers: 10000000) must be an error, not 22 GB of layout tables
   // or a bad_alloc. Each bound is far above any released Llama.

@@ -203,6 +203,8 @@ void BenchIo(const Shard& s, const std::string& dir, int reps) {
   m.world = s.header.world;
   m.strategy = "full_shard";
   m.shard_count = 1;
+  m.global_batch = 8;  // a real run's figures: the reader range-checks every field
+  m.total_steps = 100;
   m.model_hash = s.header.model_hash;
   for (const auto& u : s.header.units) m.units.emplace_back(u.name, u.numel);
   fs::remove(step_dir + "/COMMITTED");

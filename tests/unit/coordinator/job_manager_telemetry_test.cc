@@ -42,6 +42,8 @@ class JobManagerTelemetryTest : public JobManagerTest {
     base.strategy = "full_shard";
     base.shard_count = 2;
     base.total_steps = 100;
+    base.units = {{"embed", 10}};
+    base.global_batch = 8;
     v1::ReportCheckpointRequest req;
     *req.mutable_id() = Worker(id, 1, rank);
     req.set_step(step);
@@ -52,7 +54,9 @@ class JobManagerTelemetryTest : public JobManagerTest {
     f->set_shard_rank(rank);
     f->set_size(100);
     f->set_xxh64(0x1000 + rank);
-    return manager_->ReportCheckpoint(req, TokenOf(id, 1)).status();
+    auto r = manager_->ReportCheckpoint(req, TokenOf(id, 1));
+    if (!r.ok()) ADD_FAILURE() << r.status().ToString();
+    return r.status();
   }
 };
 

@@ -346,7 +346,7 @@ TEST(JobNameTest, LongNamesAreRefusedEarly) {
   EXPECT_TRUE(at_limit.ok()) << at_limit.status().ToString();
   auto long_name = ParseJobConfig(base, "job.yaml", {"name=" + std::string(300, 'n')});
   ASSERT_FALSE(long_name.ok());
-  EXPECT_TRUE(Contains(long_name.status().message(), "job.yaml: name is 300 characters long; the limit is 128"))
+  EXPECT_TRUE(Contains(long_name.status().message(), "job.yaml: name: 300 characters is too long; the limit is 128"))
       << long_name.status().ToString();
   EXPECT_FALSE(ParseJobConfig(base, "job.yaml", {"name=''"}).ok());
 }
