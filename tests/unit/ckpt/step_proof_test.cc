@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "shard/ckpt/step_proof.h"
-#include "tests/unit/ckpt_protocol/ckpt_protocol_util.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
 
 namespace shard {
 namespace {

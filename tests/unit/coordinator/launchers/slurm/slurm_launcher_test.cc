@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "coordinator/launchers/slurm/slurm_script.h"
-#include "tests/unit/slurm/fake_slurm.h"
+#include "tests/unit/coordinator/launchers/slurm/fake_slurm.h"
 
 namespace shardd::testing {
 namespace {

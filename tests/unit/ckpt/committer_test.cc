@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "tests/unit/ckpt_protocol/ckpt_protocol_util.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
 
 namespace shard {
 namespace {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "coordinator/launchers/slurm/slurm_launcher.h"
-#include "tests/unit/slurm/fake_slurm.h"
+#include "tests/unit/coordinator/launchers/slurm/fake_slurm.h"
 
 namespace shardd::testing {
 namespace {

@@ -5,7 +5,7 @@
 // and a hole (a range no file holds) is an error, not silent zeros.
 #include <gtest/gtest.h>
 
-#include "tests/unit/ckpt_protocol/ckpt_protocol_util.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
 
 namespace shard {
 

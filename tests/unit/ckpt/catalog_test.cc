@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "shard/common/checksum.h"
-#include "tests/unit/ckpt_protocol/ckpt_protocol_util.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
 
 namespace shard {
 namespace {
