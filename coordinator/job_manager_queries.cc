@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
 
@@ -96,23 +97,13 @@ StatusOr<v1::GetMetricsResponse> JobManager::Metrics(const std::string& job_id, 
   }
   // Read without mu_, so heartbeats keep flowing; one row past the cap says
   // whether there are more. The first row always goes, so paging advances.
-  ASSIGN_OR_RETURN(std::vector<MetricRecord> rows,
+  ASSIGN_OR_RETURN(std::vector<shard::StepMetrics> rows,
                    store_->LoadMetrics(job_id, {.after_step = after_step, .last = last, .max_rows = kMaxMetricRows + 1}));
   if (max_bytes <= 0) max_bytes = 4 << 20;
   v1::GetMetricsResponse resp;
   int64_t bytes = 2;  // the truncated flag
-  for (const MetricRecord& m : rows) {
-    v1::MetricRow r;
-    r.set_step(m.step);
-    r.set_attempt(m.attempt);
-    r.set_loss(m.loss);
-    r.set_lr(m.lr);
-    r.set_grad_norm(m.grad_norm);
-    r.set_tokens(m.tokens);
-    r.set_seconds(m.seconds);
-    r.set_tokens_per_s(m.seconds > 0 ? m.tokens / m.seconds : 0);
-    r.set_skipped(m.skipped);
-    r.set_loss_scale(m.loss_scale);
+  for (const shard::StepMetrics& m : rows) {
+    v1::MetricRow r = ToMetricRow(m);
     const size_t n = r.ByteSizeLong();
     bytes += 1 + google::protobuf::io::CodedOutputStream::VarintSize64(n) + n;  // tag, length, row
     if (resp.rows_size() == kMaxMetricRows || (bytes > max_bytes && resp.rows_size() > 0)) {

@@ -9,6 +9,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
+#include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
 
@@ -123,17 +124,9 @@ StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& r
 void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
                                      int64_t now) {
   if (metrics.empty()) return;
-  std::vector<MetricRecord> rows;
+  std::vector<shard::StepMetrics> rows;
   for (const v1::StepMetric& m : metrics) {
-    rows.push_back({.step = m.step(),
-                    .attempt = j.attempt,
-                    .loss = m.loss(),
-                    .lr = m.lr(),
-                    .grad_norm = m.grad_norm(),
-                    .seconds = m.seconds(),
-                    .tokens = m.tokens(),
-                    .skipped = m.skipped(),
-                    .loss_scale = m.loss_scale()});
+    rows.push_back(FromStepMetric(m, j.attempt));
     j.step_seconds.push_back(m.seconds());
     if (j.step_seconds.size() > 20) j.step_seconds.pop_front();
     j.step_hist.Observe(m.seconds());

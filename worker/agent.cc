@@ -1,3 +1,4 @@
+#include "proto/codec/metrics_codec.h"
 #include "worker/agent.h"
 
 #include <unistd.h>
@@ -67,17 +68,7 @@ class Heartbeater {
     step_seconds_ = m.seconds;
     state_ = "training";
     if (keep_metrics) {
-      v1::StepMetric s;
-      s.set_step(m.step);
-      s.set_loss(m.loss);
-      s.set_lr(m.lr);
-      s.set_grad_norm(m.grad_norm);
-      s.set_tokens(m.tokens);
-      s.set_seconds(m.seconds);
-      s.set_skipped(m.skipped);
-      s.set_loss_scale(m.loss_scale);
-      s.set_positions(m.positions);
-      pending_.push_back(s);
+      pending_.push_back(ToStepMetric(m));
     }
   }
   void SetState(const std::string& s) {

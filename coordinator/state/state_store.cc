@@ -391,11 +391,11 @@ Status StateStore::DeleteCheckpoint(const std::string& job_id, int64_t step) {
   return Stmt(db_, "DELETE FROM checkpoints WHERE job_id=? AND step=?").Bind(job_id).Bind(step).Run();
 }
 
-Status StateStore::PutMetrics(const std::string& job_id, const std::vector<MetricRecord>& rows) {
+Status StateStore::PutMetrics(const std::string& job_id, const std::vector<shard::StepMetrics>& rows) {
   if (rows.empty()) return shard::OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(Exec("BEGIN"));
-  for (const MetricRecord& m : rows) {
+  for (const shard::StepMetrics& m : rows) {
     Status st = Stmt(db_,
                      "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
                      "loss_scale) VALUES(?,?,?,?,?,?,?,?,?,?)")
@@ -410,7 +410,7 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<Metri
   return Exec("COMMIT");
 }
 
-StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& job_id, const MetricsQuery& q) {
+StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::string& job_id, const MetricsQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
   // LIMIT -1 is no limit. "The last N" reads the newest N backwards and puts
   // them back in order; both forms walk the (job_id, step) key.
@@ -423,11 +423,11 @@ StatusOr<std::vector<MetricRecord>> StateStore::LoadMetrics(const std::string& j
   s.Bind(job_id).Bind(q.after_step);
   if (q.last > 0) s.Bind(q.last);
   s.Bind(max_rows);
-  std::vector<MetricRecord> out;
+  std::vector<shard::StepMetrics> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
     if (!row) break;
-    MetricRecord m;
+    shard::StepMetrics m;
     m.step = s.Int(0);
     m.attempt = static_cast<int>(s.Int(1));
     m.loss = s.RealOrNaN(2);

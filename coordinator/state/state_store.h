@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/step_metrics.h"
 
 struct sqlite3;
 
@@ -74,15 +75,6 @@ struct CheckpointRecord {
 
 // One training step as rank 0 reported it. A loss or gradient norm that was
 // NaN (a step the loss scaler skipped) reads back as NaN.
-struct MetricRecord {
-  int64_t step = 0;
-  int attempt = 0;
-  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
-  int64_t tokens = 0;
-  bool skipped = false;   // the loss scaler skipped the update (inf/NaN gradients)
-  double loss_scale = 0;  // the scale the step used: 1 = no scaler, 0 = not reported (older workers)
-};
-
 // Which metric rows LoadMetrics returns; always in step order.
 struct MetricsQuery {
   int64_t after_step = 0;  // only steps > after_step (steps count from 1)
@@ -114,8 +106,8 @@ class StateStore {
   StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id);
   Status DeleteCheckpoint(const std::string& job_id, int64_t step);
 
-  Status PutMetrics(const std::string& job_id, const std::vector<MetricRecord>& rows);
-  StatusOr<std::vector<MetricRecord>> LoadMetrics(const std::string& job_id, const MetricsQuery& q = {});
+  Status PutMetrics(const std::string& job_id, const std::vector<shard::StepMetrics>& rows);
+  StatusOr<std::vector<shard::StepMetrics>> LoadMetrics(const std::string& job_id, const MetricsQuery& q = {});
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

@@ -25,24 +25,10 @@
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
 #include "shard/spec/run_fingerprint.h"
+#include "shard/spec/step_metrics.h"
 #include "shard/tensor/dtype.h"
 
 namespace shard {
-
-struct StepMetrics {
-  int64_t step = 0;         // 1-based: training steps done, skipped ones included
-  double loss = 0;          // mean cross-entropy per target token of this step's global batch
-  double lr = 0;
-  double grad_norm = 0;     // before clipping, with the loss scale divided out
-  // The loss scaler found an inf/NaN in this step's gradients or loss on some
-  // rank: no rank applied an update (loss and grad_norm may then be inf/NaN).
-  bool skipped = false;
-  double loss_scale = 1.0;  // the scale this step's gradients were computed with (1 = no scaler)
-  int64_t tokens = 0;       // target tokens in the global batch
-  int64_t positions = 0;    // non-padding positions in the global batch (for tokens/s)
-  int64_t samples = 0;      // samples (or windows) the global batch consumed
-  double seconds = 0;       // wall time of the step
-};
 
 // Who this process is and how it finds its peers. world == 1 needs nothing else.
 struct DistContext {

@@ -220,10 +220,14 @@ TEST_F(ProcessTest, StopEscalatesToSigkillAfterTheGrace) {
 
 TEST_F(ProcessTest, StopAllStopsEveryChild) {
   auto a = Process::Spawn(Sh("sleep 100"));
-  auto b = Process::Spawn(Sh("trap '' TERM; sleep 100"));
+  auto b = Process::Spawn(Sh("trap '' TERM; touch " + Path("b.ready") + "; sleep 100"));
   auto c = Process::Spawn(Sh("exit 0"));
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   ASSERT_TRUE(c->Wait(10).has_value());  // one already ended is left as it was
+  // b ignores SIGTERM only once its shell has set the trap: wait for that, or
+  // a loaded machine delivers the TERM first and b dies of it.
+  for (int i = 0; i < 1000 && !fs::exists(Path("b.ready")); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(fs::exists(Path("b.ready")));
   StopAll({&*a, &*b, &*c}, 0.3);
   EXPECT_FALSE(a->running());
   EXPECT_FALSE(b->running());

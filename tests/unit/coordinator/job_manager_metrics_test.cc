@@ -140,7 +140,7 @@ TEST_F(JobManagerMetricsTest, AResponseStopsAtItsByteBudgetAndPagesOn) {
 
 TEST_F(JobManagerMetricsTest, NoResponseHoldsMoreThanTheRowCap) {
   const std::string id = StartRunningJob();
-  std::vector<MetricRecord> rows;
+  std::vector<shard::StepMetrics> rows;
   for (int64_t s = 1; s <= JobManager::kMaxMetricRows + 5; ++s) rows.push_back({.step = s, .attempt = 1, .loss = 1});
   ASSERT_TRUE(store_->PutMetrics(id, rows).ok());
   auto r = manager_->Metrics(id, 0, 0, int64_t{1} << 40);

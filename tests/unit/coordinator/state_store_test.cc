@@ -178,9 +178,9 @@ TEST_F(StateStoreTest, MetricsKeepTheLossScalersVerdict) {
   auto s = Open();
   ASSERT_NE(s, nullptr);
   const double inf = std::numeric_limits<double>::infinity();
-  MetricRecord skipped{.step = 1, .attempt = 1, .loss = std::nan(""), .lr = 1e-3, .grad_norm = inf,
+  shard::StepMetrics skipped{.step = 1, .attempt = 1, .loss = std::nan(""), .lr = 1e-3, .grad_norm = inf,
                        .seconds = 0.5, .tokens = 256, .skipped = true, .loss_scale = 65536};
-  MetricRecord clean{.step = 2, .attempt = 1, .loss = 3.5, .lr = 1e-3, .grad_norm = 0.8,
+  shard::StepMetrics clean{.step = 2, .attempt = 1, .loss = 3.5, .lr = 1e-3, .grad_norm = 0.8,
                      .seconds = 0.5, .tokens = 256, .skipped = false, .loss_scale = 32768};
   ASSERT_TRUE(s->PutMetrics("tiny-1", {skipped, clean}).ok());
   auto m = s->LoadMetrics("tiny-1");
@@ -198,7 +198,7 @@ TEST_F(StateStoreTest, MetricsKeepTheLossScalersVerdict) {
 TEST_F(StateStoreTest, MetricQueriesSelectStepsAfterTheLastNAndCapRows) {
   auto s = Open();
   ASSERT_NE(s, nullptr);
-  std::vector<MetricRecord> rows;
+  std::vector<shard::StepMetrics> rows;
   for (int step = 10; step >= 1; --step) rows.push_back({.step = step, .attempt = 1, .loss = 10.0 - step});
   ASSERT_TRUE(s->PutMetrics("tiny-1", rows).ok());
   ASSERT_TRUE(s->PutMetrics("tiny-2", {{.step = 11, .attempt = 1}}).ok());
@@ -207,7 +207,7 @@ TEST_F(StateStoreTest, MetricQueriesSelectStepsAfterTheLastNAndCapRows) {
     auto m = s->LoadMetrics("tiny-1", q);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     if (m.ok())
-      for (const MetricRecord& r : *m) out.push_back(r.step);
+      for (const shard::StepMetrics& r : *m) out.push_back(r.step);
     return out;
   };
   using V = std::vector<int64_t>;
@@ -264,7 +264,7 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
       ASSERT_TRUE(s->PutJob(job).ok());
     }
     ASSERT_EQ(s->LoadMetrics("old-3")->size(), 3u);
-    const MetricRecord added = s->LoadMetrics("old-3", {.after_step = 2})->front();
+    const shard::StepMetrics added = s->LoadMetrics("old-3", {.after_step = 2})->front();
     EXPECT_EQ(added.attempt, 2);
     EXPECT_TRUE(added.skipped);
     EXPECT_DOUBLE_EQ(added.loss_scale, 1024);

@@ -1,0 +1,49 @@
+#include "proto/codec/metrics_codec.h"
+
+namespace shardd {
+
+v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
+  v1::StepMetric s;
+  s.set_step(m.step);
+  s.set_loss(m.loss);
+  s.set_lr(m.lr);
+  s.set_grad_norm(m.grad_norm);
+  s.set_tokens(m.tokens);
+  s.set_seconds(m.seconds);
+  s.set_skipped(m.skipped);
+  s.set_loss_scale(m.loss_scale);
+  s.set_positions(m.positions);
+  return s;
+}
+
+shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
+  shard::StepMetrics m;
+  m.step = s.step();
+  m.attempt = attempt;
+  m.loss = s.loss();
+  m.lr = s.lr();
+  m.grad_norm = s.grad_norm();
+  m.seconds = s.seconds();
+  m.tokens = s.tokens();
+  m.skipped = s.skipped();
+  m.loss_scale = s.loss_scale();  // 0 from workers too old to send it: "not reported"
+  m.positions = s.positions();
+  return m;
+}
+
+v1::MetricRow ToMetricRow(const shard::StepMetrics& m) {
+  v1::MetricRow r;
+  r.set_step(m.step);
+  r.set_attempt(m.attempt);
+  r.set_loss(m.loss);
+  r.set_lr(m.lr);
+  r.set_grad_norm(m.grad_norm);
+  r.set_tokens(m.tokens);
+  r.set_seconds(m.seconds);
+  r.set_tokens_per_s(m.seconds > 0 ? m.tokens / m.seconds : 0);
+  r.set_skipped(m.skipped);
+  r.set_loss_scale(m.loss_scale);
+  return r;
+}
+
+}  // namespace shardd

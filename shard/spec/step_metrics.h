@@ -1,0 +1,29 @@
+// One training step's figures: the one record the trainer reports, the worker
+// sends (proto/metrics_codec.h maps it onto the wire's StepMetric), the
+// coordinator stores (coordinator/state/state_store.h) and the API serves
+// (MetricRow, through the same codec). Plain data; thread-compatible.
+#pragma once
+
+#include <cstdint>
+
+namespace shard {
+
+struct StepMetrics {
+  int64_t step = 0;         // 1-based: training steps done, skipped ones included
+  int attempt = 0;          // the attempt that trained it (set by the coordinator; 0 in the trainer)
+  double loss = 0;          // mean cross-entropy per target token of this step's global batch
+  double lr = 0;
+  double grad_norm = 0;     // before clipping, with the loss scale divided out
+  double seconds = 0;       // wall time of the step
+  int64_t tokens = 0;       // target tokens in the global batch
+  // The loss scaler found an inf/NaN in this step's gradients or loss on some
+  // rank: no rank applied an update (loss and grad_norm may then be inf/NaN).
+  bool skipped = false;
+  // The scale this step's gradients were computed with (1 = no scaler; a
+  // stored row from a worker too old to report it reads 0).
+  double loss_scale = 1.0;
+  int64_t positions = 0;    // non-padding positions in the global batch (for tokens/s, MFU)
+  int64_t samples = 0;      // samples (or windows) the global batch consumed
+};
+
+}  // namespace shard
