@@ -56,8 +56,12 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
   RETURN_IF_ERROR(shard::WriteFileAtomic(step_dir + "/" + shard::kCommittedFile, m.ToJson()));
   // Older partial steps can never complete now (writers go in step order).
   for (auto old = pending_.begin(); old != pending_.end() && old->first < m.step;) old = pending_.erase(old);
-  RETURN_IF_ERROR(shard::ApplyRetention(fs::path(step_dir).parent_path().string(), keep_last_, m.run_fingerprint));
   return std::optional<shard::Manifest>(std::move(m));
+}
+
+shard::Status CheckpointCommitter::Retain(const std::string& step_dir, int keep_last,
+                                          const std::string& run_fingerprint) {
+  return shard::ApplyRetention(fs::path(step_dir).parent_path().string(), keep_last, run_fingerprint);
 }
 
 }  // namespace shardd

@@ -31,7 +31,13 @@ class CheckpointCommitter {
 
   // Records a report. Returns the committed manifest when this report
   // completed its step (COMMITTED is written), nullopt while shards are missing.
+  // Retention is not applied here: deleting old steps can take long, so the
+  // caller runs Retain for the committed step without holding its locks.
   shard::StatusOr<std::optional<shard::Manifest>> Add(const ShardReport& report);
+  // Keeps the newest keep_last committed steps of the committed step's run in
+  // its job directory (shard::ApplyRetention). Touches no committer state.
+  static shard::Status Retain(const std::string& step_dir, int keep_last, const std::string& run_fingerprint);
+  int keep_last() const { return keep_last_; }
   // Forgets partial steps (a new attempt begins).
   void Reset() { pending_.clear(); }
   size_t pending_steps() const { return pending_.size(); }

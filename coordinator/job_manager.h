@@ -134,6 +134,8 @@ class JobManager {
   StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& req, const std::string& join_token);
   StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req, const std::string& token);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req, const std::string& token);
+  // Commits a step once every rank has reported it; retention of older steps
+  // then runs without mu_ (deleting hundreds of GB can take seconds).
   StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token);
   Status ReportDone(const v1::ReportDoneRequest& req, const std::string& token);
   Status ReportFailure(const v1::ReportFailureRequest& req, const std::string& token);
@@ -243,6 +245,15 @@ class JobManager {
   bool Active(const Job& j) const;
   v1::JobStatus StatusOf(const Job& j) const;
   StatusOr<Job*> FindLocked(const std::string& job_id);
+  // A committed step whose older steps retention may now delete (off mu_).
+  struct RetentionTask {
+    bool due = false;
+    std::string step_dir;
+    std::string run_fingerprint;
+    int keep_last = 0;
+  };
+  StatusOr<v1::ReportCheckpointResponse> ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
+                                                                const std::string& token, RetentionTask* retain);
   Status ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token);
   // CheckWorker's rules; returns the job on success.
   StatusOr<Job*> CheckWorkerLocked(const v1::WorkerId& id, const std::string& token);

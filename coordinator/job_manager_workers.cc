@@ -193,8 +193,23 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   return v1::HeartbeatResponse();
 }
 
-StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
+StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                                                    const std::string& token) {
+  RetentionTask retain;
+  StatusOr<v1::ReportCheckpointResponse> resp = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ReportCheckpointLocked(req, token, &retain);
+  }();
+  if (retain.due) {
+    if (Status st = CheckpointCommitter::Retain(retain.step_dir, retain.keep_last, retain.run_fingerprint); !st.ok())
+      LOG_ERROR("checkpoint retention in {}: {}", fs::path(retain.step_dir).parent_path().string(), st.ToString());
+  }
+  return resp;
+}
+
+StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
+                                                                          const std::string& token,
+                                                                          RetentionTask* retain) {
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
   ShardReport rep;
   rep.rank = req.id().rank();
@@ -223,6 +238,7 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
   v1::ReportCheckpointResponse resp;
   if (done) {
     resp.set_committed(true);
+    *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint, j->committer->keep_last()};
     ++j->checkpoints_committed;
     if (auto it = j->first_report_ms.find(done->step); it != j->first_report_ms.end())
       j->commit_hist.Observe((opts_.now_ms() - it->second) / 1000.0);

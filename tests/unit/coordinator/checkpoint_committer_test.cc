@@ -50,6 +50,8 @@ class CheckpointCommitterTest : public ScratchTest {
       auto r = c.Add(Report(step, sr, shard_count));
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_EQ(r->has_value(), sr == shard_count - 1) << "shard " << sr;
+      if (r->has_value())
+        ASSERT_TRUE(CheckpointCommitter::Retain(StepDir(step), c.keep_last(), (*r)->run_fingerprint).ok());
     }
   }
 };
@@ -180,6 +182,13 @@ TEST_F(CheckpointCommitterTest, ACommitDropsOlderPartialSteps) {
 
 TEST_F(CheckpointCommitterTest, RetentionKeepsTheNewestKeepLastSteps) {
   CheckpointCommitter c(2);
+  // Add alone commits and deletes nothing: retention is the caller's, off its lock.
+  WriteShards(10, 1);
+  WriteShards(20, 1);
+  WriteShards(30, 1);
+  for (int64_t step : {10, 20, 30}) ASSERT_TRUE(c.Add(Report(step, 0, 1)).ok());
+  EXPECT_TRUE(fs::exists(StepDir(10) + "/COMMITTED")) << "Add applied retention";
+  for (int64_t step : {10, 20, 30}) fs::remove_all(StepDir(step));
   for (int64_t step : {10, 20, 30}) Commit(c, step, 2);
   EXPECT_FALSE(fs::exists(StepDir(10))) << "retention kept the oldest step";
   EXPECT_TRUE(fs::exists(StepDir(20) + "/COMMITTED"));
