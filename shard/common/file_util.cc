@@ -49,17 +49,16 @@ StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel, int f
   return dir;
 }
 
-Status CheckPlainName(const std::string& key, const std::string& name) {
-  constexpr size_t kMaxName = 200;
+Status CheckPlainName(const std::string& key, const std::string& name, size_t max_length) {
+  if (name.size() > max_length)
+    return InvalidArgument(key + ": " + std::to_string(name.size()) + " characters is too long; the limit is " +
+                           std::to_string(max_length) + " (it becomes a directory name)");
   const bool plain = !name.empty() && name != "." && name != ".." &&
                      std::all_of(name.begin(), name.end(), [](char ch) {
                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
                      });
   if (!plain)
     return InvalidArgument(key + ": '" + name + "' must be a plain file name (letters, digits, '.', '_', '-')");
-  if (name.size() > kMaxName)
-    return InvalidArgument(key + ": a name of " + std::to_string(name.size()) + " characters is too long (at most " +
-                           std::to_string(kMaxName) + ")");
   return OkStatus();
 }
 namespace {

@@ -20,9 +20,10 @@ inline Status WriteFileAtomic(const std::string& path, const std::string& data) 
 
 // The one rule for a name that becomes a path component (a job's name names
 // its checkpoint, state and log directories, in shardctl launch, standalone
-// workers and the coordinator alike): 1 to 200 letters, digits, '.', '_' or
-// '-', and not "." or "..". INVALID_ARGUMENT naming `key` otherwise.
-Status CheckPlainName(const std::string& key, const std::string& name);
+// workers and the coordinator alike): 1 to max_length letters, digits, '.',
+// '_' or '-', and not "." or "..". INVALID_ARGUMENT naming `key` otherwise
+// (a name that is too long is said so before its characters are judged).
+Status CheckPlainName(const std::string& key, const std::string& name, size_t max_length);
 
 // Opens `rel` (relative, no "..") beneath the directory `root` without
 // following a symbolic link at any component (O_NOFOLLOW at each step, via

@@ -86,12 +86,9 @@ Status RestartConfig::Validate() const {
 }
 
 Status JobConfig::Validate() const {
-  if (name.size() > kMaxJobNameLength)
-    return InvalidArgument("name: " + std::to_string(name.size()) + " characters is too long; the limit is " +
-                           std::to_string(kMaxJobNameLength) + " (it becomes a directory name)");
   // The one rule for names every entry point shares (shardctl launch,
   // standalone workers, the coordinator): a plain file name (not empty).
-  RETURN_IF_ERROR(CheckPlainName("name", name));
+  RETURN_IF_ERROR(CheckPlainName("name", name, kMaxJobNameLength));
   RETURN_IF_ERROR(model.Validate());
   RETURN_IF_ERROR(data.Validate());
   RETURN_IF_ERROR(train.Validate());
