@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/data_config.h"
 
 namespace shardctl {
 
@@ -19,7 +20,7 @@ struct EvalOptions {
   std::string data;
   std::string tokenizer = "byte";
   std::string chat_template = "auto";  // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml
-  std::string train_on = "assistant";
+  shard::TrainOn train_on = shard::TrainOn::kAssistant;
   int64_t max_samples = 0;  // 0 = all
   int64_t show = 0;         // print the first N greedy answers
   std::string device = "auto";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coordinator/ctl/commands.h"
+#include "coordinator/ctl/enum_option.h"
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/plan_command.h"
 #include "coordinator/ctl/chat_template_command.h"
@@ -35,7 +36,7 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
   sub->add_option("--max-samples", o->max_samples, "--data: the first N samples (0 = all)")->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer, "--data F.jsonl: tokenizer to prepare it with")->capture_default_str();
   sub->add_option("--template", o->chat_template, "--data F.jsonl: chat template")->capture_default_str();
-  sub->add_option("--train-on", o->train_on, "--data F.jsonl: assistant or all")->capture_default_str();
+  shardctl::AddEnumOption(sub, "--train-on", &o->train_on, shard::kTrainOnNames, "--data F.jsonl: which tokens are targets");
   sub->add_option("--show", o->show, "--data: print the first N greedy answers")->capture_default_str();
   sub->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
   sub->add_flag("--json", o->json,
@@ -106,11 +107,9 @@ CLI::App* AddPrepareData(CLI::App& app, shardctl::PrepareDataOptions* o) {
       ->capture_default_str();
   sub->add_option("--seq-len", o->seq_len, "Training sequence length")->required();
   sub->add_option("--out", o->out, "Output prefix")->required();
-  sub->add_option("--train-on", o->train_on, "assistant or all")->capture_default_str();
-  sub->add_option("--format", o->format, "Row format: auto (per file, from its first row), messages, prompt_response, "
-                                          "alpaca or sharegpt")
-      ->capture_default_str();
-  sub->add_option("--bad-rows", o->bad_rows, "fail or skip")->capture_default_str();
+  shardctl::AddEnumOption(sub, "--train-on", &o->train_on, shard::kTrainOnNames, "Which tokens are targets");
+  shardctl::AddEnumOption(sub, "--format", &o->format, shard::kSftFormatNames, "Row format (auto: per file, from its first row)");
+  shardctl::AddEnumOption(sub, "--bad-rows", &o->bad_rows, shard::kBadRowsNames, "A malformed row fails the run, or is skipped");
   sub->add_option("--threads", o->threads, "Tokenizer threads (0 = all cores)")->capture_default_str();
   sub->add_flag("--json", o->json, "Print the dataset header as JSON");
   return sub;

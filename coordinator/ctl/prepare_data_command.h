@@ -5,6 +5,7 @@
 #include <string>
 
 #include "shard/common/status.h"
+#include "shard/spec/data_config.h"
 
 namespace shardctl {
 
@@ -14,9 +15,9 @@ struct PrepareDataOptions {
   std::string chat_template = "auto";   // --template auto | hf | hf:NAME | plain | llama2 | llama3 | chatml
   int64_t seq_len = 0;                  // --seq-len N
   std::string out;                      // --out PREFIX
-  std::string train_on = "assistant";   // --train-on assistant | all
-  std::string format = "auto";          // --format auto | messages | prompt_response | alpaca | sharegpt
-  std::string bad_rows = "fail";        // --bad-rows fail | skip
+  shard::TrainOn train_on = shard::TrainOn::kAssistant;  // --train-on
+  shard::SftFormat format = shard::SftFormat::kAuto;     // --format
+  shard::BadRows bad_rows = shard::BadRows::kFail;       // --bad-rows
   int threads = 0;                      // --threads (0 = all cores)
   bool json = false;                    // --json: print the header
 };

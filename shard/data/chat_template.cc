@@ -149,14 +149,6 @@ const char* ChatTemplateName(ChatTemplate t) {
   return "?";
 }
 
-StatusOr<TrainOn> ParseTrainOn(std::string_view s) {
-  if (s == "assistant") return TrainOn::kAssistant;
-  if (s == "all") return TrainOn::kAll;
-  return InvalidArgument("train_on '" + std::string(s) + "' is not assistant or all");
-}
-
-const char* TrainOnName(TrainOn t) { return t == TrainOn::kAll ? "all" : "assistant"; }
-
 int64_t TokenizedSample::targets() const {
   int64_t n = 0;
   for (size_t i = 1; i < mask.size(); ++i) n += mask[i];

@@ -27,6 +27,7 @@
 
 #include "shard/common/status.h"
 #include "shard/data/tokenizer.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 
@@ -42,10 +43,6 @@ struct Message {
 enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatml };
 StatusOr<ChatTemplate> ParseChatTemplate(std::string_view s);
 const char* ChatTemplateName(ChatTemplate t);
-
-enum class TrainOn { kAssistant, kAll };
-StatusOr<TrainOn> ParseTrainOn(std::string_view s);
-const char* TrainOnName(TrainOn t);
 
 struct TokenizedSample {
   std::vector<int32_t> tokens;

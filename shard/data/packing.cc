@@ -5,14 +5,6 @@
 
 namespace shard {
 
-StatusOr<Overlong> ParseOverlong(std::string_view s) {
-  if (s == "truncate") return Overlong::kTruncate;
-  if (s == "drop") return Overlong::kDrop;
-  return InvalidArgument("over-long policy '" + std::string(s) + "' is not truncate or drop");
-}
-
-const char* OverlongName(Overlong o) { return o == Overlong::kDrop ? "drop" : "truncate"; }
-
 int64_t SpanTargets(const SampleView& v, int64_t take) {
   int64_t n = 0;
   for (int64_t i = 1; i < take; ++i) n += v.mask[i];

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 
@@ -28,10 +29,6 @@ struct SampleView {
   const uint8_t* mask = nullptr;  // 1: the token is a target
   int64_t length = 0;
 };
-
-enum class Overlong { kTruncate, kDrop };
-StatusOr<Overlong> ParseOverlong(std::string_view s);
-const char* OverlongName(Overlong o);
 
 struct PackingOptions {
   int64_t seq_len = 0;

@@ -108,10 +108,6 @@ Status PrepareSftOptions::Validate() const {
   if (!IsChatFormatSpec(chat_template))
     return InvalidArgument("prepare-data: template '" + chat_template +
                            "' is not one of auto, hf, hf:NAME, plain, llama2, llama3, chatml");
-  RETURN_IF_ERROR(ParseTrainOn(train_on).status());
-  RETURN_IF_ERROR(ParseSftFormat(format).status().WithContext("prepare-data"));
-  if (bad_rows != "fail" && bad_rows != "skip")
-    return InvalidArgument("prepare-data: bad_rows '" + bad_rows + "' is not fail or skip");
   // Here, so every entry point (shardctl prepare-data, a job's EnsurePrepared)
   // refuses before loading or writing anything.
   return CheckOutputsSpareInputs(*this);
@@ -127,14 +123,14 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(o.Validate());
   ASSIGN_OR_RETURN(ChatFormat tpl, ResolveChatFormat(o.chat_template, o.tokenizer));
-  ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
+  const TrainOn on = o.train_on;
   RETURN_IF_ERROR(tpl.CheckTokens(tok));
   if (std::filesystem::exists(o.input) && std::filesystem::file_size(o.input) == 0)
     return InvalidArgument("prepare-data: " + o.input + " is empty");
   ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
   const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
   const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const SftFormat asked = *ParseSftFormat(o.format);
+  const SftFormat asked = o.format;
   const SftFormat format = FileFormat(text, asked);
   // auto: the two formats shardd always read together may still share a file.
   const SftFormat also = asked != SftFormat::kAuto       ? SftFormat::kAuto
@@ -180,7 +176,7 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
       ++h.rows_read;
       if (!results[i].status.ok()) {
         const std::string msg = o.input + ":" + std::to_string(line_no[i]) + ": " + results[i].status.message();
-        if (o.bad_rows == "fail")
+        if (o.bad_rows == BadRows::kFail)
           return InvalidArgument(msg + " (pass --bad-rows skip to leave such rows out)");
         ++h.bad_rows_skipped;
         if (static_cast<int>(res.bad_rows.size()) < o.report_bad_rows) {
@@ -221,9 +217,8 @@ StatusOr<bool> PreparedIsCurrent(const PrepareSftOptions& o, const Tokenizer& to
     return false;
   }
   ASSIGN_OR_RETURN(ChatFormat tpl, ResolveChatFormat(o.chat_template, o.tokenizer));
-  ASSIGN_OR_RETURN(TrainOn on, ParseTrainOn(o.train_on));
-  if (h.tokenizer_hash != tok.hash() || h.chat_template != tpl.Name() || h.train_on != TrainOnName(on) ||
-      h.seq_len != o.seq_len || (h.bad_rows_skipped > 0 && o.bad_rows == "fail"))
+  if (h.tokenizer_hash != tok.hash() || h.chat_template != tpl.Name() || h.train_on != TrainOnName(o.train_on) ||
+      h.seq_len != o.seq_len || (h.bad_rows_skipped > 0 && o.bad_rows == BadRows::kFail))
     return false;
   ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
   return static_cast<int64_t>(in.size()) == h.source_bytes && Xxh64(in.data(), in.size()) == h.source_hash;

@@ -16,6 +16,7 @@
 #include "shard/common/status.h"
 #include "shard/data/prepared_dataset.h"
 #include "shard/data/tokenizer.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 
@@ -24,9 +25,9 @@ struct PrepareSftOptions {
   std::string tokenizer = "byte";       // LoadTokenizer spec
   std::string chat_template = "auto";   // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml (chat_format.h)
   int64_t seq_len = 0;                  // recorded, and used to count over-long samples
-  std::string train_on = "assistant";   // assistant | all
-  std::string format = "auto";          // auto | messages | prompt_response | alpaca | sharegpt (sft_jsonl.h)
-  std::string bad_rows = "fail";        // fail | skip
+  TrainOn train_on = TrainOn::kAssistant;
+  SftFormat format = SftFormat::kAuto;  // how rows are read (sft_jsonl.h)
+  BadRows bad_rows = BadRows::kFail;
   std::string out;                      // PREFIX of the prepared files
   int threads = 0;                      // 0: hardware concurrency
   int report_bad_rows = 10;             // skipped rows logged one by one, at most

@@ -113,26 +113,6 @@ StatusOr<std::vector<Message>> ShareGpt(const json& row) {
 
 }  // namespace
 
-StatusOr<SftFormat> ParseSftFormat(std::string_view s) {
-  if (s == "auto") return SftFormat::kAuto;
-  if (s == "messages") return SftFormat::kMessages;
-  if (s == "prompt_response") return SftFormat::kPromptResponse;
-  if (s == "alpaca") return SftFormat::kAlpaca;
-  if (s == "sharegpt") return SftFormat::kShareGpt;
-  return InvalidArgument("format '" + std::string(s) + "' is not auto, messages, prompt_response, alpaca or sharegpt");
-}
-
-const char* SftFormatName(SftFormat f) {
-  switch (f) {
-    case SftFormat::kAuto: return "auto";
-    case SftFormat::kMessages: return "messages";
-    case SftFormat::kPromptResponse: return "prompt_response";
-    case SftFormat::kAlpaca: return "alpaca";
-    case SftFormat::kShareGpt: return "sharegpt";
-  }
-  return "?";
-}
-
 StatusOr<SftFormat> DetectSftFormat(std::string_view line) {
   ASSIGN_OR_RETURN(json row, ParseObject(line));
   return Detect(row);

@@ -24,10 +24,6 @@
 
 namespace shard {
 
-enum class SftFormat { kAuto, kMessages, kPromptResponse, kAlpaca, kShareGpt };
-StatusOr<SftFormat> ParseSftFormat(std::string_view s);
-const char* SftFormatName(SftFormat f);
-
 // The format of one row, by its keys (auto is never returned). INVALID_ARGUMENT
 // for a line that is not a JSON object or matches no format.
 StatusOr<SftFormat> DetectSftFormat(std::string_view line);

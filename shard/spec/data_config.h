@@ -5,10 +5,40 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "shard/common/status.h"
+#include "shard/spec/enum_names.h"
 
 namespace shard {
+
+// data.train_on: which tokens are targets (assistant turns, or every token).
+enum class TrainOn { kAssistant, kAll };
+inline constexpr EnumName<TrainOn> kTrainOnNames[] = {{TrainOn::kAssistant, "assistant"}, {TrainOn::kAll, "all"}};
+inline const char* TrainOnName(TrainOn t) { return EnumToName(kTrainOnNames, t); }
+inline StatusOr<TrainOn> ParseTrainOn(std::string_view s) { return ParseEnum(kTrainOnNames, s); }
+
+// data.format: how a JSONL row is read (auto: by the first row's keys).
+enum class SftFormat { kAuto, kMessages, kPromptResponse, kAlpaca, kShareGpt };
+inline constexpr EnumName<SftFormat> kSftFormatNames[] = {{SftFormat::kAuto, "auto"},
+                                                          {SftFormat::kMessages, "messages"},
+                                                          {SftFormat::kPromptResponse, "prompt_response"},
+                                                          {SftFormat::kAlpaca, "alpaca"},
+                                                          {SftFormat::kShareGpt, "sharegpt"}};
+inline const char* SftFormatName(SftFormat f) { return EnumToName(kSftFormatNames, f); }
+inline StatusOr<SftFormat> ParseSftFormat(std::string_view s) { return ParseEnum(kSftFormatNames, s); }
+
+// data.bad_rows: a malformed row fails preparation, or is skipped (and counted).
+enum class BadRows { kFail, kSkip };
+inline constexpr EnumName<BadRows> kBadRowsNames[] = {{BadRows::kFail, "fail"}, {BadRows::kSkip, "skip"}};
+inline const char* BadRowsName(BadRows b) { return EnumToName(kBadRowsNames, b); }
+inline StatusOr<BadRows> ParseBadRows(std::string_view s) { return ParseEnum(kBadRowsNames, s); }
+
+// data.overlong: a sample longer than seq_len + 1 tokens is cut, or dropped.
+enum class Overlong { kTruncate, kDrop };
+inline constexpr EnumName<Overlong> kOverlongNames[] = {{Overlong::kTruncate, "truncate"}, {Overlong::kDrop, "drop"}};
+inline const char* OverlongName(Overlong o) { return EnumToName(kOverlongNames, o); }
+inline StatusOr<Overlong> ParseOverlong(std::string_view s) { return ParseEnum(kOverlongNames, s); }
 
 // The named chat templates (shard/data/chat_template.h renders them).
 inline constexpr const char* kNamedChatTemplates[] = {"plain", "llama2", "llama3", "chatml"};
@@ -35,11 +65,11 @@ struct DataConfig {
   // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml (YAML key: template;
   // shard/data/chat_format.h). auto: the tokenizer folder's chat_template, else plain.
   std::string chat_template = "auto";
-  std::string format = "auto";         // auto | messages | prompt_response | alpaca | sharegpt
+  SftFormat format = SftFormat::kAuto;
   bool packing = true;                 // several samples per row (no attention across them)
-  std::string train_on = "assistant";  // assistant | all
-  std::string bad_rows = "fail";       // fail | skip
-  std::string overlong = "truncate";   // truncate | drop: samples longer than seq_len + 1 tokens
+  TrainOn train_on = TrainOn::kAssistant;
+  BadRows bad_rows = BadRows::kFail;
+  Overlong overlong = Overlong::kTruncate;
   int64_t seq_len = 0;
   bool shuffle = true;  // a seeded permutation per epoch (seed: train.seed)
 

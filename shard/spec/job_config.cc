@@ -209,11 +209,11 @@ Status MapData(YamlMap& root, const ModelSource& model, DataConfig* d) {
   if (!IsChatFormatSpec(d->chat_template))
     return InvalidArgument(m.Where("template") + ": '" + d->chat_template +
                            "' is not one of auto, hf, hf:NAME, plain, llama2, llama3, chatml");
-  RETURN_IF_ERROR(m.GetEnum("format", {"auto", "messages", "prompt_response", "alpaca", "sharegpt"}, &d->format));
+  RETURN_IF_ERROR(GetEnum(m, "format", kSftFormatNames, &d->format));
   RETURN_IF_ERROR(m.Get("packing", &d->packing));
-  RETURN_IF_ERROR(m.GetEnum("train_on", {"assistant", "all"}, &d->train_on));
-  RETURN_IF_ERROR(m.GetEnum("bad_rows", {"fail", "skip"}, &d->bad_rows));
-  RETURN_IF_ERROR(m.GetEnum("overlong", {"truncate", "drop"}, &d->overlong));
+  RETURN_IF_ERROR(GetEnum(m, "train_on", kTrainOnNames, &d->train_on));
+  RETURN_IF_ERROR(GetEnum(m, "bad_rows", kBadRowsNames, &d->bad_rows));
+  RETURN_IF_ERROR(GetEnum(m, "overlong", kOverlongNames, &d->overlong));
   // The SFT keys mean nothing to a raw token file: refuse them rather than
   // silently train on something else than the user described.
   if (!d->tokens.empty() && d->jsonl.empty()) {
@@ -299,7 +299,7 @@ Status MapSlurm(YamlMap& m, SlurmConfig* c) {
   RETURN_IF_ERROR(s.Get("nodes", &c->nodes));
   RETURN_IF_ERROR(s.Get("tasks_per_node", &c->tasks_per_node));
   RETURN_IF_ERROR(s.Get("gpus_per_node", &c->gpus_per_node));
-  RETURN_IF_ERROR(s.GetEnum("gpu_request", {"gpus-per-task", "gres"}, &c->gpu_request));
+  RETURN_IF_ERROR(GetEnum(s, "gpu_request", kGpuRequestNames, &c->gpu_request));
   RETURN_IF_ERROR(s.Get("cpus_per_task", &c->cpus_per_task));
   RETURN_IF_ERROR(s.Get("partition", &c->partition));
   RETURN_IF_ERROR(s.Get("account", &c->account));
@@ -319,7 +319,7 @@ Status MapKubernetes(YamlMap& m, KubernetesConfig* c) {
   ASSIGN_OR_RETURN(YamlMap k, m.Sub("kubernetes"));
   RETURN_IF_ERROR(k.Get("namespace", &c->namespace_));
   RETURN_IF_ERROR(k.Get("image", &c->image));
-  RETURN_IF_ERROR(k.GetEnum("image_pull_policy", {"Always", "IfNotPresent", "Never"}, &c->image_pull_policy));
+  RETURN_IF_ERROR(GetEnum(k, "image_pull_policy", kImagePullPolicyNames, &c->image_pull_policy));
   RETURN_IF_ERROR(k.Get("nodes", &c->nodes));
   RETURN_IF_ERROR(k.Get("gpus_per_node", &c->gpus_per_node));
   RETURN_IF_ERROR(k.Get("procs_per_node", &c->procs_per_node));

@@ -99,13 +99,26 @@ struct CheckpointConfig {
   Status Validate() const;
 };
 
+// resources.slurm.gpu_request: --gpus-per-task=N, or --gres=gpu:N per node
+// (for clusters whose Slurm predates or disables per-task GPU binding).
+enum class GpuRequest { kGpusPerTask, kGres };
+inline constexpr EnumName<GpuRequest> kGpuRequestNames[] = {{GpuRequest::kGpusPerTask, "gpus-per-task"},
+                                                            {GpuRequest::kGres, "gres"}};
+
+// resources.kubernetes.image_pull_policy, spelled as Kubernetes spells it.
+enum class ImagePullPolicy { kAlways, kIfNotPresent, kNever };
+inline constexpr EnumName<ImagePullPolicy> kImagePullPolicyNames[] = {{ImagePullPolicy::kAlways, "Always"},
+                                                                      {ImagePullPolicy::kIfNotPresent, "IfNotPresent"},
+                                                                      {ImagePullPolicy::kNever, "Never"}};
+inline const char* ImagePullPolicyName(ImagePullPolicy p) { return EnumToName(kImagePullPolicyNames, p); }
+
 // resources.slurm: how the Slurm launcher renders its sbatch script. Every
 // node and path is assumed to share the job's working directory (NFS, Lustre).
 struct SlurmConfig {
   int nodes = 0;           // 0 = world_size / tasks_per_node
   int tasks_per_node = 0;  // 0 = gpus_per_node, or world_size when gpus_per_node is 0 (CPU workers)
   int gpus_per_node = 0;   // 0 = CPU workers
-  std::string gpu_request = "gpus-per-task";  // gpus-per-task | gres (--gres=gpu:N per node)
+  GpuRequest gpu_request = GpuRequest::kGpusPerTask;
   int cpus_per_task = 0;   // 0 = Slurm's default
   std::string partition;
   std::string account;
@@ -130,7 +143,7 @@ struct SlurmConfig {
 struct KubernetesConfig {
   std::string namespace_ = "default";
   std::string image;             // the worker image (required)
-  std::string image_pull_policy = "IfNotPresent";
+  ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
   int nodes = 0;                 // pods; 0 = world_size / procs_per_node
   int gpus_per_node = 0;         // nvidia.com/gpu per pod; 0 = CPU workers
   int procs_per_node = 0;        // workers per pod; 0 = gpus_per_node, or 1 for CPU workers

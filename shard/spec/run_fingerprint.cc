@@ -25,8 +25,8 @@ RunKeys RunKeysOf(const JobConfig& job) {
   k["data.tokenizer"] = d.tokenizer;
   k["data.template"] = d.chat_template;
   k["data.packing"] = d.packing ? "true" : "false";
-  k["data.train_on"] = d.train_on;
-  k["data.overlong"] = d.overlong;
+  k["data.train_on"] = TrainOnName(d.train_on);
+  k["data.overlong"] = OverlongName(d.overlong);
   k["data.seq_len"] = std::to_string(d.seq_len);
   k["data.shuffle"] = d.shuffle ? "true" : "false";
   const TrainConfig& t = job.train;

@@ -54,7 +54,7 @@ class SftSource : public BatchSource {
     o.global_batch = job.train.global_batch;
     o.packing.seq_len = job.data.seq_len;
     o.packing.packing = job.data.packing;
-    ASSIGN_OR_RETURN(o.packing.overlong, ParseOverlong(job.data.overlong));
+    o.packing.overlong = job.data.overlong;
     o.packing.pad_id = 0;  // never a target, and attention never reaches it from a sample
     ASSIGN_OR_RETURN(SftBatcher b, SftBatcher::Create(&data_, &sampler_, o));
     batcher_.emplace(std::move(b));

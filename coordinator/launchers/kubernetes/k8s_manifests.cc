@@ -190,7 +190,7 @@ shard::StatusOr<Manifests> RenderManifests(const LaunchRequest& req, const Manif
 
   Json container = Json{{"name", kContainerName},
                         {"image", c.image},
-                        {"imagePullPolicy", c.image_pull_policy},
+                        {"imagePullPolicy", ImagePullPolicyName(c.image_pull_policy)},
                         {"command", Json::array({"bash", "-c", PodScript(opts.worker_command)})},
                         {"workingDir", req.workdir},
                         {"env", env}};

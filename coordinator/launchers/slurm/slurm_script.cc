@@ -17,7 +17,7 @@ std::string RenderSbatchScript(const LaunchRequest& req) {
   opt("--nodes=" + std::to_string(nodes));
   opt("--ntasks-per-node=" + std::to_string(tasks));
   if (c.gpus_per_node > 0) {
-    if (c.gpu_request == "gres") opt("--gres=gpu:" + std::to_string(c.gpus_per_node));
+    if (c.gpu_request == shard::GpuRequest::kGres) opt("--gres=gpu:" + std::to_string(c.gpus_per_node));
     else opt("--gpus-per-task=" + std::to_string(c.gpus_per_node / tasks));
   }
   if (c.cpus_per_task > 0) opt("--cpus-per-task=" + std::to_string(c.cpus_per_task));

@@ -21,6 +21,12 @@ expect_error "slurm" ctl submit "$good" --set resources.launcher=slurm
 expect_error "the planner says this job cannot run" ctl submit "$good" --set model.preset=llama3-70b
 expect_error "UNAUTHENTICATED" ctl --token wrong-token list
 expect_error "no job" ctl status nosuchjob-1
+# shardctl's flags over a closed set read the job file's table: same choices, same words.
+printf '%s\n' '{"prompt":"1+1=","response":"2"}' > "$T/rows.jsonl"
+expect_error "'csv' is not one of: auto, messages, prompt_response, alpaca, sharegpt" \
+  ctl prepare-data --input "$T/rows.jsonl" --out "$T/rows" --tokenizer byte --seq-len 16 --format csv
+expect_error "'ignore' is not one of: fail, skip" \
+  ctl prepare-data --input "$T/rows.jsonl" --out "$T/rows" --tokenizer byte --seq-len 16 --bad-rows ignore
 python3 - "$good" "$T/huge.yaml" <<'PY'
 import sys; open(sys.argv[2], "w").write(open(sys.argv[1]).read() + "# " + "x" * (5 << 20) + "\n")
 PY

@@ -145,7 +145,7 @@ TEST_F(PrepareTest, BadRowPolicies) {
   EXPECT_NE(r.status().message().find("in.jsonl:5: no string \"response\""), std::string::npos) << r.status().message();
   EXPECT_FALSE(std::filesystem::exists(o.out + ".json")) << "a failed run leaves no dataset";
   EXPECT_FALSE(std::filesystem::exists(o.out + ".tokens.tmp")) << "nor temp files";
-  o.bad_rows = "skip";
+  o.bad_rows = BadRows::kSkip;
   r = PrepareSftData(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->header.bad_rows_skipped, 3);
@@ -153,7 +153,7 @@ TEST_F(PrepareTest, BadRowPolicies) {
   ASSERT_EQ(r->bad_rows.size(), 3u);
   EXPECT_NE(r->bad_rows[1].find("in.jsonl:6: not valid JSON"), std::string::npos) << r->bad_rows[1];
   EXPECT_NE(r->bad_rows[2].find("in.jsonl:7: no assistant message"), std::string::npos) << r->bad_rows[2];
-  o.train_on = "all";  // a conversation without a reply is then trainable
+  o.train_on = TrainOn::kAll;  // a conversation without a reply is then trainable
   r = PrepareSftData(o);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->header.bad_rows_skipped, 2);
@@ -313,7 +313,7 @@ TEST_F(PrepareTest, ShardctlPrepareDataFunction) {
   c.chat_template = "chatml";
   c.seq_len = 64;
   c.out = dir_ + "/cli/ds";
-  c.bad_rows = "skip";
+  c.bad_rows = BadRows::kSkip;
   ASSERT_TRUE(shardctl::RunPrepareData(c).ok());
   auto ds = PreparedDataset::Open(c.out);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -401,10 +401,10 @@ TEST(SftJsonlTest, PrepareReadsEachFormatAndRefusesMixedFiles) {
   EXPECT_NE(r.status().message().find("mixed.jsonl:3: this row is in the sharegpt format, but the file is alpaca"),
             std::string::npos)
       << r.status().message();
-  o.format = "sharegpt";
+  o.format = SftFormat::kShareGpt;
   o.input = dir + "/sharegpt.jsonl";
   EXPECT_TRUE(PrepareSftData(o).ok());
-  o.format = "alpaca";
+  o.format = SftFormat::kAlpaca;
   EXPECT_FALSE(PrepareSftData(o).ok());
 }
 

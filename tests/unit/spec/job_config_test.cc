@@ -82,7 +82,7 @@ TEST(SlurmConfigTest, EveryKeyIsRead) {
   EXPECT_EQ(c.nodes, 2);
   EXPECT_EQ(c.tasks_per_node, 8);
   EXPECT_EQ(c.gpus_per_node, 8);
-  EXPECT_EQ(c.gpu_request, "gres");
+  EXPECT_EQ(c.gpu_request, GpuRequest::kGres);
   EXPECT_EQ(c.cpus_per_task, 12);
   EXPECT_EQ(c.partition, "gpu");
   EXPECT_EQ(c.account, "ml-team");
@@ -107,7 +107,7 @@ TEST(SlurmConfigTest, DefaultsDeriveTheShape) {
   EXPECT_EQ(c.TasksPerNode(4), 4);
   EXPECT_TRUE(c.requeue);
   EXPECT_EQ(c.signal_s, 120);
-  EXPECT_EQ(c.gpu_request, "gpus-per-task");
+  EXPECT_EQ(c.gpu_request, GpuRequest::kGpusPerTask);
 
   auto gpu = ParseJobConfig(Job("  launcher: slurm\n  slurm: {gpus_per_node: 8}\n"), "job.yaml");
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
@@ -284,7 +284,7 @@ TEST(DataDefaultsTest, TokenizerAndTemplateFollowTheModel) {
   EXPECT_EQ(preset->data.tokenizer, "byte");
   EXPECT_TRUE(preset->data.tokenizer_from_model);
   EXPECT_EQ(preset->data.chat_template, "auto");
-  EXPECT_EQ(preset->data.format, "auto");
+  EXPECT_EQ(preset->data.format, SftFormat::kAuto);
   Status st = preset->data.CheckTokenizerFitsModel(512);
   EXPECT_TRUE(Contains(st.message(), "data.tokenizer is not set, so the byte tokenizer (265 ids) would feed a model "
                                      "with vocab_size 512"))
@@ -362,6 +362,37 @@ TEST(JobFileTest, DuplicateSectionsAndEmptyOverridesAreRefused) {
       << empty.status().ToString();
   for (const char* set : {"restart.backoff_s=", "parallel.activation_checkpointing="})
     EXPECT_FALSE(ParseJobConfig(Job("  launcher: local\n", 2), "job.yaml", {set}).ok()) << set;
+}
+
+// data.format, train_on, bad_rows and overlong are typed once, at load,
+// through the tables shard/data and shardctl's flags read too.
+TEST(DataEnumsTest, ClosedSetsAreTypedAtLoadAndRefusedWithTheirChoices) {
+  auto job = ParseJobConfig(SftJob("{preset: tiny}", ", format: sharegpt, train_on: all, bad_rows: skip, overlong: drop"),
+                            "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->data.format, SftFormat::kShareGpt);
+  EXPECT_EQ(job->data.train_on, TrainOn::kAll);
+  EXPECT_EQ(job->data.bad_rows, BadRows::kSkip);
+  EXPECT_EQ(job->data.overlong, Overlong::kDrop);
+  ExpectRefused(SftJob("{preset: tiny}", ", format: csv"),
+                {"job.yaml", "data.format", "'csv' is not one of: auto, messages, prompt_response, alpaca, sharegpt"});
+  ExpectRefused(SftJob("{preset: tiny}", ", train_on: prompt"), {"data.train_on", "assistant, all"});
+  ExpectRefused(SftJob("{preset: tiny}", ", bad_rows: ignore"), {"data.bad_rows", "fail, skip"});
+  ExpectRefused(SftJob("{preset: tiny}", ", overlong: wrap"), {"data.overlong", "truncate, drop"});
+  for (const auto& e : kSftFormatNames) EXPECT_EQ(*ParseSftFormat(e.name), e.value);
+  EXPECT_STREQ(OverlongName(Overlong::kDrop), "drop");
+  EXPECT_STREQ(TrainOnName(TrainOn::kAssistant), "assistant");
+}
+
+TEST(KubernetesConfigTest, ImagePullPolicyIsTyped) {
+  auto job = ParseJobConfig(Job("  launcher: kubernetes\n  kubernetes: {image: w:1, pvc: p, image_pull_policy: Never}\n",
+                                2),
+                            "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->resources.kubernetes.image_pull_policy, ImagePullPolicy::kNever);
+  EXPECT_STREQ(ImagePullPolicyName(job->resources.kubernetes.image_pull_policy), "Never");
+  ExpectRefused(Job("  launcher: kubernetes\n  kubernetes: {image: w:1, pvc: p, image_pull_policy: never}\n", 2),
+                {"resources.kubernetes.image_pull_policy", "Always, IfNotPresent, Never"});
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST(SlurmScriptTest, TwoNodesOfEightGpusAskForOneGpuPerTask) {
 TEST(SlurmScriptTest, GresAsksForTheNodesGpusInsteadOfPerTask) {
   LaunchRequest r = Request(16);
   r.resources.slurm.gpus_per_node = 8;
-  r.resources.slurm.gpu_request = "gres";
+  r.resources.slurm.gpu_request = shard::GpuRequest::kGres;
   const std::string s = RenderSbatchScript(r);
   EXPECT_TRUE(HasOption(s, "--nodes=2")) << s;
   EXPECT_TRUE(HasOption(s, "--ntasks-per-node=8")) << s;
