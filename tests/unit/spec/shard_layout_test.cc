@@ -1,9 +1,8 @@
+// Shard layout arithmetic (equal, aligned, padded shards) and each strategy's
+// group shapes: pure functions of shard/spec.
 #include "shard/spec/shard_layout.h"
 
 #include <gtest/gtest.h>
-
-#include "shard/fsdp/comm_thread.h"
-#include "shard/fsdp/fsdp_runtime.h"
 
 namespace shard {
 namespace {
@@ -52,21 +51,6 @@ TEST(GroupShapeTest, StrategiesMapToShardAndReplicaGroups) {
   EXPECT_FALSE(ParseEnum(kShardStrategyNames, "zero9").ok());
   EXPECT_EQ(*ParseEnum(kShardStrategyNames, "hybrid_shard"), ShardStrategy::kHybridShard);
   EXPECT_STREQ(StrategyName(ShardStrategy::kShardGradOp), "shard_grad_op");
-}
-
-TEST(CommThreadTest, RunsInOrderAndStopsAfterAFailure) {
-  std::vector<int> seen;
-  {
-    CommThread t;
-    auto a = t.Enqueue([&] { seen.push_back(1); return OkStatus(); });
-    EXPECT_TRUE(t.Wait(a).ok());
-    auto b = t.Enqueue([&] { seen.push_back(2); return Unavailable("peer 1 gone"); });
-    auto c = t.Enqueue([&] { seen.push_back(3); return OkStatus(); });
-    EXPECT_EQ(t.Wait(c).code(), StatusCode::kUnavailable);  // returns at the failure, not later
-    EXPECT_EQ(t.Wait(b).message(), "peer 1 gone");
-    EXPECT_EQ(t.Drain().code(), StatusCode::kUnavailable);
-  }  // joins the thread
-  EXPECT_EQ(seen, (std::vector<int>{1, 2}));  // the task after the failure is skipped
 }
 
 }  // namespace
