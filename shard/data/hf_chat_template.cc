@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
@@ -85,8 +89,50 @@ ojson SpecialTokens(const fs::path& folder) {
   return out;
 }
 
+std::string Trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
 bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Each message's content located in `text`, in conversation order: searched
+// from where the previous found one ended, exactly, else with its surrounding
+// whitespace trimmed (templates often strip content). npos: not found.
+std::vector<size_t> ContentPositions(const std::string& text, const std::vector<Message>& messages) {
+  std::vector<size_t> at(messages.size(), std::string::npos);
+  size_t cursor = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string c = Trimmed(messages[i].content);
+    if (c.empty()) continue;
+    const size_t f = text.find(c, cursor);
+    if (f == std::string::npos) continue;
+    at[i] = f;
+    cursor = f + c.size();
+  }
+  return at;
+}
+
+// The span of a reply inside the whole rendering, when its prefix rendering
+// does not line up: from its (trimmed) content at `pos` to the end of the
+// end-of-turn text that `alone` (the conversation rendered through this reply)
+// puts after it, as far as the whole rendering repeats that text.
+std::optional<std::pair<size_t, size_t>> ReplySpanInFull(const std::string& full, const std::string& content,
+                                                         const std::string& alone, size_t pos) {
+  const std::string c = Trimmed(content);
+  if (c.empty() || pos == std::string::npos) return std::nullopt;
+  size_t end = pos + c.size();
+  const size_t in_alone = alone.rfind(c);
+  if (in_alone != std::string::npos) {
+    const std::string_view tail = std::string_view(alone).substr(in_alone + c.size());
+    size_t k = 0;
+    while (k < tail.size() && end + k < full.size() && full[end + k] == tail[k]) ++k;
+    end += k;
+  }
+  return std::make_pair(pos, end);
 }
 
 }  // namespace
@@ -149,18 +195,35 @@ StatusOr<HfChatTemplate::Spans> HfChatTemplate::AssistantSpans(const std::vector
     out.trained = full.generation;
     return out;
   }
+  // Where each message's content sits in the full rendering, in order: the
+  // fallback for a reply whose prefix rendering is not a prefix of the whole.
+  const std::vector<size_t> at = ContentPositions(full.text, messages);
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != Role::kAssistant) continue;
     const ojson before(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i));
     const ojson through(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     ASSIGN_OR_RETURN(jinja::Rendered prompt, Render(before, true));
     ASSIGN_OR_RETURN(jinja::Rendered reply, Render(through, false));
-    if (!StartsWith(full.text, prompt.text) || !StartsWith(full.text, reply.text) || reply.text.size() < prompt.text.size())
-      return FailedPrecondition(origin_ + ": the chat template renders message " + std::to_string(i + 1) +
-                                " differently once later messages follow, so its reply span cannot be found "
-                                "by prefix rendering; use train_on: all, a template with {% generation %} blocks, "
-                                "or a named template");
-    if (reply.text.size() > prompt.text.size()) out.trained.emplace_back(prompt.text.size(), reply.text.size());
+    std::pair<size_t, size_t> span;
+    if (StartsWith(full.text, prompt.text) && StartsWith(full.text, reply.text) && reply.text.size() >= prompt.text.size()) {
+      span = {prompt.text.size(), reply.text.size()};
+    } else {
+      // The template renders this reply differently once later messages
+      // follow (Qwen3 drops the <think> block of earlier replies). Train what
+      // the whole rendering holds: the reply's text as rendered there, and
+      // the end-of-turn text the template puts after it.
+      auto found = ReplySpanInFull(full.text, messages[i].content, reply.text, at[i]);
+      if (!found)
+        return FailedPrecondition(origin_ + ": the chat template renders message " + std::to_string(i + 1) +
+                                  " differently once later messages follow, and its text cannot be found in the "
+                                  "whole rendering; use train_on: all, a template with {% generation %} blocks, "
+                                  "or a named template");
+      span = *found;
+    }
+    if (!out.trained.empty() && span.first < out.trained.back().second)
+      return FailedPrecondition(origin_ + ": the reply spans of messages overlap at message " + std::to_string(i + 1) +
+                                "; use train_on: all or a template with {% generation %} blocks");
+    if (span.second > span.first) out.trained.push_back(span);
   }
   return out;
 }

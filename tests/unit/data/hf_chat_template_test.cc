@@ -129,7 +129,7 @@ TEST(HfChatTemplate, PrefixRenderingsGiveTheMaskOnRealTemplates) {
   }
 }
 
-TEST(HfChatTemplate, TemplatesThatRewriteEarlierTurnsAreRefusedForMasks) {
+TEST(HfChatTemplate, TemplatesThatRewriteEarlierTurnsTrainWhatTheWholeRenderingHolds) {
   auto t = HfChatTemplate::FromSource(GoldenSource("qwen3"), {}, "qwen3");
   ASSERT_TRUE(t.ok());
   ByteTokenizer tok;
@@ -137,11 +137,30 @@ TEST(HfChatTemplate, TemplatesThatRewriteEarlierTurnsAreRefusedForMasks) {
   // One turn: the reply is the last message, rendered the same either way.
   ASSERT_TRUE((*t)->Apply({{Role::kUser, "Q"}, {Role::kAssistant, "A"}}, tok, TrainOn::kAssistant, &s).ok());
   EXPECT_EQ(Trained(s), "<think>\n\n</think>\n\nA<|im_end|>\n");
-  // Two turns: Qwen3 renders the first reply without its think block once a later query follows.
-  Status st = (*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("message 3"), std::string::npos) << st.ToString();
+  // Two turns: Qwen3 renders the first reply without its think block once a
+  // later query follows; the first reply is found in the whole rendering (its
+  // text and the end of its turn), the last by prefix rendering.
+  ASSERT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s).ok()) << (*t)->Apply(kTwoTurns, tok, TrainOn::kAssistant, &s).ToString();
+  EXPECT_EQ(Trained(s), "A1<|im_end|>\n<think>\n\n</think>\n\nA2<|im_end|>\n");
+  auto whole = (*t)->Render(MessagesToJson(kTwoTurns), false);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(s.tokens, tok.Encode(whole->text)) << "the masked text is the whole rendering, cut nowhere";
+  // A reply whose text repeats the question's is still found after it.
+  const std::vector<Message> echo = {{Role::kUser, "same"}, {Role::kAssistant, "same"}, {Role::kUser, "Q2"},
+                                     {Role::kAssistant, "A2"}};
+  ASSERT_TRUE((*t)->Apply(echo, tok, TrainOn::kAssistant, &s).ok());
+  EXPECT_EQ(Trained(s), "same<|im_end|>\n<think>\n\n</think>\n\nA2<|im_end|>\n");
   EXPECT_TRUE((*t)->Apply(kTwoTurns, tok, TrainOn::kAll, &s).ok());
+  // A template that rewrites an earlier reply beyond recognition: refused, naming the message.
+  auto upper = HfChatTemplate::FromSource(
+      "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}[{{ m.content | upper }}]"
+      "{% else %}<{{ m.content }}>{% endif %}{% endfor %}",
+      {}, "upper");
+  ASSERT_TRUE(upper.ok());
+  Status st = (*upper)->Apply({{Role::kUser, "q"}, {Role::kAssistant, "a"}, {Role::kUser, "q2"}, {Role::kAssistant, "b"}},
+                              tok, TrainOn::kAssistant, &s);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("message 2"), std::string::npos) << st.ToString();
 }
 
 TEST(HfChatTemplate, RaisingTemplatesAreAClearError) {
