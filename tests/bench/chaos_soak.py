@@ -11,6 +11,9 @@ workers keep training and are adopted). At the end the soak checks that
     "resumed" events (its log, appended across restarts) and every rank's own
     "resumed from" line: no partial checkpoint was ever loaded;
   * every loss the coordinator kept equals the reference's at that step;
+  * every step committed on disk has its checkpoint_committed event (a
+    coordinator killed between writing COMMITTED and recording it records
+    it when it starts again);
   * no worker the soak saw (a frozen one included) outlives the job;
 
 and prints its figures. The full soak (docs/chaos.md) is --kills 100; CI runs
@@ -308,6 +311,8 @@ def soak(c, a, rng):
   steps:                {a.steps} (uninterrupted run {ref_s:.0f} s)
   wall time:            {wall:.0f} s
   identical weights:    {'yes' if identical else 'NO'}""", flush=True)
+    if unlogged:
+        problems.append(f"committed step(s) {unlogged[:10]} have no checkpoint_committed event")
     if not identical:
         problems.append("the exported weights differ from the uninterrupted run's")
     if problems:
