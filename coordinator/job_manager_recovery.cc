@@ -91,6 +91,11 @@ Status JobManager::Recover() {
         r.step = ref.progress.step();
       }
       ref.adopted = true;
+      // Rank 0 sends its resume point with every heartbeat: the event is
+      // once per attempt across coordinator restarts too.
+      if (auto events = store_->LoadEvents(ref.id, 0); events.ok())
+        for (const EventRecord& e : *events)
+          if (e.attempt == ref.attempt && e.kind == "resumed") ref.resumed_event_attempt = ref.attempt;
       if (ref.launcher) ref.launcher->Adopt(ref.id, ref.attempt, pids);
       EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
     } else if (ref.launcher && ref.attempt > 0 &&
