@@ -158,5 +158,6 @@ attempt=$(job_field "$JOB" "j.get('attempt')")
 ctl watch "$JOB" > "$T/watch.log" 2>&1 || true
 grep -q "resumed from .*step_" "$T/watch.log" || fail "no attempt resumed from a committed step: $(cat "$T/watch.log")"
 grep -E "restarting|resumed" "$T/watch.log" | sed 's/^/  /'
-wait_for 15 test -z "$(ip netns pids "$NB")" || fail "host B still runs processes after the job ended"
+host_b_idle() { [ -z "$(ip netns pids "$NB")" ]; }
+wait_for 15 host_b_idle || fail "host B still runs processes after the job ended: $(ip netns pids "$NB")"
 echo "PASS: link down -> attempt ended, workers gone; link up -> attempt $attempt resumed on both hosts and succeeded"
