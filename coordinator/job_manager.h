@@ -259,6 +259,10 @@ class JobManager {
   StatusOr<Job*> CheckWorkerLocked(const v1::WorkerId& id, const std::string& token);
   // Records an event and the job's (possibly new) state in one transaction.
   void EmitLocked(Job& j, const std::string& kind, const std::string& message);
+  // After a restart: the newest committed step on disk that the store does not
+  // know (the previous coordinator died between writing COMMITTED and
+  // recording it) is recorded now, with its event.
+  void ReconcileCommitsLocked(Job& j);
   // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
   // and updates the job's live progress for watchers.
   void RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);

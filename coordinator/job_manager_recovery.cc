@@ -2,7 +2,13 @@
 // coordinator restart and adopts the attempts that may still be running.
 #include "coordinator/job_manager.h"
 
+#include <filesystem>
+
+#include "coordinator/job_manager_internal.h"
+#include "shard/ckpt/catalog.h"
+#include "shard/common/file_util.h"
 #include "shard/common/logging.h"
+#include "shard/spec/run_fingerprint.h"
 
 namespace shardd {
 
@@ -54,6 +60,7 @@ Status JobManager::Recover() {
     Job& ref = *j;
     jobs_[ref.id] = std::move(j);
     if (opts_.read_only) continue;  // as stored: nothing is adopted, watched or changed
+    if (Active(ref)) ReconcileCommitsLocked(ref);
     if (!ref.launcher && !External(ref)) {
       if (Active(ref))
         SetStateLocked(ref, v1::FAILED, "failed",
@@ -84,6 +91,11 @@ Status JobManager::Recover() {
         r.step = ref.progress.step();
       }
       ref.adopted = true;
+      // Rank 0 sends its resume point with every heartbeat: the event is
+      // once per attempt across coordinator restarts too.
+      if (auto events = store_->LoadEvents(ref.id, 0); events.ok())
+        for (const EventRecord& e : *events)
+          if (e.attempt == ref.attempt && e.kind == "resumed") ref.resumed_event_attempt = ref.attempt;
       if (ref.launcher) ref.launcher->Adopt(ref.id, ref.attempt, pids);
       EmitLocked(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
     } else if (ref.launcher && ref.attempt > 0 &&
@@ -105,6 +117,41 @@ Status JobManager::Recover() {
     }
   }
   return shard::OkStatus();
+}
+
+void JobManager::ReconcileCommitsLocked(Job& j) {
+  // Reads only manifests and file sizes (no hashing): Recover runs before the
+  // coordinator serves anything.
+  auto steps = shard::ListSteps(CheckpointJobDir(j));
+  if (!steps.ok()) return;
+  const std::string fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    if (it->step <= j.progress.last_committed_step()) return;
+    if (!it->committed) continue;
+    auto text = shard::ReadFileToString(it->dir + "/" + shard::kCommittedFile);
+    if (!text.ok()) continue;
+    auto m = shard::Manifest::FromJson(*text, it->dir + "/" + shard::kCommittedFile);
+    if (!m.ok() || m->step != it->step || !shard::IsThisRunsStep(m->run_fingerprint, fingerprint)) continue;
+    int64_t bytes = 0;
+    bool whole = true;
+    for (const auto& f : m->files) {
+      std::error_code ec;
+      const uint64_t size = std::filesystem::file_size(it->dir + "/" + f.name, ec);
+      whole = whole && !ec && size == f.size;
+      bytes += static_cast<int64_t>(f.size);
+    }
+    if (!whole) continue;  // resume skips it too (and falls back)
+    j.progress.set_last_committed_step(m->step);
+    if (Status st = store_->PutCheckpoint({j.id, m->step, m->world, static_cast<int>(m->files.size()), bytes,
+                                           it->dir, opts_.now_ms()});
+        !st.ok())
+      LOG_ERROR("job {}: {}", j.id, st.ToString());
+    EmitLocked(j, "checkpoint_committed",
+               "step " + std::to_string(m->step) + ": " + std::to_string(m->files.size()) + " shard(s), " +
+                   internal::Fmt(bytes / 1e6, "%.1f") + " MB in " + it->dir +
+                   " (its COMMITTED was written just before the previous coordinator stopped; recorded at restart)");
+    return;
+  }
 }
 
 }  // namespace shardd

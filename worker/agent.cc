@@ -16,6 +16,7 @@
 
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
+#include "worker/peer_barrier.h"
 #include "worker/run_trainer.h"
 #include "worker/coordinator_client.h"
 #include "worker/stop_signal.h"
@@ -324,6 +325,15 @@ class AgentSession {
       if (opts_.rank == 0 && !t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step());
     };
+    // Every rank registered before any rendezvous (worker/peer_barrier.h).
+    PeerBarrierOptions barrier;
+    barrier.rank = opts_.rank;
+    barrier.world = reg_.world_size();
+    if (shard::Status ps = WaitForPeers(*client_->kv_store(), barrier); !ps.ok()) {
+      hb.Stop();
+      if (AttemptOver(ps)) return kExitAttemptOver;
+      return Fail(ps);
+    }
     TrainOutcome run;
     shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
     hb.SetState(st.ok() ? "done" : "failed");

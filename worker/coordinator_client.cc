@@ -161,7 +161,11 @@ shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool re
   req.set_retryable(retryable);
   v1::Ack ack;
   grpc::ClientContext ctx;
-  Prepare(&ctx, 10s);
+  // Short: a worker whose link to the coordinator is cut (its collectives
+  // just timed out) must not linger long past comm_timeout_s; the report is
+  // a courtesy (the heartbeat deadline finds the rank anyway), and a
+  // restarting coordinator answers UNAVAILABLE at once, which is retried.
+  Prepare(&ctx, 3s);
   return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report failure");
 }
 

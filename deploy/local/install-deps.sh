@@ -13,6 +13,7 @@ packages=(
   libssl-dev  # libcrypto: SHA-256 of worker tokens in the state database
   clang libclang-rt-14-dev  # libFuzzer (tests/fuzz/run_fuzzers.sh)
   python3
+  iproute2  # ip netns + veth: the two-host end-to-end test (tests/e2e/netns)
   openssl  # the TLS end-to-end tests make their certificates with it
   slurm-wlm munge  # the Slurm launcher's tests start a real single-node cluster
   chromium  # the dashboard end-to-end test loads the page in headless Chromium

@@ -6,6 +6,7 @@
 // a dead attempt or naming a directory outside the job's are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <iterator>
@@ -415,6 +416,102 @@ TEST_F(JobManagerCheckpointTest, ASymlinkMadeAfterSubmissionCannotLeadCheckpoint
   EXPECT_TRUE(Contains(Reason(id), "checkpoint.dir/tiny")) << Reason(id);
   EXPECT_TRUE(Contains(Reason(id), "symlink")) << Reason(id);
   EXPECT_EQ(launcher_.launches.size(), 1u);
+}
+
+}  // namespace
+}  // namespace shardd::testing
+
+namespace shardd::testing {
+namespace {
+
+// Found by the chaos soak (docs/chaos.md): a coordinator killed between
+// writing a step's COMMITTED and recording it left a committed step (which
+// the next attempt resumed) with no event, no stored checkpoint and a stale
+// last_committed_step. The restarted coordinator records it from the disk.
+TEST_F(JobManagerCheckpointTest, ACommitTheKilledCoordinatorNeverRecordedIsRecordedAtRestart) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  WriteShards(5);
+  ASSERT_TRUE(Report(id, 1, 0, 5, StepDir(5), token).ok());
+  ASSERT_TRUE(Report(id, 1, 1, 5, StepDir(5), token).ok());
+  ASSERT_EQ(Get(id).progress().last_committed_step(), 5);
+  // Step 10: COMMITTED on disk (as CheckpointCommitter writes it), then the
+  // coordinator dies before its store and event see it. Step 15: shards only.
+  WriteShards(10);
+  auto m = shard::Manifest::FromJson(ReadBytes(StepDir(5) + "/COMMITTED"), "COMMITTED");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  m->step = 10;
+  WriteBytes(StepDir(10) + "/COMMITTED", m->ToJson());
+  WriteShards(15);
+  manager_.reset();
+
+  FakeLauncher second;
+  manager_ = NewManager(&second);
+  ASSERT_TRUE(manager_->Recover().ok());
+  EXPECT_EQ(Get(id).progress().last_committed_step(), 10);
+  const auto kinds = EventKinds(manager_.get(), id);
+  ASSERT_GE(kinds.size(), 2u);
+  EXPECT_EQ(kinds[kinds.size() - 2], "checkpoint_committed");
+  EXPECT_EQ(kinds.back(), "adopting");
+  auto stored = store_->LoadCheckpoints(id);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 2u);
+  EXPECT_EQ(stored->back().step, 10);
+  EXPECT_EQ(stored->back().bytes, 220);
+
+  // Nothing new on disk: a second restart records nothing twice.
+  manager_.reset();
+  FakeLauncher third;
+  manager_ = NewManager(&third);
+  ASSERT_TRUE(manager_->Recover().ok());
+  const auto again = EventKinds(manager_.get(), id);
+  EXPECT_EQ(std::count(again.begin(), again.end(), "checkpoint_committed"), 2);
+}
+
+// Rank 0 repeats its resume point in every heartbeat; the coordinator that
+// adopted the attempt does not announce it a second time (the chaos soak saw
+// 90 "resumed" events for 76 attempts).
+TEST_F(JobManagerCheckpointTest, TheResumedEventIsNotRepeatedAfterARestart) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  auto beat = [&] {
+    v1::HeartbeatRequest req;
+    *req.mutable_id() = Worker(id, 1, 0);
+    req.set_step(12);
+    req.set_resumed_from(StepDir(10));
+    req.set_resumed_step(10);
+    return manager_->Heartbeat(req, token);
+  };
+  ASSERT_TRUE(beat().ok());
+  manager_.reset();
+  FakeLauncher second;
+  manager_ = NewManager(&second);
+  ASSERT_TRUE(manager_->Recover().ok());
+  ASSERT_TRUE(beat().ok());
+  ASSERT_TRUE(beat().ok());
+  const auto kinds = EventKinds(manager_.get(), id);
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "resumed"), 1);
+  EXPECT_EQ(kinds.back(), "adopted");
+}
+
+// A COMMITTED whose shard is short (not a real commit) is not recorded.
+TEST_F(JobManagerCheckpointTest, AStepWithAShortShardIsNotRecordedAtRestart) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  WriteShards(5);
+  ASSERT_TRUE(Report(id, 1, 0, 5, StepDir(5), token).ok());
+  ASSERT_TRUE(Report(id, 1, 1, 5, StepDir(5), token).ok());
+  WriteShards(10);
+  auto m = shard::Manifest::FromJson(ReadBytes(StepDir(5) + "/COMMITTED"), "COMMITTED");
+  ASSERT_TRUE(m.ok());
+  m->step = 10;
+  WriteBytes(StepDir(10) + "/COMMITTED", m->ToJson());
+  WriteBytes(StepDir(10) + "/" + shard::ShardFileName(1, 2), "short");
+  manager_.reset();
+  FakeLauncher second;
+  manager_ = NewManager(&second);
+  ASSERT_TRUE(manager_->Recover().ok());
+  EXPECT_EQ(Get(id).progress().last_committed_step(), 5);
 }
 
 }  // namespace

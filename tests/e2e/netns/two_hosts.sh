@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Two "hosts": network namespaces A (10.213.0.1) and B (10.213.0.2) joined by a
+# veth pair, nothing routed anywhere else. The coordinator runs in A; the job
+# (launcher: external, hybrid_shard, world 4, shard_group_size 2) has ranks 0-1
+# on A and ranks 2-3 on B, one shard group per host, started by a small agent
+# loop per host that starts its workers again whenever they exit with a
+# retryable code (like deploy/slurm/external-job.sbatch). Both hosts share this
+# machine's filesystem, as nodes share a checkpoint filesystem.
+#
+# Mid-run the link goes down: every worker of the attempt must be gone within
+# comm_timeout_s (plus the failure report's bounded try), the job restarts,
+# host B's workers wait to join; when the link comes back they join, the next
+# attempt resumes from a committed step and the job succeeds.
+#
+# Skips (77) unless root with `ip netns`; always deletes its namespaces.
+set -euo pipefail
+BIN=${SHARDD_BIN_DIR:?SHARDD_BIN_DIR must point at the build dir}
+SRC=${SHARDD_SOURCE_DIR:?SHARDD_SOURCE_DIR must point at the source dir}
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null || skip "no ip command (iproute2)"
+
+NA=shardd-chaos-a-$$ NB=shardd-chaos-b-$$
+VA=shcA$$ VB=shcB$$
+IPA=10.213.0.1 IPB=10.213.0.2 PORT=7070
+COMM_TIMEOUT=6
+T=$(mktemp -d /tmp/shardd-netns.XXXXXX)
+PIDS=""  # process groups this test started (shardd, the two host agents)
+cleanup() {
+  for p in $PIDS; do kill -9 -- "-$p" 2>/dev/null || true; done
+  # Anything still inside our namespaces was started by this test.
+  for ns in "$NA" "$NB"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+ip netns add "$NA" 2>/dev/null || skip "ip netns add failed (no network namespaces here)"
+ip netns add "$NB"
+ip link add "$VA" netns "$NA" type veth peer name "$VB" netns "$NB"
+ip -n "$NA" addr add "$IPA/24" dev "$VA"
+ip -n "$NB" addr add "$IPB/24" dev "$VB"
+for ns in "$NA" "$NB"; do ip -n "$ns" link set lo up; done
+ip -n "$NA" link set "$VA" up
+ip -n "$NB" link set "$VB" up
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$T/shardd.log" "$T"/host_*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
+  exit 1
+}
+now() { date +%s.%N; }
+in_a() { ip netns exec "$NA" "$@"; }
+ctl() { (cd "$T" && in_a "$BIN/coordinator/ctl/shardctl" --coordinator "$IPA:$PORT" --state-dir "$T/state" "$@"); }
+job_field() { ctl status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"; }
+wait_for() {  # wait_for SECONDS COMMAND...
+  local end=$((SECONDS + $1)); shift
+  while [ $SECONDS -lt $end ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+state_in() { [[ " $* " == *" $(job_field "$JOB" "j.get('state','')") "* ]]; }
+step_at_least() { [ "$(job_field "$JOB" "int(j.get('progress',{}).get('step',0))")" -ge "$1" ]; }
+committed_at_least() {
+  state_in FAILED CANCELLED && return 0
+  [ "$(job_field "$JOB" "int(j.get('progress',{}).get('last_committed_step',-1))")" -ge "$1" ]
+}
+
+# The coordinator on host A, on A's address (plain gRPC: a private link).
+setsid ip netns exec "$NA" "$BIN/coordinator/shardd" --state-dir "$T/state" --listen "$IPA:$PORT" --allow-insecure \
+  --http-listen 127.0.0.1:0 --kill-grace-s 2 > "$T/shardd.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_for 20 grep -q "serving on $IPA:$PORT" "$T/shardd.log" || fail "shardd did not start on $IPA:$PORT"
+ip netns exec "$NB" timeout 5 bash -c "exec 3<>/dev/tcp/$IPA/$PORT" ||
+  skip "host B cannot reach $IPA:$PORT over the veth pair here"
+
+mkdir -p "$T/data"
+python3 "$SRC/configs/data/make_tokens.py" "$T/data/phrases.u32" >/dev/null
+cat > "$T/twohost.yaml" <<YAML
+name: twohost
+model: {preset: tiny}
+data: {tokens: data/phrases.u32, seq_len: 32, shuffle: true}
+train: {steps: 160, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 5, seed: 7, log_every: 10}
+parallel: {strategy: hybrid_shard, world_size: 4, shard_group_size: 2, comm_timeout_s: $COMM_TIMEOUT}
+checkpoint: {dir: ckpt, every_steps: 10, keep_last: 3, async: true}
+resources: {device: cpu, launcher: external}
+restart: {max_restarts: 4, backoff_s: 0.5, heartbeat_timeout_s: 4, hang_timeout_s: 60}
+YAML
+JOB=$(ctl submit "$T/twohost.yaml") || fail "submit failed"
+TOKEN=$(job_field "$JOB" "j.get('join_token','')")
+[ ${#TOKEN} -ge 32 ] || fail "no join token"
+
+# One agent per host: start this host's two ranks, wait for both, note each
+# exit (time, rank, code) in host_N.exits, start them again unless the job is
+# done (0) or can never run (2).
+start_host() {  # start_host NS IP FIRST_RANK N
+  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$TOKEN" SHARDD_NUM_THREADS=1 bash -c '
+    worker=$1 addr=$2 job=$3 ip=$4 first=$5 exits=$6
+    cd "$7"  # the job file'"'"'s relative paths: a shared filesystem, same layout
+    for try in $(seq 1 8); do
+      pids=()
+      for r in $first $((first + 1)); do
+        ( "$worker" --coordinator "$addr" --job "$job" --rank "$r" --hostname "$ip"; rc=$?
+          echo "$(date +%s.%N) rank $r try $try exit $rc" >> "$exits"; exit $rc ) &
+        pids+=($!)
+      done
+      done_ok=1
+      for p in "${pids[@]}"; do wait "$p"; rc=$?; [ $rc -eq 0 ] || done_ok=0; [ $rc -eq 2 ] && exit 2; done
+      [ $done_ok -eq 1 ] && exit 0
+      sleep 1
+    done
+    exit 1' host "$BIN/worker/shardd-worker" "$IPA:$PORT" "$JOB" "$2" "$3" "$T/host_$3.exits" "$T" \
+    > "$T/host_$3.log" 2>&1 &
+  PIDS="$PIDS $!"
+}
+start_host "$NA" "$IPA" 0
+start_host "$NB" "$IPB" 2
+
+wait_for 120 committed_at_least 20 && ! state_in FAILED CANCELLED ||
+  fail "no committed checkpoint at step 20: $(ctl status "$JOB")"
+[ "$(job_field "$JOB" "j.get('attempt')")" = 1 ] || fail "restarted before the link went down: $(ctl status "$JOB")"
+hosts=$(job_field "$JOB" "sorted(set(w.get('hostname','') for w in j.get('workers',[])))")
+[ "$hosts" = "['$IPA', '$IPB']" ] || fail "the workers are not on both hosts: $hosts"
+
+t_down=$(now)
+ip -n "$NA" link set "$VA" down
+echo "link down at step $(job_field "$JOB" "j.get('progress',{}).get('step',0)")"
+# The coordinator ends the attempt (host B's heartbeats stop) ...
+wait_for 30 state_in RESTARTING LAUNCHING || fail "the coordinator did not end the attempt: $(ctl status "$JOB")"
+# ... and every attempt-1 worker, on both sides of the cut, is gone within
+# comm_timeout_s plus the failure report's one bounded try (3 s), plus slack
+# for a loaded machine.
+limit=$((COMM_TIMEOUT + 3 + 6))
+first_try_exits() { [ "$(cat "$T"/host_*.exits 2>/dev/null | grep -c ' try 1 exit')" -ge 4 ]; }
+wait_for "$limit" first_try_exits || fail "attempt-1 workers still alive ${limit} s after the link went down"
+python3 - "$t_down" "$((COMM_TIMEOUT + 3 + 4))" "$T/host_0.exits" "$T/host_2.exits" <<'PY' ||
+import sys
+t0, limit, late = float(sys.argv[1]), float(sys.argv[2]), 0
+for path in sys.argv[3:]:
+    for line in open(path):
+        t, _, rank, _, tr, _, rc = line.split()
+        if tr == "1":
+            print(f"  rank {rank}: exit {rc} {float(t) - t0:.1f} s after the link went down")
+            late += float(t) - t0 > limit
+sys.exit(1 if late else 0)
+PY
+  fail "a worker outlived the cut by more than comm_timeout_s + 3 s report + 4 s slack"
+sleep 6  # longer than comm_timeout_s: host A's ranks of attempt 2 wait for host B
+t_up=$(now)
+ip -n "$NA" link set "$VA" up
+echo "link up after $(python3 -c "print(f'{$t_up - $t_down:.1f}')") s"
+wait_for 180 state_in SUCCEEDED FAILED CANCELLED || fail "the job did not end after the link came back: $(ctl status "$JOB")"
+state_in SUCCEEDED || fail "the job did not succeed: $(ctl status "$JOB")"
+attempt=$(job_field "$JOB" "j.get('attempt')")
+# One restart for the cut; the ranks that joined attempt 2 first waited for
+# host B without burning restarts on rendezvous timeouts.
+[ "$attempt" -eq 2 ] || fail "attempt $attempt: waiting for host B burned restarts: $(grep restarting "$T/shardd.log")"
+ctl watch "$JOB" > "$T/watch.log" 2>&1 || true
+grep -q "resumed from .*step_" "$T/watch.log" || fail "no attempt resumed from a committed step: $(cat "$T/watch.log")"
+grep -E "restarting|resumed" "$T/watch.log" | sed 's/^/  /'
+host_b_idle() { [ -z "$(ip netns pids "$NB")" ]; }
+wait_for 15 host_b_idle || fail "host B still runs processes after the job ended: $(ip netns pids "$NB")"
+echo "PASS: link down -> attempt ended, workers gone; link up -> attempt $attempt resumed on both hosts and succeeded"
