@@ -256,8 +256,12 @@ Status HostAllocator::Hold(const std::string& job_id, const Placement& p) {
     if (!owner.empty()) clash += " GPU " + std::to_string(g) + " is also held by job " + owner + ";";
     if (!Contains(cap_.gpus, g)) clash += " GPU " + std::to_string(g) + " is not in this host's capacity;";
   }
-  for (int s : p.cpu_slots)
+  for (int s : p.cpu_slots) {
     if (s >= cap_.cpu_slots) clash += " CPU slot " + std::to_string(s) + " is past --cpu-slots;";
+    for (const auto& [job, other] : held_)
+      if (job != job_id && Contains(other.cpu_slots, s))
+        clash += " CPU slot " + std::to_string(s) + " is also held by job " + job + ";";
+  }
   held_[job_id] = p;
   if (!clash.empty()) return shard::FailedPrecondition("job " + job_id + "'s placement (" + p.Describe() + "):" + clash);
   return shard::OkStatus();

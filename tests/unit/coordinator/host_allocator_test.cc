@@ -115,6 +115,11 @@ TEST(HostAllocatorTest, HoldReportsAnOverlapButKeepsIt) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("GPU 0 is also held by job a-1"), std::string::npos) << st.message();
   EXPECT_NE(a.HeldBy("b-2"), nullptr);
+  Placement slots;
+  slots.cpu_slots = {3};
+  ASSERT_TRUE(a.Hold("c-3", slots).ok());
+  st = a.Hold("d-4", slots);
+  EXPECT_NE(st.message().find("CPU slot 3 is also held by job c-3"), std::string::npos) << st.message();
 }
 
 TEST(HostAllocatorTest, EncodedFormsRoundTrip) {
