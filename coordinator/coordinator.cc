@@ -11,6 +11,8 @@
 #include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/launchers/slurm/slurm_launcher.h"
+#include "coordinator/probed_cluster.h"
+#include "coordinator/sched/host_capacity.h"
 #include "coordinator/server/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
@@ -105,9 +107,27 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
                  pem.status().message());
   }
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
+  if (!opts.read_only) {
+    sched::CapacityOptions co;
+    co.cpu_slots = opts.cpu_slots;
+    if (!opts.gpus.empty()) {
+      ASSIGN_OR_RETURN(co.gpus, sched::ParseGpuList(opts.gpus));
+    } else {
+      std::string why;
+      co.probed_gpus = ProbedLocalGpuCount(jo.worker_bin, &why);
+      if (co.probed_gpus == 0) LOG_INFO("local scheduler: no GPU ({})", why);
+    }
+    jo.local_capacity = sched::MakeCapacity(co);
+    jo.starvation_ms = static_cast<int64_t>(opts.queue_starvation_s * 1000);
+    LOG_INFO("local scheduler: {}", jo.local_capacity->Describe());
+  }
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   c->jobs_->AddLauncher(c->slurm_.get());
   c->jobs_->AddLauncher(c->kubernetes_.get());
+  // Jobs, adopted attempts and their placements are back before any RPC can
+  // submit (a job number already used) or a Tick can place (devices an
+  // adopted attempt still runs on).
+  RETURN_IF_ERROR(c->jobs_->Recover());
   ASSIGN_OR_RETURN(c->server_, CoordinatorServer::Start(opts.server, c->jobs_.get(), c->token_));
   // Workers dial the address we listen on, with the port actually bound.
   std::string host = opts.server.listen.substr(0, opts.server.listen.rfind(':'));
@@ -124,7 +144,6 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
     c->http_listen_ = opts.http_listen;
   }
-  RETURN_IF_ERROR(c->jobs_->Recover());
   if (!opts.read_only) c->jobs_->Start();
   return c;
 }

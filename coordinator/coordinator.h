@@ -47,6 +47,13 @@ struct CoordinatorOptions {
   std::string kubectl = "kubectl";
   std::vector<std::string> kubectl_args;
   std::vector<std::string> k8s_namespaces;
+  // The local launcher's share of this host (docs/scheduling.md): --gpus
+  // ("" = what the worker's probe reports, "none" = no GPU), --cpu-slots
+  // (<= 0: the core count), and how long a blocked queue head waits before
+  // freed resources are reserved for it.
+  std::string gpus;
+  int cpu_slots = 0;
+  double queue_starvation_s = 600;
 };
 
 // Pure: the TLS flags fit together (cert with key, mutual TLS only over TLS

@@ -43,6 +43,7 @@ bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED |
 JobManager::JobManager(JobManagerOptions opts, StateStore* store, Launcher* launcher)
     : opts_(std::move(opts)), store_(store) {
   if (!opts_.now_ms) opts_.now_ms = SystemNowMs;
+  if (opts_.local_capacity) alloc_ = std::make_unique<sched::HostAllocator>(*opts_.local_capacity);
   if (launcher) AddLauncher(launcher);
 }
 
@@ -86,6 +87,10 @@ v1::JobStatus JobManager::StatusOf(const Job& j) const {
   s.set_checkpoint_dir(CheckpointJobDir(j));
   s.set_launcher(shard::LauncherName(j.config.resources.launcher));
   s.set_join_token(j.join_token);
+  s.set_priority(j.config.priority);
+  s.set_queue_position(j.queue_position);
+  if (j.demand) s.set_demand(j.demand->Describe());
+  if (const sched::Placement* p = alloc_ && j.placed ? alloc_->HeldBy(j.id) : nullptr) s.set_placement(p->Describe());
   const int64_t now = opts_.now_ms();
   for (size_t r = 0; r < j.ranks.size(); ++r) {
     const Rank& rk = j.ranks[r];

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,8 @@
 #include "coordinator/job_paths.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/sched/host_allocator.h"
+#include "coordinator/sched/job_queue.h"
 #include "coordinator/state/state_store.h"
 #include "coordinator/telemetry.h"
 #include "shard/spec/job_config.h"
@@ -65,6 +68,11 @@ struct JobManagerOptions {
   // loads the jobs as stored (no adoption, no events), and submissions,
   // cancels and worker calls are refused. Start() must not be called.
   bool read_only = false;
+  // The local host's capacity (coordinator/sched): local jobs then queue for
+  // specific GPUs, CPU slots and host memory. nullopt: every local job
+  // launches at once, as before scheduling existed (unit tests, read-only views).
+  std::optional<sched::HostCapacity> local_capacity;
+  int64_t starvation_ms = 10 * 60 * 1000;  // a blocked queue head waits this long before it reserves
 };
 
 struct LogChunk {
@@ -211,6 +219,14 @@ class JobManager {
     // Model FLOPs per trained position over the cluster's peak FLOP/s (the
     // admission plan's figures): MFU = positions/s × this. 0 = unknown.
     double mfu_per_position_s = 0;
+    // The local scheduler (null demand: not scheduled here — another
+    // launcher, or no capacity configured). `placed`: the allocator holds
+    // the job's devices, from its first launch through restarts and backoff
+    // until its last attempt's processes are gone.
+    std::optional<sched::Demand> demand;
+    bool placed = false;
+    int queue_position = 0;  // 1 = next to start
+    std::string sched_reason;  // why it waits, as last announced
   };
 
   // Launcher work decided under mu_ and carried out without it.
@@ -272,10 +288,24 @@ class JobManager {
   // Everything about a spec that needs no job table: parsing, paths, the
   // launcher's availability, the planner. Called without mu_.
   // *mfu_per_position_s: see Job (0 when the plan does not know the peak).
+  // *host_bytes: the plan's host memory for the whole job on this host (0 = unknown).
   Status ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
-                      double* mfu_per_position_s);
+                      double* mfu_per_position_s, int64_t* host_bytes);
   // No active job shares the checkpoint directory.
   Status CheckNameFreeLocked(const v1::JobSpec& spec, const shard::JobConfig& config);
+
+  // ---- the local host's queue (job_manager_schedule.cc) ----
+  // Releases what ended jobs held, starts placements for waiting jobs in
+  // queue order and announces why the others wait.
+  void ScheduleLocked(int64_t now);
+  // The job may go on to launch: not scheduled here, or holding its placement.
+  bool MayLaunchLocked(const Job& j) const { return !j.demand || j.placed; }
+  void StoreResourcesLocked(const Job& j);
+  // After Recover loaded the jobs: the stored demand and placement back into
+  // the allocator (adopted and restarting attempts keep their devices).
+  Status RestorePlacementsLocked();
+  // The environment a launch gets from the job's placement.
+  void AddPlacementEnvLocked(const Job& j, LaunchRequest* req) const;
 
   // ---- lifecycle (job_manager_lifecycle.cc) ----
   // Asks the launchers about exits and the attempts named under mu_ (no mu_).
@@ -327,6 +357,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
   std::vector<TerminateCall> terminates_;             // guarded by mu_
   int64_t next_job_number_ = 1;                       // guarded by mu_
+  std::unique_ptr<sched::HostAllocator> alloc_;       // guarded by mu_; null: no local scheduling
   struct Watcher {
     std::string job_id;
     EventSink sink;

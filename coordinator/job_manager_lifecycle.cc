@@ -115,6 +115,7 @@ std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView&
     if (e.attempt != j.attempt || !Active(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
     ApplyExitLocked(j, e);
   }
+  ScheduleLocked(now);
   std::vector<LaunchPlan> plans;
   for (auto& [id, jp] : jobs_) {
     Job& j = *jp;
@@ -133,12 +134,12 @@ std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView&
     }
     switch (j.state) {
       case v1::QUEUED:
-        plans.push_back(PlanLaunchLocked(j));
+        if (MayLaunchLocked(j)) plans.push_back(PlanLaunchLocked(j));
         break;
       case v1::RESTARTING:
         // The next generation starts only once the last one is gone (fencing
         // refuses its RPCs already; this keeps their processes apart too).
-        if (now >= j.next_launch_ms && j.draining_attempt == 0) plans.push_back(PlanLaunchLocked(j));
+        if (now >= j.next_launch_ms && j.draining_attempt == 0 && MayLaunchLocked(j)) plans.push_back(PlanLaunchLocked(j));
         break;
       case v1::LAUNCHING:
       case v1::RUNNING:
@@ -304,6 +305,7 @@ bool JobManager::BeginAttemptLocked(Job& j, const std::string& resume, LaunchReq
   }
   req->job_name = j.config.name;
   req->resources = j.config.resources;
+  AddPlacementEnvLocked(j, req);
   return true;
 }
 

@@ -116,6 +116,9 @@ Status JobManager::Recover() {
       ref.next_launch_ms = now;
     }
   }
+  // Adoption above and the placements here under the same locks: no Tick
+  // can place a queued job on an adopted attempt's devices in between.
+  if (!opts_.read_only) RETURN_IF_ERROR(RestorePlacementsLocked());
   return shard::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
+#include "coordinator/sched/host_capacity.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
@@ -21,7 +22,7 @@ namespace shardd {
 using internal::Resolve;
 
 Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
-                                double* mfu_per_position_s) {
+                                double* mfu_per_position_s, int64_t* host_bytes) {
   const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
   if (spec.yaml().size() > opts_.max_spec_bytes)
     return shard::InvalidArgument(src + ": the job file is " + std::to_string(spec.yaml().size()) +
@@ -67,6 +68,11 @@ Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* confi
       return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
                                        shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");
     *plan_summary = plan.ok() ? shard::plan::PlanSummary(*plan) : "plan skipped: " + plan.status().message();
+    // The host memory the local scheduler counts: the node's host bytes, and
+    // on the CPU engine every rank's "device" bytes live in host RAM too.
+    if (plan.ok())
+      *host_bytes = plan->memory.host_total +
+                    (plan->cluster.cpu_only ? plan->memory.device_total * c.parallel.world_size : 0);
     if (plan.ok() && !plan->cluster.cpu_only && plan->time.peak_tflops > 0)
       *mfu_per_position_s = plan->time.model_flops_per_token /
                             (c.parallel.world_size * plan->time.peak_tflops * 1e12);
@@ -95,7 +101,17 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   shard::JobConfig config;
   std::string plan;
   double mfu_per_position_s = 0;
-  RETURN_IF_ERROR(ValidateSpec(spec, &config, &plan, &mfu_per_position_s));
+  int64_t host_bytes = 0;
+  RETURN_IF_ERROR(ValidateSpec(spec, &config, &plan, &mfu_per_position_s, &host_bytes));
+  // The local host's capacity is fixed at start: read without mu_.
+  std::optional<sched::Demand> demand;
+  if (opts_.local_capacity) {
+    demand = sched::DemandOf(config, *opts_.local_capacity, host_bytes);
+    if (demand)
+      if (Status st = sched::HostAllocator(*opts_.local_capacity).CheckEverFits(*demand); !st.ok())
+        return Status(st.code(), (spec.source_path().empty() ? std::string("job.yaml") : spec.source_path()) +
+                                     ": can never run on this host: " + st.message());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(CheckNameFreeLocked(spec, config));
   auto j = std::make_unique<Job>();
@@ -110,10 +126,12 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   j->progress.set_mfu(-1);
   j->mfu_per_position_s = mfu_per_position_s;
   j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
+  j->demand = demand;
   if (External(*j)) j->join_token = NewToken();
   else j->launcher = launchers_.at(shard::LauncherName(config.resources.launcher));
   Job& ref = *j;
   jobs_[ref.id] = std::move(j);
+  StoreResourcesLocked(ref);
   SetStateLocked(ref, v1::QUEUED, "submitted",
                  (spec.source_path().empty() ? std::string("job") : spec.source_path()) + ", " +
                      std::to_string(config.parallel.world_size) + " worker(s), " +

@@ -49,6 +49,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
       ->capture_default_str();
+  app.add_option("--gpus", opts.gpus,
+                 "GPUs the local launcher may hand out: 0,1,2,3 or 0-7 or none (default: what shardd-worker --probe "
+                 "reports)");
+  app.add_option("--cpu-slots", opts.cpu_slots, "CPU slots (one per CPU rank's thread) for local jobs (default: the "
+                 "core count)");
+  app.add_option("--queue-starvation-s", opts.queue_starvation_s,
+                 "Seconds a blocked queue head waits before freed resources are reserved for it")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   shard::InitLogging(log_level);

@@ -21,13 +21,28 @@ shard::StatusOr<std::vector<shard::plan::ProbedGpu>> RunProbe(const std::string&
   return shard::plan::ProbedGpusFromJson(r.out);
 }
 
-}  // namespace
-
-std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
-                                                           const std::string& worker_bin, std::string* why) {
+// Once per process: a CUDA runtime start is not free.
+const shard::StatusOr<std::vector<shard::plan::ProbedGpu>>& CachedProbe(const std::string& worker_bin) {
   static std::once_flag once;
   static shard::StatusOr<std::vector<shard::plan::ProbedGpu>> probe = shard::Unavailable("not probed");
   std::call_once(once, [&] { probe = RunProbe(worker_bin); });
+  return probe;
+}
+
+}  // namespace
+
+int ProbedLocalGpuCount(const std::string& worker_bin, std::string* why) {
+  const auto& probe = CachedProbe(worker_bin);
+  if (!probe.ok()) {
+    *why = probe.status().message();
+    return 0;
+  }
+  return static_cast<int>(probe->size());
+}
+
+std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
+                                                           const std::string& worker_bin, std::string* why) {
+  const auto& probe = CachedProbe(worker_bin);
   if (!probe.ok()) {
     *why = probe.status().message();
     return std::nullopt;

@@ -15,6 +15,10 @@ namespace shardd {
 // Runs the probe once per process (a CUDA runtime start is not free) and
 // returns the cluster, or nullopt with *why set (no GPU, a build without CUDA,
 // a worker binary that cannot run, a GPU the catalog does not know).
+// How many GPUs the probe saw (0 with *why set when none or it failed): the
+// local scheduler's GPU capacity when --gpus is not given.
+int ProbedLocalGpuCount(const std::string& worker_bin, std::string* why);
+
 std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
                                                            const std::string& worker_bin, std::string* why);
 

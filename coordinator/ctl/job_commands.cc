@@ -1,4 +1,5 @@
 #include "coordinator/ctl/job_commands.h"
+#include "coordinator/ctl/queue_format.h"
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
@@ -110,6 +111,7 @@ struct JobCommands::State {
   CLI::App* watch = nullptr;
   CLI::App* logs = nullptr;
   CLI::App* metrics = nullptr;
+  CLI::App* queue = nullptr;
   std::string job_file, job_id, reason;
   std::vector<std::string> sets;
   bool json = false, all = false, follow = false, and_watch = false;
@@ -129,7 +131,7 @@ struct JobCommands::State {
   shard::StatusOr<v1::JobStatus> Submit();
   shard::StatusOr<v1::JobStatus> Watch(const std::string& id, bool quiet_past);
   shard::Status Status();
-  shard::Status List();
+  shard::Status List(bool queue = false);
   shard::Status Cancel();
   shard::Status Logs();
   shard::Status Metrics();
@@ -314,6 +316,10 @@ shard::Status JobCommands::State::Status() {
     std::printf("join       SHARDD_WORKER_TOKEN=%s shardd-worker --coordinator ADDR --job %s  (one per rank; "
                 "see deploy/slurm/external-job.sbatch)\n",
                 js.join_token().c_str(), js.id().c_str());
+  if (!js.placement().empty()) std::printf("placement  %s\n", js.placement().c_str());
+  if (js.queue_position() > 0)
+    std::printf("queue      position %d, priority %d, needs %s\n", js.queue_position(), js.priority(),
+                js.demand().c_str());
   std::printf("progress   %s\n", ProgressLine(js.id(), js.progress(), js.attempt()).c_str());
   std::printf("committed  %s\ncheckpoints %s\nlogs       %s\n",
               js.progress().last_committed_step() < 0 ? "none"
@@ -331,15 +337,19 @@ shard::Status JobCommands::State::Status() {
   return shard::OkStatus();
 }
 
-shard::Status JobCommands::State::List() {
+shard::Status JobCommands::State::List(bool queue) {
   v1::ListJobsRequest req;
-  req.set_include_finished(all);
+  req.set_include_finished(all && !queue);
   v1::ListJobsResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx);
   RETURN_IF_ERROR(shardd::FromGrpc(stub->ListJobs(&ctx, req, &resp), "list"));
   if (json) {
     std::printf("%s\n", Json(resp).c_str());
+    return shard::OkStatus();
+  }
+  if (queue) {
+    std::printf("%s", shardctl::QueueTable(resp).c_str());
     return shard::OkStatus();
   }
   std::printf("%-24s %-11s %-8s %-14s %s\n", "JOB", "STATE", "ATTEMPT", "STEP", "REASON");
@@ -456,6 +466,9 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   s.list->add_flag("--all", s.all, "Include finished jobs");
   s.list->add_flag("--json", s.json, "Print JSON");
 
+  s.queue = app.add_subcommand("queue", "The local host's queue: who holds which GPUs and CPU slots, who waits and why");
+  s.queue->add_flag("--json", s.json, "Print the job list as JSON (priority, placement, queue_position, demand)");
+
   s.cancel = app.add_subcommand("cancel", "Cancel a job: its workers are stopped");
   s.cancel->add_option("job", s.job_id, "Job id")->required();
   s.cancel->add_option("--reason", s.reason, "Recorded with the cancellation");
@@ -475,7 +488,7 @@ JobCommands::~JobCommands() = default;
 
 bool JobCommands::Selected() const {
   const State& s = *s_;
-  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.cancel, s.watch, s.logs})
+  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.queue, s.cancel, s.watch, s.logs})
     if (c->parsed()) return true;
   return false;
 }
@@ -486,7 +499,7 @@ shard::Status JobCommands::Run() {
   sa.sa_handler = OnSigint;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const bool reads = s.status->parsed() || s.list->parsed() || s.logs->parsed() || s.metrics->parsed();
+  const bool reads = s.status->parsed() || s.list->parsed() || s.queue->parsed() || s.logs->parsed() || s.metrics->parsed();
   RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed(), /*allow_offline=*/reads));
   if (s.run->parsed() || s.submit->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Submit());
@@ -527,6 +540,7 @@ shard::Status JobCommands::Run() {
   }
   if (s.status->parsed()) return s.Status();
   if (s.list->parsed()) return s.List();
+  if (s.queue->parsed()) return s.List(/*queue=*/true);
   if (s.cancel->parsed()) return s.Cancel();
   if (s.logs->parsed()) return s.Logs();
   if (s.metrics->parsed()) return s.Metrics();

@@ -32,6 +32,8 @@ CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
   grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
   loss_scale REAL NOT NULL DEFAULT 0, PRIMARY KEY(job_id, step));
+CREATE TABLE IF NOT EXISTS job_resources(
+  job_id TEXT PRIMARY KEY, demand TEXT NOT NULL, placement TEXT NOT NULL);
 )sql";
 
 // Columns added after their table's first release. kSchema creates them in a
@@ -319,6 +321,25 @@ Status StateStore::PutWorker(const WorkerRecord& w) {
   return Stmt(db_, "INSERT OR REPLACE INTO workers(job_id,attempt,rank,pid,hostname,state) VALUES(?,?,?,?,?,?)")
       .Bind(w.job_id).Bind(w.attempt).Bind(w.rank).Bind(w.pid).Bind(w.hostname).Bind(w.state)
       .Run();
+}
+
+Status StateStore::PutResources(const ResourceRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stmt(db_, "INSERT OR REPLACE INTO job_resources(job_id,demand,placement) VALUES(?,?,?)")
+      .Bind(r.job_id).Bind(r.demand).Bind(r.placement)
+      .Run();
+}
+
+StatusOr<std::vector<ResourceRecord>> StateStore::LoadResources() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT job_id,demand,placement FROM job_resources ORDER BY job_id");
+  std::vector<ResourceRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Next());
+    if (!row) break;
+    out.push_back({s.Text(0), s.Text(1), s.Text(2)});
+  }
+  return out;
 }
 
 StatusOr<std::vector<WorkerRecord>> StateStore::LoadWorkers(const std::string& job_id, int attempt) {

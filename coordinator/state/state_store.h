@@ -53,6 +53,14 @@ struct WorkerRecord {
   std::string state;
 };
 
+// The local scheduler's view of a job (coordinator/sched): what it needs and
+// the devices and slots it holds ("" = none), in their encoded forms.
+struct ResourceRecord {
+  std::string job_id;
+  std::string demand;
+  std::string placement;
+};
+
 struct EventRecord {
   std::string job_id;
   int64_t seq = 0;
@@ -97,6 +105,9 @@ class StateStore {
 
   Status PutWorker(const WorkerRecord& w);
   StatusOr<std::vector<WorkerRecord>> LoadWorkers(const std::string& job_id, int attempt);
+
+  Status PutResources(const ResourceRecord& r);
+  StatusOr<std::vector<ResourceRecord>> LoadResources();
 
   // Appends the event and stores the job (its seq/state) in one transaction.
   Status AppendEvent(const EventRecord& e, const JobRecord& job);

@@ -84,7 +84,7 @@ async function listPage() {
   const data = await api("/api/jobs");
   const rows = data.jobs.map(j => {
     const p = j.progress;
-    return `<tr><td><a href="#/job/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td><td>${state(j.state)}</td>
+    return `<tr><td><a href="#/job/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td><td>${state(j.state)}${j.state === "QUEUED" && j.reason ? `<div class="muted">${esc(j.reason)}</div>` : ""}</td>
       <td>${bar(p.step, p.total_steps)}</td><td class="num">${fmt(p.loss)}</td>
       <td class="num">${fmt(p.tokens_per_s, 0)}</td><td class="num">${j.state === "RUNNING" ? duration(p.eta_s) : "–"}</td>
       <td class="num">${j.restarts}</td><td class="num">${j.world_size}</td><td>${esc(j.launcher)}</td>

@@ -89,6 +89,9 @@ Status JobConfig::Validate() const {
   // The one rule for names every entry point shares (shardctl launch,
   // standalone workers, the coordinator): a plain file name (not empty).
   RETURN_IF_ERROR(CheckPlainName("name", name, kMaxJobNameLength));
+  if (priority < kMinPriority || priority > kMaxPriority)
+    return InvalidArgument("priority: " + std::to_string(priority) + " is outside " + std::to_string(kMinPriority) +
+                           ".." + std::to_string(kMaxPriority));
   RETURN_IF_ERROR(model.Validate());
   RETURN_IF_ERROR(data.Validate());
   RETURN_IF_ERROR(train.Validate());
@@ -375,6 +378,7 @@ Status MapExport(YamlMap& root, ExportConfig* e) {
 
 Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(root.Get("name", &job->name));
+  RETURN_IF_ERROR(root.Get("priority", &job->priority));
   RETURN_IF_ERROR(MapModel(root, &job->model));
   RETURN_IF_ERROR(MapData(root, job->model, &job->data));
   RETURN_IF_ERROR(MapTrain(root, &job->train));

@@ -190,9 +190,13 @@ struct ExportConfig {
 // The job's name becomes a directory name (state and checkpoint dirs, plus
 // suffixes), so it is bounded well under a file system's 255 bytes.
 inline constexpr size_t kMaxJobNameLength = 128;
+inline constexpr int kMinPriority = -1000, kMaxPriority = 1000;
 
 struct JobConfig {
   std::string name = "job";
+  // The local host's queue (docs/scheduling.md): higher starts first, FIFO
+  // within a priority; kMinPriority..kMaxPriority.
+  int priority = 0;
   ModelSource model;
   DataConfig data;
   TrainConfig train;

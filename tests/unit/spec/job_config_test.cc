@@ -56,6 +56,17 @@ TEST(JobNameTest, NamesThatAreNotPlainFileNamesAreRefusedByEveryParse) {
   EXPECT_TRUE(Contains(job.status().message(), "plain file name")) << job.status().ToString();
 }
 
+// priority: an int for the local queue (docs/scheduling.md), bounded.
+TEST(PriorityTest, ReadBoundedAndNamed) {
+  const std::string rest = Job("  device: cpu\n", 2).substr(std::string("name: big\n").size());
+  auto job = ParseJobConfig("name: p\npriority: 7\n" + rest, "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->priority, 7);
+  EXPECT_EQ(ParseJobConfig("name: p\n" + rest, "job.yaml")->priority, 0);
+  ExpectRefused("name: p\npriority: 5000\n" + rest, {"job.yaml", "priority: 5000 is outside -1000..1000"});
+  ExpectRefused("name: p\npriority: high\n" + rest, {"job.yaml", "priority"});
+}
+
 TEST(SlurmConfigTest, EveryKeyIsRead) {
   auto job = ParseJobConfig(Job("  launcher: slurm\n"
                                 "  slurm:\n"
