@@ -125,7 +125,11 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     c->http_listen_ = opts.http_listen;
   }
   RETURN_IF_ERROR(c->jobs_->Recover());
-  if (!opts.read_only) c->jobs_->Start();
+  if (!opts.read_only) {
+    c->jobs_->Start();
+    c->reports_ = std::make_unique<ReportWriter>(c->jobs_.get());
+    c->reports_->Start();
+  }
   return c;
 }
 
@@ -139,6 +143,10 @@ std::string Coordinator::dashboard_url() const {
 }
 
 void Coordinator::Stop() {
+  if (reports_) {
+    reports_->Flush();
+    reports_.reset();
+  }
   if (http_) http_->Stop();
   if (server_) server_->Shutdown();
   if (jobs_) jobs_->Stop();
