@@ -144,7 +144,11 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
     c->http_listen_ = opts.http_listen;
   }
-  if (!opts.read_only) c->jobs_->Start();
+  if (!opts.read_only) {
+    c->jobs_->Start();
+    c->reports_ = std::make_unique<ReportWriter>(c->jobs_.get());
+    c->reports_->Start();
+  }
   return c;
 }
 
@@ -158,6 +162,10 @@ std::string Coordinator::dashboard_url() const {
 }
 
 void Coordinator::Stop() {
+  if (reports_) {
+    reports_->Flush();
+    reports_.reset();
+  }
   if (http_) http_->Stop();
   if (server_) server_->Shutdown();
   if (jobs_) jobs_->Stop();

@@ -9,6 +9,7 @@
 
 #include "coordinator/job_manager.h"
 #include "coordinator/launchers/launcher.h"
+#include "coordinator/report/report_writer.h"
 #include "coordinator/server/coordinator_server.h"
 #include "coordinator/server/http_server.h"
 #include "coordinator/state/state_store.h"
@@ -77,7 +78,8 @@ class Coordinator {
   int http_port() const { return http_ ? http_->port() : 0; }
   // http://host:port/ of the dashboard ("" when HTTP is off).
   std::string dashboard_url() const;
-  // Stops serving; running workers are left alone (a restarted coordinator adopts them).
+  // Stops serving (after writing the run reports of jobs that ended); running
+  // workers are left alone (a restarted coordinator adopts them).
   void Stop();
 
  private:
@@ -89,6 +91,7 @@ class Coordinator {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<ReportWriter> reports_;  // not in read-only views
   std::string http_listen_;
   std::string token_;
   std::string address_;

@@ -252,7 +252,12 @@ void JobManager::RunLaunch(const LaunchPlan& plan) {
     attempt = j.attempt;
   }
   // sbatch / kubectl apply / fork+exec: never under mu_.
+  LOG_DEBUG("job {} attempt {}: launching {} rank(s) with the {} launcher ({} in {}, logs in {}, dialing {})",
+            req.job_id, attempt, req.world, launcher->name(), req.worker_bin, req.workdir, req.log_dir,
+            req.coordinator);
   StatusOr<std::vector<int>> pids = launcher->Launch(req);
+  if (pids.ok()) LOG_DEBUG("job {} attempt {}: launched {} process(es)", req.job_id, attempt, pids->size());
+  else LOG_DEBUG("job {} attempt {}: launch failed: {}", req.job_id, attempt, pids.status().ToString());
   std::lock_guard<std::mutex> lock(mu_);
   FinishLaunchLocked(plan.job_id, attempt, pids);
 }

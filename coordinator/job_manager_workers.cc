@@ -235,6 +235,8 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const 
   RecordMetricsLocked(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
   j->first_report_ms.emplace(req.step(), opts_.now_ms());
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
+  LOG_DEBUG("job {} attempt {}: rank {} reported checkpoint step {} ({}); {}", j->id, j->attempt, req.id().rank(),
+            req.step(), rep.step_dir, done ? "every rank has: commit written" : "commit waits for the other ranks");
   v1::ReportCheckpointResponse resp;
   if (done) {
     resp.set_committed(true);

@@ -8,12 +8,14 @@
 #include <cstdio>
 
 #include "coordinator/coordinator.h"
+#include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"shardd: the shardd coordinator daemon"};
   shardd::CoordinatorOptions opts;
-  std::string log_level = "info";
+  shard::cli::LogFlags log;
+  shard::cli::AddCommonFlags(app, "shardd", &log);
   app.add_option("--state-dir", opts.state_dir, "Jobs database, admin token and job logs")->capture_default_str();
   app.add_option("--listen", opts.server.listen, "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
@@ -57,9 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--queue-starvation-s", opts.queue_starvation_s,
                  "Seconds a blocked queue head waits before freed resources are reserved for it")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  shard::InitLogging(log_level);
+  // SHARDD_<FLAG> for each flag; not the server's own certificate flags:
+  // SHARDD_TLS_CERT/KEY name the client certificate shardctl and workers present.
+  shard::cli::BindEnv(app, {"--tls-cert", "--tls-key"});
+  if (auto code = shard::cli::Parse(app, argc, argv, "shardd")) return *code;
+  shard::InitLogging(log.level, log.format);
 
   sigset_t set;
   sigemptyset(&set);
@@ -69,8 +73,9 @@ int main(int argc, char** argv) {
 
   auto c = shardd::Coordinator::Start(opts);
   if (!c.ok()) {
-    std::fprintf(stderr, "shardd: %s\n", c.status().ToString().c_str());
-    return 1;
+    const bool bad_input = c.status().code() == shard::StatusCode::kInvalidArgument;
+    shard::cli::PrintError("shardd", c.status(), bad_input ? shard::cli::kExitUsage : shard::cli::kExitFailure, false);
+    return bad_input ? shard::cli::kExitUsage : shard::cli::kExitFailure;
   }
   std::printf("shardd: serving on %s (state %s)", (*c)->address().c_str(), opts.state_dir.c_str());
   if ((*c)->http_port() > 0) std::printf(", metrics on http port %d", (*c)->http_port());

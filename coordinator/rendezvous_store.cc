@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shard/common/logging.h"
+
 namespace shardd {
 
 void RendezvousStore::CollectReadyLocked(std::vector<std::function<void()>>* ready) {
@@ -21,6 +23,7 @@ void RendezvousStore::CollectReadyLocked(std::vector<std::function<void()>>* rea
 }
 
 void RendezvousStore::Set(const std::string& key, std::string value) {
+  LOG_DEBUG("rendezvous: set {} ({} bytes)", key, value.size());
   std::vector<std::function<void()>> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -43,6 +46,7 @@ void RendezvousStore::Get(const std::string& key, int64_t deadline_ms, GetCallba
 }
 
 void RendezvousStore::Wait(const std::vector<std::string>& keys, int64_t deadline_ms, WaitCallback done) {
+  LOG_DEBUG("rendezvous: wait for {} key(s){}{}", keys.size(), keys.empty() ? "" : ", first ", keys.empty() ? "" : keys[0]);
   std::unique_lock<std::mutex> lock(mu_);
   if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return kv_.count(k) > 0; })) {
     lock.unlock();

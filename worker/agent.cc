@@ -254,6 +254,8 @@ class AgentSession {
     const int attempt = client_->id().attempt();
     shard::SetLogContext(opts_.job_id, attempt, opts_.rank);
     if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, opts_.rank);
+    LOG_DEBUG("registered with {} as rank {}: rendezvous prefix {}, resume from {}", opts_.coordinator, opts_.rank,
+              reg_.kv_prefix(), reg_.resume_from().empty() ? "auto" : reg_.resume_from());
     return kContinue;
   }
 

@@ -23,6 +23,7 @@
 
 #include "shard/backend/hardware_probe.h"
 #include "shard/common/kv_stores.h"
+#include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
 #include "shard/plan/hardware.h"
@@ -153,7 +154,9 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
 int main(int argc, char** argv) {
   CLI::App app{"shardd-worker: trains one rank of a shardd job"};
   bool standalone = false, probe = false;
-  std::string config_path, metrics_path, log_level = "info";
+  std::string config_path, metrics_path;
+  shard::cli::LogFlags log;
+  shard::cli::AddCommonFlags(app, "shardd-worker", &log);
   std::vector<std::string> sets;
   app.add_flag("--standalone", standalone, "Train the job file in this process, without a coordinator");
   app.add_flag("--probe", probe,
@@ -162,7 +165,6 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "Job file (YAML)")->check(CLI::ExistingFile);
   app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
   app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   int rank = -1, world = 0, nproc = 1, node_rank = -1, local_index = -1;
   bool brief = false;
   std::string log_dir;
@@ -195,8 +197,12 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", agent.tls.cert,
                  "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
   app.add_option("--tls-key", agent.tls.key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");
-  CLI11_PARSE(app, argc, argv);
-  shard::InitLogging(log_level);
+  // SHARDD_<FLAG> for each flag. Not: the TLS ones (read below, so errors
+  // name the variable) and --log-dir (SHARDD_LOG_DIR is the Kubernetes pod
+  // script's, which links rank logs to the pod's log itself).
+  shard::cli::BindEnv(app, {"--set", "--local-index", "--tls-ca", "--tls-cert", "--tls-key", "--log-dir"});
+  if (auto code = shard::cli::Parse(app, argc, argv, "shardd-worker")) return *code;
+  shard::InitLogging(log.level, log.format);
 
   if (rank_opt->count() > 0 && rank < 0)
     return Fail(shard::InvalidArgument("--rank " + std::to_string(rank) + ": a rank must be 0 or more"),
@@ -216,6 +222,7 @@ int main(int argc, char** argv) {
       if (auto st = RedirectLogs(log_dir, place->rank); !st.ok()) return Fail(st, shardd::kExitBadInput);
     shardd::InstallStopSignal();
     if (!standalone) {
+      if (agent.coordinator.empty()) agent.coordinator = place->master;  // torchrun's MASTER_ADDR:MASTER_PORT
       if (agent.coordinator.empty() || agent.job_id.empty() || agent.attempt < 0)
         return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID [--attempt N] (launched by shardd or "
                                            "joining an external job), or --standalone --config JOB.yaml"),
@@ -245,7 +252,13 @@ int main(int argc, char** argv) {
       a.hostname = hostname;
       return shardd::RunAgent(a);
     }
-    return RunStandalone(config_path, sets, place->rank, world, rendezvous, run_id, hostname, metrics_path);
+    if (rendezvous.empty() && !place->master.empty())
+      return Fail(shard::InvalidArgument("MASTER_ADDR/MASTER_PORT (" + place->master +
+                                         ") name a TCP store, which --standalone does not have: give --rendezvous "
+                                         "file:DIR, or start shardd there and drop --standalone"),
+                  shardd::kExitBadInput);
+    return RunStandalone(config_path, sets, place->rank, world > 0 || place->source != "RANK" ? world : place->world_hint, rendezvous, run_id,
+                         hostname, metrics_path);
   };
   if (local_index >= 0) return run_one(local_index);
   if (nproc > 1) return RunLocalWorkers(nproc, std::vector<std::string>(argv, argv + argc));

@@ -18,12 +18,28 @@ shard::StatusOr<int> IntVar(const EnvLookup& env, const char* name) {
   return static_cast<int>(x);
 }
 
+// torchrun's MASTER_ADDR and MASTER_PORT as host:port ("" when unset).
+shard::StatusOr<std::string> MasterAddress(const EnvLookup& env) {
+  const char* addr = env("MASTER_ADDR");
+  if (!addr || !*addr) return std::string();
+  const char* port = env("MASTER_PORT");
+  if (!port || !*port) return shard::InvalidArgument(std::string("MASTER_ADDR=") + addr + " needs MASTER_PORT");
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(port, &end, 10);
+  if (errno != 0 || *end != '\0' || x < 1 || x > 65535)
+    return shard::InvalidArgument(std::string("MASTER_PORT='") + port + "' is not a port number");
+  const std::string host = addr;
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(x);
+}
+
 }  // namespace
 
 shard::StatusOr<WorkerPlacement> ResolvePlacement(int flag_rank, int node_rank, int nproc_per_node, int local,
                                                   const EnvLookup& env) {
   if (nproc_per_node < 1) return shard::InvalidArgument("--nproc-per-node must be at least 1");
   WorkerPlacement p;
+  ASSIGN_OR_RETURN(p.master, MasterAddress(env));
   p.local_rank = local;
   if (flag_rank >= 0) {
     if (nproc_per_node != 1) return shard::InvalidArgument("--rank names one worker; with --nproc-per-node give --node-rank");
@@ -43,6 +59,21 @@ shard::StatusOr<WorkerPlacement> ResolvePlacement(int flag_rank, int node_rank, 
     const char* job = env("SLURM_JOB_ID");
     if (job && *job) p.launcher_id = std::string("slurm job ") + job;
     p.source = "SLURM_PROCID";
+    return p;
+  }
+  ASSIGN_OR_RETURN(int torch_rank, IntVar(env, "RANK"));
+  if (torch_rank >= 0) {
+    if (nproc_per_node != 1)
+      return shard::InvalidArgument("--nproc-per-node does not apply under torchrun: it starts one process per rank");
+    ASSIGN_OR_RETURN(int world, IntVar(env, "WORLD_SIZE"));
+    ASSIGN_OR_RETURN(int local_rank, IntVar(env, "LOCAL_RANK"));
+    if (world >= 0 && torch_rank >= world)
+      return shard::InvalidArgument("RANK=" + std::to_string(torch_rank) + " is not below WORLD_SIZE=" +
+                                    std::to_string(world));
+    p.rank = torch_rank;
+    p.world_hint = world > 0 ? world : 0;
+    p.local_rank = local_rank > 0 ? local_rank : 0;
+    p.source = "RANK";
     return p;
   }
   int node = node_rank;

@@ -1,10 +1,12 @@
 // shardctl export / checkpoints: offline work on committed checkpoints.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "coordinator/ctl/commands.h"
+#include "coordinator/ctl/json_schema.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
@@ -63,21 +65,32 @@ Status RunCheckpoints(const CheckpointsOptions& o) {
       if (!fe) bytes += size;
     }
     std::string state = "partial", detail = "no COMMITTED (an interrupted save; never resumed from)";
+    CheckpointRow row;
     if (s.committed) {
       auto r = shard::CheckpointReader::Open(s.dir, /*verify=*/true);
-      state = r.ok() ? "valid" : "corrupt";
+      state = r.ok() ? "valid" : "invalid";
       detail = r.ok() ? "world " + std::to_string(r->manifest().world) + ", " + std::to_string(r->manifest().shard_count) +
                             " shards, " + r->manifest().strategy
                       : r.status().message();
+      if (r.ok()) row.world = r->manifest().world, row.files = r->manifest().shard_count;
+      fs::file_time_type t = fs::last_write_time(fs::path(s.dir) / "COMMITTED", ec);
+      if (!ec)
+        row.committed_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::file_clock::to_sys(t).time_since_epoch()).count();
     }
     if (o.json) {
-      out.push_back({{"step", s.step}, {"dir", s.dir}, {"state", state}, {"bytes", bytes}, {"detail", detail}});
+      row.step = s.step;
+      row.state = state;
+      row.path = s.dir;
+      row.bytes = static_cast<int64_t>(bytes);
+      row.problem = state == "valid" ? "" : detail;
+      out.push_back(CheckpointObject(row));
     } else {
       std::printf("%-10lld %-10s %12llu  %s\n", static_cast<long long>(s.step), state.c_str(),
                   static_cast<unsigned long long>(bytes), detail.c_str());
     }
   }
-  if (o.json) std::printf("%s\n", out.dump().c_str());
+  if (o.json) std::printf("%s\n", nlohmann::json{{"checkpoints", out}}.dump().c_str());
   return shard::OkStatus();
 }
 

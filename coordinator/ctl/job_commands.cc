@@ -1,7 +1,6 @@
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/queue_format.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
 #include <signal.h>
@@ -19,7 +18,11 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/ctl/job_queries.h"
+#include "coordinator/ctl/json_schema.h"
+#include "coordinator/ctl/log_view.h"
 #include "coordinator/ctl/metrics_format.h"
+#include "coordinator/ctl/report_command.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/server/grpc_status.h"
 #include "coordinator/server/grpc_credentials.h"
@@ -42,14 +45,10 @@ std::string Env(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-std::string Json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = false;
-  o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
+// --json output: one schema per object (json_schema.h).
+std::string Json(const v1::JobStatus& js) { return Dump(JobObject(js)); }
+std::string Json(const v1::ListJobsResponse& resp) { return Dump(JobListObject(resp)); }
+std::string Json(const v1::ListCheckpointsResponse& resp) { return Dump(CheckpointListObject(resp)); }
 
 std::string Duration(double s) {
   if (s < 0) return "?";
@@ -99,6 +98,12 @@ bool SomethingListens(const std::string& address) {
   return open;
 }
 
+// `run` and `watch` exit 0 only for a job that succeeded.
+shard::Status EndedStatus(const v1::JobStatus& js) {
+  return js.state() == v1::SUCCEEDED ? shard::OkStatus()
+                                     : shard::Aborted("job " + js.id() + " ended " + shardd::JobStateName(js.state()));
+}
+
 }  // namespace
 
 struct JobCommands::State {
@@ -112,11 +117,13 @@ struct JobCommands::State {
   CLI::App* logs = nullptr;
   CLI::App* metrics = nullptr;
   CLI::App* queue = nullptr;
+  CLI::App* report = nullptr;
+  ReportOptions report_opts;
   std::string job_file, job_id, reason;
   std::vector<std::string> sets;
-  bool json = false, all = false, follow = false, and_watch = false;
+  bool json = false, all = false, follow = false, and_watch = false, all_ranks = false;
   int rank = 0, attempt = 0;
-  int64_t last = 0;
+  int64_t last = 0, tail = 0;
 
   std::unique_ptr<v1::JobService::Stub> stub;
   std::unique_ptr<shardd::Coordinator> embedded;
@@ -128,12 +135,17 @@ struct JobCommands::State {
     ctx->set_deadline(std::chrono::system_clock::now() + timeout);
     ctx->AddMetadata("authorization", "Bearer " + client.token);
   }
+  PrepareCall Preparer() const {
+    return [this](grpc::ClientContext* ctx, std::chrono::milliseconds timeout) { Prepare(ctx, timeout); };
+  }
   shard::StatusOr<v1::JobStatus> Submit();
   shard::StatusOr<v1::JobStatus> Watch(const std::string& id, bool quiet_past);
   shard::Status Status();
   shard::Status List(bool queue = false);
   shard::Status Cancel();
   shard::Status Logs();
+  shard::StatusOr<v1::GetLogsResponse> LogTail(int r);
+  shard::Status AllRankLogs();
   shard::Status Metrics();
 };
 
@@ -373,9 +385,53 @@ shard::Status JobCommands::State::Cancel() {
   return shard::OkStatus();
 }
 
+// The end of rank r's log (up to 4 MiB: the most one call returns).
+shard::StatusOr<v1::GetLogsResponse> JobCommands::State::LogTail(int r) {
+  v1::GetLogsRequest req;
+  req.set_job_id(job_id);
+  req.set_rank(r);
+  req.set_attempt(attempt);
+  req.set_offset(-1);
+  req.set_max_bytes(4 << 20);
+  v1::GetLogsResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->GetLogs(&ctx, req, &resp), "logs " + job_id));
+  return resp;
+}
+
+shard::Status JobCommands::State::AllRankLogs() {
+  if (follow) return shard::InvalidArgument("logs --all-ranks does not combine with --follow: follow one --rank");
+  v1::GetJobRequest greq;
+  greq.set_job_id(job_id);
+  v1::JobStatus js;
+  grpc::ClientContext gctx;
+  Prepare(&gctx);
+  RETURN_IF_ERROR(shardd::FromGrpc(stub->GetJob(&gctx, greq, &js), "logs " + job_id));
+  std::vector<std::pair<int, std::string>> logs;
+  for (int r = 0; r < js.world_size(); ++r) {
+    ASSIGN_OR_RETURN(v1::GetLogsResponse resp, LogTail(r));
+    logs.emplace_back(r, resp.data());
+  }
+  const std::string text = TailLines(MergeRankLogs(logs), tail);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return shard::OkStatus();
+}
+
 shard::Status JobCommands::State::Logs() {
-  int64_t offset = follow ? 0 : -1;
-  if (!follow) offset = -1;
+  if (all_ranks) return AllRankLogs();
+  int64_t offset = -1;
+  if (tail > 0) {  // the last lines, then on from there with --follow
+    ASSIGN_OR_RETURN(v1::GetLogsResponse resp, LogTail(rank));
+    const std::string text = TailLines(resp.data(), tail);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (!follow) return shard::OkStatus();
+    offset = resp.next_offset();
+    attempt = resp.attempt();
+  } else if (follow) {
+    offset = 0;
+  }
   while (true) {
     v1::GetLogsRequest req;
     req.set_job_id(job_id);
@@ -400,31 +456,7 @@ shard::Status JobCommands::State::Logs() {
 }
 
 shard::Status JobCommands::State::Metrics() {
-  v1::GetMetricsRequest req;
-  req.set_job_id(job_id);
-  req.set_limit(last);
-  std::vector<v1::MetricRow> rows;
-  // A long run's rows may not fit one response: ask on from the last step.
-  while (true) {
-    v1::GetMetricsResponse resp;
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    grpc::Status gs = stub->GetMetrics(&ctx, req, &resp);
-    if (gs.error_code() == grpc::StatusCode::UNIMPLEMENTED)
-      return shard::Unimplemented("the coordinator at " + client.coordinator +
-                                  " predates `shardctl metrics`: upgrade shardd");
-    RETURN_IF_ERROR(shardd::FromGrpc(gs, "metrics " + job_id));
-    if (resp.truncated() && resp.rows().empty())
-      return shard::Internal("metrics " + job_id + ": the coordinator returned no rows but more to come");
-    for (auto& r : *resp.mutable_rows()) rows.push_back(std::move(r));
-    if (last > 0 && static_cast<int64_t>(rows.size()) >= last) {
-      rows.resize(last);  // rows trained while we paged
-      break;
-    }
-    if (!resp.truncated()) break;
-    req.set_after_step(rows.back().step());
-    req.set_limit(0);
-  }
+  ASSIGN_OR_RETURN(std::vector<v1::MetricRow> rows, FetchMetricRows(stub.get(), Preparer(), job_id, last));
   const std::string text = json ? MetricsJsonLines(rows) : MetricsTable(rows);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return shard::OkStatus();
@@ -477,18 +509,26 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   s.watch = app.add_subcommand("watch", "Follow a job's events and progress until it ends");
   s.watch->add_option("job", s.job_id, "Job id")->required();
 
+  s.report = app.add_subcommand("report", "Write a job's run report (HTML: curves, events, plan, final figures)");
+  s.report->add_option("job", s.report_opts.job_id, "Job id")->required();
+  s.report->add_option("--out", s.report_opts.out, "Write it here (default: <run dir>/report.html)");
+  s.report->add_flag("--json", s.report_opts.json, "Print {\"job_id\", \"path\", ...} as JSON");
+
   s.logs = app.add_subcommand("logs", "A worker's log");
   s.logs->add_option("job", s.job_id, "Job id")->required();
   s.logs->add_option("--rank", s.rank, "Rank")->capture_default_str();
   s.logs->add_option("--attempt", s.attempt, "Attempt (default: the current one)");
   s.logs->add_flag("--follow,-f", s.follow, "Keep printing as the log grows, until the attempt ends");
+  s.logs->add_option("--tail,-n", s.tail, "Only the last N lines (then on, with --follow)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  s.logs->add_flag("--all-ranks", s.all_ranks, "Every rank's log in one time-ordered view, lines prefixed [rank R]");
 }
 
 JobCommands::~JobCommands() = default;
 
 bool JobCommands::Selected() const {
   const State& s = *s_;
-  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.queue, s.cancel, s.watch, s.logs})
+  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.queue, s.cancel, s.watch, s.logs, s.report})
     if (c->parsed()) return true;
   return false;
 }
@@ -499,7 +539,8 @@ shard::Status JobCommands::Run() {
   sa.sa_handler = OnSigint;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const bool reads = s.status->parsed() || s.list->parsed() || s.queue->parsed() || s.logs->parsed() || s.metrics->parsed();
+  const bool reads = s.status->parsed() || s.list->parsed() || s.queue->parsed() || s.logs->parsed() ||
+                     s.metrics->parsed() || s.report->parsed();
   RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed(), /*allow_offline=*/reads));
   if (s.run->parsed() || s.submit->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Submit());
@@ -534,9 +575,7 @@ shard::Status JobCommands::Run() {
       for (int i = 0; i < 150 && !s.embedded->jobs()->Drained(js.id()); ++i) std::this_thread::sleep_for(100ms);
       s.embedded->Stop();
     }
-    return end->state() == v1::SUCCEEDED ? shard::OkStatus()
-                                         : shard::Aborted("job " + end->id() + " ended " +
-                                                          shardd::JobStateName(end->state()));
+    return EndedStatus(*end);
   }
   if (s.status->parsed()) return s.Status();
   if (s.list->parsed()) return s.List();
@@ -544,11 +583,12 @@ shard::Status JobCommands::Run() {
   if (s.cancel->parsed()) return s.Cancel();
   if (s.logs->parsed()) return s.Logs();
   if (s.metrics->parsed()) return s.Metrics();
+  if (s.report->parsed()) return RunReport(s.stub.get(), s.Preparer(), s.report_opts);
   if (s.watch->parsed()) {
     ASSIGN_OR_RETURN(v1::JobStatus js, s.Watch(s.job_id, false));
     std::printf("job %s %s%s%s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str(),
                 js.reason().empty() ? "" : ": ", js.reason().c_str());
-    return shard::OkStatus();
+    return EndedStatus(js);
   }
   return shard::InvalidArgument("no command");
 }

@@ -17,6 +17,7 @@
 #include "coordinator/ctl/chat_template_command.h"
 #include "coordinator/ctl/prepare_data_command.h"
 #include "coordinator/ctl/render_command.h"
+#include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
 
 namespace {
@@ -131,16 +132,36 @@ CLI::App* AddChatTemplate(CLI::App& app, shardctl::ChatTemplateOptions* o) {
   return sub;
 }
 
-CLI::App* AddRender(CLI::App& app, shardctl::RenderOptions* o) {
+// render's own address and state dir are the pods' view, not shardctl's: the
+// old spellings, which read like the global --coordinator/--state-dir, are
+// refused naming the new ones.
+struct RenamedFlags {
+  std::string coordinator, state_dir;
+  shard::Status Check() const {
+    if (!coordinator.empty())
+      return shard::InvalidArgument("render: --coordinator is now --pod-coordinator (the address the pods dial; "
+                                    "the global --coordinator is the one shardctl dials)");
+    if (!state_dir.empty())
+      return shard::InvalidArgument("render: --state-dir is now --pod-state-dir (the coordinator's state dir as the "
+                                    "pods see it; the global --state-dir is shardctl's)");
+    return shard::OkStatus();
+  }
+};
+
+CLI::App* AddRender(CLI::App& app, shardctl::RenderOptions* o, RenamedFlags* renamed) {
   CLI::App* sub = app.add_subcommand("render", "Print the cluster objects a launcher would create for a job (k8s), without applying them");
   sub->add_option("target", o->target, "k8s")->required()->check(CLI::IsMember({"k8s"}));
   sub->add_option("job_file", o->job_file, "Job file (YAML)")->required()->check(CLI::ExistingFile);
   sub->add_option("--set", o->sets, "Override a job-file key: --set resources.kubernetes.nodes=2 (repeatable)");
   sub->add_option("--job-id", o->job_id, "Job id to name the objects after (default: <name>-1)");
   sub->add_option("--attempt", o->attempt, "Attempt number")->capture_default_str();
-  sub->add_option("--coordinator", o->coordinator, "Address the pods dial (default: resources.kubernetes.coordinator, else shardd:7070)");
+  sub->add_option("--pod-coordinator", o->coordinator,
+                  "Address the pods dial (default: resources.kubernetes.coordinator, else shardd:7070)");
+  sub->add_option("--coordinator", renamed->coordinator, "")->group("");  // renamed: refused with the new name
   sub->add_option("--workdir", o->workdir, "The job's directory on the claim (default: this one if under mount_path, else mount_path)");
-  sub->add_option("--state-dir", o->state_dir, "The coordinator's --state-dir, for the rank log dir (default: <mount_path>/state)");
+  sub->add_option("--pod-state-dir", o->state_dir,
+                  "The coordinator's --state-dir as the pods see it, for the rank log dir (default: <mount_path>/state)");
+  sub->add_option("--state-dir", renamed->state_dir, "")->group("");  // renamed: refused with the new name
   sub->add_option("--worker-command", o->worker_command, "shardd-worker in the image")->capture_default_str();
   return sub;
 }
@@ -159,8 +180,9 @@ int ExitCode(const shard::Status& st) {
 int main(int argc, char** argv) {
   CLI::App app{"shardctl: train, evaluate and sample Llama models with shardd"};
   app.require_subcommand(1);
-  std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  shard::cli::LogFlags log;
+  log.level = "warn";
+  shard::cli::AddCommonFlags(app, "shardctl", &log);
 
   shardctl::EvalOptions eval;
   shardctl::GenerateOptions gen;
@@ -171,6 +193,7 @@ int main(int argc, char** argv) {
   shardctl::PlanOptions pl;
   shardctl::PrepareDataOptions prep;
   shardctl::RenderOptions rd;
+  RenamedFlags rd_renamed;
   shardctl::ChatTemplateOptions ct;
   // Offline commands: the first one given runs.
   const std::vector<std::pair<CLI::App*, std::function<shard::Status()>>> offline = {
@@ -188,12 +211,17 @@ int main(int argc, char** argv) {
       {AddPlan(app, &pl), [&] { return shardctl::RunPlan(pl); }},
       {AddPrepareData(app, &prep), [&] { return shardctl::RunPrepareData(prep); }},
       {AddChatTemplate(app, &ct), [&] { return shardctl::RunChatTemplate(ct); }},
-      {AddRender(app, &rd), [&] { return shardctl::RunRender(rd); }},
+      {AddRender(app, &rd, &rd_renamed),
+       [&] {
+         RETURN_IF_ERROR(rd_renamed.Check());
+         return shardctl::RunRender(rd);
+       }},
   };
   shardctl::JobCommands jobs(app);
 
-  CLI11_PARSE(app, argc, argv);
-  shard::InitLogging(log_level);
+  shard::cli::BindEnv(app);  // SHARDD_COORDINATOR, SHARDD_TOKEN, SHARDD_STATE_DIR, SHARDD_TLS_*, SHARDD_LOG_*
+  if (auto code = shard::cli::Parse(app, argc, argv, "shardctl")) return *code;
+  shard::InitLogging(log.level, log.format);
 
   shard::Status st;
   if (jobs.Selected()) {
@@ -207,7 +235,7 @@ int main(int argc, char** argv) {
       if (sub->parsed()) st = run();
   }
   if (!st.ok()) {
-    std::fprintf(stderr, "shardctl: %s\n", st.ToString().c_str());
+    shard::cli::PrintError("shardctl", st, ExitCode(st), shard::cli::WantsJson(argc, argv));
     return ExitCode(st);
   }
   return 0;

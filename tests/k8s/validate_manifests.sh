@@ -34,7 +34,7 @@ render() {  # NAME ARGS...
 }
 render cpu-1x2 "$here/jobs/cpu-1x2.yaml" --workdir /shardd/jobs/cpu
 render cpu-2x1 "$here/jobs/cpu-2x1.yaml" --workdir /shardd/jobs/cpu --attempt 3
-render gpu-2x8 "$here/jobs/gpu-2x8.yaml" --workdir /shardd/jobs/llama --coordinator shardd.ml.svc.cluster.local:7070
+render gpu-2x8 "$here/jobs/gpu-2x8.yaml" --workdir /shardd/jobs/llama --pod-coordinator shardd.ml.svc.cluster.local:7070
 render extras "$here/jobs/extras.yaml" --workdir /mnt/shared/team-a/run1
 render deadline "$here/jobs/deadline.yaml" --workdir /shardd --job-id "a-very-long-job-name-that-will-not-fit-into-a-dns-label-42" --attempt 12
 render overrides "$here/jobs/cpu-1x2.yaml" --workdir /shardd/x --set resources.kubernetes.nodes=2 \

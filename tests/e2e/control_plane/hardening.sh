@@ -34,7 +34,7 @@ m["world"] = m["shard_count"] = 2
 m["files"] = [m["files"][0], dict(m["files"][0], shard_rank=1)]
 json.dump(m, open(sys.argv[1], "w"), indent=2)
 PY
-grep "^20 " <<< "$(ctl checkpoints "$T/ckpt/hard")" | grep -q "corrupt.*twice" ||
+grep "^20 " <<< "$(ctl checkpoints "$T/ckpt/hard")" | grep -q "invalid.*twice" ||
   fail "checkpoints DIR calls the step valid: $(ctl checkpoints "$T/ckpt/hard")"
 grep "step_00000020" <<< "$(ctl checkpoints "$id")" | grep -q "invalid" || fail "checkpoints JOB calls the step valid"
 expect_error "twice" ctl export "$s20" --out "$T/export20"

@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shardd {
 namespace {
@@ -122,6 +124,36 @@ TEST(ResolvePlacementTest, RankFlagWithSeveralProcsPerNodeIsRefused) {
   p = ResolvePlacement(-1, -1, /*nproc=*/0, 0, Env());
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("--nproc-per-node"), std::string::npos) << p.status().ToString();
+}
+
+TEST(ResolvePlacementTest, TorchrunVariablesGiveRankWorldLocalRankAndMaster) {
+  const EnvLookup env = Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.7"},
+                             {"MASTER_PORT", "29500"}, {"JOB_COMPLETION_INDEX", "9"}});
+  auto p = ResolvePlacement(-1, -1, 1, 0, env);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->rank, 3);
+  EXPECT_EQ(p->world_hint, 4);
+  EXPECT_EQ(p->local_rank, 1);
+  EXPECT_EQ(p->source, "RANK");
+  EXPECT_EQ(p->master, "10.0.0.7:29500");
+  // srun's variables and --rank win over torchrun's.
+  EXPECT_EQ(ResolvePlacement(-1, -1, 1, 0, Env({{"RANK", "3"}, {"SLURM_PROCID", "1"}}))->rank, 1);
+  EXPECT_EQ(ResolvePlacement(2, -1, 1, 0, env)->rank, 2);
+  EXPECT_EQ(ResolvePlacement(-1, -1, 1, 0, Env({{"MASTER_ADDR", "::1"}, {"MASTER_PORT", "7"}}))->master, "[::1]:7");
+}
+
+TEST(ResolvePlacementTest, BadTorchrunVariablesAreRefusedByName) {
+  for (const auto& [vars, word] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "WORLD_SIZE=4"},
+           {{{"RANK", "x"}}, "RANK='x'"},
+           {{{"MASTER_ADDR", "h"}}, "needs MASTER_PORT"},
+           {{{"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT='70000'"}}) {
+    auto p = ResolvePlacement(-1, -1, 1, 0, Env(vars));
+    ASSERT_FALSE(p.ok()) << word;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find(word), std::string::npos) << p.status().ToString();
+  }
+  EXPECT_FALSE(ResolvePlacement(-1, -1, /*nproc=*/2, 0, Env({{"RANK", "0"}})).ok());
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "coordinator/ctl/json_schema.h"
+
+#include <cmath>
+
+#include "coordinator/job_manager.h"
+
+namespace shardctl {
+namespace {
+
+using nlohmann::json;
+
+// JSON has no NaN or infinity (a skipped fp16 step's loss): null.
+json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json ProgressObject(const shardd::v1::Progress& p) {
+  return {{"step", p.step()},
+          {"total_steps", p.total_steps()},
+          {"loss", Num(p.loss())},
+          {"lr", Num(p.lr())},
+          {"grad_norm", Num(p.grad_norm())},
+          {"loss_scale", Num(p.loss_scale())},
+          {"tokens_per_s", Num(p.tokens_per_s())},
+          {"step_seconds", Num(p.step_seconds())},
+          {"tokens_total", p.tokens_total()},
+          {"mfu", Num(p.mfu())},
+          {"eta_s", Num(p.eta_s())},
+          {"last_committed_step", p.last_committed_step()},
+          {"preemptions", p.preemptions()}};
+}
+
+}  // namespace
+
+json JobObject(const shardd::v1::JobStatus& js) {
+  json workers = json::array();
+  for (const auto& w : js.workers())
+    workers.push_back({{"rank", w.rank()},
+                       {"pid", w.pid()},
+                       {"hostname", w.hostname()},
+                       {"state", w.state()},
+                       {"step", w.step()},
+                       {"heartbeat_age_s", Num(w.last_heartbeat_age_s())},
+                       {"rss_bytes", w.rss_bytes()},
+                       {"step_seconds", Num(w.step_seconds())},
+                       {"tokens_per_s", Num(w.tokens_per_s())},
+                       {"launcher_id", w.launcher_id()},
+                       {"devices", w.devices()}});
+  return {{"id", js.id()},
+          {"name", js.name()},
+          {"state", shardd::JobStateName(js.state())},
+          {"reason", js.reason()},
+          {"attempt", js.attempt()},
+          {"restarts", js.restarts()},
+          {"max_restarts", js.max_restarts()},
+          {"world_size", js.world_size()},
+          {"launcher", js.launcher()},
+          {"created_unix_ms", js.created_unix_ms()},
+          {"updated_unix_ms", js.updated_unix_ms()},
+          {"job_dir", js.job_dir()},
+          {"checkpoint_dir", js.checkpoint_dir()},
+          {"join_token", js.join_token()},
+          {"priority", js.priority()},
+          {"placement", js.placement()},
+          {"queue_position", js.queue_position()},
+          {"demand", js.demand()},
+          {"progress", ProgressObject(js.progress())},
+          {"workers", workers}};
+}
+
+json CheckpointObject(const CheckpointRow& c) {
+  return {{"step", c.step},   {"state", c.state}, {"path", c.path},
+          {"world", c.world}, {"files", c.files}, {"bytes", c.bytes},
+          {"committed_unix_ms", c.committed_unix_ms}, {"problem", c.problem}};
+}
+
+CheckpointRow FromCheckpointInfo(const shardd::v1::CheckpointInfo& c) {
+  return {c.step(), c.problem().empty() ? "valid" : "invalid", c.path(), c.world(), c.files(), c.bytes(),
+          c.committed_unix_ms(), c.problem()};
+}
+
+json JobListObject(const shardd::v1::ListJobsResponse& resp) {
+  json jobs = json::array();
+  for (const auto& j : resp.jobs()) jobs.push_back(JobObject(j));
+  return {{"jobs", jobs}};
+}
+
+json CheckpointListObject(const shardd::v1::ListCheckpointsResponse& resp) {
+  json list = json::array();
+  for (const auto& c : resp.checkpoints()) list.push_back(CheckpointObject(FromCheckpointInfo(c)));
+  return {{"checkpoints", list}};
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace shardctl

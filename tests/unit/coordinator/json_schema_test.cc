@@ -1,0 +1,71 @@
+// shardctl's --json shapes: every field present even at its zero value,
+// 64-bit integers as exact JSON numbers (protobuf's JSON mapping quoted them
+// and dropped zeros), non-finite figures as null, and one checkpoint shape
+// whether the step came from the coordinator or from a directory.
+#include "coordinator/ctl/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <set>
+
+namespace shardctl {
+namespace {
+
+std::set<std::string> Keys(const nlohmann::json& j) {
+  std::set<std::string> k;
+  for (auto it = j.begin(); it != j.end(); ++it) k.insert(it.key());
+  return k;
+}
+
+TEST(JsonSchemaTest, ZeroValuedJobHasEveryField) {
+  const auto j = JobObject(shardd::v1::JobStatus());
+  EXPECT_EQ(Keys(j), (std::set<std::string>{"id", "name", "state", "reason", "attempt", "restarts", "max_restarts",
+                                            "world_size", "launcher", "created_unix_ms", "updated_unix_ms", "job_dir",
+                                            "checkpoint_dir", "join_token", "priority", "placement", "queue_position",
+                                            "demand", "progress", "workers"}));
+  EXPECT_TRUE(j["state"].is_string());  // by name, never the enum number
+  EXPECT_TRUE(j["restarts"].is_number_integer());
+  EXPECT_EQ(j["progress"]["step"], 0);
+  EXPECT_EQ(Keys(j["progress"]).size(), 13u);
+  EXPECT_TRUE(j["workers"].is_array());
+}
+
+TEST(JsonSchemaTest, SixtyFourBitNumbersStayExactNumbers) {
+  shardd::v1::JobStatus js;
+  const int64_t big = (int64_t{1} << 53) + 1;
+  js.set_created_unix_ms(big);
+  js.mutable_progress()->set_tokens_total(big);
+  js.mutable_progress()->set_loss(std::numeric_limits<double>::quiet_NaN());
+  js.add_workers()->set_rss_bytes(big);
+  const auto j = nlohmann::json::parse(JobObject(js).dump());
+  EXPECT_TRUE(j["created_unix_ms"].is_number_integer());
+  EXPECT_EQ(j["created_unix_ms"].get<int64_t>(), big);
+  EXPECT_EQ(j["progress"]["tokens_total"].get<int64_t>(), big);
+  EXPECT_EQ(j["workers"][0]["rss_bytes"].get<int64_t>(), big);
+  EXPECT_TRUE(j["progress"]["loss"].is_null());
+}
+
+TEST(JsonSchemaTest, CheckpointsFromJobAndDirectoryShareOneShape) {
+  shardd::v1::CheckpointInfo c;
+  c.set_step(40);
+  c.set_world(2);
+  c.set_files(2);
+  c.set_bytes(int64_t{5} << 33);
+  c.set_path("/r/step_00000040");
+  const auto from_job = CheckpointObject(FromCheckpointInfo(c));
+  CheckpointRow dir;
+  dir.step = 40;
+  dir.state = "partial";
+  dir.problem = "no COMMITTED";
+  const auto from_dir = CheckpointObject(dir);
+  EXPECT_EQ(Keys(from_job), Keys(from_dir));
+  EXPECT_EQ(from_job["state"], "valid");
+  EXPECT_EQ(from_job["bytes"].get<int64_t>(), int64_t{5} << 33);
+  EXPECT_EQ(from_dir["world"], 0);
+  c.set_problem("shard 1 missing");
+  EXPECT_EQ(CheckpointObject(FromCheckpointInfo(c))["state"], "invalid");
+}
+
+}  // namespace
+}  // namespace shardctl
