@@ -283,7 +283,12 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
   dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
   est.device_fixed = scratch + kCpuProcessBytes;
-  if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+  // As Checkpointer::Save holds it: kept by async saves, freed after a
+  // synchronous one, none when a synchronous save writes offloaded state in place.
+  if (w.async_checkpoint)
+    dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+  else if (w.checkpoint_keep_last > 0 && !w.offload.optimizer)
+    dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files
   // into one unit-shard buffer (Trainer::InitRuntime), far below the
   // training peak, so loading adds nothing here.
@@ -318,7 +323,7 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
     if (!w.offload.params)
       dev.Add("parameter shard (" + cname + " copy to all-gather from)", shard * cb,
               shard_how + " x " + std::to_string(cb) + " B");
-    *host_state = shard * (w.fp32_master ? 4 * sb + (w.offload.params ? cb : 0) : 4 * sb);
+    *host_state = shard * (w.fp32_master ? w.offloaded_state_bytes() + (w.offload.params ? cb : 0) : 4 * sb);
   }
   if (gather) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
@@ -432,7 +437,7 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   const int S = x.S;
   const int64_t shard = x.shard;
   const int64_t cb = w.compute_bytes();
-  const std::string sname = w.fp32_master ? "fp32" : DTypeName(w.compute);
+  const std::string sname = w.fp32_master ? DTypeName(w.optimizer_state) : DTypeName(w.compute);
   const std::string& shard_how = x.shard_how;
   const std::vector<int64_t>& numels = x.numels;
   Items host{&est.host};
@@ -441,7 +446,7 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   est.host_allowance = ranks * kGpuWorkerHostBytes;
   if (host_state > 0) {
     const std::string what = w.offload.params ? "offloaded parameters, gradients and AdamW state"
-                                              : "offloaded optimizer (" + sname + " master, gradients, m, v)";
+                                              : "offloaded optimizer (" + sname + " master, m, v; fp32 gradients)";
     host.Add(what, ranks * host_state, std::to_string(ranks) + " ranks x " + FormatBytes(host_state) + " (pinned)");
     int64_t max_shard = 0;
     for (int64_t n : numels) max_shard = std::max(max_shard, Layout(n, S).shard_numel);
@@ -455,9 +460,11 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   // write; a synchronous one of offloaded state writes the host master and
   // moments in place (Checkpointer::Save).
   const int writers = std::min(ranks, S);
-  const bool snapshots = w.method == Method::kFull && (w.async_checkpoint || !w.offload.optimizer);
-  const int64_t snapshot = snapshots ? writers * shard * 12 : 0;
-  est.host_snapshot_per_writer = snapshots ? shard * 12 : 0;
+  const bool snapshots =
+      w.method == Method::kFull && (w.async_checkpoint || (w.checkpoint_keep_last > 0 && !w.offload.optimizer));
+  const int64_t snap_elem = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));
+  const int64_t snapshot = snapshots ? writers * shard * snap_elem : 0;
+  est.host_snapshot_per_writer = snapshots ? shard * snap_elem : 0;
   est.host_writers = writers;
   // Each rank fills its shards through one host buffer of the largest unit's
   // shard (Trainer::LoadInitialWeights): from its byte ranges of the mapped HF
@@ -468,7 +475,7 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   if (snapshot > 0)
     host.Add(w.async_checkpoint ? "async checkpoint snapshot (fp32 p, m, v)"
                                 : "checkpoint snapshot while saving (fp32 p, m, v; freed after)",
-             snapshot, std::to_string(writers) + " writer ranks x " + shard_how + " x 12 B");
+             snapshot, std::to_string(writers) + " writer ranks x " + shard_how + " x " + std::to_string(snap_elem) + " B");
   if (staged > snapshot)
     host.Add(std::string(w.from_hf ? "HF weights read while loading" : "initial weights staged while loading") +
                  (snapshot > 0 ? " (beyond the snapshot)" : ""),

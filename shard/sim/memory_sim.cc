@@ -42,11 +42,13 @@ StatusOr<SimulationResult> SimulateJobMemory(const JobConfig& job_in, const Simu
     r.host_after_load = tracker->host_now();
     tracker->SetPhase("step 1");
     RETURN_IF_ERROR(t->Step().status().WithContext("simulated step 1"));
-    tracker->SetPhase("checkpoint snapshot");
-    Manifest m;
-    m.step = 1;
-    RETURN_IF_ERROR(t->checkpointer()->Save(m).WithContext("simulated checkpoint snapshot"));
-    tracker->SetPhase("step 2 (snapshot held)");
+    if (job_in.checkpoint.every_steps > 0) {  // a job that never checkpoints holds no snapshot
+      tracker->SetPhase("checkpoint snapshot");
+      Manifest m;
+      m.step = 1;
+      RETURN_IF_ERROR(t->checkpointer()->Save(m).WithContext("simulated checkpoint snapshot"));
+    }
+    tracker->SetPhase("step 2");
     RETURN_IF_ERROR(t->Step().status().WithContext("simulated step 2"));
     const BatchSlice mine = RankSlice(job.train.global_batch, dist.rank, dist.world);
     r.micro_batches = static_cast<int>((mine.end - mine.begin + job.train.micro_batch - 1) / job.train.micro_batch);

@@ -2,10 +2,10 @@
 // runtime and its shards, the optimizer state (on the device or offloaded),
 // the weight-loading buffer, two training steps with every micro-batch's
 // forward/backward schedule and the AdamW step, and a checkpoint snapshot in
-// between — run at a job's true shapes and world size on a backend that keeps
-// the books of every device and host allocation but holds no data and does no
-// math (shard/backend/sim), with a communicator that moves nothing
-// (shard/comm/sim).
+// between when the job checkpoints — run at a job's true shapes and world
+// size on a backend that keeps the books of every device and host allocation
+// but holds no data and does no math (shard/backend/sim), with a
+// communicator that moves nothing (shard/comm/sim).
 //
 // One rank is simulated: every rank of a job holds shards of equal (padded)
 // size and runs the same schedule, so rank 0 stands for all of them — and it
