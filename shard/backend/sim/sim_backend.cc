@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -69,14 +71,28 @@ class AddressSpace {
   std::unordered_map<uintptr_t, size_t> sizes_;
 };
 
-// What a decoder block's attention takes in the simulation. Collectives are
-// instant (sim_communicator.h), and the FSDP runtime frees a unit's gradient
-// buffers once it finds their reduce-scatter finished, which it checks at set
-// points; without a compute time the outcome of that race would depend on
-// thread scheduling. With it, every collective has finished by the next check
-// — a network that keeps up with compute, which is what the planner assumes —
-// on every run.
-constexpr auto kAttentionTime = std::chrono::milliseconds(3);
+// The FSDP runtime frees a unit's gradient buffers once it finds their
+// reduce-scatter finished, which it checks at set points, so the peak depends
+// on how far communication has got. The simulation fixes it: a decoder
+// block's attention (compute) waits until every collective queued before it
+// has run — a network that keeps up with compute, which is what the planner
+// assumes — and then a little longer, for the communication thread to record
+// the completion. Events the backend records are how it knows: the runtime
+// hands each collective the event recorded before it (CommOptions::
+// ready_event), and the sim communicator sets that event's flag when the call
+// is done (sim_communicator.h); host-side waits (Wait) set it too.
+constexpr auto kCompletionSlack = std::chrono::milliseconds(1);
+constexpr auto kCommWaitLimit = std::chrono::seconds(10);  // never hang: proceed after this
+
+class SimEvent final : public BackendEvent {
+ public:
+  void Wait() override { done_.store(1); }
+  void* native_handle() const override { return const_cast<std::atomic<int>*>(&done_); }
+  bool done() const { return done_.load() != 0; }
+
+ private:
+  std::atomic<int> done_{0};
+};
 
 // The CUDA backend's own device buffers (cuda_backend.cc, cuda_gemm.cc),
 // which no caller sees: the cuBLASLt workspace, the GEMM input casts (two
@@ -113,6 +129,12 @@ class SimBackend final : public Backend {
   void Free(void* ptr) override { Give(ptr); }
   StatusOr<void*> AllocateHost(size_t bytes) override { return Take(bytes, true); }
   void FreeHost(void* ptr) override { Give(ptr); }
+  std::shared_ptr<BackendEvent> RecordEvent() override {
+    auto e = std::make_shared<SimEvent>();
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    return e;
+  }
   void CopyToDevice(void*, const void*, size_t) override {}
   void CopyToHost(void*, const void*, size_t) override {}
   void Copy(void*, const void*, size_t) override {}
@@ -141,14 +163,14 @@ class SimBackend final : public Backend {
   void AttentionForward(const AttentionShape& shape, const float*, const int32_t*, float*, float*) override {
     Op("AttentionForward");
     RoundedQkv(shape);
-    std::this_thread::sleep_for(kAttentionTime);
+    AwaitCollectives();
   }
   void AttentionBackward(const AttentionShape& shape, const float*, const int32_t*, const float*, const float*,
                          const float*, float*) override {
     Op("AttentionBackward");
     Grow(&delta_, 4 * std::max<int64_t>(1, shape.batch * shape.seq * shape.n_heads));
     RoundedQkv(shape);
-    std::this_thread::sleep_for(kAttentionTime);
+    AwaitCollectives();
   }
   void SwiGluForward(const float*, int64_t, int, float*) override {}
   void SwiGluBackward(const float*, const float*, int64_t, int, float*) override {}
@@ -174,6 +196,24 @@ class SimBackend final : public Backend {
       tracker_->Allocated(false, bytes);
     }
     *held = bytes;
+  }
+  // See kCompletionSlack.
+  void AwaitCollectives() {
+    const auto deadline = std::chrono::steady_clock::now() + kCommWaitLimit;
+    for (;;) {
+      bool pending = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase_if(events_, [](const std::weak_ptr<SimEvent>& w) {
+          auto e = w.lock();
+          return !e || e->done();
+        });
+        pending = !events_.empty();
+      }
+      if (!pending || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    std::this_thread::sleep_for(kCompletionSlack);
   }
   void RoundedQkv(const AttentionShape& shape) {
     if (shape.compute != DType::kF32)
@@ -205,6 +245,7 @@ class SimBackend final : public Backend {
   std::shared_ptr<MemoryTracker> tracker_;
   bool native_bf16_;
   int64_t gemm_a_ = 0, gemm_b_ = 0, rounded_qkv_ = 0, delta_ = 0;  // bytes of the internal buffers
+  std::vector<std::weak_ptr<SimEvent>> events_;  // recorded, not yet done (guarded by mu_)
   std::mutex mu_;  // live_: frees may come from the runtime's worker threads
   std::unordered_map<void*, Alloc> live_;
 };

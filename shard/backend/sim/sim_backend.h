@@ -10,7 +10,8 @@
 // no-op (CrossEntropy and SumSquares return 0), except that it keeps the books
 // of the device buffers the CUDA backend allocates for itself (the cuBLASLt
 // workspace, grow-only GEMM input casts, the rounded q/k/v copy) and that an
-// attention takes a few milliseconds, so the FSDP runtime's frees of finished
+// attention waits for the collectives queued before it (its events, set done
+// by the sim communicator), so the FSDP runtime's frees of finished
 // reduce-scatters happen at the same points on every run (sim_backend.cc).
 //
 // The MemoryTracker counts the bytes live now and their peaks, device and

@@ -1,5 +1,6 @@
 #include "shard/comm/sim/sim_communicator.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "shard/comm/collective_util.h"
@@ -15,17 +16,17 @@ class SimCommunicator final : public Communicator {
   std::string name() const override {
     return "sim:" + prefix_ + " rank " + std::to_string(rank_) + "/" + std::to_string(world_);
   }
-  Status AllGather(const float* send, float* recv, int64_t n, const CommOptions&) override {
-    return Check("AllGather", n, send, recv);
+  Status AllGather(const float* send, float* recv, int64_t n, const CommOptions& o) override {
+    return Done(o, Check("AllGather", n, send, recv));
   }
-  Status ReduceScatter(const float* send, float* recv, int64_t n, ReduceOp, const CommOptions&) override {
-    return Check("ReduceScatter", n, send, recv);
+  Status ReduceScatter(const float* send, float* recv, int64_t n, ReduceOp, const CommOptions& o) override {
+    return Done(o, Check("ReduceScatter", n, send, recv));
   }
-  Status AllGather(const void* send, void* recv, int64_t n, DType, const CommOptions&) override {
-    return Check("AllGather", n, send, recv);
+  Status AllGather(const void* send, void* recv, int64_t n, DType, const CommOptions& o) override {
+    return Done(o, Check("AllGather", n, send, recv));
   }
-  Status ReduceScatter(const void* send, void* recv, int64_t n, DType, ReduceOp, const CommOptions&) override {
-    return Check("ReduceScatter", n, send, recv);
+  Status ReduceScatter(const void* send, void* recv, int64_t n, DType, ReduceOp, const CommOptions& o) override {
+    return Done(o, Check("ReduceScatter", n, send, recv));
   }
   Status AllReduce(float* data, int64_t n, ReduceOp, const CommOptions&) override {
     return Check("AllReduce", n, data, data);
@@ -44,6 +45,11 @@ class SimCommunicator final : public Communicator {
   }
 
  private:
+  // The sim backend's events are flags (sim_communicator.h): set when the call is done.
+  static Status Done(const CommOptions& o, Status st) {
+    if (o.ready_event) static_cast<std::atomic<int>*>(o.ready_event)->store(1);
+    return st;
+  }
   Status Check(const char* call, int64_t n, const void* a, const void* b) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,9 @@
 // — and every collective returns OK at once with the buffers untouched
 // (they are simulated memory: sim_backend.h). Validation is the real one:
 // counts of zero are legal, a negative count or a null buffer is refused.
+// CommOptions::ready_event, when set, is a sim backend event: an
+// std::atomic<int> the call sets to 1 when it is done, which is how the
+// backend's compute waits for the collectives queued before it.
 //
 // Thread-safety: as every communicator (one thread calls the collectives).
 #pragma once

@@ -5,6 +5,7 @@
 // point of docs/gpu.md.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "shard/plan/plan_report.h"
@@ -109,6 +110,10 @@ TEST(StepTimeFromKernels, ReproducesTheMeasuredH200Point) {
   w.seq_len = 2048;
   w.global_batch = 4;
   const StepTime t = EstimateStepTime(w, *cl);
+  std::printf("llama3.2-1b on one H200, TF32: predicted %.0f tokens/s (step %.3f s: GEMMs %.3f, attention %.3f, "
+              "elementwise %.3f, optimizer %.3f) vs 17,500 measured: %+.1f%%\n",
+              t.tokens_per_s, t.step_s, t.gemm_s, t.attention_s, t.elementwise_s, t.optimizer_s,
+              100 * (t.tokens_per_s / 17500 - 1));
   EXPECT_TRUE(t.from_kernels);
   EXPECT_NEAR(t.tokens_per_s, 17500, 0.15 * 17500) << "step " << t.step_s << " s: GEMMs " << t.gemm_s
                                                    << " attention " << t.attention_s << " elementwise "
