@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "shard/backend/sim/sim_backend.h"
+#include "shard/comm/communicator.h"
 #include "shard/plan/planner.h"
 #include "shard/sim/sim_report.h"
 
@@ -110,6 +112,44 @@ TEST(SimulationJson, CarriesTheIntegerFields) {
   }
   EXPECT_EQ(j["simulated"]["peak_device_bytes_per_rank"].get<int64_t>(), sim->simulated.device.bytes);
   EXPECT_EQ(j["estimate"]["device_bytes_per_rank"].get<int64_t>(), planned->memory.device_total);
+}
+
+// The pieces alone: the backend's books (peaks, where, live buffers, nothing
+// left behind) and the communicator's real argument checks and Abort.
+TEST(SimPieces, BackendCountsAndCommunicatorChecks) {
+  auto tracker = std::make_shared<MemoryTracker>();
+  tracker->SetPhase("p");
+  const int64_t base = tracker->device_now();  // the cuBLASLt workspace the CUDA backend holds
+  {
+    auto b = CreateSimBackend(tracker);
+    EXPECT_FALSE(b->holds_data());
+    EXPECT_EQ(tracker->device_now() - base, int64_t{32} << 20);
+    auto d1 = DeviceBuffer::Create(b.get(), 1000);
+    auto d2 = DeviceBuffer::Create(b.get(), 3000);
+    auto h = HostBuffer::Create(b.get(), 500);
+    ASSERT_TRUE(d1.ok() && d2.ok() && h.ok());
+    EXPECT_NE(d1->data(), d2->data());
+    EXPECT_EQ(tracker->host_now(), 2000);
+    *d2 = DeviceBuffer();
+    EXPECT_EQ(tracker->device_peak().bytes, (int64_t{32} << 20) + 16000);
+    EXPECT_EQ(tracker->device_peak().where, "p");
+    EXPECT_EQ(tracker->device_peak().live.count(12000), 1u);
+    EXPECT_EQ(tracker->device_now(), (int64_t{32} << 20) + 4000);
+  }
+  EXPECT_EQ(tracker->live_allocations(), 0);
+  EXPECT_EQ(tracker->device_now(), 0);
+  CommConfig cc;
+  cc.backend = "sim";
+  cc.rank = 1;
+  cc.world_size = 8;
+  cc.prefix = "t/";
+  auto comm = CreateCommunicator(cc);
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  float x = 0;
+  EXPECT_TRUE((*comm)->AllReduce(&x, 1, ReduceOp::kSum, {}).ok());
+  EXPECT_FALSE((*comm)->AllGather(&x, &x, -1, {}).ok());
+  (*comm)->Abort("test");
+  EXPECT_EQ((*comm)->Barrier({}).code(), StatusCode::kAborted);
 }
 
 // What the simulator does not model is refused with a reason, not guessed.
