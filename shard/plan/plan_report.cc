@@ -242,7 +242,7 @@ std::string PlanSummary(const Plan& p) {
   }
   if (!p.ok() && !p.recommendations.empty()) {
     const auto& r = p.recommendations.front();
-    s += " (would fit: " + r.change + ")";
+    s += " (would fit: " + r.change + (r.supported ? "" : "; not built yet") + ")";
   }
   return s;
 }
