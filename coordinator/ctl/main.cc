@@ -93,6 +93,9 @@ CLI::App* AddPlan(CLI::App& app, shardctl::PlanOptions* o) {
                   "A cluster of configs/hardware/clusters.yaml, e.g. 8xA100-80GB-SXM (default: this host's CPU for "
                  "device cpu/auto)");
   sub->add_flag("--json", o->json, "Print the plan as JSON");
+  sub->add_flag("--simulate", o->simulate,
+                "Also run one rank's trainer at the job's true shapes on a backend that only counts bytes, and "
+                "print its peak device and host memory beside the estimate");
   return sub;
 }
 

@@ -1,4 +1,4 @@
-// shardctl plan FILE.yaml [--set k=v]... [--cluster NAME] [--json]
+// shardctl plan FILE.yaml [--set k=v]... [--cluster NAME] [--simulate] [--json]
 #include "coordinator/ctl/plan_command.h"
 
 #include <cstdio>
@@ -7,6 +7,7 @@
 #include "coordinator/probed_cluster.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
+#include "shard/sim/sim_report.h"
 #include "shard/spec/job_config.h"
 
 namespace shardctl {
@@ -21,7 +22,12 @@ shard::Status RunPlan(const PlanOptions& o) {
   auto planned = shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr);
   if (!planned.ok() && !no_gpu.empty()) return planned.status().WithContext("no local GPU to plan for (" + no_gpu + ")");
   shard::plan::Plan plan = std::move(*planned);
-  const std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
+  std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
+  if (o.simulate) {
+    // The real trainer at the job's shapes on a backend that holds no data (shard/sim).
+    ASSIGN_OR_RETURN(shard::sim::SimComparison sim, shard::sim::SimulatePlannedJob(job, plan));
+    text = o.json ? shard::sim::PlanWithSimulationJson(plan, sim) + "\n" : text + shard::sim::FormatSimulationText(sim);
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   if (!plan.ok()) return shard::FailedPrecondition(o.job_file + ": " + shard::plan::PlanSummary(plan));

@@ -1,6 +1,6 @@
 // shardctl plan: will a job fit, how fast will it run, what should change.
 // Offline: reads the job file (and model.from_hf's config.json) and the
-// hardware catalog, never the data or the weights.
+// hardware catalog, never the data or the weights — --simulate included.
 #pragma once
 
 #include <string>
@@ -15,6 +15,9 @@ struct PlanOptions {
   std::vector<std::string> sets;  // --set key=value overrides
   std::string cluster;            // a cluster of configs/hardware/clusters.yaml ("" = this host's CPU for device cpu/auto)
   bool json = false;
+  // Also run the job's trainer for real at its shapes on the memory simulator
+  // (shard/sim/memory_sim.h) and print its peaks beside the estimate.
+  bool simulate = false;
 };
 
 // Prints the plan (a table, or JSON with --json) to stdout. Returns OK when the

@@ -5,6 +5,7 @@
 
 #include "shard/backend/cpu/cpu_backend.h"
 #include "shard/backend/profiling_backend.h"
+#include "shard/backend/sim/sim_backend.h"
 #include "shard/config.h"
 #if SHARDD_CUDA_ENABLED
 #include "shard/backend/cuda/cuda_backend.h"
@@ -48,6 +49,7 @@ namespace {
 
 StatusOr<std::unique_ptr<Backend>> CreateUnwrapped(const std::string& device, const BackendOptions& options) {
   if (device == "cpu") return std::unique_ptr<Backend>(cpu::CreateBackend());
+  if (device == "sim") return sim::CreateSimBackend(nullptr);
   if (device == "auto") {
     if (NumCudaDevices() > 0) return CreateUnwrapped("cuda", options);
     return std::unique_ptr<Backend>(cpu::CreateBackend());

@@ -111,6 +111,11 @@ class Backend {
   // code that must order other device work after it — the nccl communicator
   // (CommConfig::device_stream). Null on synchronous backends.
   virtual void* native_stream() const { return nullptr; }
+  // False only for the memory simulator's backend (sim/), whose buffers are
+  // addresses that hold nothing: code that reads or writes host memory the
+  // backend handed out (optimizer offload, checkpoint snapshots, weight
+  // loading) skips those bytes then, and only the allocations are real.
+  virtual bool holds_data() const { return true; }
 
   // ---- Memory -------------------------------------------------------------
   virtual StatusOr<void*> Allocate(size_t bytes) = 0;
@@ -210,7 +215,7 @@ struct BackendOptions {
   bool allow_tf32 = true;
 };
 
-// "cpu"; "cuda" (device 0) or "cuda:N" — a clear UNAVAILABLE error when the
+// "cpu"; "sim" (holds no data, does no math: sim/sim_backend.h); "cuda" (device 0) or "cuda:N" — a clear UNAVAILABLE error when the
 // build has no CUDA or the machine no GPU; "auto": cuda (device 0) when a GPU is
 // present, else cpu. A name shardd does not have gives INVALID_ARGUMENT.
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device,

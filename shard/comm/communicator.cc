@@ -3,6 +3,7 @@
 #include "shard/comm/collective_util.h"
 #include "shard/comm/gloo/gloo_communicator.h"
 #include "shard/comm/local/local_communicator.h"
+#include "shard/comm/sim/sim_communicator.h"
 #include "shard/config.h"
 #if SHARDD_NCCL_FOUND
 #include "shard/comm/nccl/nccl_communicator.h"
@@ -30,9 +31,9 @@ Status Communicator::AllReduceMany(const std::vector<Buffer>& buffers, ReduceOp 
 }
 
 Status CommConfig::Validate() const {
-  if (backend != "local" && backend != "gloo" && backend != "nccl") {
+  if (backend != "local" && backend != "gloo" && backend != "nccl" && backend != "sim") {
     return InvalidArgument("communicator backend '" + backend +
-                           "' is unknown; use local, gloo or nccl");
+                           "' is unknown; use local, gloo or nccl (or sim, the memory simulator's)");
   }
   if (world_size < 1) {
     return InvalidArgument("communicator world_size must be >= 1, got " +
@@ -46,7 +47,7 @@ Status CommConfig::Validate() const {
     return InvalidArgument("communicator timeout must be positive, got " +
                            std::to_string(timeout.count()) + " ms");
   }
-  if (backend != "local" && store == nullptr) {
+  if (backend != "local" && backend != "sim" && store == nullptr) {
     return InvalidArgument("communicator backend '" + backend +
                            "' needs a rendezvous store (CommConfig.store)");
   }
@@ -56,6 +57,7 @@ Status CommConfig::Validate() const {
 StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   if (config.backend == "local") return CreateLocalCommunicator(config);
+  if (config.backend == "sim") return CreateSimCommunicator(config);
   if (config.backend == "gloo") return CreateGlooCommunicator(config);
 #if SHARDD_NCCL_FOUND
   return CreateNcclCommunicator(config);

@@ -8,6 +8,8 @@
 //          For unit tests of everything above the communicator.
 //   gloo   ranks are processes; Gloo's TCP transport (loopback by default).
 //   nccl   GPUs, one rank per device (built with CUDA; see nccl/nccl_communicator.h).
+//   sim    moves nothing: one rank of the memory simulator stands for the world
+//          (sim/sim_communicator.h). Not for training.
 //
 // Semantics every backend honours (the conformance tests check them):
 //  * Calls are collective: every rank of the group makes the same sequence of calls
@@ -127,7 +129,7 @@ class Communicator {
 };
 
 struct CommConfig {
-  // "local", "gloo" or "nccl".
+  // "local", "gloo", "nccl" or "sim".
   std::string backend = "gloo";
   // This process's (or thread's) rank in the group, 0 <= rank < world_size.
   int rank = 0;

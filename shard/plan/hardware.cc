@@ -75,6 +75,24 @@ Status ParseGpu(YamlMap& m, GpuSpec* g) {
   RETURN_IF_ERROR(Required(m, "train_efficiency", &g->train_efficiency));
   if (!(g->train_efficiency > 0 && g->train_efficiency <= 1))
     return InvalidArgument(m.Where("train_efficiency") + ": must be in (0, 1]");
+  if (m.Has("measured")) {
+    ASSIGN_OR_RETURN(YamlMap meas, m.Sub("measured"));
+    auto rates = [&](const char* key, std::vector<std::pair<const char*, double*>> dtypes) -> Status {
+      if (!meas.Has(key)) return OkStatus();
+      ASSIGN_OR_RETURN(YamlMap r, meas.Sub(key));
+      for (auto& [dt, out] : dtypes) {
+        if (!r.Has(dt)) continue;
+        RETURN_IF_ERROR(Required(r, dt, out));
+        RETURN_IF_ERROR(Positive(r, dt, *out));
+      }
+      return r.Finish();
+    };
+    RETURN_IF_ERROR(rates("gemm_tflops", {{"fp32", &g->gemm_tflops_fp32}, {"tf32", &g->gemm_tflops_tf32},
+                                          {"bf16", &g->gemm_tflops_bf16}, {"fp16", &g->gemm_tflops_fp16}}));
+    RETURN_IF_ERROR(rates("attention_tflops", {{"fp32", &g->attention_tflops_fp32}, {"bf16", &g->attention_tflops_bf16},
+                                               {"fp16", &g->attention_tflops_fp16}}));
+    RETURN_IF_ERROR(meas.Finish());
+  }
   return m.Finish();
 }
 
@@ -111,6 +129,10 @@ Status ParseCluster(YamlMap& m, const std::map<std::string, GpuSpec>& gpus, Clus
     RETURN_IF_ERROR(Required(h, "cpu_cores", &c->host.cpu_cores));
     RETURN_IF_ERROR(Required(h, "mem_bandwidth_gbs", &c->host.mem_bandwidth_gbs));
     RETURN_IF_ERROR(Positive(h, "mem_bandwidth_gbs", c->host.mem_bandwidth_gbs));
+    if (h.Has("disk_write_gbs")) {
+      RETURN_IF_ERROR(Required(h, "disk_write_gbs", &c->host.disk_write_gbs));
+      RETURN_IF_ERROR(Positive(h, "disk_write_gbs", c->host.disk_write_gbs));
+    }
     RETURN_IF_ERROR(h.Finish());
   }
   return m.Finish();

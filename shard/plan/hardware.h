@@ -34,6 +34,12 @@ struct GpuSpec {
   // Fraction of dense peak the training GEMMs sustain, recompute included
   // (HFU). Not a data-sheet figure: each entry cites where it comes from.
   double train_efficiency = 0.5;
+  // shardd's own kernels measured on this GPU (gpus.yaml measured:, from
+  // docs/gpu.md's gpu_bench), TFLOP/s at the model's shapes; 0 = not
+  // measured. Where they exist the step time prices GEMMs and attention at
+  // these rates instead of train_efficiency (step_time.h).
+  double gemm_tflops_fp32 = 0, gemm_tflops_tf32 = 0, gemm_tflops_bf16 = 0, gemm_tflops_fp16 = 0;
+  double attention_tflops_fp32 = 0, attention_tflops_bf16 = 0, attention_tflops_fp16 = 0;
 
   // The dense peak for GEMMs in `compute` (fp32 GEMMs use TF32 when the GPU has it).
   double PeakTflops(DType compute) const;
@@ -49,6 +55,7 @@ struct HostSpec {
   double ram_gib = 0;
   int cpu_cores = 0;
   double mem_bandwidth_gbs = 0;  // peak DRAM bandwidth per node
+  double disk_write_gbs = 0;     // checkpoint write bandwidth per node, GB/s (0 = unknown)
 };
 
 // Rates for the CPU engine (device: cpu), from clusters.yaml's cpu: section.

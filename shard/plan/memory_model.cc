@@ -283,7 +283,12 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
   dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
   est.device_fixed = scratch + kCpuProcessBytes;
-  if (w.async_checkpoint) dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+  // As Checkpointer::Save holds it: kept by async saves, freed after a
+  // synchronous one, none when a synchronous save writes offloaded state in place.
+  if (w.async_checkpoint)
+    dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+  else if (w.checkpoint_keep_last > 0 && !w.offload.optimizer)
+    dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files
   // into one unit-shard buffer (Trainer::InitRuntime), far below the
   // training peak, so loading adds nothing here.
@@ -318,7 +323,7 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
     if (!w.offload.params)
       dev.Add("parameter shard (" + cname + " copy to all-gather from)", shard * cb,
               shard_how + " x " + std::to_string(cb) + " B");
-    *host_state = shard * (w.fp32_master ? 4 * sb + (w.offload.params ? cb : 0) : 4 * sb);
+    *host_state = shard * (w.fp32_master ? w.offloaded_state_bytes() + (w.offload.params ? cb : 0) : 4 * sb);
   }
   if (gather) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
@@ -380,7 +385,7 @@ int64_t AddAdapterState(const EstimateContext& x, Items& dev) {
 
 // Activations, logits, backward scratch, GEMM casts, the CUDA runtime and
 // fragmentation over the transient bytes.
-void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t gathered_bytes) {
+void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t gathered_bytes, int64_t* allowance) {
   const Workload& w = x.w;
   const LlamaConfig& c = x.c;
   const int64_t rows = x.rows, logit_rows = x.logit_rows;
@@ -420,8 +425,9 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
   }
   dev.Add("CUDA context, cuBLASLt workspace, NCCL buffers", kGpuRuntimeBytes, "fixed allowance");
   const int64_t transient = gathered_bytes + acts + logits + a.scratch * tb + gemm_scratch;
-  dev.Add("allocator fragmentation", static_cast<int64_t>(kAllocatorSlack * transient),
-          "10% of gathered + activation bytes");
+  const int64_t slack = static_cast<int64_t>(kAllocatorSlack * transient);
+  dev.Add("allocator fragmentation", slack, "10% of gathered + activation bytes");
+  *allowance = kGpuRuntimeBytes + slack;
 }
 
 // Host memory of a GPU node: worker processes, offloaded state, checkpoint
@@ -431,15 +437,16 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   const int S = x.S;
   const int64_t shard = x.shard;
   const int64_t cb = w.compute_bytes();
-  const std::string sname = w.fp32_master ? "fp32" : DTypeName(w.compute);
+  const std::string sname = w.fp32_master ? DTypeName(w.optimizer_state) : DTypeName(w.compute);
   const std::string& shard_how = x.shard_how;
   const std::vector<int64_t>& numels = x.numels;
   Items host{&est.host};
   const int ranks = est.ranks_per_node;
   host.Add("worker processes", ranks * kGpuWorkerHostBytes, std::to_string(ranks) + " x 1.5 GiB (CUDA runtime, libraries)");
+  est.host_allowance = ranks * kGpuWorkerHostBytes;
   if (host_state > 0) {
     const std::string what = w.offload.params ? "offloaded parameters, gradients and AdamW state"
-                                              : "offloaded optimizer (" + sname + " master, gradients, m, v)";
+                                              : "offloaded optimizer (" + sname + " master, m, v; fp32 gradients)";
     host.Add(what, ranks * host_state, std::to_string(ranks) + " ranks x " + FormatBytes(host_state) + " (pinned)");
     int64_t max_shard = 0;
     for (int64_t n : numels) max_shard = std::max(max_shard, Layout(n, S).shard_numel);
@@ -448,19 +455,33 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
     est.host_pinned = ranks * host_state + staging;
   }
   // Only replica 0 of each shard writes checkpoints: ranks [0, S) on node 0.
+  // An async save keeps a 12 B/param snapshot from the first save on; a
+  // synchronous one of on-device state copies into one and frees it after the
+  // write; a synchronous one of offloaded state writes the host master and
+  // moments in place (Checkpointer::Save).
   const int writers = std::min(ranks, S);
-  const int64_t snapshot = w.async_checkpoint && w.method == Method::kFull ? writers * shard * 12 : 0;
-  // model.from_hf: each rank reads its own byte ranges of the mapped files
-  // into one unit-shard buffer at a time (Trainer::InitRuntime).
+  const bool snapshots =
+      w.method == Method::kFull && (w.async_checkpoint || (w.checkpoint_keep_last > 0 && !w.offload.optimizer));
+  const int64_t snap_elem = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));
+  const int64_t snapshot = snapshots ? writers * shard * snap_elem : 0;
+  est.host_snapshot_per_writer = snapshots ? shard * snap_elem : 0;
+  est.host_writers = writers;
+  // Each rank fills its shards through one host buffer of the largest unit's
+  // shard (Trainer::LoadInitialWeights): from its byte ranges of the mapped HF
+  // files, or the seeded init. Never during a save: count the larger.
   int64_t max_unit_shard = 0;
   for (int64_t n : numels) max_unit_shard = std::max(max_unit_shard, Layout(n, S).shard_numel);
-  const int64_t staged = w.from_hf ? ranks * max_unit_shard * 4 : 0;
+  const int64_t staged = w.method == Method::kFull ? ranks * max_unit_shard * 4 : 0;
   if (snapshot > 0)
-    host.Add("async checkpoint snapshot (fp32 p, m, v)", snapshot,
-             std::to_string(writers) + " writer ranks x " + shard_how + " x 12 B");
-  if (staged > snapshot)  // loading and checkpointing never overlap: count the larger
-    host.Add("HF weights read while loading (beyond the snapshot)", staged - snapshot,
-             std::to_string(ranks) + " ranks x one unit's shard x 4 B (files memory-mapped, own ranges only)");
+    host.Add(w.async_checkpoint ? "async checkpoint snapshot (fp32 p, m, v)"
+                                : "checkpoint snapshot while saving (fp32 p, m, v; freed after)",
+             snapshot, std::to_string(writers) + " writer ranks x " + shard_how + " x " + std::to_string(snap_elem) + " B");
+  if (staged > snapshot)
+    host.Add(std::string(w.from_hf ? "HF weights read while loading" : "initial weights staged while loading") +
+                 (snapshot > 0 ? " (beyond the snapshot)" : ""),
+             staged - snapshot,
+             std::to_string(ranks) + " ranks x one unit's shard x 4 B" +
+                 (w.from_hf ? " (files memory-mapped, own ranges only)" : ""));
 }
 
 }  // namespace
@@ -481,7 +502,7 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   int64_t host_state = 0;
   const int64_t gathered_bytes =
       w.method == Method::kFull ? AddFullState(x, dev, tb, &host_state) : AddAdapterState(x, dev);
-  AddGpuTransients(x, dev, tb, gathered_bytes);
+  AddGpuTransients(x, dev, tb, gathered_bytes, &est.device_allowance);
   est.device_total = Sum(est.device);
   AddGpuHost(x, est, host_state);
   est.host_total = Sum(est.host);

@@ -45,6 +45,19 @@ struct MemoryEstimate {
   // job (runtime libraries, BLAS and kernel scratch) — excluded when comparing
   // with a measured RSS growth.
   int64_t device_fixed = 0;
+  // GPU plans: the parts of device_total and host_total that are stated
+  // allowances rather than buffers shardd allocates (the CUDA context,
+  // cuBLASLt and NCCL buffers and allocator fragmentation per GPU; the worker
+  // processes' own footprint per node). The memory simulator
+  // (shard/sim/memory_sim.h) sees only the allocations, so it is compared with
+  // the totals less these.
+  int64_t device_allowance = 0;  // per GPU
+  int64_t host_allowance = 0;    // per node
+  // Checkpoint snapshots are held by the writer ranks only (replica 0 of each
+  // shard): per writer, and how many of the node's ranks write. A writer
+  // rank's host bytes are the node's other bytes over its ranks plus this.
+  int64_t host_snapshot_per_writer = 0;
+  int host_writers = 0;
 };
 
 // ---- Pieces (exposed for tests and the validation) -------------------------

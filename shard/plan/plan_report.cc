@@ -94,9 +94,18 @@ std::string FormatPlanText(const Plan& p) {
   out += F("\nStep time (%lld sequences x %lld tokens per step, %lld micro-batch%s per rank)\n",
            static_cast<long long>(w.global_batch), static_cast<long long>(w.seq_len),
            static_cast<long long>(t.micro_batches), t.micro_batches > 1 ? "es" : "");
-  out += F("  compute       %s per micro-batch (%.4g TFLOP/s %s peak x %.2f efficiency; %.3g GFLOP per token%s)\n",
-           Seconds(t.compute_s).c_str(), t.peak_tflops, w.cpu_engine ? "fp32" : DTypeName(w.compute), t.efficiency,
-           t.hardware_flops_per_token / 1e9, w.activation_checkpointing ? " with recompute" : "");
+  if (t.from_kernels) {
+    out += F("  compute       %s per micro-batch from measured kernels: GEMMs %s at %.4g TFLOP/s, attention %s at "
+             "%.4g TFLOP/s%s, elementwise %s (%.3g GFLOP per token%s)\n",
+             Seconds(t.compute_s).c_str(), Seconds(t.gemm_s).c_str(), t.gemm_tflops, Seconds(t.attention_s).c_str(),
+             t.attention_tflops > 0 ? t.attention_tflops : t.peak_tflops * p.cluster.gpu.train_efficiency,
+             t.attention_tflops > 0 ? "" : " (not measured: peak x efficiency)", Seconds(t.elementwise_s).c_str(),
+             t.hardware_flops_per_token / 1e9, w.activation_checkpointing ? " with recompute" : "");
+  } else {
+    out += F("  compute       %s per micro-batch (%.4g TFLOP/s %s peak x %.2f efficiency; %.3g GFLOP per token%s)\n",
+             Seconds(t.compute_s).c_str(), t.peak_tflops, w.cpu_engine ? "fp32" : DTypeName(w.compute), t.efficiency,
+             t.hardware_flops_per_token / 1e9, w.activation_checkpointing ? " with recompute" : "");
+  }
   if (t.comm_s > 0)
     out += F("  collectives   %s per micro-batch at %.0f GB/s, %s not hidden by compute\n", Seconds(t.comm_s).c_str(),
              t.collective_gbs, Seconds(t.exposed_comm_s).c_str());
@@ -106,6 +115,17 @@ std::string FormatPlanText(const Plan& p) {
   out += F("  step          %s: %s tokens/s (%s per %s), MFU %.1f%% (HFU %.1f%%), bound by %s\n",
            Seconds(t.step_s).c_str(), Rate(t.tokens_per_s).c_str(), Rate(t.tokens_per_s_per_gpu).c_str(),
            p.cluster.cpu_only ? "rank" : "GPU", 100 * t.mfu, 100 * t.hfu, t.bottleneck.c_str());
+
+  const CheckpointCost& ck = p.checkpoint;
+  if (ck.keep_last > 0) {
+    out += F("\nCheckpoints\n  %s per checkpoint (%s parameters, m, v) x keep_last %d = %s on disk\n",
+             FormatBytes(ck.bytes_per_checkpoint).c_str(), DTypeName(w.optimizer_state), ck.keep_last,
+             FormatBytes(ck.disk_bytes).c_str());
+    out += ck.save_s > 0 ? F("  save: %s per node at %.3g GB/s (clusters.yaml host.disk_write_gbs)%s\n",
+                             Seconds(ck.save_s).c_str(), ck.disk_write_gbs,
+                             w.async_checkpoint ? ", behind training" : ", the step waits for it")
+                         : std::string("  save time: unknown (no host.disk_write_gbs for this cluster)\n");
+  }
 
   out += std::string("\nVerdict: ") + VerdictName(p.verdict) + "\n";
   for (const auto& r : p.reasons) out += "  - " + r + "\n";
@@ -186,7 +206,17 @@ std::string PlanToJson(const Plan& p) {
                {"peak_tflops", t.peak_tflops},
                {"efficiency", t.efficiency},
                {"collective_gbs", t.collective_gbs},
-               {"bottleneck", t.bottleneck}};
+               {"bottleneck", t.bottleneck},
+               {"from_kernels", t.from_kernels},
+               {"gemm_s_per_micro_batch", t.gemm_s},
+               {"attention_s_per_micro_batch", t.attention_s},
+               {"elementwise_s_per_micro_batch", t.elementwise_s}};
+  j["checkpoint"] = {{"bytes_per_checkpoint", p.checkpoint.bytes_per_checkpoint},
+                     {"keep_last", p.checkpoint.keep_last},
+                     {"disk_bytes", p.checkpoint.disk_bytes},
+                     {"bytes_per_node", p.checkpoint.bytes_per_node},
+                     {"disk_write_gbs", p.checkpoint.disk_write_gbs},
+                     {"save_s", p.checkpoint.save_s}};
   json recs = json::array();
   for (const auto& r : p.recommendations) {
     recs.push_back({{"change", r.change},
@@ -212,7 +242,7 @@ std::string PlanSummary(const Plan& p) {
   }
   if (!p.ok() && !p.recommendations.empty()) {
     const auto& r = p.recommendations.front();
-    s += " (would fit: " + r.change + ")";
+    s += " (would fit: " + r.change + (r.supported ? "" : "; not built yet") + ")";
   }
   return s;
 }

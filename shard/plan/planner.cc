@@ -87,11 +87,13 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.seq_len = job.data.seq_len;
   w.global_batch = job.train.global_batch;
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
+  w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
 
   // The engine's rule (ResolveAutoPrecision), for the hardware planned for.
   const Precision asked = job.train.precision;
   const Precision p = ResolveAutoPrecision(asked, !w.cpu_engine, !w.cpu_engine && cluster.gpu.bf16);
   w.compute = PrecisionDType(p);
+  w.tf32 = asked != Precision::kFp32;  // Trainer: BackendOptions::allow_tf32
   if (w.cpu_engine) {
     w.fp32_master = true;
   } else if (asked == Precision::kAuto) {
@@ -133,6 +135,7 @@ Plan PlanWorkload(const Workload& w, const ClusterSpec& cluster) {
   p.cluster = cluster;
   p.memory = EstimateMemory(w, cluster);
   p.time = EstimateStepTime(w, cluster);
+  p.checkpoint = EstimateCheckpoint(w, cluster);
   const std::vector<std::string> run = RunProblems(w, cluster);
   p.reasons = run;
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/plan/checkpoint_cost.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/memory_model.h"
 #include "shard/plan/step_time.h"
@@ -50,6 +51,7 @@ struct Plan {
   ClusterSpec cluster;
   MemoryEstimate memory;
   StepTime time;
+  CheckpointCost checkpoint;
   Verdict verdict = Verdict::kFits;
   std::vector<std::string> reasons;  // why it does not fit or cannot run
   std::vector<std::string> notes;    // assumptions and warnings that do not block

@@ -222,6 +222,26 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
   }
   if (w.cpu_engine) return recs;
 
+  std::vector<Recommendation> state_rec;  // listed first, after the others are chosen
+  // Host memory is what fails with the state offloaded and no knob of the job
+  // file fixes it here: bf16 master weights and moments would fit where fp32
+  // cannot — said with its numbers, and that shardd does not have it yet.
+  if (recs.empty() && w.method == Method::kFull && w.fp32_master && w.optimizer_state == DType::kF32 && w.offload.optimizer &&
+      static_cast<double>(plan.memory.host_total) > plan.host_capacity_bytes()) {
+    Candidate s = base;
+    s.w.optimizer_state = DType::kBF16;
+    s.supported = false;
+    s.changes.insert("state_dtype");
+    s.describe.push_back("bf16 optimizer state (master weights and AdamW moments in bf16: " +
+                         std::to_string(s.w.offloaded_state_bytes()) + " B/param on the host instead of " +
+                         std::to_string(w.offloaded_state_bytes()) + ")");
+    s.note = "optim.state_dtype: bf16 is not built yet (issue 19 item 3); full fp32 state cannot fit this host";
+    // With whatever else this hardware needs (a smaller micro-batch, ...).
+    std::vector<Candidate> cands = Variations(s, false);
+    cands.insert(cands.begin(), s);
+    state_rec = Best(cands, 1);
+  }
+
   // Every GPU of this cluster (or only as many as it has).
   if (w.world != plan.cluster.total_gpus()) {
     Candidate all = WithWorld(base, plan.cluster.total_gpus());
@@ -284,6 +304,7 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
       }
     }
   }
+  recs.insert(recs.begin(), state_rec.begin(), state_rec.end());
   return recs;
 }
 

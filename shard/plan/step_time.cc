@@ -16,6 +16,55 @@ double LinearFraction(const LlamaConfig& c) {
   return linear / static_cast<double>(c.NumParams());
 }
 
+// shardd's measured kernel rates for this workload (0 = not measured).
+double MeasuredGemm(const GpuSpec& g, const Workload& w) {
+  switch (w.compute) {
+    case DType::kBF16: return g.gemm_tflops_bf16;
+    case DType::kF16: return g.gemm_tflops_fp16;
+    case DType::kF32: return w.tf32 && g.tflops_tf32 > 0 ? g.gemm_tflops_tf32 : g.gemm_tflops_fp32;
+  }
+  return 0;
+}
+// fp32 attention is the CUDA-core kernel whatever TF32 allows.
+double MeasuredAttention(const GpuSpec& g, DType compute) {
+  switch (compute) {
+    case DType::kBF16: return g.attention_tflops_bf16;
+    case DType::kF16: return g.attention_tflops_fp16;
+    case DType::kF32: return g.attention_tflops_fp32;
+  }
+  return 0;
+}
+
+// Prices one micro-batch from the measured kernel rates (see the header).
+void PriceFromKernels(const Workload& w, const ClusterSpec& cl, double gemm_tflops, StepTime* t) {
+  const LlamaConfig& c = w.model;
+  const double T = static_cast<double>(w.seq_len), L = c.num_layers;
+  const double N = static_cast<double>(c.NumMatmulParams());
+  const double d = c.hidden_size, f = c.intermediate_size;
+  const double hq = static_cast<double>(c.num_heads) * c.head_dim(), kv = 2.0 * c.num_kv_heads * c.head_dim();
+  const bool ac = w.activation_checkpointing;
+  const double tokens = static_cast<double>(w.micro_batch) * T;
+  const double gemm_flops = (w.method == Method::kFull ? 6.0 : 4.0) * N + (ac ? 2.0 * N : 0.0);
+  const double attn_fwd = 2.0 * T * d * L;  // causal: half of QK^T and PV
+  const double attn_flops = 3.5 * attn_fwd + (ac ? attn_fwd : 0.0);
+  t->gemm_tflops = gemm_tflops;
+  t->attention_tflops = MeasuredAttention(cl.gpu, w.compute);
+  const double attn_rate = t->attention_tflops > 0 ? t->attention_tflops : t->peak_tflops * cl.gpu.train_efficiency;
+  // Elementwise bytes per token and layer: RMSNorm x2, RoPE on q and k,
+  // residual adds, SwiGLU — forward 7d + 2(hq+kv) + 3f elements, backward
+  // 12d + 2(hq+kv) + 5f — in the transients' element size; the loss reads
+  // and rewrites the fp32 logits (3 passes over vocab).
+  const double e = w.fp32_transients ? 4.0 : static_cast<double>(w.compute_bytes());
+  const double fwd = 7 * d + 2 * (hq + kv) + 3 * f, bwd = 12 * d + 2 * (hq + kv) + 5 * f;
+  const double elem_bytes = e * L * (fwd + bwd + (ac ? fwd : 0.0)) + 3.0 * 4.0 * c.vocab_size;
+  t->gemm_s = tokens * gemm_flops / (gemm_tflops * 1e12);
+  t->attention_s = tokens * attn_flops / (attn_rate * 1e12);
+  t->elementwise_s = tokens * elem_bytes / (cl.gpu.memory_bandwidth_gbs * 1e9 * kStreamEfficiency);
+  t->compute_s = t->gemm_s + t->attention_s + t->elementwise_s;
+  t->from_kernels = true;
+  t->efficiency = tokens * t->hardware_flops_per_token / (t->compute_s * t->peak_tflops * 1e12);
+}
+
 }  // namespace
 
 StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
@@ -39,12 +88,14 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
     t.peak_tflops = cores * cl.cpu.fp32_gflops_per_core / 1000.0;
     t.efficiency = cl.cpu.train_efficiency;
   } else {
-    t.peak_tflops = cl.gpu.PeakTflops(w.compute);
+    t.peak_tflops = w.compute == DType::kF32 && !w.tf32 ? cl.gpu.tflops_fp32 : cl.gpu.PeakTflops(w.compute);
     t.efficiency = cl.gpu.train_efficiency * (w.method == Method::kQlora ? kQloraGemmFactor : 1.0);
   }
   const double rate = std::max(1e-9, t.peak_tflops * 1e12 * t.efficiency);
   const double tokens_mb = static_cast<double>(w.micro_batch) * T;
   t.compute_s = tokens_mb * t.hardware_flops_per_token / rate;
+  const double gemm_measured = w.cpu_engine || w.method == Method::kQlora ? 0 : MeasuredGemm(cl.gpu, w);
+  if (gemm_measured > 0) PriceFromKernels(w, cl, gemm_measured, &t);
 
   // ---- Collectives per micro-batch --------------------------------------
   const std::vector<int64_t> numels = UnitNumels(c);
@@ -103,7 +154,10 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
     if (w.offload.params) pcie_mb += 2 * shard * cb / pcie;
     t.offload_s = shard * cb / pcie;
   } else {
-    t.optimizer_s = opt_bytes / (cl.gpu.memory_bandwidth_gbs * 1e9 * kStreamEfficiency);
+    // AdamW, plus one pass each to zero the gradient shard (ZeroGrads) and to
+    // read it for the global norm (GradNormSquared).
+    const double grad_passes = kGradPassWords * (full ? sb : 4.0) * opt_elems;
+    t.optimizer_s = (opt_bytes + grad_passes) / (cl.gpu.memory_bandwidth_gbs * 1e9 * kStreamEfficiency);
   }
   const double exposed_pcie_mb = std::max(0.0, pcie_mb - t.compute_s);
   t.step_s = t.micro_batches * (t.compute_s + t.exposed_comm_s + exposed_pcie_mb) + t.step_comm_s + t.optimizer_s +

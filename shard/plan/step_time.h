@@ -1,8 +1,15 @@
 // The step-time model: how long one optimizer step takes and what it yields.
 //
-//   compute   the micro-batch's FLOPs (6N + 12·L·d·T per token, plus one more
-//             forward with activation checkpointing) at the GPU's dense peak
-//             for the compute dtype times its stated train_efficiency
+//   compute   where the catalog has shardd's measured kernel rates for this
+//             GPU and dtype (gpus.yaml measured:): GEMM FLOPs (6N per token,
+//             +2N recomputed) at the measured GEMM rate, the attention
+//             kernel's FLOPs (causal: 2·T·d per layer forward, 2.5x that
+//             backward, as gpu_bench counts them) at the measured attention
+//             rate, and the elementwise kernels' bytes (norms, RoPE, SwiGLU,
+//             residual adds, the loss over the logits) at the memory
+//             bandwidth x kStreamEfficiency. Otherwise the micro-batch's FLOPs
+//             (6N + 12·L·d·T per token, plus one more forward with activation
+//             checkpointing) at the dense peak x the stated train_efficiency
 //   comm      FSDP collectives per micro-batch — all-gather in forward, again in
 //             backward (full_shard), reduce-scatter of gradients — as ring
 //             traffic (S-1)/S of the bytes over the cluster's collective
@@ -11,8 +18,9 @@
 //             gather and the last reduce-scatter of a micro-batch, and any
 //             excess of communication over compute, are exposed
 //   optimizer AdamW reads/writes 28 bytes per parameter of the shard at the
-//             device's memory bandwidth, or the host's when offloaded, plus
-//             the PCIe copies offloading adds
+//             device's memory bandwidth (+8 to zero the gradients and read
+//             them for the norm), or the host's when offloaded, plus the PCIe
+//             copies offloading adds
 //
 // MFU = model FLOPs (6N + 12·L·d·T per token, no recompute) per second over
 // the GPUs' dense peak; HFU counts the recompute too.
@@ -31,7 +39,10 @@ struct StepTime {
   double model_flops_per_token = 0;     // what MFU counts
   double hardware_flops_per_token = 0;  // with recompute
   double peak_tflops = 0;               // per device, dense, compute dtype
-  double efficiency = 0;                // the stated fraction of peak GEMMs sustain
+  double efficiency = 0;                // fraction of peak: stated, or what the kernel rates imply
+  bool from_kernels = false;            // priced from measured kernel rates (below)
+  double gemm_tflops = 0, attention_tflops = 0;       // the measured rates used
+  double gemm_s = 0, attention_s = 0, elementwise_s = 0;  // per micro-batch, from_kernels
   double collective_gbs = 0;            // per rank per direction
 
   double compute_s = 0;        // per micro-batch
@@ -57,6 +68,9 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cluster);
 constexpr double kQloraGemmFactor = 0.6;
 // AdamW touches p, g, m, v (read) and p, m, v (written): 7 words per parameter.
 constexpr double kAdamWordsPerParam = 7;
+// On the device, the step also zeroes the gradient shard and reads it once for
+// the global norm: 2 more words per parameter.
+constexpr double kGradPassWords = 2;
 // Fraction of peak memory bandwidth a streaming AdamW reaches (device and host).
 constexpr double kStreamEfficiency = 0.7;
 

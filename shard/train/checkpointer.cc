@@ -29,30 +29,60 @@ Status Checkpointer::Save(const Manifest& base) {
   auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Wait().WithContext("the previous checkpoint save failed"));
   if (!role_.writer && !role_.committer) return OkStatus();
-  // Snapshot: params, m, v of the real (unpadded) part of each owned shard,
-  // into buffers kept from the previous save (allocating ~12 bytes/param on
-  // every save was most of the async stall). Safe to reuse: Wait() above
-  // guarantees no writer thread still reads them.
-  if (role_.writer) {
-    const int sr = runtime_->shard_rank();
-    snapshot_.resize(3 * static_cast<size_t>(runtime_->num_units()));
-    for (int u = 0; u < runtime_->num_units(); ++u) {
+  if (!state_->device()->holds_data()) return SimulateSnapshot();
+  const int sr = runtime_->shard_rank();
+  const int units = runtime_->num_units();
+  std::vector<ShardUnitData> data(role_.writer ? units : 0);
+  // Synchronous and offloaded: the host master, m and v stay as they are
+  // until Save returns, so they are written in place — no 12 B/param copy.
+  const bool in_place = !job_.checkpoint.async && state_->offloaded();
+  if (role_.writer && in_place) {
+    for (int u = 0; u < units; ++u) data[u] = {state_->master(u), state_->host_m(u), state_->host_v(u)};
+  } else if (role_.writer) {
+    // Snapshot: params, m, v of the real (unpadded) part of each owned shard,
+    // into buffers kept from the previous save (allocating ~12 bytes/param on
+    // every save was most of the async stall). Safe to reuse: Wait() above
+    // guarantees no writer thread still reads them.
+    snapshot_.resize(3 * static_cast<size_t>(units));
+    for (int u = 0; u < units; ++u) {
       const int64_t n = runtime_->layout(u).real_in(sr);
       for (int k = 0; k < 3; ++k) snapshot_[3 * u + k].resize(n);
       state_->ReadShard(u, n, snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data());
+      data[u] = {snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data()};
     }
   }
   if (job_.checkpoint.async) {
-    thread_ = std::thread([this, base] { async_status_ = WriteAndCommit(base, snapshot_); });
+    thread_ = std::thread([this, base, data] { async_status_ = WriteAndCommit(base, data); });
     stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return OkStatus();
   }
-  Status st = WriteAndCommit(base, snapshot_);
+  Status st = WriteAndCommit(base, data);
+  // A synchronous save keeps nothing: between saves the host holds no snapshot.
+  std::vector<std::vector<float>>().swap(snapshot_);
   stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
-Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<std::vector<float>>& host) {
+Status Checkpointer::SimulateSnapshot() {
+  // The memory simulator: the snapshot's bytes as Save holds them (none when
+  // it writes in place; freed after a synchronous write, kept by an async
+  // one), from the backend so they are counted; nothing is copied, written
+  // or committed.
+  if (!role_.writer || (!job_.checkpoint.async && state_->offloaded())) return OkStatus();
+  const int sr = runtime_->shard_rank();
+  if (sim_snapshot_.empty()) {
+    for (int u = 0; u < runtime_->num_units(); ++u) {
+      for (int k = 0; k < 3; ++k) {
+        ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::Create(state_->device(), runtime_->layout(u).real_in(sr)));
+        sim_snapshot_.push_back(std::move(b));
+      }
+    }
+  }
+  if (!job_.checkpoint.async) sim_snapshot_.clear();
+  return OkStatus();
+}
+
+Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host) {
   const std::string step_dir = (fs::path(job_dir()) / StepDirName(base.step)).string();
   std::error_code ec;
   fs::create_directories(step_dir, ec);
@@ -75,7 +105,7 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<std:
       su.begin = std::min(sl.begin(sr), sl.numel);
       su.count = sl.real_in(sr);
       h.units.push_back(su);
-      data.push_back({host[3 * u].data(), host[3 * u + 1].data(), host[3 * u + 2].data()});
+      data.push_back(host[u]);
     }
     // A crashed earlier attempt at this step may have left this shard's report:
     // drop it first, so the committer does not take it for this attempt's.

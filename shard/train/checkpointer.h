@@ -1,7 +1,10 @@
 // Periodic sharded checkpoints of a training run (see shard/ckpt for the
-// format and the commit protocol). Save snapshots this rank's shards to host
-// memory, then writes them — on a background thread when async — while
-// training continues; at most one save is in flight. Rank 0 is the committer
+// format and the commit protocol). An async save snapshots this rank's shards
+// to host memory (12 B/param, kept for the next save), then writes them on a
+// background thread while training continues; at most one save is in flight.
+// A synchronous save of an offloaded state writes straight from the host
+// master and moments (no copy); of an on-device state, through a snapshot
+// freed after the write. Rank 0 is the committer
 // in standalone mode: it waits for every shard's report, writes COMMITTED and
 // applies retention.
 //
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_file.h"
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/spec/param_layout.h"
 #include "shard/spec/job_config.h"
@@ -52,7 +56,10 @@ class Checkpointer {
   double stall_seconds() const { return stall_seconds_; }
 
  private:
-  Status WriteAndCommit(const Manifest& base, const std::vector<std::vector<float>>& host);
+  // data: per unit, the owned shard's real part (params, m, v) in host memory.
+  Status WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& data);
+  // Save on a backend that holds no data (Backend::holds_data): counts the snapshot only.
+  Status SimulateSnapshot();
 
   JobConfig job_;
   CheckpointRole role_;
@@ -61,6 +68,7 @@ class Checkpointer {
   ParamLayout layout_;
   std::thread thread_;
   std::vector<std::vector<float>> snapshot_;  // params, m, v per unit; reused across saves
+  std::vector<HostBuffer> sim_snapshot_;      // the simulator's stand-in for snapshot_
   Status async_status_;
   double stall_seconds_ = 0;
 };

@@ -27,7 +27,13 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
                     " but the FSDP runtime was created with grads_on_device = " + (offload ? "true" : "false"));
   if (!offload) return s;
-  ASSIGN_OR_RETURN(s->host_, CreateBackend("cpu"));
+  // The simulator's backend holds no data: its host memory is not to be
+  // touched, and the host arithmetic is simulated too.
+  const bool data = device->holds_data();
+  auto zero = [data](HostBuffer& b, int64_t n) {
+    if (data) std::fill_n(b.data(), n, 0.0f);
+  };
+  ASSIGN_OR_RETURN(s->host_, CreateBackend(data ? "cpu" : "sim"));
   s->shards_.resize(units);
   int64_t largest = 0;
   for (int u = 0; u < units; ++u) {
@@ -41,12 +47,12 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
       *b = std::move(*buf);
       s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
     }
-    std::fill_n(h.m.data(), n, 0.0f);
-    std::fill_n(h.v.data(), n, 0.0f);
+    zero(h.m, n);
+    zero(h.v, n);
     if (runtime->param_shard_dtype() == DType::kF32) {
       device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
     } else {
-      std::fill_n(h.master.data(), n, 0.0f);  // a rounded shard is no master: WriteParams sets it
+      zero(h.master, n);  // a rounded shard is no master: WriteParams sets it
     }
   }
   // The host gradient shards the runtime accumulates into (it allocates its
@@ -58,7 +64,7 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
     if (!buf.ok())
       return buf.status().WithContext("parallel.offload_optimizer: host gradient shard of unit " + std::to_string(u));
     s->shards_[u].grad = std::move(*buf);
-    std::fill_n(s->shards_[u].grad.data(), n, 0.0f);
+    zero(s->shards_[u].grad, n);
     s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
     grads.push_back(s->shards_[u].grad.data());
   }

@@ -57,6 +57,8 @@ class OptimizerState {
   ~OptimizerState();
 
   bool offloaded() const { return offload_; }
+  // The training backend (the checkpointer asks it whether buffers hold data).
+  Backend* device() const { return device_; }
 
   // One AdamW step over every unit's shard once the gradients are final
   // (after FsdpRuntime::FinishGradients): `clip` multiplies the gradients
@@ -76,6 +78,10 @@ class OptimizerState {
   // Unit u's fp32 master shard in host memory; null when not offloaded (the
   // device shard is the master then).
   const float* master(int u) const { return offload_ ? shards_[u].master.data() : nullptr; }
+  // Unit u's AdamW moments in host memory when offloaded (null otherwise):
+  // with master(u), what a synchronous checkpoint writes without a copy.
+  const float* host_m(int u) const { return offload_ ? shards_[u].m.data() : nullptr; }
+  const float* host_v(int u) const { return offload_ ? shards_[u].v.data() : nullptr; }
 
   // Device bytes held by the optimizer state beyond the parameter shard the
   // model needs anyway: m and v (0 when offloaded).

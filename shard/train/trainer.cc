@@ -15,6 +15,7 @@
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
 #include "shard/train/resume_choice.h"
+#include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
 
 namespace shard {
@@ -39,7 +40,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
   if (dist.world != job.parallel.world_size)
     return InvalidArgument("this worker was started as one of " + std::to_string(dist.world) +
                            " ranks but the job's parallel.world_size is " + std::to_string(job.parallel.world_size));
-  if (dist.world > 1 && !dist.store && dist.comm_backend != "local")
+  if (dist.world > 1 && !dist.store && dist.comm_backend != "local" && dist.comm_backend != "sim")
     return InvalidArgument("a multi-rank job needs a rendezvous store (e.g. --rendezvous file:DIR)");
   std::unique_ptr<Trainer> t(new Trainer(job, dist));
   RETURN_IF_ERROR(t->Init());
@@ -48,16 +49,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 
 Status Trainer::Init() {
   LlamaConfig config;
-  // HF weights stay memory-mapped: each rank reads only its own shard's
-  // bytes (InitRuntime), never the whole model.
-  std::optional<HfWeights> hf;
   if (!job_.model.from_hf.empty()) {
     ASSIGN_OR_RETURN(config, LlamaConfigFromHfDir(job_.model.from_hf));
-    ASSIGN_OR_RETURN(HfWeights weights, OpenHfWeightsFor(job_.model.from_hf, config, ParamLayout::ForLlama(config)));
-    hf.emplace(std::move(weights));
   } else {
     ASSIGN_OR_RETURN(config, LlamaPreset(job_.model.preset));
   }
+  // The committed step to resume from (if any) is chosen first: a resumed run
+  // overwrites every shard from the checkpoint, so it reads config.json only
+  // and never opens, maps or reads the HF weights (an automatic restart of a
+  // 70B job must not touch 140 GB of safetensors again).
+  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
                            " exceeds the model's max_position_embeddings " +
@@ -66,7 +67,18 @@ Status Trainer::Init() {
   // precision auto: TF32 for fp32 GEMMs on Ampere and later (DESIGN.md); fp32: strict fp32 products.
   BackendOptions bo;
   bo.allow_tf32 = job_.train.precision != Precision::kFp32;
-  ASSIGN_OR_RETURN(backend_, CreateBackend(DeviceFor(job_.resources.device, dist_), bo));
+  if (dist_.make_backend) {
+    ASSIGN_OR_RETURN(backend_, dist_.make_backend());
+  } else {
+    ASSIGN_OR_RETURN(backend_, CreateBackend(DeviceFor(job_.resources.device, dist_), bo));
+  }
+  // HF weights stay memory-mapped: each rank reads only its own shard's
+  // bytes (InitRuntime), never the whole model.
+  std::optional<HfWeights> hf;
+  if (!job_.model.from_hf.empty() && resume_.step_dir.empty() && backend_->holds_data()) {
+    ASSIGN_OR_RETURN(HfWeights weights, OpenHfWeightsFor(job_.model.from_hf, config, ParamLayout::ForLlama(config)));
+    hf.emplace(std::move(weights));
+  }
   if (std::string(backend_->name()) == "cuda" && dist_.world > 1 && dist_.comm_backend == "local")
     return FailedPrecondition("device " + job_.resources.device.ToString() +
                               ": ranks as threads (the local communicator) share host memory; use device: cpu");
@@ -95,8 +107,12 @@ Status Trainer::Init() {
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
   RETURN_IF_ERROR(InitRuntime(hf ? &*hf : nullptr, precision));
   RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
-  RETURN_IF_ERROR(PrepareData());
-  ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
+  if (backend_->holds_data()) {
+    RETURN_IF_ERROR(PrepareData());
+    ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
+  } else {
+    data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
+  }
   RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
@@ -172,14 +188,32 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
 
   ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
+  // A resumed run gets every shard from the checkpoint (Resume): no initial weights.
+  if (resume_.step_dir.empty()) RETURN_IF_ERROR(LoadInitialWeights(hf));
+  CheckpointRole role;
+  role.rank = dist_.rank;
+  role.writer = dist_.rank / S == 0;
+  role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
+  role.report = dist_.report_checkpoint;
+  checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
+  return OkStatus();
+}
+
+Status Trainer::LoadInitialWeights(const HfWeights* hf) {
   // Each rank fills only its own shard, one unit at a time through one
   // shard-sized buffer: from its byte ranges of the HF weights or from the
   // deterministic init, which does not depend on the world size.
-  std::vector<float> host;
+  // The buffer comes from the backend (pinned on GPUs: the uploads run at
+  // bus speed), sized once for the largest unit shard.
+  const ParamLayout& layout = model_->layout();
+  int64_t largest = 0;
+  for (int u = 0; u < layout.num_units(); ++u) largest = std::max(largest, runtime_->layout(u).shard_numel);
+  ASSIGN_OR_RETURN(HostBuffer host, HostBuffer::Create(backend_.get(), largest));
+  if (!backend_->holds_data()) return OkStatus();  // the simulator: the buffer's bytes are all it needs
   for (int u = 0; u < layout.num_units(); ++u) {
     const ShardLayout& sl = runtime_->layout(u);
     const int64_t begin = sl.begin(runtime_->shard_rank()), end = sl.end(runtime_->shard_rank());
-    host.assign(sl.shard_numel, 0.0f);
+    std::fill_n(host.data(), sl.shard_numel, 0.0f);  // the padding stays zero
     if (!hf) {
       InitUnitParams(layout.units[u], u, job_.train.seed, 0.02f, begin, end, host.data());
     } else {
@@ -188,12 +222,6 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     }
     optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
   }
-  CheckpointRole role;
-  role.rank = dist_.rank;
-  role.writer = dist_.rank / S == 0;
-  role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
-  role.report = dist_.report_checkpoint;
-  checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
 }
 
@@ -224,7 +252,7 @@ Manifest Trainer::RunState() const {
 }
 
 Status Trainer::Resume() {
-  ASSIGN_OR_RETURN(ResumeChoice choice, ChooseResumeStep(job_.checkpoint.resume, checkpointer_->job_dir(), run_keys_));
+  const ResumeChoice& choice = resume_;  // chosen in Init, before any weight was loaded
   if (choice.step_dir.empty()) return OkStatus();  // from scratch
   if (!choice.note.empty() && dist_.rank == 0) LOG_WARN("resume: {}", choice.note);
   const std::string& step_dir = choice.step_dir;

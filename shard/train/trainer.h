@@ -24,6 +24,7 @@
 #include "shard/train/local_params.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
+#include "shard/train/resume_choice.h"
 #include "shard/spec/run_fingerprint.h"
 #include "shard/spec/step_metrics.h"
 #include "shard/tensor/dtype.h"
@@ -55,6 +56,12 @@ struct DistContext {
   // computed, with the 1-based step about to be taken. Tests write an inf/NaN
   // into one rank's shard here. Empty in production: one branch per step.
   std::function<void(int64_t step, Backend& backend, FsdpRuntime& runtime)> gradient_hook;
+  // The memory simulator (shard/sim/memory_sim.h): the backend to train on
+  // instead of resources.device's. A backend that holds no data
+  // (Backend::holds_data) also makes the trainer skip what only data needs:
+  // reading HF weights, preparing data (a synthetic batch of the job's shapes
+  // stands in) and filling host buffers. Empty in production.
+  std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
 };
 
 class Trainer {
@@ -103,7 +110,10 @@ class Trainer {
   Status Init();
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
-  // Loads the checkpoint named by checkpoint.resume, if any.
+  // The initial weights of this rank's shards (no resume): from the HF
+  // weights' byte ranges, or the seeded init when hf is null.
+  Status LoadInitialWeights(const HfWeights* hf);
+  // Loads the checkpoint Init chose (resume_), if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
   // ranks meet, so every rank opens complete files.
@@ -131,6 +141,7 @@ class Trainer {
   bool stop_agreed_ = false;  // some rank asked to stop at this step
   bool stopped_ = false;
   RunKeys run_keys_;            // what defines this run (run_fingerprint.h)
+  ResumeChoice resume_;         // checkpoint.resume resolved in Init ("" step_dir = from scratch)
   std::string resumed_from_;    // the step directory resumed from, "" = none
   bool nothing_trained_ = false;
   // Host staging and device copies of one micro-batch.

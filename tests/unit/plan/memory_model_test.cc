@@ -123,8 +123,9 @@ TEST(MemoryModelTest, FullShardStatesAre16BytesPerParameterShard) {
   EXPECT_EQ(Item(m, "AdamW"), 842301952LL * 8);
   EXPECT_EQ(Item(m, "gathered parameters"), 404766720LL * 2);  // bf16
   EXPECT_EQ(Item(m, "unsharded gradients"), 455362560LL * 2);
-  // No offload: the host holds only the worker processes.
-  EXPECT_EQ(m.host_total, 8 * kGpuWorkerHostBytes);
+  // No offload: the host holds only the worker processes and, while loading,
+  // each rank's buffer of the largest unit shard (a block: 25,297,920 x 4 B).
+  EXPECT_EQ(m.host_total, 8 * kGpuWorkerHostBytes + 8 * 25297920LL * 4);
 }
 
 // shardd's GPU runtime as built (Workload::fp32_transients) keeps the

@@ -34,6 +34,9 @@ const HardwareCatalog& Catalog() {
 Plan PlanFile(const std::string& file, const std::string& cluster, const std::vector<std::string>& sets = {}) {
   auto job = LoadJobConfig(Root() + "/configs/jobs/" + file, sets);
   EXPECT_TRUE(job.ok()) << job.status().ToString();
+  // A relative model.from_hf is the repository's (the 70B recipe's config.json); tests run in the build dir.
+  if (job.ok() && !job->model.from_hf.empty() && job->model.from_hf[0] != '/')
+    job->model.from_hf = Root() + "/" + job->model.from_hf;
   auto p = PlanJob(*job, Catalog(), cluster);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? *p : Plan{};
@@ -73,16 +76,22 @@ TEST(PlannerTest, OneTerabyteHostIsNotEnoughForFullOptimizerOffload) {
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
   ASSERT_EQ(p.reasons.size(), 1u);
   EXPECT_NE(p.reasons[0].find("host memory"), std::string::npos);
-  // The same GPUs with 2 TB of host memory come first among the moves.
-  ASSERT_FALSE(p.recommendations.empty());
-  EXPECT_EQ(p.recommendations.front().cluster, "8xA100-80GB-SXM") << FormatPlanText(p);
+  // First the fix on this hardware (bf16 optimizer state: not built yet, said
+  // so); then the same GPUs with 2 TB of host memory come first among the moves.
+  ASSERT_GE(p.recommendations.size(), 2u);
+  EXPECT_FALSE(p.recommendations[0].supported) << FormatPlanText(p);
+  EXPECT_EQ(p.recommendations[1].cluster, "8xA100-80GB-SXM") << FormatPlanText(p);
 }
 
 TEST(PlannerTest, AsyncSnapshotIsCountedOnTheHost) {
   Plan sync = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM");
   Plan async = PlanFile("llama3-70b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM", {"checkpoint.async=true"});
-  // 8 writers x 8.82e9 shard elements x 12 B (fp32 params, m, v).
-  EXPECT_NEAR(static_cast<double>(async.memory.host_total - sync.memory.host_total), 8 * 8819213312.0 * 12, 1e6);
+  // 8 writers x 8.82e9 shard elements x 12 B (fp32 params, m, v); a
+  // synchronous save of offloaded state writes in place (no snapshot), so
+  // sync counts only the loading buffer (8 ranks x the 131,334,144-element
+  // embedding shard x 4 B), which the snapshot covers under async.
+  EXPECT_NEAR(static_cast<double>(async.memory.host_total - sync.memory.host_total),
+              8 * 8819213312.0 * 12 - 8 * 131334144.0 * 4, 1e6);
   EXPECT_EQ(async.verdict, Verdict::kDoesNotFit);
   ASSERT_FALSE(async.recommendations.empty());
   EXPECT_TRUE(HasSet(async.recommendations.front(), "checkpoint.async=false"));
@@ -176,6 +185,7 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
     const std::string name = e.path().filename().string();
     auto job = LoadJobConfig(e.path().string());
     ASSERT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+    if (!job->model.from_hf.empty() && job->model.from_hf[0] != '/') job->model.from_hf = Root() + "/" + job->model.from_hf;
     auto it = cluster.find(name);
     std::string c = it == cluster.end() ? "" : it->second;
     if (c.empty() && !job->resources.device.is_cpu() && !job->resources.device.is_auto()) continue;  // another engineer's GPU job

@@ -126,6 +126,51 @@ TEST(TrainerTest, ExportedModelReloadsAndContinuesIdentically) {
   }
 }
 
+// A resumed from_hf job reads config.json only: with the safetensors moved
+// away after the first checkpoint, the restart still resumes and trains, while
+// a fresh start (checkpoint.resume: none) fails naming the missing weights.
+TEST(TrainerTest, ResumeFromCheckpointNeverOpensHfWeights) {
+  std::string tokens = MakeTokens("hf_resume", 8000, 512);
+  const std::string hf = testing::TempDir() + "/trainer_hf_resume_model";
+  const std::string ckpt = testing::TempDir() + "/trainer_hf_resume_ckpt";
+  fs::remove_all(hf);
+  fs::remove_all(ckpt);
+  {
+    auto job = ParseJobConfig(Job(tokens, "export: {hf_dir: " + hf + "}\n"), "job.yaml", {"train.steps=1"});
+    ASSERT_TRUE(job.ok());
+    auto t = Trainer::Create(*job);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*t)->Run().ok());
+  }
+  const std::vector<std::string> sets = {"model.preset=", "model.from_hf=" + hf, "checkpoint.dir=" + ckpt,
+                                         "checkpoint.every_steps=2", "checkpoint.async=false"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), sets.begin(), sets.end());
+    return ParseJobConfig(Job(tokens), "job.yaml", extra);
+  };
+  {
+    auto job = with({"train.steps=2"});
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto t = Trainer::Create(*job);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Run().ok());
+  }
+  fs::rename(hf + "/model.safetensors", hf + "/moved.bin");
+  auto job = with({"train.steps=4"});
+  ASSERT_TRUE(job.ok());
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE((*t)->resumed_from().find("step_00000002"), std::string::npos) << (*t)->resumed_from();
+  ASSERT_TRUE((*t)->Run().ok());
+  EXPECT_EQ((*t)->step(), 4);
+  // Not resuming, the weights are needed and their absence is named.
+  auto fresh = with({"train.steps=4", "checkpoint.resume=none"});
+  ASSERT_TRUE(fresh.ok());
+  auto f = Trainer::Create(*fresh);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(hf), std::string::npos) << f.status().ToString();
+}
+
 TEST(JobConfigTest, StrictErrorsNameTheKey) {
   std::string tokens = MakeTokens("cfg", 1000, 512);
   auto expect_error = [&](const std::string& text, const std::string& needle, std::vector<std::string> sets = {}) {
