@@ -97,6 +97,7 @@ Status Trainer::Init() {
   RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
+  RETURN_IF_ERROR(PrepareEvalData());
   RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
@@ -434,6 +435,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
              tc.steps);
   while (step_ < tc.steps) {
     ASSIGN_OR_RETURN(StepMetrics m, Step());
+    if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
     window_seconds += m.seconds;
     window_tokens += m.positions;
     if (on_step) on_step(m);
