@@ -138,7 +138,8 @@ Status RunGenerate(const GenerateOptions& o) {
     nlohmann::json j{{"prompt_ids", prompt}, {"generated_ids", generated}, {"stop", stop},
                      {"eos_ids", eos}, {"seconds", secs}};
     if (tok) j["text"] = tok->Decode(generated);
-    std::printf("%s\n", j.dump().c_str());
+    // A sampled byte sequence need not be valid UTF-8: replaced (U+FFFD), never a throw.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (tok) {
     Stream(*tok, generated, true, &printed);
     std::printf("\n");

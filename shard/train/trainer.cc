@@ -412,6 +412,10 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
                {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
                {"step_time_s", static_cast<float>(m.seconds)},
                {"loss_scale", static_cast<float>(m.loss_scale)}};
+  if (m.eval_samples > 0) {  // job file eval:
+    s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
+    if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
+  }
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());
