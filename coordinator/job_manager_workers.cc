@@ -144,6 +144,12 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
   j.progress.set_lr(last.lr());
   j.progress.set_grad_norm(last.grad_norm());
   j.progress.set_loss_scale(last.loss_scale());
+  for (const v1::StepMetric& m : metrics) {
+    if (m.eval_samples() <= 0) continue;
+    j.progress.set_eval_step(m.step());
+    j.progress.set_eval_loss(m.eval_loss());
+    j.progress.set_eval_exact_match(m.eval_exact_match());
+  }
   j.progress.set_step_seconds(last.seconds());
   // Older workers send no positions: MFU stays unknown rather than wrong.
   j.progress.set_mfu(j.mfu_per_position_s > 0 && last.seconds() > 0 && last.positions() > 0

@@ -21,6 +21,7 @@ std::vector<JobPath> JobPaths(const shard::JobConfig& c, const std::string& work
   add("checkpoint.dir", c.checkpoint.dir, false);
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none") add("checkpoint.resume", c.checkpoint.resume, true);
   add("export.hf_dir", c.export_.hf_dir, false);
+  add("eval.data", c.eval.data, true);
   return out;
 }
 

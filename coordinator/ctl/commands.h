@@ -30,10 +30,19 @@ struct EvalOptions {
 shard::Status RunEval(const EvalOptions& o);
 shard::Status RunEvalSft(const EvalOptions& o);
 
+// generate_command.cc. Exactly one of prompt_text, messages, prompt.
 struct GenerateOptions {
   std::string model;
-  std::vector<int32_t> prompt;
-  int64_t max_new = 16;
+  // (room for --adapter DIR: a LoRA adapter applied to the loaded weights)
+  std::string prompt_text;      // --prompt TEXT (bos + the text's tokens)
+  std::string messages;         // --messages FILE.json, rendered by the model's chat template
+  std::vector<int32_t> prompt;  // --prompt-tokens 1,2,3
+  std::string tokenizer;        // --tokenizer; default: the model folder's tokenizer files
+  int64_t max_new = 64;
+  double temperature = 0.0;  // 0 = greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
   std::string device = "auto";
   bool json = false;
 };

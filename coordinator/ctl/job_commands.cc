@@ -73,7 +73,18 @@ std::string ProgressLine(const std::string& id, const v1::Progress& p, int attem
   std::snprintf(buf, sizeof(buf), "[%s] step %lld/%lld  loss %.4f  %.0f tokens/s  ETA %s  attempt %d", id.c_str(),
                 static_cast<long long>(p.step()), static_cast<long long>(p.total_steps()), p.loss(),
                 p.tokens_per_s(), Duration(p.eta_s()).c_str(), attempt);
-  return buf;
+  std::string line = buf;
+  if (p.eval_step() > 0) {  // the last held-out evaluation (job file eval:)
+    std::snprintf(buf, sizeof(buf), "  eval_loss %.4f", p.eval_loss());
+    line += buf;
+    if (p.eval_exact_match() >= 0) {
+      std::snprintf(buf, sizeof(buf), " exact %.1f%%", 100 * p.eval_exact_match());
+      line += buf;
+    }
+    std::snprintf(buf, sizeof(buf), " @%lld", static_cast<long long>(p.eval_step()));
+    line += buf;
+  }
+  return line;
 }
 
 // Whether anything accepts TCP connections at host:port (a coordinator that

@@ -46,12 +46,19 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
 }
 
 CLI::App* AddGenerate(CLI::App& app, shardctl::GenerateOptions* o, std::string* prompt) {
-  CLI::App* sub = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids");
-  sub->add_option("--model", o->model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
-  sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3")->required();
-  sub->add_option("--max-new", o->max_new, "Tokens to generate")->capture_default_str();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt or a chat (KV cache, sampling, eos stop)");
+  sub->add_option("--model", o->model, "HF model folder or committed checkpoint step folder")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--prompt", o->prompt_text, "Prompt text (the tokenizer's bos first)");
+  sub->add_option("--messages", o->messages, "JSON chat [{role, content}...] rendered by the model's chat template");
+  sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3");
+  sub->add_option("--tokenizer", o->tokenizer, "Tokenizer folder/file or byte (default: the model folder's)");
+  sub->add_option("--max-new", o->max_new, "Most tokens to generate (stops earlier at an eos token)")->capture_default_str();
+  sub->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  sub->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str();
+  sub->add_option("--top-k", o->top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   sub->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
-  sub->add_flag("--json", o->json, "Print {\"prompt\": [...], \"generated\": [...]}");
+  sub->add_flag("--json", o->json, "Print {prompt_ids, generated_ids, text, stop, eos_ids, seconds}");
   return sub;
 }
 
@@ -203,9 +210,11 @@ int main(int argc, char** argv) {
       {AddEval(app, &eval), [&] { return shardctl::RunEval(eval); }},
       {AddGenerate(app, &gen, &prompt),
        [&] {
-         auto tokens = shardctl::ParseTokenList(prompt);
-         if (!tokens.ok()) return tokens.status();
-         gen.prompt = *tokens;
+         if (!prompt.empty()) {
+           auto tokens = shardctl::ParseTokenList(prompt);
+           if (!tokens.ok()) return tokens.status();
+           gen.prompt = *tokens;
+         }
          return shardctl::RunGenerate(gen);
        }},
       {AddExport(app, &exp), [&] { return shardctl::RunExport(exp); }},

@@ -7,7 +7,12 @@ namespace shardctl {
 
 std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   bool scaler = false;
-  for (const auto& r : rows) scaler = scaler || r.skipped() || (r.loss_scale() != 0 && r.loss_scale() != 1);
+  bool eval = false, exact = false;  // columns only for jobs with an eval section
+  for (const auto& r : rows) {
+    scaler = scaler || r.skipped() || (r.loss_scale() != 0 && r.loss_scale() != 1);
+    eval = eval || r.eval_samples() > 0;
+    exact = exact || (r.eval_samples() > 0 && r.eval_exact_match() >= 0);
+  }
   std::string out;
   auto end_line = [&out] {
     while (!out.empty() && out.back() == ' ') out.pop_back();
@@ -16,12 +21,24 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%-10s %-10s %-11s %-10s %-10s", "STEP", "LOSS", "LR", "GRAD_NORM", "TOKENS/S");
   out += buf;
+  if (eval) out += " EVAL_LOSS ";
+  if (exact) out += " EXACT_MATCH";
   if (scaler) out += " SCALE      SKIPPED";
   end_line();
   for (const auto& r : rows) {
     std::snprintf(buf, sizeof(buf), "%-10lld %-10.4f %-11.3e %-10.4f %-10.0f", static_cast<long long>(r.step()),
                   r.loss(), r.lr(), r.grad_norm(), r.tokens_per_s());
     out += buf;
+    if (eval) {
+      if (r.eval_samples() > 0) std::snprintf(buf, sizeof(buf), " %-10.4f", r.eval_loss());
+      else std::snprintf(buf, sizeof(buf), " %-10s", "");
+      out += buf;
+    }
+    if (exact) {
+      if (r.eval_samples() > 0 && r.eval_exact_match() >= 0) std::snprintf(buf, sizeof(buf), " %-11.3f", r.eval_exact_match());
+      else std::snprintf(buf, sizeof(buf), " %-11s", "");
+      out += buf;
+    }
     if (scaler) {
       std::snprintf(buf, sizeof(buf), " %-10g %s", r.loss_scale(), r.skipped() ? "yes" : "");
       out += buf;
@@ -45,6 +62,11 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
                                 {"tokens_per_s", r.tokens_per_s()},
                                 {"skipped", r.skipped()},
                                 {"loss_scale", r.loss_scale()}};
+    if (r.eval_samples() > 0) {
+      j["eval_samples"] = r.eval_samples();
+      j["eval_loss"] = r.eval_loss();
+      if (r.eval_exact_match() >= 0) j["eval_exact_match"] = r.eval_exact_match();
+    }
     out += j.dump();
     out += "\n";
   }

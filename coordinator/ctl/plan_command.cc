@@ -20,7 +20,11 @@ shard::Status RunPlan(const PlanOptions& o) {
   std::string no_gpu;
   auto probed = cluster.empty() ? shardd::ProbedLocalCluster(catalog, shardd::FindWorkerBinary(), &no_gpu) : std::nullopt;
   auto planned = shard::plan::PlanJob(job, catalog, cluster, probed ? &*probed : nullptr);
-  if (!planned.ok() && !no_gpu.empty()) return planned.status().WithContext("no local GPU to plan for (" + no_gpu + ")");
+  // Any planning error ends here: dereferencing a failed StatusOr is what made
+  // `plan --cluster` crash in FormatPlanText on a refused config.json (issue 21).
+  if (!planned.ok())
+    return no_gpu.empty() ? planned.status()
+                          : planned.status().WithContext("no local GPU to plan for (" + no_gpu + ")");
   shard::plan::Plan plan = std::move(*planned);
   std::string text = o.json ? shard::plan::PlanToJson(plan) + "\n" : shard::plan::FormatPlanText(plan);
   if (o.simulate) {

@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
   grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
-  loss_scale REAL NOT NULL DEFAULT 0, PRIMARY KEY(job_id, step));
+  loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
+  eval_exact_match REAL NOT NULL DEFAULT -1, PRIMARY KEY(job_id, step));
 CREATE TABLE IF NOT EXISTS job_resources(
   job_id TEXT PRIMARY KEY, demand TEXT NOT NULL, placement TEXT NOT NULL);
 )sql";
@@ -47,6 +48,9 @@ constexpr AddedColumn kAddedColumns[] = {
     {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
     {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
     {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
+    {"metrics", "eval_samples", "INTEGER NOT NULL DEFAULT 0"},  // held-out evaluation (0: none)
+    {"metrics", "eval_loss", "REAL"},
+    {"metrics", "eval_exact_match", "REAL NOT NULL DEFAULT -1"},  // -1: not computed
 };
 
 // A prepared statement bound positionally; finalized on scope exit.
@@ -419,9 +423,10 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<shard
   for (const shard::StepMetrics& m : rows) {
     Status st = Stmt(db_,
                      "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
-                     "loss_scale) VALUES(?,?,?,?,?,?,?,?,?,?)")
+                     "loss_scale,eval_samples,eval_loss,eval_exact_match) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)")
                     .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
                     .Bind(m.tokens).Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale)
+                    .Bind(m.eval_samples).Bind(m.eval_loss).Bind(m.eval_exact_match)
                     .Run();
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -436,10 +441,12 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
   // LIMIT -1 is no limit. "The last N" reads the newest N backwards and puts
   // them back in order; both forms walk the (job_id, step) key.
   const int64_t max_rows = q.max_rows > 0 ? q.max_rows : -1;
-  Stmt s(db_, q.last > 0 ? "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale FROM "
+  Stmt s(db_, q.last > 0 ? "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,"
+                           "eval_exact_match FROM "
                            "(SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step DESC LIMIT ?) "
                            "ORDER BY step LIMIT ?"
-                         : "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale FROM metrics "
+                         : "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,"
+                           "eval_exact_match FROM metrics "
                            "WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
   s.Bind(job_id).Bind(q.after_step);
   if (q.last > 0) s.Bind(q.last);
@@ -458,6 +465,9 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
     m.seconds = s.Real(6);
     m.skipped = s.Int(7) != 0;
     m.loss_scale = s.Real(8);
+    m.eval_samples = s.Int(9);
+    m.eval_loss = m.eval_samples > 0 ? s.RealOrNaN(10) : 0;
+    m.eval_exact_match = s.Real(11);
     out.push_back(m);
   }
   return out;

@@ -13,6 +13,9 @@ v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
   s.set_skipped(m.skipped);
   s.set_loss_scale(m.loss_scale);
   s.set_positions(m.positions);
+  s.set_eval_samples(m.eval_samples);
+  s.set_eval_loss(m.eval_loss);
+  s.set_eval_exact_match(m.eval_exact_match);
   return s;
 }
 
@@ -28,6 +31,9 @@ shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
   m.skipped = s.skipped();
   m.loss_scale = s.loss_scale();  // 0 from workers too old to send it: "not reported"
   m.positions = s.positions();
+  m.eval_samples = s.eval_samples();
+  m.eval_loss = s.eval_loss();
+  m.eval_exact_match = m.eval_samples > 0 ? s.eval_exact_match() : -1;
   return m;
 }
 
@@ -43,6 +49,9 @@ v1::MetricRow ToMetricRow(const shard::StepMetrics& m) {
   r.set_tokens_per_s(m.seconds > 0 ? m.tokens / m.seconds : 0);
   r.set_skipped(m.skipped);
   r.set_loss_scale(m.loss_scale);
+  r.set_eval_samples(m.eval_samples);
+  r.set_eval_loss(m.eval_loss);
+  r.set_eval_exact_match(m.eval_exact_match);
   return r;
 }
 

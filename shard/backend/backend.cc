@@ -33,6 +33,12 @@ StatusOr<std::unique_ptr<Backend>> CreateUnwrapped(const std::string& device, co
 
 }  // namespace
 
+void Backend::Copy2D(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_bytes,
+                     int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    Copy(static_cast<char*>(dst) + r * dst_stride, static_cast<const char*>(src) + r * src_stride, row_bytes);
+}
+
 std::shared_ptr<BackendEvent> Backend::RecordEvent() {
   static const std::shared_ptr<BackendEvent> done = std::make_shared<DoneEvent>();
   return done;

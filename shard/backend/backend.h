@@ -132,6 +132,12 @@ class Backend {
   // An event after all work queued so far. The default is already complete.
   virtual std::shared_ptr<BackendEvent> RecordEvent();
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Copies `rows` rows of row_bytes each: row r from src + r*src_stride to
+  // dst + r*dst_stride (strides in bytes; the rows must not overlap). Moves one
+  // head group out of a fused qkv activation and back (Qwen3's q/k norms). The
+  // default issues one Copy per row; device backends do it in one call.
+  virtual void Copy2D(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_bytes,
+                      int64_t rows);
   virtual void Fill(float* x, int64_t n, float value) = 0;
   // dst (n elements of `to`) = src rounded to nearest even (NaN stays NaN,
   // overflow becomes inf); kF32 copies. Same bits as ConvertFromF32 in dtype.h.

@@ -60,6 +60,10 @@ class ProfilingBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override {
     Timed("copy", 0, [&] { inner_->Copy(dst, src, bytes); });
   }
+  void Copy2D(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_bytes,
+              int64_t rows) override {
+    Timed("copy", 0, [&] { inner_->Copy2D(dst, dst_stride, src, src_stride, row_bytes, rows); });
+  }
   void Fill(float* x, int64_t n, float v) override { Timed("fill", 0, [&] { inner_->Fill(x, n, v); }); }
   void CastFromF32(const float* src, void* dst, int64_t n, DType to) override {
     Timed("cast_from_f32", 0, [&] { inner_->CastFromF32(src, dst, n, to); });

@@ -28,9 +28,12 @@ void InitUnitParams(const UnitSpec& unit, int unit_index, uint64_t seed, float s
   for (int64_t i = begin; i < end; ++i) out[i - begin] = 0.0f;
   for (const auto& t : unit.tensors) {
     int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-    bool is_norm = t.shape.size() == 1;
+    // Norm weights start at 1, biases (qwen2's q/k/v) at 0.
+    const bool is_vector = t.shape.size() == 1;
+    const bool is_bias = t.hf_name.size() > 5 && t.hf_name.compare(t.hf_name.size() - 5, 5, ".bias") == 0;
+    if (is_vector && is_bias) continue;  // already zero
     for (int64_t i = lo; i < hi; ++i)
-      out[i - begin] = is_norm ? 1.0f : std_dev * Normal(seed, static_cast<uint64_t>(unit_index), static_cast<uint64_t>(i));
+      out[i - begin] = is_vector ? 1.0f : std_dev * Normal(seed, static_cast<uint64_t>(unit_index), static_cast<uint64_t>(i));
   }
 }
 

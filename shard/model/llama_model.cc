@@ -2,12 +2,14 @@
 
 #include <algorithm>
 
+#include "shard/model/qkv_extras.h"
 #include "shard/model/rope.h"
 
 namespace shard {
 
 // One block's saved activations (shapes for rows = max_rows).
 struct LlamaModel::LayerActs {
+  int set = 0;  // index of this set (QkvExtras keeps its saved tensors per set)
   DeviceBuffer xn1, rstd1, qkv, attn, lse, x_mid, xn2, rstd2, gu, h;
 };
 
@@ -67,6 +69,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& conf
   if (options.loss_chunk_rows < 0)
     return InvalidArgument("model: loss_chunk_rows must be >= 0 (0 = auto), got " +
                            std::to_string(options.loss_chunk_rows));
+  RETURN_IF_ERROR(config.CheckSequenceLength(options.max_seq, "model: sequence length"));
   std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, options));
   RETURN_IF_ERROR(m->Allocate());
   return m;
@@ -88,6 +91,7 @@ Status LlamaModel::Allocate() {
   int sets = options_.activation_checkpointing ? 1 : c.num_layers;
   for (int i = 0; i < sets; ++i) {
     auto a = std::make_unique<LayerActs>();
+    a->set = i;
     RETURN_IF_ERROR(make(&a->xn1, n * d));
     RETURN_IF_ERROR(make(&a->rstd1, n));
     RETURN_IF_ERROR(make(&a->qkv, n * c.qkv_dim()));
@@ -110,6 +114,7 @@ Status LlamaModel::Allocate() {
   RETURN_IF_ERROR(make(&scratch_attn_, n * hq));
   RETURN_IF_ERROR(make(&scratch_qkv_, n * c.qkv_dim()));
   RETURN_IF_ERROR(make(&scratch_gu_, n * 2 * f));
+  ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, sets));
   std::vector<float> table = RopeCosSinTable(c, options_.max_seq);
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
   backend_->CopyToDevice(rope_table_.data(), table.data(), table.size() * sizeof(float));
@@ -136,6 +141,7 @@ void LlamaModel::BlockForward(const float* w, const DeviceBatch& b, const float*
 
   backend_->RmsNormForward(x, w + t[kInputNorm].offset, n, d, eps, a.xn1.data(), a.rstd1.data());
   LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
+  extras_->Forward(w, a.set, n, a.qkv.data());
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
                  rope_table_.data(), /*inverse=*/false);
   backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
@@ -175,6 +181,7 @@ void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, 
   backend_->AttentionBackward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv);
   backend_->Rope(dqkv, n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions, rope_table_.data(),
                  /*inverse=*/true);
+  extras_->Backward(w, dw, a.set, n, dqkv);
   LinearBackward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, dw + t[kQ].offset);
   backend_->RmsNormBackward(dxn, x, w + t[kInputNorm].offset, a.rstd1.data(), n, d, dx,
                             dw + t[kInputNorm].offset);

@@ -49,6 +49,8 @@ struct DeviceBatch {
   int64_t rows() const { return batch * seq; }
 };
 
+class QkvExtras;
+
 class LlamaModel {
  public:
   static StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config, Backend* backend,
@@ -111,6 +113,7 @@ class LlamaModel {
   DeviceBuffer final_norm_, final_rstd_, logits_;
   DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
   DeviceBuffer rope_table_;
+  std::unique_ptr<QkvExtras> extras_;  // qwen2 biases / qwen3 q,k norms (no-op otherwise)
 };
 
 }  // namespace shard

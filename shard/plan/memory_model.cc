@@ -173,6 +173,16 @@ ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t s
   // grad_a, grad_b, scratch_d (d each), scratch_ffn (f), scratch_attn (hq), scratch_qkv, scratch_gu (2f)
   a.scratch = n * (3 * d + 3 * f + hq + qkv);
   a.rope = seq_len * c.head_dim();
+  // Family extras (shard/model/qkv_extras): qwen2's ones vector for the q/k/v
+  // biases; qwen3's pre-norm q and k heads and their rstd per saved set, plus
+  // two [n, hq] scratch buffers.
+  if (c.qkv_bias()) a.scratch += n;
+  if (c.qk_norm()) {
+    const int64_t heads = c.num_heads + c.num_kv_heads;
+    a.saved += sets * n * heads * c.head_dim();
+    a.statistics += sets * n * heads;
+    a.scratch += 2 * n * hq;
+  }
   return a;
 }
 

@@ -71,8 +71,8 @@ std::string FormatPlanText(const Plan& p) {
   const LlamaConfig& c = w.model;
   std::string out;
   out += "shardd plan" + (p.job_file.empty() ? std::string() : ": " + p.job_file) + "\n";
-  out += F("  model     %s: %s parameters (%d layers, d %lld, %d heads / %d KV, ffn %lld, vocab %lld%s)\n",
-           w.model_name.c_str(), Count(static_cast<double>(c.NumParams())).c_str(), c.num_layers,
+  out += F("  model     %s: %s parameters (%s, %d layers, d %lld, %d heads / %d KV, ffn %lld, vocab %lld%s)\n",
+           w.model_name.c_str(), Count(static_cast<double>(c.NumParams())).c_str(), c.family_name(), c.num_layers,
            static_cast<long long>(c.hidden_size), c.num_heads, c.num_kv_heads,
            static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
            c.tie_word_embeddings ? ", tied" : "");
@@ -170,6 +170,7 @@ std::string PlanToJson(const Plan& p) {
                   {"host_ram_gib", p.cluster.host.ram_gib}};
   j["workload"] = {{"model", w.model_name},
                    {"parameters", w.model.NumParams()},
+                   {"family", w.model.family_name()},
                    {"method", MethodName(w.method)},
                    {"compute_dtype", w.cpu_engine ? "fp32" : DTypeName(w.compute)},
                    {"fp32_master", w.fp32_master},

@@ -75,6 +75,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     return InvalidArgument("model: set model.preset or model.from_hf");
   }
   RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
+  RETURN_IF_ERROR(w.model.CheckSequenceLength(job.data.seq_len, "data.seq_len"));
   w.strategy = job.parallel.strategy;
   w.cpu_engine = cluster.cpu_only;
   w.fp32_transients = !w.cpu_engine;  // shardd's GPU runtime as built (Workload::fp32_transients)

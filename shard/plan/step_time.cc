@@ -72,7 +72,8 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
   const LlamaConfig& c = w.model;
   const double T = static_cast<double>(w.seq_len);
   const double N = static_cast<double>(c.NumMatmulParams());
-  const double attn = 12.0 * c.num_layers * static_cast<double>(c.hidden_size) * T;  // fwd 4 + bwd 8, per token
+  // fwd 4 + bwd 8, per token, over the attention width H * head_dim (= d except with an explicit head_dim)
+  const double attn = 12.0 * c.num_layers * static_cast<double>(c.num_heads) * c.head_dim() * T;
   // Frozen weights need no weight gradients: LoRA's matmuls cost 4N, not 6N.
   t.model_flops_per_token = (w.method == Method::kFull ? 6.0 : 4.0) * N + attn;
   const double recompute = w.activation_checkpointing ? 2.0 * N + attn / 3.0 : 0.0;

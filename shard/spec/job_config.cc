@@ -98,6 +98,7 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(parallel.Validate());
   RETURN_IF_ERROR(checkpoint.Validate());
   RETURN_IF_ERROR(restart.Validate());
+  RETURN_IF_ERROR(eval.Validate(data.sft()));
   const int64_t per_step = train.micro_batch * parallel.world_size;
   if (train.global_batch % per_step != 0)
     return InvalidArgument("train.global_batch " + std::to_string(train.global_batch) +
@@ -376,6 +377,15 @@ Status MapExport(YamlMap& root, ExportConfig* e) {
   return m.Finish();
 }
 
+Status MapEval(YamlMap& root, EvalConfig* e) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("eval"));
+  RETURN_IF_ERROR(m.Get("data", &e->data));
+  RETURN_IF_ERROR(m.Get("every_steps", &e->every_steps));
+  RETURN_IF_ERROR(m.Get("max_samples", &e->max_samples));
+  RETURN_IF_ERROR(m.Get("exact_match", &e->exact_match));
+  return m.Finish();
+}
+
 Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(root.Get("name", &job->name));
   RETURN_IF_ERROR(root.Get("priority", &job->priority));
@@ -387,6 +397,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapResources(root, &job->resources));
   RETURN_IF_ERROR(MapRestart(root, &job->restart));
   RETURN_IF_ERROR(MapExport(root, &job->export_));
+  RETURN_IF_ERROR(MapEval(root, &job->eval));
   return root.Finish();
 }
 

@@ -10,6 +10,7 @@
 #include "shard/common/status.h"
 #include "shard/spec/data_config.h"
 #include "shard/spec/enum_names.h"
+#include "shard/spec/eval_config.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
 #include "shard/spec/shard_layout.h"
@@ -205,6 +206,7 @@ struct JobConfig {
   ResourcesConfig resources;
   RestartConfig restart;
   ExportConfig export_;
+  EvalConfig eval;
   std::string source;  // the file it came from
 
   // Cross-section checks (e.g. global_batch divisible by micro_batch * world).

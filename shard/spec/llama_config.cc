@@ -20,13 +20,15 @@ Status LlamaConfig::Validate() const {
   if (num_layers <= 0) return bad("num_hidden_layers must be > 0");
   if (num_heads <= 0) return bad("num_attention_heads must be > 0");
   if (num_kv_heads <= 0) return bad("num_key_value_heads must be > 0");
-  if (hidden_size % num_heads != 0)
+  if (explicit_head_dim < 0) return bad("head_dim must be > 0");
+  if (explicit_head_dim == 0 && hidden_size % num_heads != 0)
     return bad("hidden_size " + std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
                std::to_string(num_heads));
   if (num_heads % num_kv_heads != 0)
     return bad("num_attention_heads " + std::to_string(num_heads) +
                " is not a multiple of num_key_value_heads " + std::to_string(num_kv_heads));
   if (head_dim() % 2 != 0) return bad("head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
+  if (sliding_window < 0) return bad("sliding_window must be >= 0 (0 = none)");
   if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be > 0");
   if (!(rope_theta > 0)) return bad("rope_theta must be > 0");
   if (max_position_embeddings <= 0) return bad("max_position_embeddings must be > 0");
@@ -72,8 +74,10 @@ Status LlamaConfig::Validate() const {
 }
 
 double LlamaConfig::ApproxParams() const {
-  const double d = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
-  const double block = 2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(intermediate_size) + 2 * d;
+  const double d = static_cast<double>(hidden_size), hd = head_dim();
+  const double q = num_heads * hd, kv = static_cast<double>(num_kv_heads) * hd;
+  const double block = 2 * d * q + 2 * d * kv + 3 * d * static_cast<double>(intermediate_size) + 2 * d +
+                       (qkv_bias() ? q + 2 * kv : 0) + (qk_norm() ? 2 * hd : 0);
   const double emb = static_cast<double>(vocab_size) * d;
   return emb * (tie_word_embeddings ? 1 : 2) + static_cast<double>(num_layers) * block + d;
 }
@@ -82,9 +86,18 @@ int64_t LlamaConfig::NumParams() const {
   int64_t d = hidden_size, hd = head_dim();
   int64_t attn = d * num_heads * hd + 2 * d * num_kv_heads * hd + num_heads * hd * d;
   int64_t mlp = 3 * d * intermediate_size;
-  int64_t block = attn + mlp + 2 * d;
+  int64_t extras = (qkv_bias() ? qkv_dim() : 0) + (qk_norm() ? 2 * hd : 0);
+  int64_t block = attn + mlp + 2 * d + extras;
   int64_t emb = vocab_size * d;
   return emb + num_layers * block + d + (tie_word_embeddings ? 0 : emb);
+}
+
+Status LlamaConfig::CheckSequenceLength(int64_t seq_len, const std::string& what) const {
+  if (sliding_window <= 0 || seq_len <= sliding_window) return OkStatus();
+  return Unimplemented(what + " " + std::to_string(seq_len) + " exceeds the model's sliding_window " +
+                       std::to_string(sliding_window) + ": shardd's attention is plain causal, which equals " +
+                       family_name() + "'s sliding-window attention only up to the window (use at most " +
+                       std::to_string(sliding_window) + " tokens)");
 }
 
 int64_t LlamaConfig::NumMatmulParams() const {
@@ -94,7 +107,7 @@ int64_t LlamaConfig::NumMatmulParams() const {
 
 double LlamaConfig::TrainFlopsPerToken(int64_t seq_len) const {
   return 6.0 * static_cast<double>(NumMatmulParams()) +
-         12.0 * num_layers * static_cast<double>(hidden_size) * static_cast<double>(seq_len);
+         12.0 * num_layers * static_cast<double>(num_heads) * head_dim() * static_cast<double>(seq_len);
 }
 
 uint64_t LlamaConfig::ShapeHash() const {
@@ -102,13 +115,19 @@ uint64_t LlamaConfig::ShapeHash() const {
                   std::to_string(intermediate_size) + "," + std::to_string(num_layers) + "," +
                   std::to_string(num_heads) + "," + std::to_string(num_kv_heads) + "," +
                   (tie_word_embeddings ? "tied" : "untied");
+  // Llama shapes keep their old hash (existing checkpoints stay compatible);
+  // the other families and an explicit head_dim change the tensors, so the hash.
+  if (family != ModelFamily::kLlama) s += std::string(",") + family_name();
+  if (explicit_head_dim > 0) s += ",hd" + std::to_string(explicit_head_dim);
   return XXH64(s.data(), s.size(), 0);
 }
 
 std::string LlamaConfig::ToHfConfigJson() const {
+  static const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                                "Qwen3ForCausalLM"};
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {kArchitectures[static_cast<int>(family)]};
+  j["model_type"] = family_name();
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -130,8 +149,14 @@ std::string LlamaConfig::ToHfConfigJson() const {
   }
   j["max_position_embeddings"] = max_position_embeddings;
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (family == ModelFamily::kMistral) j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  if (family == ModelFamily::kQwen2 || family == ModelFamily::kQwen3) {
+    j["use_sliding_window"] = sliding_window > 0;
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+    if (sliding_window > 0) j["max_window_layers"] = 0;  // every layer, as CheckSequenceLength assumes
+  }
+  if (family != ModelFamily::kQwen2) j["attention_bias"] = false;  // Qwen2's q/k/v biases are implied
+  if (family == ModelFamily::kLlama) j["mlp_bias"] = false;
   j["torch_dtype"] = "float32";
   return j.dump(2) + "\n";
 }
@@ -191,6 +216,27 @@ const std::vector<Preset>& Presets() {
     LlamaConfig l32_1b = Make(128256, 2048, 8192, 16, 32, 8, 500000.0, 131072, true);
     l32_1b.rope_scaling = Llama3Scaling(32.0);
     p.push_back({"llama3.2-1b", l32_1b});
+    // Other families, from their published config.json files (parameter counts
+    // checked against the published totals in tests/unit/model/model_family_test.cc).
+    auto family = [](LlamaConfig c, ModelFamily f, int64_t window = 0, int head_dim = 0) {
+      c.family = f;
+      c.sliding_window = window;
+      c.explicit_head_dim = head_dim * c.num_heads == c.hidden_size ? 0 : head_dim;  // as read from config.json
+      return c;
+    };
+    p.push_back({"mistral-7b", family(Make(32000, 4096, 14336, 32, 32, 8, 10000.0, 32768, false), ModelFamily::kMistral, 4096)});
+    p.push_back({"mistral-7b-v0.3", family(Make(32768, 4096, 14336, 32, 32, 8, 1e6, 32768, false), ModelFamily::kMistral)});
+    p.push_back({"qwen2.5-0.5b", family(Make(151936, 896, 4864, 24, 14, 2, 1e6, 32768, true, 1e-6), ModelFamily::kQwen2)});
+    p.push_back({"qwen2.5-7b", family(Make(152064, 3584, 18944, 28, 28, 4, 1e6, 32768, false, 1e-6), ModelFamily::kQwen2)});
+    p.push_back({"qwen2.5-72b", family(Make(152064, 8192, 29568, 80, 64, 8, 1e6, 32768, false, 1e-6), ModelFamily::kQwen2)});
+    p.push_back({"qwen3-0.6b", family(Make(151936, 1024, 3072, 28, 16, 8, 1e6, 40960, true, 1e-6), ModelFamily::kQwen3, 0, 128)});
+    p.push_back({"qwen3-8b", family(Make(151936, 4096, 12288, 36, 32, 8, 1e6, 40960, false, 1e-6), ModelFamily::kQwen3, 0, 128)});
+    p.push_back({"qwen3-32b", family(Make(151936, 5120, 25600, 64, 64, 8, 1e6, 40960, false, 1e-6), ModelFamily::kQwen3, 0, 128)});
+    // Tiny variants (the "tiny" shape in each family) for tests and demos; tiny-qwen3
+    // has head_dim 48 != 128 / 4 and tiny-mistral a 64-token window.
+    p.push_back({"tiny-mistral", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false), ModelFamily::kMistral, 64)});
+    p.push_back({"tiny-qwen2", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, true, 1e-6), ModelFamily::kQwen2)});
+    p.push_back({"tiny-qwen3", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false, 1e-6), ModelFamily::kQwen3, 0, 48)});
     return p;
   }();
   return presets;
@@ -212,6 +258,30 @@ StatusOr<LlamaConfig> LlamaPreset(const std::string& name) {
   return InvalidArgument("unknown model preset '" + name + "' (known: " + all + ")");
 }
 
+namespace {
+
+// Mistral: sliding_window (null = none). Qwen2/3: sliding_window applies only
+// with use_sliding_window true, and then to layers >= max_window_layers.
+Status ReadSlidingWindow(const nlohmann::json& j, const std::string& source, LlamaConfig* c) {
+  if (c->family == ModelFamily::kLlama || !j.contains("sliding_window") || j["sliding_window"].is_null())
+    return OkStatus();
+  if (!j["sliding_window"].is_number_integer()) return InvalidArgument(source + ": sliding_window must be an integer or null");
+  const int64_t window = j["sliding_window"].get<int64_t>();
+  if (c->family != ModelFamily::kMistral) {
+    if (!j.contains("use_sliding_window") || !j["use_sliding_window"].is_boolean() ||
+        !j["use_sliding_window"].get<bool>())
+      return OkStatus();
+    if (j.contains("max_window_layers") && j["max_window_layers"].is_number_integer() &&
+        j["max_window_layers"].get<int64_t>() >= c->num_layers)
+      return OkStatus();  // no layer uses the window
+  }
+  if (window <= 0) return InvalidArgument(source + ": sliding_window must be > 0 or null, got " + std::to_string(window));
+  c->sliding_window = window;
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::string& source) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument(source + ": not a JSON object");
@@ -230,19 +300,23 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
     *out = j[key].get<double>();
     return OkStatus();
   };
-  if (j.contains("model_type") && j["model_type"].is_string()) {
-    std::string mt = j["model_type"];
-    if (mt != "llama")
-      return Unimplemented(source + ": model_type '" + mt + "' is not supported (shardd trains llama)");
+  LlamaConfig c;
+  if (j.contains("model_type") && !j["model_type"].is_null()) {
+    if (!j["model_type"].is_string()) return InvalidArgument(where("model_type") + " must be a string");
+    const std::string mt = j["model_type"];
+    auto family = ParseEnum(kModelFamilyNames, mt);
+    if (!family.ok())
+      return Unimplemented(where("model_type") + " '" + mt + "' is not supported (supported: " +
+                           EnumChoices(kModelFamilyNames) + ")");
+    c.family = *family;
   }
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
     if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
-      return Unimplemented(where(flag) + " = true is not supported (Llama has no biases)");
+      return Unimplemented(where(flag) + " = true is not supported (the only biases shardd models are qwen2's q/k/v)");
   }
   if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
     return Unimplemented(where("hidden_act") + " = " + j["hidden_act"].get<std::string>() +
                          " is not supported (expected silu)");
-  LlamaConfig c;
   int64_t layers = 0, heads = 0, kv = -1;
   RETURN_IF_ERROR(get_int("vocab_size", &c.vocab_size, true));
   RETURN_IF_ERROR(get_int("hidden_size", &c.hidden_size, true));
@@ -267,10 +341,10 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     int64_t hd = 0;
     RETURN_IF_ERROR(get_int("head_dim", &hd, false));
-    if (heads > 0 && hd * heads != c.hidden_size)
-      return Unimplemented(where("head_dim") + " = " + std::to_string(hd) +
-                           " differs from hidden_size / num_attention_heads (not supported)");
+    if (hd <= 0 || hd > (int64_t{1} << 16)) return InvalidArgument(where("head_dim") + " " + std::to_string(hd) + " is out of range");
+    if (heads <= 0 || hd * heads != c.hidden_size) c.explicit_head_dim = static_cast<int>(hd);
   }
+  RETURN_IF_ERROR(ReadSlidingWindow(j, source, &c));
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const auto& rs = j["rope_scaling"];
     if (!rs.is_object()) return InvalidArgument(where("rope_scaling") + " must be an object or null");

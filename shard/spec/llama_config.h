@@ -7,8 +7,21 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/enum_names.h"
 
 namespace shard {
+
+// The decoder families shardd reads from an HF config.json "model_type". All
+// are the Llama block (RMSNorm, RoPE, GQA, SwiGLU); the differences:
+//   mistral: optional sliding-window attention (sliding_window);
+//   qwen2:   biases on the q, k and v projections (model.layers.N.self_attn.{q,k,v}_proj.bias);
+//   qwen3:   per-head RMSNorm of q and k before RoPE (self_attn.{q,k}_norm.weight) and an
+//            explicit head_dim that may differ from hidden_size / num_attention_heads.
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
+inline constexpr EnumName<ModelFamily> kModelFamilyNames[] = {{ModelFamily::kLlama, "llama"},
+                                                              {ModelFamily::kMistral, "mistral"},
+                                                              {ModelFamily::kQwen2, "qwen2"},
+                                                              {ModelFamily::kQwen3, "qwen3"}};
 
 // HF "rope_scaling" of type "llama3" (Llama 3.1+); type "" means none.
 struct RopeScaling {
@@ -29,6 +42,7 @@ inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
 inline constexpr double kMaxParams = 1e13;
 
 struct LlamaConfig {
+  ModelFamily family = ModelFamily::kLlama;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;        // d
   int64_t intermediate_size = 0;  // ffn
@@ -40,8 +54,24 @@ struct LlamaConfig {
   RopeScaling rope_scaling;
   int64_t max_position_embeddings = 4096;
   bool tie_word_embeddings = false;
+  // HF head_dim when the config gives one that differs from hidden_size /
+  // num_heads (Qwen3); 0 = hidden_size / num_heads.
+  int explicit_head_dim = 0;
+  // Sliding-window attention span (Mistral's sliding_window, Qwen2's when
+  // use_sliding_window); 0 = none. shardd's attention kernels are plain causal,
+  // which equals sliding-window attention whenever a sequence is no longer than
+  // the window, so longer sequences are refused (CheckSequenceLength).
+  int64_t sliding_window = 0;
 
-  int head_dim() const { return static_cast<int>(hidden_size / num_heads); }
+  int head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : static_cast<int>(hidden_size / num_heads);
+  }
+  bool qkv_bias() const { return family == ModelFamily::kQwen2; }
+  bool qk_norm() const { return family == ModelFamily::kQwen3; }
+  const char* family_name() const { return EnumToName(kModelFamilyNames, family); }
+  // Refuses sequences (training seq_len, prompt + generated tokens) longer than
+  // the sliding window, where plain causal attention would differ from the model's.
+  Status CheckSequenceLength(int64_t seq_len, const std::string& what) const;
   int64_t qkv_dim() const { return static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim(); }
 
   // Errors name the field; checks divisibility of heads, even head_dim, etc.
@@ -61,14 +91,15 @@ struct LlamaConfig {
   // Stable hash of the shape, for checkpoint compatibility checks.
   uint64_t ShapeHash() const;
 
-  // HF config.json (LlamaForCausalLM) text.
+  // HF config.json text for the family (LlamaForCausalLM, MistralForCausalLM, ...).
   std::string ToHfConfigJson() const;
 };
 
 // Names accepted by LlamaPreset, for help texts.
 std::vector<std::string> LlamaPresetNames();
 StatusOr<LlamaConfig> LlamaPreset(const std::string& name);
-// Reads an HF config.json (model_type llama, or a compatible decoder).
+// Reads an HF config.json; model_type must be one of kModelFamilyNames (a
+// missing model_type reads as llama).
 StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& json_text, const std::string& source);
 StatusOr<LlamaConfig> LlamaConfigFromHfDir(const std::string& dir);
 

@@ -42,6 +42,18 @@ ParamLayout ParamLayout::ForLlama(const LlamaConfig& c) {
     Add(&b, p + "mlp.gate_proj.weight", {f, d}, true);
     Add(&b, p + "mlp.up_proj.weight", {f, d}, true);
     Add(&b, p + "mlp.down_proj.weight", {d, f}, true);
+    if (c.qkv_bias()) {
+      layout.block_extras.q_bias = static_cast<int>(b.tensors.size());
+      Add(&b, p + "self_attn.q_proj.bias", {c.num_heads * hd}, false);
+      Add(&b, p + "self_attn.k_proj.bias", {c.num_kv_heads * hd}, false);
+      Add(&b, p + "self_attn.v_proj.bias", {c.num_kv_heads * hd}, false);
+    }
+    if (c.qk_norm()) {
+      layout.block_extras.q_norm = static_cast<int>(b.tensors.size());
+      Add(&b, p + "self_attn.q_norm.weight", {hd}, false);
+      layout.block_extras.k_norm = static_cast<int>(b.tensors.size());
+      Add(&b, p + "self_attn.k_norm.weight", {hd}, false);
+    }
     layout.units.push_back(std::move(b));
   }
 

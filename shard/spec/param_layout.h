@@ -35,14 +35,23 @@ struct UnitSpec {
   int64_t numel = 0;       // sum of tensor sizes (unpadded)
 };
 
-// Tensor indices inside a block unit, in storage order.
+// Tensor indices inside a block unit, in storage order. The family's extra
+// tensors follow kDown (their indices are ParamLayout::block_extras): qwen2's
+// q, k, v biases (adjacent, so they form one qkv bias vector), qwen3's q_norm
+// and k_norm ([head_dim] each).
 enum BlockTensor { kInputNorm = 0, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kNumBlockTensors };
+struct BlockExtras {
+  int q_bias = -1;  // then k_bias = q_bias + 1, v_bias = q_bias + 2
+  int q_norm = -1;
+  int k_norm = -1;
+};
 // Tensor indices inside the head unit (kLmHead absent when embeddings are tied).
 enum HeadTensor { kFinalNorm = 0, kLmHead = 1 };
 
 struct ParamLayout {
   std::vector<UnitSpec> units;  // [embed, layers.0 .. layers.L-1, head]
   int64_t total_numel = 0;
+  BlockExtras block_extras;  // the same in every block
 
   static ParamLayout ForLlama(const LlamaConfig& config);
 

@@ -24,6 +24,11 @@ struct StepMetrics {
   double loss_scale = 1.0;
   int64_t positions = 0;    // non-padding positions in the global batch (for tokens/s, MFU)
   int64_t samples = 0;      // samples (or windows) the global batch consumed
+  // Held-out evaluation after this step (job file eval:), computed by all
+  // ranks together; eval_samples 0 = no evaluation at this step.
+  int64_t eval_samples = 0;
+  double eval_loss = 0;           // mean cross-entropy per target token of eval.data
+  double eval_exact_match = -1;   // greedy exact-match rate of the last reply; -1 = not computed
 };
 
 }  // namespace shard

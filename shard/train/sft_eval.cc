@@ -39,20 +39,34 @@ struct Rows {
 
 }  // namespace
 
+namespace {
+
+// This rank's rows of the run of batch*world items starting at g0: [first, first + count).
+struct Share {
+  int64_t first = 0, count = 0;
+};
+Share MyShare(int64_t g0, int64_t total, int64_t B, const SftEvalOptions& o) {
+  const int64_t first = g0 + static_cast<int64_t>(o.rank) * B;
+  return {first, std::max<int64_t>(0, std::min(B, total - first))};
+}
+
+}  // namespace
+
 StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend, UnitAccess& params,
                                     const PreparedDataset& data, const SftEvalOptions& o) {
   if (o.batch <= 0) return InvalidArgument("sft eval: batch must be > 0");
   if (o.seq_len < 0) return InvalidArgument("sft eval: seq_len must be >= 0");
+  if (o.world <= 0 || o.rank < 0 || o.rank >= o.world) return InvalidArgument("sft eval: rank outside the world");
   RETURN_IF_ERROR(data.CheckVocab(config.vocab_size));
   SftEvalResult res;
   const int64_t n = o.max_samples > 0 ? std::min(o.max_samples, data.num_samples()) : data.num_samples();
-  res.samples = n;
   if (n == 0) return res;
   int64_t longest = 2;
   for (int64_t s = 0; s < n; ++s) longest = std::max(longest, data.length(s));
   const int64_t T = std::min(o.seq_len > 0 ? o.seq_len : longest - 1, config.max_position_embeddings);
   res.seq_len = T;
-  const int64_t B = std::min(o.batch, n);
+  const int64_t B = std::min(o.batch, std::max<int64_t>(1, (n + o.world - 1) / o.world));
+  const int64_t run = B * o.world;  // items per collective pass
   ModelOptions mo;
   mo.max_batch = B;
   mo.max_seq = T;
@@ -66,22 +80,26 @@ StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend,
   po.seq_len = T;
   po.packing = false;
   std::vector<int32_t> seg(B * T);
-  double loss_sum = 0;
-  for (int64_t s0 = 0; s0 < n; s0 += B) {
-    const int64_t nb = std::min(B, n - s0);
+  for (int64_t g0 = 0; g0 < n; g0 += run) {
+    const Share my = MyShare(g0, n, B, o);
+    res.samples += my.count;
+    const int64_t nb = std::max<int64_t>(my.count, 1);  // a placeholder row (no targets) keeps the ranks in step
     for (int64_t i = 0; i < nb; ++i) {
-      const int64_t take = std::min(data.length(s0 + i), T + 1);
       std::vector<PackedSpan> row;
-      if (SpanTargets(data.sample(s0 + i), take) > 0) row.push_back({s0 + i, take});
-      res.target_tokens += SpanTargets(data.sample(s0 + i), take);
+      if (i < my.count) {
+        const int64_t s = my.first + i, take = std::min(data.length(s), T + 1);
+        if (SpanTargets(data.sample(s), take) > 0) row.push_back({s, take});
+        res.target_tokens += SpanTargets(data.sample(s), take);
+      }
       FillRow(row, po, view, &rows.tok[i * T], &rows.tgt[i * T], &rows.pos[i * T], &seg[i * T]);
     }
     rows.Upload(backend, nb * T, /*targets=*/true);
     DeviceBatch b{nb, T, rows.d_tok.as_int(), rows.d_tgt.as_int(), rows.d_pos.as_int(), nullptr};
     ASSIGN_OR_RETURN(double l, model->ForwardLoss(b, params));
-    loss_sum += l;
+    res.loss_sum += l;
   }
-  res.loss = res.target_tokens > 0 ? loss_sum / static_cast<double>(res.target_tokens) : 0.0;
+  res.loss = res.target_tokens > 0 ? res.loss_sum / static_cast<double>(res.target_tokens) : 0.0;
+  if (!o.exact_match) return res;
 
   // Greedy answers, B samples side by side. Answer token j is predicted from
   // the prompt plus j generated tokens: the longest input is end - 1 tokens.
@@ -90,30 +108,35 @@ StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend,
     const AnswerSpan a = LastAnswerSpan(data.sample(s));
     if (a.size() > 0 && a.end - 1 <= T) todo.push_back(s);
   }
-  res.scored = static_cast<int64_t>(todo.size());
+  const int64_t total = static_cast<int64_t>(todo.size());
   std::vector<float> logits_row(config.vocab_size);
-  for (size_t g0 = 0; g0 < todo.size(); g0 += B) {
-    const int64_t nb = std::min<int64_t>(B, static_cast<int64_t>(todo.size() - g0));
+  for (int64_t g0 = 0; g0 < total; g0 += run) {
+    const Share my = MyShare(g0, total, B, o);
+    res.scored += my.count;
+    const int64_t nb = my.count;
     std::vector<std::vector<int32_t>> seqs(nb);
     std::vector<AnswerSpan> spans(nb);
+    // Decode steps: the longest answer of the whole run, the same on every rank.
     int64_t longest_answer = 0;
+    for (int64_t s = g0; s < std::min(total, g0 + run); ++s)
+      longest_answer = std::max(longest_answer, LastAnswerSpan(data.sample(todo[s])).size());
     for (int64_t i = 0; i < nb; ++i) {
-      const SampleView v = data.sample(todo[g0 + i]);
+      const SampleView v = data.sample(todo[my.first + i]);
       spans[i] = LastAnswerSpan(v);
       seqs[i].assign(v.tokens, v.tokens + spans[i].begin);
-      longest_answer = std::max(longest_answer, spans[i].size());
     }
     for (int64_t k = 0; k < longest_answer; ++k) {
       int64_t S = 1;
       for (int64_t i = 0; i < nb; ++i) S = std::max<int64_t>(S, static_cast<int64_t>(seqs[i].size()));
-      for (int64_t i = 0; i < nb; ++i) {
+      const int64_t rows_now = std::max<int64_t>(nb, 1);
+      for (int64_t i = 0; i < rows_now; ++i) {
         for (int64_t t = 0; t < S; ++t) {
-          rows.tok[i * S + t] = t < static_cast<int64_t>(seqs[i].size()) ? seqs[i][t] : 0;
+          rows.tok[i * S + t] = i < nb && t < static_cast<int64_t>(seqs[i].size()) ? seqs[i][t] : 0;
           rows.pos[i * S + t] = static_cast<int32_t>(t);
         }
       }
-      rows.Upload(backend, nb * S, /*targets=*/false);
-      DeviceBatch b{nb, S, rows.d_tok.as_int(), nullptr, rows.d_pos.as_int(), nullptr};
+      rows.Upload(backend, rows_now * S, /*targets=*/false);
+      DeviceBatch b{rows_now, S, rows.d_tok.as_int(), nullptr, rows.d_pos.as_int(), nullptr};
       // Only each unfinished sequence's last position: at most nb <= B rows of logits.
       std::vector<int64_t> want, owner;
       for (int64_t i = 0; i < nb; ++i) {
@@ -121,8 +144,9 @@ StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend,
         want.push_back(i * S + static_cast<int64_t>(seqs[i].size()) - 1);
         owner.push_back(i);
       }
+      if (want.empty()) want.push_back(0);  // nothing left here: a placeholder pass keeps the ranks in step
       ASSIGN_OR_RETURN(const float* logits, model->ForwardLogits(b, params, want));
-      for (size_t j = 0; j < want.size(); ++j) {
+      for (size_t j = 0; j < owner.size(); ++j) {
         const int64_t i = owner[j];
         backend->CopyToHost(logits_row.data(), logits + static_cast<int64_t>(j) * config.vocab_size,
                             logits_row.size() * sizeof(float));
@@ -131,14 +155,15 @@ StatusOr<SftEvalResult> EvaluateSft(const LlamaConfig& config, Backend* backend,
       }
     }
     for (int64_t i = 0; i < nb; ++i) {
-      const SampleView v = data.sample(todo[g0 + i]);
+      const int64_t sample = todo[my.first + i];
+      const SampleView v = data.sample(sample);
       const AnswerSpan& a = spans[i];
       const bool match = std::equal(seqs[i].begin() + a.begin, seqs[i].end(), v.tokens + a.begin,
                                     [](int32_t x, uint32_t y) { return static_cast<uint32_t>(x) == y; });
       res.exact += match ? 1 : 0;
-      if (todo[g0 + i] < o.keep_answers) {
+      if (sample < o.keep_answers) {
         SftAnswer ans;
-        ans.sample = todo[g0 + i];
+        ans.sample = sample;
         ans.prompt.assign(seqs[i].begin(), seqs[i].begin() + a.begin);
         ans.expected.assign(v.tokens + a.begin, v.tokens + a.end);
         ans.greedy.assign(seqs[i].begin() + a.begin, seqs[i].end());

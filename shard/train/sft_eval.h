@@ -37,6 +37,16 @@ struct SftEvalOptions {
   int64_t batch = 16;       // rows per forward pass
   int64_t max_samples = 0;  // evaluate samples [0, max_samples); 0 = all
   int64_t keep_answers = 0; // keep the first N samples' prompt/answer/greedy ids for display
+  bool exact_match = true;  // also decode the greedy answers
+  // Several ranks scoring together through sharded weights (the trainer's
+  // eval:): rank r takes rows [r*batch, (r+1)*batch) of each run of
+  // batch*world samples. Every rank makes the same sequence of forward passes
+  // (a placeholder row where it has no sample left, and each decode step runs
+  // as long as the longest answer of the whole run), because each pass
+  // gathers the units collectively. The result's sums are this rank's share;
+  // the caller adds them over the ranks.
+  int rank = 0;
+  int world = 1;
 };
 
 struct SftAnswer {
@@ -47,6 +57,7 @@ struct SftAnswer {
 
 struct SftEvalResult {
   double loss = 0;             // mean cross-entropy per target token
+  double loss_sum = 0;         // summed over the target tokens
   int64_t target_tokens = 0;   // targets the loss averages over
   int64_t samples = 0;         // samples evaluated
   int64_t scored = 0;          // samples with an answer that fits seq_len (exact match is over these)

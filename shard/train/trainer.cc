@@ -110,6 +110,7 @@ Status Trainer::Init() {
   if (backend_->holds_data()) {
     RETURN_IF_ERROR(PrepareData());
     ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
+    RETURN_IF_ERROR(PrepareEvalData());
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
@@ -439,6 +440,10 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
                {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
                {"step_time_s", static_cast<float>(m.seconds)},
                {"loss_scale", static_cast<float>(m.loss_scale)}};
+  if (m.eval_samples > 0) {  // job file eval:
+    s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
+    if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
+  }
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());
@@ -462,6 +467,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
              tc.steps);
   while (step_ < tc.steps) {
     ASSIGN_OR_RETURN(StepMetrics m, Step());
+    if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
     window_seconds += m.seconds;
     window_tokens += m.positions;
     if (on_step) on_step(m);

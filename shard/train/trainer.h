@@ -64,6 +64,9 @@ struct DistContext {
   std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
 };
 
+// Where eval.data is prepared: <checkpoint.dir>/<job name>/data/eval.
+std::string EvalPreparedPrefix(const JobConfig& job);
+
 class Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Create(const JobConfig& job, const DistContext& dist = {});
@@ -118,6 +121,11 @@ class Trainer {
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
   // ranks meet, so every rank opens complete files.
   Status PrepareData();
+  // trainer_eval.cc: eval.data prepared and opened on every rank (no-op without eval:).
+  Status PrepareEvalData();
+  bool EvalDue(int64_t step) const;
+  // Scores eval.data with all ranks; fills m->eval_*.
+  Status Evaluate(StepMetrics* m);
   Manifest RunState() const;
   // Global rows [first_row, first_row + count) of the planned batch to the device.
   void LoadRows(int64_t first_row, int64_t count);
@@ -135,6 +143,7 @@ class Trainer {
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
   std::unique_ptr<BatchSource> data_;
+  std::unique_ptr<PreparedDataset> eval_data_;  // eval.data, prepared (null without eval:)
   int64_t step_ = 0;
   int64_t optimizer_steps_ = 0;
   std::unique_ptr<LossScaler> scaler_;

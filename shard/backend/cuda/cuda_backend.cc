@@ -161,6 +161,12 @@ class CudaBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
+  void Copy2D(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_bytes,
+              int64_t rows) override {
+    if (rows > 0 && row_bytes > 0)
+      CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, static_cast<size_t>(rows),
+                                   cudaMemcpyDeviceToDevice, stream_));
+  }
   void Fill(float* x, int64_t n, float value) override { LaunchFill(x, n, value, stream_); }
   void CastFromF32(const float* src, void* dst, int64_t n, DType to) override {
     LaunchCastFromF32(src, dst, n, to, stream_);

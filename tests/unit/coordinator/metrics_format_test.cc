@@ -89,5 +89,29 @@ TEST(MetricsFormatTest, JsonLinesCarryEveryFieldAndNullForNonFinite) {
   EXPECT_EQ(MetricsJsonLines({}), "");
 }
 
+// Steps with a held-out evaluation (job file eval:) add EVAL_LOSS and, when
+// exact match was computed, EXACT_MATCH; other rows leave them blank; JSON
+// lines carry the eval keys only on evaluated steps.
+TEST(MetricsFormatTest, EvaluatedStepsAddEvalColumns) {
+  MetricRow evaluated = Row(2, 4.5, 1);
+  evaluated.set_eval_samples(40);
+  evaluated.set_eval_loss(3.75);
+  evaluated.set_eval_exact_match(0.25);
+  const auto lines = Lines(MetricsTable({Row(1, 5.25, 1), evaluated}));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   EVAL_LOSS  EXACT_MATCH");
+  EXPECT_EQ(lines[1], "1          5.2500     3.000e-04   0.7500     2048");
+  EXPECT_EQ(lines[2], "2          4.5000     3.000e-04   0.7500     2048       3.7500     0.250");
+  const auto json = Lines(MetricsJsonLines({Row(1, 5.25, 1), evaluated}));
+  ASSERT_EQ(json.size(), 2u);
+  EXPECT_FALSE(nlohmann::json::parse(json[0]).contains("eval_loss"));
+  const auto j = nlohmann::json::parse(json[1]);
+  EXPECT_EQ(j["eval_samples"], 40);
+  EXPECT_EQ(j["eval_loss"], 3.75);
+  EXPECT_EQ(j["eval_exact_match"], 0.25);
+  evaluated.set_eval_exact_match(-1);  // loss only: no EXACT_MATCH column
+  EXPECT_EQ(Lines(MetricsTable({evaluated}))[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   EVAL_LOSS");
+}
+
 }  // namespace
 }  // namespace shardctl

@@ -193,6 +193,20 @@ TEST_F(StateStoreTest, MetricsKeepTheLossScalersVerdict) {
   EXPECT_FALSE((*m)[1].skipped);
   EXPECT_DOUBLE_EQ((*m)[1].loss_scale, 32768);
   EXPECT_DOUBLE_EQ((*m)[1].loss, 3.5);
+  EXPECT_EQ((*m)[1].eval_samples, 0);
+  EXPECT_EQ((*m)[1].eval_exact_match, -1);
+  // A step with a held-out evaluation (job file eval:) keeps its figures.
+  shard::StepMetrics evaluated = clean;
+  evaluated.step = 3;
+  evaluated.eval_samples = 40;
+  evaluated.eval_loss = 1.25;
+  evaluated.eval_exact_match = 0.375;
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {evaluated}).ok());
+  auto e = s->LoadMetrics("tiny-1", {.after_step = 2});
+  ASSERT_TRUE(e.ok() && e->size() == 1u);
+  EXPECT_EQ((*e)[0].eval_samples, 40);
+  EXPECT_DOUBLE_EQ((*e)[0].eval_loss, 1.25);
+  EXPECT_DOUBLE_EQ((*e)[0].eval_exact_match, 0.375);
 }
 
 TEST_F(StateStoreTest, MetricQueriesSelectStepsAfterTheLastNAndCapRows) {
@@ -258,6 +272,8 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
     EXPECT_EQ((*old)[1].tokens, 512);
     EXPECT_FALSE((*old)[0].skipped);
     EXPECT_EQ((*old)[0].loss_scale, 0) << "an old row's scale is 'not reported'";
+    EXPECT_EQ((*old)[0].eval_samples, 0) << "an old row has no evaluation";
+    EXPECT_EQ((*old)[0].eval_exact_match, -1);
     if (open == 0) {
       ASSERT_TRUE(s->PutMetrics("old-3", {{.step = 3, .attempt = 2, .loss = 4.0, .skipped = true, .loss_scale = 1024}})
                       .ok());

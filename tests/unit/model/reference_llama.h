@@ -1,5 +1,7 @@
 // An independent, deliberately naive double-precision Llama forward pass for
-// tests: plain loops over HF-layout weights, no fusion, no backend. Gradient
+// tests: plain loops over HF-layout weights, no fusion, no backend; with the
+// families' extras (qwen2 q/k/v biases, qwen3 per-head q/k RMSNorm, explicit
+// head_dim). Gradient
 // checks take central finite differences of this function.
 #pragma once
 
@@ -70,6 +72,18 @@ inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Uni
     auto q = Linear(xn, &u[t[kQ].offset], d, H * hd);
     auto k = Linear(xn, &u[t[kK].offset], d, KV * hd);
     auto v = Linear(xn, &u[t[kV].offset], d, KV * hd);
+    const BlockExtras& ex = layout.block_extras;
+    if (ex.q_bias >= 0) {  // qwen2: q/k/v biases
+      for (int r = 0; r < N; ++r) {
+        for (int i = 0; i < H * hd; ++i) q[r * H * hd + i] += u[t[ex.q_bias].offset + i];
+        for (int i = 0; i < KV * hd; ++i) k[r * KV * hd + i] += u[t[ex.q_bias + 1].offset + i];
+        for (int i = 0; i < KV * hd; ++i) v[r * KV * hd + i] += u[t[ex.q_bias + 2].offset + i];
+      }
+    }
+    if (ex.q_norm >= 0) {  // qwen3: every q and k head normalised over head_dim
+      q = RmsNorm(q, &u[t[ex.q_norm].offset], hd, c.rms_norm_eps);
+      k = RmsNorm(k, &u[t[ex.k_norm].offset], hd, c.rms_norm_eps);
+    }
     RopeInPlace(q, H, hd, b.positions, c.rope_theta);
     RopeInPlace(k, KV, hd, b.positions, c.rope_theta);
     std::vector<double> att(N * H * hd, 0.0);

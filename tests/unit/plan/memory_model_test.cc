@@ -274,5 +274,32 @@ TEST(FormatTest, Bytes) {
   EXPECT_EQ(FormatBytes(int64_t{3} << 20), "3.0 MiB");
 }
 
+// The families' extra tensors are priced: qwen2's biases in the parameters
+// (and the ones vector), qwen3's norms in the parameters and its pre-norm q/k
+// heads in the saved activations; attention FLOPs follow H x head_dim.
+TEST(MemoryModelTest, FamilyExtrasArePriced) {
+  LlamaConfig llama = *LlamaPreset("tiny");
+  LlamaConfig q2 = *LlamaPreset("tiny-qwen2"), q3 = *LlamaPreset("tiny-qwen3");
+  q2.tie_word_embeddings = false;
+  const int64_t qkv = llama.qkv_dim();
+  EXPECT_EQ(q2.NumParams() - llama.NumParams(), llama.num_layers * qkv);
+  int64_t sum = 0;
+  for (int64_t n : UnitNumels(q2)) sum += n;
+  EXPECT_EQ(sum, q2.NumParams());
+  const ActivationElems a = Activations(llama, 2, 64, false), b = Activations(q2, 2, 64, false);
+  EXPECT_EQ(b.scratch - a.scratch, 2 * 64);
+  const ActivationElems c = Activations(q3, 2, 64, false);
+  const int64_t hd = q3.head_dim(), heads = q3.num_heads + q3.num_kv_heads;
+  EXPECT_EQ(hd, 48);
+  // Against a llama of the same head_dim: the saved pre-norm heads and their rstd.
+  LlamaConfig same = q3;
+  same.family = ModelFamily::kLlama;
+  const ActivationElems d = Activations(same, 2, 64, false);
+  EXPECT_EQ(c.saved - d.saved, q3.num_layers * 128 * heads * hd);
+  EXPECT_EQ(c.statistics - d.statistics, q3.num_layers * 128 * heads);
+  EXPECT_EQ(q3.NumParams() - same.NumParams(), q3.num_layers * 2 * hd);
+  EXPECT_DOUBLE_EQ(q3.TrainFlopsPerToken(64) - 6.0 * q3.NumMatmulParams(), 12.0 * q3.num_layers * 4 * 48 * 64);
+}
+
 }  // namespace
 }  // namespace shard::plan

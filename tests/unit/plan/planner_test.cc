@@ -180,11 +180,21 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"llama3-8b-sft-1xa100-40gb.yaml", "1xA100-40GB-PCIe"},
       {"llama2-7b-sft-1xv100-32gb.yaml", "1xV100-32GB"},
       {"llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090"},
+      {"qwen2.5-0.5b-sft-from-hf.yaml", "1xA10G"},
+      {"llama3.2-1b-sft-from-hf.yaml", "1xA100-40GB-PCIe"},
   };
+  // The from_hf recipes name a downloaded folder the repository does not ship:
+  // they are planned with the preset of the same published shape.
+  const std::map<std::string, std::string> preset_for = {{"qwen2.5-0.5b-sft-from-hf.yaml", "qwen2.5-0.5b"},
+                                                         {"llama3.2-1b-sft-from-hf.yaml", "llama3.2-1b"}};
   for (const auto& e : std::filesystem::directory_iterator(Root() + "/configs/jobs")) {
     const std::string name = e.path().filename().string();
     auto job = LoadJobConfig(e.path().string());
     ASSERT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+    if (auto pf = preset_for.find(name); pf != preset_for.end()) {
+      job->model.from_hf.clear();
+      job->model.preset = pf->second;
+    }
     if (!job->model.from_hf.empty() && job->model.from_hf[0] != '/') job->model.from_hf = Root() + "/" + job->model.from_hf;
     auto it = cluster.find(name);
     std::string c = it == cluster.end() ? "" : it->second;
