@@ -95,6 +95,7 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(parallel.Validate());
   RETURN_IF_ERROR(checkpoint.Validate());
   RETURN_IF_ERROR(restart.Validate());
+  RETURN_IF_ERROR(peft.Validate());
   const int64_t per_step = train.micro_batch * parallel.world_size;
   if (train.global_batch % per_step != 0)
     return InvalidArgument("train.global_batch " + std::to_string(train.global_batch) +
@@ -383,6 +384,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapResources(root, &job->resources));
   RETURN_IF_ERROR(MapRestart(root, &job->restart));
   RETURN_IF_ERROR(MapExport(root, &job->export_));
+  RETURN_IF_ERROR(MapPeftSection(root, &job->peft));
   return root.Finish();
 }
 

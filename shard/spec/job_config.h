@@ -12,6 +12,7 @@
 #include "shard/spec/enum_names.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
+#include "shard/spec/peft_config.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/tensor/dtype.h"
 
@@ -188,6 +189,7 @@ struct JobConfig {
   ResourcesConfig resources;
   RestartConfig restart;
   ExportConfig export_;
+  PeftConfig peft;  // peft: (method none when absent: full fine-tuning)
   std::string source;  // the file it came from
 
   // Cross-section checks (e.g. global_batch divisible by micro_batch * world).
