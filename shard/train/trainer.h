@@ -22,6 +22,7 @@
 #include "shard/spec/job_config.h"
 #include "shard/train/checkpointer.h"
 #include "shard/train/local_params.h"
+#include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
 #include "shard/spec/run_fingerprint.h"
@@ -95,6 +96,8 @@ class Trainer {
   // The AdamW state (on the device, or offloaded: parallel.offload_optimizer).
   OptimizerState& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
+  // The LoRA adapters (peft: lora); null for full fine-tuning.
+  LoraAdapters* lora() { return lora_.get(); }
 
  private:
   // The run's keys come from the job as given: Init resolves some fields in
@@ -103,6 +106,11 @@ class Trainer {
   Status Init();
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
+  // peft: fresh adapters bound to the model over the frozen base
+  // (lora_trainer.cc), or a clear error for what is not built.
+  Status InitLora();
+  // The step's adapter gradients summed over the world; their squared norm.
+  StatusOr<double> ReduceLoraGrads();
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
@@ -121,6 +129,7 @@ class Trainer {
   std::unique_ptr<FsdpRuntime> runtime_;
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<LoraAdapters> lora_;  // peft: the trained adapters (the base is frozen)
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
