@@ -1,7 +1,9 @@
 #include "shard/model/lora_linear.h"
 
 #include <cmath>
+#include <algorithm>
 #include <random>
+#include <vector>
 
 namespace shard {
 
@@ -135,6 +137,25 @@ void InitLoraLayer(const LoraLayout& layout, LoraInit init, uint64_t seed, int l
     }
     float* b = out + t.b_offset;
     for (int64_t i = 0; i < t.out * layout.r; ++i) b[i] = 0.0f;
+  }
+}
+
+void MergeLoraLayer(const LoraLayout& layout, const UnitSpec& block, float scale, const float* adapter, float* unit) {
+  const int r = layout.r;
+  for (const LoraTensor& t : layout.tensors) {
+    float* w = unit + block.tensors[LoraBaseTensor(t.target)].offset;
+    const float* a = adapter + t.a_offset;
+    const float* b = adapter + t.b_offset;
+    std::vector<double> row(static_cast<size_t>(t.in));
+    for (int64_t o = 0; o < t.out; ++o) {
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int k = 0; k < r; ++k) {
+        const double bk = b[o * r + k];
+        const float* ak = a + k * t.in;
+        for (int64_t i = 0; i < t.in; ++i) row[i] += bk * ak[i];
+      }
+      for (int64_t i = 0; i < t.in; ++i) w[o * t.in + i] = static_cast<float>(w[o * t.in + i] + scale * row[i]);
+    }
   }
 }
 

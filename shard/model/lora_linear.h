@@ -67,4 +67,8 @@ void LoraBackward(Backend* be, const LoraCall& c, const float* x, const float* d
 // the base model. A pure function of (seed, layer, element), like InitUnitParams.
 void InitLoraLayer(const LoraLayout& layout, LoraInit init, uint64_t seed, int layer, float* out);
 
+// Host: W += s·B·A for every adapter of one layer, into that block unit's
+// flat buffer (ParamLayout order) — the merged export. Accumulates in double.
+void MergeLoraLayer(const LoraLayout& layout, const UnitSpec& block, float scale, const float* adapter, float* unit);
+
 }  // namespace shard

@@ -173,6 +173,9 @@ struct RestartConfig {
 struct ExportConfig {
   std::string hf_dir;         // write the trained model here as an HF folder ("" = don't)
   DType dtype = DType::kF32;  // fp32 | bf16 | fp16
+  // peft: jobs write a PEFT adapter folder to hf_dir; merge: true writes the
+  // full HF model with W + s·B·A instead.
+  bool merge = false;
 };
 
 // The job's name becomes a directory name (state and checkpoint dirs, plus

@@ -55,6 +55,19 @@ int LoraLayout::Find(LoraTarget target) const {
   return -1;
 }
 
+BlockTensor LoraBaseTensor(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ: return kQ;
+    case LoraTarget::kK: return kK;
+    case LoraTarget::kV: return kV;
+    case LoraTarget::kO: return kO;
+    case LoraTarget::kGate: return kGate;
+    case LoraTarget::kUp: return kUp;
+    case LoraTarget::kDown: return kDown;
+  }
+  return kQ;
+}
+
 std::string PeftTensorName(int layer, LoraTarget target, bool is_b) {
   return "base_model.model.model.layers." + std::to_string(layer) + "." + LoraTargetModule(target) + "." +
          LoraTargetName(target) + (is_b ? ".lora_B.weight" : ".lora_A.weight");

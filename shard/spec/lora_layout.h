@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shard/spec/llama_config.h"
+#include "shard/spec/param_layout.h"
 #include "shard/spec/peft_config.h"
 
 namespace shard {
@@ -41,6 +42,9 @@ struct LoraLayout {
 
 // The input and output features of `target` in a Llama block.
 void LoraTargetDims(const LlamaConfig& config, LoraTarget target, int64_t* in, int64_t* out);
+
+// The base weight `target` wraps, as a tensor index of a block unit.
+BlockTensor LoraBaseTensor(LoraTarget target);
 
 // PEFT's tensor name: "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
 std::string PeftTensorName(int layer, LoraTarget target, bool is_b);

@@ -1,5 +1,7 @@
 // The Trainer's LoRA side (peft: method lora): adapters over the frozen,
 // sharded base. Kept apart from trainer.cc so full fine-tuning reads as before.
+#include "shard/ckpt/peft_adapter.h"
+#include "shard/model/hf_io.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
 
@@ -12,16 +14,19 @@ Status Trainer::InitLora() {
   if (p.method == PeftMethod::kQlora)
     return Unimplemented(where + ".method qlora: the NF4 base under FSDP is not built yet (NF4 quantisation is: "
                          "shard/tensor/nf4.h); use method lora");
-  if (!p.from_adapter.empty())
-    return Unimplemented(where + ".from_adapter: loading a PEFT adapter folder is not built yet");
   if (job_.checkpoint.every_steps > 0)
     return Unimplemented(job_.source + ": checkpoint.every_steps: adapter-only checkpoints are not built yet; set "
                          "it to 0 for a peft: job");
   if (job_.checkpoint.resume != "auto" && job_.checkpoint.resume != "none")
     return Unimplemented(job_.source + ": checkpoint.resume: resuming a peft: job is not built yet");
-  if (!job_.export_.hf_dir.empty())
-    return Unimplemented(job_.source + ": export.hf_dir: exporting adapters (PEFT layout) is not built yet");
   ASSIGN_OR_RETURN(lora_, LoraAdapters::Create(backend_.get(), model_->config(), p, job_.train.seed));
+  if (!p.from_adapter.empty()) {
+    // Every rank reads the (small) folder itself: no broadcast needed.
+    std::vector<std::vector<float>> layers;
+    RETURN_IF_ERROR(ReadPeftAdapter(p.from_adapter, p, lora_->layout(), &layers).WithContext(where + ".from_adapter"));
+    for (int l = 0; l < lora_->layout().num_layers; ++l) lora_->WriteLayer(l, layers[l].data());
+    if (dist_.rank == 0) LOG_INFO("LoRA: adapters loaded from {}", p.from_adapter);
+  }
   RETURN_IF_ERROR(model_->SetLora(lora_->binding()));
   if (job_.parallel.offload_optimizer && dist_.rank == 0)
     LOG_INFO("parallel.offload_optimizer: a LoRA job's base has no optimizer state and its adapters' is small; "
@@ -32,6 +37,32 @@ Status Trainer::InitLora() {
              p.r, p.alpha, p.scale(), p.use_rslora ? " (rsLoRA)" : "", p.target_modules.size(), lora_->numel() / 1e6,
              100.0 * lora_->numel() / model_->config().NumParams(), model_->config().NumParams() / 1e6);
   return OkStatus();
+}
+
+Status Trainer::ExportLora(const std::string& dir, DType dtype) {
+  const LoraLayout& ll = lora_->layout();
+  std::vector<std::vector<float>> layers(ll.num_layers, std::vector<float>(ll.layer_numel));
+  for (int l = 0; l < ll.num_layers; ++l) lora_->ReadLayer(l, layers[l].data());
+  const ParamLayout& layout = model_->layout();
+  if (!job_.export_.merge) {
+    if (dist_.rank != 0) return OkStatus();  // the adapters are the same on every rank
+    const std::string base = job_.model.from_hf.empty() ? job_.model.preset : job_.model.from_hf;
+    return WritePeftAdapter(dir, job_.peft, ll, base, layers, dtype).WithContext("export.hf_dir");
+  }
+  // Merged: every rank takes part in each unit's gather; rank 0 merges and writes.
+  auto get_unit = [&](int u, std::vector<float>* buf) -> Status {
+    RETURN_IF_ERROR(runtime_->GatherUnit(u, buf, optimizer_->master(u)));
+    const UnitSpec& spec = layout.units[u];
+    if (spec.kind == UnitKind::kBlock)
+      MergeLoraLayer(ll, spec, lora_->binding()->scale, layers[spec.layer].data(), buf->data());
+    return OkStatus();
+  };
+  if (dist_.rank != 0) {
+    std::vector<float> buf;
+    for (int u = 0; u < layout.num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf, optimizer_->master(u)));
+    return OkStatus();
+  }
+  return shard::ExportHf(dir, model_->config(), layout, get_unit, dtype);
 }
 
 StatusOr<double> Trainer::ReduceLoraGrads() {

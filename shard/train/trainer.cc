@@ -485,6 +485,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
 }
 
 Status Trainer::ExportHf(const std::string& dir, DType dtype) {
+  if (lora_) return ExportLora(dir, dtype);
   // Every rank takes part in each unit's gather; rank 0 alone writes.
   if (dist_.rank != 0) {
     std::vector<float> buf;

@@ -111,6 +111,9 @@ class Trainer {
   Status InitLora();
   // The step's adapter gradients summed over the world; their squared norm.
   StatusOr<double> ReduceLoraGrads();
+  // export.hf_dir of a peft: job: the PEFT adapter folder, or (export.merge)
+  // the full HF model with the adapters merged in.
+  Status ExportLora(const std::string& dir, DType dtype);
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all

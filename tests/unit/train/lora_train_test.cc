@@ -10,6 +10,13 @@
 #include <random>
 #include <thread>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "shard/ckpt/peft_adapter.h"
+#include "shard/ckpt/safetensors.h"
+#include "shard/model/hf_io.h"
+#include "shard/model/init.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -141,6 +148,108 @@ TEST(LoraTrain, TwoRanksMatchOneAcrossStrategies) {
   }
 }
 
+std::vector<std::vector<float>> AdapterLayers(Trainer& tr) {
+  const LoraLayout& ll = tr.lora()->layout();
+  std::vector<std::vector<float>> out(ll.num_layers, std::vector<float>(ll.layer_numel));
+  for (int l = 0; l < ll.num_layers; ++l) tr.lora()->ReadLayer(l, out[l].data());
+  return out;
+}
+
+TEST(LoraTrain, ExportsPeftLayoutMergedModelAndLoadsItBack) {
+  const std::string tokens = MakeTokens("lora_export", 6000, 512);
+  const std::string dir = testing::TempDir() + "/lora_export_out";
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> sets = {"train.steps=4", "peft.target_modules=[q_proj, v_proj, down_proj]",
+                                         "export.hf_dir=" + dir + "/peft"};
+  auto job = ParseJobConfig(Job(tokens, 1, ""), "job.yaml", sets);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run().ok());
+  const auto trained = AdapterLayers(**t);
+  const LoraLayout ll = (*t)->lora()->layout();
+  const float scale = (*t)->lora()->binding()->scale;
+  const LlamaConfig config = (*t)->model_config();
+  const ParamLayout layout = (*t)->layout();
+
+  // adapter_config.json: what PEFT reads.
+  std::ifstream cf(dir + "/peft/adapter_config.json");
+  nlohmann::json cfg = nlohmann::json::parse(cf);
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  EXPECT_EQ(cfg["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(cfg["r"], 4);
+  EXPECT_EQ(cfg["lora_alpha"], 8.0);
+  EXPECT_EQ(cfg["lora_dropout"], 0.1);
+  EXPECT_EQ(cfg["bias"], "none");
+  EXPECT_EQ(cfg["use_rslora"], false);
+  EXPECT_EQ(cfg["base_model_name_or_path"], "tiny");
+  EXPECT_EQ(cfg["target_modules"], nlohmann::json({"q_proj", "v_proj", "down_proj"}));
+  // adapter_model.safetensors: PEFT's names and shapes, nothing else.
+  auto st = SafetensorsFile::Open(dir + "/peft/adapter_model.safetensors");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->tensors().size(), static_cast<size_t>(config.num_layers * 3 * 2));
+  const TensorInfo* qa = st->Find("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight");
+  const TensorInfo* db = st->Find("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
+  ASSERT_TRUE(qa && db);
+  EXPECT_EQ(qa->shape, (std::vector<int64_t>{4, config.hidden_size}));
+  EXPECT_EQ(db->shape, (std::vector<int64_t>{config.hidden_size, 4}));
+  std::vector<std::vector<float>> back;
+  ASSERT_TRUE(ReadPeftAdapter(dir + "/peft", job->peft, ll, &back).ok());
+  EXPECT_EQ(back, trained);
+  // B moved away from zero: the export holds trained adapters.
+  double bsum = 0;
+  for (float v : back[0]) bsum += std::fabs(v);
+  EXPECT_GT(bsum, 0);
+
+  // peft.from_adapter starts a new job from the folder...
+  auto again = ParseJobConfig(Job(tokens, 1, ""), "job.yaml",
+                              {"peft.target_modules=[q_proj, v_proj, down_proj]", "peft.from_adapter=" + dir + "/peft"});
+  ASSERT_TRUE(again.ok());
+  auto t2 = Trainer::Create(*again);
+  ASSERT_TRUE(t2.ok()) << t2.status().ToString();
+  EXPECT_EQ(AdapterLayers(**t2), trained);
+  // ...and refuses one that disagrees with the job.
+  for (auto [set, part] : std::vector<std::pair<std::string, std::string>>{
+           {"peft.r=8", "r is 4 but the job's peft.r is 8"},
+           {"peft.target_modules=[q_proj, v_proj]", "target_modules [down_proj, q_proj, v_proj]"}}) {
+    auto bad = ParseJobConfig(Job(tokens, 1, ""), "job.yaml",
+                              {"peft.target_modules=[q_proj, v_proj, down_proj]", "peft.from_adapter=" + dir + "/peft", set});
+    ASSERT_TRUE(bad.ok());
+    auto tb = Trainer::Create(*bad);
+    ASSERT_FALSE(tb.ok()) << set;
+    EXPECT_NE(tb.status().message().find(part), std::string::npos) << tb.status().ToString();
+    EXPECT_NE(tb.status().message().find("adapter_config.json"), std::string::npos) << tb.status().ToString();
+  }
+
+  // export.merge: the full model with W + s·B·A, checked against the seeded base.
+  auto merge_job = ParseJobConfig(Job(tokens, 1, ""), "job.yaml", {"export.merge=true", "export.hf_dir=" + dir + "/m2",
+                                  "peft.target_modules=[q_proj, v_proj, down_proj]", "peft.from_adapter=" + dir + "/peft"});
+  ASSERT_TRUE(merge_job.ok()) << merge_job.status().ToString();
+  auto t3 = Trainer::Create(*merge_job);
+  ASSERT_TRUE(t3.ok()) << t3.status().ToString();
+  ASSERT_TRUE((*t3)->ExportHf(dir + "/m2", DType::kF32).ok());  // the loaded adapters, untrained further
+  std::vector<std::vector<float>> merged;
+  ASSERT_TRUE(LoadHfWeights(dir + "/m2", layout, &merged).ok());
+  for (int l = 0; l < config.num_layers; ++l) {
+    const int u = layout.block_unit(l);
+    std::vector<float> base(layout.units[u].numel);
+    InitUnitParams(layout.units[u], u, job->train.seed, 0.02f, 0, layout.units[u].numel, base.data());
+    for (const LoraTensor& lt : ll.tensors) {
+      const TensorSpec& ts = layout.units[u].tensors[LoraBaseTensor(lt.target)];
+      for (int64_t o = 0; o < lt.out; o += 7)
+        for (int64_t i = 0; i < lt.in; i += 5) {
+          double d = 0;
+          for (int k = 0; k < ll.r; ++k) d += trained[l][lt.b_offset + o * ll.r + k] * trained[l][lt.a_offset + k * lt.in + i];
+          const double want = base[ts.offset + o * lt.in + i] + scale * d;
+          ASSERT_NEAR(merged[u][ts.offset + o * lt.in + i], want, 1e-6) << ts.hf_name << " " << o << "," << i;
+        }
+    }
+    // Untargeted weights are the base's.
+    const TensorSpec& ks = layout.units[u].tensors[kK];
+    for (int64_t i = 0; i < ks.numel; i += 11) ASSERT_EQ(merged[u][ks.offset + i], base[ks.offset + i]);
+  }
+}
+
 TEST(LoraTrain, RefusesWhatIsNotBuilt) {
   const std::string tokens = MakeTokens("lora_refuse", 4000, 512);
   auto refused = [&](const std::vector<std::string>& sets, const std::string& part) {
@@ -152,7 +261,7 @@ TEST(LoraTrain, RefusesWhatIsNotBuilt) {
   };
   refused({"peft.method=qlora"}, "qlora");
   refused({"checkpoint.every_steps=5"}, "checkpoint.every_steps");
-  refused({"peft.from_adapter=/nowhere"}, "from_adapter");
+  refused({"peft.from_adapter=/nowhere"}, "/nowhere/adapter_config.json");
 }
 
 }  // namespace
