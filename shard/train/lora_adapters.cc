@@ -55,4 +55,18 @@ void LoraAdapters::WriteLayer(int l, const float* host) {
   backend_->CopyToDevice(params_.data() + l * per, host, static_cast<size_t>(per) * sizeof(float));
 }
 
+void LoraAdapters::ReadState(float* params, float* m, float* v) const {
+  const size_t bytes = static_cast<size_t>(numel()) * sizeof(float);
+  backend_->CopyToHost(params, params_.data(), bytes);
+  backend_->CopyToHost(m, m_.data(), bytes);
+  backend_->CopyToHost(v, v_.data(), bytes);
+}
+
+void LoraAdapters::WriteState(const float* params, const float* m, const float* v) {
+  const size_t bytes = static_cast<size_t>(numel()) * sizeof(float);
+  backend_->CopyToDevice(params_.data(), params, bytes);
+  backend_->CopyToDevice(m_.data(), m, bytes);
+  backend_->CopyToDevice(v_.data(), v, bytes);
+}
+
 }  // namespace shard

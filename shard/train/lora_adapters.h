@@ -44,6 +44,9 @@ class LoraAdapters {
   // Layer l's parameters to / from host memory (layout().layer_numel floats).
   void ReadLayer(int l, float* host) const;
   void WriteLayer(int l, const float* host);
+  // The whole state (numel() floats each) to / from host memory: checkpoints.
+  void ReadState(float* params, float* m, float* v) const;
+  void WriteState(const float* params, const float* m, const float* v);
 
  private:
   explicit LoraAdapters(Backend* backend) : backend_(backend) {}

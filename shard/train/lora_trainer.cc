@@ -2,6 +2,8 @@
 // sharded base. Kept apart from trainer.cc so full fine-tuning reads as before.
 #include "shard/ckpt/peft_adapter.h"
 #include "shard/model/hf_io.h"
+#include "shard/spec/run_fingerprint.h"
+#include "shard/train/lora_checkpoint.h"
 #include "shard/common/logging.h"
 #include "shard/train/trainer.h"
 
@@ -14,11 +16,7 @@ Status Trainer::InitLora() {
   if (p.method == PeftMethod::kQlora)
     return Unimplemented(where + ".method qlora: the NF4 base under FSDP is not built yet (NF4 quantisation is: "
                          "shard/tensor/nf4.h); use method lora");
-  if (job_.checkpoint.every_steps > 0)
-    return Unimplemented(job_.source + ": checkpoint.every_steps: adapter-only checkpoints are not built yet; set "
-                         "it to 0 for a peft: job");
-  if (job_.checkpoint.resume != "auto" && job_.checkpoint.resume != "none")
-    return Unimplemented(job_.source + ": checkpoint.resume: resuming a peft: job is not built yet");
+  ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash()));
   ASSIGN_OR_RETURN(lora_, LoraAdapters::Create(backend_.get(), model_->config(), p, job_.train.seed));
   if (!p.from_adapter.empty()) {
     // Every rank reads the (small) folder itself: no broadcast needed.
@@ -63,6 +61,43 @@ Status Trainer::ExportLora(const std::string& dir, DType dtype) {
     return OkStatus();
   }
   return shard::ExportHf(dir, model_->config(), layout, get_unit, dtype);
+}
+
+Status Trainer::SaveLora() {
+  if (dist_.rank != 0) return OkStatus();  // every rank holds the same adapters
+  LoraCheckpointState st;
+  st.step = step_;
+  st.optimizer_steps = optimizer_steps_;
+  st.samples_seen = samples_seen_;
+  st.tokens_seen = tokens_seen_;
+  st.loss_scale = scaler_->scale();
+  st.loss_scale_good_steps = scaler_->good_steps();
+  st.run_fingerprint = RunFingerprint(run_keys_);
+  st.base_model = job_.model.from_hf.empty() ? job_.model.preset : job_.model.from_hf;
+  st.base_hash = lora_base_hash_;
+  return SaveLoraCheckpoint(checkpointer_->job_dir(), st, *lora_, job_.checkpoint.keep_last)
+      .WithContext("LoRA checkpoint of step " + std::to_string(step_));
+}
+
+Status Trainer::ResumeLora() {
+  const std::string& resume = job_.checkpoint.resume;
+  if (resume == "none") return OkStatus();
+  std::string dir = resume;
+  if (resume == "auto") {
+    ASSIGN_OR_RETURN(dir, FindLoraCheckpoint(checkpointer_->job_dir(), RunFingerprint(run_keys_)));
+    if (dir.empty()) return OkStatus();  // from scratch (or from peft.from_adapter)
+  }
+  LoraCheckpointState st;
+  RETURN_IF_ERROR(LoadLoraCheckpoint(dir, lora_base_hash_, lora_.get(), &st).WithContext("resume"));
+  step_ = st.step;
+  optimizer_steps_ = st.optimizer_steps;
+  samples_seen_ = st.samples_seen;
+  tokens_seen_ = st.tokens_seen;
+  if (scaler_->mode() == LossScaleMode::kDynamic)
+    RETURN_IF_ERROR(scaler_->Restore(st.loss_scale, st.loss_scale_good_steps).WithContext("resume from " + dir));
+  resumed_from_ = dir;
+  if (dist_.rank == 0) LOG_INFO("resumed the LoRA adapters from {} (step {})", dir, st.step);
+  return OkStatus();
 }
 
 StatusOr<double> Trainer::ReduceLoraGrads() {

@@ -98,7 +98,7 @@ Status Trainer::Init() {
   RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
   RETURN_IF_ERROR(PrepareData());
   ASSIGN_OR_RETURN(data_, OpenBatchSource(job_, config.vocab_size));
-  if (!lora_) RETURN_IF_ERROR(Resume());  // LoRA runs write no checkpoints yet (InitLora)
+  RETURN_IF_ERROR(lora_ ? ResumeLora() : Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
@@ -392,7 +392,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   tokens_seen_ += gb.tokens;
   const bool periodic =
       job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps);
-  if (!lora_ && (periodic || (stop_agreed_ && step_ < tc.steps))) RETURN_IF_ERROR(checkpointer_->Save(RunState()));
+  if (periodic || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(lora_ ? SaveLora() : checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / static_cast<double>(gb.target_tokens);
@@ -466,8 +466,8 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     if (stop_agreed_ && step_ < tc.steps) {
       RETURN_IF_ERROR(checkpointer_->Wait());
       stopped_ = true;
-      if (dist_.rank == 0 && !lora_) LOG_WARN("stopped at step {} on request; checkpoint step_{} is written", step_, step_);
-      if (dist_.rank == 0 && lora_) LOG_WARN("stopped at step {} on request; LoRA runs write no checkpoint yet", step_);
+      if (dist_.rank == 0)
+        LOG_WARN("stopped at step {} on request; checkpoint {}step_{} is written", step_, lora_ ? "lora_" : "", step_);
       return OkStatus();
     }
   }

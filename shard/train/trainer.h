@@ -114,6 +114,9 @@ class Trainer {
   // export.hf_dir of a peft: job: the PEFT adapter folder, or (export.merge)
   // the full HF model with the adapters merged in.
   Status ExportLora(const std::string& dir, DType dtype);
+  // Adapter-only checkpoints (lora_checkpoint.h): rank 0 writes; every rank resumes.
+  Status SaveLora();
+  Status ResumeLora();
   // Loads the checkpoint named by checkpoint.resume, if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
@@ -133,6 +136,7 @@ class Trainer {
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<LoraAdapters> lora_;  // peft: the trained adapters (the base is frozen)
+  std::string lora_base_hash_;          // the base's identity, saved with and checked against checkpoints
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
