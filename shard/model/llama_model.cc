@@ -360,6 +360,12 @@ Status LlamaModel::SetLora(const LoraBinding* lora) {
   }
   if (!(lora->dropout >= 0 && lora->dropout < 1)) return InvalidArgument("model: LoRA dropout must be in [0, 1)");
   ASSIGN_OR_RETURN(lora_scratch_, LoraScratch::Create(backend_, l, max_rows_));
+  lora_t_.clear();
+  const int sets = options_.activation_checkpointing ? 1 : config_.num_layers;
+  for (int i = 0; i < sets * static_cast<int>(l.tensors.size()); ++i) {
+    ASSIGN_OR_RETURN(DeviceBuffer t, DeviceBuffer::Create(backend_, max_rows_ * l.r));
+    lora_t_.push_back(std::move(t));
+  }
   if (frozen_norm_dw_.size() < config_.hidden_size) {
     ASSIGN_OR_RETURN(frozen_norm_dw_, DeviceBuffer::Create(backend_, config_.hidden_size));
   }
@@ -379,6 +385,8 @@ bool LlamaModel::LoraCallFor(int layer, LoraTarget target, LoraCall* c) const {
   c->dropout = training_ ? lora_->dropout : 0.0f;
   c->seed = LoraDropoutSeed(lora_->dropout_seed, layer, target);
   c->compute = options_.matmul_dtype;
+  const int set = options_.activation_checkpointing ? 0 : layer;
+  c->saved_t = lora_t_[set * lora_->layout.tensors.size() + i].data();
   return true;
 }
 

@@ -127,6 +127,7 @@ class LlamaModel {
 
   const LoraBinding* lora_ = nullptr;
   LoraScratch lora_scratch_;
+  std::vector<DeviceBuffer> lora_t_;  // saved t per (layer, adapter); one layer's set with checkpointing
   DeviceBuffer frozen_norm_dw_;  // where a frozen base's norm-weight gradients go (never read)
   bool training_ = false;        // in ForwardBackward: adapter dropout applies
 };

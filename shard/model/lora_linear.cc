@@ -52,13 +52,14 @@ uint64_t LoraDropoutSeed(uint64_t seed, int layer, LoraTarget target) {
 void LoraForward(Backend* be, const LoraCall& c, const float* x, int64_t n, float* y, LoraScratch& s) {
   const LoraTensor& t = *c.tensor;
   const float* xd = DroppedInput(be, c, x, n, s);
-  Down(be, c, xd, n, s.t.data());
+  float* t_buf = c.saved_t ? c.saved_t : s.t.data();
+  Down(be, c, xd, n, t_buf);
   GemmArgs g;  // y[:, col..] += s · t·Bᵀ
   g.compute = c.compute;
   g.trans_b = true;
   g.m = n, g.n = t.out, g.k = c.r;
   g.alpha = c.scale;
-  g.a = s.t.data(), g.lda = c.r;
+  g.a = t_buf, g.lda = c.r;
   g.b = c.adapter + t.b_offset, g.ldb = c.r;
   g.beta = 1.0f;
   g.c = y + t.fused_col, g.ldc = t.fused_width;
@@ -71,14 +72,18 @@ void LoraBackward(Backend* be, const LoraCall& c, const float* x, const float* d
   const float* dyc = dy + t.fused_col;
   const float* xd = DroppedInput(be, c, x, n, s);
   if (c.adapter_grad) {
-    Down(be, c, xd, n, s.t.data());  // recomputed, not saved
+    const float* t_buf = c.saved_t;
+    if (!t_buf) {
+      Down(be, c, xd, n, s.t.data());  // not saved: recompute
+      t_buf = s.t.data();
+    }
     GemmArgs gb;                     // dB[out, r] += s · dyᵀ·t
     gb.compute = c.compute;
     gb.trans_a = true;
     gb.m = t.out, gb.n = c.r, gb.k = n;
     gb.alpha = c.scale;
     gb.a = dyc, gb.lda = t.fused_width;
-    gb.b = s.t.data(), gb.ldb = c.r;
+    gb.b = t_buf, gb.ldb = c.r;
     gb.beta = 1.0f;
     gb.c = c.adapter_grad + t.b_offset, gb.ldc = c.r;
     be->Gemm(gb);

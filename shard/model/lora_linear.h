@@ -1,8 +1,9 @@
 // The LoRA linear: y = x·Wᵀ + s·dropout(x)·Aᵀ·Bᵀ, with A [r, in] and B
 // [out, r] (PEFT's lora_A / lora_B) and s = alpha/r (alpha/√r with rsLoRA).
 // B·A is never formed: the adapter path is two thin GEMMs through an [n, r]
-// intermediate, which the backward recomputes instead of storing (n·in·r
-// FLOPs, small next to the base GEMM), so adapters add no saved activations.
+// intermediate t = dropout(x)·Aᵀ, which the forward saves for the backward
+// (n·r floats per adapter, r/in of its input's size) when given a buffer, and
+// the backward recomputes otherwise.
 // The frozen base's own backward is the model's (dx = dy·W, no dW).
 //
 // Dropout draws its mask from a seed (Backend::Dropout), so the backward
@@ -52,6 +53,7 @@ struct LoraCall {
   float dropout = 0.0f;            // 0: none
   uint64_t seed = 0;
   DType compute = DType::kF32;     // GEMM input rounding (GemmArgs::compute)
+  float* saved_t = nullptr;        // [n, r]: the forward leaves t here, the backward reads it (null: recompute)
 };
 
 // y[:, col .. col+out) (row stride fused_width) += s·dropout(x)·Aᵀ·Bᵀ; x: [n, in].
