@@ -10,6 +10,7 @@ namespace shardctl {
 
 struct EvalOptions {
   std::string model;   // HF folder or committed checkpoint step folder
+  std::string adapter; // a PEFT LoRA folder merged into the model first ("" = none)
   std::string tokens;  // raw uint32 token file (windows of seq_len + 1)
   int64_t seq_len = 0;
   int64_t batch = 8;
@@ -31,6 +32,7 @@ shard::Status RunEvalSft(const EvalOptions& o);
 
 struct GenerateOptions {
   std::string model;
+  std::string adapter;  // a PEFT LoRA folder merged into the model first ("" = none)
   std::vector<int32_t> prompt;
   int64_t max_new = 16;
   std::string device = "auto";

@@ -6,6 +6,7 @@
 #include "shard/data/token_windows.h"
 #include "shard/model/llama_model.h"
 #include "shard/train/local_params.h"
+#include "shard/train/peft_inference.h"
 
 namespace shardctl {
 
@@ -36,6 +37,7 @@ Status RunEval(const EvalOptions& o) {
   if (o.seq_len <= 0) return shard::InvalidArgument("--seq-len must be > 0");
   if (o.batch <= 0) return shard::InvalidArgument("--batch must be > 0");
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));
+  if (!o.adapter.empty()) RETURN_IF_ERROR(shard::MergePeftAdapterInto(o.adapter, &m));
   if (o.seq_len > m.config.max_position_embeddings)
     return shard::InvalidArgument("--seq-len exceeds the model's max_position_embeddings");
   ASSIGN_OR_RETURN(shard::TokenWindows data, shard::TokenWindows::Open(o.tokens, o.seq_len, m.config.vocab_size));
@@ -78,6 +80,7 @@ Status RunGenerate(const GenerateOptions& o) {
   if (o.prompt.empty()) return shard::InvalidArgument("--prompt-tokens must name at least one token");
   if (o.max_new < 0) return shard::InvalidArgument("--max-new must be >= 0");
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));
+  if (!o.adapter.empty()) RETURN_IF_ERROR(shard::MergePeftAdapterInto(o.adapter, &m));
   for (int32_t t : o.prompt) {
     if (t < 0 || t >= m.config.vocab_size)
       return shard::InvalidArgument("--prompt-tokens: token " + std::to_string(t) + " is outside the vocabulary of " +

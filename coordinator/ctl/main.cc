@@ -26,6 +26,8 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
   sub->add_option("--model", o->model, "HF model folder, or a committed checkpoint step folder")
       ->required()
       ->check(CLI::ExistingDirectory);
+  sub->add_option("--adapter", o->adapter, "A PEFT LoRA adapter folder applied on top of --model")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--tokens", o->tokens, "Raw little-endian uint32 token file")->check(CLI::ExistingFile);
   sub->add_option("--data", o->data, "SFT data: a prepared PREFIX (prepare-data --out) or a JSONL file");
   sub->add_option("--seq-len", o->seq_len,
@@ -46,6 +48,8 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
 CLI::App* AddGenerate(CLI::App& app, shardctl::GenerateOptions* o, std::string* prompt) {
   CLI::App* sub = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids");
   sub->add_option("--model", o->model, "HF model folder (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--adapter", o->adapter, "A PEFT LoRA adapter folder applied on top of --model")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3")->required();
   sub->add_option("--max-new", o->max_new, "Tokens to generate")->capture_default_str();
   sub->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();

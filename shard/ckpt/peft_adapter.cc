@@ -65,42 +65,81 @@ std::string Names(const std::vector<std::string>& v) {
 
 }  // namespace
 
-Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const LoraLayout& layout,
-                       std::vector<std::vector<float>>* layers) {
-  const std::string cfg_path = (fs::path(dir) / kPeftConfigFile).string();
-  std::ifstream in(cfg_path);
-  if (!in) return NotFound(cfg_path + ": cannot open (peft.from_adapter must be a PEFT adapter folder)");
+namespace {
+
+struct AdapterJson {
+  std::string path;
+  nlohmann::json cfg;
+  std::vector<std::string> targets;  // sorted
+};
+
+StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
+  AdapterJson a;
+  a.path = (fs::path(dir) / kPeftConfigFile).string();
+  std::ifstream in(a.path);
+  if (!in) return NotFound(a.path + ": cannot open (expected a PEFT adapter folder)");
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json cfg = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (cfg.is_discarded() || !cfg.is_object()) return InvalidArgument(cfg_path + ": not a JSON object");
-  const std::string type = cfg.value("peft_type", std::string());
-  if (type != "LORA") return InvalidArgument(cfg_path + ": peft_type '" + type + "' is not LORA");
-  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
-    return InvalidArgument(cfg_path + ": r is missing or not an integer");
-  if (cfg["r"].get<int64_t>() != peft.r)
-    return InvalidArgument(cfg_path + ": r is " + std::to_string(cfg["r"].get<int64_t>()) + " but the job's peft.r is " +
-                           std::to_string(peft.r));
-  std::vector<std::string> theirs, ours;
-  const auto& tm = cfg.contains("target_modules") ? cfg["target_modules"] : nlohmann::json();
+  a.cfg = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (a.cfg.is_discarded() || !a.cfg.is_object()) return InvalidArgument(a.path + ": not a JSON object");
+  const std::string type = a.cfg.value("peft_type", std::string());
+  if (type != "LORA") return InvalidArgument(a.path + ": peft_type '" + type + "' is not LORA");
+  if (!a.cfg.contains("r") || !a.cfg["r"].is_number_integer())
+    return InvalidArgument(a.path + ": r is missing or not an integer");
+  const auto& tm = a.cfg.contains("target_modules") ? a.cfg["target_modules"] : nlohmann::json();
   if (tm.is_string()) {
     if (tm.get<std::string>() != "all-linear")
-      return InvalidArgument(cfg_path + ": target_modules '" + tm.get<std::string>() +
+      return InvalidArgument(a.path + ": target_modules '" + tm.get<std::string>() +
                              "' is a pattern; only a list of names or \"all-linear\" is read");
-    for (const auto& e : kLoraTargetNames) theirs.push_back(e.name);
+    for (const auto& e : kLoraTargetNames) a.targets.push_back(e.name);
   } else if (tm.is_array()) {
     for (const auto& x : tm) {
-      if (!x.is_string()) return InvalidArgument(cfg_path + ": target_modules holds a non-string");
-      theirs.push_back(x.get<std::string>());
+      if (!x.is_string()) return InvalidArgument(a.path + ": target_modules holds a non-string");
+      a.targets.push_back(x.get<std::string>());
     }
   } else {
-    return InvalidArgument(cfg_path + ": target_modules is missing");
+    return InvalidArgument(a.path + ": target_modules is missing");
   }
+  std::sort(a.targets.begin(), a.targets.end());
+  return a;
+}
+
+}  // namespace
+
+StatusOr<PeftConfig> ReadPeftAdapterConfig(const std::string& dir) {
+  ASSIGN_OR_RETURN(AdapterJson a, LoadAdapterJson(dir));
+  PeftConfig p;
+  p.method = PeftMethod::kLora;
+  p.r = static_cast<int>(a.cfg["r"].get<int64_t>());
+  auto number = [&](const char* key, double* out) -> Status {
+    if (!a.cfg.contains(key) || a.cfg[key].is_null()) return OkStatus();
+    if (!a.cfg[key].is_number()) return InvalidArgument(a.path + ": " + key + " is not a number");
+    *out = a.cfg[key].get<double>();
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(number("lora_alpha", &p.alpha));
+  RETURN_IF_ERROR(number("lora_dropout", &p.dropout));
+  if (a.cfg.contains("use_rslora") && a.cfg["use_rslora"].is_boolean()) p.use_rslora = a.cfg["use_rslora"].get<bool>();
+  auto t = ParseLoraTargets(a.targets);
+  if (!t.ok()) return InvalidArgument(a.path + ": target_modules: " + t.status().message());
+  p.target_modules = *t;
+  Status st = p.Validate();
+  if (!st.ok()) return InvalidArgument(a.path + ": " + st.message());
+  return p;
+}
+
+Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const LoraLayout& layout,
+                       std::vector<std::vector<float>>* layers) {
+  ASSIGN_OR_RETURN(AdapterJson a, LoadAdapterJson(dir));
+  const std::string& cfg_path = a.path;
+  if (a.cfg["r"].get<int64_t>() != peft.r)
+    return InvalidArgument(cfg_path + ": r is " + std::to_string(a.cfg["r"].get<int64_t>()) +
+                           " but the job's peft.r is " + std::to_string(peft.r));
+  std::vector<std::string> ours;
   for (LoraTarget t : peft.target_modules) ours.push_back(LoraTargetName(t));
-  std::sort(theirs.begin(), theirs.end());
   std::sort(ours.begin(), ours.end());
-  if (theirs != ours)
-    return InvalidArgument(cfg_path + ": target_modules [" + Names(theirs) + "] but the job's peft.target_modules is [" +
+  if (a.targets != ours)
+    return InvalidArgument(cfg_path + ": target_modules [" + Names(a.targets) + "] but the job's peft.target_modules is [" +
                            Names(ours) + "]");
   const std::string w_path = (fs::path(dir) / kPeftWeightsFile).string();
   if (!fs::exists(w_path))

@@ -24,6 +24,11 @@ inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 Status WritePeftAdapter(const std::string& dir, const PeftConfig& peft, const LoraLayout& layout,
                         const std::string& base_model, const std::vector<std::vector<float>>& layers, DType dtype);
 
+// The PeftConfig a PEFT LoRA folder was trained with (method lora, r,
+// lora_alpha, lora_dropout, target_modules, use_rslora), for loading it on
+// its own (shardctl eval/generate --adapter). Errors name the file and key.
+StatusOr<PeftConfig> ReadPeftAdapterConfig(const std::string& dir);
+
 // Reads a PEFT LoRA folder into layers (resized to layout.num_layers buffers of
 // layer_numel). Refuses, naming the file and the key, a folder that is not
 // LoRA, whose r or target_modules disagree with the job's `peft`, or whose

@@ -18,6 +18,7 @@
 #include "shard/ckpt/safetensors.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
+#include "shard/train/peft_inference.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -249,6 +250,57 @@ TEST(LoraTrain, ExportsPeftLayoutMergedModelAndLoadsItBack) {
     const TensorSpec& ks = layout.units[u].tensors[kK];
     for (int64_t i = 0; i < ks.numel; i += 11) ASSERT_EQ(merged[u][ks.offset + i], base[ks.offset + i]);
   }
+}
+
+// shardctl eval/generate --adapter: the base folder plus the PEFT folder,
+// merged in memory, is the merged export exactly.
+TEST(LoraTrain, AdapterOnTopOfABaseFolderIsTheMergedModel) {
+  const std::string tokens = MakeTokens("lora_infer", 6000, 512);
+  const std::string dir = testing::TempDir() + "/lora_infer_out";
+  std::filesystem::remove_all(dir);
+  auto job = ParseJobConfig(Job(tokens, 1, ""), "job.yaml", {"train.steps=3", "export.hf_dir=" + dir + "/peft"});
+  ASSERT_TRUE(job.ok());
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run().ok());
+  // The base as an HF folder: a fresh LoRA trainer's merge (B = 0) is the base itself.
+  auto base_job = ParseJobConfig(Job(tokens, 1, ""), "job.yaml", {"export.merge=true"});
+  ASSERT_TRUE(base_job.ok());
+  auto fresh = Trainer::Create(*base_job);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE((*fresh)->ExportHf(dir + "/base", DType::kF32).ok());
+  auto merge_job = ParseJobConfig(Job(tokens, 1, ""), "job.yaml", {"export.merge=true", "peft.from_adapter=" + dir + "/peft"});
+  ASSERT_TRUE(merge_job.ok());
+  auto merged_t = Trainer::Create(*merge_job);
+  ASSERT_TRUE(merged_t.ok()) << merged_t.status().ToString();
+  ASSERT_TRUE((*merged_t)->ExportHf(dir + "/merged", DType::kF32).ok());
+
+  auto with_adapter = LoadModelForInference(dir + "/base", "cpu");
+  ASSERT_TRUE(with_adapter.ok()) << with_adapter.status().ToString();
+  ASSERT_TRUE(MergePeftAdapterInto(dir + "/peft", &*with_adapter).ok());
+  auto merged = LoadModelForInference(dir + "/merged", "cpu");
+  ASSERT_TRUE(merged.ok());
+  std::vector<float> a, b;
+  int differing_from_base = 0;
+  auto base = LoadModelForInference(dir + "/base", "cpu");
+  ASSERT_TRUE(base.ok());
+  for (int u = 0; u < merged->layout.num_units(); ++u) {
+    with_adapter->params->CopyUnitToHost(u, &a);
+    merged->params->CopyUnitToHost(u, &b);
+    EXPECT_EQ(a, b) << "unit " << u;
+    std::vector<float> c;
+    base->params->CopyUnitToHost(u, &c);
+    differing_from_base += a != c;
+  }
+  EXPECT_EQ(differing_from_base, merged->config.num_layers);  // every block changed, nothing else
+  // An adapter for another model shape is refused, naming the file.
+  LlamaConfig other = merged->config;
+  PeftConfig p = *ReadPeftAdapterConfig(dir + "/peft");
+  std::vector<std::vector<float>> layers;
+  other.hidden_size *= 2;
+  Status st = ReadPeftAdapter(dir + "/peft", p, LoraLayout::For(other, p), &layers);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("adapter_model.safetensors"), std::string::npos) << st.ToString();
 }
 
 // Adapter-only checkpoints: a run stopped at step 4 and resumed continues
