@@ -86,6 +86,15 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   if (type != "LORA") return InvalidArgument(a.path + ": peft_type '" + type + "' is not LORA");
   if (!a.cfg.contains("r") || !a.cfg["r"].is_number_integer())
     return InvalidArgument(a.path + ": r is missing or not an integer");
+  // What an adapter may carry beyond A and B, which shardd would otherwise drop silently.
+  const std::string bias = a.cfg.value("bias", std::string("none"));
+  if (bias != "none") return InvalidArgument(a.path + ": bias '" + bias + "': only bias none is supported");
+  if (a.cfg.contains("modules_to_save") && !a.cfg["modules_to_save"].is_null() &&
+      !(a.cfg["modules_to_save"].is_array() && a.cfg["modules_to_save"].empty()))
+    return InvalidArgument(a.path + ": modules_to_save: fully trained extra modules are not supported");
+  if (a.cfg.value("use_dora", false)) return InvalidArgument(a.path + ": use_dora: DoRA adapters are not supported");
+  if (a.cfg.value("fan_in_fan_out", false))
+    return InvalidArgument(a.path + ": fan_in_fan_out: transposed (Conv1D) weights are not supported");
   const auto& tm = a.cfg.contains("target_modules") ? a.cfg["target_modules"] : nlohmann::json();
   if (tm.is_string()) {
     if (tm.get<std::string>() != "all-linear")

@@ -293,6 +293,26 @@ TEST(LoraTrain, AdapterOnTopOfABaseFolderIsTheMergedModel) {
     differing_from_base += a != c;
   }
   EXPECT_EQ(differing_from_base, merged->config.num_layers);  // every block changed, nothing else
+  // What PEFT adapters may carry that shardd would drop is refused by key.
+  {
+    std::ifstream in(dir + "/peft/adapter_config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    for (auto [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"bias", "lora_only"}, {"modules_to_save", {"lm_head"}}, {"use_dora", true}}) {
+      const std::string bad = dir + "/bad_" + key;
+      std::filesystem::create_directories(bad);
+      std::filesystem::copy_file(dir + "/peft/adapter_model.safetensors", bad + "/adapter_model.safetensors",
+                                 std::filesystem::copy_options::overwrite_existing);
+      nlohmann::json c = cfg;
+      c[key] = value;
+      std::ofstream(bad + "/adapter_config.json") << c.dump();
+      auto loaded = LoadModelForInference(dir + "/base", "cpu");
+      ASSERT_TRUE(loaded.ok());
+      Status st = MergePeftAdapterInto(bad, &*loaded);
+      ASSERT_FALSE(st.ok()) << key;
+      EXPECT_NE(st.message().find(key), std::string::npos) << st.ToString();
+    }
+  }
   // An adapter for another model shape is refused, naming the file.
   LlamaConfig other = merged->config;
   PeftConfig p = *ReadPeftAdapterConfig(dir + "/peft");
