@@ -11,6 +11,7 @@ namespace shardctl {
 
 struct EvalOptions {
   std::string model;   // HF folder or committed checkpoint step folder
+  std::string adapter; // a PEFT LoRA folder merged into the model first ("" = none)
   std::string tokens;  // raw uint32 token file (windows of seq_len + 1)
   int64_t seq_len = 0;
   int64_t batch = 8;
@@ -33,7 +34,7 @@ shard::Status RunEvalSft(const EvalOptions& o);
 // generate_command.cc. Exactly one of prompt_text, messages, prompt.
 struct GenerateOptions {
   std::string model;
-  // (room for --adapter DIR: a LoRA adapter applied to the loaded weights)
+  std::string adapter;          // --adapter: a PEFT LoRA folder merged into the model first ("" = none)
   std::string prompt_text;      // --prompt TEXT (bos + the text's tokens)
   std::string messages;         // --messages FILE.json, rendered by the model's chat template
   std::vector<int32_t> prompt;  // --prompt-tokens 1,2,3

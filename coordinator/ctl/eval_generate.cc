@@ -6,6 +6,7 @@
 #include "shard/data/token_windows.h"
 #include "shard/model/llama_model.h"
 #include "shard/train/local_params.h"
+#include "shard/train/peft_inference.h"
 
 namespace shardctl {
 
@@ -36,6 +37,7 @@ Status RunEval(const EvalOptions& o) {
   if (o.seq_len <= 0) return shard::InvalidArgument("--seq-len must be > 0");
   if (o.batch <= 0) return shard::InvalidArgument("--batch must be > 0");
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));
+  if (!o.adapter.empty()) RETURN_IF_ERROR(shard::MergePeftAdapterInto(o.adapter, &m));
   if (o.seq_len > m.config.max_position_embeddings)
     return shard::InvalidArgument("--seq-len exceeds the model's max_position_embeddings");
   ASSIGN_OR_RETURN(shard::TokenWindows data, shard::TokenWindows::Open(o.tokens, o.seq_len, m.config.vocab_size));

@@ -12,6 +12,7 @@
 #include "shard/data/prepared_dataset.h"
 #include "shard/data/tokenizer.h"
 #include "shard/train/local_params.h"
+#include "shard/train/peft_inference.h"
 #include "shard/train/sft_eval.h"
 
 namespace shardctl {
@@ -71,6 +72,7 @@ Status RunEvalSft(const EvalOptions& o) {
   }
   ASSIGN_OR_RETURN(shard::PreparedDataset data, shard::PreparedDataset::Open(prefix));
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));
+  if (!o.adapter.empty()) RETURN_IF_ERROR(shard::MergePeftAdapterInto(o.adapter, &m));
   shard::SftEvalOptions eo;
   eo.seq_len = o.seq_len;
   eo.batch = o.batch;

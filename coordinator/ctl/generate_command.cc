@@ -12,6 +12,7 @@
 #include "shard/model/kv_decoder.h"
 #include "shard/model/sampling.h"
 #include "shard/train/local_params.h"
+#include "shard/train/peft_inference.h"
 
 namespace shardctl {
 namespace {
@@ -106,8 +107,9 @@ Status RunGenerate(const GenerateOptions& o) {
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptIds(o, tok.get()));
   ASSIGN_OR_RETURN(shard::LoadedModel m, shard::LoadModelForInference(o.model, o.device));
-  // (--adapter DIR, LoRA, attaches to m.params here: the decoder reads weights
-  // only through the UnitAccess it is given.)
+  // --adapter: the LoRA adapter is merged into the loaded weights (W + s·B·A),
+  // so the decoder reads the tuned model through the same UnitAccess.
+  if (!o.adapter.empty()) RETURN_IF_ERROR(shard::MergePeftAdapterInto(o.adapter, &m).WithContext("--adapter " + o.adapter));
   for (int32_t t : prompt)
     if (t < 0 || t >= m.config.vocab_size)
       return shard::InvalidArgument("generate: prompt token " + std::to_string(t) + " is outside the model's vocabulary of " +

@@ -28,6 +28,8 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
   sub->add_option("--model", o->model, "HF model folder, or a committed checkpoint step folder")
       ->required()
       ->check(CLI::ExistingDirectory);
+  sub->add_option("--adapter", o->adapter, "A PEFT LoRA adapter folder applied on top of --model")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--tokens", o->tokens, "Raw little-endian uint32 token file")->check(CLI::ExistingFile);
   sub->add_option("--data", o->data, "SFT data: a prepared PREFIX (prepare-data --out) or a JSONL file");
   sub->add_option("--seq-len", o->seq_len,
@@ -48,6 +50,8 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
 CLI::App* AddGenerate(CLI::App& app, shardctl::GenerateOptions* o, std::string* prompt) {
   CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt or a chat (KV cache, sampling, eos stop)");
   sub->add_option("--model", o->model, "HF model folder or committed checkpoint step folder")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--adapter", o->adapter, "A PEFT LoRA adapter folder applied on top of --model")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--prompt", o->prompt_text, "Prompt text (the tokenizer's bos first)");
   sub->add_option("--messages", o->messages, "JSON chat [{role, content}...] rendered by the model's chat template");
   sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3");

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "shard/backend/cpu/cpu_backend.h"
 #include "shard/backend/profiling_backend.h"
@@ -42,6 +43,15 @@ void Backend::Copy2D(void* dst, size_t dst_stride, const void* src, size_t src_s
 std::shared_ptr<BackendEvent> Backend::RecordEvent() {
   static const std::shared_ptr<BackendEvent> done = std::make_shared<DoneEvent>();
   return done;
+}
+
+void Backend::Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) {
+  if (n <= 0) return;
+  std::vector<float> h(static_cast<size_t>(n));
+  CopyToHost(h.data(), x, h.size() * sizeof(float));
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) h[i] = DropoutKeep(seed, i, p) ? h[i] * keep_scale : 0.0f;
+  CopyToDevice(out, h.data(), h.size() * sizeof(float));
 }
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device, const BackendOptions& options) {

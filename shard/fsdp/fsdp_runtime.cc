@@ -44,6 +44,7 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
       if (!options.moments_on_device && (b == &x.m || b == &x.v)) continue;
       if (!options.grads_on_device && b == &x.grads) continue;
+      if (options.frozen && b != &x.params) continue;  // no gradient, no optimizer state
       const bool two_byte = b == &x.params && options.param_shard_dtype != DType::kF32;
       const int64_t floats = two_byte ? TwoByteFloats(n) : n;
       ASSIGN_OR_RETURN(*b, DeviceBuffer::Create(backend, floats));
@@ -303,7 +304,12 @@ Status FsdpRuntime::ReleaseParams(int u) {
     if (lowp_params()) FreeFull(u);  // the rounded compute copy
     return OkStatus();
   }
-  if (options_.strategy == ShardStrategy::kShardGradOp && !x.grads_done) {
+  // Frozen: no GradsDone ever comes; the backward's release (the second) frees.
+  if (options_.strategy == ShardStrategy::kShardGradOp && options_.frozen && ++x.releases < 2) {
+    x.keep_until_grads = true;
+    return OkStatus();
+  }
+  if (options_.strategy == ShardStrategy::kShardGradOp && !options_.frozen && !x.grads_done) {
     x.keep_until_grads = true;  // ZeRO-2: the backward pass reuses the forward's gather
     return OkStatus();
   }
@@ -312,6 +318,8 @@ Status FsdpRuntime::ReleaseParams(int u) {
 }
 
 StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
+  if (options_.frozen)
+    return FailedPrecondition("GradBuffer(" + std::to_string(u) + "): the base is frozen (LoRA): it has no gradients");
   Unit& x = units_[u];
   if (!sharded() && options_.grads_on_device) return x.grads.data();  // the shard is the whole unit: accumulate in place
   if (!sharded()) {
@@ -436,6 +444,7 @@ Status FsdpRuntime::FoldReduced(int u) {
 }
 
 void FsdpRuntime::ZeroGrads() {
+  if (options_.frozen) return;
   if (options_.grads_on_device) {
     for (auto& x : units_) backend_->Fill(x.grads.data(), x.layout.shard_numel, 0.0f);
     return;
@@ -451,7 +460,7 @@ void FsdpRuntime::ZeroGrads() {
 }
 
 void FsdpRuntime::BeginMicroBatch() {
-  for (auto& x : units_) x.grads_done = false;
+  for (auto& x : units_) x.grads_done = false, x.releases = 0;
   if (recording_ && !order_.empty()) recording_ = false;
   cursor_ = 0;
   in_order_ = true;
@@ -473,6 +482,7 @@ Status FsdpRuntime::FinishMicroBatch() {
 
 Status FsdpRuntime::FinishGradients() {
   RETURN_IF_ERROR(comm_->Drain());
+  if (options_.frozen) return OkStatus();
   RETURN_IF_ERROR(CheckHostGrads());
   // Host shards: every copy down has landed and been added before the
   // all-reduce reads them (nccl's staging copy is not ordered after compute).
@@ -490,6 +500,7 @@ Status FsdpRuntime::FinishGradients() {
 
 StatusOr<double> FsdpRuntime::GradNormSquared() {
   RETURN_IF_ERROR(comm_->Drain());
+  if (options_.frozen) return 0.0;
   double sq = 0;
   RETURN_IF_ERROR(CheckHostGrads());
   RETURN_IF_ERROR(DrainHostGrads());  // host_ is the compute thread's from here
@@ -503,6 +514,14 @@ StatusOr<double> FsdpRuntime::GradNormSquared() {
 }
 
 Status FsdpRuntime::AllReduceSum(double* data, int64_t count) {
+  RETURN_IF_ERROR(comm_->Drain());
+  if (sharded()) RETURN_IF_ERROR(shard_comm_->AllReduce(data, count, ReduceOp::kSum, options_.comm));
+  if (replicate_comm_ && replicate_comm_->world_size() > 1)
+    RETURN_IF_ERROR(replicate_comm_->AllReduce(data, count, ReduceOp::kSum, options_.comm));
+  return OkStatus();
+}
+
+Status FsdpRuntime::AllReduceSumFloats(float* data, int64_t count) {
   RETURN_IF_ERROR(comm_->Drain());
   if (sharded()) RETURN_IF_ERROR(shard_comm_->AllReduce(data, count, ReduceOp::kSum, options_.comm));
   if (replicate_comm_ && replicate_comm_->world_size() > 1)

@@ -82,6 +82,13 @@ struct FsdpOptions {
   // unsharded unit widens it, and GatherUnit needs the master passed in.
   DType param_shard_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
+  // A frozen base (LoRA, shard/model/lora_linear.h): units are sharded and
+  // gathered as ever but carry no gradient and no optimizer state — no
+  // gradient or moment shards are allocated, GradBuffer is refused, nothing is
+  // reduce-scattered or all-reduced, the gradient norm is 0. Under
+  // shard_grad_op a unit gathered in the forward is freed after its backward
+  // use (the second release of the micro-batch) instead of at GradsDone.
+  bool frozen = false;
   CommOptions comm;
 };
 
@@ -111,6 +118,7 @@ class FsdpRuntime : public UnitAccess {
   // and adds into it may still be in flight on the host worker before that.
   float* host_grad_shard(int u);
   bool grads_on_host() const { return !options_.grads_on_device; }
+  bool frozen() const { return options_.frozen; }
   // Under !grads_on_device, before the first micro-batch: the host gradient
   // shards (one per unit, layout(u).shard_numel floats, owned by the caller,
   // from the device backend's AllocateHost: unsharded units' gradients are
@@ -151,6 +159,9 @@ class FsdpRuntime : public UnitAccess {
   StatusOr<double> GradNormSquared();
   // Sums `data` over every rank of the world (shard group, then replicas).
   Status AllReduceSum(double* data, int64_t count);
+  // The same for floats in backend memory (LoRA adapter gradients, which
+  // every rank holds whole).
+  Status AllReduceSumFloats(float* data, int64_t count);
   // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
   // `host_master`: this rank's fp32 shard in host memory, gathered instead of
   // the device shard; required when the device shard is two-byte (it holds
@@ -184,6 +195,7 @@ class FsdpRuntime : public UnitAccess {
     CommThread::Ticket gather_ticket = 0;
     CommThread::Ticket rs_ticket = 0;
     bool keep_until_grads = false;     // shard_grad_op: gathered in forward, kept for backward
+    int releases = 0;                  // outermost releases this micro-batch (frozen shard_grad_op)
     bool grads_done = false;           // GradsDone seen in this micro-batch
   };
 

@@ -29,7 +29,7 @@ void LinearForward(Backend* be, DType dt, const float* x, const float* w, int64_
   be->Gemm(g);
 }
 
-// dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x
+// dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (skipped when dw is null)
 void LinearBackward(Backend* be, DType dt, const float* x, const float* w, const float* dy, int64_t n, int64_t in,
                     int64_t out, float* dx, float* dw) {
   GemmArgs g;
@@ -39,6 +39,7 @@ void LinearBackward(Backend* be, DType dt, const float* x, const float* w, const
   g.b = w, g.ldb = in;
   g.c = dx, g.ldc = in;
   be->Gemm(g);
+  if (!dw) return;  // frozen weight: no weight-gradient GEMM
   GemmArgs gw;
   gw.compute = dt;
   gw.trans_a = true;
@@ -131,7 +132,8 @@ Status LlamaModel::CheckBatch(const DeviceBatch& b) const {
   return OkStatus();
 }
 
-void LlamaModel::BlockForward(const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out) {
+void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const float* x, LayerActs& a,
+                              float* out) {
   const auto& c = config_;
   const auto& t = layout_.units[1].tensors;  // block offsets are the same for every layer
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
@@ -141,20 +143,24 @@ void LlamaModel::BlockForward(const float* w, const DeviceBatch& b, const float*
 
   backend_->RmsNormForward(x, w + t[kInputNorm].offset, n, d, eps, a.xn1.data(), a.rstd1.data());
   LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
+  for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraAdd(l, lt, a.xn1.data(), n, a.qkv.data());
   extras_->Forward(w, a.set, n, a.qkv.data());
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
                  rope_table_.data(), /*inverse=*/false);
   backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
   backend_->Copy(a.x_mid.data(), x, n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
+  LoraAdd(l, LoraTarget::kO, a.attn.data(), n, a.x_mid.data());
   backend_->RmsNormForward(a.x_mid.data(), w + t[kPostNorm].offset, n, d, eps, a.xn2.data(), a.rstd2.data());
   LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, n, d, 2 * f, a.gu.data());
+  for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraAdd(l, lt, a.xn2.data(), n, a.gu.data());
   backend_->SwiGluForward(a.gu.data(), n, static_cast<int>(f), a.h.data());
   backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, n, f, d, out, /*beta=*/1.0f);
+  LoraAdd(l, LoraTarget::kDown, a.h.data(), n, out);
 }
 
-void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
+void LlamaModel::BlockBackward(int l, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
                                const float* dy, float* dx) {
   const auto& c = config_;
   const auto& t = layout_.units[1].tensors;
@@ -165,31 +171,38 @@ void LlamaModel::BlockBackward(const float* w, float* dw, const DeviceBatch& b, 
   float* dgu = scratch_gu_.data();
   float* dxn = scratch_d_.data();
   float* dmid = grad_b_.data();
+  // A frozen base (dw null) gets no weight gradients; its norms' go to scratch.
+  auto wg = [&](BlockTensor bt) { return dw ? dw + t[bt].offset : nullptr; };
+  auto ng = [&](BlockTensor bt) { return dw ? dw + t[bt].offset : frozen_norm_dw_.data(); };
 
   // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  LinearBackward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, dy, n, f, d, dh, dw + t[kDown].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, dy, n, f, d, dh, wg(kDown));
+  LoraGrad(l, LoraTarget::kDown, a.h.data(), dy, n, dh);
   backend_->SwiGluBackward(dh, a.gu.data(), n, static_cast<int>(f), dgu);
-  LinearBackward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, dgu, n, d, 2 * f, dxn, dw + t[kGate].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, dgu, n, d, 2 * f, dxn, wg(kGate));
+  for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraGrad(l, lt, a.xn2.data(), dgu, n, dxn);
   backend_->RmsNormBackward(dxn, a.x_mid.data(), w + t[kPostNorm].offset, a.rstd2.data(), n, d, dmid,
-                            dw + t[kPostNorm].offset);
+                            ng(kPostNorm));
   backend_->Add(dmid, dy, dmid, n * d);
 
   // Attention branch: x_mid = x + o(attn(rope(qkv(norm(x))))).
   float* dattn = scratch_attn_.data();
   float* dqkv = scratch_qkv_.data();
-  LinearBackward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, dmid, n, hq, d, dattn, dw + t[kO].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, dmid, n, hq, d, dattn, wg(kO));
+  LoraGrad(l, LoraTarget::kO, a.attn.data(), dmid, n, dattn);
   backend_->AttentionBackward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv);
   backend_->Rope(dqkv, n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions, rope_table_.data(),
                  /*inverse=*/true);
   extras_->Backward(w, dw, a.set, n, dqkv);
-  LinearBackward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, dw + t[kQ].offset);
-  backend_->RmsNormBackward(dxn, x, w + t[kInputNorm].offset, a.rstd1.data(), n, d, dx,
-                            dw + t[kInputNorm].offset);
+  LinearBackward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, wg(kQ));
+  for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraGrad(l, lt, a.xn1.data(), dqkv, n, dxn);
+  backend_->RmsNormBackward(dxn, x, w + t[kInputNorm].offset, a.rstd1.data(), n, d, dx, ng(kInputNorm));
   backend_->Add(dx, dmid, dx, n * d);
 }
 
 Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep) {
   RETURN_IF_ERROR(CheckBatch(b));
+  training_ = keep;  // only ForwardBackward keeps activations; adapter dropout follows it
   const int L = config_.num_layers;
   {
     ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
@@ -200,7 +213,7 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
     LayerActs& a = (keep && !options_.activation_checkpointing) ? *acts_[l] : *acts_[0];
-    BlockForward(w, b, resid_[l].data(), a, resid_[l + 1].data());
+    BlockForward(l, w, b, resid_[l].data(), a, resid_[l + 1].data());
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
   return OkStatus();
@@ -243,15 +256,19 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   // batch), then dX[chunk] = dlogits·W and dW += dlogits^T·norm[chunk]. With
   // one chunk this is exactly the unchunked computation.
   double loss = 0;
+  const bool frozen = lora_ != nullptr;  // LoRA: no base gradients anywhere
   {
     ASSIGN_OR_RETURN(const float* hw, access.AcquireParams(head));  // nested: already held by HeadForward
-    ASSIGN_OR_RETURN(float* hg, access.GradBuffer(head));
     const auto& ht = layout_.units[head].tensors;
-    float* g_head;
-    if (c.tie_word_embeddings) {
-      ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));  // W_head is the embedding table
-    } else {
-      g_head = hg + ht[kLmHead].offset;
+    float* hg = nullptr;
+    float* g_head = nullptr;
+    if (!frozen) {
+      ASSIGN_OR_RETURN(hg, access.GradBuffer(head));
+      if (c.tie_word_embeddings) {
+        ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));  // W_head is the embedding table
+      } else {
+        g_head = hg + ht[kLmHead].offset;
+      }
     }
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
       const int64_t m = std::min(chunk_rows_, n - r0);
@@ -262,8 +279,9 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
       LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
     }
     backend_->RmsNormBackward(scratch_d_.data(), resid_[L].data(), hw + ht[kFinalNorm].offset,
-                              final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(), hg + ht[kFinalNorm].offset);
-    RETURN_IF_ERROR(access.GradsDone(head));
+                              final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
+                              frozen ? frozen_norm_dw_.data() : hg + ht[kFinalNorm].offset);
+    if (!frozen) RETURN_IF_ERROR(access.GradsDone(head));
     RETURN_IF_ERROR(access.ReleaseParams(head));  // the nested acquisition
     RETURN_IF_ERROR(ReleaseHead(access));         // HeadForward's
   }
@@ -271,16 +289,20 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   for (int l = L - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-    ASSIGN_OR_RETURN(float* g, access.GradBuffer(unit));
+    float* g = nullptr;
+    if (!frozen) {
+      ASSIGN_OR_RETURN(g, access.GradBuffer(unit));
+    }
     LayerActs* a = acts_[options_.activation_checkpointing ? 0 : l].get();
     if (options_.activation_checkpointing) {
       // Recompute this block's activations; its output is not needed again.
-      BlockForward(w, b, resid_[l].data(), *a, scratch_d_.data());
+      BlockForward(l, w, b, resid_[l].data(), *a, scratch_d_.data());
     }
-    BlockBackward(w, g, b, resid_[l].data(), *a, grad_a_.data(), grad_a_.data());
-    RETURN_IF_ERROR(access.GradsDone(unit));
+    BlockBackward(l, w, g, b, resid_[l].data(), *a, grad_a_.data(), grad_a_.data());
+    if (!frozen) RETURN_IF_ERROR(access.GradsDone(unit));
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
+  if (frozen) return loss;  // the embedding is frozen too
 
   // Embedding: a scatter-add, no parameters needed.
   ASSIGN_OR_RETURN(float* eg, access.GradBuffer(ParamLayout::kEmbedUnit));
@@ -323,6 +345,66 @@ StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAcces
   LinearForward(backend_, options_.matmul_dtype, scratch_d_.data(), w_head, k, d, config_.vocab_size, logits_.data());
   RETURN_IF_ERROR(ReleaseHead(access));
   return static_cast<const float*>(logits_.data());
+}
+
+Status LlamaModel::SetLora(const LoraBinding* lora) {
+  lora_ = nullptr;
+  if (!lora) return OkStatus();
+  const LoraLayout& l = lora->layout;
+  if (l.num_layers != config_.num_layers || static_cast<int>(lora->params.size()) != config_.num_layers ||
+      static_cast<int>(lora->grads.size()) != config_.num_layers)
+    return InvalidArgument("model: LoRA binding has " + std::to_string(l.num_layers) + " layers (" +
+                           std::to_string(lora->params.size()) + " buffers), the model " +
+                           std::to_string(config_.num_layers));
+  if (l.r < 1 || l.tensors.empty()) return InvalidArgument("model: LoRA binding without adapters");
+  for (const LoraTensor& t : l.tensors) {
+    int64_t in = 0, out = 0;
+    LoraTargetDims(config_, t.target, &in, &out);
+    if (t.in != in || t.out != out)
+      return InvalidArgument(std::string("model: LoRA adapter ") + LoraTargetName(t.target) + " is " +
+                             std::to_string(t.out) + "x" + std::to_string(t.in) + ", the model's linear " +
+                             std::to_string(out) + "x" + std::to_string(in));
+  }
+  if (!(lora->dropout >= 0 && lora->dropout < 1)) return InvalidArgument("model: LoRA dropout must be in [0, 1)");
+  ASSIGN_OR_RETURN(lora_scratch_, LoraScratch::Create(backend_, l, max_rows_));
+  lora_t_.clear();
+  const int sets = options_.activation_checkpointing ? 1 : config_.num_layers;
+  for (int i = 0; i < sets * static_cast<int>(l.tensors.size()); ++i) {
+    ASSIGN_OR_RETURN(DeviceBuffer t, DeviceBuffer::Create(backend_, max_rows_ * l.r));
+    lora_t_.push_back(std::move(t));
+  }
+  if (frozen_norm_dw_.size() < config_.hidden_size) {
+    ASSIGN_OR_RETURN(frozen_norm_dw_, DeviceBuffer::Create(backend_, config_.hidden_size));
+  }
+  lora_ = lora;
+  return OkStatus();
+}
+
+bool LlamaModel::LoraCallFor(int layer, LoraTarget target, LoraCall* c) const {
+  if (!lora_) return false;
+  const int i = lora_->layout.Find(target);
+  if (i < 0) return false;
+  c->tensor = &lora_->layout.tensors[i];
+  c->r = lora_->layout.r;
+  c->adapter = lora_->params[layer];
+  c->adapter_grad = lora_->grads[layer];
+  c->scale = lora_->scale;
+  c->dropout = training_ ? lora_->dropout : 0.0f;
+  c->seed = LoraDropoutSeed(lora_->dropout_seed, layer, target);
+  c->compute = options_.matmul_dtype;
+  const int set = options_.activation_checkpointing ? 0 : layer;
+  c->saved_t = lora_t_[set * lora_->layout.tensors.size() + i].data();
+  return true;
+}
+
+void LlamaModel::LoraAdd(int layer, LoraTarget target, const float* x, int64_t n, float* y) {
+  LoraCall c;
+  if (LoraCallFor(layer, target, &c)) LoraForward(backend_, c, x, n, y, lora_scratch_);
+}
+
+void LlamaModel::LoraGrad(int layer, LoraTarget target, const float* x, const float* dy, int64_t n, float* dx) {
+  LoraCall c;
+  if (LoraCallFor(layer, target, &c)) LoraBackward(backend_, c, x, dy, n, dx, lora_scratch_);
 }
 
 }  // namespace shard

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/lora_linear.h"
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
 #include "shard/spec/unit_access.h"
@@ -77,6 +78,13 @@ class LlamaModel {
   StatusOr<const float*> ForwardLogits(const DeviceBatch& batch, UnitAccess& access,
                                        const std::vector<int64_t>& rows);
 
+  // Binds LoRA adapters (shard/model/lora_linear.h) to the block linears they
+  // target, freezing the base: ForwardBackward then adds gradients only into
+  // lora->grads, computes no weight GEMM for base linears and asks `access`
+  // for no gradient buffer. Null unbinds. The binding must outlive its use.
+  Status SetLora(const LoraBinding* lora);
+  const LoraBinding* lora() const { return lora_; }
+
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).
   int64_t max_logits_rows() const { return logits_rows_; }
@@ -89,10 +97,15 @@ class LlamaModel {
 
   // x: block input [rows, d]; fills acts (qkv, attention, norms, mlp) and writes
   // the block output to `out`.
-  void BlockForward(const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out);
+  void BlockForward(int layer, const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out);
   // dy: grad of block output; writes grad of block input into dx (may alias dy).
-  void BlockBackward(const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
+  // dw null: the base is frozen (no weight gradients at all).
+  void BlockBackward(int layer, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
                      const float* dy, float* dx);
+  // The adapter of (layer, target), if bound: y += its product / dx += its input gradient.
+  void LoraAdd(int layer, LoraTarget target, const float* x, int64_t n, float* y);
+  void LoraGrad(int layer, LoraTarget target, const float* x, const float* dy, int64_t n, float* dx);
+  bool LoraCallFor(int layer, LoraTarget target, LoraCall* call) const;
   // Runs embedding + blocks; leaves the final hidden state in resid_[L].
   Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
   // Final norm of every row into final_norm_; acquires the head unit (and the
@@ -114,6 +127,12 @@ class LlamaModel {
   DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
   DeviceBuffer rope_table_;
   std::unique_ptr<QkvExtras> extras_;  // qwen2 biases / qwen3 q,k norms (no-op otherwise)
+
+  const LoraBinding* lora_ = nullptr;
+  LoraScratch lora_scratch_;
+  std::vector<DeviceBuffer> lora_t_;  // saved t per (layer, adapter); one layer's set with checkpointing
+  DeviceBuffer frozen_norm_dw_;  // where a frozen base's norm-weight gradients go (never read)
+  bool training_ = false;        // in ForwardBackward: adapter dropout applies
 };
 
 }  // namespace shard

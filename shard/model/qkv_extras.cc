@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<QkvExtras>> QkvExtras::Create(const LlamaConfig& config
     }
     ASSIGN_OR_RETURN(e->scratch_a_, DeviceBuffer::Create(backend, max_rows * H * hd));
     ASSIGN_OR_RETURN(e->scratch_b_, DeviceBuffer::Create(backend, max_rows * H * hd));
+    ASSIGN_OR_RETURN(e->norm_sink_, DeviceBuffer::Create(backend, hd));
   }
   return e;
 }
@@ -64,10 +65,10 @@ void QkvExtras::Backward(const float* w, float* dw, int set, int64_t n, float* d
     backend_->Copy2D(scratch_a_.data(), row_bytes, dqkv + grp.col, fused, row_bytes, n);
     backend_->RmsNormBackward(scratch_a_.data(), raw_[set].data() + grp.saved_rows * hd, w + grp.norm_offset,
                               rstd_[set].data() + grp.saved_rows, n * grp.heads, static_cast<int>(hd),
-                              scratch_b_.data(), dw + grp.norm_offset);
+                              scratch_b_.data(), dw ? dw + grp.norm_offset : norm_sink_.data());
     backend_->Copy2D(dqkv + grp.col, fused, scratch_b_.data(), row_bytes, row_bytes, n);
   }
-  if (bias_offset_ >= 0) {
+  if (bias_offset_ >= 0 && dw != nullptr) {
     // dbias[1, width] += ones[n, 1]^T · dqkv[n, width]
     GemmArgs g;
     g.trans_a = true;

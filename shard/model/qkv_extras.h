@@ -33,6 +33,9 @@ class QkvExtras {
   void Forward(const float* w, int set, int64_t n, float* qkv);
   // dqkv: gradient of Forward's output (after the inverse RoPE); overwritten
   // with the gradient of its input. dw accumulates the bias / norm gradients.
+  // dw null: a frozen base (LoRA): the gradient still flows through the q/k
+  // norms into dqkv, their weight gradients go to a private sink, and the
+  // biases get none.
   void Backward(const float* w, float* dw, int set, int64_t n, float* dqkv);
 
  private:
@@ -54,6 +57,7 @@ class QkvExtras {
   std::vector<DeviceBuffer> raw_;      // per set: pre-norm q then k heads [n*(H+KV)*hd]
   std::vector<DeviceBuffer> rstd_;     // per set: [n*(H+KV)]
   DeviceBuffer scratch_a_, scratch_b_;  // [max_rows * H*hd] each
+  DeviceBuffer norm_sink_;              // [head_dim]: a frozen base's norm-weight gradients (never read)
 };
 
 }  // namespace shard

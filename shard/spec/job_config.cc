@@ -99,6 +99,9 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(checkpoint.Validate());
   RETURN_IF_ERROR(restart.Validate());
   RETURN_IF_ERROR(eval.Validate(data.sft()));
+  RETURN_IF_ERROR(peft.Validate());
+  if (export_.merge && !peft.enabled())
+    return InvalidArgument("export.merge: only applies to a peft: job (full fine-tuning exports the whole model anyway)");
   const int64_t per_step = train.micro_batch * parallel.world_size;
   if (train.global_batch % per_step != 0)
     return InvalidArgument("train.global_batch " + std::to_string(train.global_batch) +
@@ -374,6 +377,7 @@ Status MapExport(YamlMap& root, ExportConfig* e) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("export"));
   RETURN_IF_ERROR(m.Get("hf_dir", &e->hf_dir));
   RETURN_IF_ERROR(GetEnum(m, "dtype", kFloatDTypeNames, &e->dtype));
+  RETURN_IF_ERROR(m.Get("merge", &e->merge));
   return m.Finish();
 }
 
@@ -398,6 +402,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapRestart(root, &job->restart));
   RETURN_IF_ERROR(MapExport(root, &job->export_));
   RETURN_IF_ERROR(MapEval(root, &job->eval));
+  RETURN_IF_ERROR(MapPeftSection(root, &job->peft));
   return root.Finish();
 }
 

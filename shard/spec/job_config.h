@@ -13,6 +13,7 @@
 #include "shard/spec/eval_config.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
+#include "shard/spec/peft_config.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/tensor/dtype.h"
 
@@ -186,6 +187,9 @@ struct RestartConfig {
 struct ExportConfig {
   std::string hf_dir;         // write the trained model here as an HF folder ("" = don't)
   DType dtype = DType::kF32;  // fp32 | bf16 | fp16
+  // peft: jobs write a PEFT adapter folder to hf_dir; merge: true writes the
+  // full HF model with W + s·B·A instead.
+  bool merge = false;
 };
 
 // The job's name becomes a directory name (state and checkpoint dirs, plus
@@ -207,6 +211,7 @@ struct JobConfig {
   RestartConfig restart;
   ExportConfig export_;
   EvalConfig eval;
+  PeftConfig peft;  // peft: (method none when absent: full fine-tuning)
   std::string source;  // the file it came from
 
   // Cross-section checks (e.g. global_batch divisible by micro_batch * world).

@@ -45,6 +45,19 @@ RunKeys RunKeysOf(const JobConfig& job) {
   k["train.weight_decay"] = Num(o.weight_decay);
   k["train.decay_norms_and_embeddings"] = o.decay_norms_and_embeddings ? "true" : "false";
   k["train.grad_clip"] = Num(o.grad_clip);
+  // Adapters on a frozen base are another run than full fine-tuning (only
+  // present when peft: is, so full fine-tuning runs keep their fingerprints).
+  if (job.peft.enabled()) {
+    const PeftConfig& p = job.peft;
+    std::string targets;
+    for (LoraTarget t : p.target_modules) targets += (targets.empty() ? "" : ",") + std::string(LoraTargetName(t));
+    k["peft.method"] = PeftMethodName(p.method);
+    k["peft.r"] = std::to_string(p.r);
+    k["peft.alpha"] = Num(p.alpha);
+    k["peft.dropout"] = Num(p.dropout);
+    k["peft.target_modules"] = targets;
+    k["peft.use_rslora"] = p.use_rslora ? "true" : "false";
+  }
   return k;
 }
 

@@ -16,7 +16,7 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
   const int units = runtime->num_units();
   bool moments_missing = false;
   for (int u = 0; u < units; ++u)
-    moments_missing |= runtime->layout(u).shard_numel > 0 && runtime->adam_m(u) == nullptr;
+    moments_missing |= runtime->layout(u).shard_numel > 0 && runtime->adam_m(u) == nullptr && !runtime->frozen();
   if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
     return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
                     " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
@@ -89,6 +89,8 @@ OptimizerState::~OptimizerState() {
 
 Status OptimizerState::Step(const ParamLayout& layout, const OptimConfig& config, float lr, int64_t step,
                             float clip) {
+  if (runtime_->frozen())
+    return FailedPrecondition("optimizer step: the base is frozen (LoRA); only the adapters are stepped");
   const auto t0 = std::chrono::steady_clock::now();
   const int sr = runtime_->shard_rank();
   const int units = runtime_->num_units();

@@ -58,7 +58,10 @@ Status Trainer::Init() {
   // overwrites every shard from the checkpoint, so it reads config.json only
   // and never opens, maps or reads the HF weights (an automatic restart of a
   // 70B job must not touch 140 GB of safetensors again).
-  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
+  // A peft: job's checkpoints hold only its adapters (ResumeLora): its frozen
+  // base is always loaded, so it never takes a full step here.
+  if (!job_.peft.enabled())
+    ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
                            " exceeds the model's max_position_embeddings " +
@@ -106,6 +109,7 @@ Status Trainer::Init() {
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
   RETURN_IF_ERROR(InitRuntime(hf ? &*hf : nullptr, precision));
+  if (job_.peft.enabled()) RETURN_IF_ERROR(InitLora());
   RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
   if (backend_->holds_data()) {
     RETURN_IF_ERROR(PrepareData());
@@ -114,7 +118,7 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
-  RETURN_IF_ERROR(Resume());
+  RETURN_IF_ERROR(lora_ ? ResumeLora() : Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
@@ -153,13 +157,16 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   ASSIGN_OR_RETURN(GroupShape shape, GroupShapeFor(strategy, dist_.world, job_.parallel.shard_group_size));
   FsdpOptions fo;
   fo.strategy = strategy;
-  fo.moments_on_device = !job_.parallel.offload_optimizer;
-  fo.grads_on_device = !job_.parallel.offload_optimizer;
+  // LoRA: the base is frozen (no gradients, no optimizer state) — nothing to offload.
+  const bool offload = job_.parallel.offload_optimizer && !job_.peft.enabled();
+  fo.frozen = job_.peft.enabled();
+  fo.moments_on_device = !offload;
+  fo.grads_on_device = !offload;
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);
   // Offloaded, the fp32 master lives on the host: the device shard holds only
   // what the all-gathers send, in the compute dtype (2 B/param under bf16/fp16).
-  if (job_.parallel.offload_optimizer) fo.param_shard_dtype = fo.param_dtype;
+  if (offload) fo.param_shard_dtype = fo.param_dtype;
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -188,7 +195,7 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   for (const auto& u : layout.units) numels.push_back(u.numel);
   ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
 
-  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), job_.parallel.offload_optimizer));
+  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), offload));
   // A resumed run gets every shard from the checkpoint (Resume): no initial weights.
   if (resume_.step_dir.empty()) RETURN_IF_ERROR(LoadInitialWeights(hf));
   CheckpointRole role;
@@ -336,6 +343,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
 
   runtime_->ZeroGrads();
+  if (lora_) lora_->ZeroGrads();
   double loss_sum = 0;
   const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
   for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
@@ -350,6 +358,9 @@ StatusOr<StepMetrics> Trainer::Step() {
     b.positions = d_pos_.as_int();
     b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
     runtime_->BeginMicroBatch();
+    // Fresh adapter dropout masks per step, rank and micro-batch.
+    if (lora_) lora_->binding()->dropout_seed = job_.train.seed ^ (static_cast<uint64_t>(step_) << 24) ^
+                                                (static_cast<uint64_t>(dist_.rank) << 12) ^ static_cast<uint64_t>(mb);
     ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
     RETURN_IF_ERROR(runtime_->FinishMicroBatch());
     loss_sum += l;
@@ -361,7 +372,12 @@ StatusOr<StepMetrics> Trainer::Step() {
   // one of them went non-finite on its own. So each rank's "my norm is not
   // finite" flag travels with the loss sum and the stop vote in one world-wide
   // all-reduce, and every rank decides from the same three sums.
-  ASSIGN_OR_RETURN(double sq, runtime_->GradNormSquared());
+  double sq = 0;
+  if (lora_) {
+    ASSIGN_OR_RETURN(sq, ReduceLoraGrads());
+  } else {
+    ASSIGN_OR_RETURN(sq, runtime_->GradNormSquared());
+  }
   double reduced[3] = {loss_sum, dist_.stop_requested && dist_.stop_requested() ? 1.0 : 0.0,
                        std::isfinite(sq) ? 0.0 : 1.0};
   RETURN_IF_ERROR(runtime_->AllReduceSum(reduced, 3));
@@ -391,7 +407,11 @@ StatusOr<StepMetrics> Trainer::Step() {
       clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
     // AdamW multiplies the gradients by this first: clipping and the unscale.
     const float unscale = static_cast<float>(static_cast<double>(clip) / loss_scale);
-    RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale));
+    if (lora_) {
+      lora_->Step(tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale);
+    } else {
+      RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale));
+    }
     ++optimizer_steps_;
   } else if (dist_.rank == 0) {
     LOG_WARN("step {}: inf/NaN in the gradients or loss (loss sum {}, grad norm {}) at loss scale {}; the update is "
@@ -404,7 +424,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   tokens_seen_ += gb.tokens;
   const bool periodic =
       job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps);
-  if (periodic || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(checkpointer_->Save(RunState()));
+  if (periodic || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(lora_ ? SaveLora() : checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / static_cast<double>(gb.target_tokens);
@@ -483,7 +503,8 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     if (stop_agreed_ && step_ < tc.steps) {
       RETURN_IF_ERROR(checkpointer_->Wait());
       stopped_ = true;
-      if (dist_.rank == 0) LOG_WARN("stopped at step {} on request; checkpoint step_{} is written", step_, step_);
+      if (dist_.rank == 0)
+        LOG_WARN("stopped at step {} on request; checkpoint {}step_{} is written", step_, lora_ ? "lora_" : "", step_);
       return OkStatus();
     }
   }
@@ -501,6 +522,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
 }
 
 Status Trainer::ExportHf(const std::string& dir, DType dtype) {
+  if (lora_) return ExportLora(dir, dtype);
   // Every rank takes part in each unit's gather; rank 0 alone writes.
   if (dist_.rank != 0) {
     std::vector<float> buf;

@@ -22,6 +22,7 @@
 #include "shard/spec/job_config.h"
 #include "shard/train/checkpointer.h"
 #include "shard/train/local_params.h"
+#include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
 #include "shard/train/resume_choice.h"
@@ -105,6 +106,8 @@ class Trainer {
   // The AdamW state (on the device, or offloaded: parallel.offload_optimizer).
   OptimizerState& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
+  // The LoRA adapters (peft: lora); null for full fine-tuning.
+  LoraAdapters* lora() { return lora_.get(); }
 
  private:
   // The run's keys come from the job as given: Init resolves some fields in
@@ -116,6 +119,17 @@ class Trainer {
   // The initial weights of this rank's shards (no resume): from the HF
   // weights' byte ranges, or the seeded init when hf is null.
   Status LoadInitialWeights(const HfWeights* hf);
+  // peft: fresh adapters bound to the model over the frozen base
+  // (lora_trainer.cc), or a clear error for what is not built.
+  Status InitLora();
+  // The step's adapter gradients summed over the world; their squared norm.
+  StatusOr<double> ReduceLoraGrads();
+  // export.hf_dir of a peft: job: the PEFT adapter folder, or (export.merge)
+  // the full HF model with the adapters merged in.
+  Status ExportLora(const std::string& dir, DType dtype);
+  // Adapter-only checkpoints (lora_checkpoint.h): rank 0 writes; every rank resumes.
+  Status SaveLora();
+  Status ResumeLora();
   // Loads the checkpoint Init chose (resume_), if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
@@ -139,6 +153,8 @@ class Trainer {
   std::unique_ptr<FsdpRuntime> runtime_;
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<LoraAdapters> lora_;  // peft: the trained adapters (the base is frozen)
+  std::string lora_base_hash_;          // the base's identity, saved with and checked against checkpoints
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks

@@ -72,6 +72,9 @@ class CpuBackend final : public Backend {
   void Gemm(const GemmArgs& args) override { cpu::Gemm(args); }
   void Add(const float* a, const float* b, float* out, int64_t n) override { cpu::Add(a, b, out, n); }
   void Scale(float* x, int64_t n, float s) override { cpu::Scale(x, n, s); }
+  void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) override {
+    cpu::Dropout(x, out, n, p, seed);
+  }
   double SumSquares(const float* x, int64_t n) override { return cpu::SumSquares(x, n); }
 
   void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,

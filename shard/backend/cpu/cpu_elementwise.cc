@@ -35,6 +35,13 @@ void Scale(float* x, int64_t n, float s) {
   });
 }
 
+void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  ParallelFor(n, kElementGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = DropoutKeep(seed, i, p) ? x[i] * keep_scale : 0.0f;
+  });
+}
+
 double SumSquares(const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   // Fixed chunks, partials added in order: the same bits for any thread count.

@@ -21,6 +21,7 @@ void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, in
 void Fill(float* x, int64_t n, float value);
 void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, int64_t n, float s);
+void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed);
 double SumSquares(const float* x, int64_t n);
 void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out);
 void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable);
