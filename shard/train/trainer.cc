@@ -60,8 +60,9 @@ Status Trainer::Init() {
   // 70B job must not touch 140 GB of safetensors again).
   // A peft: job's checkpoints hold only its adapters (ResumeLora): its frozen
   // base is always loaded, so it never takes a full step here.
-  if (!job_.peft.enabled())
+  if (!job_.peft.enabled()) {
     ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
+  }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
                            " exceeds the model's max_position_embeddings " +
