@@ -62,11 +62,13 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
                                 {"tokens_per_s", r.tokens_per_s()},
                                 {"skipped", r.skipped()},
                                 {"loss_scale", r.loss_scale()}};
-    if (r.eval_samples() > 0) {
-      j["eval_samples"] = r.eval_samples();
-      j["eval_loss"] = r.eval_loss();
-      if (r.eval_exact_match() >= 0) j["eval_exact_match"] = r.eval_exact_match();
-    }
+    // One shape for every row: a step without an evaluation has 0 samples
+    // and null figures.
+    const bool evaluated = r.eval_samples() > 0;
+    j["eval_samples"] = r.eval_samples();
+    j["eval_loss"] = evaluated ? nlohmann::ordered_json(r.eval_loss()) : nlohmann::ordered_json(nullptr);
+    j["eval_exact_match"] = evaluated && r.eval_exact_match() >= 0 ? nlohmann::ordered_json(r.eval_exact_match())
+                                                                   : nlohmann::ordered_json(nullptr);
     out += j.dump();
     out += "\n";
   }

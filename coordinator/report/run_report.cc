@@ -88,6 +88,8 @@ json FinalFigures(const RunReportInput& in) {
     tokens += static_cast<double>(r.tokens());
     seconds += r.seconds();
   }
+  for (const v1::MetricRow& r : in.rows)  // the last evaluation (eval: in the job file)
+    if (r.eval_samples() > 0 && std::isfinite(r.eval_loss())) f["eval_loss"] = r.eval_loss();
   if (min_loss) f["min_loss"] = *min_loss;
   if (seconds > 0) {
     f["mean_tokens_per_s"] = tokens / seconds;
@@ -139,15 +141,24 @@ std::string Charts(const json& m, const std::vector<v1::MetricRow>& rows) {
   const auto restarts = m["restarts"].get<std::vector<int64_t>>();
   std::string out = "<div class=\"charts\">";
   out += SvgLineChart(Series(m, "loss", "loss", "train loss", "#2a62c9"), commits, restarts);
+  // Held-out loss at the steps an evaluation ran (eval.every_steps).
+  ChartSeries eval{"eval_loss", "eval loss (held out)", "#d0562a", {}, {}, false};
+  for (const v1::MetricRow& r : rows)
+    if (r.eval_samples() > 0 && std::isfinite(r.eval_loss())) {
+      eval.steps.push_back(r.step());
+      eval.values.push_back(r.eval_loss());
+    }
+  if (!eval.steps.empty()) out += SvgLineChart(eval, commits, restarts);
   out += SvgLineChart(Series(m, "tokens_per_s", "tokens_per_s", "tokens/s", "#8a4fd0"), commits, restarts);
   out += SvgLineChart(Series(m, "lr", "lr", "learning rate", "#c97a2a"), commits, restarts);
   out += SvgLineChart(Series(m, "grad_norm", "grad_norm", "gradient norm", "#2a9d8f", true), commits, restarts);
   const bool scaler = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.loss_scale() != 1.0; });
   if (scaler) out += SvgLineChart(Series(m, "loss_scale", "loss_scale", "loss scale", "#a33", true), commits, restarts);
   out += "</div><div class=\"legend\"><i style=\"background:#2a9d55\"></i>checkpoint committed"
-         "<i style=\"background:#d33\"></i>new attempt (restart or preemption) resumed here</div>"
-         "<p class=\"muted\" id=\"eval-note\">Eval loss: not recorded (no evaluation runs during training; "
-         "<code>shardctl eval</code> scores a checkpoint offline).</p>";
+         "<i style=\"background:#d33\"></i>new attempt (restart or preemption) resumed here</div>";
+  if (eval.steps.empty())
+    out += "<p class=\"muted\" id=\"eval-note\">Eval loss: not recorded (the job has no eval: section; "
+           "<code>shardctl eval</code> scores a checkpoint offline).</p>";
   return out;
 }
 

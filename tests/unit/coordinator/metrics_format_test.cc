@@ -91,7 +91,7 @@ TEST(MetricsFormatTest, JsonLinesCarryEveryFieldAndNullForNonFinite) {
 
 // Steps with a held-out evaluation (job file eval:) add EVAL_LOSS and, when
 // exact match was computed, EXACT_MATCH; other rows leave them blank; JSON
-// lines carry the eval keys only on evaluated steps.
+// lines carry the eval keys on every row (0 samples and nulls when none ran).
 TEST(MetricsFormatTest, EvaluatedStepsAddEvalColumns) {
   MetricRow evaluated = Row(2, 4.5, 1);
   evaluated.set_eval_samples(40);
@@ -104,7 +104,10 @@ TEST(MetricsFormatTest, EvaluatedStepsAddEvalColumns) {
   EXPECT_EQ(lines[2], "2          4.5000     3.000e-04   0.7500     2048       3.7500     0.250");
   const auto json = Lines(MetricsJsonLines({Row(1, 5.25, 1), evaluated}));
   ASSERT_EQ(json.size(), 2u);
-  EXPECT_FALSE(nlohmann::json::parse(json[0]).contains("eval_loss"));
+  const auto plain = nlohmann::json::parse(json[0]);
+  EXPECT_EQ(plain["eval_samples"], 0);
+  EXPECT_TRUE(plain["eval_loss"].is_null());
+  EXPECT_TRUE(plain["eval_exact_match"].is_null());
   const auto j = nlohmann::json::parse(json[1]);
   EXPECT_EQ(j["eval_samples"], 40);
   EXPECT_EQ(j["eval_loss"], 3.75);

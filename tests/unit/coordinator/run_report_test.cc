@@ -74,6 +74,21 @@ TEST(RunReportTest, DataAndChartsCarryEveryPoint) {
   EXPECT_EQ(d["job"]["plan"], "job.yaml, 2 worker(s) </script><b>x</b>");
 }
 
+// A job with an eval: section: the held-out loss is its own curve (one point
+// per evaluation) and the last one is a final figure.
+TEST(RunReportTest, EvaluationsAreACurveAndAFinalFigure) {
+  RunReportInput in = Input(30);
+  for (int i : {9, 19, 29}) {
+    in.rows[i].set_eval_samples(16);
+    in.rows[i].set_eval_loss(3.0 - i / 10);
+  }
+  const std::string html = RunReportHtml(in);
+  EXPECT_EQ(DataPoints(html, "eval_loss"), 3);
+  EXPECT_DOUBLE_EQ(Data(html)["final"]["eval_loss"].get<double>(), 1.0);
+  EXPECT_EQ(html.find("id=\"eval-note\""), std::string::npos);
+  EXPECT_NE(RunReportHtml(Input(3)).find("id=\"eval-note\""), std::string::npos) << "no eval: the note says so";
+}
+
 TEST(RunReportTest, MarkupInMessagesStaysText) {
   const std::string html = RunReportHtml(Input(3));
   EXPECT_EQ(html.find("<b>x</b>"), std::string::npos);

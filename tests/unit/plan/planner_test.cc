@@ -186,7 +186,9 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.
   const std::map<std::string, std::string> preset_for = {{"qwen2.5-0.5b-sft-from-hf.yaml", "qwen2.5-0.5b"},
-                                                         {"llama3.2-1b-sft-from-hf.yaml", "llama3.2-1b"}};
+                                                         {"llama3.2-1b-sft-from-hf.yaml", "llama3.2-1b"},
+                                                         // the LoRA demo adapts the SFT demo's export (preset tiny)
+                                                         {"tiny-lora-cpu.yaml", "tiny"}};
   for (const auto& e : std::filesystem::directory_iterator(Root() + "/configs/jobs")) {
     const std::string name = e.path().filename().string();
     auto job = LoadJobConfig(e.path().string());
