@@ -8,6 +8,7 @@
 #include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
 #include "shard/spec/loss_scale.h"
+#include "shard/spec/yaml_enum.h"
 
 namespace shard {
 
@@ -185,17 +186,6 @@ Status KubernetesConfig::Validate(int world_size) const {
 
 namespace {
 
-// A closed set read through its one table: the error names the file and key.
-template <typename E, size_t N>
-Status GetEnum(YamlMap& m, const std::string& key, const EnumName<E> (&table)[N], E* out) {
-  if (!m.Has(key)) return OkStatus();
-  std::string text;
-  RETURN_IF_ERROR(m.Get(key, &text));
-  auto v = ParseEnum(table, text);
-  if (!v.ok()) return InvalidArgument(m.Where(key) + ": " + v.status().message());
-  *out = *v;
-  return OkStatus();
-}
 
 Status MapModel(YamlMap& root, ModelSource* model) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("model"));

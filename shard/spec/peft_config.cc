@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "shard/common/yaml_config.h"
+#include "shard/spec/yaml_enum.h"
 
 namespace shard {
 
@@ -64,26 +65,12 @@ StatusOr<std::vector<LoraTarget>> ParseLoraTargets(const std::vector<std::string
   return out;
 }
 
-namespace {
-
-template <typename E, size_t N>
-Status GetPeftEnum(YamlMap& m, const std::string& key, const EnumName<E> (&table)[N], E* out) {
-  if (!m.Has(key)) return OkStatus();
-  std::string text;
-  RETURN_IF_ERROR(m.Get(key, &text));
-  auto v = ParseEnum(table, text);
-  if (!v.ok()) return InvalidArgument(m.Where(key) + ": " + v.status().message());
-  *out = *v;
-  return OkStatus();
-}
-
-}  // namespace
 
 Status MapPeftSection(YamlMap& root, PeftConfig* p) {
   if (!root.Has("peft")) return OkStatus();
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("peft"));
   if (!m.Has("method")) return InvalidArgument(m.Where("method") + ": required (lora or qlora)");
-  RETURN_IF_ERROR(GetPeftEnum(m, "method", kPeftMethodNames, &p->method));
+  RETURN_IF_ERROR(GetEnum(m, "method", kPeftMethodNames, &p->method));
   RETURN_IF_ERROR(m.Get("r", &p->r));
   RETURN_IF_ERROR(m.Get("alpha", &p->alpha));
   RETURN_IF_ERROR(m.Get("dropout", &p->dropout));
@@ -101,7 +88,7 @@ Status MapPeftSection(YamlMap& root, PeftConfig* p) {
     p->target_modules = *t;
   }
   RETURN_IF_ERROR(m.Get("use_rslora", &p->use_rslora));
-  RETURN_IF_ERROR(GetPeftEnum(m, "init", kLoraInitNames, &p->init));
+  RETURN_IF_ERROR(GetEnum(m, "init", kLoraInitNames, &p->init));
   RETURN_IF_ERROR(m.Get("from_adapter", &p->from_adapter));
   for (const char* key : {"double_quant", "block_size"})
     if (m.Has(key) && p->method != PeftMethod::kQlora)
