@@ -131,7 +131,9 @@ Status Trainer::Init() {
            config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
   LOG_INFO("optimizer state: {} — device: {:.1f} MiB parameter shards, {:.1f} MiB gradient shards, {:.1f} MiB "
            "AdamW moments; host: {:.1f} MiB",
-           optimizer_->offloaded() ? "offloaded (fp32 master, m, v, gradients in host memory)" : "on the device",
+           optimizer_->offloaded() ? std::string("offloaded (") + DTypeName(optimizer_->state_dtype()) +
+                                         " master, m, v; fp32 gradients; in host memory)"
+                                   : std::string("on the device"),
            optimizer_->param_shard_device_bytes() / 1048576.0, optimizer_->grad_shard_device_bytes() / 1048576.0,
            optimizer_->device_bytes() / 1048576.0, optimizer_->host_bytes() / 1048576.0);
   return OkStatus();
