@@ -14,6 +14,7 @@ export SHARDD_WORKER_BIN=$BUILD/worker/shardd-worker
 T=$(mktemp -d /tmp/shardd-bf16-state.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
+mkdir -p data
 python3 "$SRC/configs/data/make_sft_demo.py" data/train.jsonl --eval-out data/eval.jsonl --eval-rows 200 > /dev/null
 declare -A em
 for state in fp32 bf16; do
