@@ -189,7 +189,7 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
   if (!cluster.cpu_only && !p.workload.cpu_engine) {
     const std::string dt = DTypeName(p.workload.compute);
     std::string note = "planned for shardd's GPU runtime as built (fp32 master weights and AdamW state, " + dt +
-                       " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
+                       " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
       design.fp32_transients = false;
