@@ -302,6 +302,16 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
   dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
   dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
+  if (w.compute != DType::kF32) {
+    // The CPU backend's two-byte GEMMs round A and B into two grow-only fp32
+    // copies (cpu_gemm.cc): A at most the gate/up gradient or a loss chunk's
+    // logit gradient, B at most the head, the gate/up weight or an activation.
+    const int64_t d = c.hidden_size, f = c.intermediate_size;
+    const int64_t a_max = std::max(rows * 2 * f, logit_rows * c.vocab_size);
+    const int64_t b_max = std::max({c.vocab_size * d, 2 * f * d, rows * f});
+    dev.Add("GEMM operands rounded (fp32 copies)", (a_max + b_max) * 4,
+            "largest A and B operands of any GEMM x 4 B (grow-only scratch)");
+  }
   // Attention tiles per pool thread (grow-only, kept for the process).
   const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
   const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
