@@ -48,11 +48,14 @@ testing_ref::RefBatch Batch(int B, int T, int V, uint32_t seed) {
   return b;
 }
 
-std::vector<std::vector<float>> Units(const ParamLayout& layout, uint64_t seed) {
+// std 0.3 suits the d = 32 test shape; wider models take a smaller one (the
+// presets' d = 128 gets 0.05), else the activations grow ~std*sqrt(d) per
+// GEMM and the attention saturates.
+std::vector<std::vector<float>> Units(const ParamLayout& layout, uint64_t seed, float std_dev = 0.3f) {
   std::vector<std::vector<float>> units(layout.num_units());
   for (int u = 0; u < layout.num_units(); ++u) {
     units[u].resize(layout.units[u].numel);
-    InitUnitParams(layout.units[u], u, seed, 0.3f, 0, layout.units[u].numel, units[u].data());
+    InitUnitParams(layout.units[u], u, seed, std_dev, 0, layout.units[u].numel, units[u].data());
     for (const auto& t : layout.units[u].tensors)
       if (t.shape.size() == 1)
         for (int64_t i = 0; i < t.numel; ++i) units[u][t.offset + i] = 1.0f + 0.1f * std::sin(1.0f + i + u);
@@ -184,6 +187,35 @@ TEST_P(TwoByteActivations, GradientsTrackFp32Activations) {
     EXPECT_LT(rel, dt == DType::kBF16 ? 5e-2 : 1e-2) << "unit " << u;
   }
   EXPECT_TRUE(differs);
+}
+
+// The families' extras (qwen2 q/k/v biases, qwen3 per-head q/k norms, whose
+// pre-norm heads QkvExtras keeps per layer in fp32) under two-byte
+// activations: checkpointing and evaluation stay bitwise, gradients close.
+TEST_P(TwoByteActivations, FamilyExtrasKeepTheirPerLayerState) {
+  const DType dt = GetParam();
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3"}) {
+    auto c = LlamaPreset(preset);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const ParamLayout layout = ParamLayout::ForLlama(*c);
+    const auto units = Units(layout, 31, 0.05f);
+    const auto rb = Batch(2, 6, static_cast<int>(c->vocab_size), 12);
+    const ModelRun kept = RunModel(*c, rb, units, dt, dt, false);
+    const ModelRun recomputed = RunModel(*c, rb, units, dt, dt, true);
+    const ModelRun wide = RunModel(*c, rb, units, dt, DType::kF32, false);
+    EXPECT_EQ(kept.loss, recomputed.loss) << preset;
+    EXPECT_EQ(kept.eval_loss, kept.loss) << preset;
+    EXPECT_NEAR(kept.loss, wide.loss, 1e-2 * wide.loss) << preset;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      EXPECT_EQ(kept.grads[u], recomputed.grads[u]) << preset << " unit " << u;
+      double num = 0, den = 0;
+      for (size_t i = 0; i < kept.grads[u].size(); ++i) {
+        num += std::pow(kept.grads[u][i] - wide.grads[u][i], 2);
+        den += std::pow(wide.grads[u][i], 2);
+      }
+      EXPECT_LT(std::sqrt(num / den), 5e-2) << preset << " unit " << u;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, TwoByteActivations, testing::Values(DType::kBF16, DType::kF16),
