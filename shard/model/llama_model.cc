@@ -13,6 +13,13 @@ struct LlamaModel::LayerActs {
   DeviceBuffer xn1, rstd1, qkv, attn, lse, x_mid, xn2, rstd2, gu, h;
 };
 
+// One block's saved activations when they are two-byte (ModelOptions::
+// activation_dtype): the big tensors in that type, the statistics in fp32.
+struct LlamaModel::LowpActs {
+  DeviceBuffer xn1, qkv, attn, x_mid, xn2, gu, h;  // activation_dtype values
+  DeviceBuffer rstd1, lse, rstd2;                  // fp32
+};
+
 namespace {
 
 // y[N,out] (+)= x[N,in] · W[out,in]^T
@@ -87,10 +94,15 @@ Status LlamaModel::Allocate() {
     ASSIGN_OR_RETURN(*buf, DeviceBuffer::Create(backend_, count));
     return OkStatus();
   };
+  const bool lp = lowp_acts();
+  const bool ac = options_.activation_checkpointing;
+  // Two-byte values take half as many floats (rounded up) behind the float*.
+  auto make_lp = [&](DeviceBuffer* buf, int64_t count) { return make(buf, lp ? (count + 1) / 2 : count); };
   resid_.resize(c.num_layers + 1);
-  for (auto& r : resid_) RETURN_IF_ERROR(make(&r, n * d));
-  int sets = options_.activation_checkpointing ? 1 : c.num_layers;
-  for (int i = 0; i < sets; ++i) {
+  for (auto& r : resid_) RETURN_IF_ERROR(make_lp(&r, n * d));
+  if (lp) RETURN_IF_ERROR(make(&x_work_, n * d));
+  const int sets = ac ? 1 : c.num_layers;  // saved sets, whatever their type
+  for (int i = 0; i < ((ac || lp) ? 1 : sets); ++i) {
     auto a = std::make_unique<LayerActs>();
     a->set = i;
     RETURN_IF_ERROR(make(&a->xn1, n * d));
@@ -104,6 +116,20 @@ Status LlamaModel::Allocate() {
     RETURN_IF_ERROR(make(&a->gu, n * 2 * f));
     RETURN_IF_ERROR(make(&a->h, n * f));
     acts_.push_back(std::move(a));
+  }
+  for (int i = 0; lp && !ac && i < c.num_layers; ++i) {
+    auto k = std::make_unique<LowpActs>();
+    RETURN_IF_ERROR(make_lp(&k->xn1, n * d));
+    RETURN_IF_ERROR(make_lp(&k->qkv, n * c.qkv_dim()));
+    RETURN_IF_ERROR(make_lp(&k->attn, n * hq));
+    RETURN_IF_ERROR(make_lp(&k->x_mid, n * d));
+    RETURN_IF_ERROR(make_lp(&k->xn2, n * d));
+    RETURN_IF_ERROR(make_lp(&k->gu, n * 2 * f));
+    RETURN_IF_ERROR(make_lp(&k->h, n * f));
+    RETURN_IF_ERROR(make(&k->rstd1, n));
+    RETURN_IF_ERROR(make(&k->lse, n * c.num_heads));
+    RETURN_IF_ERROR(make(&k->rstd2, n));
+    lowp_.push_back(std::move(k));
   }
   RETURN_IF_ERROR(make(&final_norm_, n * d));
   RETURN_IF_ERROR(make(&final_rstd_, n));
@@ -132,8 +158,42 @@ Status LlamaModel::CheckBatch(const DeviceBatch& b) const {
   return OkStatus();
 }
 
+void LlamaModel::Round(float* x, int64_t n, DeviceBuffer* lp) {
+  if (!lowp_acts()) return;
+  void* dst = lp ? lp->data() : round_scratch();
+  backend_->CastFromF32(x, dst, n, options_.activation_dtype);
+  backend_->CastToF32(dst, x, n, options_.activation_dtype);
+}
+
+void LlamaModel::Restore(const LowpActs& k, LayerActs& a, int64_t n) {
+  const auto& c = config_;
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const DType dt = options_.activation_dtype;
+  backend_->CastToF32(k.xn1.data(), a.xn1.data(), n * d, dt);
+  backend_->CastToF32(k.qkv.data(), a.qkv.data(), n * c.qkv_dim(), dt);
+  backend_->CastToF32(k.attn.data(), a.attn.data(), n * hq, dt);
+  backend_->CastToF32(k.x_mid.data(), a.x_mid.data(), n * d, dt);
+  backend_->CastToF32(k.xn2.data(), a.xn2.data(), n * d, dt);
+  backend_->CastToF32(k.gu.data(), a.gu.data(), n * 2 * f, dt);
+  backend_->CastToF32(k.h.data(), a.h.data(), n * f, dt);
+  backend_->Copy(a.rstd1.data(), k.rstd1.data(), n * sizeof(float));
+  backend_->Copy(a.lse.data(), k.lse.data(), n * c.num_heads * sizeof(float));
+  backend_->Copy(a.rstd2.data(), k.rstd2.data(), n * sizeof(float));
+}
+
+float* LlamaModel::BlockInput(int l, int64_t n) {
+  if (!lowp_acts()) return resid_[l].data();
+  backend_->CastToF32(resid_[l].data(), x_work_.data(), n * config_.hidden_size, options_.activation_dtype);
+  return x_work_.data();
+}
+
+void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
+  if (!lowp_acts()) return;  // the block wrote resid_[l] itself
+  backend_->CastFromF32(out, resid_[l].data(), n * config_.hidden_size, options_.activation_dtype);
+}
+
 void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const float* x, LayerActs& a,
-                              float* out) {
+                              float* out, LowpActs* keep) {
   const auto& c = config_;
   const auto& t = layout_.units[1].tensors;  // block offsets are the same for every layer
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
@@ -142,22 +202,34 @@ void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const
   AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim(), options_.matmul_dtype};
 
   backend_->RmsNormForward(x, w + t[kInputNorm].offset, n, d, eps, a.xn1.data(), a.rstd1.data());
+  Round(a.xn1.data(), n * d, keep ? &keep->xn1 : nullptr);
   LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
   for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraAdd(l, lt, a.xn1.data(), n, a.qkv.data());
   extras_->Forward(w, a.set, n, a.qkv.data());
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
                  rope_table_.data(), /*inverse=*/false);
+  Round(a.qkv.data(), n * qkv, keep ? &keep->qkv : nullptr);
   backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
+  Round(a.attn.data(), n * hq, keep ? &keep->attn : nullptr);
   backend_->Copy(a.x_mid.data(), x, n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
   LoraAdd(l, LoraTarget::kO, a.attn.data(), n, a.x_mid.data());
+  Round(a.x_mid.data(), n * d, keep ? &keep->x_mid : nullptr);
   backend_->RmsNormForward(a.x_mid.data(), w + t[kPostNorm].offset, n, d, eps, a.xn2.data(), a.rstd2.data());
+  Round(a.xn2.data(), n * d, keep ? &keep->xn2 : nullptr);
   LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, n, d, 2 * f, a.gu.data());
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraAdd(l, lt, a.xn2.data(), n, a.gu.data());
+  Round(a.gu.data(), n * 2 * f, keep ? &keep->gu : nullptr);
   backend_->SwiGluForward(a.gu.data(), n, static_cast<int>(f), a.h.data());
+  Round(a.h.data(), n * f, keep ? &keep->h : nullptr);
   backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, n, f, d, out, /*beta=*/1.0f);
   LoraAdd(l, LoraTarget::kDown, a.h.data(), n, out);
+  if (keep) {  // the fp32 statistics, which the working set's next layer overwrites
+    backend_->Copy(keep->rstd1.data(), a.rstd1.data(), n * sizeof(float));
+    backend_->Copy(keep->lse.data(), a.lse.data(), n * c.num_heads * sizeof(float));
+    backend_->Copy(keep->rstd2.data(), a.rstd2.data(), n * sizeof(float));
+  }
 }
 
 void LlamaModel::BlockBackward(int l, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
@@ -204,16 +276,24 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
   RETURN_IF_ERROR(CheckBatch(b));
   training_ = keep;  // only ForwardBackward keeps activations; adapter dropout follows it
   const int L = config_.num_layers;
+  const int64_t n = b.rows();
+  const bool lp = lowp_acts(), ac = options_.activation_checkpointing;
   {
     ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
-    backend_->EmbeddingForward(b.tokens, b.rows(), emb, static_cast<int>(config_.hidden_size), resid_[0].data());
+    float* e = lp ? scratch_d_.data() : resid_[0].data();
+    backend_->EmbeddingForward(b.tokens, n, emb, static_cast<int>(config_.hidden_size), e);
+    StoreResidual(0, e, n);
     RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
   }
   for (int l = 0; l < L; ++l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-    LayerActs& a = (keep && !options_.activation_checkpointing) ? *acts_[l] : *acts_[0];
-    BlockForward(l, w, b, resid_[l].data(), a, resid_[l + 1].data());
+    LayerActs& a = (keep && !ac && !lp) ? *acts_[l] : *acts_[0];
+    if (lp && !ac) a.set = l;  // the working set stands in for layer l (QkvExtras keeps its own per layer)
+    LowpActs* kept = (keep && lp && !ac) ? lowp_[l].get() : nullptr;
+    float* out = lp ? scratch_d_.data() : resid_[l + 1].data();
+    BlockForward(l, w, b, BlockInput(l, n), a, out, kept);
+    StoreResidual(l + 1, out, n);
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
   return OkStatus();
@@ -230,7 +310,7 @@ StatusOr<const float*> LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess&
   } else {
     w_head = hw + layout_.units[head].tensors[kLmHead].offset;
   }
-  backend_->RmsNormForward(resid_[c.num_layers].data(), hw + layout_.units[head].tensors[kFinalNorm].offset, n,
+  backend_->RmsNormForward(BlockInput(c.num_layers, n), hw + layout_.units[head].tensors[kFinalNorm].offset, n,
                            d, static_cast<float>(c.rms_norm_eps), final_norm_.data(), final_rstd_.data());
   return w_head;
 }
@@ -278,7 +358,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
                                      /*grad=*/true);
       LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
     }
-    backend_->RmsNormBackward(scratch_d_.data(), resid_[L].data(), hw + ht[kFinalNorm].offset,
+    backend_->RmsNormBackward(scratch_d_.data(), BlockInput(L, n), hw + ht[kFinalNorm].offset,
                               final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
                               frozen ? frozen_norm_dw_.data() : hg + ht[kFinalNorm].offset);
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(head));
@@ -293,12 +373,18 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
     if (!frozen) {
       ASSIGN_OR_RETURN(g, access.GradBuffer(unit));
     }
-    LayerActs* a = acts_[options_.activation_checkpointing ? 0 : l].get();
-    if (options_.activation_checkpointing) {
-      // Recompute this block's activations; its output is not needed again.
-      BlockForward(l, w, b, resid_[l].data(), *a, scratch_d_.data());
+    const bool ac = options_.activation_checkpointing, lp = lowp_acts();
+    LayerActs* a = acts_[(ac || lp) ? 0 : l].get();
+    const float* x = BlockInput(l, n);
+    if (ac) {
+      // Recompute this block's activations (rounded as the forward rounded
+      // them); its output is not needed again.
+      BlockForward(l, w, b, x, *a, scratch_d_.data());
+    } else if (lp) {
+      a->set = l;
+      Restore(*lowp_[l], *a, n);
     }
-    BlockBackward(l, w, g, b, resid_[l].data(), *a, grad_a_.data(), grad_a_.data());
+    BlockBackward(l, w, g, b, x, *a, grad_a_.data(), grad_a_.data());
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(unit));
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }

@@ -34,6 +34,16 @@ struct ModelOptions {
   // accumulation, fp32 activations in memory. train.precision bf16/fp16 sets
   // it to that type; kF32 keeps fp32 products (TF32 where the backend allows).
   DType matmul_dtype = DType::kF32;
+  // kBF16/kF16 (train.precision bf16/fp16): the activations kept between
+  // forward and backward — every block input (the activation-checkpoint
+  // boundaries) and each layer's saved tensors — are held in this type,
+  // rounded to nearest even where they are produced, and every later reader
+  // (the rest of the forward, the backward, a checkpointing recompute) reads
+  // the rounded value; one layer's fp32 working set does the math. The
+  // normalisation statistics (rstd, log-sum-exp), the final norm, the logits
+  // and the backward scratch stay fp32. Only Cast ops round, so the CPU and
+  // CUDA backends hold bit-identical activations. kF32: fp32 throughout.
+  DType activation_dtype = DType::kF32;
 };
 
 // The chunk size LlamaModel uses for these options (shard/spec/llama_config.h).
@@ -95,9 +105,27 @@ class LlamaModel {
   Status Allocate();
   Status CheckBatch(const DeviceBatch& b) const;
 
+  struct LowpActs;   // one block's saved activations in the two-byte activation_dtype
+  bool lowp_acts() const { return options_.activation_dtype != DType::kF32; }
+
   // x: block input [rows, d]; fills acts (qkv, attention, norms, mlp) and writes
-  // the block output to `out`.
-  void BlockForward(int layer, const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out);
+  // the block output to `out`. Two-byte activations: each saved tensor is
+  // rounded in place as it is produced, its two-byte copy kept in `keep` (null:
+  // a scratch — evaluation, or a checkpointing pass that keeps nothing).
+  void BlockForward(int layer, const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
+                    LowpActs* keep = nullptr);
+  // Rounds n fp32 values at x to activation_dtype in place, leaving the two-byte
+  // values at `lp` (null: round_scratch()). A no-op for fp32 activations.
+  void Round(float* x, int64_t n, DeviceBuffer* lp);
+  void* round_scratch() const { return scratch_gu_.data(); }  // free during any forward
+  // Widens layer l's kept two-byte set (and statistics) into the working set.
+  void Restore(const LowpActs& keep, LayerActs& a, int64_t rows);
+  // Block l's input (l = L: the final hidden state) in fp32 for `rows` rows:
+  // resid_[l] itself, or (two-byte) widened into x_work_.
+  float* BlockInput(int l, int64_t rows);
+  // Stores the fp32 block output `out` as residual l, rounded, when two-byte;
+  // with fp32 activations the block wrote resid_[l] itself.
+  void StoreResidual(int l, const float* out, int64_t rows);
   // dy: grad of block output; writes grad of block input into dx (may alias dy).
   // dw null: the base is frozen (no weight gradients at all).
   void BlockBackward(int layer, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
@@ -121,8 +149,13 @@ class LlamaModel {
   int64_t chunk_rows_ = 0;   // rows per head/loss chunk
   int64_t logits_rows_ = 0;  // rows of logits_
 
-  std::vector<DeviceBuffer> resid_;  // L+1 block inputs/outputs [rows, d]
-  std::vector<std::unique_ptr<LayerActs>> acts_;  // L sets, or 1 with checkpointing
+  // L+1 block inputs/outputs [rows, d]: fp32, or activation_dtype (two bytes
+  // each behind the float*) when the activations are two-byte.
+  std::vector<DeviceBuffer> resid_;
+  DeviceBuffer x_work_;  // two-byte activations: the fp32 block input in use
+  // fp32 sets: L, or 1 with checkpointing or two-byte activations (the working set).
+  std::vector<std::unique_ptr<LayerActs>> acts_;
+  std::vector<std::unique_ptr<LowpActs>> lowp_;  // two-byte activations without checkpointing: L sets
   DeviceBuffer final_norm_, final_rstd_, logits_;
   DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
   DeviceBuffer rope_table_;

@@ -186,6 +186,19 @@ ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t s
   return a;
 }
 
+int64_t ActivationBytes(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing, DType act) {
+  const ActivationElems a = Activations(c, micro_batch, seq_len, checkpointing);
+  if (act == DType::kF32) return (a.residuals + a.saved + a.statistics + a.final_norm) * 4;
+  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = c.intermediate_size;
+  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const int64_t sets = checkpointing ? 1 : c.num_layers;
+  const int64_t big = n * (3 * d + c.qkv_dim() + hq + 3 * f), stats = n * (2 + c.num_heads);  // one LayerActs set
+  const int64_t extras = (a.saved - sets * big) + (a.statistics - sets * stats);  // QkvExtras, fp32 per set
+  const int64_t ab = static_cast<int64_t>(DTypeSize(act));
+  const int64_t kept = checkpointing ? 0 : c.num_layers * (big * ab + stats * 4);  // two-byte sets + fp32 statistics
+  return a.residuals * ab + n * d * 4 + (big + stats) * 4 + kept + extras * 4 + a.final_norm * 4;
+}
+
 int64_t LoraParams(const LlamaConfig& c, int rank) {
   const int64_t d = c.hidden_size, f = c.intermediate_size;
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
@@ -253,7 +266,8 @@ EstimateContext MakeContext(const Workload& w) {
   return x;
 }
 
-// The CPU engine: everything fp32, exactly the engine's buffers per rank.
+// The CPU engine: exactly the engine's buffers per rank (fp32 but for the
+// activations under bf16/fp16).
 void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEstimate& est) {
   const Workload& w = x.w;
   const LlamaConfig& c = x.c;
@@ -265,9 +279,10 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   const bool keep_forward = x.keep_forward;
   const std::vector<int64_t>& numels = x.numels;
   Items dev{&est.device}, host{&est.host};
-  // Everything fp32, exactly the engine's buffers (one rank). Under bf16/fp16
-  // the held unit is still an fp32 compute copy and a prefetched one waits
-  // in two bytes, so the fp32 figures below are an upper bound.
+  // Everything fp32, exactly the engine's buffers (one rank), except the
+  // kept activations under bf16/fp16 (two-byte, ActivationBytes). Under
+  // bf16/fp16 the held unit is still an fp32 compute copy and a prefetched one
+  // waits in two bytes, so the fp32 figures for those are an upper bound.
   est.ranks_per_node = std::max(1, w.world);
   if (!w.offload.optimizer) {
     dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
@@ -298,12 +313,24 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
     dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
   }
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
-  dev.Add("activations", (a.residuals + a.saved + a.statistics + a.final_norm) * 4,
+  const std::string act = w.compute == DType::kF32 ? "" : std::string(" (") + DTypeName(w.compute) + ", fp32 working set)";
+  dev.Add("activations" + act, ActivationBytes(c, w.micro_batch, w.seq_len, w.activation_checkpointing, w.compute),
           std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
-              (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x 4 B");
+              (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x " +
+              std::to_string(DTypeSize(w.compute)) + " B");
   dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
   dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
   dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
+  if (w.compute != DType::kF32) {
+    // The CPU backend's two-byte GEMMs round A and B into two grow-only fp32
+    // copies (cpu_gemm.cc): A at most the gate/up gradient or a loss chunk's
+    // logit gradient, B at most the head, the gate/up weight or an activation.
+    const int64_t d = c.hidden_size, f = c.intermediate_size;
+    const int64_t a_max = std::max(rows * 2 * f, logit_rows * c.vocab_size);
+    const int64_t b_max = std::max({c.vocab_size * d, 2 * f * d, rows * f});
+    dev.Add("GEMM operands rounded (fp32 copies)", (a_max + b_max) * 4,
+            "largest A and B operands of any GEMM x 4 B (grow-only scratch)");
+  }
   // Attention tiles per pool thread (grow-only, kept for the process).
   const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
   const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
@@ -425,10 +452,13 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
   const bool as_built = w.fp32_transients && w.method == Method::kFull;
   const std::string tname = as_built ? "fp32" : cname;
   const std::string& logits_how = x.logits_how;
-  // Activations in `compute` (fp32 as built), normalisation statistics in fp32.
+  // Activations in `compute`, normalisation statistics in fp32; as built
+  // also one fp32 working set and block input (ActivationBytes).
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
-  const int64_t acts = (a.residuals + a.saved + a.final_norm) * tb + a.statistics * 4;
-  dev.Add("activations (" + tname + ")", acts,
+  const int64_t acts = as_built ? ActivationBytes(c, w.micro_batch, w.seq_len, w.activation_checkpointing, w.compute)
+                                : (a.residuals + a.saved + a.final_norm) * tb + a.statistics * 4;
+  dev.Add(std::string("activations (") + DTypeName(w.compute) + (as_built && cb != 4 ? ", fp32 working set)" : ")"),
+          acts,
           std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
               (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens");
   int64_t logits = 0;

@@ -92,6 +92,15 @@ struct ActivationElems {
 };
 ActivationElems Activations(const LlamaConfig& config, int64_t micro_batch, int64_t seq_len, bool checkpointing);
 
+// Bytes of the activations the engine keeps (residuals, saved sets,
+// statistics, final norm) when ModelOptions::activation_dtype is `act`
+// (train.precision): fp32 is ActivationElems x 4 B; a two-byte type holds the
+// L+1 residuals and the saved sets in two bytes, plus one fp32 working set,
+// one fp32 block input, the statistics (per saved set and for the working
+// set), the final norm and QkvExtras' saved tensors in fp32.
+int64_t ActivationBytes(const LlamaConfig& config, int64_t micro_batch, int64_t seq_len, bool checkpointing,
+                        DType act);
+
 // LoRA adapter parameters at rank r on q, k, v, o, gate, up and down.
 int64_t LoraParams(const LlamaConfig& config, int rank);
 

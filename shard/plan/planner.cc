@@ -193,7 +193,7 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
     const std::string dt = DTypeName(p.workload.compute);
     std::string note = std::string("planned for shardd's GPU runtime as built (") +
                        DTypeName(p.workload.optimizer_state) + " master weights and AdamW state, " + dt +
-                       " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
+                       " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
       design.fp32_transients = false;

@@ -52,9 +52,10 @@ struct Workload {
   // `compute` (torchtune's dtype: bf16, LLaMA-Factory's pure_bf16).
   bool fp32_master = true;
   // GPU plans of shardd jobs: the runtime as built keeps the transients in
-  // fp32 — activations, backward scratch, the held unit's compute copy and
-  // unsharded gradients (prefetched units and the wire stay in `compute`) —
-  // and casts each GEMM's operands into two-byte scratch. false: the design
+  // fp32 — backward scratch, the held unit's compute copy and unsharded
+  // gradients (prefetched units, the wire and the kept activations, with one
+  // fp32 working set, are in `compute`: ActivationBytes) — and casts each
+  // GEMM's operands into two-byte scratch. false: the design
   // point, everything transient in `compute` (what the published trainers
   // do, and what the validation against their figures models). Full
   // fine-tuning only: LoRA and QLoRA are planned at the design point.

@@ -104,6 +104,9 @@ Status Trainer::Init() {
   // bf16/fp16: GEMM and attention inputs in that type too (tensor cores), as
   // torch autocast and DeepSpeed's bf16 mode do; fp32 accumulation.
   mo.matmul_dtype = precision.param_dtype;
+  // ...and the activations kept for backward held in it (autocast's bf16
+  // activations); fp32 precision stays fp32 throughout.
+  mo.activation_dtype = precision.param_dtype;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",

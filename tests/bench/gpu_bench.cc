@@ -251,8 +251,8 @@ int TrainBench(const std::string& preset, int64_t micro, int64_t seq, int steps,
               ran.c_str(), steps, total / steps, best, loss, tps, achieved, peak > 0 ? 100 * achieved / peak : 0.0,
               two_byte ? "bf16" : "TF32", peak);
   std::printf("train: (%s; attention %s)\n",
-              two_byte ? "two-byte weights gathered, GEMM inputs in that type on tensor cores, fp32 activations "
-                         "and accumulation"
+              two_byte ? "two-byte weights gathered, GEMM inputs (tensor cores) and kept activations in that "
+                         "type, fp32 working set and accumulation"
                        : "fp32 storage, TF32 GEMMs",
               std::getenv("SHARDD_TC_ATTENTION") ? "on tensor cores (SHARDD_TC_ATTENTION)" : "fp32 flash kernels");
   return 0;

@@ -6,15 +6,18 @@
 // whole-model-per-rank figure (every rank holding the fp32 model, what the
 // loader did before issue 19). Exits 1 when a rank's peak is more than 15%
 // from the planner's figure; --smoke runs a tiny model at W = 2 and judges
-// nothing (CI: it starts, runs and prints its table).
+// nothing (CI: it starts, runs and prints its table). --precision P,
+// --seq N, --micro-batch M and --world W change the job (defaults: fp32, 128,
+// 1, 4): a longer micro-batch under bf16 shows the two-byte activations.
 //
-// Run: build/tests/bench/host_memory_bench [--smoke]
+// Run: build/tests/bench/host_memory_bench [--smoke] [--precision bf16] [--seq 512] [--micro-batch 2] [--world 2]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -95,9 +98,32 @@ int RunRank(const JobConfig& job, int rank, int world, const std::string& store_
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool smoke = argc > 1 && std::strcmp(argv[1], "--smoke") == 0;
+  bool smoke = false;
+  std::string precision = "fp32";
+  int seq = 0, micro = 1, world = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--smoke") {
+      smoke = true;
+    } else if (a == "--precision" && has_value) {
+      precision = argv[++i];
+    } else if ((a == "--seq" || a == "--micro-batch" || a == "--world") && has_value) {
+      const int v = std::atoi(argv[++i]);
+      if (v <= 0) {
+        std::fprintf(stderr, "host_memory_bench: %s wants a positive integer, got '%s'\n", a.c_str(), argv[i]);
+        return 2;
+      }
+      (a == "--seq" ? seq : a == "--world" ? world : micro) = v;
+    } else {
+      std::fprintf(stderr, "host_memory_bench: unknown or incomplete argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
   // ~168M parameters: vocab 32000, d 1024, 8 layers, 16 heads (4 KV), ffn 2816, untied head.
-  const Shape s = smoke ? Shape{512, 128, 352, 2, 4, 2, 64, 2} : Shape{32000, 1024, 2816, 8, 16, 4, 128, 4};
+  Shape s = smoke ? Shape{512, 128, 352, 2, 4, 2, 64, 2} : Shape{32000, 1024, 2816, 8, 16, 4, 128, 4};
+  if (seq > 0) s.seq = seq;
+  if (world > 0) s.world = world;
   const std::string root = (fs::temp_directory_path() / ("shardd_host_memory_bench_" + std::to_string(getpid()))).string();
   fs::remove_all(root);
   fs::create_directories(root + "/store");
@@ -120,8 +146,9 @@ int main(int argc, char** argv) {
   }
   const std::string yaml = "name: hostmem\nmodel: {from_hf: " + hf + "}\ndata: {tokens: " +
                            WriteTokens(root + "/tokens.u32", s.vocab) + ", seq_len: " + std::to_string(s.seq) +
-                           "}\ntrain: {steps: 1, global_batch: " + std::to_string(s.world) +
-                           ", micro_batch: 1, log_every: 1000}\nparallel: {world_size: " + std::to_string(s.world) +
+                           "}\ntrain: {steps: 1, global_batch: " + std::to_string(s.world * micro) +
+                           ", micro_batch: " + std::to_string(micro) + ", log_every: 1000, precision: " + precision +
+                           "}\nparallel: {world_size: " + std::to_string(s.world) +
                            "}\ncheckpoint: {dir: " + root + "/ckpt, every_steps: 0, resume: none}\n"
                            "resources: {device: cpu}\n";
   auto job = ParseJobConfig(yaml, "host_memory_bench.yaml");
@@ -154,8 +181,9 @@ int main(int argc, char** argv) {
   }
   const int64_t planned = p->memory.device_total;  // the CPU engine: per rank, in host RAM
   const int64_t whole = c.NumParams() * 4;
-  std::printf("host memory: %.1fM-parameter HF model (bf16 safetensors), one step at W = %d processes, seq %d\n",
-              c.NumParams() / 1e6, s.world, s.seq);
+  std::printf("host memory: %.1fM-parameter HF model (bf16 safetensors), one step at W = %d processes, "
+              "micro-batch %d x seq %d, precision %s\n",
+              c.NumParams() / 1e6, s.world, micro, s.seq, precision.c_str());
   std::printf("%6s %16s %16s %10s %22s\n", "rank", "peak RSS", "planner (CPU)", "ratio", "whole model per rank");
   double worst = 0;
   for (int r = 0; r < s.world; ++r) {

@@ -58,17 +58,38 @@ inline void RopeInPlace(std::vector<double>& x, int heads, int hd, const std::ve
     }
 }
 
+// Two-byte rounding the forward applies, to mirror the engine's mixed
+// precision (ModelOptions::matmul_dtype / activation_dtype). `round` maps a
+// value to the nearest two-byte one. inputs: the activation inputs of every
+// GEMM and q, k, v of attention are rounded (the caller rounds the GEMM
+// weights in `p`). activations: every kept activation is rounded where it is
+// produced — block inputs and outputs, norm outputs, q/k/v after RoPE,
+// attention output, the residual after attention, gate/up and SwiGLU output.
+struct RefRounding {
+  double (*round)(double) = nullptr;
+  bool inputs = false;
+  bool activations = false;
+};
+
 // Sum over target tokens of -log softmax(logits)[target].
-inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Units& p, const RefBatch& b) {
+inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Units& p, const RefBatch& b,
+                      const RefRounding& rr = {}) {
+  auto R = [&](std::vector<double>& v, bool apply) {
+    if (apply && rr.round)
+      for (double& e : v) e = rr.round(e);
+  };
+  const bool ri = rr.inputs || rr.activations, ra = rr.activations;
   const int d = static_cast<int>(c.hidden_size), f = static_cast<int>(c.intermediate_size), hd = c.head_dim();
   const int H = c.num_heads, KV = c.num_kv_heads, V = static_cast<int>(c.vocab_size), N = b.B * b.T;
   std::vector<double> x(N * d);
   for (int r = 0; r < N; ++r)
     for (int i = 0; i < d; ++i) x[r * d + i] = p[0][b.tokens[r] * d + i];
+  R(x, ra);
   for (int l = 0; l < c.num_layers; ++l) {
     const auto& u = p[1 + l];
     const auto& t = layout.units[1 + l].tensors;
     auto xn = RmsNorm(x, &u[t[kInputNorm].offset], d, c.rms_norm_eps);
+    R(xn, ri);
     auto q = Linear(xn, &u[t[kQ].offset], d, H * hd);
     auto k = Linear(xn, &u[t[kK].offset], d, KV * hd);
     auto v = Linear(xn, &u[t[kV].offset], d, KV * hd);
@@ -86,6 +107,7 @@ inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Uni
     }
     RopeInPlace(q, H, hd, b.positions, c.rope_theta);
     RopeInPlace(k, KV, hd, b.positions, c.rope_theta);
+    R(q, ri), R(k, ri), R(v, ri);
     std::vector<double> att(N * H * hd, 0.0);
     for (int bb = 0; bb < b.B; ++bb)
       for (int h = 0; h < H; ++h) {
@@ -109,18 +131,25 @@ inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Uni
             for (int e = 0; e < hd; ++e) att[ri * H * hd + h * hd + e] += s[jj] / z * v[js[jj] * KV * hd + g * hd + e];
         }
       }
+    R(att, ri);
     auto o = Linear(att, &u[t[kO].offset], H * hd, d);
     for (int i = 0; i < N * d; ++i) x[i] += o[i];
+    R(x, ra);
     auto xn2 = RmsNorm(x, &u[t[kPostNorm].offset], d, c.rms_norm_eps);
+    R(xn2, ri);
     auto gate = Linear(xn2, &u[t[kGate].offset], d, f);
     auto up = Linear(xn2, &u[t[kUp].offset], d, f);
+    R(gate, ra), R(up, ra);
     for (int i = 0; i < N * f; ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    R(gate, ri);
     auto down = Linear(gate, &u[t[kDown].offset], f, d);
     for (int i = 0; i < N * d; ++i) x[i] += down[i];
+    R(x, ra);
   }
   const auto& hu = p.back();
   const auto& ht = layout.units.back().tensors;
   auto xf = RmsNorm(x, &hu[ht[kFinalNorm].offset], d, c.rms_norm_eps);
+  R(xf, ri);
   const double* wh = c.tie_word_embeddings ? p[0].data() : &hu[ht[kLmHead].offset];
   auto logits = Linear(xf, wh, d, V);
   double loss = 0;
