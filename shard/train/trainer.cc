@@ -14,6 +14,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/qlora_base.h"
 #include "shard/train/resume_choice.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
@@ -163,6 +164,11 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   // LoRA: the base is frozen (no gradients, no optimizer state) — nothing to offload.
   const bool offload = job_.parallel.offload_optimizer && !job_.peft.enabled();
   fo.frozen = job_.peft.enabled();
+  if (job_.peft.method == PeftMethod::kQlora) {  // the base's linear layers as NF4 (qlora_base.h)
+    fo.nf4.block_size = job_.peft.block_size;
+    fo.nf4.double_quant = job_.peft.double_quant;
+    fo.nf4_units = QloraUnitSpecs(model_->layout());
+  }
   fo.moments_on_device = !offload;
   fo.grads_on_device = !offload;
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
@@ -234,7 +240,11 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
       RETURN_IF_ERROR(ReadHfUnitRange(*hf, layout.units[u], begin, end, host.data())
                           .WithContext("model.from_hf " + job_.model.from_hf));
     }
-    optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
+    if (runtime_->quantized(u)) {
+      RETURN_IF_ERROR(runtime_->WriteNf4Shard(u, host.data()));  // QLoRA: quantised once, here, per shard
+    } else {
+      optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
+    }
   }
   return OkStatus();
 }
