@@ -113,9 +113,20 @@ Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads) {
   return OkStatus();
 }
 
-Status FsdpRuntime::WriteNf4Shard(int u, const float* host_shard) {
+Status FsdpRuntime::WriteFrozenShard(int u, const float* host_shard) {
   Unit& x = units_[u];
-  if (!x.quantized) return Internal("WriteNf4Shard: unit " + std::to_string(u) + " is not stored as NF4");
+  if (!options_.frozen) return Internal("WriteFrozenShard: unit " + std::to_string(u) + " is not frozen");
+  const int64_t n = x.layout.shard_numel;
+  if (!x.quantized) {
+    if (!lowp_shard()) {
+      backend_->CopyToDevice(x.params.data(), host_shard, static_cast<size_t>(n) * sizeof(float));
+      return OkStatus();
+    }
+    std::vector<uint16_t> lp(static_cast<size_t>(n));
+    ConvertFromF32(options_.param_shard_dtype, host_shard, lp.data(), lp.size());
+    backend_->CopyToDevice(x.params.data(), lp.data(), lp.size() * sizeof(uint16_t));
+    return OkStatus();
+  }
   std::vector<uint8_t> record(static_cast<size_t>(x.nf4.bytes));
   RETURN_IF_ERROR(EncodeNf4Shard(x.nf4, x.layout, options_.nf4_units[u], shard_rank_, host_shard,
                                  options_.param_dtype, record.data())
@@ -594,7 +605,23 @@ Status FsdpRuntime::AllReduceSumFloats(float* data, int64_t count) {
 Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
-  if (lowp_shard() && host_master == nullptr)
+  if (lowp_shard() && host_master == nullptr && options_.frozen && !x.quantized) {
+    // A frozen two-byte shard is the base itself (there is no master): widen it.
+    const DType dt = options_.param_shard_dtype;
+    out->resize(x.layout.numel);
+    ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
+    if (sharded()) {
+      ASSIGN_OR_RETURN(DeviceBuffer lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
+      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), lp.data(), x.layout.shard_numel, dt, options_.comm)
+                          .WithContext("export all-gather of unit " + std::to_string(u)));
+      backend_->CastToF32(lp.data(), full.data(), x.layout.padded, dt);
+    } else {
+      backend_->CastToF32(x.params.data(), full.data(), x.layout.numel, dt);
+    }
+    backend_->CopyToHost(out->data(), full.data(), static_cast<size_t>(x.layout.numel) * sizeof(float));
+    return OkStatus();
+  }
+  if (lowp_shard() && host_master == nullptr && !x.quantized)
     return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
                     DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");
   out->resize(x.layout.numel);

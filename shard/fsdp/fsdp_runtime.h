@@ -128,12 +128,13 @@ class FsdpRuntime : public UnitAccess {
   float* host_grad_shard(int u);
   bool grads_on_host() const { return !options_.grads_on_device; }
   bool frozen() const { return options_.frozen; }
-  // QLoRA: whether unit u's shard is an NF4 record, its format, and setting it
-  // from this rank's fp32 shard values (host memory; quantised here, on the
-  // host, then copied to the device: once, at load).
+  // QLoRA: whether unit u's shard is an NF4 record, and its format.
   bool quantized(int u) const { return units_[u].quantized; }
   const Nf4ShardFormat& nf4_format(int u) const { return units_[u].nf4; }
-  Status WriteNf4Shard(int u, const float* host_shard);
+  // A frozen base's shard of unit u from this rank's fp32 values (host
+  // memory), stored as the runtime keeps it: quantised to NF4 (on the host),
+  // cast to a two-byte param_shard_dtype, or copied. Once, at load.
+  Status WriteFrozenShard(int u, const float* host_shard);
   // Under !grads_on_device, before the first micro-batch: the host gradient
   // shards (one per unit, layout(u).shard_numel floats, owned by the caller,
   // from the device backend's AllocateHost: unsharded units' gradients are
@@ -180,7 +181,9 @@ class FsdpRuntime : public UnitAccess {
   // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
   // `host_master`: this rank's fp32 shard in host memory, gathered instead of
   // the device shard; required when the device shard is two-byte (it holds
-  // only the rounded weights), otherwise optional (null: the device shard).
+  // only the rounded weights) unless the base is frozen (then the rounded
+  // weights are the base: widened), otherwise optional (null: the device shard).
+  // NF4 units give their dequantised values.
   Status GatherUnit(int u, std::vector<float>* out, const float* host_master = nullptr);
 
   // UnitAccess.

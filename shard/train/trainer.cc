@@ -175,7 +175,8 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   ApplyPrecision(precision, &fo);
   // Offloaded, the fp32 master lives on the host: the device shard holds only
   // what the all-gathers send, in the compute dtype (2 B/param under bf16/fp16).
-  if (offload) fo.param_shard_dtype = fo.param_dtype;
+  // A frozen base (LoRA) has no master to keep: stored in the compute dtype too.
+  if (offload || job_.peft.enabled()) fo.param_shard_dtype = fo.param_dtype;
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -240,8 +241,10 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
       RETURN_IF_ERROR(ReadHfUnitRange(*hf, layout.units[u], begin, end, host.data())
                           .WithContext("model.from_hf " + job_.model.from_hf));
     }
-    if (runtime_->quantized(u)) {
-      RETURN_IF_ERROR(runtime_->WriteNf4Shard(u, host.data()));  // QLoRA: quantised once, here, per shard
+    if (runtime_->frozen()) {
+      // LoRA/QLoRA: stored as the runtime keeps the frozen base (NF4 or the
+      // compute dtype), converted once, here, per shard.
+      RETURN_IF_ERROR(runtime_->WriteFrozenShard(u, host.data()));
     } else {
       optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
     }

@@ -159,7 +159,7 @@ TEST(FsdpNf4, EveryRankAcquiresTheWholeUnitQuantisation) {
             for (int64_t j = 0; j < l.shard_numel; ++j)
               if (l.begin(rank) + j < l.numel) shard[j] = Weight(u, l.begin(rank) + j);
             if (rt.quantized(u)) {
-              ASSERT_TRUE(rt.WriteNf4Shard(u, shard.data()).ok());
+              ASSERT_TRUE(rt.WriteFrozenShard(u, shard.data()).ok());
             } else {
               std::copy(shard.begin(), shard.end(), rt.param_shard(u));
             }

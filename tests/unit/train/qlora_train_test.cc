@@ -94,8 +94,10 @@ RunOut Train(const std::string& tokens, int world, const std::string& method, co
       std::vector<std::vector<float>> before(tr.runtime().num_units());
       for (int u = 0; u < tr.runtime().num_units(); ++u) {
         const float* p = tr.runtime().param_shard(u);  // CPU: host memory (an NF4 record for quantised units)
-        before[u].assign(p, p + (tr.runtime().quantized(u) ? tr.runtime().nf4_format(u).floats()
-                                                           : tr.runtime().layout(u).shard_numel));
+        const int64_t bytes = tr.runtime().quantized(u) ? tr.runtime().nf4_format(u).bytes
+                                                        : tr.runtime().layout(u).shard_numel *
+                                                              static_cast<int64_t>(DTypeSize(tr.runtime().param_shard_dtype()));
+        before[u].assign(p, p + (bytes + 3) / 4);
       }
       ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
       for (int u = 0; u < tr.runtime().num_units(); ++u)
