@@ -113,41 +113,6 @@ Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads) {
   return OkStatus();
 }
 
-Status FsdpRuntime::WriteFrozenShard(int u, const float* host_shard) {
-  Unit& x = units_[u];
-  if (!options_.frozen) return Internal("WriteFrozenShard: unit " + std::to_string(u) + " is not frozen");
-  const int64_t n = x.layout.shard_numel;
-  if (!x.quantized) {
-    if (!lowp_shard()) {
-      backend_->CopyToDevice(x.params.data(), host_shard, static_cast<size_t>(n) * sizeof(float));
-      return OkStatus();
-    }
-    std::vector<uint16_t> lp(static_cast<size_t>(n));
-    ConvertFromF32(options_.param_shard_dtype, host_shard, lp.data(), lp.size());
-    backend_->CopyToDevice(x.params.data(), lp.data(), lp.size() * sizeof(uint16_t));
-    return OkStatus();
-  }
-  std::vector<uint8_t> record(static_cast<size_t>(x.nf4.bytes));
-  RETURN_IF_ERROR(EncodeNf4Shard(x.nf4, x.layout, options_.nf4_units[u], shard_rank_, host_shard,
-                                 options_.param_dtype, record.data())
-                      .WithContext("NF4 quantisation of unit " + std::to_string(u)));
-  backend_->CopyToDevice(x.params.data(), record.data(), record.size());
-  return OkStatus();
-}
-
-void FsdpRuntime::DecodeNf4(int u, const float* records, float* out, DType round_to) {
-  const Unit& x = units_[u];
-  for (int r = 0; r < shard_size_; ++r) {
-    const char* rec = reinterpret_cast<const char*>(records) + static_cast<int64_t>(r) * x.nf4.bytes;
-    backend_->DequantizeNf4(Nf4RunOf(x.nf4, rec), out + x.layout.begin(r), round_to);
-    int64_t k = 0;  // the kept values follow each other in the record, in unit order
-    for (const auto& [off, count] : x.kept_runs[r]) {
-      backend_->Copy(out + off, rec + x.nf4.keep_off + k * 4, static_cast<size_t>(count) * 4);
-      k += count;
-    }
-  }
-}
-
 int64_t FsdpRuntime::host_stage_bytes() const {
   int64_t bytes = 0;
   for (const HostBuffer& b : host_stages_) bytes += b.size() * static_cast<int64_t>(sizeof(float));
@@ -605,39 +570,11 @@ Status FsdpRuntime::AllReduceSumFloats(float* data, int64_t count) {
 Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
-  if (lowp_shard() && host_master == nullptr && options_.frozen && !x.quantized) {
-    // A frozen two-byte shard is the base itself (there is no master): widen it.
-    const DType dt = options_.param_shard_dtype;
-    out->resize(x.layout.numel);
-    ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
-    if (sharded()) {
-      ASSIGN_OR_RETURN(DeviceBuffer lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
-      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), lp.data(), x.layout.shard_numel, dt, options_.comm)
-                          .WithContext("export all-gather of unit " + std::to_string(u)));
-      backend_->CastToF32(lp.data(), full.data(), x.layout.padded, dt);
-    } else {
-      backend_->CastToF32(x.params.data(), full.data(), x.layout.numel, dt);
-    }
-    backend_->CopyToHost(out->data(), full.data(), static_cast<size_t>(x.layout.numel) * sizeof(float));
-    return OkStatus();
-  }
-  if (lowp_shard() && host_master == nullptr && !x.quantized)
+  if (options_.frozen && (x.quantized || (lowp_shard() && host_master == nullptr))) return GatherFrozenUnit(u, out);
+  if (lowp_shard() && host_master == nullptr)
     return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
                     DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");
   out->resize(x.layout.numel);
-  if (x.quantized) {  // the dequantised base, as the model computes with it (fp32: no rounding)
-    ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
-    if (sharded()) {
-      ASSIGN_OR_RETURN(DeviceBuffer records, DeviceBuffer::Create(backend_, x.nf4.floats() * shard_size_));
-      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), records.data(), x.nf4.floats(), options_.comm)
-                          .WithContext("export all-gather of NF4 unit " + std::to_string(u)));
-      DecodeNf4(u, records.data(), full.data(), DType::kF32);
-    } else {
-      DecodeNf4(u, x.params.data(), full.data(), DType::kF32);
-    }
-    backend_->CopyToHost(out->data(), full.data(), static_cast<size_t>(x.layout.numel) * sizeof(float));
-    return OkStatus();
-  }
   const size_t shard_bytes = static_cast<size_t>(x.layout.shard_numel) * sizeof(float);
   if (!sharded()) {
     if (host_master) {

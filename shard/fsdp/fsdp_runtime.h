@@ -231,6 +231,8 @@ class FsdpRuntime : public UnitAccess {
   // Decodes `records` (one NF4 record per shard rank, consecutive) into `out`
   // (layout.padded floats), rounded to round_to.
   void DecodeNf4(int u, const float* records, float* out, DType round_to);
+  // GatherUnit of a frozen unit stored as NF4 or two-byte values (no master).
+  Status GatherFrozenUnit(int u, std::vector<float>* out);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
   // Queues the addition of n device floats at `src` into unit u's host
