@@ -144,7 +144,7 @@ std::vector<float> ReferenceDequantisedBlock(const UnitSpec& unit, const std::ve
 
 // The tiny preset's seeded base, quantised by the reference, as an HF folder.
 std::string WriteReferenceBase(const std::string& name, uint64_t seed, LlamaConfig* config_out,
-                               ParamLayout* layout_out) {
+                               ParamLayout* layout_out, bool quantise = true) {
   auto config = LlamaPreset("tiny");
   EXPECT_TRUE(config.ok());
   const ParamLayout layout = ParamLayout::ForLlama(*config);
@@ -154,7 +154,7 @@ std::string WriteReferenceBase(const std::string& name, uint64_t seed, LlamaConf
     const UnitSpec& unit = layout.units[u];
     buf->assign(unit.numel, 0.0f);
     InitUnitParams(unit, u, seed, 0.02f, 0, unit.numel, buf->data());
-    if (unit.kind == UnitKind::kBlock) *buf = ReferenceDequantisedBlock(unit, *buf);
+    if (quantise && unit.kind == UnitKind::kBlock) *buf = ReferenceDequantisedBlock(unit, *buf);
     return OkStatus();
   };
   EXPECT_TRUE(ExportHf(dir, *config, layout, get_unit, DType::kF32).ok());
@@ -180,6 +180,12 @@ TEST(QloraTrain, Fp32StepIsLoraOnTheReferenceDequantisedBase) {
   RunOut l2 = Train(tokens, 2, "lora", {"train.seed=1234"}, "{from_hf: " + base + "}");
   EXPECT_EQ(q2.losses, l2.losses);
   EXPECT_EQ(q2.adapters, l2.adapters);
+  // The same base as an HF folder: each rank streams its byte ranges and
+  // quantises them, which gives the same records as the seeded init.
+  const std::string plain = WriteReferenceBase("qlora_plain_base", 1234, &config, &layout, /*quantise=*/false);
+  RunOut qh = Train(tokens, 2, "qlora", {"train.seed=1234"}, "{from_hf: " + plain + "}");
+  EXPECT_EQ(qh.losses, q2.losses);
+  EXPECT_EQ(qh.adapters, q2.adapters);
 }
 
 double MaxRelDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
