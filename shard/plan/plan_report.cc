@@ -182,6 +182,18 @@ std::string PlanToJson(const Plan& p) {
                    {"seq_len", w.seq_len},
                    {"global_batch", w.global_batch},
                    {"summary", w.Describe()}};
+  if (w.method != Method::kFull) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (LoraTarget t : w.lora_targets) targets.push_back(LoraTargetName(t));
+    // The dtype the frozen base is held in; QLoRA holds its block linears in NF4.
+    j["workload"]["base_dtype"] = DTypeName(w.base_dtype());
+    j["workload"]["peft"] = {
+        {"r", w.lora_rank},
+        {"target_modules", targets},
+        {"trainable_parameters", LoraParams(w.model, w.lora_rank, w.lora_targets)},
+        {"base_linear_format", w.method == Method::kQlora ? "nf4" : DTypeName(w.base_dtype())},
+        {"nf4_bits_per_weight", w.method == Method::kQlora ? w.qlora_bits : 0.0}};
+  }
   j["memory"] = {{"device", items(p.memory.device)},
                  {"device_total_bytes", p.memory.device_total},
                  {"device_capacity_bytes", p.device_capacity_bytes()},

@@ -1,5 +1,6 @@
 #include "shard/plan/planner.h"
 
+#include "shard/plan/adapter_memory.h"
 #include "shard/spec/precision.h"
 
 #include <cstdio>
@@ -27,7 +28,7 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
     if (w.offload.optimizer || w.offload.params)
       r.push_back("parallel.offload_optimizer: the CPU engine already keeps everything in host memory; offload "
                   "comes with the CUDA backend");
-    if (w.method != Method::kFull) r.push_back(std::string(MethodName(w.method)) + " is not supported by the engine");
+    if (w.method == Method::kQlora) r.push_back("peft.method qlora: the NF4 base is not built on the CPU engine yet");
     return r;
   }
   if (w.world > c.total_gpus())
@@ -38,6 +39,29 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
                 "): use train.precision fp16 (dynamic loss scaling) or auto");
   if (w.compute == DType::kF16 && c.gpu.tflops_fp16 <= 0) r.push_back(c.gpu.name + " has no fp16 tensor cores");
   return r;
+}
+
+// peft: as the trainer builds it (Trainer::InitLora, InitRuntime): adapters
+// on the targeted linears, the base frozen and held in fp32 shards, nothing
+// offloaded; QLoRA's linears in NF4 at the job's block size.
+void MapPeft(const JobConfig& job, JobWorkload* out) {
+  const PeftConfig& p = job.peft;
+  if (!p.enabled()) return;
+  Workload& w = out->workload;
+  w.method = p.method == PeftMethod::kQlora ? Method::kQlora : Method::kLora;
+  w.lora_rank = p.r;
+  w.lora_targets = p.target_modules;
+  w.lora_dropout = p.dropout;
+  if (w.method == Method::kQlora) w.qlora_bits = Nf4Bits(p.block_size, p.double_quant);
+  if (w.offload.optimizer)
+    out->notes.push_back("parallel.offload_optimizer: a peft: job's base has no optimizer state and its adapters' "
+                         "is small; nothing is offloaded");
+  w.offload = {};
+  w.async_checkpoint = false;  // a LoRA checkpoint is the adapters and their moments, written from host copies
+  if (w.method == Method::kQlora)
+    out->notes.push_back("peft.method qlora: planned at NF4's sizes (" + Fmt("%.3f", w.qlora_bits) +
+                         " bits per block-linear weight); the trainer refuses qlora until the NF4 base under FSDP "
+                         "is built (docs/lora.md)");
 }
 
 }  // namespace
@@ -89,6 +113,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.global_batch = job.train.global_batch;
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
   w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
+  MapPeft(job, &out);
 
   // The engine's rule (ResolveAutoPrecision), for the hardware planned for.
   const Precision asked = job.train.precision;
@@ -188,8 +213,11 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
   if (!cluster.cpu_only && !p.workload.cpu_engine) {
     const std::string dt = DTypeName(p.workload.compute);
-    std::string note = "planned for shardd's GPU runtime as built (fp32 master weights and AdamW state, " + dt +
-                       " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
+    const bool peft = p.workload.method != Method::kFull;
+    std::string note = "planned for shardd's GPU runtime as built (" +
+                       std::string(peft ? "the frozen base held in fp32 shards, fp32 adapters and their AdamW state, "
+                                        : "fp32 master weights and AdamW state, ") +
+                       dt + " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
       design.fp32_transients = false;

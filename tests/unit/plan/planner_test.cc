@@ -120,22 +120,28 @@ TEST(PlannerTest, Bf16OnVoltaCannotRunAndFp16IsRecommended) {
   EXPECT_EQ(a.workload.compute, DType::kF16);
 }
 
-TEST(PlannerTest, Llama70bOnFourRtx4090sIsRedirectedToQlora) {
+// 70B on four 24 GB cards: full fine-tuning cannot fit, nor can LoRA's fp32
+// base (69 GiB per GPU). QLoRA (not built yet) is priced as the runtime would
+// run it: with fp32 activations and compute copies it does not fit 24 GiB at
+// 2048 tokens either, so it is not offered; at the design point (transients in
+// bf16, what the published QLoRA + FSDP runs do) it would.
+TEST(PlannerTest, Llama70bOnFourRtx4090sPricesQloraAsBuilt) {
   Plan p = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090");
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
-  bool qlora = false, lora = false;
   for (const auto& r : p.recommendations) {
-    if (r.change.find("QLoRA") != std::string::npos) {
-      qlora = true;
-      EXPECT_FALSE(r.supported);
-      EXPECT_LT(r.device_bytes, 24.0 * (1 << 30));
-      EXPECT_TRUE(r.cluster.empty()) << "on the user's own GPUs";
-    } else if (r.change.find("LoRA") != std::string::npos) {
-      lora = true;
-    }
+    if (r.change.find("LoRA") == std::string::npos) continue;
+    EXPECT_TRUE(r.cluster.empty()) << "adapters are offered on the user's own GPUs";
+    EXPECT_LE(r.device_bytes, 24.0 * (1 << 30)) << FormatPlanText(p);
   }
-  EXPECT_TRUE(qlora) << FormatPlanText(p);
-  EXPECT_FALSE(lora) << "a 16-bit 70B base (34 GiB per GPU) does not fit a 4090";
+  Plan q = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090",
+                    {"peft.method=qlora", "peft.r=16", "peft.target_modules=all-linear", "peft.double_quant=true"});
+  EXPECT_EQ(q.workload.method, Method::kQlora);
+  EXPECT_GT(q.memory.device_total, 24.0 * (1 << 30)) << FormatPlanText(q);
+  Workload design = q.workload;
+  design.fp32_transients = false;
+  EXPECT_LT(EstimateMemory(design, q.cluster).device_total, 24.0 * (1 << 30));
+  Plan l = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090", {"peft.method=lora"});
+  EXPECT_GT(l.memory.device_total, 64.0 * (1 << 30)) << "the fp32 base alone is 64 GiB per GPU";
 }
 
 TEST(PlannerTest, TooManyRanksForTheCluster) {

@@ -91,7 +91,27 @@ INSTANTIATE_TEST_SUITE_P(
               "parallel.offload_optimizer=false"}},
         Case{"8b_fullshard_fp32_async", "8xA100-80GB-SXM",
              {"model.preset=llama3-8b", "train.precision=fp32", "parallel.offload_optimizer=false",
-              "checkpoint.async=true"}}),
+              "checkpoint.async=true"}},
+        // LoRA (peft: method lora): the real LoRA trainer path — the frozen
+        // fp32 base sharded without gradients or AdamW state, the adapters
+        // whole on every rank, the LoRA path's buffers, rank 0's adapter
+        // checkpoint copies.
+        Case{"70b_lora_fullshard_ac", "8xA100-80GB-SXM",
+             {"parallel.offload_optimizer=false", "peft.method=lora", "peft.r=16", "peft.target_modules=all-linear"}},
+        Case{"70b_lora_fullshard_noac", "8xH200",
+             {"parallel.offload_optimizer=false", "parallel.activation_checkpointing=false", "train.micro_batch=1",
+              "peft.method=lora", "peft.r=16", "peft.target_modules=all-linear"}},
+        Case{"8b_lora_fullshard_ac_qv_dropout", "8xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "parallel.offload_optimizer=false", "peft.method=lora", "peft.r=8",
+              "peft.dropout=0.1"}},
+        Case{"8b_lora_hybrid_noac", "8xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "parallel.offload_optimizer=false", "parallel.strategy=hybrid_shard",
+              "parallel.shard_group_size=4", "parallel.activation_checkpointing=false", "train.micro_batch=1",
+              "peft.method=lora", "peft.r=64", "peft.target_modules=all-linear"}},
+        Case{"8b_lora_one_gpu_fp32", "1xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "parallel.world_size=1", "parallel.offload_optimizer=false",
+              "train.global_batch=8", "train.precision=fp32", "peft.method=lora", "peft.r=16",
+              "peft.target_modules=all-linear"}}),
     [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // shardctl plan --simulate --json carries the four integer fields scripts read.
