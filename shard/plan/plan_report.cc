@@ -118,8 +118,9 @@ std::string FormatPlanText(const Plan& p) {
 
   const CheckpointCost& ck = p.checkpoint;
   if (ck.keep_last > 0) {
-    out += F("\nCheckpoints\n  %s per checkpoint (%s parameters, m, v) x keep_last %d = %s on disk\n",
-             FormatBytes(ck.bytes_per_checkpoint).c_str(), DTypeName(w.optimizer_state), ck.keep_last,
+    out += F("\nCheckpoints\n  %s per checkpoint (%s %s, m, v) x keep_last %d = %s on disk\n",
+             FormatBytes(ck.bytes_per_checkpoint).c_str(), DTypeName(w.optimizer_state),
+             w.method == Method::kFull ? "parameters" : "adapters", ck.keep_last,
              FormatBytes(ck.disk_bytes).c_str());
     out += ck.save_s > 0 ? F("  save: %s per node at %.3g GB/s (clusters.yaml host.disk_write_gbs)%s\n",
                              Seconds(ck.save_s).c_str(), ck.disk_write_gbs,

@@ -124,7 +124,8 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     w.fp32_master = true;
   } else if (asked == Precision::kAuto) {
     out.notes.push_back(std::string("train.precision auto: ") +
-                        (p == Precision::kBf16 ? "bf16 compute with fp32 master weights"
+                        (p == Precision::kBf16 ? (job.peft.enabled() ? "bf16 compute, fp32 adapters"
+                                                                     : "bf16 compute with fp32 master weights")
                                                : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
   } else {
     if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");

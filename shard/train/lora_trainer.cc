@@ -16,7 +16,10 @@ Status Trainer::InitLora() {
   if (p.method == PeftMethod::kQlora)
     return Unimplemented(where + ".method qlora: the NF4 base under FSDP is not built yet (NF4 quantisation is: "
                          "shard/tensor/nf4.h); use method lora");
-  ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash()));
+  // The memory simulator plans from config.json alone: no weights to hash.
+  if (backend_->holds_data()) {
+    ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash()));
+  }
   ASSIGN_OR_RETURN(lora_, LoraAdapters::Create(backend_.get(), model_->config(), p, job_.train.seed));
   if (!p.from_adapter.empty()) {
     // Every rank reads the (small) folder itself: no broadcast needed.

@@ -188,6 +188,8 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090"},
       {"qwen2.5-0.5b-sft-from-hf.yaml", "1xA10G"},
       {"llama3.2-1b-sft-from-hf.yaml", "1xA100-40GB-PCIe"},
+      {"llama3-70b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"llama3-70b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
   };
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.
