@@ -260,11 +260,29 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   est.ranks_per_node = std::max(1, w.world);
   // LoRA: the base frozen (no gradient, no moments), adapters whole on every rank.
   const bool peft = w.method != Method::kFull;
-  dev.Add(peft ? "frozen base shard (fp32; no grads, no AdamW)" : "parameter shard (fp32)", shard * 4,
-          shard_how + " x 4 B");
-  if (!peft) {
+  if (peft) {
+    dev.Add("frozen base shard (fp32; no grads, no AdamW)", shard * 4, shard_how + " x 4 B");
+  } else if (!w.offload.optimizer) {
+    dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
     dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
     dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
+  } else {
+    // parallel.offload_optimizer on the CPU backend (OptimizerState): the
+    // shard the all-gathers read (two bytes under bf16/fp16), the master, m,
+    // v in optim.state_dtype and the fp32 gradient shard, plus the runtime's
+    // two gradient stages and the master's staging shards.
+    const int64_t cb = w.compute_bytes();
+    int64_t max_shard = 0;
+    for (int64_t n : numels) max_shard = std::max(max_shard, Layout(n, S).shard_numel);
+    const std::string sname = DTypeName(w.optimizer_state);
+    dev.Add("parameter shard (" + std::string(DTypeName(w.compute)) + ")", shard * cb,
+            shard_how + " x " + std::to_string(cb) + " B");
+    dev.Add("offloaded optimizer (" + sname + " master, m, v; fp32 gradients)", shard * w.offloaded_state_bytes(),
+            shard_how + " x " + std::to_string(w.offloaded_state_bytes()) + " B");
+    const bool wide = w.optimizer_state == DType::kBF16 && w.compute != DType::kBF16;
+    const bool narrow = w.compute != DType::kF32 && !(w.optimizer_state == DType::kBF16 && w.compute == DType::kBF16);
+    const int64_t stages = 2 * max_shard * (4 + (wide ? 4 : 0) + (narrow ? 2 : 0));
+    dev.Add("offload staging", stages, "2 x largest unit shard (gradient stages, master casts)");
   }
   if (S > 1) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, !peft), c.num_layers, c.tie_word_embeddings,
@@ -296,9 +314,10 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   est.device_fixed = scratch + kCpuProcessBytes;
   // As Checkpointer::Save holds it: kept by async saves, freed after a
   // synchronous one, none when a synchronous save writes offloaded state in place.
+  const int64_t snap = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));  // p, m, v as held
   // A LoRA checkpoint holds only the adapters (already counted).
   if (!peft && w.async_checkpoint)
-    dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+    dev.Add("async checkpoint snapshot (p, m, v as held)", shard * snap, shard_how + " x " + std::to_string(snap) + " B");
   else if (!peft && w.checkpoint_keep_last > 0 && !w.offload.optimizer)
     dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files
@@ -406,8 +425,7 @@ int64_t AddAdapterState(const EstimateContext& x, Items& dev, int64_t tb) {
           Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ", " +
               std::to_string(w.lora_targets.size()) + " targets) x 16 B, whole on every rank");
   const LoraActivationElems la =
-      LoraActivations(c, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing,
-                                            w.lora_dropout > 0);
+      LoraActivations(c, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing, w.lora_dropout > 0);
   dev.Add("LoRA path buffers (" + tname + ")", la.total() * tb,
           "saved x·Aᵀ per adapter, t and g [" + Num(x.rows) + " tokens x r]" +
               (w.lora_dropout > 0 ? ", dropout input + its gradient [tokens x widest input]" : ""));
@@ -514,8 +532,8 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   // adapter input through the host during the step (one call at a time).
   const int64_t dropout_trip =
       peft && w.lora_dropout > 0
-          ? LoraActivations(w.model, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing,
-                                            w.lora_dropout > 0).dropout_call * 4
+          ? LoraActivations(w.model, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing, true)
+                    .dropout_call * 4
           : 0;
   if (dropout_trip > 0)
     host.Add("LoRA dropout host round trip (no GPU dropout kernel yet)", ranks * dropout_trip,

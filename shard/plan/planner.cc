@@ -25,9 +25,10 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   if (w.cpu_engine) {
     // bf16/fp16 run on the CPU engine as storage and wire format (fp32 math on
     // the rounded weights), so every precision can run there.
-    if (w.offload.optimizer || w.offload.params)
-      r.push_back("parallel.offload_optimizer: the CPU engine already keeps everything in host memory; offload "
-                  "comes with the CUDA backend");
+    // The optimizer offload runs on the CPU backend too (bitwise the
+    // non-offloaded run; optim.state_dtype: bf16 needs it); parameter offload
+    // is not built.
+    if (w.offload.params) r.push_back("parameter offload is not built");
     if (w.method == Method::kQlora) r.push_back("peft.method qlora: the NF4 base is not built on the CPU engine yet");
     return r;
   }
@@ -107,6 +108,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.shard_group_size = job.parallel.shard_group_size;
   w.activation_checkpointing = job.parallel.activation_checkpointing;
   w.offload.optimizer = job.parallel.offload_optimizer;
+  w.optimizer_state = job.train.optim.state_dtype;  // bf16: held on the host (offloaded) only
   w.micro_batch = job.train.micro_batch;
   w.loss_chunk_rows = job.train.loss_chunk_rows;
   w.seq_len = job.data.seq_len;
@@ -124,8 +126,9 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     w.fp32_master = true;
   } else if (asked == Precision::kAuto) {
     out.notes.push_back(std::string("train.precision auto: ") +
-                        (p == Precision::kBf16 ? (job.peft.enabled() ? "bf16 compute, fp32 adapters"
-                                                                     : "bf16 compute with fp32 master weights")
+                        (p == Precision::kBf16 ? (job.peft.enabled() ? std::string("bf16 compute, fp32 adapters")
+                                                                     : std::string("bf16 compute with ") +
+                                                                           DTypeName(w.optimizer_state) + " master weights")
                                                : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
   } else {
     if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");
@@ -216,8 +219,8 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
     const std::string dt = DTypeName(p.workload.compute);
     const bool peft = p.workload.method != Method::kFull;
     std::string note = "planned for shardd's GPU runtime as built (" +
-                       std::string(peft ? "the frozen base held in fp32 shards, fp32 adapters and their AdamW state, "
-                                        : "fp32 master weights and AdamW state, ") +
+                       (peft ? std::string("the frozen base held in fp32 shards, fp32 adapters and their AdamW state, ")
+                             : std::string(DTypeName(p.workload.optimizer_state)) + " master weights and AdamW state, ") +
                        dt + " gathers and GEMM inputs, fp32 activations, compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
