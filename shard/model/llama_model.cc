@@ -452,7 +452,7 @@ Status LlamaModel::SetLora(const LoraBinding* lora) {
                              std::to_string(out) + "x" + std::to_string(in));
   }
   if (!(lora->dropout >= 0 && lora->dropout < 1)) return InvalidArgument("model: LoRA dropout must be in [0, 1)");
-  ASSIGN_OR_RETURN(lora_scratch_, LoraScratch::Create(backend_, l, max_rows_));
+  ASSIGN_OR_RETURN(lora_scratch_, LoraScratch::Create(backend_, l, max_rows_, lora->dropout > 0));
   lora_t_.clear();
   const int sets = options_.activation_checkpointing ? 1 : config_.num_layers;
   for (int i = 0; i < sets * static_cast<int>(l.tensors.size()); ++i) {

@@ -36,10 +36,13 @@ void Down(Backend* be, const LoraCall& c, const float* xd, int64_t n, float* t) 
 
 }  // namespace
 
-StatusOr<LoraScratch> LoraScratch::Create(Backend* backend, const LoraLayout& layout, int64_t max_rows) {
+StatusOr<LoraScratch> LoraScratch::Create(Backend* backend, const LoraLayout& layout, int64_t max_rows,
+                                          bool dropout) {
   LoraScratch s;
-  ASSIGN_OR_RETURN(s.x_drop, DeviceBuffer::Create(backend, max_rows * layout.max_in));
-  ASSIGN_OR_RETURN(s.dx_drop, DeviceBuffer::Create(backend, max_rows * layout.max_in));
+  if (dropout) {  // without dropout the adapters read x and add into dx directly
+    ASSIGN_OR_RETURN(s.x_drop, DeviceBuffer::Create(backend, max_rows * layout.max_in));
+    ASSIGN_OR_RETURN(s.dx_drop, DeviceBuffer::Create(backend, max_rows * layout.max_in));
+  }
   ASSIGN_OR_RETURN(s.t, DeviceBuffer::Create(backend, max_rows * layout.r));
   ASSIGN_OR_RETURN(s.g, DeviceBuffer::Create(backend, max_rows * layout.r));
   return s;

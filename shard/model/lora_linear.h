@@ -36,9 +36,10 @@ struct LoraBinding {
 
 // Per-call scratch, sized for max_rows rows of the widest adapter input.
 struct LoraScratch {
-  DeviceBuffer x_drop, dx_drop;  // [rows, max_in]
+  DeviceBuffer x_drop, dx_drop;  // [rows, max_in]; only with dropout
   DeviceBuffer t, g;             // [rows, r]
-  static StatusOr<LoraScratch> Create(Backend* backend, const LoraLayout& layout, int64_t max_rows);
+  static StatusOr<LoraScratch> Create(Backend* backend, const LoraLayout& layout, int64_t max_rows,
+                                      bool dropout = true);
 };
 
 // The seed of one wrapped linear's dropout mask.

@@ -16,7 +16,7 @@ CheckpointCost EstimateCheckpoint(const Workload& w, const ClusterSpec& cl) {
   if (w.method == Method::kFull) {
     for (int64_t n : UnitNumels(w.model)) elems += n;
   } else {
-    elems = LoraParams(w.model, w.lora_rank);
+    elems = LoraParams(w.model, w.lora_rank, w.lora_targets);
   }
   c.bytes_per_checkpoint = elems * per_elem;
   c.disk_bytes = c.bytes_per_checkpoint * c.keep_last;

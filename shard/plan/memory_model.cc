@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "shard/plan/adapter_memory.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/param_layout.h"
 
@@ -26,6 +27,12 @@ std::string Num(int64_t n) {
     ++k;
   }
   return std::string(out.rbegin(), out.rend());
+}
+
+std::string Fmt2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
 }
 
 struct Items {
@@ -124,15 +131,6 @@ UnitBytes ElementWeights(const std::vector<int64_t>& numels, int shards, bool gr
   return b;
 }
 
-// QLoRA storage: block linear weights in NF4, norms, embedding and head in `compute`.
-int64_t QloraUnitBytes(const UnitSpec& u, double bits, int64_t compute_bytes, int64_t elems) {
-  if (u.kind != UnitKind::kBlock) return elems * compute_bytes;
-  int64_t linear = 0;
-  for (const auto& t : u.tensors) linear += t.shape.size() == 2 ? t.numel : 0;
-  const double frac = static_cast<double>(linear) / static_cast<double>(std::max<int64_t>(1, u.numel));
-  return static_cast<int64_t>(elems * (frac * bits / 8.0 + (1 - frac) * compute_bytes));
-}
-
 }  // namespace
 
 std::vector<int64_t> UnitNumels(const LlamaConfig& config) {
@@ -197,15 +195,6 @@ int64_t ActivationBytes(const LlamaConfig& c, int64_t micro_batch, int64_t seq_l
   const int64_t ab = static_cast<int64_t>(DTypeSize(act));
   const int64_t kept = checkpointing ? 0 : c.num_layers * (big * ab + stats * 4);  // two-byte sets + fp32 statistics
   return a.residuals * ab + n * d * 4 + (big + stats) * 4 + kept + extras * 4 + a.final_norm * 4;
-}
-
-int64_t LoraParams(const LlamaConfig& c, int rank) {
-  const int64_t d = c.hidden_size, f = c.intermediate_size;
-  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
-  const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim();
-  // A: [r, in], B: [out, r] for q, k, v, o, gate, up, down.
-  const int64_t per_layer = (d + hq) + 2 * (d + kv) + (hq + d) + 2 * (d + f) + (f + d);
-  return static_cast<int64_t>(rank) * per_layer * c.num_layers;
 }
 
 std::string FormatBytes(int64_t bytes) {
@@ -284,7 +273,11 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   // bf16/fp16 the held unit is still an fp32 compute copy and a prefetched one
   // waits in two bytes, so the fp32 figures for those are an upper bound.
   est.ranks_per_node = std::max(1, w.world);
-  if (!w.offload.optimizer) {
+  // LoRA: the base frozen (no gradient, no moments), adapters whole on every rank.
+  const bool peft = w.method != Method::kFull;
+  if (peft) {
+    dev.Add("frozen base shard (fp32; no grads, no AdamW)", shard * 4, shard_how + " x 4 B");
+  } else if (!w.offload.optimizer) {
     dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
     dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
     dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
@@ -307,10 +300,17 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
     dev.Add("offload staging", stages, "2 x largest unit shard (gradient stages, master casts)");
   }
   if (S > 1) {
-    GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
+    GatherPeak g = SimulateGathers(ElementWeights(numels, S, !peft), c.num_layers, c.tie_word_embeddings,
                                    w.prefetch, keep_forward);
     dev.Add("gathered parameters", g.params * 4, Num(g.params) + " elements held at the worst moment x 4 B");
     dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
+  }
+  if (peft) {
+    const int64_t lora = LoraParams(c, w.lora_rank, w.lora_targets);
+    dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16, Num(lora) + " adapter parameters x 16 B");
+    const LoraActivationElems la =
+        LoraActivations(c, w.lora_rank, w.lora_targets, rows, w.activation_checkpointing, w.lora_dropout > 0);
+    dev.Add("LoRA path buffers", la.total() * 4, "saved x·Aᵀ per adapter, t, g (and the dropout buffers) x 4 B");
   }
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
   const std::string act = w.compute == DType::kF32 ? "" : std::string(" (") + DTypeName(w.compute) + ", fp32 working set)";
@@ -342,9 +342,10 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   // As Checkpointer::Save holds it: kept by async saves, freed after a
   // synchronous one, none when a synchronous save writes offloaded state in place.
   const int64_t snap = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));  // p, m, v as held
-  if (w.async_checkpoint)
+  // A LoRA checkpoint holds only the adapters (already counted).
+  if (!peft && w.async_checkpoint)
     dev.Add("async checkpoint snapshot (p, m, v as held)", shard * snap, shard_how + " x " + std::to_string(snap) + " B");
-  else if (w.checkpoint_keep_last > 0 && !w.offload.optimizer)
+  else if (!peft && w.checkpoint_keep_last > 0 && !w.offload.optimizer)
     dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files
   // into one unit-shard buffer (Trainer::InitRuntime), far below the
@@ -399,45 +400,64 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
   return gathered_bytes;
 }
 
-// LoRA / QLoRA: a frozen base sharded like parameters, trained adapters.
-// Returns the gathered bytes.
-int64_t AddAdapterState(const EstimateContext& x, Items& dev) {
+// LoRA / QLoRA: the frozen base sharded like parameters but with no
+// gradient and no optimizer state (FsdpOptions::frozen), held in
+// base_dtype() (fp32 as built; QLoRA: its block linears in NF4), and the
+// adapters every rank holds whole with their gradients and AdamW moments
+// (LoraAdapters), plus the model's LoRA buffers (LlamaModel::SetLora).
+// `tb`: bytes per transient element. Returns the transient bytes.
+int64_t AddAdapterState(const EstimateContext& x, Items& dev, int64_t tb) {
   const Workload& w = x.w;
   const LlamaConfig& c = x.c;
   const int S = x.S;
-  const int64_t cb = w.compute_bytes();
-  const std::string cname = DTypeName(w.compute);
-  const std::string& shard_how = x.shard_how;
-  const bool keep_forward = x.keep_forward;
-  int64_t gathered_bytes = 0;
+  const int64_t bb = DTypeSize(w.base_dtype());
+  const bool q = w.method == Method::kQlora;
+  const double bits = q ? w.qlora_bits : 0;
+  const std::string bname = DTypeName(w.base_dtype()), tname = tb == 4 ? "fp32" : DTypeName(w.compute);
+  int64_t transient = 0;
   ParamLayout layout = ParamLayout::ForLlama(c);
   UnitBytes b;
   int64_t base_shard = 0, max_block = 0;
   for (const auto& u : layout.units) {
     ShardLayout l = Layout(u.numel, S);
-    const bool q = w.method == Method::kQlora;
-    b.gathered.push_back(q ? QloraUnitBytes(u, w.qlora_bits, cb, l.padded) : l.padded * cb);
+    // Gathered: NF4 travels packed and is dequantised one unit at a time
+    // (below); a 16/32-bit base is gathered like full fine-tuning's parameters.
+    b.gathered.push_back(q ? FrozenUnitBytes(u, l.padded, bits, tb) : l.padded * tb);
     b.grad.push_back(0);
     b.grad_shard.push_back(0);
-    base_shard += q ? QloraUnitBytes(u, w.qlora_bits, cb, l.shard_numel) : l.shard_numel * cb;
-    if (u.kind == UnitKind::kBlock) max_block = std::max(max_block, u.numel);
+    base_shard += FrozenUnitBytes(u, l.shard_numel, bits, bb);
+    if (u.kind == UnitKind::kBlock) max_block = std::max(max_block, l.padded);
   }
-  const std::string base_what = w.method == Method::kQlora ? "frozen base shard (NF4 linear weights, " + cname + " rest)"
-                                                            : "frozen base shard (" + cname + ")";
-  dev.Add(base_what, base_shard, shard_how);
-  if (S > 1) {
-    GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
-    dev.Add("gathered base units", g.total, "unit in use + prefetched, stored format");
-    gathered_bytes += g.total;
+  dev.Add(q ? "frozen base shard (NF4 block linears, " + bname + " rest; no grads, no AdamW)"
+            : "frozen base shard (" + bname + "; no grads, no AdamW)",
+          base_shard,
+          x.shard_how + (q ? " (" + Fmt2(bits) + " bits per NF4 weight)" : " x " + std::to_string(bb) + " B"));
+  // As FsdpRuntime gathers: across the shard group, or into a compute copy
+  // when the held dtype is not the compute dtype (NF4 is dequantised below).
+  if (S > 1 || (!q && w.base_dtype() != w.compute)) {
+    GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, x.keep_forward);
+    dev.Add(q ? "gathered base units (NF4 packed)"
+              : "gathered base units (" + std::string(DTypeName(w.compute)) + " wire, " + tname + " compute copy)",
+            g.total,
+            Num(g.params) + (q ? " bytes" : " elements x " + std::to_string(tb) + " B") + " (unit in use + " +
+                std::to_string(w.prefetch) + " prefetched" + (x.keep_forward ? ", all forward gathers kept" : "") + ")");
+    transient += g.total;
   }
-  if (w.method == Method::kQlora) {
-    dev.Add("dequantised unit (" + cname + ")", max_block * cb, "one block's weights dequantised for its GEMMs");
-    gathered_bytes += max_block * cb;
+  if (q) {
+    dev.Add("dequantised unit (" + tname + ")", max_block * tb, "one block's weights dequantised for its GEMMs");
+    transient += max_block * tb;
   }
-  const int64_t lora = LoraParams(c, w.lora_rank);
+  const int64_t lora = LoraParams(c, w.lora_rank, w.lora_targets);
   dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16,
-          Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ") x 16 B");
-  return gathered_bytes;
+          Num(lora) + " adapter parameters (rank " + std::to_string(w.lora_rank) + ", " +
+              std::to_string(w.lora_targets.size()) + " targets) x 16 B, whole on every rank");
+  const LoraActivationElems la =
+      LoraActivations(c, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing, w.lora_dropout > 0);
+  dev.Add("LoRA path buffers (" + tname + ")", la.total() * tb,
+          "saved x·Aᵀ per adapter, t and g [" + Num(x.rows) + " tokens x r]" +
+              (w.lora_dropout > 0 ? ", dropout input + its gradient [tokens x widest input]" : ""));
+  transient += la.total() * tb;
+  return transient;
 }
 
 // Activations, logits, backward scratch, GEMM casts, the CUDA runtime and
@@ -449,7 +469,7 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
   const ActivationElems& a = x.a;
   const int64_t cb = w.compute_bytes();
   const std::string cname = DTypeName(w.compute);
-  const bool as_built = w.fp32_transients && w.method == Method::kFull;
+  const bool as_built = w.fp32_transients;
   const std::string tname = as_built ? "fp32" : cname;
   const std::string& logits_how = x.logits_how;
   // Activations in `compute`, normalisation statistics in fp32; as built
@@ -513,26 +533,45 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
     const int64_t staging = ranks * 2 * max_shard * std::max<int64_t>(cb, 4);
     host.Add("pinned transfer staging", staging, "2 x largest unit shard per rank");
     est.host_pinned = ranks * host_state + staging;
+    est.host_writer_alloc = host_state + staging / ranks;
   }
   // Only replica 0 of each shard writes checkpoints: ranks [0, S) on node 0.
   // An async save keeps a 12 B/param snapshot from the first save on; a
   // synchronous one of on-device state copies into one and frees it after the
   // write; a synchronous one of offloaded state writes the host master and
   // moments in place (Checkpointer::Save).
-  const int writers = std::min(ranks, S);
+  // A peft: job's rank 0 alone saves, through host copies of the adapters,
+  // m and v freed after the write (SaveLoraCheckpoint).
+  const bool peft = w.method != Method::kFull;
+  const int writers = peft ? 1 : std::min(ranks, S);
   const bool snapshots =
       w.method == Method::kFull && (w.async_checkpoint || (w.checkpoint_keep_last > 0 && !w.offload.optimizer));
   const int64_t snap_elem = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));
-  const int64_t snapshot = snapshots ? writers * shard * snap_elem : 0;
+  int64_t snapshot = snapshots ? writers * shard * snap_elem : 0;
   est.host_snapshot_per_writer = snapshots ? shard * snap_elem : 0;
+  if (peft && w.checkpoint_keep_last > 0)
+    snapshot = est.host_snapshot_per_writer = LoraParams(w.model, w.lora_rank, w.lora_targets) * 12;
   est.host_writers = writers;
   // Each rank fills its shards through one host buffer of the largest unit's
   // shard (Trainer::LoadInitialWeights): from its byte ranges of the mapped HF
   // files, or the seeded init. Never during a save: count the larger.
   int64_t max_unit_shard = 0;
   for (int64_t n : numels) max_unit_shard = std::max(max_unit_shard, Layout(n, S).shard_numel);
-  const int64_t staged = w.method == Method::kFull ? ranks * max_unit_shard * 4 : 0;
-  if (snapshot > 0)
+  const int64_t staged = ranks * max_unit_shard * 4;
+  // LoRA dropout on a GPU: no kernel yet, so Backend::Dropout copies each
+  // adapter input through the host during the step (one call at a time).
+  const int64_t dropout_trip =
+      peft && w.lora_dropout > 0
+          ? LoraActivations(w.model, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing, true)
+                    .dropout_call * 4
+          : 0;
+  if (dropout_trip > 0)
+    host.Add("LoRA dropout host round trip (no GPU dropout kernel yet)", ranks * dropout_trip,
+             std::to_string(ranks) + " ranks x " + Num(x.rows) + " tokens x widest adapter input x 4 B (during steps)");
+  est.host_writer_alloc += std::max({est.host_snapshot_per_writer, max_unit_shard * 4, dropout_trip});
+  if (snapshot > 0 && peft)
+    host.Add("LoRA checkpoint host copies (fp32 adapters, m, v; freed after)", snapshot, "rank 0 x adapters x 12 B");
+  else if (snapshot > 0)
     host.Add(w.async_checkpoint ? "async checkpoint snapshot (fp32 p, m, v)"
                                 : "checkpoint snapshot while saving (fp32 p, m, v; freed after)",
              snapshot, std::to_string(writers) + " writer ranks x " + shard_how + " x " + std::to_string(snap_elem) + " B");
@@ -554,14 +593,12 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
     return est;
   }
   est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
-  // Transient buffers' element size (Workload::fp32_transients; LoRA and
-  // QLoRA are not built, so they are planned at the design point).
-  const bool as_built = w.fp32_transients && w.method == Method::kFull;
-  const int64_t tb = as_built ? 4 : w.compute_bytes();
+  // Transient buffers' element size (Workload::fp32_transients).
+  const int64_t tb = w.fp32_transients ? 4 : w.compute_bytes();
   Items dev{&est.device};
   int64_t host_state = 0;
   const int64_t gathered_bytes =
-      w.method == Method::kFull ? AddFullState(x, dev, tb, &host_state) : AddAdapterState(x, dev);
+      w.method == Method::kFull ? AddFullState(x, dev, tb, &host_state) : AddAdapterState(x, dev, tb);
   AddGpuTransients(x, dev, tb, gathered_bytes, &est.device_allowance);
   est.device_total = Sum(est.device);
   AddGpuHost(x, est, host_state);

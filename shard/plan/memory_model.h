@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/plan/adapter_memory.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/workload.h"
 
@@ -58,6 +59,10 @@ struct MemoryEstimate {
   // rank's host bytes are the node's other bytes over its ranks plus this.
   int64_t host_snapshot_per_writer = 0;
   int host_writers = 0;
+  // GPU plans: the host bytes a writer rank allocates at its peak (its
+  // offloaded state and staging, and the larger of its checkpoint snapshot
+  // and its weight-loading buffer, which never coexist), allowances excluded.
+  int64_t host_writer_alloc = 0;
 };
 
 // ---- Pieces (exposed for tests and the validation) -------------------------
@@ -101,8 +106,7 @@ ActivationElems Activations(const LlamaConfig& config, int64_t micro_batch, int6
 int64_t ActivationBytes(const LlamaConfig& config, int64_t micro_batch, int64_t seq_len, bool checkpointing,
                         DType act);
 
-// LoRA adapter parameters at rank r on q, k, v, o, gate, up and down.
-int64_t LoraParams(const LlamaConfig& config, int rank);
+// LoraParams, Nf4Bits and the LoRA buffers: shard/plan/adapter_memory.h.
 
 // ---- The model -------------------------------------------------------------
 

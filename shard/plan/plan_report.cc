@@ -118,8 +118,9 @@ std::string FormatPlanText(const Plan& p) {
 
   const CheckpointCost& ck = p.checkpoint;
   if (ck.keep_last > 0) {
-    out += F("\nCheckpoints\n  %s per checkpoint (%s parameters, m, v) x keep_last %d = %s on disk\n",
-             FormatBytes(ck.bytes_per_checkpoint).c_str(), DTypeName(w.optimizer_state), ck.keep_last,
+    out += F("\nCheckpoints\n  %s per checkpoint (%s %s, m, v) x keep_last %d = %s on disk\n",
+             FormatBytes(ck.bytes_per_checkpoint).c_str(), DTypeName(w.optimizer_state),
+             w.method == Method::kFull ? "parameters" : "adapters", ck.keep_last,
              FormatBytes(ck.disk_bytes).c_str());
     out += ck.save_s > 0 ? F("  save: %s per node at %.3g GB/s (clusters.yaml host.disk_write_gbs)%s\n",
                              Seconds(ck.save_s).c_str(), ck.disk_write_gbs,
@@ -182,6 +183,18 @@ std::string PlanToJson(const Plan& p) {
                    {"seq_len", w.seq_len},
                    {"global_batch", w.global_batch},
                    {"summary", w.Describe()}};
+  if (w.method != Method::kFull) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (LoraTarget t : w.lora_targets) targets.push_back(LoraTargetName(t));
+    // The dtype the frozen base is held in; QLoRA holds its block linears in NF4.
+    j["workload"]["base_dtype"] = DTypeName(w.base_dtype());
+    j["workload"]["peft"] = {
+        {"r", w.lora_rank},
+        {"target_modules", targets},
+        {"trainable_parameters", LoraParams(w.model, w.lora_rank, w.lora_targets)},
+        {"base_linear_format", w.method == Method::kQlora ? "nf4" : DTypeName(w.base_dtype())},
+        {"nf4_bits_per_weight", w.method == Method::kQlora ? w.qlora_bits : 0.0}};
+  }
   j["memory"] = {{"device", items(p.memory.device)},
                  {"device_total_bytes", p.memory.device_total},
                  {"device_capacity_bytes", p.device_capacity_bytes()},

@@ -1,5 +1,6 @@
 #include "shard/plan/planner.h"
 
+#include "shard/plan/adapter_memory.h"
 #include "shard/spec/precision.h"
 
 #include <cstdio>
@@ -28,7 +29,6 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
     // non-offloaded run; optim.state_dtype: bf16 needs it); parameter offload
     // is not built.
     if (w.offload.params) r.push_back("parameter offload is not built");
-    if (w.method != Method::kFull) r.push_back(std::string(MethodName(w.method)) + " is not supported by the engine");
     return r;
   }
   if (w.world > c.total_gpus())
@@ -39,6 +39,29 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
                 "): use train.precision fp16 (dynamic loss scaling) or auto");
   if (w.compute == DType::kF16 && c.gpu.tflops_fp16 <= 0) r.push_back(c.gpu.name + " has no fp16 tensor cores");
   return r;
+}
+
+// peft: as the trainer builds it (Trainer::InitLora, InitRuntime): adapters
+// on the targeted linears, the base frozen and held in the compute dtype's
+// shards, nothing offloaded; QLoRA's block linears in NF4 at the job's block
+// size.
+void MapPeft(const JobConfig& job, JobWorkload* out) {
+  const PeftConfig& p = job.peft;
+  if (!p.enabled()) return;
+  Workload& w = out->workload;
+  w.method = p.method == PeftMethod::kQlora ? Method::kQlora : Method::kLora;
+  w.lora_rank = p.r;
+  w.lora_targets = p.target_modules;
+  w.lora_dropout = p.dropout;
+  if (w.method == Method::kQlora) w.qlora_bits = Nf4Bits(p.block_size, p.double_quant);
+  if (w.offload.optimizer)
+    out->notes.push_back("parallel.offload_optimizer: a peft: job's base has no optimizer state and its adapters' "
+                         "is small; nothing is offloaded");
+  w.offload = {};
+  w.async_checkpoint = false;  // a LoRA checkpoint is the adapters and their moments, written from host copies
+  if (w.method == Method::kQlora && w.cpu_engine)
+    out->notes.push_back("peft.method qlora on the CPU engine: priced as LoRA's fp32 base, an upper bound (the NF4 "
+                         "records hold " + Fmt("%.3f", w.qlora_bits) + " bits per block-linear weight)");
 }
 
 }  // namespace
@@ -91,6 +114,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.global_batch = job.train.global_batch;
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
   w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
+  MapPeft(job, &out);
 
   // The engine's rule (ResolveAutoPrecision), for the hardware planned for.
   const Precision asked = job.train.precision;
@@ -101,8 +125,9 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     w.fp32_master = true;
   } else if (asked == Precision::kAuto) {
     out.notes.push_back(std::string("train.precision auto: ") +
-                        (p == Precision::kBf16 ? std::string("bf16 compute with ") + DTypeName(w.optimizer_state) +
-                                                     " master weights"
+                        (p == Precision::kBf16 ? (job.peft.enabled() ? std::string("bf16 compute, fp32 adapters")
+                                                                     : std::string("bf16 compute with ") +
+                                                                           DTypeName(w.optimizer_state) + " master weights")
                                                : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
   } else {
     if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");
@@ -191,9 +216,12 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
   if (!cluster.cpu_only && !p.workload.cpu_engine) {
     const std::string dt = DTypeName(p.workload.compute);
-    std::string note = std::string("planned for shardd's GPU runtime as built (") +
-                       DTypeName(p.workload.optimizer_state) + " master weights and AdamW state, " + dt +
-                       " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
+    const bool peft = p.workload.method != Method::kFull;
+    std::string note = "planned for shardd's GPU runtime as built (" +
+                       (peft ? std::string("the frozen base held as ") + (p.workload.method == Method::kQlora ? "NF4 block linears + " : "") +
+                                   DTypeName(p.workload.base_dtype()) + " shards, fp32 adapters and their AdamW state, "
+                             : std::string(DTypeName(p.workload.optimizer_state)) + " master weights and AdamW state, ") +
+                       dt + " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
       design.fp32_transients = false;

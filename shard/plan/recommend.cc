@@ -189,14 +189,15 @@ Candidate Adapters(Candidate c, Method m) {
   c.w.method = m;
   c.w.offload = {};
   c.w.activation_checkpointing = true;
-  c.supported = false;
+  c.supported = true;
   c.changes = {"method"};
   std::string what = m == Method::kQlora ? "QLoRA (4-bit NF4 base, rank-16 adapters"
-                                         : "LoRA (frozen " + std::string(DTypeName(c.w.compute)) + " base, rank-16 adapters";
+                                         : "LoRA (frozen " + std::string(DTypeName(c.w.base_dtype())) + " base, rank-16 adapters";
   what += c.w.world > 1 ? ", base sharded over " + std::to_string(c.w.world) + " GPUs)" : ")";
   c.describe = {what};
   c.sets.clear();
-  c.note = "shardd trains full weights only today: adapters need a lora: section in the job schema";
+  c.note = std::string("add peft: {method: ") + (m == Method::kLora ? "lora" : "qlora") +
+           ", r: 16, target_modules: all-linear} to the job file";
   return c;
 }
 

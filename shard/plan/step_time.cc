@@ -137,11 +137,11 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
   if (R > 1 || (!full && world > 1)) {
     // no_shard / hybrid_shard: the fp32 gradient shard all-reduced across
     // replicas; LoRA: the adapters' gradients across all ranks.
-    const double elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank));
+    const double elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank, w.lora_targets));
     const int n = full ? R : world;
     t.step_comm_s = 2.0 * (n - 1) / n * elems * (full ? sb : 4.0) / (cl.CollectiveGBs(world) * 1e9);
   }
-  const double opt_elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank));
+  const double opt_elems = full ? shard : static_cast<double>(LoraParams(c, w.lora_rank, w.lora_targets));
   const double opt_bytes = kAdamWordsPerParam * (full ? sb : 4.0) * opt_elems;
   double pcie_mb = 0;
   if (w.cpu_engine) {

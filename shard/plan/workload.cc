@@ -20,7 +20,9 @@ int64_t Workload::micro_batches_per_step() const {
 
 std::string Workload::Describe() const {
   std::string s = model_name + " " + MethodName(method);
-  if (method != Method::kFull) s += " r" + std::to_string(lora_rank);
+  if (method != Method::kFull)
+    s += " r" + std::to_string(lora_rank) + " (frozen " + (method == Method::kQlora ? "NF4 + " : "") +
+         DTypeName(base_dtype()) + " base)";
   s += std::string(", ") + (cpu_engine ? "fp32 (CPU engine)" : DTypeName(compute));
   if (!fp32_master && !cpu_engine) s += " (pure)";
   s += std::string(", ") + StrategyName(strategy) + " x" + std::to_string(world);

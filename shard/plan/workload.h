@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shard/spec/llama_config.h"
+#include "shard/spec/peft_config.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/tensor/dtype.h"
 
@@ -38,6 +40,12 @@ struct Workload {
   LlamaConfig model;
   Method method = Method::kFull;
   int lora_rank = 16;
+  // peft.target_modules: the linears that get adapters (all seven by default).
+  std::vector<LoraTarget> lora_targets = {LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,   LoraTarget::kO,
+                                          LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown};
+  double lora_dropout = 0;  // peft.dropout (> 0: the adapter inputs are dropped out)
+  // Bits per NF4 weight with its block's scale (Nf4Bits in adapter_memory.h):
+  // the default is blocks of 64 with double-quantised scales.
   double qlora_bits = 4.127;  // NF4 + one fp8 scale per 64 weights + one fp32 per 256 scales
 
   // The CPU engine (resources.device: cpu): fp32 throughout, buffers exactly
@@ -57,8 +65,8 @@ struct Workload {
   // fp32 working set, are in `compute`: ActivationBytes) — and casts each
   // GEMM's operands into two-byte scratch. false: the design
   // point, everything transient in `compute` (what the published trainers
-  // do, and what the validation against their figures models). Full
-  // fine-tuning only: LoRA and QLoRA are planned at the design point.
+  // do, and what the validation against their figures models). LoRA and
+  // QLoRA hold their frozen base in `compute` (base_dtype()).
   bool fp32_transients = false;
 
   ShardStrategy strategy = ShardStrategy::kFullShard;
@@ -95,6 +103,10 @@ struct Workload {
   // the fp32 gradient shard (16 B as built).
   int64_t offloaded_state_bytes() const { return 3 * static_cast<int64_t>(DTypeSize(optimizer_state)) + 4; }
   int64_t compute_bytes() const { return static_cast<int64_t>(DTypeSize(compute)); }
+  // LoRA/QLoRA: the dtype the frozen base's shard is held in (QLoRA: its
+  // tensors other than the NF4 block linears): the compute dtype, as the
+  // trainer stores it (bf16/fp16 shards under two-byte precisions).
+  DType base_dtype() const { return compute; }
   // One line: "llama3-70b full, bf16, full_shard x8, AC, offload, mb 1 x 2048".
   std::string Describe() const;
 };

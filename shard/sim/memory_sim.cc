@@ -4,6 +4,7 @@
 
 #include "shard/backend/sim/sim_backend.h"
 #include "shard/data/sampler.h"
+#include "shard/train/lora_checkpoint.h"
 #include "shard/train/trainer.h"
 
 namespace shard::sim {
@@ -44,9 +45,16 @@ StatusOr<SimulationResult> SimulateJobMemory(const JobConfig& job_in, const Simu
     RETURN_IF_ERROR(t->Step().status().WithContext("simulated step 1"));
     if (job_in.checkpoint.every_steps > 0) {  // a job that never checkpoints holds no snapshot
       tracker->SetPhase("checkpoint snapshot");
-      Manifest m;
-      m.step = 1;
-      RETURN_IF_ERROR(t->checkpointer()->Save(m).WithContext("simulated checkpoint snapshot"));
+      if (t->lora()) {  // peft: rank 0 saves the adapters and their moments through host copies
+        LoraCheckpointState st;
+        st.step = 1;
+        RETURN_IF_ERROR(SaveLoraCheckpoint(job.checkpoint.dir, st, *t->lora(), job.checkpoint.keep_last)
+                            .WithContext("simulated LoRA checkpoint"));
+      } else {
+        Manifest m;
+        m.step = 1;
+        RETURN_IF_ERROR(t->checkpointer()->Save(m).WithContext("simulated checkpoint snapshot"));
+      }
     }
     tracker->SetPhase("step 2");
     RETURN_IF_ERROR(t->Step().status().WithContext("simulated step 2"));

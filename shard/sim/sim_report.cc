@@ -20,8 +20,8 @@ StatusOr<SimComparison> SimulatePlannedJob(const JobConfig& job, const plan::Pla
   if (w.cpu_engine || plan.cluster.cpu_only)
     return InvalidArgument("--simulate models GPU jobs (name one with --cluster); the CPU engine's memory is "
                            "measured directly (tests/unit/plan/cpu_memory_test, tests/bench/host_memory_bench)");
-  if (w.method != plan::Method::kFull)
-    return Unimplemented("--simulate: LoRA/QLoRA are not built, so there is no code path to simulate");
+  // LoRA and QLoRA run the real trainer path (Trainer::InitLora, the frozen
+  // runtime with its NF4 records, LoraAdapters).
   SimulationOptions o;
   o.precision = w.compute == DType::kBF16 ? Precision::kBf16 : w.compute == DType::kF16 ? Precision::kFp16
                                                                                         : Precision::kFp32;
@@ -32,11 +32,10 @@ StatusOr<SimComparison> SimulatePlannedJob(const JobConfig& job, const plan::Pla
   const int ranks = std::max(1, m.ranks_per_node);
   c.estimate_device = m.device_total;
   c.estimate_device_alloc = m.device_total - m.device_allowance;
-  // The simulated rank 0 writes checkpoints: the node's bytes other than the
-  // snapshots spread over its ranks, plus one writer's snapshot.
-  const int64_t snap = m.host_snapshot_per_writer, snaps = snap * m.host_writers;
-  c.estimate_host = (m.host_total - snaps) / ranks + snap;
-  c.estimate_host_alloc = (m.host_total - m.host_allowance - snaps) / ranks + snap;
+  // The simulated rank 0 writes checkpoints: a writer's allocations, plus
+  // its share of the node's allowances.
+  c.estimate_host_alloc = m.host_writer_alloc;
+  c.estimate_host = m.host_writer_alloc + m.host_allowance / ranks;
   return c;
 }
 

@@ -30,7 +30,7 @@ struct SimComparison {
 
 // Simulates the job as `plan` resolved it (precision, GPU). Refuses plans the
 // simulator does not model: the CPU engine (measured directly instead, see
-// tests/bench/host_memory_bench) and LoRA/QLoRA (not built).
+// tests/bench/host_memory_bench).
 StatusOr<SimComparison> SimulatePlannedJob(const JobConfig& job, const plan::Plan& plan);
 
 std::string FormatSimulationText(const SimComparison& c);

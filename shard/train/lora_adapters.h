@@ -30,6 +30,7 @@ class LoraAdapters {
   LoraBinding* binding() { return &binding_; }
   const LoraLayout& layout() const { return binding_.layout; }
   int64_t numel() const { return binding_.layout.total_numel(); }
+  Backend* backend() const { return backend_; }
   // Backend bytes: parameters, gradients and both moments.
   int64_t device_bytes() const { return 4 * numel() * static_cast<int64_t>(sizeof(float)); }
 

@@ -66,6 +66,16 @@ StatusOr<std::string> BaseModelHash(const JobConfig& job, uint64_t shape_hash) {
 
 Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState& st, const LoraAdapters& a,
                           int keep_last) {
+  if (!a.backend()->holds_data()) {
+    // The memory simulator: the host copies of params, m and v below, from
+    // the backend so they are counted (and freed after, as here); nothing is
+    // read, written or committed.
+    HostBuffer copies[3];
+    for (HostBuffer& b : copies) {
+      ASSIGN_OR_RETURN(b, HostBuffer::Create(a.backend(), a.numel()));
+    }
+    return OkStatus();
+  }
   const fs::path final_dir = fs::path(job_dir) / StepDirName(st.step);
   const fs::path tmp = fs::path(job_dir) / ("." + StepDirName(st.step) + ".tmp");
   std::error_code ec;

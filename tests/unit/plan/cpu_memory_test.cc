@@ -57,11 +57,11 @@ std::string Tokens(int vocab) {
   return path;
 }
 
-std::string Yaml(const std::string& preset, int vocab, int seq, int mb, bool ac) {
+std::string Yaml(const std::string& preset, int vocab, int seq, int mb, bool ac, const std::string& extra = "") {
   return "name: mem\nmodel: {preset: " + preset + "}\ndata: {tokens: " + Tokens(vocab) + ", seq_len: " +
          std::to_string(seq) + "}\ntrain: {steps: 10, global_batch: " + std::to_string(mb) +
          ", micro_batch: " + std::to_string(mb) + ", log_every: 1000}\nparallel: {world_size: 1, activation_checkpointing: " +
-         (ac ? "true" : "false") + "}\ncheckpoint: {every_steps: 0, resume: none}\nresources: {device: cpu}\n";
+         (ac ? "true" : "false") + "}\ncheckpoint: {every_steps: 0, resume: none}\nresources: {device: cpu}\n" + extra;
 }
 
 struct Measurement {
@@ -150,6 +150,17 @@ TEST(CpuMemoryTest, BenchPresetOffloadedStateMatchesThePlan) {
     ExpectWithin(Measure(yaml + "optim: {state_dtype: " + state + "}\n"), 0.15,
                  "bench, mb 8 x 256, offload, " + state + " state");
   }
+}
+
+// LoRA (peft:): the frozen fp32 base without gradients or moments, the
+// adapters with theirs, the LoRA path's buffers (with dropout: its input and
+// gradient copies).
+TEST(CpuMemoryTest, BenchPresetLoraMatchesThePlan) {
+  ExpectWithin(Measure(Yaml("bench", 4096, 256, 8, false, "peft: {method: lora, r: 16, target_modules: all-linear}\n")),
+               0.15, "bench LoRA r16 all-linear, mb 8 x 256");
+  ExpectWithin(Measure(Yaml("bench", 4096, 256, 8, true,
+                            "peft: {method: lora, r: 8, dropout: 0.1, target_modules: all-linear}\n")),
+               0.15, "bench LoRA r8, dropout, checkpointing");
 }
 
 // FsdpRuntime counts the gathered parameter and unsharded gradient bytes it

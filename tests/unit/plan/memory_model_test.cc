@@ -176,11 +176,63 @@ TEST(MemoryModelTest, AsBuiltRuntimeHoldsFp32Transients) {
   EXPECT_EQ(Item(design, "GEMM operand casts"), 0);
   EXPECT_EQ(Item(built, "parameter shard"), Item(design, "parameter shard")) << "shards are not transients";
   EXPECT_GT(built.device_total, design.device_total);
-  // LoRA is not built: planned at the design point either way.
+  // LoRA as built holds its frozen base in the compute dtype's shards (as
+  // the design point does) but its transients in fp32.
   w.method = Method::kLora;
   const MemoryEstimate lora_built = EstimateMemory(w, OneNode(8));
   w.fp32_transients = false;
-  EXPECT_EQ(lora_built.device_total, EstimateMemory(w, OneNode(8)).device_total);
+  const MemoryEstimate lora_design = EstimateMemory(w, OneNode(8));
+  EXPECT_GT(Item(lora_built, "frozen base shard (bf16"), 0);
+  EXPECT_EQ(Item(lora_built, "frozen base shard (bf16"), Item(lora_design, "frozen base shard (bf16"));
+  EXPECT_EQ(Item(lora_built, "gradient shard"), 0);
+  EXPECT_EQ(Item(lora_built, "AdamW moments"), 0);
+  EXPECT_GT(lora_built.device_total, lora_design.device_total);
+}
+
+// The adapters and the LoRA path's buffers, by hand for llama2-7b (d 4096,
+// ffn 11008, 32 layers, MHA): rank 16 on q and v is 16 x (4096 + 4096) x 2 x
+// 32 parameters; the path holds the dropout input and its gradient [rows,
+// 4096], t and g [rows, 16], and one saved t per adapter of the one set kept
+// under activation checkpointing.
+TEST(MemoryModelTest, LoraAdaptersAndPathBuffers) {
+  const LlamaConfig c = Preset("llama2-7b");
+  EXPECT_EQ(LoraParams(c, 16, {LoraTarget::kQ, LoraTarget::kV}), 16LL * 8192 * 2 * 32);
+  EXPECT_EQ(LoraParams(c, 8), 8LL * 32 * ((4096 + 4096) * 4 + 3 * (4096 + 11008)));
+  const int64_t rows = 2048;
+  const LoraActivationElems a = LoraActivations(c, 16, {LoraTarget::kQ, LoraTarget::kV}, rows, true, true);
+  EXPECT_EQ(a.scratch, 2 * rows * 4096 + 2 * rows * 16);
+  EXPECT_EQ(a.saved, 2 * rows * 16);
+  // Without dropout the adapters read x itself: no [rows, in] buffers.
+  EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kQ}, rows, true, false).scratch, 2 * rows * 16);
+  EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kDown}, rows, false, false).saved, 32 * rows * 16);
+  EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kDown}, rows, false, true).dropout_call, rows * 11008);
+  // NF4: 4 bits + a 32-bit absmax per 64 weights; double quantised: an
+  // 8-bit code per block and a 32-bit scale per 256 blocks.
+  EXPECT_DOUBLE_EQ(Nf4Bits(64, false), 4.5);
+  EXPECT_NEAR(Nf4Bits(64, true), 4.127, 5e-4);
+
+  Workload w;
+  w.model = c;
+  w.method = Method::kLora;
+  w.lora_rank = 16;
+  w.lora_targets = {LoraTarget::kQ, LoraTarget::kV};
+  w.world = 8;
+  w.micro_batch = 1;
+  w.seq_len = 2048;
+  w.activation_checkpointing = true;
+  w.fp32_transients = true;
+  w.lora_dropout = 0.05;
+  const MemoryEstimate m = EstimateMemory(w, OneNode(8));
+  EXPECT_EQ(Item(m, "LoRA adapters"), LoraParams(c, 16, w.lora_targets) * 16);
+  EXPECT_EQ(Item(m, "LoRA path buffers"), a.total() * 4);
+  EXPECT_EQ(Item(m, "frozen base shard (bf16"), ShardNumel(UnitNumels(c), 8) * 2);
+  EXPECT_EQ(w.base_dtype(), DType::kBF16);
+  // QLoRA: the block linears at NF4's bits, the rest in bf16.
+  w.method = Method::kQlora;
+  w.qlora_bits = Nf4Bits(64, true);
+  const MemoryEstimate q = EstimateMemory(w, OneNode(8));
+  EXPECT_LT(Item(q, "frozen base shard (NF4"), Item(m, "frozen base shard (bf16") / 3);
+  EXPECT_GT(Item(q, "dequantised unit"), 0);
 }
 
 TEST(MemoryModelTest, OptimizerOffloadMoves16BytesToTheHost) {

@@ -121,22 +121,30 @@ TEST(PlannerTest, Bf16OnVoltaCannotRunAndFp16IsRecommended) {
   EXPECT_EQ(a.workload.compute, DType::kF16);
 }
 
-TEST(PlannerTest, Llama70bOnFourRtx4090sIsRedirectedToQlora) {
+// 70B on four 24 GB cards: full fine-tuning cannot fit, nor can LoRA's bf16
+// base (33 GiB per GPU). QLoRA is priced as the runtime runs it: with fp32
+// compute copies and scratch it lands just under 24 GiB at 2048 tokens,
+// too close to offer with the allocator's headroom; at the design point
+// (transients in bf16, what the published QLoRA + FSDP runs do) it is well
+// inside.
+TEST(PlannerTest, Llama70bOnFourRtx4090sPricesQloraAsBuilt) {
   Plan p = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090");
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
-  bool qlora = false, lora = false;
   for (const auto& r : p.recommendations) {
-    if (r.change.find("QLoRA") != std::string::npos) {
-      qlora = true;
-      EXPECT_FALSE(r.supported);
-      EXPECT_LT(r.device_bytes, 24.0 * (1 << 30));
-      EXPECT_TRUE(r.cluster.empty()) << "on the user's own GPUs";
-    } else if (r.change.find("LoRA") != std::string::npos) {
-      lora = true;
-    }
+    if (r.change.find("LoRA") == std::string::npos) continue;
+    EXPECT_TRUE(r.cluster.empty()) << "adapters are offered on the user's own GPUs";
+    EXPECT_LE(r.device_bytes, 24.0 * (1 << 30)) << FormatPlanText(p);
   }
-  EXPECT_TRUE(qlora) << FormatPlanText(p);
-  EXPECT_FALSE(lora) << "a 16-bit 70B base (34 GiB per GPU) does not fit a 4090";
+  Plan q = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090",
+                    {"peft.method=qlora", "peft.r=16", "peft.target_modules=all-linear", "peft.double_quant=true"});
+  EXPECT_EQ(q.workload.method, Method::kQlora);
+  EXPECT_GT(q.memory.device_total, 22.0 * (1 << 30)) << FormatPlanText(q);
+  EXPECT_LT(q.memory.device_total, 26.0 * (1 << 30)) << FormatPlanText(q);
+  Workload design = q.workload;
+  design.fp32_transients = false;
+  EXPECT_LT(EstimateMemory(design, q.cluster).device_total, 0.9 * q.memory.device_total);
+  Plan l = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090", {"peft.method=lora"});
+  EXPECT_GT(l.memory.device_total, 32.0 * (1 << 30)) << "the bf16 base alone is 32 GiB per GPU";
 }
 
 TEST(PlannerTest, TooManyRanksForTheCluster) {
@@ -183,6 +191,8 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090"},
       {"qwen2.5-0.5b-sft-from-hf.yaml", "1xA10G"},
       {"llama3.2-1b-sft-from-hf.yaml", "1xA100-40GB-PCIe"},
+      {"llama3-70b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"llama3-70b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
   };
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.
