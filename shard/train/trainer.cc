@@ -267,18 +267,14 @@ Manifest Trainer::RunState() const {
 
 Status Trainer::Resume() {
   const ResumeChoice& choice = resume_;  // chosen in Init, before any weight was loaded
-  if (choice.step_dir.empty()) return OkStatus();  // from scratch
+  if (choice.step_dir.empty()) return AgreeOnResume(-2, "");  // from scratch
   if (!choice.note.empty() && dist_.rank == 0) LOG_WARN("resume: {}", choice.note);
   const std::string& step_dir = choice.step_dir;
   const bool verified = choice.verified;
-  // Every rank must resume from the same step: compare the choices.
   auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/!verified);
-  double mine[2] = {reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, 1.0};
-  double sum[2] = {mine[0], mine[1]};
-  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
+  Status agreed = AgreeOnResume(reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, step_dir);
   if (!reader.ok()) return reader.status().WithContext("resume from " + step_dir);
-  if (sum[0] != mine[0] * sum[1])
-    return FailedPrecondition("resume: ranks chose different checkpoint steps (this rank: " + step_dir + ")");
+  RETURN_IF_ERROR(agreed);
   const Manifest& m = reader->manifest();
   if (m.model_hash != model_->config().ShapeHash())
     return FailedPrecondition("resume: " + step_dir + " holds a different model shape than this job's model");
@@ -330,6 +326,15 @@ Status Trainer::Resume() {
            m.samples_seen, m.world, m.shard_count,
            m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
   return OkStatus();
+}
+
+Status Trainer::AgreeOnResume(double mine, const std::string& step_dir) {
+  double sum[2] = {mine, 1.0};
+  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
+  if (sum[0] == mine * sum[1]) return OkStatus();
+  return FailedPrecondition("resume: ranks chose different checkpoints (this rank: " +
+                            (step_dir.empty() ? std::string("none, a fresh start") : step_dir) +
+                            "); is the checkpoint directory one shared filesystem that every rank sees alike?");
 }
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
