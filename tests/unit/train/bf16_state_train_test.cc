@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/train/local_params.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -251,7 +253,8 @@ TEST(Bf16StateTrainTest, CheckpointsHoldBf16AndResumeBitwise) {
 }
 
 // optim.state_dtype changed between the save and the resume: converted on
-// load — fp32 -> bf16 rounds each value to nearest, bf16 -> fp32 widens exactly.
+// load — fp32 -> bf16 rounds each value to nearest, bf16 -> fp32 widens
+// exactly; and inference (shardctl eval/export) reads a bf16 checkpoint.
 TEST(Bf16StateTrainTest, ResumeAcrossAStateDtypeChangeConverts) {
   const std::string dir = NewDir("convert");
   const std::vector<std::string> ck = {"checkpoint.dir=" + dir, "checkpoint.every_steps=2", "checkpoint.async=false",
@@ -275,6 +278,15 @@ TEST(Bf16StateTrainTest, ResumeAcrossAStateDtypeChangeConverts) {
   auto bf_more = to_bf;
   const RunOut bf4 = Train(1, bf_more, 4);
   EXPECT_EQ(bf4.start_step, 2);
+  // Inference and export read the bf16 checkpoint widened: the master as trained.
+  auto loaded = LoadModelForInference(dir + "/t/step_00000004", "cpu");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  for (int u = 0; u < loaded->layout.num_units(); ++u) {
+    std::vector<float> w;
+    loaded->params->CopyUnitToHost(u, &w);
+    ASSERT_LE(w.size(), bf4.params[u].size());
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), bf4.params[u].begin())) << "unit " << u;
+  }
   auto to_fp = ck;
   to_fp.push_back("checkpoint.resume=auto");
   const RunOut fp4 = Train(1, to_fp, 4);

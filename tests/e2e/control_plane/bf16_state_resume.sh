@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# optim.state_dtype: bf16 under the coordinator (CPU workers, offloaded state):
+# the planner admits it, a worker killed with -9 mid-run resumes from a bf16
+# checkpoint and the job ends with the same final weights as an uninterrupted
+# run (stochastic rounding is seeded, so the resumed steps draw the same bits);
+# then the same job continued with fp32 state converts the bf16 checkpoint on
+# load and says so in its log.
+source "$(dirname "$0")/lib.sh"
+start_shardd
+bf16=(--set parallel.offload_optimizer=true --set optim.state_dtype=bf16 --set train.steps=60)
+ref=$(make_job ref "export: {hf_dir: out/ref, dtype: fp32}")
+victim=$(make_job vic "export: {hf_dir: out/vic, dtype: fp32}")
+id_ref=$(ctl submit "$ref" "${bf16[@]}") || fail "submit refused: $id_ref"
+ctl watch "$id_ref" > /dev/null || fail "reference run failed"
+state_is "$id_ref" SUCCEEDED || fail "reference run did not succeed"
+ctl logs "$id_ref" --rank 0 | grep -q "offloaded (bf16 master, m, v" || fail "the run did not hold bf16 state"
+
+id=$(ctl submit "$victim" "${bf16[@]}")
+kill_at=$((12 + RANDOM % 20))
+wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
+pid=$(worker_pid "$id" 1)
+echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
+kill -9 "$pid"
+out=$(ctl watch "$id") || fail "watch failed"
+state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
+[ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
+cmp "$T/out/ref/model.safetensors" "$T/out/vic/model.safetensors" || fail "final weights differ from the uninterrupted run"
+
+# The same run continued with fp32 state: the bf16 checkpoint is widened on load.
+id2=$(ctl submit "$victim" --set parallel.offload_optimizer=true --set train.steps=70)
+ctl watch "$id2" > /dev/null || fail "the fp32-state continuation failed"
+ctl logs "$id2" --rank 0 | grep -q "in bf16; this job holds it in fp32 (optim.state_dtype): converted on load" ||
+  fail "no log line says the state was converted: $(ctl logs "$id2" --rank 0 | grep -i resume)"
+echo PASS: bf16 state resumes bitwise after a kill at step $kill_at, and converts to fp32 on load
