@@ -63,7 +63,11 @@ Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* confi
   if (catalog.ok()) {
     std::string no_gpu;
     auto probed = ProbedLocalCluster(*catalog, opts_.worker_bin, &no_gpu);
-    auto plan = shard::plan::PlanJob(c, *catalog, c.resources.cluster, probed ? &*probed : nullptr);
+    // The planner reads model.from_hf's config.json: where the workers will,
+    // relative to the submitter's directory, not this daemon's cwd.
+    shard::JobConfig resolved = c;
+    if (!c.model.from_hf.empty()) resolved.model.from_hf = Resolve(spec.workdir(), c.model.from_hf);
+    auto plan = shard::plan::PlanJob(resolved, *catalog, c.resources.cluster, probed ? &*probed : nullptr);
     if (plan.ok() && !plan->ok())
       return shard::FailedPrecondition(src + ": the planner says this job cannot run: " +
                                        shard::plan::PlanSummary(*plan) + " (shardctl plan " + src + " for advice)");

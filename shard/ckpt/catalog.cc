@@ -94,6 +94,13 @@ Status CheckpointReader::ReadUnitRange(int unit, int64_t begin, int64_t end, flo
   return OkStatus();
 }
 
+DType CheckpointReader::state_dtype() const {
+  for (const ShardHeader& h : headers_)
+    for (const ShardUnit& u : h.units)
+      if (u.dtype != DType::kF32) return u.dtype;
+  return DType::kF32;
+}
+
 StatusOr<std::string> FindLatestGoodStep(const std::string& job_dir, bool verify, const StepFilter& accept) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
   int rejected = 0, other_run = 0;

@@ -46,6 +46,9 @@ class CheckpointReader {
   // positions past the unit's numel (FSDP padding) become 0. Errors if a needed
   // element is in no file.
   Status ReadUnitRange(int unit, int64_t begin, int64_t end, float* params, float* m, float* v) const;
+  // How the optimizer state was held when saved (optim.state_dtype): bf16 if
+  // any shard holds a bf16 unit, else fp32. ReadUnitRange widens either way.
+  DType state_dtype() const;
 
  private:
   std::string dir_;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,11 +58,19 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHea
   j["shard_count"] = h.shard_count;
   j["model_hash"] = HashToHex(h.model_hash);
   uint64_t offset = 0;
+  bool any_bf16 = false;
   j["units"] = nlohmann::json::array();
   for (const auto& u : h.units) {
-    j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"begin", u.begin}, {"count", u.count},
-                          {"offset", offset}});
-    offset += static_cast<uint64_t>(u.count) * 12;
+    if (u.dtype != DType::kF32 && u.dtype != DType::kBF16)
+      return Internal(std::string("WriteShardFile: unit ") + u.name + " has state dtype " + DTypeName(u.dtype) +
+                      " (fp32 or bf16 only)");
+    nlohmann::json ju = {{"name", u.name}, {"numel", u.numel}, {"begin", u.begin}, {"count", u.count},
+                         {"offset", offset}};
+    // fp32 units carry no dtype key: their files stay byte for byte version 1.
+    if (u.dtype == DType::kBF16) ju["dtype"] = DTypeName(u.dtype);
+    any_bf16 |= u.dtype == DType::kBF16;
+    j["units"].push_back(std::move(ju));
+    offset += static_cast<uint64_t>(u.count) * 3 * DTypeSize(u.dtype);
   }
   std::string json = j.dump();
   uint64_t header_len = json.size();
@@ -82,7 +91,7 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHea
   };
   char fixed[24] = {};
   std::memcpy(fixed, kShardMagic, 8);
-  uint32_t version = kShardFormatVersion;
+  uint32_t version = any_bf16 ? kShardFormatVersionBf16 : kShardFormatVersion;
   std::memcpy(fixed + 8, &version, 4);
   std::memcpy(fixed + 16, &header_len, 8);
   Status st = WriteAll(fd, fixed, 24, &hash, tmp);
@@ -90,7 +99,7 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHea
   std::string pad(data_start - 24 - header_len, '\0');
   if (st.ok()) st = WriteAll(fd, pad.data(), pad.size(), &hash, tmp);
   for (size_t u = 0; st.ok() && u < data.size(); ++u) {
-    const size_t bytes = static_cast<size_t>(h.units[u].count) * 4;
+    const size_t bytes = static_cast<size_t>(h.units[u].count) * DTypeSize(h.units[u].dtype);
     st = WriteAll(fd, data[u].params, bytes, &hash, tmp);
     if (st.ok() && u == data.size() / 2) MaybeFault("ckpt_mid_write", h.step);
     if (st.ok()) st = WriteAll(fd, data[u].m, bytes, &hash, tmp);
@@ -133,10 +142,11 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
   uint64_t header_len;
   std::memcpy(&version, fixed + 8, 4);
   std::memcpy(&header_len, fixed + 16, 8);
-  if (version != kShardFormatVersion) {
+  if (version != kShardFormatVersion && version != kShardFormatVersionBf16) {
     ::close(fd);
     return DataLoss("checkpoint shard " + path + " has format version " + std::to_string(version) +
-                    "; this shardd reads version " + std::to_string(kShardFormatVersion));
+                    "; this shardd reads versions " + std::to_string(kShardFormatVersion) + " and " +
+                    std::to_string(kShardFormatVersionBf16));
   }
   if (header_len > kMaxHeader || 24 + header_len > r.file_size_) {
     ::close(fd);
@@ -166,6 +176,14 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
       su.begin = JsonInt<int64_t>(u.at("begin"));
       su.count = JsonInt<int64_t>(u.at("count"));
       su.offset = JsonInt<uint64_t>(u.at("offset"));
+      if (u.contains("dtype")) {
+        const std::string dt = u.at("dtype").get<std::string>();
+        if (dt != "bf16" || version != kShardFormatVersionBf16)
+          return DataLoss("checkpoint shard " + path + ": unit " + su.name + " has state dtype '" + dt +
+                          "' (format version " + std::to_string(version) + " holds fp32" +
+                          (version == kShardFormatVersionBf16 ? " or bf16)" : " only)"));
+        su.dtype = DType::kBF16;
+      }
       if (su.begin < 0 || su.count < 0 || su.begin + su.count > su.numel)
         return DataLoss("checkpoint shard " + path + ": unit " + su.name + " range is outside the unit");
       h.units.push_back(std::move(su));
@@ -173,11 +191,18 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     return DataLoss("checkpoint shard " + path + ": malformed header: " + e.what());
   }
+  // Version 2 exists to mark bf16 state: one without a bf16 unit was not written by shardd.
+  if (version == kShardFormatVersionBf16 &&
+      std::none_of(r.header_.units.begin(), r.header_.units.end(),
+                   [](const ShardUnit& u) { return u.dtype == DType::kBF16; }))
+    return DataLoss("checkpoint shard " + path + " has format version 2 but no bf16 unit (version 2 marks bf16 "
+                    "optimizer state; fp32 shards are version 1)");
   r.data_start_ = (24 + header_len + kAlign - 1) / kAlign * kAlign;
   for (const auto& u : r.header_.units) {
-    if (r.data_start_ + u.offset + static_cast<uint64_t>(u.count) * 12 > r.file_size_)
+    const uint64_t need = r.data_start_ + u.offset + static_cast<uint64_t>(u.count) * 3 * DTypeSize(u.dtype);
+    if (need > r.file_size_)
       return DataLoss("checkpoint shard " + path + " is truncated: unit " + u.name + " needs bytes up to " +
-                      std::to_string(r.data_start_ + u.offset + u.count * 12) + ", the file has " +
+                      std::to_string(need) + ", the file has " +
                       std::to_string(r.file_size_));
   }
   return r;
@@ -187,12 +212,16 @@ Status ShardFileReader::Read(int u, int which, int64_t from, int64_t n, float* d
   const ShardUnit& su = header_.units.at(u);
   if (from < su.begin || from + n > su.begin + su.count || which < 0 || which > 2)
     return OutOfRange("checkpoint shard " + path_ + ": read outside unit " + su.name);
-  uint64_t off = data_start_ + su.offset + static_cast<uint64_t>(which) * su.count * 4 +
-                 static_cast<uint64_t>(from - su.begin) * 4;
+  const uint64_t es = DTypeSize(su.dtype);
+  uint64_t off = data_start_ + su.offset + static_cast<uint64_t>(which) * su.count * es +
+                 static_cast<uint64_t>(from - su.begin) * es;
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFound("checkpoint shard " + path_ + " cannot be opened: " + Errno());
-  size_t want = static_cast<size_t>(n) * 4;
-  char* p = reinterpret_cast<char*>(dst);
+  size_t want = static_cast<size_t>(n) * es;
+  // bf16: read into the back half of dst, then widen front to back (element
+  // i's fp32 lands at or before byte 4i, past nothing still unread).
+  char* p = reinterpret_cast<char*>(dst) + (es == 2 ? static_cast<size_t>(n) * 2 : 0);
+  const char* narrow = p;
   while (want > 0) {
     ssize_t got = ::pread(fd, p, want, static_cast<off_t>(off));
     if (got <= 0) {
@@ -204,6 +233,13 @@ Status ShardFileReader::Read(int u, int which, int64_t from, int64_t n, float* d
     want -= static_cast<size_t>(got);
   }
   ::close(fd);
+  if (es == 2) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, narrow + 2 * i, 2);
+      dst[i] = BF16ToF32(h);
+    }
+  }
   return OkStatus();
 }
 

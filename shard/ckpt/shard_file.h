@@ -5,9 +5,14 @@
 //   12  u32      reserved (0)
 //   16  u64      header length H
 //   24  H bytes  JSON header: step, world, rank, shard_rank, shard_count,
-//                model_hash, units [{name, numel, begin, count, offset}]
+//                model_hash, units [{name, numel, begin, count, offset[, dtype]}]
 //   ... zero padding to a 64-byte boundary: the data section
-//   per unit: fp32 master params[count], Adam m[count], Adam v[count]
+//   per unit: master params[count], Adam m[count], Adam v[count], in the
+//   unit's dtype: fp32, or bf16 (optim.state_dtype: bf16, the state as held)
+//
+// Format version 1 holds fp32 units only (no dtype key); a file with a bf16
+// unit is version 2, so a shardd that predates bf16 state refuses it by its
+// version instead of misreading it. Both versions are read.
 //
 // A unit entry holds elements [begin, begin+count) of the unit's unpadded flat
 // buffer — coordinates that do not depend on the world size, so any later
@@ -19,11 +24,13 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
 inline constexpr char kShardMagic[8] = {'S', 'H', 'R', 'D', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kShardFormatVersion = 1;
+inline constexpr uint32_t kShardFormatVersion = 1;       // fp32 units only
+inline constexpr uint32_t kShardFormatVersionBf16 = 2;   // some unit is bf16
 
 struct ShardUnit {
   std::string name;
@@ -31,6 +38,7 @@ struct ShardUnit {
   int64_t begin = 0;   // first element held
   int64_t count = 0;   // elements held
   uint64_t offset = 0; // byte offset of params inside the data section (m, v follow)
+  DType dtype = DType::kF32;  // of params, m and v: kF32 or kBF16
 };
 
 struct ShardHeader {
@@ -46,11 +54,12 @@ struct ShardHeader {
 // "rank_00003-of-00008.shard"
 std::string ShardFileName(int shard_rank, int shard_count);
 
-// The data of one unit to be written: three arrays of `count` floats.
+// The data of one unit to be written: three arrays of `count` elements of
+// the header unit's dtype (floats, or bf16 bit patterns).
 struct ShardUnitData {
-  const float* params = nullptr;
-  const float* m = nullptr;
-  const float* v = nullptr;
+  const void* params = nullptr;
+  const void* m = nullptr;
+  const void* v = nullptr;
 };
 
 struct WrittenFile {
@@ -73,7 +82,8 @@ class ShardFileReader {
   const ShardHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
   // Reads `n` elements starting at element `from` (unit coordinates) of unit
-  // `u`'s params (which=0), m (1) or v (2).
+  // `u`'s params (which=0), m (1) or v (2), widened to fp32 from a bf16 unit
+  // (exact: every bf16 is an fp32).
   Status Read(int u, int which, int64_t from, int64_t n, float* dst) const;
 
  private:

@@ -288,9 +288,28 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   // bf16/fp16 the held unit is still an fp32 compute copy and a prefetched one
   // waits in two bytes, so the fp32 figures for those are an upper bound.
   est.ranks_per_node = std::max(1, w.world);
-  dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
-  dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
-  dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
+  if (!w.offload.optimizer) {
+    dev.Add("parameter shard (fp32)", shard * 4, shard_how + " x 4 B");
+    dev.Add("gradient shard (fp32)", shard * 4, shard_how + " x 4 B");
+    dev.Add("AdamW moments (fp32 m, v)", shard * 8, shard_how + " x 8 B");
+  } else {
+    // parallel.offload_optimizer on the CPU backend (OptimizerState): the
+    // shard the all-gathers read (two bytes under bf16/fp16), the master, m,
+    // v in optim.state_dtype and the fp32 gradient shard, plus the runtime's
+    // two gradient stages and the master's staging shards.
+    const int64_t cb = w.compute_bytes();
+    int64_t max_shard = 0;
+    for (int64_t n : numels) max_shard = std::max(max_shard, Layout(n, S).shard_numel);
+    const std::string sname = DTypeName(w.optimizer_state);
+    dev.Add("parameter shard (" + std::string(DTypeName(w.compute)) + ")", shard * cb,
+            shard_how + " x " + std::to_string(cb) + " B");
+    dev.Add("offloaded optimizer (" + sname + " master, m, v; fp32 gradients)", shard * w.offloaded_state_bytes(),
+            shard_how + " x " + std::to_string(w.offloaded_state_bytes()) + " B");
+    const bool wide = w.optimizer_state == DType::kBF16 && w.compute != DType::kBF16;
+    const bool narrow = w.compute != DType::kF32 && !(w.optimizer_state == DType::kBF16 && w.compute == DType::kBF16);
+    const int64_t stages = 2 * max_shard * (4 + (wide ? 4 : 0) + (narrow ? 2 : 0));
+    dev.Add("offload staging", stages, "2 x largest unit shard (gradient stages, master casts)");
+  }
   if (S > 1) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
                                    w.prefetch, keep_forward);
@@ -326,8 +345,9 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   est.device_fixed = scratch + kCpuProcessBytes;
   // As Checkpointer::Save holds it: kept by async saves, freed after a
   // synchronous one, none when a synchronous save writes offloaded state in place.
+  const int64_t snap = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));  // p, m, v as held
   if (w.async_checkpoint)
-    dev.Add("async checkpoint snapshot (fp32 p, m, v)", shard * 12, shard_how + " x 12 B");
+    dev.Add("async checkpoint snapshot (p, m, v as held)", shard * snap, shard_how + " x " + std::to_string(snap) + " B");
   else if (w.checkpoint_keep_last > 0 && !w.offload.optimizer)
     dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files

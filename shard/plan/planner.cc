@@ -24,9 +24,10 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   if (w.cpu_engine) {
     // bf16/fp16 run on the CPU engine as storage and wire format (fp32 math on
     // the rounded weights), so every precision can run there.
-    if (w.offload.optimizer || w.offload.params)
-      r.push_back("parallel.offload_optimizer: the CPU engine already keeps everything in host memory; offload "
-                  "comes with the CUDA backend");
+    // The optimizer offload runs on the CPU backend too (bitwise the
+    // non-offloaded run; optim.state_dtype: bf16 needs it); parameter offload
+    // is not built.
+    if (w.offload.params) r.push_back("parameter offload is not built");
     if (w.method != Method::kFull) r.push_back(std::string(MethodName(w.method)) + " is not supported by the engine");
     return r;
   }
@@ -83,6 +84,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.shard_group_size = job.parallel.shard_group_size;
   w.activation_checkpointing = job.parallel.activation_checkpointing;
   w.offload.optimizer = job.parallel.offload_optimizer;
+  w.optimizer_state = job.train.optim.state_dtype;  // bf16: held on the host (offloaded) only
   w.micro_batch = job.train.micro_batch;
   w.loss_chunk_rows = job.train.loss_chunk_rows;
   w.seq_len = job.data.seq_len;
@@ -100,7 +102,8 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     w.fp32_master = true;
   } else if (asked == Precision::kAuto) {
     out.notes.push_back(std::string("train.precision auto: ") +
-                        (p == Precision::kBf16 ? "bf16 compute with fp32 master weights"
+                        (p == Precision::kBf16 ? std::string("bf16 compute with ") + DTypeName(w.optimizer_state) +
+                                                     " master weights"
                                                : "fp16 compute with dynamic loss scaling (no bf16 on " + cluster.gpu.name + ")"));
   } else {
     if (w.compute == DType::kF16) out.notes.push_back("fp16 compute: dynamic loss scaling skips steps with inf/nan gradients");
@@ -189,7 +192,8 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
   if (!cluster.cpu_only && !p.workload.cpu_engine) {
     const std::string dt = DTypeName(p.workload.compute);
-    std::string note = "planned for shardd's GPU runtime as built (fp32 master weights and AdamW state, " + dt +
+    std::string note = std::string("planned for shardd's GPU runtime as built (") +
+                       DTypeName(p.workload.optimizer_state) + " master weights and AdamW state, " + dt +
                        " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;

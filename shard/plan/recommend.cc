@@ -223,19 +223,20 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
   if (w.cpu_engine) return recs;
 
   std::vector<Recommendation> state_rec;  // listed first, after the others are chosen
-  // Host memory is what fails with the state offloaded and no knob of the job
-  // file fixes it here: bf16 master weights and moments would fit where fp32
-  // cannot — said with its numbers, and that shardd does not have it yet.
+  // Host memory is what fails with the state offloaded and no other knob of
+  // the job file fixes it here: bf16 master weights and moments
+  // (optim.state_dtype: bf16) fit where fp32 cannot — said with its numbers.
   if (recs.empty() && w.method == Method::kFull && w.fp32_master && w.optimizer_state == DType::kF32 && w.offload.optimizer &&
       static_cast<double>(plan.memory.host_total) > plan.host_capacity_bytes()) {
     Candidate s = base;
     s.w.optimizer_state = DType::kBF16;
-    s.supported = false;
     s.changes.insert("state_dtype");
+    s.sets.push_back("optim.state_dtype=bf16");
     s.describe.push_back("bf16 optimizer state (master weights and AdamW moments in bf16: " +
                          std::to_string(s.w.offloaded_state_bytes()) + " B/param on the host instead of " +
                          std::to_string(w.offloaded_state_bytes()) + ")");
-    s.note = "optim.state_dtype: bf16 is not built yet (issue 19 item 3); full fp32 state cannot fit this host";
+    s.note = "fp32 state cannot fit this host; bf16 state is updated with stochastic rounding, which keeps "
+             "training close to fp32 (docs/optimizer-state.md)";
     // With whatever else this hardware needs (a smaller micro-batch, ...).
     std::vector<Candidate> cands = Variations(s, false);
     cands.insert(cands.begin(), s);

@@ -86,9 +86,9 @@ struct Workload {
   int64_t loss_chunk_rows = 0;
   bool async_checkpoint = false;  // periodic checkpoints snapshot the shard to host memory first
   int checkpoint_keep_last = 0;   // committed steps kept on disk (checkpoint.keep_last; 0 = no checkpoints)
-  // fp32_master: the dtype of the master weights and AdamW moments. kF32 is
-  // what shardd builds; kBF16 (optim.state_dtype: bf16, issue 19 item 3) is
-  // planned for the recommendation that says it is the fix, not built yet.
+  // fp32_master: the dtype of the master weights and AdamW moments
+  // (optim.state_dtype). kBF16 is built for offloaded state: 2 B each on the
+  // host, updated with stochastic rounding (shard/optim/bf16_state.h).
   DType optimizer_state = DType::kF32;
   bool from_hf = false;           // starts from HF weights (each rank reads its own ranges, one unit shard at a time)
 

@@ -101,6 +101,17 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(restart.Validate());
   RETURN_IF_ERROR(eval.Validate(data.sft()));
   RETURN_IF_ERROR(peft.Validate());
+  if (train.optim.state_dtype != DType::kF32) {
+    // Held on the host beside the offloaded gradients; an on-device bf16
+    // master and moments are not built.
+    if (!parallel.offload_optimizer)
+      return InvalidArgument(std::string("optim.state_dtype: ") + DTypeName(train.optim.state_dtype) +
+                             " needs parallel.offload_optimizer: true (bf16 state is held in host memory; on the "
+                             "device it is not built)");
+    if (peft.enabled())
+      return InvalidArgument("optim.state_dtype: only applies to full fine-tuning (a peft: job's frozen base has no "
+                             "optimizer state)");
+  }
   if (export_.merge && !peft.enabled())
     return InvalidArgument("export.merge: only applies to a peft: job (full fine-tuning exports the whole model anyway)");
   const int64_t per_step = train.micro_batch * parallel.world_size;
@@ -269,6 +280,14 @@ Status MapTrain(YamlMap& root, TrainConfig* t) {
   return m.Finish();
 }
 
+// optim: the optimizer state's storage (the AdamW hyper-parameters stay in
+// train:, where they always were).
+Status MapOptimSection(YamlMap& root, OptimConfig* o) {
+  ASSIGN_OR_RETURN(YamlMap m, root.Sub("optim"));
+  RETURN_IF_ERROR(GetEnum(m, "state_dtype", kStateDTypeNames, &o->state_dtype));
+  return m.Finish();
+}
+
 Status MapParallel(YamlMap& root, ParallelConfig* p) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("parallel"));
   RETURN_IF_ERROR(GetEnum(m, "strategy", kShardStrategyNames, &p->strategy));
@@ -386,6 +405,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapModel(root, &job->model));
   RETURN_IF_ERROR(MapData(root, job->model, &job->data));
   RETURN_IF_ERROR(MapTrain(root, &job->train));
+  RETURN_IF_ERROR(MapOptimSection(root, &job->train.optim));
   RETURN_IF_ERROR(MapParallel(root, &job->parallel));
   RETURN_IF_ERROR(MapCheckpoint(root, &job->checkpoint));
   RETURN_IF_ERROR(MapResources(root, &job->resources));

@@ -6,6 +6,7 @@
 
 #include "shard/common/status.h"
 #include "shard/spec/enum_names.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
@@ -13,6 +14,11 @@ namespace shard {
 enum class Schedule { kConstant, kCosine, kLinear };
 inline constexpr EnumName<Schedule> kScheduleNames[] = {
     {Schedule::kConstant, "constant"}, {Schedule::kCosine, "cosine"}, {Schedule::kLinear, "linear"}};
+
+// optim.state_dtype: how the master weights and AdamW moments are held.
+// bf16 holds them in 2 B each, updated with stochastic rounding
+// (shard/optim/bf16_state.h); built for offloaded state only.
+inline constexpr EnumName<DType> kStateDTypeNames[] = {{DType::kF32, "fp32"}, {DType::kBF16, "bf16"}};
 
 struct OptimConfig {
   double lr = 3e-4;             // peak learning rate
@@ -25,6 +31,7 @@ struct OptimConfig {
   double weight_decay = 0.0;    // decoupled; applied to matrices only
   bool decay_norms_and_embeddings = false;
   double grad_clip = 1.0;       // max global L2 norm; 0 = off
+  DType state_dtype = DType::kF32;  // optim.state_dtype (the job file's optim: section)
 
   Status Validate() const;
 };

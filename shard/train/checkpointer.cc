@@ -36,8 +36,9 @@ Status Checkpointer::Save(const Manifest& base) {
   // Synchronous and offloaded: the host master, m and v stay as they are
   // until Save returns, so they are written in place — no 12 B/param copy.
   const bool in_place = !job_.checkpoint.async && state_->offloaded();
+  const size_t elem = DTypeSize(state_->state_dtype());
   if (role_.writer && in_place) {
-    for (int u = 0; u < units; ++u) data[u] = {state_->master(u), state_->host_m(u), state_->host_v(u)};
+    for (int u = 0; u < units; ++u) data[u] = {state_->held(u, 0), state_->held(u, 1), state_->held(u, 2)};
   } else if (role_.writer) {
     // Snapshot: params, m, v of the real (unpadded) part of each owned shard,
     // into buffers kept from the previous save (allocating ~12 bytes/param on
@@ -46,8 +47,8 @@ Status Checkpointer::Save(const Manifest& base) {
     snapshot_.resize(3 * static_cast<size_t>(units));
     for (int u = 0; u < units; ++u) {
       const int64_t n = runtime_->layout(u).real_in(sr);
-      for (int k = 0; k < 3; ++k) snapshot_[3 * u + k].resize(n);
-      state_->ReadShard(u, n, snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data());
+      for (int k = 0; k < 3; ++k) snapshot_[3 * u + k].resize(static_cast<size_t>(n) * elem);
+      state_->ReadShardHeld(u, n, snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data());
       data[u] = {snapshot_[3 * u].data(), snapshot_[3 * u + 1].data(), snapshot_[3 * u + 2].data()};
     }
   }
@@ -58,7 +59,7 @@ Status Checkpointer::Save(const Manifest& base) {
   }
   Status st = WriteAndCommit(base, data);
   // A synchronous save keeps nothing: between saves the host holds no snapshot.
-  std::vector<std::vector<float>>().swap(snapshot_);
+  std::vector<std::vector<uint8_t>>().swap(snapshot_);
   stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
@@ -73,7 +74,9 @@ Status Checkpointer::SimulateSnapshot() {
   if (sim_snapshot_.empty()) {
     for (int u = 0; u < runtime_->num_units(); ++u) {
       for (int k = 0; k < 3; ++k) {
-        ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::Create(state_->device(), runtime_->layout(u).real_in(sr)));
+        const int64_t n = runtime_->layout(u).real_in(sr);
+        const int64_t floats = state_->state_dtype() == DType::kF32 ? n : (n + 1) / 2;
+        ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::Create(state_->device(), floats));
         sim_snapshot_.push_back(std::move(b));
       }
     }
@@ -104,6 +107,7 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<Shar
       su.numel = sl.numel;
       su.begin = std::min(sl.begin(sr), sl.numel);
       su.count = sl.real_in(sr);
+      su.dtype = state_->state_dtype();  // the state as held
       h.units.push_back(su);
       data.push_back(host[u]);
     }

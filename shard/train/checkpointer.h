@@ -1,6 +1,6 @@
 // Periodic sharded checkpoints of a training run (see shard/ckpt for the
 // format and the commit protocol). An async save snapshots this rank's shards
-// to host memory (12 B/param, kept for the next save), then writes them on a
+// to host memory (12 B/param, 6 with bf16 state; kept for the next save), then writes them on a
 // background thread while training continues; at most one save is in flight.
 // A synchronous save of an offloaded state writes straight from the host
 // master and moments (no copy); of an on-device state, through a snapshot
@@ -67,7 +67,8 @@ class Checkpointer {
   FsdpRuntime* runtime_;
   ParamLayout layout_;
   std::thread thread_;
-  std::vector<std::vector<float>> snapshot_;  // params, m, v per unit; reused across saves
+  // params, m, v per unit as held (fp32 or bf16 bytes); reused across saves
+  std::vector<std::vector<uint8_t>> snapshot_;
   std::vector<HostBuffer> sim_snapshot_;      // the simulator's stand-in for snapshot_
   Status async_status_;
   double stall_seconds_ = 0;

@@ -85,10 +85,13 @@ Status Trainer::ResumeLora() {
   std::string dir = resume;
   if (resume == "auto") {
     ASSIGN_OR_RETURN(dir, FindLoraCheckpoint(checkpointer_->job_dir(), RunFingerprint(run_keys_)));
-    if (dir.empty()) return OkStatus();  // from scratch (or from peft.from_adapter)
+    if (dir.empty()) return AgreeOnResume(-2, "");  // from scratch (or from peft.from_adapter)
   }
   LoraCheckpointState st;
-  RETURN_IF_ERROR(LoadLoraCheckpoint(dir, lora_base_hash_, lora_.get(), &st).WithContext("resume"));
+  Status loaded = LoadLoraCheckpoint(dir, lora_base_hash_, lora_.get(), &st).WithContext("resume");
+  Status agreed = AgreeOnResume(loaded.ok() ? static_cast<double>(st.step) : -1.0, dir);
+  RETURN_IF_ERROR(loaded);
+  RETURN_IF_ERROR(agreed);
   step_ = st.step;
   optimizer_steps_ = st.optimizer_steps;
   samples_seen_ = st.samples_seen;

@@ -28,6 +28,14 @@
 // Checkpoints hold the same bytes either way (params = the master, m, v), so a
 // run saved offloaded resumes non-offloaded and vice versa.
 //
+// optim.state_dtype: bf16 (offloaded only): master, m and v are held as bf16
+// (6 B/param instead of 12; the host gradient shard stays fp32) and updated by
+// AdamWSliceBf16 with stochastic rounding seeded by train.seed
+// (shard/optim/bf16_state.h). The device shard is the bf16 master as is (bf16
+// precision) or widened / cast from it. ReadShard and master() widen to fp32
+// (exact); WriteShard and WriteParams round fp32 to nearest (exact for values
+// that came from bf16, so a checkpoint round trip is bitwise).
+//
 // Thread-safety: called from the training thread only; Step runs the host
 // AdamW on a helper thread of its own and joins it before returning.
 #pragma once
@@ -43,6 +51,11 @@
 
 namespace shard {
 
+struct OptimStateOptions {
+  DType state_dtype = DType::kF32;  // optim.state_dtype: kF32 or kBF16 (offloaded only)
+  uint64_t seed = 0;                // train.seed: the stochastic rounding's draws
+};
+
 class OptimizerState {
  public:
   // `runtime` must have been created with moments_on_device == grads_on_device
@@ -50,13 +63,16 @@ class OptimizerState {
   // two-byte param_shard_dtype only when offloaded. An fp32 parameter shard's
   // current values become the master; a two-byte one needs WriteParams.
   // `device` and `runtime` must outlive this object.
-  static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload);
+  static StatusOr<std::unique_ptr<OptimizerState>> Create(Backend* device, FsdpRuntime* runtime, bool offload,
+                                                          const OptimStateOptions& options = {});
 
   // Drains the runtime's host worker first: it may still be adding into the
   // gradient shards this object owns, with host_.
   ~OptimizerState();
 
   bool offloaded() const { return offload_; }
+  // How master, m and v are held (optim.state_dtype).
+  DType state_dtype() const { return options_.state_dtype; }
   // The training backend (the checkpointer asks it whether buffers hold data).
   Backend* device() const { return device_; }
 
@@ -67,8 +83,15 @@ class OptimizerState {
   Status Step(const ParamLayout& layout, const OptimConfig& config, float lr, int64_t step, float clip);
 
   // The first n elements of unit u's parameter shard (the master when
-  // offloaded), m and v, copied to host memory (checkpoint snapshots, tests).
+  // offloaded), m and v, copied to host memory (checkpoint snapshots, tests),
+  // widened to fp32 from bf16 state.
   void ReadShard(int u, int64_t n, float* params, float* m, float* v);
+  // The same as held: n elements of state_dtype() each (checkpoint snapshots).
+  void ReadShardHeld(int u, int64_t n, void* params, void* m, void* v);
+  // Unit u's host master (which = 0), m (1) or v (2) as held, in
+  // state_dtype(); null when not offloaded. What a synchronous checkpoint
+  // writes without a copy.
+  const void* held(int u, int which) const;
   // Sets unit u's whole shard (layout(u).shard_numel elements each) from host
   // memory: the device parameter shard, and the master, m and v (resume).
   void WriteShard(int u, const float* params, const float* m, const float* v);
@@ -76,12 +99,12 @@ class OptimizerState {
   // offloaded, and the device shard (cast on the host when it is two-byte).
   void WriteParams(int u, const float* params);
   // Unit u's fp32 master shard in host memory; null when not offloaded (the
-  // device shard is the master then).
-  const float* master(int u) const { return offload_ ? shards_[u].master.data() : nullptr; }
-  // Unit u's AdamW moments in host memory when offloaded (null otherwise):
-  // with master(u), what a synchronous checkpoint writes without a copy.
-  const float* host_m(int u) const { return offload_ ? shards_[u].m.data() : nullptr; }
-  const float* host_v(int u) const { return offload_ ? shards_[u].v.data() : nullptr; }
+  // device shard is the master then). bf16 state: the master widened into a
+  // scratch buffer, valid until the next call.
+  const float* master(int u) const;
+  // Unit u's fp32 AdamW moments in host memory when offloaded fp32 state (null otherwise).
+  const float* host_m(int u) const { return offload_ && !bf16() ? shards_[u].m.data() : nullptr; }
+  const float* host_v(int u) const { return offload_ && !bf16() ? shards_[u].v.data() : nullptr; }
 
   // Device bytes held by the optimizer state beyond the parameter shard the
   // model needs anyway: m and v (0 when offloaded).
@@ -101,15 +124,24 @@ class OptimizerState {
   struct HostShard {
     HostBuffer master, m, v, grad;  // grad: the runtime accumulates into it (AttachHostGrads)
   };
-  OptimizerState(Backend* device, FsdpRuntime* runtime, bool offload)
-      : device_(device), runtime_(runtime), offload_(offload) {}
+  OptimizerState(Backend* device, FsdpRuntime* runtime, bool offload, const OptimStateOptions& options)
+      : device_(device), runtime_(runtime), offload_(offload), options_(options) {}
+  bool bf16() const { return options_.state_dtype == DType::kBF16; }
+  // bf16 state: host bf16 views of a unit's master, m, v.
+  uint16_t* held16(int u, int which) const;
+  // bf16 state: unit u's device shard contents, made from its bf16 master in
+  // pipeline slot `slot` (the master itself under bf16 precision).
+  const void* Bf16Upload(int u, int slot);
 
   Backend* device_;
   FsdpRuntime* runtime_;
   bool offload_;
+  OptimStateOptions options_;
   std::unique_ptr<Backend> host_;  // the CPU backend doing the offloaded arithmetic
   std::vector<HostShard> shards_;  // per unit, offloaded only
   HostBuffer lowp_stage_[2];       // two-byte device shard: the master cast down, per pipeline slot
+  HostBuffer wide_stage_[2];       // bf16 state under fp32/fp16 precision: the master widened, per slot
+  mutable std::vector<float> master_f32_;  // master(u)'s widened copy (bf16 state)
   int64_t host_bytes_ = 0;
   double last_step_seconds_ = 0;
 };

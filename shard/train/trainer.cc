@@ -134,7 +134,9 @@ Status Trainer::Init() {
            config.num_layers, config.hidden_size, data_->Describe(), backend_->name());
   LOG_INFO("optimizer state: {} — device: {:.1f} MiB parameter shards, {:.1f} MiB gradient shards, {:.1f} MiB "
            "AdamW moments; host: {:.1f} MiB",
-           optimizer_->offloaded() ? "offloaded (fp32 master, m, v, gradients in host memory)" : "on the device",
+           optimizer_->offloaded() ? std::string("offloaded (") + DTypeName(optimizer_->state_dtype()) +
+                                         " master, m, v; fp32 gradients; in host memory)"
+                                   : std::string("on the device"),
            optimizer_->param_shard_device_bytes() / 1048576.0, optimizer_->grad_shard_device_bytes() / 1048576.0,
            optimizer_->device_bytes() / 1048576.0, optimizer_->host_bytes() / 1048576.0);
   return OkStatus();
@@ -199,7 +201,10 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   for (const auto& u : layout.units) numels.push_back(u.numel);
   ASSIGN_OR_RETURN(runtime_, FsdpRuntime::Create(backend_.get(), numels, fo, std::move(shard_comm), std::move(rep_comm)));
 
-  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), offload));
+  OptimStateOptions so;
+  so.state_dtype = job_.train.optim.state_dtype;
+  so.seed = job_.train.seed;
+  ASSIGN_OR_RETURN(optimizer_, OptimizerState::Create(backend_.get(), runtime_.get(), offload, so));
   // A resumed run gets every shard from the checkpoint (Resume): no initial weights.
   if (resume_.step_dir.empty()) RETURN_IF_ERROR(LoadInitialWeights(hf));
   CheckpointRole role;
@@ -265,18 +270,14 @@ Manifest Trainer::RunState() const {
 
 Status Trainer::Resume() {
   const ResumeChoice& choice = resume_;  // chosen in Init, before any weight was loaded
-  if (choice.step_dir.empty()) return OkStatus();  // from scratch
+  if (choice.step_dir.empty()) return AgreeOnResume(-2, "");  // from scratch
   if (!choice.note.empty() && dist_.rank == 0) LOG_WARN("resume: {}", choice.note);
   const std::string& step_dir = choice.step_dir;
   const bool verified = choice.verified;
-  // Every rank must resume from the same step: compare the choices.
   auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/!verified);
-  double mine[2] = {reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, 1.0};
-  double sum[2] = {mine[0], mine[1]};
-  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
+  Status agreed = AgreeOnResume(reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, step_dir);
   if (!reader.ok()) return reader.status().WithContext("resume from " + step_dir);
-  if (sum[0] != mine[0] * sum[1])
-    return FailedPrecondition("resume: ranks chose different checkpoint steps (this rank: " + step_dir + ")");
+  RETURN_IF_ERROR(agreed);
   const Manifest& m = reader->manifest();
   if (m.model_hash != model_->config().ShapeHash())
     return FailedPrecondition("resume: " + step_dir + " holds a different model shape than this job's model");
@@ -291,6 +292,14 @@ Status Trainer::Resume() {
     LOG_WARN("resume: {} was saved while training on other data ({}; now {}) — its sample cursor {} indexes "
              "different samples here",
              step_dir, m.data_fingerprint, data_now, m.samples_seen);
+  // The state as saved and as this job holds it may differ (optim.state_dtype
+  // changed between runs): converted on load, and said so.
+  const DType saved_dt = reader->state_dtype(), held_dt = optimizer_->state_dtype();
+  if (saved_dt != held_dt && dist_.rank == 0)
+    LOG_WARN("resume: {} holds the optimizer state (master weights, AdamW m and v) in {}; this job holds it in {} "
+             "(optim.state_dtype): converted on load{}",
+             step_dir, DTypeName(saved_dt), DTypeName(held_dt),
+             held_dt == DType::kBF16 ? " (rounded to nearest bf16)" : " (widened exactly)");
   const int sr = runtime_->shard_rank();
   std::vector<float> p, mm, vv;
   for (int u = 0; u < runtime_->num_units(); ++u) {
@@ -320,6 +329,15 @@ Status Trainer::Resume() {
            m.samples_seen, m.world, m.shard_count,
            m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
   return OkStatus();
+}
+
+Status Trainer::AgreeOnResume(double mine, const std::string& step_dir) {
+  double sum[2] = {mine, 1.0};
+  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
+  if (sum[0] == mine * sum[1]) return OkStatus();
+  return FailedPrecondition("resume: ranks chose different checkpoints (this rank: " +
+                            (step_dir.empty() ? std::string("none, a fresh start") : step_dir) +
+                            "); is the checkpoint directory one shared filesystem that every rank sees alike?");
 }
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {

@@ -132,6 +132,11 @@ class Trainer {
   Status ResumeLora();
   // Loads the checkpoint Init chose (resume_), if any.
   Status Resume();
+  // Every rank resumes from the same step, or every rank starts fresh: each
+  // chose from the filesystem on its own. `mine` is this rank's step, -1 when
+  // its checkpoint is unreadable, -2 for a fresh start. One all-reduce even on
+  // a fresh start, so no rank skips a collective the others make.
+  Status AgreeOnResume(double mine, const std::string& step_dir);
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
   // ranks meet, so every rank opens complete files.
   Status PrepareData();

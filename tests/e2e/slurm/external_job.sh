@@ -9,7 +9,7 @@ start_slurm
 start_shardd
 job=$(make_job ext)
 sed -i 's/^resources: .*/resources: {device: cpu, launcher: external}/' "$job"
-id=$(ctl submit "$job" --set train.steps=120)
+id=$(ctl submit "$job" --set train.steps=200)
 wait_for 10 state_is "$id" LAUNCHING || fail "the external job is not waiting for workers: $(ctl status "$id")"
 sleep 1
 state_is "$id" LAUNCHING || fail "the external job did not keep waiting for its workers"
@@ -26,6 +26,10 @@ sid=$(cd "$T" && SHARDD_COORDINATOR=$ADDR SHARDD_JOB=$id SHARDD_WORKER_TOKEN=$to
   sbatch --parsable --ntasks-per-node=2 --output="$T/ext-%j.log" "$SRC/deploy/slurm/external-job.sbatch")
 echo "external slurm job $sid"
 wait_for 60 step_at_least "$id" 15 || fail "the joined workers never trained: $(ctl status "$id"); $(cat "$T"/ext-*.log)"
+# The kill must come after a commit, or attempt 2 rightly starts over: the
+# step-10 checkpoint is written in the background and commits once both ranks
+# reported it, which on a loaded machine can be after step 15.
+wait_for 60 committed_at_least "$id" 10 || fail "no committed checkpoint: $(ctl status "$id"); $(cat "$T"/ext-*.log)"
 pid=$(worker_pid "$id" 1)
 echo "kill -9 rank 1 (pid $pid)"
 kill -9 "$pid"

@@ -90,6 +90,79 @@ TEST_F(ShardFileTest, DataSectionIsAlignedAndFollowsTheFixedHeader) {
   EXPECT_EQ(first, Value(1, 0, 0, 0));
 }
 
+// optim.state_dtype: bf16 shards hold the state as held (2 B per element,
+// format version 2, "dtype": "bf16" per unit) and read back widened exactly;
+// a dtype key in a version-1 file, an unknown dtype, or a version-2 file
+// without a bf16 unit are refused.
+TEST_F(ShardFileTest, Bf16UnitsAreVersionTwoAndReadBackWidened) {
+  ShardHeader h = HeaderFor(3, 0, 1);
+  std::vector<std::vector<uint16_t>> storage;
+  std::vector<ShardUnitData> data;
+  int64_t elems = 0;
+  for (size_t u = 0; u < h.units.size(); ++u) {
+    h.units[u].dtype = DType::kBF16;
+    elems += h.units[u].count;
+    for (int which = 0; which < 3; ++which) {
+      std::vector<uint16_t> a(static_cast<size_t>(h.units[u].count));
+      for (int64_t i = 0; i < h.units[u].count; ++i) a[i] = F32ToBF16(Value(3, static_cast<int>(u), which, i));
+      storage.push_back(std::move(a));
+    }
+    data.push_back({storage[3 * u].data(), storage[3 * u + 1].data(), storage[3 * u + 2].data()});
+  }
+  auto wf = WriteShardFile(dir_, h, data);
+  ASSERT_TRUE(wf.ok()) << wf.status().ToString();
+  const std::string path = Path(wf->name);
+  const std::string b = ReadBytes(path);
+  uint32_t version;
+  uint64_t header_len;
+  std::memcpy(&version, b.data() + 8, 4);
+  std::memcpy(&header_len, b.data() + 16, 8);
+  EXPECT_EQ(version, kShardFormatVersionBf16);
+  EXPECT_EQ(b.size(), (24 + header_len + 63) / 64 * 64 + static_cast<uint64_t>(elems) * 6);
+  auto reader = ShardFileReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (size_t u = 0; u < h.units.size(); ++u) {
+    EXPECT_EQ(reader->header().units[u].dtype, DType::kBF16);
+    const int64_t c = h.units[u].count;
+    for (int which = 0; which < 3; ++which) {
+      std::vector<float> got(c);
+      ASSERT_TRUE(reader->Read(static_cast<int>(u), which, 0, c, got.data()).ok());
+      for (int64_t i = 0; i < c; ++i)
+        ASSERT_EQ(got[i], BF16ToF32(storage[3 * u + which][i])) << "unit " << u << " array " << which << " elem " << i;
+      if (c >= 3) {  // an odd-length sub-range
+        float three[3];
+        ASSERT_TRUE(reader->Read(static_cast<int>(u), which, 1, 1, three).ok());
+        EXPECT_EQ(three[0], BF16ToF32(storage[3 * u + which][1]));
+      }
+    }
+  }
+  // Damage to the dtype marking, resealed where the header length changes.
+  auto rewrite = [&](const std::string& from, const std::string& to, uint32_t ver) {
+    std::string j = b.substr(24, header_len);
+    for (size_t at = j.find(from); at != std::string::npos; at = j.find(from, at + to.size())) j.replace(at, from.size(), to);
+    std::string out = b.substr(0, 8);
+    out.append(reinterpret_cast<const char*>(&ver), 4);
+    out.append(4, '\0');
+    const uint64_t len = j.size();
+    out.append(reinterpret_cast<const char*>(&len), 8);
+    out += j;
+    const uint64_t start = (24 + len + 63) / 64 * 64;
+    out.append(start - out.size(), '\0');
+    out += b.substr((24 + header_len + 63) / 64 * 64);
+    WriteBytes(path, out);
+    return ShardFileReader::Open(path);
+  };
+  auto v1 = rewrite("\"bf16\"", "\"bf16\"", kShardFormatVersion);
+  ASSERT_FALSE(v1.ok());
+  EXPECT_NE(v1.status().message().find("format version 1 holds fp32 only"), std::string::npos) << v1.status().ToString();
+  auto f16 = rewrite("\"bf16\"", "\"fp16\"", kShardFormatVersionBf16);
+  ASSERT_FALSE(f16.ok());
+  EXPECT_NE(f16.status().message().find("state dtype 'fp16'"), std::string::npos) << f16.status().ToString();
+  auto none = rewrite(",\"dtype\":\"bf16\"", "", kShardFormatVersionBf16);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no bf16 unit"), std::string::npos) << none.status().ToString();
+}
+
 TEST_F(ShardFileTest, ReadOutsideTheHeldRangeIsRefused) {
   WrittenFile wf = WriteShard(dir_, 1, 1, 3);  // holds the middle third
   auto reader = ShardFileReader::Open(Path(wf.name));

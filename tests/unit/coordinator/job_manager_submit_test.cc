@@ -4,6 +4,7 @@
 // its attempt token in the environment.
 #include <gtest/gtest.h>
 
+#include "shard/spec/llama_config.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {
@@ -168,6 +169,26 @@ TEST_F(JobManagerTest, TransientLaunchErrorRestarts) {
   manager_->Tick();
   EXPECT_EQ(State(id), v1::RESTARTING) << Reason(id);
   EXPECT_TRUE(Contains(Reason(id), "Socket timed out")) << Reason(id);
+}
+
+// A relative model.from_hf is the submitter's (the workdir's), for the planner
+// too: it reads config.json there, not in the daemon's cwd, and so plans the
+// job rather than skipping the plan.
+TEST_F(JobManagerTest, PlanAtSubmitReadsARelativeFromHfInTheWorkdir) {
+  auto tiny = shard::LlamaPreset("tiny");
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  WriteBytes(workdir_ + "/hf/config.json", tiny->ToHfConfigJson());
+  std::string yaml = JobYaml();
+  yaml.replace(yaml.find("{preset: tiny}"), 14, "{from_hf: hf}");
+  auto st = manager_->Submit(Spec(yaml));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::vector<v1::JobEvent> past;
+  auto watch = manager_->Watch(st->id(), 0, [](const v1::JobEvent&) {}, &past);
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  ASSERT_FALSE(past.empty());
+  EXPECT_EQ(past[0].kind(), "submitted");
+  EXPECT_FALSE(Contains(past[0].message(), "plan skipped")) << past[0].message();
+  EXPECT_TRUE(Contains(past[0].message(), "fits")) << past[0].message();
 }
 
 }  // namespace

@@ -139,6 +139,19 @@ TEST(CpuMemoryTest, BenchPresetWithCheckpointingMatchesThePlan) {
   ExpectWithin(Measure(Yaml("bench", 4096, 256, 8, true)), 0.15, "bench, mb 8 x 256, checkpointing");
 }
 
+// parallel.offload_optimizer on the CPU backend, with fp32 and with bf16
+// optimizer state (optim.state_dtype): the host master, m, v and gradient
+// shards and their staging, as OptimizerState allocates them.
+TEST(CpuMemoryTest, BenchPresetOffloadedStateMatchesThePlan) {
+  for (const std::string state : {"fp32", "bf16"}) {
+    std::string yaml = Yaml("bench", 4096, 256, 8, false);
+    const std::string ac = "activation_checkpointing: false}";
+    yaml.replace(yaml.find(ac), ac.size(), "activation_checkpointing: false, offload_optimizer: true}");
+    ExpectWithin(Measure(yaml + "optim: {state_dtype: " + state + "}\n"), 0.15,
+                 "bench, mb 8 x 256, offload, " + state + " state");
+  }
+}
+
 // FsdpRuntime counts the gathered parameter and unsharded gradient bytes it
 // holds; the plan's figure is that count at the worst moment of a micro-batch
 // in which the communication thread keeps up (one reduce-scatter in flight).

@@ -76,10 +76,11 @@ TEST(PlannerTest, OneTerabyteHostIsNotEnoughForFullOptimizerOffload) {
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
   ASSERT_EQ(p.reasons.size(), 1u);
   EXPECT_NE(p.reasons[0].find("host memory"), std::string::npos);
-  // First the fix on this hardware (bf16 optimizer state: not built yet, said
-  // so); then the same GPUs with 2 TB of host memory come first among the moves.
+  // First the fix on this hardware (bf16 optimizer state, optim.state_dtype:
+  // bf16); then the same GPUs with 2 TB of host memory come first among the moves.
   ASSERT_GE(p.recommendations.size(), 2u);
-  EXPECT_FALSE(p.recommendations[0].supported) << FormatPlanText(p);
+  EXPECT_TRUE(p.recommendations[0].supported) << FormatPlanText(p);
+  EXPECT_TRUE(HasSet(p.recommendations[0], "optim.state_dtype=bf16")) << FormatPlanText(p);
   EXPECT_EQ(p.recommendations[1].cluster, "8xA100-80GB-SXM") << FormatPlanText(p);
 }
 

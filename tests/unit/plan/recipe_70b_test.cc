@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 
 #include "shard/plan/plan_report.h"
@@ -50,7 +51,7 @@ TEST(Recipe70bTest, FitsTwoTerabyteHost) {
 }
 
 // fp32 state (16 B/param offloaded) cannot fit 1152 GiB: said so, and the
-// first thing said is the fix that is not built yet, with its numbers.
+// first thing said is the fix (optim.state_dtype: bf16), with its numbers.
 TEST(Recipe70bTest, OneTerabyteHostSaysBf16StateIsTheFix) {
   const Plan p = PlanRecipe("8xA100-80GB-SXM-1TB");
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
@@ -59,11 +60,30 @@ TEST(Recipe70bTest, OneTerabyteHostSaysBf16StateIsTheFix) {
   ASSERT_FALSE(p.recommendations.empty());
   const Recommendation& r = p.recommendations.front();
   EXPECT_NE(r.change.find("bf16 optimizer state"), std::string::npos) << r.change;
-  EXPECT_FALSE(r.supported);
-  EXPECT_NE(r.note.find("not built yet"), std::string::npos) << r.note;
+  EXPECT_TRUE(r.supported);
+  EXPECT_NE(std::find(r.sets.begin(), r.sets.end(), "optim.state_dtype=bf16"), r.sets.end());
   EXPECT_EQ(r.verdict, Verdict::kFits);
   EXPECT_LT(static_cast<double>(r.host_bytes), p.host_capacity_bytes());
   EXPECT_LT(static_cast<double>(r.host_bytes), 0.75e12);  // the bound for bf16 state
+}
+
+// The recipe with optim.state_dtype: bf16 on the 1 TB host: 10 B/param of
+// offloaded state (bf16 master, m, v; fp32 gradients) instead of 16, under
+// the 0.75 TB for the node, and it fits; checkpoints hold 6 B/param.
+TEST(Recipe70bTest, Bf16StateFitsTheOneTerabyteHost) {
+  auto job = LoadJobConfig(Root() + "/configs/jobs/llama3-70b-sft-8xa100-80gb.yaml",
+                           {"model.from_hf=" + Root() + "/configs/models/llama3-70b", "optim.state_dtype=bf16"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto p = PlanJob(*job, Catalog(), "8xA100-80GB-SXM-1TB");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::printf("%s\n", FormatPlanText(*p).c_str());
+  EXPECT_EQ(p->workload.optimizer_state, DType::kBF16);
+  EXPECT_EQ(p->verdict, Verdict::kFits) << FormatPlanText(*p);
+  EXPECT_LT(static_cast<double>(p->memory.host_total), 0.75e12);
+  const double params = static_cast<double>(p->workload.model.NumParams());
+  EXPECT_NEAR(static_cast<double>(p->checkpoint.bytes_per_checkpoint), params * 6, params * 0.001);
+  const Plan fp = PlanRecipe("8xA100-80GB-SXM-1TB");
+  EXPECT_NEAR(static_cast<double>(fp.memory.host_total - p->memory.host_total), params * 6, params * 0.01);
 }
 
 // 40 GB GPUs: the plan names what to change, with --set lines that fit.

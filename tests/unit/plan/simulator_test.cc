@@ -2,7 +2,7 @@
 // at each job's true shapes on a backend that only counts bytes. The planner's
 // per-rank device and host allocations must agree with the simulated peaks
 // within 5% for 70B and 8B, full_shard and hybrid_shard, offload on and off,
-// activation checkpointing on and off — so the planner cannot drift from the
+// activation checkpointing on and off, fp32 and bf16 optimizer state — so the planner cannot drift from the
 // code again without this test saying where.
 #include <gtest/gtest.h>
 
@@ -96,7 +96,13 @@ INSTANTIATE_TEST_SUITE_P(
               "train.micro_batch=1", "parallel.reduce_dtype=bf16"}},
         Case{"8b_fullshard_fp32_async", "8xA100-80GB-SXM",
              {"model.preset=llama3-8b", "train.precision=fp32", "parallel.offload_optimizer=false",
-              "checkpoint.async=true"}}),
+              "checkpoint.async=true"}},
+        // optim.state_dtype: an fp32/bf16 pair of the offloaded 70B recipe shape.
+        Case{"70b_fullshard_ac_offload_bf16state", "8xA100-80GB-SXM-1TB", {"optim.state_dtype=bf16"}},
+        Case{"8b_fullshard_ac_offload_fp32state_async", "8xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "checkpoint.async=true"}},
+        Case{"8b_fullshard_ac_offload_bf16state_async", "8xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "checkpoint.async=true", "optim.state_dtype=bf16"}}),
     [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // shardctl plan --simulate --json carries the four integer fields scripts read.

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
@@ -127,6 +128,42 @@ TEST_F(RunIdentityTest, AStepWithoutAFingerprintIsResumedAsUnknown) {
   auto resumed = RunJob({"train.lr=1e-3", "train.steps=6"});
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   EXPECT_EQ((*resumed)->resumed_from(), JobDir() + "/" + StepDirName(4));
+}
+
+// Each rank picks its resume step from the filesystem on its own; where they
+// see it differently (a stale shared filesystem; here: rank 0 is told none, rank
+// 1 a step) every
+// rank refuses at once with one error, and the fresh rank makes the same one
+// agreement call as the others rather than skipping it (which left them in a
+// collective it never joined).
+TEST_F(RunIdentityTest, RanksThatChoseDifferentStepsAllRefuse) {
+  ASSERT_TRUE(RunJob({}).ok());  // one rank, checkpoints at steps 2 and 4
+  const std::vector<std::string> resume = {"checkpoint.resume=none", "checkpoint.resume=" + JobDir() + "/step_00000004"};
+  std::vector<Status> got(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto job = Job({resume[r], "parallel.world_size=2", "parallel.comm_timeout_s=20", "train.global_batch=4"});
+      if (!job.ok()) {
+        got[r] = job.status();
+        return;
+      }
+      DistContext d;
+      d.rank = r;
+      d.world = 2;
+      d.comm_backend = "local";
+      d.prefix = "disagree/";
+      auto t = Trainer::Create(*job, d);
+      got[r] = t.status();
+    });
+  }
+  for (auto& th : ranks) th.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kFailedPrecondition) << "rank " << r << ": " << got[r].ToString();
+    EXPECT_NE(got[r].message().find("ranks chose different checkpoints"), std::string::npos) << got[r].ToString();
+  }
+  EXPECT_NE(got[0].message().find("a fresh start"), std::string::npos) << got[0].ToString();
+  EXPECT_NE(got[1].message().find("step_00000004"), std::string::npos) << got[1].ToString();
 }
 
 }  // namespace
