@@ -8,6 +8,7 @@
 #include "shard/backend/profiling_backend.h"
 #include "shard/backend/sim/sim_backend.h"
 #include "shard/config.h"
+#include "shard/tensor/nf4.h"
 #if SHARDD_CUDA_ENABLED
 #include "shard/backend/cuda/cuda_backend.h"
 #endif
@@ -51,6 +52,37 @@ void Backend::Dropout(const float* x, float* out, int64_t n, float p, uint64_t s
   CopyToHost(h.data(), x, h.size() * sizeof(float));
   const float keep_scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; ++i) h[i] = DropoutKeep(seed, i, p) ? h[i] * keep_scale : 0.0f;
+  CopyToDevice(out, h.data(), h.size() * sizeof(float));
+}
+
+void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to) {
+  if (run.numel <= 0) return;
+  const int64_t blocks = run.numel / run.block_size;
+  std::vector<uint8_t> codes(static_cast<size_t>(run.numel / 2));
+  std::vector<float> scales(static_cast<size_t>(blocks));
+  CopyToHost(codes.data(), run.codes, codes.size());
+  if (run.absmax) {
+    CopyToHost(scales.data(), run.absmax, scales.size() * sizeof(float));
+  } else {
+    std::vector<int8_t> q(scales.size());
+    std::vector<float> group(static_cast<size_t>((blocks + kNf4DoubleQuantBlock - 1) / kNf4DoubleQuantBlock));
+    float mean = 0;
+    CopyToHost(q.data(), run.absmax_q, q.size());
+    CopyToHost(group.data(), run.absmax_scale, group.size() * sizeof(float));
+    CopyToHost(&mean, run.absmax_mean, sizeof(float));
+    for (int64_t b = 0; b < blocks; ++b) scales[b] = static_cast<float>(q[b]) * group[b / kNf4DoubleQuantBlock] + mean;
+  }
+  std::vector<float> h(static_cast<size_t>(run.numel));
+  for (int64_t i = 0; i < run.numel; i += 2) {
+    const float s = scales[i / run.block_size];
+    h[i] = kNf4Codebook[codes[i / 2] >> 4] * s;
+    h[i + 1] = kNf4Codebook[codes[i / 2] & 15] * s;
+  }
+  if (round_to != DType::kF32) {
+    std::vector<uint16_t> lp(h.size());
+    ConvertFromF32(round_to, h.data(), lp.data(), h.size());
+    ConvertToF32(round_to, lp.data(), h.data(), h.size());
+  }
   CopyToDevice(out, h.data(), h.size() * sizeof(float));
 }
 

@@ -99,6 +99,22 @@ class BackendEvent {
   virtual void* native_handle() const { return nullptr; }
 };
 
+// One run of NF4-quantised values in backend memory (the format of
+// shard/tensor/nf4.h: 4-bit codes into kNf4Codebook, two per byte, element 2i
+// in the high nibble; one scale per block). Block b's scale is absmax[b], or
+// with double quantisation (absmax null) absmax_q[b] * absmax_scale[b / 256]
+// + *absmax_mean. numel is a whole number of blocks. QLoRA's frozen base
+// travels and is stored like this (shard/fsdp/nf4_shard.h).
+struct Nf4Run {
+  const uint8_t* codes = nullptr;
+  const float* absmax = nullptr;
+  const int8_t* absmax_q = nullptr;
+  const float* absmax_scale = nullptr;
+  const float* absmax_mean = nullptr;  // one float, in backend memory too
+  int64_t numel = 0;
+  int block_size = 64;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -167,6 +183,12 @@ class Backend {
   // a gradient with the same seed is its own backward. The default round-trips
   // through host memory (correct on every backend); the CPU backend overrides it.
   virtual void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed);
+
+  // out[i] = kNf4Codebook[code i] * scale of i's block, then rounded to
+  // round_to and widened back (kF32: no rounding) — the compute copy of an NF4
+  // shard. The default round-trips through host memory with the reference
+  // loop; the CPU and CUDA backends override it.
+  virtual void DequantizeNf4(const Nf4Run& run, float* out, DType round_to);
 
   // ---- Model ops ----------------------------------------------------------
   // out[i,:] = table[tokens[i],:]. Tokens must be in [0, vocab); callers check.

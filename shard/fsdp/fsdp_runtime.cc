@@ -31,6 +31,9 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
     return InvalidArgument(std::string("FSDP runtime: a ") + DTypeName(options.param_shard_dtype) +
                            " parameter shard needs param_dtype " + DTypeName(options.param_shard_dtype) + ", not " +
                            DTypeName(options.param_dtype));
+  if (!options.nf4_units.empty() && (!options.frozen || options.nf4_units.size() != numels.size()))
+    return InvalidArgument("FSDP runtime: NF4 units need a frozen base and one entry per unit (" +
+                           std::to_string(options.nf4_units.size()) + " for " + std::to_string(numels.size()) + ")");
   std::unique_ptr<FsdpRuntime> rt(new FsdpRuntime(backend, options));
   rt->shard_size_ = shard_comm ? shard_comm->world_size() : 1;
   rt->shard_rank_ = shard_comm ? shard_comm->rank() : 0;
@@ -39,8 +42,17 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
   rt->units_.resize(numels.size());
   for (size_t u = 0; u < numels.size(); ++u) {
     Unit& x = rt->units_[u];
-    ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_));
+    x.quantized = !options.nf4_units.empty() && options.nf4_units[u].quantize;
+    // NF4 shards start on block boundaries, so the blocks do not depend on the sharding.
+    ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_, x.quantized ? options.nf4.block_size : 4));
     const int64_t n = x.layout.shard_numel;
+    if (x.quantized) {
+      ASSIGN_OR_RETURN(x.nf4, Nf4ShardFormat::For(x.layout, options.nf4_units[u], options.nf4));
+      for (int r = 0; r < rt->shard_size_; ++r) x.kept_runs.push_back(Nf4KeptRuns(x.layout, options.nf4_units[u], r));
+      ASSIGN_OR_RETURN(x.params, DeviceBuffer::Create(backend, x.nf4.floats()));
+      backend->Fill(x.params.data(), x.nf4.floats(), 0.0f);  // decodes to zeros until WriteNf4Shard
+      continue;
+    }
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
       if (!options.moments_on_device && (b == &x.m || b == &x.v)) continue;
       if (!options.grads_on_device && b == &x.grads) continue;
@@ -184,6 +196,19 @@ Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
 
 Status FsdpRuntime::StartGather(int u) {
   Unit& x = units_[u];
+  if (x.quantized) {  // the packed records travel; DecodeNf4 widens them on acquire
+    const int64_t n = x.nf4.floats();
+    ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, n * shard_size_));
+    Track(x.full_lp.size() * 4);
+    x.gathered = true;
+    std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();
+    x.gather_ticket = comm_->Enqueue([this, u, n, ready] {
+      Unit& y = units_[u];
+      return shard_comm_->AllGather(y.params.data(), y.full_lp.data(), n, CallOptions(*ready))
+          .WithContext("NF4 all-gather of unit " + std::to_string(u));
+    });
+    return OkStatus();
+  }
   if (lowp_params()) {
     const DType dt = options_.param_dtype;
     const int64_t n = x.layout.shard_numel;
@@ -221,6 +246,19 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   Unit& x = units_[u];
   if (x.full.data()) return OkStatus();
   const DType dt = options_.param_dtype;
+  if (x.quantized) {
+    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
+    Track(x.full.size() * 4);
+    DecodeNf4(u, sharded() ? x.full_lp.data() : x.params.data(), x.full.data(), dt);
+    if (sharded()) {
+      Track(-x.full_lp.size() * 4);
+      x.full_lp = DeviceBuffer();  // the backend orders the free after the decode
+    } else {
+      x.gathered = true;
+      x.gather_ticket = 0;
+    }
+    return OkStatus();
+  }
   if (sharded()) {  // widen the gathered two-byte values
     ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
     Track(x.full.size() * 4);
@@ -285,13 +323,13 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
   }
   ++x.holds;
   if (!sharded()) {
-    if (!lowp_params()) return static_cast<const float*>(x.params.data());
+    if (!lowp_params() && !x.quantized) return static_cast<const float*>(x.params.data());
     RETURN_IF_ERROR(EnsureComputeCopy(u));
     return static_cast<const float*>(x.full.data());
   }
   if (!x.gathered) RETURN_IF_ERROR(StartGather(u));
   RETURN_IF_ERROR(WaitTicket(x.gather_ticket));
-  if (lowp_params()) RETURN_IF_ERROR(EnsureComputeCopy(u));
+  if (lowp_params() || x.quantized) RETURN_IF_ERROR(EnsureComputeCopy(u));
   if (x.holds == 1) Prefetch(u);
   return static_cast<const float*>(x.full.data());
 }
@@ -301,7 +339,7 @@ Status FsdpRuntime::ReleaseParams(int u) {
   if (x.holds <= 0) return Internal("ReleaseParams: unit " + std::to_string(u) + " is not held");
   if (--x.holds > 0) return OkStatus();
   if (!sharded()) {
-    if (lowp_params()) FreeFull(u);  // the rounded compute copy
+    if (lowp_params() || x.quantized) FreeFull(u);  // the rounded (or dequantised) compute copy
     return OkStatus();
   }
   // Frozen: no GradsDone ever comes; the backward's release (the second) frees.
@@ -550,6 +588,7 @@ Status FsdpRuntime::AllReduceSumFloats(float* data, int64_t count) {
 Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
+  if (options_.frozen && (x.quantized || (lowp_shard() && host_master == nullptr))) return GatherFrozenUnit(u, out);
   if (lowp_shard() && host_master == nullptr)
     return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
                     DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");

@@ -53,6 +53,7 @@
 #include "shard/backend/backend.h"
 #include "shard/comm/communicator.h"
 #include "shard/fsdp/comm_thread.h"
+#include "shard/fsdp/nf4_shard.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/unit_access.h"
 
@@ -89,6 +90,14 @@ struct FsdpOptions {
   // shard_grad_op a unit gathered in the forward is freed after its backward
   // use (the second release of the micro-batch) instead of at GradsDone.
   bool frozen = false;
+  // QLoRA (frozen only): per unit, whether its shard is stored as NF4 and which
+  // ranges stay unquantised (nf4_shard.h); empty = no unit is. A quantised
+  // unit's layout is aligned to nf4.block_size; its shard is one packed record
+  // (WriteNf4Shard sets it), the all-gather moves the records, and the unit is
+  // dequantised into an fp32 compute copy (rounded to param_dtype) on acquire
+  // and freed on release like any gathered unit.
+  std::vector<Nf4UnitSpec> nf4_units;
+  Nf4Options nf4;
   CommOptions comm;
 };
 
@@ -119,6 +128,13 @@ class FsdpRuntime : public UnitAccess {
   float* host_grad_shard(int u);
   bool grads_on_host() const { return !options_.grads_on_device; }
   bool frozen() const { return options_.frozen; }
+  // QLoRA: whether unit u's shard is an NF4 record, and its format.
+  bool quantized(int u) const { return units_[u].quantized; }
+  const Nf4ShardFormat& nf4_format(int u) const { return units_[u].nf4; }
+  // A frozen base's shard of unit u from this rank's fp32 values (host
+  // memory), stored as the runtime keeps it: quantised to NF4 (on the host),
+  // cast to a two-byte param_shard_dtype, or copied. Once, at load.
+  Status WriteFrozenShard(int u, const float* host_shard);
   // Under !grads_on_device, before the first micro-batch: the host gradient
   // shards (one per unit, layout(u).shard_numel floats, owned by the caller,
   // from the device backend's AllocateHost: unsharded units' gradients are
@@ -165,7 +181,9 @@ class FsdpRuntime : public UnitAccess {
   // Writes unit u's full unpadded parameters (gathered from the shard group) to `out`.
   // `host_master`: this rank's fp32 shard in host memory, gathered instead of
   // the device shard; required when the device shard is two-byte (it holds
-  // only the rounded weights), otherwise optional (null: the device shard).
+  // only the rounded weights) unless the base is frozen (then the rounded
+  // weights are the base: widened), otherwise optional (null: the device shard).
+  // NF4 units give their dequantised values.
   Status GatherUnit(int u, std::vector<float>* out, const float* host_master = nullptr);
 
   // UnitAccess.
@@ -190,7 +208,7 @@ class FsdpRuntime : public UnitAccess {
     ShardLayout layout;
     DeviceBuffer params, grads, m, v;  // shards
     DeviceBuffer full;                 // gathered fp32 parameters while held (or prefetched, fp32)
-    DeviceBuffer full_lp;              // param_dtype gather buffer until widened into `full`
+    DeviceBuffer full_lp;              // param_dtype (or NF4 record) gather buffer until widened into `full`
     DeviceBuffer grad_lp;              // reduce_dtype gradient on the reduce-scatter wire
     DeviceBuffer full_grad;            // unreduced gradient while accumulating / reducing
     DeviceBuffer rs_out;               // reduce-scatter landing buffer
@@ -201,6 +219,9 @@ class FsdpRuntime : public UnitAccess {
     bool keep_until_grads = false;     // shard_grad_op: gathered in forward, kept for backward
     int releases = 0;                  // outermost releases this micro-batch (frozen shard_grad_op)
     bool grads_done = false;           // GradsDone seen in this micro-batch
+    bool quantized = false;            // QLoRA: `params` is an NF4 record (nf4_shard.h)
+    Nf4ShardFormat nf4;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> kept_runs;  // per shard rank
   };
 
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
@@ -211,6 +232,11 @@ class FsdpRuntime : public UnitAccess {
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
   // values, or rounding the unsharded master); a no-op once done.
   Status EnsureComputeCopy(int u);
+  // Decodes `records` (one NF4 record per shard rank, consecutive) into `out`
+  // (layout.padded floats), rounded to round_to.
+  void DecodeNf4(int u, const float* records, float* out, DType round_to);
+  // GatherUnit of a frozen unit stored as NF4 or two-byte values (no master).
+  Status GatherFrozenUnit(int u, std::vector<float>* out);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
   // Queues the addition of n device floats at `src` into unit u's host

@@ -15,7 +15,9 @@
 // its "dynamic" 8-bit map): quantised state never leaves a run — checkpoints
 // hold adapters, exports hold dequantised or merged weights.
 //
-// Pure host code with vectorisable loops; the CPU backend dequantises with it.
+// Pure host code with vectorisable loops: the reference format. QLoRA's FSDP
+// shards pack it into records (shard/fsdp/nf4_shard.h); backends decode those
+// with Backend::DequantizeNf4 (bitwise DequantizeNf4 below).
 // Thread-safety: functions are reentrant.
 #pragma once
 

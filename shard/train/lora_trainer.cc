@@ -12,10 +12,6 @@ namespace shard {
 Status Trainer::InitLora() {
   const PeftConfig& p = job_.peft;
   const std::string where = job_.source.empty() ? "peft" : job_.source + ": peft";
-  // What is not built yet says so, rather than training something else.
-  if (p.method == PeftMethod::kQlora)
-    return Unimplemented(where + ".method qlora: the NF4 base under FSDP is not built yet (NF4 quantisation is: "
-                         "shard/tensor/nf4.h); use method lora");
   ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash()));
   ASSIGN_OR_RETURN(lora_, LoraAdapters::Create(backend_.get(), model_->config(), p, job_.train.seed));
   if (!p.from_adapter.empty()) {
@@ -29,10 +25,19 @@ Status Trainer::InitLora() {
   if (job_.parallel.offload_optimizer && dist_.rank == 0)
     LOG_INFO("parallel.offload_optimizer: a LoRA job's base has no optimizer state and its adapters' is small; "
              "nothing is offloaded");
+  if (p.method == PeftMethod::kQlora && dist_.rank == 0) {
+    int64_t nf4_bytes = 0, nf4_numel = 0;
+    for (int u = 0; u < runtime_->num_units(); ++u)
+      if (runtime_->quantized(u)) nf4_bytes += runtime_->nf4_format(u).bytes, nf4_numel += runtime_->layout(u).shard_numel;
+    LOG_INFO("QLoRA: the blocks' linear layers held as NF4 (blocks of {}{}): {:.2f} MiB per rank, {:.4f} bytes per "
+             "parameter (norms in the compute dtype; embedding and head unquantised)",
+             p.block_size, p.double_quant ? ", 8-bit double-quantised scales" : "", nf4_bytes / 1048576.0,
+             nf4_numel ? static_cast<double>(nf4_bytes) / nf4_numel : 0.0);
+  }
   if (dist_.rank == 0)
-    LOG_INFO("LoRA: r {} alpha {} scale {:.4g}{}, {} target module(s), {:.3f}M trainable parameters ({:.3f}% of "
+    LOG_INFO("{}: r {} alpha {} scale {:.4g}{}, {} target module(s), {:.3f}M trainable parameters ({:.3f}% of "
              "{:.2f}M), base frozen",
-             p.r, p.alpha, p.scale(), p.use_rslora ? " (rsLoRA)" : "", p.target_modules.size(), lora_->numel() / 1e6,
+             p.method == PeftMethod::kQlora ? "QLoRA" : "LoRA", p.r, p.alpha, p.scale(), p.use_rslora ? " (rsLoRA)" : "", p.target_modules.size(), lora_->numel() / 1e6,
              100.0 * lora_->numel() / model_->config().NumParams(), model_->config().NumParams() / 1e6);
   return OkStatus();
 }

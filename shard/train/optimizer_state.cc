@@ -27,7 +27,7 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device
   if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
     return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
                     " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
-  if (!offload && runtime->param_shard_dtype() != DType::kF32)
+  if (!offload && runtime->param_shard_dtype() != DType::kF32 && !runtime->frozen())
     return Internal("optimizer state: a two-byte device parameter shard needs parallel.offload_optimizer (the "
                     "fp32 master must live somewhere)");
   if (runtime->grads_on_host() != offload)

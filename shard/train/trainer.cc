@@ -14,6 +14,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/qlora_base.h"
 #include "shard/train/resume_choice.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
@@ -166,13 +167,19 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   // LoRA: the base is frozen (no gradients, no optimizer state) — nothing to offload.
   const bool offload = job_.parallel.offload_optimizer && !job_.peft.enabled();
   fo.frozen = job_.peft.enabled();
+  if (job_.peft.method == PeftMethod::kQlora) {  // the base's linear layers as NF4 (qlora_base.h)
+    fo.nf4.block_size = job_.peft.block_size;
+    fo.nf4.double_quant = job_.peft.double_quant;
+    fo.nf4_units = QloraUnitSpecs(model_->layout());
+  }
   fo.moments_on_device = !offload;
   fo.grads_on_device = !offload;
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);
   // Offloaded, the fp32 master lives on the host: the device shard holds only
   // what the all-gathers send, in the compute dtype (2 B/param under bf16/fp16).
-  if (offload) fo.param_shard_dtype = fo.param_dtype;
+  // A frozen base (LoRA) has no master to keep: stored in the compute dtype too.
+  if (offload || job_.peft.enabled()) fo.param_shard_dtype = fo.param_dtype;
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -237,7 +244,13 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
       RETURN_IF_ERROR(ReadHfUnitRange(*hf, layout.units[u], begin, end, host.data())
                           .WithContext("model.from_hf " + job_.model.from_hf));
     }
-    optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
+    if (runtime_->frozen()) {
+      // LoRA/QLoRA: stored as the runtime keeps the frozen base (NF4 or the
+      // compute dtype), converted once, here, per shard.
+      RETURN_IF_ERROR(runtime_->WriteFrozenShard(u, host.data()));
+    } else {
+      optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
+    }
   }
   return OkStatus();
 }

@@ -76,6 +76,9 @@ class CpuBackend final : public Backend {
     cpu::Dropout(x, out, n, p, seed);
   }
   double SumSquares(const float* x, int64_t n) override { return cpu::SumSquares(x, n); }
+  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to) override {
+    cpu::DequantizeNf4(run, out, round_to);
+  }
 
   void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,
                         float* out) override {

@@ -34,6 +34,8 @@ void CastToF32(const void* src, float* dst, int64_t n, DType from);
 // dst = src rounded to `t` and widened back (the value a two-byte operand
 // holds); dst may alias src. kF32 copies.
 void RoundThrough(const float* src, float* dst, int64_t n, DType t);
+// cpu_nf4.cc: Backend::DequantizeNf4.
+void DequantizeNf4(const Nf4Run& run, float* out, DType round_to);
 
 // cpu_norm_rope.cc
 void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,

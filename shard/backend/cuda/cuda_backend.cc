@@ -174,6 +174,9 @@ class CudaBackend final : public Backend {
   void CastToF32(const void* src, float* dst, int64_t n, DType from) override {
     LaunchCastToF32(src, dst, n, from, stream_);
   }
+  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to) override {
+    LaunchDequantizeNf4(run, out, round_to, stream_);
+  }
   void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void Gemm(const GemmArgs& args) override { gemm_->Run(args); }

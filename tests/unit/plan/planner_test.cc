@@ -189,7 +189,8 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
   const std::map<std::string, std::string> preset_for = {{"qwen2.5-0.5b-sft-from-hf.yaml", "qwen2.5-0.5b"},
                                                          {"llama3.2-1b-sft-from-hf.yaml", "llama3.2-1b"},
                                                          // the LoRA demo adapts the SFT demo's export (preset tiny)
-                                                         {"tiny-lora-cpu.yaml", "tiny"}};
+                                                         {"tiny-lora-cpu.yaml", "tiny"},
+                                                         {"tiny-qlora-cpu.yaml", "tiny"}};
   for (const auto& e : std::filesystem::directory_iterator(Root() + "/configs/jobs")) {
     const std::string name = e.path().filename().string();
     auto job = LoadJobConfig(e.path().string());

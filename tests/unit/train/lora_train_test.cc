@@ -1,12 +1,13 @@
 // LoRA through the trainer (peft: method lora): the base stays bit-for-bit
 // frozen and holds no gradient or optimizer state, the adapters learn, and
 // ranks as threads (full_shard, shard_grad_op, no_shard; with activation
-// checkpointing) train the same adapters as one rank. What is not built yet
-// (QLoRA's NF4 base under FSDP, adapter checkpoints) is refused by name.
+// checkpointing) train the same adapters as one rank. A missing adapter
+// folder is refused by name. (QLoRA: qlora_train_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -56,7 +57,7 @@ struct RunOut {
   std::vector<double> losses;
   std::vector<std::vector<float>> adapters;  // per layer
   bool base_unchanged = true;
-  int64_t grad_bytes = -1, moment_bytes = -1;
+  int64_t grad_bytes = -1, moment_bytes = -1, param_bytes = -1;
 };
 
 RunOut Train(const std::string& tokens, int world, const std::vector<std::string>& sets) {
@@ -80,15 +81,17 @@ RunOut Train(const std::string& tokens, int world, const std::vector<std::string
       RunOut& o = outs[r];
       o.grad_bytes = tr.runtime().grad_shard_device_bytes();
       o.moment_bytes = tr.runtime().moment_device_bytes();
-      std::vector<std::vector<float>> before(tr.runtime().num_units());
+      o.param_bytes = tr.runtime().param_shard_device_bytes();
+      // The frozen shards in the compute dtype (two-byte under bf16), as bytes.
+      std::vector<std::vector<uint8_t>> before(tr.runtime().num_units());
       for (int u = 0; u < tr.runtime().num_units(); ++u) {
-        const int64_t n = tr.runtime().layout(u).shard_numel;
-        before[u].assign(tr.runtime().param_shard(u), tr.runtime().param_shard(u) + n);  // CPU: host memory
+        const int64_t n = tr.runtime().layout(u).shard_numel * DTypeSize(tr.runtime().param_shard_dtype());
+        const auto* p = reinterpret_cast<const uint8_t*>(tr.runtime().param_shard(u));  // CPU: host memory
+        before[u].assign(p, p + n);
       }
       ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
       for (int u = 0; u < tr.runtime().num_units(); ++u)
-        for (size_t i = 0; i < before[u].size(); ++i)
-          if (before[u][i] != tr.runtime().param_shard(u)[i]) o.base_unchanged = false;
+        if (std::memcmp(before[u].data(), tr.runtime().param_shard(u), before[u].size()) != 0) o.base_unchanged = false;
       const LoraLayout& ll = tr.lora()->layout();
       for (int l = 0; l < ll.num_layers; ++l) {
         o.adapters.emplace_back(ll.layer_numel);
@@ -147,6 +150,63 @@ TEST(LoraTrain, TwoRanksMatchOneAcrossStrategies) {
     for (size_t i = 0; i < one_nodrop.losses.size(); ++i)
       EXPECT_NEAR(two.losses[i], one_nodrop.losses[i], 1e-4 * std::fabs(one_nodrop.losses[i])) << "step " << i + 1;
     EXPECT_LT(MaxRelDiff(two.adapters, one_nodrop.adapters), 1e-3);
+  }
+}
+
+// Under train.precision bf16 the frozen base is stored as bf16 (2 B/param, no
+// fp32 master: nothing updates it): half the bytes, every strategy agrees
+// with one rank, and a merged export holds the bf16-rounded base exactly.
+TEST(LoraTrain, Bf16BaseIsHeldInTwoBytes) {
+  const std::string tokens = MakeTokens("lora_bf16", 8000, 512);
+  RunOut fp32 = Train(tokens, 1, {"peft.dropout=0"});
+  RunOut one = Train(tokens, 1, {"peft.dropout=0", "train.precision=bf16"});
+  EXPECT_TRUE(one.base_unchanged);
+  EXPECT_LE(one.param_bytes * 2, fp32.param_bytes + 64);
+  EXPECT_GE(one.param_bytes * 2, fp32.param_bytes - 64);
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  for (const char* strategy : {"full_shard", "shard_grad_op", "no_shard"}) {
+    SCOPED_TRACE(strategy);
+    RunOut two = Train(tokens, 2, {std::string("parallel.strategy=") + strategy, "peft.dropout=0", "train.precision=bf16"});
+    EXPECT_TRUE(two.base_unchanged);
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      EXPECT_NEAR(two.losses[i], one.losses[i], 2e-3 * std::fabs(one.losses[i])) << "step " << i + 1;
+  }
+  const std::string dir = testing::TempDir() + "/lora_bf16_merged";
+  std::filesystem::remove_all(dir);
+  for (int world : {1, 2}) {
+    SCOPED_TRACE("merged export, world " + std::to_string(world));
+    std::vector<std::thread> threads;
+    const std::string out = dir + "/w" + std::to_string(world);
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        auto job = ParseJobConfig(Job(tokens, world, ""), "job.yaml",
+                                  {"train.steps=2", "train.precision=bf16", "export.merge=true", "export.hf_dir=" + out,
+                                   "peft.target_modules=[q_proj]"});
+        ASSERT_TRUE(job.ok()) << job.status().ToString();
+        DistContext d;
+        d.rank = r;
+        d.world = world;
+        d.comm_backend = "local";
+        d.prefix = "lora-bf16-merge" + std::to_string(world) + "/";
+        auto t = Trainer::Create(*job, d);
+        ASSERT_TRUE(t.ok()) << t.status().ToString();
+        ASSERT_TRUE((*t)->Run().ok());
+      });
+    }
+    for (auto& th : threads) th.join();
+    auto config = LlamaPreset("tiny");
+    const ParamLayout layout = ParamLayout::ForLlama(*config);
+    std::vector<std::vector<float>> merged;
+    ASSERT_TRUE(LoadHfWeights(out, layout, &merged).ok());
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> base(layout.units[u].numel);
+      InitUnitParams(layout.units[u], u, 1234, 0.02f, 0, layout.units[u].numel, base.data());
+      for (const TensorSpec& ts : layout.units[u].tensors) {
+        if (layout.units[u].kind == UnitKind::kBlock && ts.hf_name.find("q_proj") != std::string::npos) continue;
+        for (int64_t i = 0; i < ts.numel; ++i)
+          ASSERT_EQ(merged[u][ts.offset + i], BF16ToF32(F32ToBF16(base[ts.offset + i]))) << ts.hf_name << " " << i;
+      }
+    }
   }
 }
 
@@ -379,7 +439,6 @@ TEST(LoraTrain, RefusesWhatIsNotBuilt) {
     ASSERT_FALSE(t.ok()) << part;
     EXPECT_NE(t.status().message().find(part), std::string::npos) << t.status().ToString();
   };
-  refused({"peft.method=qlora"}, "qlora");
   refused({"peft.from_adapter=/nowhere"}, "/nowhere/adapter_config.json");
 }
 
