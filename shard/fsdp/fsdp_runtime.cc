@@ -387,10 +387,26 @@ StatusOr<float*> FsdpRuntime::GradBuffer(int u) {
   return x.full_grad.data();
 }
 
+StatusOr<void*> FsdpRuntime::GradBufferStoreOnce(int u, DType* dtype) {
+  if (!sharded() || !lowp_grads() || options_.frozen) return UnitAccess::GradBufferStoreOnce(u, dtype);
+  Unit& x = units_[u];
+  if (x.full_grad.data() || x.grad_lp.data())
+    return Internal("GradBufferStoreOnce(" + std::to_string(u) + "): the unit's gradient buffer is already out");
+  RETURN_IF_ERROR(CheckHostGrads());
+  // The buffer GradsDone would cast the fp32 gradient into: the model stores
+  // the same rounded values into it directly.
+  ASSIGN_OR_RETURN(x.grad_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
+  Track(x.grad_lp.size() * 4);
+  backend_->Fill(x.grad_lp.data(), x.grad_lp.size(), 0.0f);  // +0 in bf16/fp16 too
+  *dtype = options_.reduce_dtype;
+  return static_cast<void*>(x.grad_lp.data());
+}
+
 Status FsdpRuntime::GradsDone(int u) {
   Unit& x = units_[u];
   if (!sharded() && options_.grads_on_device) return OkStatus();
-  if (!x.full_grad.data()) return Internal("GradsDone: unit " + std::to_string(u) + " has no gradient buffer");
+  if (!x.full_grad.data() && !(sharded() && x.grad_lp.data()))
+    return Internal("GradsDone: unit " + std::to_string(u) + " has no gradient buffer");
   if (!sharded()) {  // host gradients, one rank per shard group: the buffer is the new running sum
     x.grads_done = true;
     const int64_t n = x.layout.shard_numel;
@@ -412,11 +428,13 @@ Status FsdpRuntime::GradsDone(int u) {
   if (lowp_grads()) {
     const DType dt = options_.reduce_dtype;
     const int64_t n = x.layout.shard_numel;
-    ASSIGN_OR_RETURN(x.grad_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
-    Track(x.grad_lp.size() * 4);
-    backend_->CastFromF32(x.full_grad.data(), x.grad_lp.data(), x.layout.padded, dt);
-    Track(-x.full_grad.size() * 4);
-    x.full_grad = DeviceBuffer();  // only the two-byte copy waits for the wire
+    if (!x.grad_lp.data()) {  // else the model stored into it (GradBufferStoreOnce)
+      ASSIGN_OR_RETURN(x.grad_lp, DeviceBuffer::Create(backend_, TwoByteFloats(x.layout.padded)));
+      Track(x.grad_lp.size() * 4);
+      backend_->CastFromF32(x.full_grad.data(), x.grad_lp.data(), x.layout.padded, dt);
+      Track(-x.full_grad.size() * 4);
+      x.full_grad = DeviceBuffer();  // only the two-byte copy waits for the wire
+    }
     char* own = reinterpret_cast<char*>(x.grad_lp.data()) + static_cast<int64_t>(shard_rank_) * n * DTypeSize(dt);
     x.grads_done = true;
     std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast

@@ -190,6 +190,10 @@ class FsdpRuntime : public UnitAccess {
   StatusOr<const float*> AcquireParams(int unit) override;
   Status ReleaseParams(int unit) override;
   StatusOr<float*> GradBuffer(int unit) override;
+  // A sharded unit under a two-byte reduce_dtype: the reduce_dtype buffer the
+  // reduce-scatter sends (padding zeroed), so the unit never has an fp32 full
+  // gradient; otherwise GradBuffer.
+  StatusOr<void*> GradBufferStoreOnce(int unit, DType* dtype) override;
   Status GradsDone(int unit) override;
 
   // Bytes currently held in gathered parameter and full-gradient buffers (for

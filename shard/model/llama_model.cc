@@ -4,6 +4,7 @@
 
 #include "shard/model/qkv_extras.h"
 #include "shard/model/rope.h"
+#include "shard/model/weight_grads.h"
 
 namespace shard {
 
@@ -232,8 +233,8 @@ void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const
   }
 }
 
-void LlamaModel::BlockBackward(int l, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
-                               const float* dy, float* dx) {
+void LlamaModel::BlockBackward(int l, const float* w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
+                               LayerActs& a, const float* dy, float* dx) {
   const auto& c = config_;
   const auto& t = layout_.units[1].tensors;
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
@@ -243,33 +244,53 @@ void LlamaModel::BlockBackward(int l, const float* w, float* dw, const DeviceBat
   float* dgu = scratch_gu_.data();
   float* dxn = scratch_d_.data();
   float* dmid = grad_b_.data();
-  // A frozen base (dw null) gets no weight gradients; its norms' go to scratch.
-  auto wg = [&](BlockTensor bt) { return dw ? dw + t[bt].offset : nullptr; };
-  auto ng = [&](BlockTensor bt) { return dw ? dw + t[bt].offset : frozen_norm_dw_.data(); };
+  const DType md = options_.matmul_dtype;
+  // dx of a linear, then its weight gradient into dw (none for a frozen base,
+  // whose norm-weight gradients go to a sink).
+  auto linear = [&](const float* in_x, BlockTensor bt, const float* dout, int64_t in, int64_t out, float* din) {
+    LinearBackward(backend_, md, in_x, w + t[bt].offset, dout, n, in, out, din, nullptr);
+    WeightGrad(backend_, md, dw, t[bt].offset, in_x, dout, n, in, out, wgrad_scratch_.data(), wgrad_scratch_.size());
+  };
+  auto norm = [&](const float* dout, const float* in_x, BlockTensor bt, const float* rstd, float* din) {
+    NormBackward(backend_, dw, t[bt].offset, dout, in_x, w + t[bt].offset, rstd, n, static_cast<int>(d), din,
+                 wgrad_scratch_.data(), frozen_norm_dw_.data());
+  };
 
   // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  LinearBackward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, dy, n, f, d, dh, wg(kDown));
+  linear(a.h.data(), kDown, dy, f, d, dh);
   LoraGrad(l, LoraTarget::kDown, a.h.data(), dy, n, dh);
   backend_->SwiGluBackward(dh, a.gu.data(), n, static_cast<int>(f), dgu);
-  LinearBackward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, dgu, n, d, 2 * f, dxn, wg(kGate));
+  linear(a.xn2.data(), kGate, dgu, d, 2 * f, dxn);
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraGrad(l, lt, a.xn2.data(), dgu, n, dxn);
-  backend_->RmsNormBackward(dxn, a.x_mid.data(), w + t[kPostNorm].offset, a.rstd2.data(), n, d, dmid,
-                            ng(kPostNorm));
+  norm(dxn, a.x_mid.data(), kPostNorm, a.rstd2.data(), dmid);
   backend_->Add(dmid, dy, dmid, n * d);
 
   // Attention branch: x_mid = x + o(attn(rope(qkv(norm(x))))).
   float* dattn = scratch_attn_.data();
   float* dqkv = scratch_qkv_.data();
-  LinearBackward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, dmid, n, hq, d, dattn, wg(kO));
+  linear(a.attn.data(), kO, dmid, hq, d, dattn);
   LoraGrad(l, LoraTarget::kO, a.attn.data(), dmid, n, dattn);
   backend_->AttentionBackward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv);
   backend_->Rope(dqkv, n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions, rope_table_.data(),
                  /*inverse=*/true);
-  extras_->Backward(w, dw, a.set, n, dqkv);
-  LinearBackward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, dqkv, n, d, qkv, dxn, wg(kQ));
+  extras_->Backward(w, dw.f32, a.set, n, dqkv);  // never a two-byte dw (ForwardBackward)
+  linear(a.xn1.data(), kQ, dqkv, d, qkv, dxn);
   for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraGrad(l, lt, a.xn1.data(), dqkv, n, dxn);
-  backend_->RmsNormBackward(dxn, x, w + t[kInputNorm].offset, a.rstd1.data(), n, d, dx, ng(kInputNorm));
+  norm(dxn, x, kInputNorm, a.rstd1.data(), dx);
   backend_->Add(dx, dmid, dx, n * d);
+}
+
+Status LlamaModel::EnsureWeightGradScratch() {
+  if (wgrad_scratch_.data()) return OkStatus();
+  const auto& c = config_;
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const int64_t budget = options_.weight_grad_chunk_elems > 0 ? options_.weight_grad_chunk_elems : kWeightGradChunkElems;
+  // The most any weight's chunk takes (and d for a norm weight).
+  int64_t need = d;
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{d, c.qkv_dim()}, {hq, d}, {d, 2 * f}, {f, d}})
+    need = std::max(need, std::min(WeightGradChunkRows(in, budget), out) * in);
+  ASSIGN_OR_RETURN(wgrad_scratch_, DeviceBuffer::Create(backend_, need));
+  return OkStatus();
 }
 
 Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep) {
@@ -369,9 +390,18 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   for (int l = L - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-    float* g = nullptr;
-    if (!frozen) {
-      ASSIGN_OR_RETURN(g, access.GradBuffer(unit));
+    WeightGrads g;
+    if (frozen) {
+    } else if (extras_->active()) {  // the extras add their bias / norm gradients in fp32
+      ASSIGN_OR_RETURN(g.f32, access.GradBuffer(unit));
+    } else {
+      ASSIGN_OR_RETURN(void* buf, access.GradBufferStoreOnce(unit, &g.dt));
+      if (g.dt == DType::kF32) {
+        g.f32 = static_cast<float*>(buf);
+      } else {
+        g.lp = buf;
+      }
+      if (g.lp) RETURN_IF_ERROR(EnsureWeightGradScratch());
     }
     const bool ac = options_.activation_checkpointing, lp = lowp_acts();
     LayerActs* a = acts_[(ac || lp) ? 0 : l].get();

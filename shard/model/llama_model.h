@@ -44,7 +44,15 @@ struct ModelOptions {
   // and the backward scratch stay fp32. Only Cast ops round, so the CPU and
   // CUDA backends hold bit-identical activations. kF32: fp32 throughout.
   DType activation_dtype = DType::kF32;
+  // A block's weight gradients go to a two-byte buffer when the UnitAccess
+  // hands one out (GradBufferStoreOnce: FSDP under a two-byte reduce_dtype):
+  // computed in fp32 this many elements of output rows at a time, then stored
+  // rounded. 0 = kWeightGradChunkElems.
+  int64_t weight_grad_chunk_elems = 0;
 };
+
+// 16M floats (64 MiB) of fp32 weight-gradient chunk, whatever the model size.
+constexpr int64_t kWeightGradChunkElems = int64_t{1} << 24;
 
 // The chunk size LlamaModel uses for these options (shard/spec/llama_config.h).
 int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options);
@@ -61,6 +69,7 @@ struct DeviceBatch {
 };
 
 class QkvExtras;
+struct WeightGrads;
 
 class LlamaModel {
  public:
@@ -127,9 +136,11 @@ class LlamaModel {
   // with fp32 activations the block wrote resid_[l] itself.
   void StoreResidual(int l, const float* out, int64_t rows);
   // dy: grad of block output; writes grad of block input into dx (may alias dy).
-  // dw null: the base is frozen (no weight gradients at all).
-  void BlockBackward(int layer, const float* w, float* dw, const DeviceBatch& b, const float* x, LayerActs& a,
-                     const float* dy, float* dx);
+  // dw frozen: the base is frozen (no weight gradients at all).
+  void BlockBackward(int layer, const float* w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
+                     LayerActs& a, const float* dy, float* dx);
+  // Allocates wgrad_scratch_ on the first two-byte gradient buffer.
+  Status EnsureWeightGradScratch();
   // The adapter of (layer, target), if bound: y += its product / dx += its input gradient.
   void LoraAdd(int layer, LoraTarget target, const float* x, int64_t n, float* y);
   void LoraGrad(int layer, LoraTarget target, const float* x, const float* dy, int64_t n, float* dx);
@@ -164,6 +175,7 @@ class LlamaModel {
   const LoraBinding* lora_ = nullptr;
   LoraScratch lora_scratch_;
   std::vector<DeviceBuffer> lora_t_;  // saved t per (layer, adapter); one layer's set with checkpointing
+  DeviceBuffer wgrad_scratch_;  // fp32 chunk of a weight gradient bound for a two-byte buffer
   DeviceBuffer frozen_norm_dw_;  // where a frozen base's norm-weight gradients go (never read)
   bool training_ = false;        // in ForwardBackward: adapter dropout applies
 };

@@ -51,8 +51,10 @@ int64_t Sum(const std::vector<MemoryItem>& items) {
 // Per-unit byte weights for the gather simulation.
 struct UnitBytes {
   std::vector<int64_t> gathered;     // a gathered copy of the unit
-  std::vector<int64_t> grad;         // its unsharded gradient
+  std::vector<int64_t> grad;         // its unsharded gradient while the model computes it
   std::vector<int64_t> grad_shard;   // its reduce-scatter landing shard
+  // gradient + landing shard while being reduce-scattered (empty: grad + grad_shard)
+  std::vector<int64_t> grad_in_flight;
 };
 
 // The acquisition order of one Llama micro-batch through FsdpRuntime, and at
@@ -86,7 +88,8 @@ GatherPeak SimulateGathers(const UnitBytes& b, int num_layers, bool tied, int pr
   auto grads_of = [&](std::initializer_list<int> full, int in_flight) {
     int64_t s = 0;
     for (int u : full) s += b.grad[u] + b.grad_shard[u];
-    if (in_flight >= 0) s += b.grad[in_flight] + b.grad_shard[in_flight];
+    if (in_flight >= 0)  // no grad_in_flight given: as while computed
+      s += b.grad_in_flight.empty() ? b.grad[in_flight] + b.grad_shard[in_flight] : b.grad_in_flight[in_flight];
     return s;
   };
 
@@ -127,6 +130,7 @@ UnitBytes ElementWeights(const std::vector<int64_t>& numels, int shards, bool gr
     b.gathered.push_back(l.padded);
     b.grad.push_back(grads ? l.padded : 0);
     b.grad_shard.push_back(grads && shards > 1 ? l.shard_numel : 0);
+    b.grad_in_flight.push_back(b.grad.back() + b.grad_shard.back());
   }
   return b;
 }
@@ -384,18 +388,50 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
     *host_state = shard * (w.fp32_master ? w.offloaded_state_bytes() + (w.offload.params ? cb : 0) : 4 * sb);
   }
   if (gather) {
-    GatherPeak g = SimulateGathers(ElementWeights(numels, S, true), c.num_layers, c.tie_word_embeddings,
-                                   w.prefetch, keep_forward);
     // As built, a held unit is widened to an fp32 compute copy while its
     // two-byte gather buffer still exists (6 B for a moment), and a
     // prefetched one waits in two bytes: 4 B per element over both bounds it.
-    dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")",
-            g.params * tb,
-            Num(g.params) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
+    UnitBytes b = ElementWeights(numels, S, true);
+    for (auto* v : {&b.gathered, &b.grad, &b.grad_shard, &b.grad_in_flight})
+      for (int64_t& e : *v) e *= tb;
+    const bool store_once = as_built && S > 1 && w.reduce != DType::kF32 && !c.qkv_bias() && !c.qk_norm();
+    std::string grad_what = "unsharded gradients + landing shards (" + tname + ")";
+    if (as_built && S > 1 && w.reduce != DType::kF32) {
+      // A two-byte reduce_dtype: a unit being reduce-scattered is its
+      // reduce_dtype buffer (no fp32 landing shard); blocks are computed
+      // straight into that buffer (FsdpRuntime::GradBufferStoreOnce).
+      const int64_t rb = static_cast<int64_t>(DTypeSize(w.reduce));
+      for (size_t u = 0; u < numels.size(); ++u) {
+        const int64_t padded = Layout(numels[u], S).padded;
+        b.grad_in_flight[u] = padded * rb;
+        const bool block = u > 0 && u + 1 < numels.size();
+        if (store_once && block) b.grad[u] = padded * rb, b.grad_shard[u] = 0;
+      }
+      const std::string rn = DTypeName(w.reduce);
+      grad_what = store_once ? "unsharded gradients (" + rn + " blocks, fp32 embedding/head until cast; " + rn + " wire)"
+                             : "unsharded gradients (fp32 until cast to " + rn + " for the wire)";
+    }
+    GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
+    dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")", g.params,
+            Num(g.params / tb) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
                 " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
-    dev.Add("unsharded gradients + landing shards (" + tname + ")", g.grads * tb,
-            Num(g.grads) + " elements (unit in backward + one being reduce-scattered)");
-    gathered_bytes = g.total * tb;
+    const bool lowp_reduce = as_built && S > 1 && w.reduce != DType::kF32;
+    dev.Add(grad_what, g.grads,
+            (lowp_reduce ? std::string() : Num(g.grads / tb) + " elements ") +
+                "(unit in backward + one being reduce-scattered)");
+    gathered_bytes = g.total;
+    if (store_once) {
+      // The fp32 chunk a block's weight gradient is computed through
+      // (LlamaModel::EnsureWeightGradScratch; kWeightGradChunkElems = 2^24).
+      const int64_t d = c.hidden_size, f = c.intermediate_size, hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+      int64_t chunk = d;
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{d, c.qkv_dim()}, {hq, d}, {d, 2 * f}, {f, d}}) {
+        const int64_t rows = std::max<int64_t>(8, (int64_t{1} << 24) / in / 8 * 8);
+        chunk = std::max(chunk, std::min(rows, out) * in);
+      }
+      dev.Add("weight-gradient chunk (fp32)", chunk * 4, "one chunk of output rows, at most 16M floats");
+      gathered_bytes += chunk * 4;
+    }
   }
   return gathered_bytes;
 }

@@ -120,6 +120,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   const Precision asked = job.train.precision;
   const Precision p = ResolveAutoPrecision(asked, !w.cpu_engine, !w.cpu_engine && cluster.gpu.bf16);
   w.compute = PrecisionDType(p);
+  w.reduce = PlanPrecision(p, job.train, job.parallel).reduce_dtype;
   w.tf32 = asked != Precision::kFp32;  // Trainer: BackendOptions::allow_tf32
   if (w.cpu_engine) {
     w.fp32_master = true;

@@ -68,6 +68,11 @@ struct Workload {
   // do, and what the validation against their figures models). LoRA and
   // QLoRA hold their frozen base in `compute` (base_dtype()).
   bool fp32_transients = false;
+  // parallel.reduce_dtype. As built, a two-byte one also holds a sharded
+  // decoder block's unsharded gradient in that type while the model computes
+  // it (UnitAccess::GradBufferStoreOnce, through a 64 MiB fp32 chunk); the
+  // embedding, head and qwen2/qwen3 blocks stay fp32 until their reduce-scatter.
+  DType reduce = DType::kF32;
 
   ShardStrategy strategy = ShardStrategy::kFullShard;
   int world = 1;

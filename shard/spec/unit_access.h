@@ -8,6 +8,7 @@
 #pragma once
 
 #include "shard/common/status.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
@@ -22,6 +23,19 @@ class UnitAccess {
   virtual StatusOr<float*> GradBuffer(int unit) = 0;
   // Every contribution to the unit's gradient for this micro-batch is in.
   virtual Status GradsDone(int unit) = 0;
+  // For a unit whose every gradient element the model produces exactly once
+  // per micro-batch, in fp32, and then only stores (a decoder block): an
+  // access that keeps the unsharded gradient in a two-byte type (FSDP with a
+  // two-byte reduce_dtype, which would round it there anyway) hands out that
+  // buffer, zeroed, and sets *dtype; the model stores each element rounded to
+  // nearest even (CastFromF32), so no fp32 copy of the whole unit exists.
+  // Otherwise (the default) it is GradBuffer with *dtype = kF32: add into it.
+  // Use one of the two per unit and micro-batch, not both.
+  virtual StatusOr<void*> GradBufferStoreOnce(int unit, DType* dtype) {
+    *dtype = DType::kF32;
+    ASSIGN_OR_RETURN(float* g, GradBuffer(unit));
+    return static_cast<void*>(g);
+  }
 };
 
 }  // namespace shard

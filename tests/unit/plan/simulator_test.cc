@@ -89,6 +89,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"8b_hybrid_ac_ondevice", "8xA100-80GB-SXM",
              {"model.preset=llama3-8b", "parallel.strategy=hybrid_shard", "parallel.shard_group_size=4",
               "parallel.offload_optimizer=false"}},
+        // parallel.reduce_dtype bf16: blocks' unsharded gradients in bf16.
+        Case{"70b_fullshard_ac_offload_bf16reduce", "8xA100-80GB-SXM", {"parallel.reduce_dtype=bf16"}},
+        Case{"8b_fullshard_noac_bf16reduce", "8xA100-80GB-SXM",
+             {"model.preset=llama3-8b", "parallel.offload_optimizer=false", "parallel.activation_checkpointing=false",
+              "train.micro_batch=1", "parallel.reduce_dtype=bf16"}},
         Case{"8b_fullshard_fp32_async", "8xA100-80GB-SXM",
              {"model.preset=llama3-8b", "train.precision=fp32", "parallel.offload_optimizer=false",
               "checkpoint.async=true"}},
