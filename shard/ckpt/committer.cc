@@ -11,6 +11,7 @@
 #include "shard/common/checksum.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_int.h"
 #include "shard/common/logging.h"
 
 namespace shard {
@@ -34,8 +35,8 @@ StatusOr<std::vector<ManifestFile>> ReadShardReports(const std::string& step_dir
     try {
       ManifestFile f;
       f.name = j.at("name").get<std::string>();
-      f.shard_rank = j.at("shard_rank").get<int>();
-      f.size = j.at("size").get<uint64_t>();
+      f.shard_rank = JsonInt<int>(j.at("shard_rank"), "shard_rank");
+      f.size = JsonInt<uint64_t>(j.at("size"), "size");
       auto h = HashFromHex(j.at("xxh64").get<std::string>());
       if (!h.ok()) return h.status().WithContext(e.path().string());
       f.xxh64 = *h;

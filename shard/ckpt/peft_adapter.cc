@@ -84,8 +84,9 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   if (a.cfg.is_discarded() || !a.cfg.is_object()) return InvalidArgument(a.path + ": not a JSON object");
   const std::string type = a.cfg.value("peft_type", std::string());
   if (type != "LORA") return InvalidArgument(a.path + ": peft_type '" + type + "' is not LORA");
-  if (!a.cfg.contains("r") || !a.cfg["r"].is_number_integer())
-    return InvalidArgument(a.path + ": r is missing or not an integer");
+  if (!a.cfg.contains("r") || !a.cfg["r"].is_number_integer() || a.cfg["r"].get<int64_t>() < 1 ||
+      a.cfg["r"].get<int64_t>() > 65536)
+    return InvalidArgument(a.path + ": r is missing or not an integer from 1 to 65536");
   // What an adapter may carry beyond A and B, which shardd would otherwise drop silently.
   const std::string bias = a.cfg.value("bias", std::string("none"));
   if (bias != "none") return InvalidArgument(a.path + ": bias '" + bias + "': only bias none is supported");
@@ -119,7 +120,7 @@ StatusOr<PeftConfig> ReadPeftAdapterConfig(const std::string& dir) {
   ASSIGN_OR_RETURN(AdapterJson a, LoadAdapterJson(dir));
   PeftConfig p;
   p.method = PeftMethod::kLora;
-  p.r = static_cast<int>(a.cfg["r"].get<int64_t>());
+  p.r = static_cast<int>(a.cfg["r"].get<int64_t>());  // 1..65536, checked by LoadAdapterJson
   auto number = [&](const char* key, double* out) -> Status {
     if (!a.cfg.contains(key) || a.cfg[key].is_null()) return OkStatus();
     if (!a.cfg[key].is_number()) return InvalidArgument(a.path + ": " + key + " is not a number");

@@ -31,4 +31,14 @@ T JsonInt(const nlohmann::json& v, const char* key = nullptr) {
                                            nullptr);
 }
 
+// An optional integer field of the object `obj`: `fallback` when absent or
+// null, else JsonInt. (nlohmann's value(key, fallback) casts like get<Int>().)
+template <typename T>
+T JsonIntOr(const nlohmann::json& obj, const char* key, T fallback) {
+  if (!obj.is_object()) throw nlohmann::json::type_error::create(302, "expected an object, got " + obj.dump(), nullptr);
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  return JsonInt<T>(*it, key);
+}
+
 }  // namespace shard

@@ -294,7 +294,7 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
       if (dt == "Sequence") {
         for (const auto& x : d.at("decoders")) scan_decoder(x);
       } else if (dt == "Strip") {
-        t->strip_decoded_prefix_ = d.value("start", 0) > 0;
+        t->strip_decoded_prefix_ = JsonIntOr<int64_t>(d, "start", 0) > 0;
       } else if (dt == "Metaspace") {
         t->strip_decoded_prefix_ = d.value("prepend_scheme", d.value("add_prefix_space", true) ? "always" : "never") != "never";
       }

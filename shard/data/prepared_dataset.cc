@@ -78,15 +78,15 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
     h.num_tokens = JsonInt<int64_t>(j.at("num_tokens"));
     h.num_target_tokens = JsonInt<int64_t>(j.at("num_target_tokens"));
     h.max_token_id = JsonInt<int64_t>(j.at("max_token_id"));
-    h.longer_than_seq_len = j.value("longer_than_seq_len", int64_t{0});
+    h.longer_than_seq_len = JsonIntOr<int64_t>(j, "longer_than_seq_len", 0);
     if (j.contains("source")) {
       h.source_path = j["source"].value("path", "");
-      h.source_bytes = j["source"].value("bytes", int64_t{0});
+      h.source_bytes = JsonIntOr<int64_t>(j["source"], "bytes", 0);
       ASSIGN_OR_RETURN(h.source_hash, HashFromHex(j["source"].value("xxh64", std::string(16, '0'))));
     }
     if (j.contains("rows")) {
-      h.rows_read = j["rows"].value("read", int64_t{0});
-      h.bad_rows_skipped = j["rows"].value("bad_skipped", int64_t{0});
+      h.rows_read = JsonIntOr<int64_t>(j["rows"], "read", 0);
+      h.bad_rows_skipped = JsonIntOr<int64_t>(j["rows"], "bad_skipped", 0);
     }
     if (j.contains("files")) {
       const json& f = j.at("files");

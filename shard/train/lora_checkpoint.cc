@@ -9,6 +9,7 @@
 #include "shard/ckpt/safetensors.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_int.h"
 
 namespace shard {
 
@@ -135,12 +136,12 @@ Status LoadLoraCheckpoint(const std::string& step_dir, const std::string& base_h
   if (j.is_discarded() || j.value("format", std::string()) != "shardd-lora-checkpoint")
     return InvalidArgument(state_path + ": not a shardd LoRA checkpoint");
   try {
-    st->step = j.at("step").get<int64_t>();
-    st->optimizer_steps = j.at("optimizer_steps").get<int64_t>();
-    st->samples_seen = j.at("samples_seen").get<int64_t>();
-    st->tokens_seen = j.at("tokens_seen").get<int64_t>();
+    st->step = JsonInt<int64_t>(j.at("step"), "step");
+    st->optimizer_steps = JsonInt<int64_t>(j.at("optimizer_steps"), "optimizer_steps");
+    st->samples_seen = JsonInt<int64_t>(j.at("samples_seen"), "samples_seen");
+    st->tokens_seen = JsonInt<int64_t>(j.at("tokens_seen"), "tokens_seen");
     st->loss_scale = j.at("loss_scale").get<double>();
-    st->loss_scale_good_steps = j.at("loss_scale_good_steps").get<int64_t>();
+    st->loss_scale_good_steps = JsonInt<int64_t>(j.at("loss_scale_good_steps"), "loss_scale_good_steps");
     st->run_fingerprint = j.at("run_fingerprint").get<std::string>();
     st->base_model = j.at("base_model").get<std::string>();
     st->base_hash = j.at("base_hash").get<std::string>();

@@ -76,6 +76,19 @@ TEST(PreparedHeaderTest, NonIntegerCountsAreRefused) {
     EXPECT_NE(r.status().message().find("p.json"), std::string::npos) << r.status().ToString();
     EXPECT_NE(r.status().message().find("expected an integer"), std::string::npos) << r.status().ToString();
   }
+  // The optional counts too (found by fuzz_prepared_header again, session 9:
+  // rows.read 4.6e105 went through nlohmann's value(key, 0), the same cast).
+  for (const auto& [path, bad] : std::vector<std::pair<std::vector<std::string>, const char*>>{
+           {{"rows", "read"}, "4.5e105"}, {{"rows", "bad_skipped"}, "1.5"}, {{"source", "bytes"}, "-2.5e30"},
+           {{"longer_than_seq_len"}, "1e300"}}) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    nlohmann::json* at = &j;
+    for (size_t i = 0; i + 1 < path.size(); ++i) at = &(*at)[path[i]];
+    (*at)[path.back()] = nlohmann::json::parse(bad);
+    auto r = PreparedHeader::FromJson(j.dump(), "p.json");
+    ASSERT_FALSE(r.ok()) << path.back() << " " << bad;
+    EXPECT_NE(r.status().message().find(path.back() + ": expected an integer"), std::string::npos) << r.status().ToString();
+  }
 }
 
 class PrepareTest : public ::testing::Test {
