@@ -21,26 +21,13 @@
 #include "shard/model/init.h"
 #include "shard/train/peft_inference.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/phrase_tokens.h"
 
 namespace shard {
 namespace {
 
 std::string MakeTokens(const std::string& name, int n, int vocab) {
-  std::string path = testing::TempDir() + "/" + name + ".u32";
-  std::mt19937 rng(3);
-  std::vector<std::vector<uint32_t>> phrases(8);
-  for (auto& p : phrases) {
-    p.resize(5 + rng() % 6);
-    for (auto& t : p) t = rng() % vocab;
-  }
-  std::vector<uint32_t> toks;
-  while (static_cast<int>(toks.size()) < n) {
-    auto& p = phrases[rng() % phrases.size()];
-    toks.insert(toks.end(), p.begin(), p.end());
-  }
-  toks.resize(n);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(toks.data()), toks.size() * 4);
-  return path;
+  return testing_tokens::MakePhraseTokens(name, n, vocab);
 }
 
 std::string Job(const std::string& tokens, int world, const std::string& extra) {
