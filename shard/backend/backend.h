@@ -52,6 +52,12 @@ struct GemmArgs {
   // way, so it remains the reference (results differ only in summation order).
   // kF32: fp32 inputs (TF32 on GPUs where BackendOptions allow it).
   DType compute = DType::kF32;
+  // The type B is stored in: kF32, or a two-byte type whose values sit behind
+  // the float* (a two-byte compute copy of a weight, FsdpRuntime). A two-byte
+  // B needs compute kF32 (B is widened exactly) or the same type (B is the
+  // tensor cores' input as it is: no cast, no scratch). The product is the
+  // one of an fp32 B holding the same values, bit for bit on the CPU.
+  DType b_dtype = DType::kF32;
 };
 
 // Shape of a fused qkv activation: [batch*seq, (n_heads + 2*n_kv_heads) * head_dim],
@@ -191,9 +197,11 @@ class Backend {
   virtual void DequantizeNf4(const Nf4Run& run, float* out, DType round_to);
 
   // ---- Model ops ----------------------------------------------------------
-  // out[i,:] = table[tokens[i],:]. Tokens must be in [0, vocab); callers check.
-  virtual void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,
-                                float* out) = 0;
+  // out[i,:] = table[tokens[i],:] widened to fp32. The table holds
+  // table_dtype values (two-byte ones behind the float*: a two-byte compute
+  // copy). Tokens must be in [0, vocab); callers check.
+  virtual void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype,
+                                int dim, float* out) = 0;
   // dtable[tokens[i],:] += dout[i,:] (accumulates).
   virtual void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim,
                                  float* dtable) = 0;

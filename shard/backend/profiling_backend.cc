@@ -94,8 +94,8 @@ class ProfilingBackend final : public Backend {
     Timed("sum_squares", 0, [&] { r = inner_->SumSquares(x, n); });
     return r;
   }
-  void EmbeddingForward(const int32_t* t, int64_t rows, const float* table, int dim, float* out) override {
-    Timed("embedding_forward", 0, [&] { inner_->EmbeddingForward(t, rows, table, dim, out); });
+  void EmbeddingForward(const int32_t* t, int64_t rows, const float* table, DType dt, int dim, float* out) override {
+    Timed("embedding_forward", 0, [&] { inner_->EmbeddingForward(t, rows, table, dt, dim, out); });
   }
   void EmbeddingBackward(const int32_t* t, int64_t rows, const float* dout, int dim, float* dtable) override {
     Timed("embedding_backward", 0, [&] { inner_->EmbeddingBackward(t, rows, dout, dim, dtable); });

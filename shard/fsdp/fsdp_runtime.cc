@@ -246,6 +246,16 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   Unit& x = units_[u];
   if (x.full.data()) return OkStatus();
   const DType dt = options_.param_dtype;
+  if (lowp_compute(u)) {  // unsharded with an fp32 master: its rounded two-byte copy
+    if (x.full_lp.data()) return OkStatus();
+    const int64_t n = x.layout.numel;
+    ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
+    Track(x.full_lp.size() * 4);
+    backend_->CastFromF32(x.params.data(), x.full_lp.data(), n, dt);
+    x.gathered = true;
+    x.gather_ticket = 0;
+    return OkStatus();
+  }
   if (x.quantized) {
     ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
     Track(x.full.size() * 4);
@@ -322,16 +332,22 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
     }
   }
   ++x.holds;
+  const bool lowp = lowp_compute(u);
   if (!sharded()) {
     if (!lowp_params() && !x.quantized) return static_cast<const float*>(x.params.data());
+    if (lowp && lowp_shard()) return static_cast<const float*>(x.params.data());  // the rounded weights already
     RETURN_IF_ERROR(EnsureComputeCopy(u));
-    return static_cast<const float*>(x.full.data());
+    return static_cast<const float*>(lowp ? x.full_lp.data() : x.full.data());
   }
   if (!x.gathered) RETURN_IF_ERROR(StartGather(u));
   RETURN_IF_ERROR(WaitTicket(x.gather_ticket));
-  if (lowp_params() || x.quantized) RETURN_IF_ERROR(EnsureComputeCopy(u));
+  if ((lowp_params() && !lowp) || x.quantized) RETURN_IF_ERROR(EnsureComputeCopy(u));
   if (x.holds == 1) Prefetch(u);
-  return static_cast<const float*>(x.full.data());
+  return static_cast<const float*>(lowp ? x.full_lp.data() : x.full.data());
+}
+
+DType FsdpRuntime::ParamsDType(int u) const {
+  return u >= 0 && u < num_units() && lowp_compute(u) ? options_.param_dtype : DType::kF32;
 }
 
 Status FsdpRuntime::ReleaseParams(int u) {

@@ -83,6 +83,15 @@ struct FsdpOptions {
   // unsharded unit widens it, and GatherUnit needs the master passed in.
   DType param_shard_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;  // gradients on the reduce-scatter wire
+  // Under a two-byte param_dtype: the compute copy the model gets is in that
+  // type (ParamsDType) — a sharded unit's gathered values as they came off
+  // the wire, an unsharded one's two-byte shard as it is (or its fp32 master
+  // rounded into a two-byte copy) — rather than those values widened to fp32.
+  // The model's GEMMs take it as their B operand (GemmArgs::b_dtype), so the
+  // products are the same; a held unit costs 2 B per element instead of 4 (6
+  // while widening). NF4 units are still dequantised into an fp32 copy.
+  // precision.h's ApplyPrecision turns it on.
+  bool two_byte_compute_copy = false;
   // A frozen base (LoRA, shard/model/lora_linear.h): units are sharded and
   // gathered as ever but carry no gradient and no optimizer state — no
   // gradient or moment shards are allocated, GradBuffer is refused, nothing is
@@ -188,6 +197,7 @@ class FsdpRuntime : public UnitAccess {
 
   // UnitAccess.
   StatusOr<const float*> AcquireParams(int unit) override;
+  DType ParamsDType(int unit) const override;
   Status ReleaseParams(int unit) override;
   StatusOr<float*> GradBuffer(int unit) override;
   // A sharded unit under a two-byte reduce_dtype: the reduce_dtype buffer the
@@ -208,7 +218,8 @@ class FsdpRuntime : public UnitAccess {
     ShardLayout layout;
     DeviceBuffer params, grads, m, v;  // shards
     DeviceBuffer full;                 // gathered fp32 parameters while held (or prefetched, fp32)
-    DeviceBuffer full_lp;              // param_dtype (or NF4 record) gather buffer until widened into `full`
+    DeviceBuffer full_lp;              // param_dtype (or NF4 record) gather buffer until widened into `full`;
+                                       // the compute copy itself under two_byte_compute_copy
     DeviceBuffer grad_lp;              // reduce_dtype gradient on the reduce-scatter wire
     DeviceBuffer full_grad;            // unreduced gradient while accumulating / reducing
     DeviceBuffer rs_out;               // reduce-scatter landing buffer
@@ -229,8 +240,13 @@ class FsdpRuntime : public UnitAccess {
   bool lowp_params() const { return options_.param_dtype != DType::kF32; }
   bool lowp_shard() const { return options_.param_shard_dtype != DType::kF32; }
   bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
+  // Unit u's compute copy is two-byte (two_byte_compute_copy): full_lp, or the shard itself.
+  bool lowp_compute(int u) const {
+    return options_.two_byte_compute_copy && lowp_params() && !units_[u].quantized;
+  }
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
-  // values, or rounding the unsharded master); a no-op once done.
+  // values, or rounding the unsharded master) — or, for an unsharded unit
+  // under two_byte_compute_copy, full_lp the rounded master; a no-op once done.
   Status EnsureComputeCopy(int u);
   // Decodes `records` (one NF4 record per shard rank, consecutive) into `out`
   // (layout.padded floats), rounded to round_to.

@@ -10,14 +10,15 @@ namespace shard {
 namespace {
 
 // y[n, out] (+)= x[n, in] · W[out, in]^T in fp32 (generation has no mixed
-// precision: the weights are the fp32 ones LoadModelForInference holds).
-void Linear(Backend* be, const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y,
+// precision: the weights are the fp32 ones LoadModelForInference holds; a
+// two-byte unit would be widened exactly).
+void Linear(Backend* be, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out, float* y,
             float beta = 0.0f) {
   GemmArgs g;
   g.trans_b = true;
   g.m = n, g.n = out, g.k = in;
   g.a = x, g.lda = in;
-  g.b = w, g.ldb = in;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
   g.beta = beta;
   g.c = y, g.ldc = out;
   be->Gemm(g);
@@ -70,6 +71,9 @@ Status KvDecoder::Allocate() {
   RETURN_IF_ERROR(make(&tokens_, n));
   RETURN_IF_ERROR(make(&positions_, n));
   ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, /*sets=*/1));
+  ASSIGN_OR_RETURN(embed_w_, UnitWeights::Create(backend_, layout_.units[ParamLayout::kEmbedUnit]));
+  ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[1]));
+  ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
   std::vector<float> table = RopeCosSinTable(c, max_len_);
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
   backend_->CopyToDevice(rope_table_.data(), table.data(), table.size() * sizeof(float));
@@ -116,14 +120,13 @@ void KvDecoder::Attention(int layer, int64_t n) {
   }
 }
 
-void KvDecoder::Block(const float* w, int layer, int64_t n) {
+void KvDecoder::Block(const UnitWeights& w, int layer, int64_t n) {
   const auto& c = config_;
-  const auto& t = layout_.units[1].tensors;  // block offsets are the same in every layer
   const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim(), qkv = c.qkv_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, kv = static_cast<int64_t>(c.num_kv_heads) * hd;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  backend_->RmsNormForward(x_.data(), w + t[kInputNorm].offset, n, static_cast<int>(d), eps, xn_.data(), rstd_.data());
-  Linear(backend_, xn_.data(), w + t[kQ].offset, n, d, qkv, qkv_.data());
+  backend_->RmsNormForward(x_.data(), w.vec(kInputNorm), n, static_cast<int>(d), eps, xn_.data(), rstd_.data());
+  Linear(backend_, xn_.data(), w.mat(kQ), n, d, qkv, qkv_.data());
   extras_->Forward(w, 0, n, qkv_.data());
   backend_->Rope(qkv_.data(), n, qkv, c.num_heads + c.num_kv_heads, static_cast<int>(hd), positions_.as_int(),
                  rope_table_.data(), /*inverse=*/false);
@@ -132,11 +135,11 @@ void KvDecoder::Block(const float* w, int layer, int64_t n) {
   backend_->Copy2D(k_cache_[layer].data() + length_ * kv, row, qkv_.data() + hq, fused, row, n);
   backend_->Copy2D(v_cache_[layer].data() + length_ * kv, row, qkv_.data() + hq + kv, fused, row, n);
   Attention(layer, n);
-  Linear(backend_, attn_.data(), w + t[kO].offset, n, hq, d, x_.data(), /*beta=*/1.0f);
-  backend_->RmsNormForward(x_.data(), w + t[kPostNorm].offset, n, static_cast<int>(d), eps, xn_.data(), rstd_.data());
-  Linear(backend_, xn_.data(), w + t[kGate].offset, n, d, 2 * f, gu_.data());
+  Linear(backend_, attn_.data(), w.mat(kO), n, hq, d, x_.data(), /*beta=*/1.0f);
+  backend_->RmsNormForward(x_.data(), w.vec(kPostNorm), n, static_cast<int>(d), eps, xn_.data(), rstd_.data());
+  Linear(backend_, xn_.data(), w.mat(kGate), n, d, 2 * f, gu_.data());
   backend_->SwiGluForward(gu_.data(), n, static_cast<int>(f), h_.data());
-  Linear(backend_, h_.data(), w + t[kDown].offset, n, f, d, x_.data(), /*beta=*/1.0f);
+  Linear(backend_, h_.data(), w.mat(kDown), n, f, d, x_.data(), /*beta=*/1.0f);
 }
 
 StatusOr<std::vector<float>> KvDecoder::Append(std::span<const int32_t> tokens, UnitAccess& access) {
@@ -159,13 +162,16 @@ StatusOr<std::vector<float>> KvDecoder::Append(std::span<const int32_t> tokens, 
     backend_->CopyToDevice(positions_.data(), pos.data(), n * sizeof(int32_t));
     {
       ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
-      backend_->EmbeddingForward(tokens_.as_int(), n, emb, static_cast<int>(d), x_.data());
+      embed_w_.Bind(emb, access.ParamsDType(ParamLayout::kEmbedUnit));
+      const WeightRef table = embed_w_.mat(0);
+      backend_->EmbeddingForward(tokens_.as_int(), n, table.data, table.dtype, static_cast<int>(d), x_.data());
       RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
     }
     for (int l = 0; l < c.num_layers; ++l) {
       const int unit = layout_.block_unit(l);
       ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-      Block(w, l, n);
+      block_w_.Bind(w, access.ParamsDType(unit));
+      Block(block_w_, l, n);
       RETURN_IF_ERROR(access.ReleaseParams(unit));
     }
     length_ += n;
@@ -173,12 +179,16 @@ StatusOr<std::vector<float>> KvDecoder::Append(std::span<const int32_t> tokens, 
   // The head on the last row only.
   const int head = layout_.head_unit();
   ASSIGN_OR_RETURN(const float* hw, access.AcquireParams(head));
-  const auto& ht = layout_.units[head].tensors;
-  backend_->RmsNormForward(x_.data() + (n - 1) * d, hw + ht[kFinalNorm].offset, 1, static_cast<int>(d),
+  head_w_.Bind(hw, access.ParamsDType(head));
+  backend_->RmsNormForward(x_.data() + (n - 1) * d, head_w_.vec(kFinalNorm), 1, static_cast<int>(d),
                            static_cast<float>(c.rms_norm_eps), xn_.data(), rstd_.data());
-  const float* w_head = hw + (c.tie_word_embeddings ? 0 : ht[kLmHead].offset);
+  WeightRef w_head;
   if (c.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(w_head, access.AcquireParams(ParamLayout::kEmbedUnit));
+    ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
+    embed_w_.Bind(emb, access.ParamsDType(ParamLayout::kEmbedUnit));
+    w_head = embed_w_.mat(0);
+  } else {
+    w_head = head_w_.mat(kLmHead);
   }
   Linear(backend_, xn_.data(), w_head, 1, d, c.vocab_size, logits_.data());
   std::vector<float> out(c.vocab_size);

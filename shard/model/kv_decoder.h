@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/unit_weights.h"
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
 #include "shard/spec/unit_access.h"
@@ -47,7 +48,7 @@ class KvDecoder {
   KvDecoder(const LlamaConfig& config, Backend* backend, int64_t max_len, int64_t max_chunk);
   Status Allocate();
   // One block for the n new rows in x_ (in place: x_ becomes the block output).
-  void Block(const float* w, int layer, int64_t n);
+  void Block(const UnitWeights& w, int layer, int64_t n);
   // attn_[n, H*hd] = softmax(q k^T / sqrt(hd), causal over the cache) v.
   void Attention(int layer, int64_t n);
 
@@ -58,6 +59,7 @@ class KvDecoder {
   int64_t length_ = 0;
   int64_t score_entries_ = 0;
   std::unique_ptr<QkvExtras> extras_;
+  UnitWeights embed_w_, block_w_, head_w_;  // the unit in use of each kind (UnitAccess::ParamsDType)
   std::vector<DeviceBuffer> k_cache_, v_cache_;  // per layer [max_len, KV*hd]
   DeviceBuffer x_, xn_, qkv_, attn_, gu_, h_, rstd_, scores_, logits_, rope_table_;
   DeviceBuffer tokens_, positions_;  // int32 [max_chunk]

@@ -24,27 +24,27 @@ struct LlamaModel::LowpActs {
 namespace {
 
 // y[N,out] (+)= x[N,in] · W[out,in]^T
-void LinearForward(Backend* be, DType dt, const float* x, const float* w, int64_t n, int64_t in, int64_t out,
-                   float* y, float beta = 0.0f) {
+void LinearForward(Backend* be, DType dt, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out, float* y,
+                   float beta = 0.0f) {
   GemmArgs g;
   g.compute = dt;
   g.trans_b = true;
   g.m = n, g.n = out, g.k = in;
   g.a = x, g.lda = in;
-  g.b = w, g.ldb = in;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
   g.beta = beta;
   g.c = y, g.ldc = out;
   be->Gemm(g);
 }
 
 // dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (skipped when dw is null)
-void LinearBackward(Backend* be, DType dt, const float* x, const float* w, const float* dy, int64_t n, int64_t in,
+void LinearBackward(Backend* be, DType dt, const float* x, WeightRef w, const float* dy, int64_t n, int64_t in,
                     int64_t out, float* dx, float* dw) {
   GemmArgs g;
   g.compute = dt;
   g.m = n, g.n = in, g.k = out;
   g.a = dy, g.lda = out;
-  g.b = w, g.ldb = in;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
   g.c = dx, g.ldc = in;
   be->Gemm(g);
   if (!dw) return;  // frozen weight: no weight-gradient GEMM
@@ -143,6 +143,9 @@ Status LlamaModel::Allocate() {
   RETURN_IF_ERROR(make(&scratch_qkv_, n * c.qkv_dim()));
   RETURN_IF_ERROR(make(&scratch_gu_, n * 2 * f));
   ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, sets));
+  ASSIGN_OR_RETURN(embed_w_, UnitWeights::Create(backend_, layout_.units[ParamLayout::kEmbedUnit]));
+  ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[1]));  // every block has this layout
+  ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
   std::vector<float> table = RopeCosSinTable(c, options_.max_seq);
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
   backend_->CopyToDevice(rope_table_.data(), table.data(), table.size() * sizeof(float));
@@ -193,18 +196,17 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
   backend_->CastFromF32(out, resid_[l].data(), n * config_.hidden_size, options_.activation_dtype);
 }
 
-void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const float* x, LayerActs& a,
+void LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
                               float* out, LowpActs* keep) {
   const auto& c = config_;
-  const auto& t = layout_.units[1].tensors;  // block offsets are the same for every layer
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, qkv = c.qkv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
   AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim(), options_.matmul_dtype};
 
-  backend_->RmsNormForward(x, w + t[kInputNorm].offset, n, d, eps, a.xn1.data(), a.rstd1.data());
+  backend_->RmsNormForward(x, w.vec(kInputNorm), n, d, eps, a.xn1.data(), a.rstd1.data());
   Round(a.xn1.data(), n * d, keep ? &keep->xn1 : nullptr);
-  LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w + t[kQ].offset, n, d, qkv, a.qkv.data());
+  LinearForward(backend_, options_.matmul_dtype, a.xn1.data(), w.mat(kQ), n, d, qkv, a.qkv.data());
   for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraAdd(l, lt, a.xn1.data(), n, a.qkv.data());
   extras_->Forward(w, a.set, n, a.qkv.data());
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
@@ -213,18 +215,18 @@ void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const
   backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
   Round(a.attn.data(), n * hq, keep ? &keep->attn : nullptr);
   backend_->Copy(a.x_mid.data(), x, n * d * sizeof(float));
-  LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w + t[kO].offset, n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
+  LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w.mat(kO), n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
   LoraAdd(l, LoraTarget::kO, a.attn.data(), n, a.x_mid.data());
   Round(a.x_mid.data(), n * d, keep ? &keep->x_mid : nullptr);
-  backend_->RmsNormForward(a.x_mid.data(), w + t[kPostNorm].offset, n, d, eps, a.xn2.data(), a.rstd2.data());
+  backend_->RmsNormForward(a.x_mid.data(), w.vec(kPostNorm), n, d, eps, a.xn2.data(), a.rstd2.data());
   Round(a.xn2.data(), n * d, keep ? &keep->xn2 : nullptr);
-  LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w + t[kGate].offset, n, d, 2 * f, a.gu.data());
+  LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w.mat(kGate), n, d, 2 * f, a.gu.data());
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraAdd(l, lt, a.xn2.data(), n, a.gu.data());
   Round(a.gu.data(), n * 2 * f, keep ? &keep->gu : nullptr);
   backend_->SwiGluForward(a.gu.data(), n, static_cast<int>(f), a.h.data());
   Round(a.h.data(), n * f, keep ? &keep->h : nullptr);
   backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
-  LinearForward(backend_, options_.matmul_dtype, a.h.data(), w + t[kDown].offset, n, f, d, out, /*beta=*/1.0f);
+  LinearForward(backend_, options_.matmul_dtype, a.h.data(), w.mat(kDown), n, f, d, out, /*beta=*/1.0f);
   LoraAdd(l, LoraTarget::kDown, a.h.data(), n, out);
   if (keep) {  // the fp32 statistics, which the working set's next layer overwrites
     backend_->Copy(keep->rstd1.data(), a.rstd1.data(), n * sizeof(float));
@@ -233,7 +235,7 @@ void LlamaModel::BlockForward(int l, const float* w, const DeviceBatch& b, const
   }
 }
 
-void LlamaModel::BlockBackward(int l, const float* w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
+void LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
                                LayerActs& a, const float* dy, float* dx) {
   const auto& c = config_;
   const auto& t = layout_.units[1].tensors;
@@ -248,11 +250,11 @@ void LlamaModel::BlockBackward(int l, const float* w, const WeightGrads& dw, con
   // dx of a linear, then its weight gradient into dw (none for a frozen base,
   // whose norm-weight gradients go to a sink).
   auto linear = [&](const float* in_x, BlockTensor bt, const float* dout, int64_t in, int64_t out, float* din) {
-    LinearBackward(backend_, md, in_x, w + t[bt].offset, dout, n, in, out, din, nullptr);
+    LinearBackward(backend_, md, in_x, w.mat(bt), dout, n, in, out, din, nullptr);
     WeightGrad(backend_, md, dw, t[bt].offset, in_x, dout, n, in, out, wgrad_scratch_.data(), wgrad_scratch_.size());
   };
   auto norm = [&](const float* dout, const float* in_x, BlockTensor bt, const float* rstd, float* din) {
-    NormBackward(backend_, dw, t[bt].offset, dout, in_x, w + t[bt].offset, rstd, n, static_cast<int>(d), din,
+    NormBackward(backend_, dw, t[bt].offset, dout, in_x, w.vec(bt), rstd, n, static_cast<int>(d), din,
                  wgrad_scratch_.data(), frozen_norm_dw_.data());
   };
 
@@ -301,38 +303,54 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
   const bool lp = lowp_acts(), ac = options_.activation_checkpointing;
   {
     ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
+    RETURN_IF_ERROR(Bind(&embed_w_, ParamLayout::kEmbedUnit, emb, access));
     float* e = lp ? scratch_d_.data() : resid_[0].data();
-    backend_->EmbeddingForward(b.tokens, n, emb, static_cast<int>(config_.hidden_size), e);
+    const WeightRef table = embed_w_.mat(0);
+    backend_->EmbeddingForward(b.tokens, n, table.data, table.dtype, static_cast<int>(config_.hidden_size), e);
     StoreResidual(0, e, n);
     RETURN_IF_ERROR(access.ReleaseParams(ParamLayout::kEmbedUnit));
   }
   for (int l = 0; l < L; ++l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
+    RETURN_IF_ERROR(Bind(&block_w_, unit, w, access));
     LayerActs& a = (keep && !ac && !lp) ? *acts_[l] : *acts_[0];
     if (lp && !ac) a.set = l;  // the working set stands in for layer l (QkvExtras keeps its own per layer)
     LowpActs* kept = (keep && lp && !ac) ? lowp_[l].get() : nullptr;
     float* out = lp ? scratch_d_.data() : resid_[l + 1].data();
-    BlockForward(l, w, b, BlockInput(l, n), a, out, kept);
+    BlockForward(l, block_w_, b, BlockInput(l, n), a, out, kept);
     StoreResidual(l + 1, out, n);
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
   return OkStatus();
 }
 
-StatusOr<const float*> LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess& access) {
+Status LlamaModel::Bind(UnitWeights* weights, int unit, const float* w, const UnitAccess& access) {
+  const DType dt = access.ParamsDType(unit);
+  const DType md = options_.matmul_dtype;
+  if (dt != DType::kF32 && md != DType::kF32 && dt != md)
+    return InvalidArgument(std::string("model: unit ") + std::to_string(unit) + " is handed out as " + DTypeName(dt) +
+                           " but the GEMMs compute in " + DTypeName(md));
+  weights->Bind(w, dt);
+  return OkStatus();
+}
+
+StatusOr<WeightRef> LlamaModel::HeadForward(const DeviceBatch& b, UnitAccess& access) {
   const auto& c = config_;
   const int64_t n = b.rows(), d = c.hidden_size;
   int head = layout_.head_unit();
   ASSIGN_OR_RETURN(const float* hw, access.AcquireParams(head));
-  const float* w_head = nullptr;
+  RETURN_IF_ERROR(Bind(&head_w_, head, hw, access));
+  WeightRef w_head;
   if (c.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(w_head, access.AcquireParams(ParamLayout::kEmbedUnit));
+    ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
+    RETURN_IF_ERROR(Bind(&embed_w_, ParamLayout::kEmbedUnit, emb, access));
+    w_head = embed_w_.mat(0);
   } else {
-    w_head = hw + layout_.units[head].tensors[kLmHead].offset;
+    w_head = head_w_.mat(kLmHead);
   }
-  backend_->RmsNormForward(BlockInput(c.num_layers, n), hw + layout_.units[head].tensors[kFinalNorm].offset, n,
-                           d, static_cast<float>(c.rms_norm_eps), final_norm_.data(), final_rstd_.data());
+  backend_->RmsNormForward(BlockInput(c.num_layers, n), head_w_.vec(kFinalNorm), n, d,
+                           static_cast<float>(c.rms_norm_eps), final_norm_.data(), final_rstd_.data());
   return w_head;
 }
 
@@ -349,7 +367,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   const int64_t n = b.rows(), d = c.hidden_size, vocab = c.vocab_size;
   const int head = layout_.head_unit();
   RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/true));
-  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
+  ASSIGN_OR_RETURN(const WeightRef w_head, HeadForward(b, access));
 
   // Head, loss and head backward, loss_chunk_rows rows at a time so only one
   // chunk's logits exist: logits = norm[chunk]·W^T, which CrossEntropy turns
@@ -359,7 +377,8 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   double loss = 0;
   const bool frozen = lora_ != nullptr;  // LoRA: no base gradients anywhere
   {
-    ASSIGN_OR_RETURN(const float* hw, access.AcquireParams(head));  // nested: already held by HeadForward
+    // Nested: already held (and bound to head_w_) by HeadForward.
+    RETURN_IF_ERROR(access.AcquireParams(head).status());
     const auto& ht = layout_.units[head].tensors;
     float* hg = nullptr;
     float* g_head = nullptr;
@@ -379,7 +398,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
                                      /*grad=*/true);
       LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
     }
-    backend_->RmsNormBackward(scratch_d_.data(), BlockInput(L, n), hw + ht[kFinalNorm].offset,
+    backend_->RmsNormBackward(scratch_d_.data(), BlockInput(L, n), head_w_.vec(kFinalNorm),
                               final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
                               frozen ? frozen_norm_dw_.data() : hg + ht[kFinalNorm].offset);
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(head));
@@ -390,6 +409,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
   for (int l = L - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
+    RETURN_IF_ERROR(Bind(&block_w_, unit, w, access));
     WeightGrads g;
     if (frozen) {
     } else if (extras_->active()) {  // the extras add their bias / norm gradients in fp32
@@ -409,12 +429,12 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
     if (ac) {
       // Recompute this block's activations (rounded as the forward rounded
       // them); its output is not needed again.
-      BlockForward(l, w, b, x, *a, scratch_d_.data());
+      BlockForward(l, block_w_, b, x, *a, scratch_d_.data());
     } else if (lp) {
       a->set = l;
       Restore(*lowp_[l], *a, n);
     }
-    BlockBackward(l, w, g, b, x, *a, grad_a_.data(), grad_a_.data());
+    BlockBackward(l, block_w_, g, b, x, *a, grad_a_.data(), grad_a_.data());
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(unit));
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
@@ -430,7 +450,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
 StatusOr<double> LlamaModel::ForwardLoss(const DeviceBatch& b, UnitAccess& access) {
   if (!b.targets) return InvalidArgument("model: evaluation micro-batch without targets");
   RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/false));
-  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
+  ASSIGN_OR_RETURN(const WeightRef w_head, HeadForward(b, access));
   const int64_t n = b.rows(), d = config_.hidden_size, vocab = config_.vocab_size;
   double loss = 0;
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
@@ -454,7 +474,7 @@ StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAcces
       return InvalidArgument("model: ForwardLogits row " + std::to_string(r) + " is outside the micro-batch of " +
                              std::to_string(b.rows()) + " rows");
   RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/false));
-  ASSIGN_OR_RETURN(const float* w_head, HeadForward(b, access));
+  ASSIGN_OR_RETURN(const WeightRef w_head, HeadForward(b, access));
   // Gather the wanted rows of the final norm (scratch_d_ holds max_rows >= k rows), one GEMM.
   for (int64_t i = 0; i < k; ++i)
     backend_->Copy(scratch_d_.data() + i * d, final_norm_.data() + rows[i] * d, d * sizeof(float));

@@ -14,6 +14,7 @@
 
 #include "shard/backend/backend.h"
 #include "shard/model/lora_linear.h"
+#include "shard/model/unit_weights.h"
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
 #include "shard/spec/unit_access.h"
@@ -121,7 +122,7 @@ class LlamaModel {
   // the block output to `out`. Two-byte activations: each saved tensor is
   // rounded in place as it is produced, its two-byte copy kept in `keep` (null:
   // a scratch — evaluation, or a checkpointing pass that keeps nothing).
-  void BlockForward(int layer, const float* w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
+  void BlockForward(int layer, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
                     LowpActs* keep = nullptr);
   // Rounds n fp32 values at x to activation_dtype in place, leaving the two-byte
   // values at `lp` (null: round_scratch()). A no-op for fp32 activations.
@@ -137,7 +138,7 @@ class LlamaModel {
   void StoreResidual(int l, const float* out, int64_t rows);
   // dy: grad of block output; writes grad of block input into dx (may alias dy).
   // dw frozen: the base is frozen (no weight gradients at all).
-  void BlockBackward(int layer, const float* w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
+  void BlockBackward(int layer, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
                      LayerActs& a, const float* dy, float* dx);
   // Allocates wgrad_scratch_ on the first two-byte gradient buffer.
   Status EnsureWeightGradScratch();
@@ -147,9 +148,12 @@ class LlamaModel {
   bool LoraCallFor(int layer, LoraTarget target, LoraCall* call) const;
   // Runs embedding + blocks; leaves the final hidden state in resid_[L].
   Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
+  // Binds `weights` to a unit the access handed out (its ParamsDType), after
+  // checking the GEMMs can take that type with matmul_dtype.
+  Status Bind(UnitWeights* weights, int unit, const float* w, const UnitAccess& access);
   // Final norm of every row into final_norm_; acquires the head unit (and the
   // embedding unit when tied) and returns W_head [vocab, d]. The caller releases.
-  StatusOr<const float*> HeadForward(const DeviceBatch& b, UnitAccess& access);
+  StatusOr<WeightRef> HeadForward(const DeviceBatch& b, UnitAccess& access);
   Status ReleaseHead(UnitAccess& access);  // undoes HeadForward's acquisitions
 
   LlamaConfig config_;
@@ -171,6 +175,7 @@ class LlamaModel {
   DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
   DeviceBuffer rope_table_;
   std::unique_ptr<QkvExtras> extras_;  // qwen2 biases / qwen3 q,k norms (no-op otherwise)
+  UnitWeights embed_w_, block_w_, head_w_;  // the unit in use of each kind, as handed out
 
   const LoraBinding* lora_ = nullptr;
   LoraScratch lora_scratch_;

@@ -12,13 +12,14 @@ StatusOr<std::unique_ptr<QkvExtras>> QkvExtras::Create(const LlamaConfig& config
   if (config.qkv_bias()) {
     if (x.q_bias < 0) return Internal("qkv extras: the layout has no q/k/v biases");
     e->bias_offset_ = t[x.q_bias].offset;
+    e->bias_tensor_ = x.q_bias;
     ASSIGN_OR_RETURN(e->ones_, DeviceBuffer::Create(backend, max_rows));
     backend->Fill(e->ones_.data(), max_rows, 1.0f);
   }
   if (config.qk_norm()) {
     if (x.q_norm < 0 || x.k_norm < 0) return Internal("qkv extras: the layout has no q/k norms");
     const int64_t hd = config.head_dim(), H = config.num_heads, KV = config.num_kv_heads;
-    e->groups_ = {{0, H, t[x.q_norm].offset, 0}, {H * hd, KV, t[x.k_norm].offset, max_rows * H}};
+    e->groups_ = {{0, H, x.q_norm, t[x.q_norm].offset, 0}, {H * hd, KV, x.k_norm, t[x.k_norm].offset, max_rows * H}};
     for (int s = 0; s < sets; ++s) {
       ASSIGN_OR_RETURN(DeviceBuffer raw, DeviceBuffer::Create(backend, max_rows * (H + KV) * hd));
       ASSIGN_OR_RETURN(DeviceBuffer rstd, DeviceBuffer::Create(backend, max_rows * (H + KV)));
@@ -32,14 +33,14 @@ StatusOr<std::unique_ptr<QkvExtras>> QkvExtras::Create(const LlamaConfig& config
   return e;
 }
 
-void QkvExtras::Forward(const float* w, int set, int64_t n, float* qkv) {
+void QkvExtras::Forward(const UnitWeights& w, int set, int64_t n, float* qkv) {
   const int64_t width = config_.qkv_dim(), hd = config_.head_dim();
   if (bias_offset_ >= 0) {
     // qkv[n, width] += ones[n, 1] · bias[1, width]
     GemmArgs g;
     g.m = n, g.n = width, g.k = 1;
     g.a = ones_.data(), g.lda = 1;
-    g.b = w + bias_offset_, g.ldb = width;
+    g.b = w.vec(bias_tensor_), g.ldb = width;  // q, k, v biases: one fp32 run
     g.beta = 1.0f;
     g.c = qkv, g.ldc = width;
     backend_->Gemm(g);
@@ -52,18 +53,18 @@ void QkvExtras::Forward(const float* w, int set, int64_t n, float* qkv) {
     float* raw = raw_[set].data() + grp.saved_rows * hd;
     float* rstd = rstd_[set].data() + grp.saved_rows;
     backend_->Copy2D(raw, row_bytes, qkv + grp.col, fused, row_bytes, n);
-    backend_->RmsNormForward(raw, w + grp.norm_offset, n * grp.heads, static_cast<int>(hd), eps, scratch_a_.data(),
+    backend_->RmsNormForward(raw, w.vec(grp.norm_tensor), n * grp.heads, static_cast<int>(hd), eps, scratch_a_.data(),
                              rstd);
     backend_->Copy2D(qkv + grp.col, fused, scratch_a_.data(), row_bytes, row_bytes, n);
   }
 }
 
-void QkvExtras::Backward(const float* w, float* dw, int set, int64_t n, float* dqkv) {
+void QkvExtras::Backward(const UnitWeights& w, float* dw, int set, int64_t n, float* dqkv) {
   const int64_t width = config_.qkv_dim(), hd = config_.head_dim();
   for (const Group& grp : groups_) {
     const size_t row_bytes = grp.heads * hd * sizeof(float), fused = width * sizeof(float);
     backend_->Copy2D(scratch_a_.data(), row_bytes, dqkv + grp.col, fused, row_bytes, n);
-    backend_->RmsNormBackward(scratch_a_.data(), raw_[set].data() + grp.saved_rows * hd, w + grp.norm_offset,
+    backend_->RmsNormBackward(scratch_a_.data(), raw_[set].data() + grp.saved_rows * hd, w.vec(grp.norm_tensor),
                               rstd_[set].data() + grp.saved_rows, n * grp.heads, static_cast<int>(hd),
                               scratch_b_.data(), dw ? dw + grp.norm_offset : norm_sink_.data());
     backend_->Copy2D(dqkv + grp.col, fused, scratch_b_.data(), row_bytes, row_bytes, n);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/unit_weights.h"
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
 
@@ -28,15 +29,15 @@ class QkvExtras {
 
   bool active() const { return config_.qkv_bias() || config_.qk_norm(); }
 
-  // qkv [n, qkv_dim] right after the projection; w is the block unit's flat
-  // weights. Saves what Backward needs in activation set `set`.
-  void Forward(const float* w, int set, int64_t n, float* qkv);
+  // qkv [n, qkv_dim] right after the projection; w: the block unit's weights.
+  // Saves what Backward needs in activation set `set`.
+  void Forward(const UnitWeights& w, int set, int64_t n, float* qkv);
   // dqkv: gradient of Forward's output (after the inverse RoPE); overwritten
   // with the gradient of its input. dw accumulates the bias / norm gradients.
   // dw null: a frozen base (LoRA): the gradient still flows through the q/k
   // norms into dqkv, their weight gradients go to a private sink, and the
   // biases get none.
-  void Backward(const float* w, float* dw, int set, int64_t n, float* dqkv);
+  void Backward(const UnitWeights& w, float* dw, int set, int64_t n, float* dqkv);
 
  private:
   QkvExtras(const LlamaConfig& config, Backend* backend) : config_(config), backend_(backend) {}
@@ -44,7 +45,8 @@ class QkvExtras {
   struct Group {  // one head group (q or k) of the fused row
     int64_t col = 0;          // first column in the qkv row
     int64_t heads = 0;
-    int64_t norm_offset = 0;  // offset of its norm weight [head_dim] in the block unit
+    int norm_tensor = -1;     // its norm weight [head_dim]: tensor index in the block unit
+    int64_t norm_offset = 0;  // and its offset there (for the gradient)
     int64_t saved_rows = 0;   // first row of its pre-norm copy / rstd in raw_ / rstd_ (in heads)
   };
 
@@ -52,6 +54,7 @@ class QkvExtras {
   Backend* backend_;
   int64_t max_rows_ = 0;
   int64_t bias_offset_ = -1;  // q_bias in the block unit (k, v biases follow)
+  int bias_tensor_ = -1;      // its tensor index
   std::vector<Group> groups_;  // q, k when qk_norm
   DeviceBuffer ones_;                  // [max_rows] of 1.0 (bias add and its column sum)
   std::vector<DeviceBuffer> raw_;      // per set: pre-norm q then k heads [n*(H+KV)*hd]

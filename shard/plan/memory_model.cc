@@ -55,6 +55,9 @@ struct UnitBytes {
   std::vector<int64_t> grad_shard;   // its reduce-scatter landing shard
   // gradient + landing shard while being reduce-scattered (empty: grad + grad_shard)
   std::vector<int64_t> grad_in_flight;
+  // a copy made beside the full gradient when it is done (GradsDone casting
+  // an fp32 gradient to a two-byte reduce_dtype); empty: none
+  std::vector<int64_t> cast;
 };
 
 // The acquisition order of one Llama micro-batch through FsdpRuntime, and at
@@ -93,6 +96,7 @@ GatherPeak SimulateGathers(const UnitBytes& b, int num_layers, bool tied, int pr
     return s;
   };
 
+  auto cast = [&](int u) { return b.cast.empty() ? int64_t{0} : b.cast[u]; };
   GatherPeak peak;
   auto consider = [&](int64_t params, int64_t grads) {
     if (params + grads > peak.total) peak = {params, grads, params + grads};
@@ -105,7 +109,7 @@ GatherPeak SimulateGathers(const UnitBytes& b, int num_layers, bool tied, int pr
   // Head backward: head (and tied embedding) still held from the forward.
   const size_t head_event = fwd.size() - 1;
   const int64_t head_params = params_at(head_event, fwd[head_event].held, kept);
-  consider(head_params, tied ? grads_of({H, E}, -1) : grads_of({H}, -1));
+  consider(head_params, (tied ? grads_of({H, E}, -1) : grads_of({H}, -1)) + cast(H));
   if (keep_forward) kept.erase(H);  // the head's gradients are done: freed
   int prev = H;
   for (size_t k = 0; k < bwd.size(); ++k) {
@@ -114,12 +118,12 @@ GatherPeak SimulateGathers(const UnitBytes& b, int num_layers, bool tied, int pr
     if (tied) grads += b.grad[E];  // the embedding's gradient lives until the end
     // shard_grad_op: a forward gather is kept until its unit's backward is
     // done (GradsDone, then ReleaseParams frees it).
-    consider(params_at(fwd.size() + k, bwd[k].held, kept), grads);
+    consider(params_at(fwd.size() + k, bwd[k].held, kept), grads + cast(u));
     if (keep_forward) kept.erase(u);
     prev = u;
   }
   // Embedding backward: a scatter-add, no parameters.
-  consider(0, grads_of({E}, prev));
+  consider(0, grads_of({E}, prev) + cast(E));
   return peak;
 }
 
@@ -272,10 +276,9 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   const bool keep_forward = x.keep_forward;
   const std::vector<int64_t>& numels = x.numels;
   Items dev{&est.device}, host{&est.host};
-  // Everything fp32, exactly the engine's buffers (one rank), except the
-  // kept activations under bf16/fp16 (two-byte, ActivationBytes). Under
-  // bf16/fp16 the held unit is still an fp32 compute copy and a prefetched one
-  // waits in two bytes, so the fp32 figures for those are an upper bound.
+  // Everything fp32, exactly the engine's buffers (one rank), except under
+  // bf16/fp16 the kept activations (ActivationBytes) and the gathered units
+  // (wire and compute copy, FsdpOptions::two_byte_compute_copy): two bytes.
   est.ranks_per_node = std::max(1, w.world);
   // LoRA: the base frozen (no gradient, no moments), adapters whole on every rank.
   const bool peft = w.method != Method::kFull;
@@ -306,7 +309,9 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   if (S > 1) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, !peft), c.num_layers, c.tie_word_embeddings,
                                    w.prefetch, keep_forward);
-    dev.Add("gathered parameters", g.params * 4, Num(g.params) + " elements held at the worst moment x 4 B");
+    const int64_t cb = w.compute_bytes();
+    dev.Add(cb == 4 ? "gathered parameters" : "gathered parameters (" + std::string(DTypeName(w.compute)) + ")",
+            g.params * cb, Num(g.params) + " elements held at the worst moment x " + std::to_string(cb) + " B");
     dev.Add("unsharded gradients + landing shards", g.grads * 4, Num(g.grads) + " elements x 4 B");
   }
   if (peft) {
@@ -388,11 +393,12 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
     *host_state = shard * (w.fp32_master ? w.offloaded_state_bytes() + (w.offload.params ? cb : 0) : 4 * sb);
   }
   if (gather) {
-    // As built, a held unit is widened to an fp32 compute copy while its
-    // two-byte gather buffer still exists (6 B for a moment), and a
-    // prefetched one waits in two bytes: 4 B per element over both bounds it.
+    // A held unit's compute copy is its gathered values in the compute type
+    // (FsdpOptions::two_byte_compute_copy), and a prefetched one waits in
+    // that type: cb bytes per element, whatever the transients' width.
     UnitBytes b = ElementWeights(numels, S, true);
-    for (auto* v : {&b.gathered, &b.grad, &b.grad_shard, &b.grad_in_flight})
+    for (int64_t& e : b.gathered) e *= cb;
+    for (auto* v : {&b.grad, &b.grad_shard, &b.grad_in_flight})
       for (int64_t& e : *v) e *= tb;
     const bool store_once = as_built && S > 1 && w.reduce != DType::kF32 && !c.qkv_bias() && !c.qk_norm();
     std::string grad_what = "unsharded gradients + landing shards (" + tname + ")";
@@ -401,19 +407,24 @@ int64_t AddFullState(const EstimateContext& x, Items& dev, int64_t tb, int64_t* 
       // reduce_dtype buffer (no fp32 landing shard); blocks are computed
       // straight into that buffer (FsdpRuntime::GradBufferStoreOnce).
       const int64_t rb = static_cast<int64_t>(DTypeSize(w.reduce));
+      b.cast.assign(numels.size(), 0);
       for (size_t u = 0; u < numels.size(); ++u) {
         const int64_t padded = Layout(numels[u], S).padded;
         b.grad_in_flight[u] = padded * rb;
         const bool block = u > 0 && u + 1 < numels.size();
-        if (store_once && block) b.grad[u] = padded * rb, b.grad_shard[u] = 0;
+        if (store_once && block) {
+          b.grad[u] = padded * rb, b.grad_shard[u] = 0;
+        } else {
+          b.cast[u] = padded * rb;  // the two-byte copy exists beside the fp32 gradient for a moment
+        }
       }
       const std::string rn = DTypeName(w.reduce);
       grad_what = store_once ? "unsharded gradients (" + rn + " blocks, fp32 embedding/head until cast; " + rn + " wire)"
                              : "unsharded gradients (fp32 until cast to " + rn + " for the wire)";
     }
     GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, keep_forward);
-    dev.Add("gathered parameters (" + cname + (as_built ? " wire, fp32 compute copy" : "") + ")", g.params,
-            Num(g.params / tb) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
+    dev.Add("gathered parameters (" + cname + (cb != sb ? " wire and compute copy" : "") + ")", g.params,
+            Num(g.params / cb) + " elements at the worst moment (unit in use + " + std::to_string(w.prefetch) +
                 " prefetched" + (keep_forward ? ", all forward gathers kept" : "") + ")");
     const bool lowp_reduce = as_built && S > 1 && w.reduce != DType::kF32;
     dev.Add(grad_what, g.grads,
@@ -457,8 +468,10 @@ int64_t AddAdapterState(const EstimateContext& x, Items& dev, int64_t tb) {
   for (const auto& u : layout.units) {
     ShardLayout l = Layout(u.numel, S);
     // Gathered: NF4 travels packed and is dequantised one unit at a time
-    // (below); a 16/32-bit base is gathered like full fine-tuning's parameters.
-    b.gathered.push_back(q ? FrozenUnitBytes(u, l.padded, bits, tb) : l.padded * tb);
+    // (below); a 16/32-bit base is gathered like full fine-tuning's
+    // parameters, its compute copy in the compute type.
+    const int64_t cb = w.compute_bytes();
+    b.gathered.push_back(q ? FrozenUnitBytes(u, l.padded, bits, cb) : l.padded * cb);
     b.grad.push_back(0);
     b.grad_shard.push_back(0);
     base_shard += FrozenUnitBytes(u, l.shard_numel, bits, bb);
@@ -473,9 +486,10 @@ int64_t AddAdapterState(const EstimateContext& x, Items& dev, int64_t tb) {
   if (S > 1 || (!q && w.base_dtype() != w.compute)) {
     GatherPeak g = SimulateGathers(b, c.num_layers, c.tie_word_embeddings, w.prefetch, x.keep_forward);
     dev.Add(q ? "gathered base units (NF4 packed)"
-              : "gathered base units (" + std::string(DTypeName(w.compute)) + " wire, " + tname + " compute copy)",
+              : "gathered base units (" + std::string(DTypeName(w.compute)) + " wire and compute copy)",
             g.total,
-            Num(g.params) + (q ? " bytes" : " elements x " + std::to_string(tb) + " B") + " (unit in use + " +
+            (q ? Num(g.params) + " bytes" : Num(g.params / w.compute_bytes()) + " elements x " +
+                                                 std::to_string(w.compute_bytes()) + " B") + " (unit in use + " +
                 std::to_string(w.prefetch) + " prefetched" + (x.keep_forward ? ", all forward gathers kept" : "") + ")");
     transient += g.total;
   }
@@ -531,10 +545,12 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
   if (as_built && cb != 4) {
     // Each GEMM casts A and B into two grow-only scratch buffers: A at most
     // the gate/up gradient [rows, 2 ffn] or a loss chunk's logit gradient, B
-    // at most the head [vocab, d], the gate/up weight or an activation.
+    // only an activation (a weight is B in the compute type already:
+    // GemmArgs::b_dtype), at most [rows, ffn]; QLoRA's dequantised fp32
+    // blocks are still cast, at most the gate/up weight.
     const int64_t d = c.hidden_size, f = c.intermediate_size;
     const int64_t a_max = std::max(rows * 2 * f, logit_rows * c.vocab_size);
-    const int64_t b_max = std::max({c.vocab_size * d, 2 * f * d, rows * f});
+    const int64_t b_max = std::max(rows * f, w.method == Method::kQlora ? 2 * f * d : 0);
     gemm_scratch = (a_max + b_max) * cb;
     dev.Add("GEMM operand casts (" + cname + ")", gemm_scratch, "largest A and B operands of any GEMM x " +
                                                                    std::to_string(cb) + " B (grow-only scratch)");

@@ -222,7 +222,8 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
                        (peft ? std::string("the frozen base held as ") + (p.workload.method == Method::kQlora ? "NF4 block linears + " : "") +
                                    DTypeName(p.workload.base_dtype()) + " shards, fp32 adapters and their AdamW state, "
                              : std::string(DTypeName(p.workload.optimizer_state)) + " master weights and AdamW state, ") +
-                       dt + " gathers, GEMM inputs and kept activations, fp32 compute copies and unsharded gradients, NCCL)";
+                       dt + " gathers, compute copies, GEMM inputs and kept activations, fp32 backward scratch and unsharded "
+                            "gradients, NCCL)";
     if (p.workload.fp32_transients && p.workload.compute != DType::kF32) {
       Workload design = p.workload;
       design.fp32_transients = false;

@@ -59,11 +59,12 @@ struct Workload {
   // (shardd's mixed precision). false: "pure" low precision, everything in
   // `compute` (torchtune's dtype: bf16, LLaMA-Factory's pure_bf16).
   bool fp32_master = true;
-  // GPU plans of shardd jobs: the runtime as built keeps the transients in
-  // fp32 — backward scratch, the held unit's compute copy and unsharded
-  // gradients (prefetched units, the wire and the kept activations, with one
-  // fp32 working set, are in `compute`: ActivationBytes) — and casts each
-  // GEMM's operands into two-byte scratch. false: the design
+  // GPU plans of shardd jobs: the runtime as built keeps some transients in
+  // fp32 — backward scratch and unsharded gradients (gathered units and their
+  // compute copies, the wire and the kept activations, with one fp32 working
+  // set, are in `compute`: ActivationBytes) — and casts each GEMM's
+  // activation operands into two-byte scratch (weights are B operands in
+  // `compute` already: GemmArgs::b_dtype). false: the design
   // point, everything transient in `compute` (what the published trainers
   // do, and what the validation against their figures models). LoRA and
   // QLoRA hold their frozen base in `compute` (base_dtype()).

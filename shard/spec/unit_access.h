@@ -18,6 +18,11 @@ class UnitAccess {
   // The unit's full flat parameters (layout: ParamLayout), valid until ReleaseParams.
   // A unit may be acquired again while held (tied embeddings); calls nest.
   virtual StatusOr<const float*> AcquireParams(int unit) = 0;
+  // The type of the values AcquireParams hands out for `unit`: kF32, or a
+  // two-byte type (behind the float*) when the access keeps its compute copy
+  // in the precision's type (FsdpRuntime under train.precision bf16|fp16).
+  // The model reads such a unit through UnitWeights (shard/model/unit_weights.h).
+  virtual DType ParamsDType(int /*unit*/) const { return DType::kF32; }
   virtual Status ReleaseParams(int unit) = 0;
   // The unit's full flat gradient buffer; the model only ever adds into it.
   virtual StatusOr<float*> GradBuffer(int unit) = 0;

@@ -80,9 +80,9 @@ class CpuBackend final : public Backend {
     cpu::DequantizeNf4(run, out, round_to);
   }
 
-  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim,
+  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype, int dim,
                         float* out) override {
-    cpu::EmbeddingForward(tokens, rows, table, dim, out);
+    cpu::EmbeddingForward(tokens, rows, table, table_dtype, dim, out);
   }
   void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim,
                          float* dtable) override {

@@ -70,22 +70,28 @@ void CastFromF32(const float* src, void* dst, int64_t n, DType to) {
   });
 }
 
+void WidenSerial(const void* src, float* dst, int64_t n, DType from) {
+  if (from == DType::kF32) {
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const uint16_t* in = static_cast<const uint16_t*>(src);
+  if (from == DType::kBF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = FromBF16(in[i]);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = FromF16(in[i]);
+  }
+}
+
 void CastToF32(const void* src, float* dst, int64_t n, DType from) {
   if (from == DType::kF32) {
     if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
     return;
   }
   const uint16_t* in = static_cast<const uint16_t*>(src);
-  const bool bf16 = from == DType::kBF16;
-  ParallelFor(n, kCastGrain, [&](int64_t b, int64_t e) {
-    if (bf16) {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) dst[i] = FromBF16(in[i]);
-    } else {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) dst[i] = FromF16(in[i]);
-    }
-  });
+  ParallelFor(n, kCastGrain, [&](int64_t b, int64_t e) { WidenSerial(in + b, dst + b, e - b, from); });
 }
 
 void RoundThrough(const float* src, float* dst, int64_t n, DType t) {

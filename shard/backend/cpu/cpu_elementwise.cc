@@ -55,10 +55,13 @@ double SumSquares(const float* x, int64_t n) {
   return total;
 }
 
-void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out) {
+void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype, int dim,
+                      float* out) {
+  const auto* bytes = reinterpret_cast<const char*>(table);
+  const int64_t row_bytes = static_cast<int64_t>(dim) * static_cast<int64_t>(DTypeSize(table_dtype));
   ParallelFor(rows, std::max<int64_t>(1, kElementGrain / dim), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
-      std::memcpy(out + r * dim, table + static_cast<int64_t>(tokens[r]) * dim, sizeof(float) * dim);
+      WidenSerial(bytes + static_cast<int64_t>(tokens[r]) * row_bytes, out + r * dim, dim, table_dtype);
   });
 }
 

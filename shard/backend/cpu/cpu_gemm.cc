@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "shard/common/thread_pool.h"
@@ -39,21 +40,31 @@ void SgemmSlice(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j
 
 void Gemm(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
-  if (g.compute != DType::kF32 && g.k > 0) {
+  SHARD_CHECK_MSG(g.b_dtype == DType::kF32 || g.compute == DType::kF32 || g.b_dtype == g.compute,
+                  std::string("Gemm: B stored as ") + DTypeName(g.b_dtype) + " with compute " + DTypeName(g.compute));
+  if ((g.compute != DType::kF32 || g.b_dtype != DType::kF32) && g.k > 0) {
     // Two-byte inputs: round copies of A and B (each span keeps its leading
     // dimension), then the fp32 product of the rounded values — what tensor
-    // cores compute, up to summation order.
+    // cores compute, up to summation order. A two-byte B is widened exactly
+    // (rounding it to its own type would change nothing).
     static thread_local std::vector<float> ra, rb;
     const int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
     const int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
     const int64_t a_span = (a_rows - 1) * g.lda + a_cols, b_span = (b_rows - 1) * g.ldb + b_cols;
-    ra.resize(static_cast<size_t>(a_span));
-    rb.resize(static_cast<size_t>(b_span));
-    RoundThrough(g.a, ra.data(), a_span, g.compute);
-    RoundThrough(g.b, rb.data(), b_span, g.compute);
     GemmArgs r = g;
+    if (g.compute != DType::kF32) {
+      ra.resize(static_cast<size_t>(a_span));
+      RoundThrough(g.a, ra.data(), a_span, g.compute);
+      r.a = ra.data();
+    }
+    rb.resize(static_cast<size_t>(b_span));
+    if (g.b_dtype != DType::kF32) {
+      CastToF32(g.b, rb.data(), b_span, g.b_dtype);
+    } else {
+      RoundThrough(g.b, rb.data(), b_span, g.compute);
+    }
     r.compute = DType::kF32;
-    r.a = ra.data();
+    r.b_dtype = DType::kF32;
     r.b = rb.data();
     Gemm(r);
     return;

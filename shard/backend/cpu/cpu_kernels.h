@@ -23,7 +23,7 @@ void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, int64_t n, float s);
 void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed);
 double SumSquares(const float* x, int64_t n);
-void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out);
+void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype, int dim, float* out);
 void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable);
 void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h);
 void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu);
@@ -31,6 +31,8 @@ void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, flo
 // cpu_cast.cc
 void CastFromF32(const float* src, void* dst, int64_t n, DType to);
 void CastToF32(const void* src, float* dst, int64_t n, DType from);
+// CastToF32 on the calling thread only (for use inside a ParallelFor task).
+void WidenSerial(const void* src, float* dst, int64_t n, DType from);
 // dst = src rounded to `t` and widened back (the value a two-byte operand
 // holds); dst may alias src. kF32 copies.
 void RoundThrough(const float* src, float* dst, int64_t n, DType t);

@@ -192,8 +192,9 @@ class CudaBackend final : public Backend {
     return host;
   }
 
-  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out) override {
-    LaunchEmbeddingForward(tokens, rows, table, dim, out, stream_);
+  void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype, int dim,
+                        float* out) override {
+    LaunchEmbeddingForward(tokens, rows, table, table_dtype, dim, out, stream_);
   }
   void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable) override {
     LaunchEmbeddingBackward(tokens, rows, dout, dim, dtable, stream_);

@@ -136,9 +136,20 @@ void* LtGemm::Grow(Scratch* x, size_t bytes) {
   return x->ptr;
 }
 
-const void* LtGemm::Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* in) {
+const void* LtGemm::Prepare(const float* x, DType stored, int64_t rows, int64_t cols, int64_t ld, DType compute,
+                            Scratch* in) {
   const int64_t span = (rows - 1) * ld + cols;  // the operand keeps its leading dimension
-  if (compute == DType::kBF16 && !native_bf16_) {  // no bf16 tensor cores: fp32 values rounded through bf16
+  const bool emulated = compute == DType::kBF16 && !native_bf16_;  // no bf16 tensor cores
+  if (stored != DType::kF32) {
+    if (stored == compute && !emulated) return x;  // already what the tensor cores take
+    // Widened exactly: for fp32 compute, or as the fp32 values an emulated
+    // bf16 GEMM multiplies (rounding them through bf16 again changes nothing).
+    auto* w = static_cast<float*>(Grow(in, static_cast<size_t>(span) * sizeof(float)));
+    LaunchCastToF32(x, w, span, stored, stream_);
+    return w;
+  }
+  if (compute == DType::kF32) return x;
+  if (emulated) {  // fp32 values rounded through bf16
     auto* w = static_cast<float*>(Grow(in, static_cast<size_t>(span) * sizeof(float)));
     LaunchRoundThrough(x, w, span, compute, stream_);
     return w;
@@ -150,18 +161,16 @@ const void* LtGemm::Prepare(const float* x, int64_t rows, int64_t cols, int64_t 
 
 void LtGemm::Run(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
+  SHARD_CHECK_MSG(g.b_dtype == DType::kF32 || g.compute == DType::kF32 || g.b_dtype == g.compute,
+                  std::string("cuda backend: GEMM B stored as ") + DTypeName(g.b_dtype) + " with compute " +
+                      DTypeName(g.compute));
   if (g.k <= 0) {
     LaunchScaleMatrix(g.c, g.m, g.n, g.ldc, g.beta, stream_);
     return;
   }
-  const void* a = g.a;
-  const void* b = g.b;
-  DType input = DType::kF32;
-  if (g.compute != DType::kF32) {
-    a = Prepare(g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.compute, &in_a_);
-    b = Prepare(g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.compute, &in_b_);
-    input = g.compute == DType::kBF16 && !native_bf16_ ? DType::kF32 : g.compute;
-  }
+  const void* a = Prepare(g.a, DType::kF32, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.compute, &in_a_);
+  const void* b = Prepare(g.b, g.b_dtype, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.compute, &in_b_);
+  const DType input = g.compute == DType::kBF16 && !native_bf16_ ? DType::kF32 : g.compute;
   Plan* p = GetPlan(g, input, a, b);
   LT_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &g.alpha, b, p->a, a, p->b, &g.beta,
                           g.c, p->c, g.c, p->c, &p->algo, workspace_, workspace_bytes_,

@@ -3,8 +3,9 @@
 // transpose, beta != 0, input type and pointer alignment (the model repeats a
 // handful of shapes every step, and asking the heuristic costs tens of
 // microseconds). fp32 inputs run fp32 (or TF32) GEMMs; GemmArgs::compute
-// bf16/fp16 casts A and B into two-byte scratch on the stream and runs a
-// tensor-core GEMM with fp32 accumulation and an fp32 C. Without native bf16
+// bf16/fp16 casts A and B into two-byte scratch on the stream (B not at all
+// when GemmArgs::b_dtype already is that type) and runs a tensor-core GEMM
+// with fp32 accumulation and an fp32 C. Without native bf16
 // (before sm_80) bf16 inputs are rounded through bf16 and multiplied in fp32.
 //
 // Thread-safety: one thread at a time (the owning backend's).
@@ -42,10 +43,13 @@ class LtGemm {
   // `input`: the type A and B hold when they reach cuBLASLt (a, b: their addresses).
   Plan* GetPlan(const GemmArgs& g, DType input, const void* a, const void* b);
   void* Grow(Scratch* s, size_t bytes);
-  // The operand's span (rows x ld, last row only `cols`) in `in` as `compute`
-  // values, or, when the tensor cores cannot take `compute` (bf16 before
-  // sm_80), as fp32 values rounded through it. Returns what to hand cuBLASLt.
-  const void* Prepare(const float* x, int64_t rows, int64_t cols, int64_t ld, DType compute, Scratch* in);
+  // The operand's span (rows x ld, last row only `cols`), stored as `stored`
+  // values, in `in` as `compute` values, or, when the tensor cores cannot take
+  // `compute` (bf16 before sm_80), as fp32 values rounded through it. An
+  // operand already in the type cuBLASLt takes is returned as it is; a
+  // two-byte one otherwise widened. Returns what to hand cuBLASLt.
+  const void* Prepare(const float* x, DType stored, int64_t rows, int64_t cols, int64_t ld, DType compute,
+                      Scratch* in);
 
   bool tf32_;
   bool native_bf16_;

@@ -3,6 +3,8 @@
 // cross-entropy and AdamW. Reductions have a fixed shape and order (partials
 // per block or per row chunk, then one ordered pass), so results do not depend
 // on scheduling: the same inputs give the same bits, run after run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -84,11 +86,15 @@ __global__ void OrderedSum(const double* values, int64_t n, double* result) {
   if (threadIdx.x == 0) *result = acc;
 }
 
-__global__ void EmbeddingForwardKernel(const int32_t* tokens, int64_t rows, const float* table, int dim,
-                                       float* out) {
+__device__ inline float WidenValue(float x) { return x; }
+__device__ inline float WidenValue(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float WidenValue(__half x) { return __half2float(x); }
+
+template <typename T>
+__global__ void EmbeddingForwardKernel(const int32_t* tokens, int64_t rows, const T* table, int dim, float* out) {
   GRID_STRIDE(i, rows * dim) {
     const int64_t r = i / dim, c = i % dim;
-    out[i] = table[static_cast<int64_t>(tokens[r]) * dim + c];
+    out[i] = WidenValue(table[static_cast<int64_t>(tokens[r]) * dim + c]);
   }
 }
 
@@ -298,10 +304,21 @@ void LaunchSumSquares(const float* x, int64_t n, double* partials, double* resul
   OrderedSum<<<1, 1024, 0, S(s)>>>(partials, kSumSquaresBlocks, result);
   CheckLaunch("SumSquares");
 }
-void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out,
-                            Stream s) {
+void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const void* table, DType table_dtype, int dim,
+                            float* out, Stream s) {
   if (rows <= 0) return;
-  EmbeddingForwardKernel<<<GridFor(rows * dim), kThreads, 0, S(s)>>>(tokens, rows, table, dim, out);
+  const unsigned grid = GridFor(rows * dim);
+  switch (table_dtype) {
+    case DType::kBF16:
+      EmbeddingForwardKernel<<<grid, kThreads, 0, S(s)>>>(tokens, rows, static_cast<const __nv_bfloat16*>(table),
+                                                          dim, out);
+      break;
+    case DType::kF16:
+      EmbeddingForwardKernel<<<grid, kThreads, 0, S(s)>>>(tokens, rows, static_cast<const __half*>(table), dim, out);
+      break;
+    default:
+      EmbeddingForwardKernel<<<grid, kThreads, 0, S(s)>>>(tokens, rows, static_cast<const float*>(table), dim, out);
+  }
   CheckLaunch("EmbeddingForward");
 }
 void LaunchEmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable,

@@ -31,8 +31,9 @@ void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, 
 // kSumSquaresBlocks doubles to `partials`, then their ordered sum to *result.
 constexpr int kSumSquaresBlocks = 1024;
 void LaunchSumSquares(const float* x, int64_t n, double* partials, double* result, Stream s);
-void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, int dim, float* out,
-                            Stream s);
+// The table holds table_dtype values (widened to fp32 in `out`).
+void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const void* table, DType table_dtype, int dim,
+                            float* out, Stream s);
 void LaunchEmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable,
                              Stream s);
 void LaunchRmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,

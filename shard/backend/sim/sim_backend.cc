@@ -144,18 +144,26 @@ class SimBackend final : public Backend {
   void DequantizeNf4(const Nf4Run&, float*, DType) override {}
   void Synchronize() override {}
   void Gemm(const GemmArgs& g) override {
-    if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.compute == DType::kF32) return;
-    // LtGemm::Prepare: each operand cast whole, keeping its leading dimension.
-    const int64_t elem = g.compute == DType::kBF16 && !native_bf16_ ? 4 : static_cast<int64_t>(DTypeSize(g.compute));
+    if (g.m <= 0 || g.n <= 0 || g.k <= 0) return;
+    // LtGemm::Prepare: each operand cast whole, keeping its leading dimension;
+    // a B stored in the type the tensor cores take is used as it is.
+    const bool emulated = g.compute == DType::kBF16 && !native_bf16_;
+    const int64_t elem = emulated ? 4 : static_cast<int64_t>(DTypeSize(g.compute));
     const int64_t span_a = ((g.trans_a ? g.k : g.m) - 1) * g.lda + (g.trans_a ? g.m : g.k);
     const int64_t span_b = ((g.trans_b ? g.n : g.k) - 1) * g.ldb + (g.trans_b ? g.k : g.n);
-    Grow(&gemm_a_, span_a * elem);
-    Grow(&gemm_b_, span_b * elem);
+    if (g.compute != DType::kF32) Grow(&gemm_a_, span_a * elem);
+    if (g.b_dtype == DType::kF32) {
+      if (g.compute != DType::kF32) Grow(&gemm_b_, span_b * elem);
+    } else if (g.b_dtype != g.compute || emulated) {
+      Grow(&gemm_b_, span_b * 4);  // widened to fp32 first
+    }
   }
   void Add(const float*, const float*, float*, int64_t) override {}
   void Scale(float*, int64_t, float) override {}
   double SumSquares(const float*, int64_t) override { return 0.0; }
-  void EmbeddingForward(const int32_t*, int64_t, const float*, int, float*) override { Op("EmbeddingForward"); }
+  void EmbeddingForward(const int32_t*, int64_t, const float*, DType, int, float*) override {
+    Op("EmbeddingForward");
+  }
   void EmbeddingBackward(const int32_t*, int64_t, const float*, int, float*) override { Op("EmbeddingBackward"); }
   void RmsNormForward(const float*, const float*, int64_t, int, float, float*, float*) override {}
   void RmsNormBackward(const float*, const float*, const float*, const float*, int64_t, int, float*,

@@ -136,7 +136,7 @@ TEST_F(CudaKernelsTest, EmbeddingForwardAndBackward) {
     Backend* be = bes[k];
     DeviceBuffer tk = UpInt(be, tokens), tb = Up(be, table), o = Up(be, std::vector<float>(rows * dim));
     DeviceBuffer d = Up(be, dout), g = Up(be, dtable0);
-    be->EmbeddingForward(tk.as_int(), rows, tb.data(), dim, o.data());
+    be->EmbeddingForward(tk.as_int(), rows, tb.data(), DType::kF32, dim, o.data());
     be->EmbeddingBackward(tk.as_int(), rows, d.data(), dim, g.data());
     out[k] = Down(be, o);
     dt[k] = Down(be, g);

@@ -166,7 +166,7 @@ TEST_F(CpuBasicTest, EmbeddingForwardGathersRows) {
   const std::vector<float> table = RandomFloats(vocab * dim, 4);
   const std::vector<int32_t> tokens = {3, 0, 10, 3, 7};
   DeviceBuffer dt = Up(table), dtok = UpInt(tokens), dout = Filled(tokens.size() * dim, 0.0f);
-  be_->EmbeddingForward(dtok.as_int(), tokens.size(), dt.data(), dim, dout.data());
+  be_->EmbeddingForward(dtok.as_int(), tokens.size(), dt.data(), DType::kF32, dim, dout.data());
   std::vector<double> want(tokens.size() * dim);
   const std::vector<double> td = ToDouble(table);
   ref::Embedding(tokens.data(), tokens.size(), td.data(), dim, want.data());

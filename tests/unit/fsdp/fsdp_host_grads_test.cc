@@ -96,8 +96,8 @@ class ForwardingBackend : public Backend {
   void Add(const float* a, const float* b, float* o, int64_t n) override { Use([&] { inner_->Add(a, b, o, n); }); }
   void Scale(float* x, int64_t n, float s) override { Use([&] { inner_->Scale(x, n, s); }); }
   double SumSquares(const float* x, int64_t n) override { return Use([&] { return inner_->SumSquares(x, n); }); }
-  void EmbeddingForward(const int32_t* t, int64_t r, const float* tab, int d, float* o) override {
-    Use([&] { inner_->EmbeddingForward(t, r, tab, d, o); });
+  void EmbeddingForward(const int32_t* t, int64_t r, const float* tab, DType dt, int d, float* o) override {
+    Use([&] { inner_->EmbeddingForward(t, r, tab, dt, d, o); });
   }
   void EmbeddingBackward(const int32_t* t, int64_t r, const float* dout, int d, float* dt) override {
     Use([&] { inner_->EmbeddingBackward(t, r, dout, d, dt); });

@@ -67,7 +67,7 @@ TEST(RecipePeftTest, Llama70bLoraFitsEightA100s) {
   const int64_t lora = LoraParams(p.workload.model, 16);
   EXPECT_EQ(Item(p.memory, "LoRA adapters"), lora * 16);
   EXPECT_LT(p.memory.device_total, 48 * kGiB);
-  EXPECT_GT(p.memory.device_total, 36 * kGiB);
+  EXPECT_GT(p.memory.device_total, 30 * kGiB);
   EXPECT_LT(p.memory.host_total, 32 * kGiB) << "no offloaded state: only workers, loading and adapter copies";
   // Checkpoints: the adapters, m and v (fp32), not the base.
   EXPECT_EQ(p.checkpoint.bytes_per_checkpoint, lora * 12);
@@ -83,8 +83,8 @@ TEST(RecipePeftTest, Llama70bLoraFitsEightA100s) {
 // torchtune (README, "Memory and training speed"): Llama 3.1 70B LoRA on
 // 8x A100 peaks at 27.6 GiB per GPU with its bf16 base and bf16 activations.
 // At that design point our planner lands near it; as built we hold more: the
-// base shard is bf16 like theirs, but the transients (compute copies, scratch,
-// a working set) are fp32.
+// base shard and the gathered compute copies are bf16 like theirs, but some
+// transients (backward scratch, a working set) are fp32.
 TEST(RecipePeftTest, TorchtuneLoraComparison) {
   const Plan p = PlanRecipe("llama3-70b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM");
   Workload design = p.workload;
@@ -96,8 +96,8 @@ TEST(RecipePeftTest, TorchtuneLoraComparison) {
               Item(d, "frozen base shard") / kGiB);
   EXPECT_EQ(Item(d, "frozen base shard (bf16"), Item(p.memory, "frozen base shard (bf16"));
   EXPECT_NEAR(d.device_total / kGiB, 27.6, 0.25 * 27.6);
-  EXPECT_GT(p.memory.device_total, 1.2 * d.device_total);
-  EXPECT_LT(p.memory.device_total, 1.5 * d.device_total);
+  EXPECT_GT(p.memory.device_total, 1.05 * d.device_total);
+  EXPECT_LT(p.memory.device_total, 1.3 * d.device_total);
 }
 
 TEST(RecipePeftTest, Llama70bQloraFitsTwoA100s) {
