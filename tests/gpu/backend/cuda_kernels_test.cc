@@ -17,6 +17,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "shard/tensor/dtype.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace shard {
@@ -96,6 +97,74 @@ TEST_F(CudaKernelsTest, GemmTwoByteInputsMatchCpuOnTheSameRoundedInputs) {
   ASSERT_TRUE(tf32);
   CheckGemms(tf32.get(), cpu_.get(), 1e-4, 1e-4, "bf16-input", DType::kBF16);
   CheckGemms(tf32.get(), cpu_.get(), 1e-4, 1e-4, "fp16-input", DType::kF16);
+}
+
+// x rounded to `t` and stored as two-byte values behind a float* (a two-byte
+// compute copy: GemmArgs::b_dtype, EmbeddingForward's table_dtype).
+DeviceBuffer UpTwoByte(Backend* be, const std::vector<float>& x, DType t) {
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = t == DType::kBF16 ? F32ToBF16(x[i]) : F32ToF16(x[i]);
+  auto d = DeviceBuffer::Create(be, static_cast<int64_t>((bits.size() + 1) / 2));
+  EXPECT_TRUE(d.ok());
+  be->CopyToDevice(d->data(), bits.data(), bits.size() * sizeof(uint16_t));
+  return std::move(*d);
+}
+
+// A B stored in the compute type goes to cuBLASLt as it is (no cast); with
+// fp32 compute it is widened. Both against the CPU backend on the same stored B.
+TEST_F(CudaKernelsTest, GemmStoredTwoByteBMatchesCpu) {
+  SKIP_WITHOUT_GPU(gpu_, why_);
+  const GemmCase cases[] = {{false, true, 64, 96, 128, 1.0f, 0.0f, 0, 0}, {false, false, 37, 53, 71, 1.0f, 1.0f, 0, 0},
+                            {true, false, 33, 17, 200, 0.5f, 1.0f, 3, 0}, {false, true, 512, 384, 256, 1.0f, 0.0f, 0, 0}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (DType compute : {dt, DType::kF32}) {
+      int idx = 0;
+      for (const GemmCase& c : cases) {
+        const int64_t lda = (c.ta ? c.m : c.k) + c.pad, ldb = (c.tb ? c.k : c.n) + c.pad, ldc = c.n + c.pad;
+        auto a = Random(static_cast<size_t>((c.ta ? c.k : c.m) * lda), 60 + idx);
+        auto b = Random(static_cast<size_t>((c.tb ? c.n : c.k) * ldb), 70 + idx);
+        auto c0 = Random(static_cast<size_t>(c.m * ldc), 80 + idx);
+        std::vector<float> out[2];
+        Backend* bes[2] = {gpu_.get(), cpu_.get()};
+        for (int k = 0; k < 2; ++k) {
+          DeviceBuffer da = Up(bes[k], a), db = UpTwoByte(bes[k], b, dt), dc = Up(bes[k], c0);
+          GemmArgs g;
+          g.trans_a = c.ta, g.trans_b = c.tb, g.m = c.m, g.n = c.n, g.k = c.k, g.alpha = c.alpha, g.beta = c.beta;
+          g.a = da.data(), g.lda = lda, g.b = db.data(), g.ldb = ldb, g.b_dtype = dt;
+          g.c = dc.data(), g.ldc = ldc;
+          g.compute = compute;
+          bes[k]->Gemm(g);
+          out[k] = Down(bes[k], dc);
+        }
+        const double tol = compute == DType::kF32 ? 1e-5 : 1e-4;
+        ExpectClose(out[0], out[1], tol, tol * std::sqrt(static_cast<double>(c.k)),
+                    std::string("stored ") + DTypeName(dt) + " B, compute " + DTypeName(compute) + ", case " +
+                        std::to_string(idx));
+        ++idx;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, EmbeddingForwardOfATwoByteTableIsExact) {
+  SKIP_WITHOUT_GPU(gpu_, why_);
+  const int vocab = 300, dim = 200;
+  const int64_t rows = 2000;
+  std::vector<int32_t> tokens(rows);
+  std::mt19937 rng(5);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  auto table = Random(vocab * dim, 7, -4.0f, 4.0f);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<float> out[2];
+    Backend* bes[2] = {gpu_.get(), cpu_.get()};
+    for (int k = 0; k < 2; ++k) {
+      DeviceBuffer tk = UpInt(bes[k], tokens), tb = UpTwoByte(bes[k], table, dt);
+      DeviceBuffer o = Up(bes[k], std::vector<float>(rows * dim));
+      bes[k]->EmbeddingForward(tk.as_int(), rows, tb.data(), dt, dim, o.data());
+      out[k] = Down(bes[k], o);
+    }
+    ExpectClose(out[0], out[1], 0, 0, std::string("embedding of a ") + DTypeName(dt) + " table (exact)");
+  }
 }
 
 TEST_F(CudaKernelsTest, ElementwiseAndReductions) {

@@ -90,6 +90,83 @@ INSTANTIATE_TEST_SUITE_P(
                       TwoByteGemmCase{false, true, 203, 77, 150, DType::kBF16},
                       TwoByteGemmCase{true, false, 45, 301, 170, DType::kF16}));
 
+// The two-byte values of x as stored behind a float* (GemmArgs::b_dtype).
+std::vector<uint16_t> TwoByteBits(const std::vector<float>& x, DType t) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = t == DType::kBF16 ? F32ToBF16(x[i]) : F32ToF16(x[i]);
+  return r;
+}
+
+// GemmArgs::b_dtype: a B already stored in the compute type (a two-byte
+// compute copy of a weight) gives the bits of the fp32 B rounded by the GEMM;
+// with fp32 compute it is widened exactly.
+TEST_P(CpuTwoByteGemmTest, StoredTwoByteBEqualsTheRoundedFp32B) {
+  const TwoByteGemmCase& c = GetParam();
+  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+  const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
+  const std::vector<float> a = RandomFloats(a_rows * lda, 41), b = RandomFloats(b_rows * ldb, 42);
+  const std::vector<float> c0 = RandomFloats(c.m * ldc, 43);
+  const std::vector<uint16_t> bits = TwoByteBits(b, c.dt);
+  auto stored = [&](DType compute) {
+    DeviceBuffer da = Up(a), dc = Up(c0);
+    auto db = DeviceBuffer::Create(be_.get(), static_cast<int64_t>((bits.size() + 1) / 2));
+    EXPECT_TRUE(db.ok());
+    be_->CopyToDevice(db->data(), bits.data(), bits.size() * sizeof(uint16_t));
+    GemmArgs g;
+    g.trans_a = c.ta, g.trans_b = c.tb;
+    g.m = c.m, g.n = c.n, g.k = c.k;
+    g.alpha = 0.75f, g.beta = -0.5f;
+    g.a = da.data(), g.lda = lda;
+    g.b = db->data(), g.ldb = ldb, g.b_dtype = c.dt;
+    g.c = dc.data(), g.ldc = ldc;
+    g.compute = compute;
+    be_->Gemm(g);
+    return Down(dc);
+  };
+  const std::vector<float> got = stored(c.dt), want = Run(a, b, c0, lda, ldb, ldc, c.dt);
+  EXPECT_TRUE(BitwiseEqual(got, want)) << "max |diff| " << MaxAbsDiff(got, want);
+  const std::vector<float> wide = stored(DType::kF32);
+  const std::vector<float> wide_want = Run(a, Rounded(b, c.dt), c0, lda, ldb, ldc, DType::kF32);
+  EXPECT_TRUE(BitwiseEqual(wide, wide_want)) << "max |diff| " << MaxAbsDiff(wide, wide_want);
+}
+
+TEST(CpuTwoByteGemm, StoredBOfAnotherTwoByteTypeIsRefused) {
+  auto be = CreateBackend("cpu");
+  ASSERT_TRUE(be.ok());
+  std::vector<float> a(4, 1.0f), b(2, 0.0f), c(4, 0.0f);
+  GemmArgs g;
+  g.m = 2, g.n = 2, g.k = 2;
+  g.a = a.data(), g.lda = 2, g.b = b.data(), g.ldb = 2, g.c = c.data(), g.ldc = 2;
+  g.compute = DType::kBF16;
+  g.b_dtype = DType::kF16;
+  EXPECT_DEATH((*be)->Gemm(g), "B stored as fp16 with compute bf16");
+}
+
+// EmbeddingForward of a two-byte table (a compute copy of the embedding)
+// gathers the widened rows: the bits of an fp32 table holding the same values.
+using CpuTwoByteEmbeddingTest = BackendTest;
+
+TEST_F(CpuTwoByteEmbeddingTest, ATwoByteTableGathersItsRowsWidened) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const int vocab = 50, dim = 24;
+    const int64_t rows = 300;
+    const std::vector<float> table = RandomFloats(vocab * dim, 51, -3.0f, 3.0f);
+    std::vector<int32_t> tokens(rows);
+    for (int64_t r = 0; r < rows; ++r) tokens[r] = static_cast<int32_t>((r * 7 + 3) % vocab);
+    const std::vector<uint16_t> bits = TwoByteBits(table, dt);
+    auto lp = DeviceBuffer::Create(be_.get(), static_cast<int64_t>((bits.size() + 1) / 2));
+    ASSERT_TRUE(lp.ok());
+    be_->CopyToDevice(lp->data(), bits.data(), bits.size() * sizeof(uint16_t));
+    DeviceBuffer tk = UpInt(tokens), wide = Up(Rounded(table, dt));
+    DeviceBuffer got = Filled(rows * dim, 0), want = Filled(rows * dim, 0);
+    be_->EmbeddingForward(tk.as_int(), rows, lp->data(), dt, dim, got.data());
+    be_->EmbeddingForward(tk.as_int(), rows, wide.data(), DType::kF32, dim, want.data());
+    EXPECT_TRUE(BitwiseEqual(Down(got), Down(want)));
+  }
+}
+
 TEST(CpuTwoByteGemm, ZeroKScalesCWithoutReadingInputs) {
   auto be = CreateBackend("cpu");
   ASSERT_TRUE(be.ok());
