@@ -8,8 +8,11 @@
 // batch * seq; weights use HF's nn.Linear layout [out_features, in_features];
 // "accumulates" means the op adds into its output (gradient accumulation),
 // otherwise outputs are overwritten. The math is fp32 throughout; reduced
-// precision (bf16/fp16) exists only as storage and wire format, reached through
-// the Cast ops (mixed precision: FSDP casts gathered weights and gradients).
+// precision (bf16/fp16) exists as storage and wire format, reached through
+// the Cast ops (mixed precision: FSDP casts gathered weights and gradients),
+// as GEMM and attention input rounding (GemmArgs/AttentionShape::compute),
+// and as a stored weight some ops read directly (GemmArgs::b_dtype, the
+// embedding's table_dtype: FSDP's two-byte compute copies).
 //
 // Device backends (cuda/) queue work asynchronously on their own stream: pass
 // host data only through CopyToDevice/CopyToHost (both return with the copy

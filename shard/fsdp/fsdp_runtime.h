@@ -17,9 +17,11 @@
 // Mixed precision (param_dtype / reduce_dtype bf16 or fp16): the fp32 shard
 // stays the master. Before an all-gather the shard is cast into its slot of a
 // two-byte gather buffer and the all-gather moves two-byte values; on acquire
-// the unit is widened to an fp32 compute copy (the math stays fp32, on rounded
-// weights: "store bf16, compute fp32"). Unsharded units get the same rounded
-// copy, so every strategy computes with the same weights. With a two-byte
+// the unit is widened to an fp32 compute copy — or, with
+// two_byte_compute_copy (the trainer's setting), the gathered buffer itself
+// is the compute copy (ParamsDType), whose matrices the model's GEMMs take as
+// two-byte B operands. Unsharded units get the same rounded weights, so every
+// strategy computes with the same weights. With a two-byte
 // reduce_dtype the full gradient is cast down before the reduce-scatter (freeing
 // the fp32 buffer at once), reduced on the wire in that type (fp32 adds per hop,
 // see Communicator::ReduceScatter), and widened into the fp32 gradient shard.
