@@ -210,6 +210,10 @@ int main(int argc, char** argv) {
   RenamedFlags rd_renamed;
   shardctl::ChatTemplateOptions ct;
   // Offline commands: the first one given runs.
+  // A command that already printed its JSON document (plan --json of a job
+  // that does not fit) reports the error on stderr only: stdout stays one
+  // parseable document.
+  bool json_printed = false;
   const std::vector<std::pair<CLI::App*, std::function<shard::Status()>>> offline = {
       {AddEval(app, &eval), [&] { return shardctl::RunEval(eval); }},
       {AddGenerate(app, &gen, &prompt),
@@ -224,7 +228,13 @@ int main(int argc, char** argv) {
       {AddExport(app, &exp), [&] { return shardctl::RunExport(exp); }},
       {AddCheckpoints(app, &ck), [&] { return shardctl::RunCheckpoints(ck); }},
       {AddLaunch(app, &la), [&] { return shardctl::RunLaunch(la); }},
-      {AddPlan(app, &pl), [&] { return shardctl::RunPlan(pl); }},
+      {AddPlan(app, &pl),
+       [&] {
+         bool printed = false;
+         shard::Status st = shardctl::RunPlan(pl, &printed);
+         json_printed = printed && pl.json;
+         return st;
+       }},
       {AddPrepareData(app, &prep), [&] { return shardctl::RunPrepareData(prep); }},
       {AddChatTemplate(app, &ct), [&] { return shardctl::RunChatTemplate(ct); }},
       {AddRender(app, &rd, &rd_renamed),
@@ -251,7 +261,7 @@ int main(int argc, char** argv) {
       if (sub->parsed()) st = run();
   }
   if (!st.ok()) {
-    shard::cli::PrintError("shardctl", st, ExitCode(st), shard::cli::WantsJson(argc, argv));
+    shard::cli::PrintError("shardctl", st, ExitCode(st), shard::cli::WantsJson(argc, argv) && !json_printed);
     return ExitCode(st);
   }
   return 0;

@@ -12,7 +12,8 @@
 
 namespace shardctl {
 
-shard::Status RunPlan(const PlanOptions& o) {
+shard::Status RunPlan(const PlanOptions& o, bool* printed) {
+  *printed = false;
   ASSIGN_OR_RETURN(shard::JobConfig job, shard::LoadJobConfig(o.job_file, o.sets));
   ASSIGN_OR_RETURN(shard::plan::HardwareCatalog catalog, shard::plan::LoadDefaultHardwareCatalog());
   const std::string cluster = o.cluster.empty() ? job.resources.cluster : o.cluster;
@@ -34,6 +35,7 @@ shard::Status RunPlan(const PlanOptions& o) {
   }
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
+  *printed = true;
   if (!plan.ok()) return shard::FailedPrecondition(o.job_file + ": " + shard::plan::PlanSummary(plan));
   return shard::OkStatus();
 }

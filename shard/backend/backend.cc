@@ -55,7 +55,9 @@ void Backend::Dropout(const float* x, float* out, int64_t n, float p, uint64_t s
   CopyToDevice(out, h.data(), h.size() * sizeof(float));
 }
 
-void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to) {
+void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) {
+  SHARD_CHECK_MSG(out_dtype == DType::kF32 || out_dtype == round_to,
+                  std::string("DequantizeNf4: ") + DTypeName(out_dtype) + " output rounded to " + DTypeName(round_to));
   if (run.numel <= 0) return;
   const int64_t blocks = run.numel / run.block_size;
   std::vector<uint8_t> codes(static_cast<size_t>(run.numel / 2));
@@ -81,6 +83,10 @@ void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to) {
   if (round_to != DType::kF32) {
     std::vector<uint16_t> lp(h.size());
     ConvertFromF32(round_to, h.data(), lp.data(), h.size());
+    if (out_dtype != DType::kF32) {
+      CopyToDevice(out, lp.data(), lp.size() * sizeof(uint16_t));
+      return;
+    }
     ConvertToF32(round_to, lp.data(), h.data(), h.size());
   }
   CopyToDevice(out, h.data(), h.size() * sizeof(float));

@@ -194,10 +194,12 @@ class Backend {
   virtual void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed);
 
   // out[i] = kNf4Codebook[code i] * scale of i's block, then rounded to
-  // round_to and widened back (kF32: no rounding) — the compute copy of an NF4
-  // shard. The default round-trips through host memory with the reference
-  // loop; the CPU and CUDA backends override it.
-  virtual void DequantizeNf4(const Nf4Run& run, float* out, DType round_to);
+  // round_to (kF32: no rounding) — the compute copy of an NF4 shard. out_dtype
+  // kF32: out holds the rounded values widened back (n floats); out_dtype ==
+  // round_to (two-byte): out holds them as two-byte values (behind the float*,
+  // FsdpOptions::two_byte_compute_copy). The default round-trips through host
+  // memory with the reference loop; the CPU and CUDA backends override it.
+  virtual void DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype);
 
   // ---- Model ops ----------------------------------------------------------
   // out[i,:] = table[tokens[i],:] widened to fp32. The table holds

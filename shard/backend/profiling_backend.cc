@@ -83,8 +83,8 @@ class ProfilingBackend final : public Backend {
     Timed("add", 0, [&] { inner_->Add(a, b, out, n); });
   }
   void Scale(float* x, int64_t n, float s) override { Timed("scale", 0, [&] { inner_->Scale(x, n, s); }); }
-  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to) override {
-    Timed("nf4_dequant", 0, [&] { inner_->DequantizeNf4(run, out, round_to); });
+  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) override {
+    Timed("nf4_dequant", 0, [&] { inner_->DequantizeNf4(run, out, round_to, out_dtype); });
   }
   void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) override {
     Timed("dropout", 0, [&] { inner_->Dropout(x, out, n, p, seed); });

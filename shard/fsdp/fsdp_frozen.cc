@@ -32,14 +32,22 @@ Status FsdpRuntime::WriteFrozenShard(int u, const float* host_shard) {
   return OkStatus();
 }
 
-void FsdpRuntime::DecodeNf4(int u, const float* records, float* out, DType round_to) {
+void FsdpRuntime::DecodeNf4(int u, const float* records, float* out, DType round_to, DType out_dtype) {
   const Unit& x = units_[u];
+  const int64_t elem = static_cast<int64_t>(DTypeSize(out_dtype));
+  char* bytes = reinterpret_cast<char*>(out);
   for (int r = 0; r < shard_size_; ++r) {
     const char* rec = reinterpret_cast<const char*>(records) + static_cast<int64_t>(r) * x.nf4.bytes;
-    backend_->DequantizeNf4(Nf4RunOf(x.nf4, rec), out + x.layout.begin(r), round_to);
+    backend_->DequantizeNf4(Nf4RunOf(x.nf4, rec), reinterpret_cast<float*>(bytes + x.layout.begin(r) * elem),
+                            round_to, out_dtype);
     int64_t k = 0;  // the kept values follow each other in the record, in unit order
     for (const auto& [off, count] : x.kept_runs[r]) {
-      backend_->Copy(out + off, rec + x.nf4.keep_off + k * 4, static_cast<size_t>(count) * 4);
+      const auto* kept = reinterpret_cast<const float*>(rec + x.nf4.keep_off + k * 4);
+      if (out_dtype == DType::kF32) {
+        backend_->Copy(bytes + off * elem, kept, static_cast<size_t>(count) * 4);
+      } else {
+        backend_->CastFromF32(kept, bytes + off * elem, count, out_dtype);
+      }
       k += count;
     }
   }
@@ -54,9 +62,9 @@ Status FsdpRuntime::GatherFrozenUnit(int u, std::vector<float>* out) {
       ASSIGN_OR_RETURN(DeviceBuffer records, DeviceBuffer::Create(backend_, x.nf4.floats() * shard_size_));
       RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), records.data(), x.nf4.floats(), options_.comm)
                           .WithContext("export all-gather of NF4 unit " + std::to_string(u)));
-      DecodeNf4(u, records.data(), full.data(), DType::kF32);
+      DecodeNf4(u, records.data(), full.data(), DType::kF32, DType::kF32);
     } else {
-      DecodeNf4(u, x.params.data(), full.data(), DType::kF32);
+      DecodeNf4(u, x.params.data(), full.data(), DType::kF32, DType::kF32);
     }
   } else {  // a two-byte shard is the base itself (there is no master): widen it
     const DType dt = options_.param_shard_dtype;

@@ -176,7 +176,7 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   Unit& x = units_[u];
   if (x.full.data()) return OkStatus();
   const DType dt = options_.param_dtype;
-  if (lowp_compute(u)) {  // unsharded with an fp32 master: its rounded two-byte copy
+  if (lowp_compute(u) && !x.quantized) {  // unsharded with an fp32 master: its rounded two-byte copy
     if (x.full_lp.data()) return OkStatus();
     const int64_t n = x.layout.numel;
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
@@ -186,10 +186,12 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
     x.gather_ticket = 0;
     return OkStatus();
   }
-  if (x.quantized) {
-    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, x.layout.padded));
+  if (x.quantized) {  // decoded into an fp32 copy, or a two-byte one under two_byte_compute_copy
+    const DType out = lowp_compute(u) ? dt : DType::kF32;
+    ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, out == DType::kF32 ? x.layout.padded
+                                                                               : TwoByteFloats(x.layout.padded)));
     Track(x.full.size() * 4);
-    DecodeNf4(u, sharded() ? x.full_lp.data() : x.params.data(), x.full.data(), dt);
+    DecodeNf4(u, sharded() ? x.full_lp.data() : x.params.data(), x.full.data(), dt, out);
     if (sharded()) {
       Track(-x.full_lp.size() * 4);
       x.full_lp = DeviceBuffer();  // the backend orders the free after the decode
@@ -262,7 +264,9 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
     }
   }
   ++x.holds;
-  const bool lowp = lowp_compute(u);
+  // Where the compute copy is: a gathered (or rounded) two-byte unit's own
+  // buffer, else `full` (fp32, or an NF4 unit's two-byte decode).
+  const bool lowp = lowp_compute(u) && !x.quantized;
   if (!sharded()) {
     if (!lowp_params() && !x.quantized) return static_cast<const float*>(x.params.data());
     if (lowp && lowp_shard()) return static_cast<const float*>(x.params.data());  // the rounded weights already

@@ -91,7 +91,8 @@ struct FsdpOptions {
   // rounded into a two-byte copy) — rather than those values widened to fp32.
   // The model's GEMMs take it as their B operand (GemmArgs::b_dtype), so the
   // products are the same; a held unit costs 2 B per element instead of 4 (6
-  // while widening). NF4 units are still dequantised into an fp32 copy.
+  // while widening). NF4 units are dequantised straight into a two-byte copy
+  // (their kept norm values rounded too, unlike the fp32 decode).
   // precision.h's ApplyPrecision turns it on.
   bool two_byte_compute_copy = false;
   // A frozen base (LoRA, shard/model/lora_linear.h): units are sharded and
@@ -105,7 +106,8 @@ struct FsdpOptions {
   // ranges stay unquantised (nf4_shard.h); empty = no unit is. A quantised
   // unit's layout is aligned to nf4.block_size; its shard is one packed record
   // (WriteNf4Shard sets it), the all-gather moves the records, and the unit is
-  // dequantised into an fp32 compute copy (rounded to param_dtype) on acquire
+  // dequantised into a compute copy (rounded to param_dtype; two-byte under
+  // two_byte_compute_copy) on acquire
   // and freed on release like any gathered unit.
   std::vector<Nf4UnitSpec> nf4_units;
   Nf4Options nf4;
@@ -242,17 +244,18 @@ class FsdpRuntime : public UnitAccess {
   bool lowp_params() const { return options_.param_dtype != DType::kF32; }
   bool lowp_shard() const { return options_.param_shard_dtype != DType::kF32; }
   bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
-  // Unit u's compute copy is two-byte (two_byte_compute_copy): full_lp, or the shard itself.
-  bool lowp_compute(int u) const {
-    return options_.two_byte_compute_copy && lowp_params() && !units_[u].quantized;
-  }
+  // Unit u's compute copy is two-byte (two_byte_compute_copy): full_lp, the
+  // shard itself, or (NF4) `full` holding the two-byte decode.
+  bool lowp_compute(int u) const { return options_.two_byte_compute_copy && lowp_params(); }
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
   // values, or rounding the unsharded master) — or, for an unsharded unit
   // under two_byte_compute_copy, full_lp the rounded master; a no-op once done.
   Status EnsureComputeCopy(int u);
   // Decodes `records` (one NF4 record per shard rank, consecutive) into `out`
-  // (layout.padded floats), rounded to round_to.
-  void DecodeNf4(int u, const float* records, float* out, DType round_to);
+  // (layout.padded elements of out_dtype: kF32, or round_to itself), rounded
+  // to round_to; the kept (unquantised) values are copied, or rounded too
+  // when the output is two-byte.
+  void DecodeNf4(int u, const float* records, float* out, DType round_to, DType out_dtype);
   // GatherUnit of a frozen unit stored as NF4 or two-byte values (no master).
   Status GatherFrozenUnit(int u, std::vector<float>* out);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.

@@ -372,9 +372,11 @@ int64_t AddAdapterState(const EstimateContext& x, Items& dev, int64_t tb) {
                 std::to_string(w.prefetch) + " prefetched" + (x.keep_forward ? ", all forward gathers kept" : "") + ")");
     transient += g.total;
   }
-  if (q) {
-    dev.Add("dequantised unit (" + tname + ")", max_block * tb, "one block's weights dequantised for its GEMMs");
-    transient += max_block * tb;
+  if (q) {  // decoded straight into the compute type (FsdpOptions::two_byte_compute_copy)
+    const int64_t cb = w.compute_bytes();
+    dev.Add("dequantised unit (" + std::string(DTypeName(w.compute)) + ")", max_block * cb,
+            "one block's weights dequantised for its GEMMs");
+    transient += max_block * cb;
   }
   const int64_t lora = LoraParams(c, w.lora_rank, w.lora_targets);
   dev.Add("LoRA adapters (fp32 weights, grads, AdamW m, v)", lora * 16,
@@ -425,11 +427,10 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
     // Each GEMM casts A and B into two grow-only scratch buffers: A at most
     // the gate/up gradient [rows, 2 ffn] or a loss chunk's logit gradient, B
     // only an activation (a weight is B in the compute type already:
-    // GemmArgs::b_dtype), at most [rows, ffn]; QLoRA's dequantised fp32
-    // blocks are still cast, at most the gate/up weight.
-    const int64_t d = c.hidden_size, f = c.intermediate_size;
+    // GemmArgs::b_dtype, QLoRA's dequantised blocks too), at most [rows, ffn].
+    const int64_t f = c.intermediate_size;
     const int64_t a_max = std::max(rows * 2 * f, logit_rows * c.vocab_size);
-    const int64_t b_max = std::max(rows * f, w.method == Method::kQlora ? 2 * f * d : 0);
+    const int64_t b_max = rows * f;
     gemm_scratch = (a_max + b_max) * cb;
     dev.Add("GEMM operand casts (" + cname + ")", gemm_scratch, "largest A and B operands of any GEMM x " +
                                                                    std::to_string(cb) + " B (grow-only scratch)");

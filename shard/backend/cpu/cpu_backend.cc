@@ -76,8 +76,10 @@ class CpuBackend final : public Backend {
     cpu::Dropout(x, out, n, p, seed);
   }
   double SumSquares(const float* x, int64_t n) override { return cpu::SumSquares(x, n); }
-  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to) override {
-    cpu::DequantizeNf4(run, out, round_to);
+  void DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) override {
+    SHARD_CHECK_MSG(out_dtype == DType::kF32 || out_dtype == round_to,
+                    std::string("DequantizeNf4: ") + DTypeName(out_dtype) + " output rounded to " + DTypeName(round_to));
+    cpu::DequantizeNf4(run, out, round_to, out_dtype);
   }
 
   void EmbeddingForward(const int32_t* tokens, int64_t rows, const float* table, DType table_dtype, int dim,

@@ -52,22 +52,28 @@ inline float FromF16(uint16_t h) {
 
 }  // namespace
 
+void NarrowSerial(const float* src, void* dst, int64_t n, DType to) {
+  if (to == DType::kF32) {
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  if (to == DType::kBF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = ToBF16(src[i]);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = ToF16(src[i]);
+  }
+}
+
 void CastFromF32(const float* src, void* dst, int64_t n, DType to) {
   if (to == DType::kF32) {
     if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
     return;
   }
   uint16_t* out = static_cast<uint16_t*>(dst);
-  const bool bf16 = to == DType::kBF16;
-  ParallelFor(n, kCastGrain, [&](int64_t b, int64_t e) {
-    if (bf16) {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) out[i] = ToBF16(src[i]);
-    } else {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) out[i] = ToF16(src[i]);
-    }
-  });
+  ParallelFor(n, kCastGrain, [&](int64_t b, int64_t e) { NarrowSerial(src + b, out + b, e - b, to); });
 }
 
 void WidenSerial(const void* src, float* dst, int64_t n, DType from) {

@@ -37,7 +37,9 @@ void WidenSerial(const void* src, float* dst, int64_t n, DType from);
 // holds); dst may alias src. kF32 copies.
 void RoundThrough(const float* src, float* dst, int64_t n, DType t);
 // cpu_nf4.cc: Backend::DequantizeNf4.
-void DequantizeNf4(const Nf4Run& run, float* out, DType round_to);
+void DequantizeNf4(const Nf4Run& run, void* out, DType round_to, DType out_dtype);
+// CastFromF32 on the calling thread only (for use inside a ParallelFor task).
+void NarrowSerial(const float* src, void* dst, int64_t n, DType to);
 
 // cpu_norm_rope.cc
 void RmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,

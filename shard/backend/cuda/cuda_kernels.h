@@ -24,7 +24,8 @@ void LaunchCastToF32(const void* src, float* dst, int64_t n, DType from, Stream 
 // an op with compute = `through` sees (kF32 copies). dst may equal src.
 void LaunchRoundThrough(const float* src, float* dst, int64_t n, DType through, Stream s);
 // cuda_nf4.cu: Backend::DequantizeNf4.
-void LaunchDequantizeNf4(const Nf4Run& run, float* out, DType round_to, Stream s);
+// out_dtype kF32: fp32 values (rounded through round_to); else two-byte round_to values.
+void LaunchDequantizeNf4(const Nf4Run& run, void* out, DType round_to, DType out_dtype, Stream s);
 // C[m, n] (row stride ldc) = beta * C (0 when beta == 0): GEMMs with k == 0.
 void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, Stream s);
 // Fixed-shape partial sums (the same for a given n on any GPU): writes

@@ -2,7 +2,8 @@
 // frozen base). One thread per code byte: it reads the byte and its block's
 // scale (absmax, or the double-quantised int8 * group scale + mean) and
 // writes two outputs, rounded to the compute dtype with the same
-// round-to-nearest-even as the cast kernels. The codebook sits in constant
+// round-to-nearest-even as the cast kernels: widened back to fp32, or stored
+// as two-byte values (a two-byte compute copy). The codebook sits in constant
 // memory (all threads of a warp read nearby entries: broadcast).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,30 +29,49 @@ __device__ inline float Round(float v, int round_to) {
   return v;
 }
 
+__device__ inline void Store(float v, int round_to, float* out) { *out = Round(v, round_to); }
+__device__ inline void Store(float v, int, __nv_bfloat16* out) { *out = __float2bfloat16_rn(v); }
+__device__ inline void Store(float v, int, __half* out) { *out = __float2half_rn(v); }
+
+template <typename T>
 __global__ void DequantNf4Kernel(const uint8_t* codes, const float* absmax, const int8_t* absmax_q,
                                  const float* absmax_scale, const float* absmax_mean, int64_t bytes,
-                                 int block_size, int round_to, float* out) {
+                                 int block_size, int round_to, T* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < bytes;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = 2 * i / block_size;
     const float s = absmax ? absmax[b]
                            : static_cast<float>(absmax_q[b]) * absmax_scale[b / kDoubleQuantBlock] + *absmax_mean;
     const uint8_t c = codes[i];
-    out[2 * i] = Round(kCodebook[c >> 4] * s, round_to);
-    out[2 * i + 1] = Round(kCodebook[c & 15] * s, round_to);
+    Store(kCodebook[c >> 4] * s, round_to, out + 2 * i);
+    Store(kCodebook[c & 15] * s, round_to, out + 2 * i + 1);
   }
 }
 
 }  // namespace
 
-void LaunchDequantizeNf4(const Nf4Run& run, float* out, DType round_to, Stream s) {
+void LaunchDequantizeNf4(const Nf4Run& run, void* out, DType round_to, DType out_dtype, Stream s) {
   if (run.numel <= 0) return;
   const int64_t bytes = run.numel / 2;
   int64_t grid = (bytes + kThreads - 1) / kThreads;
   grid = grid < 1 ? 1 : (grid > (1 << 16) ? (1 << 16) : grid);
-  DequantNf4Kernel<<<static_cast<unsigned>(grid), kThreads, 0, static_cast<cudaStream_t>(s)>>>(
-      run.codes, run.absmax, run.absmax_q, run.absmax_scale, run.absmax_mean, bytes, run.block_size,
-      static_cast<int>(round_to), out);
+  const auto g = static_cast<unsigned>(grid);
+  const auto st = static_cast<cudaStream_t>(s);
+  const int r = static_cast<int>(round_to);
+  switch (out_dtype) {
+    case DType::kBF16:
+      DequantNf4Kernel<<<g, kThreads, 0, st>>>(run.codes, run.absmax, run.absmax_q, run.absmax_scale,
+                                               run.absmax_mean, bytes, run.block_size, r,
+                                               static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      DequantNf4Kernel<<<g, kThreads, 0, st>>>(run.codes, run.absmax, run.absmax_q, run.absmax_scale,
+                                               run.absmax_mean, bytes, run.block_size, r, static_cast<__half*>(out));
+      break;
+    default:
+      DequantNf4Kernel<<<g, kThreads, 0, st>>>(run.codes, run.absmax, run.absmax_q, run.absmax_scale,
+                                               run.absmax_mean, bytes, run.block_size, r, static_cast<float*>(out));
+  }
   CheckLaunch("DequantizeNf4");
 }
 

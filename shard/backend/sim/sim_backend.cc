@@ -141,7 +141,7 @@ class SimBackend final : public Backend {
   void Fill(float*, int64_t, float) override {}
   void CastFromF32(const float*, void*, int64_t, DType) override {}
   void CastToF32(const void*, float*, int64_t, DType) override {}
-  void DequantizeNf4(const Nf4Run&, float*, DType) override {}
+  void DequantizeNf4(const Nf4Run&, float*, DType, DType) override {}
   void Synchronize() override {}
   void Gemm(const GemmArgs& g) override {
     if (g.m <= 0 || g.n <= 0 || g.k <= 0) return;

@@ -49,6 +49,12 @@ python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['error']; assert e['
 expect_rc 1 "$CTL_BIN" --coordinator 127.0.0.1:1 --state-dir "$T/none" status j --json
 python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['error']; assert e['code']=='UNAVAILABLE' and e['exit_code']==1, e" \
   "$T/out" || fail "an unavailable coordinator under --json: $(cat "$T/out")"
+# plan --json of a job that does not fit: stdout is the plan, one document (the
+# verdict inside it), the reason on stderr, exit 1.
+expect_rc 1 "$CTL_BIN" plan "$SRC/configs/jobs/llama2-70b-sft-4xrtx4090.yaml" --cluster 4xRTX4090 --json
+python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['verdict']=='does not fit', p['verdict']" \
+  "$T/out" || fail "plan --json of a job that does not fit is not one document: $(tail -c 400 "$T/out")"
+grep -q "does not fit: per-GPU peak" "$T/err" || fail "plan --json: no reason on stderr: $(cat "$T/err")"
 # render's flags that mean something else than the global ones are renamed.
 job=$(make_job cli)
 expect_rc 2 "$CTL_BIN" render k8s "$job" --coordinator x:1

@@ -55,13 +55,20 @@ TEST_F(CudaNf4Test, DequantisationMatchesTheCpuBitForBit) {
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
         auto out = DeviceBuffer::Create(gpu_.get(), n);
         ASSERT_TRUE(out.ok());
-        gpu_->DequantizeNf4(dev, out->data(), dt);
+        gpu_->DequantizeNf4(dev, out->data(), dt, DType::kF32);
         std::vector<float> got(n), want(n);
         gpu_->CopyToHost(got.data(), out->data(), n * 4);
-        cpu_->DequantizeNf4(host, want.data(), dt);
+        cpu_->DequantizeNf4(host, want.data(), dt, DType::kF32);
         for (int64_t i = 0; i < n; ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
               << "block " << bs << (dq ? " dq " : " ") << DTypeName(dt) << " element " << i;
+        if (dt == DType::kF32) continue;
+        // Stored two-byte (a two-byte compute copy): bitwise the CPU's.
+        gpu_->DequantizeNf4(dev, out->data(), dt, dt);
+        std::vector<uint16_t> got_lp(n), want_lp(n);
+        gpu_->CopyToHost(got_lp.data(), out->data(), n * 2);
+        cpu_->DequantizeNf4(host, reinterpret_cast<float*>(want_lp.data()), dt, dt);
+        EXPECT_EQ(got_lp, want_lp) << "block " << bs << (dq ? " dq " : " ") << DTypeName(dt) << " stored two-byte";
       }
     }
   }

@@ -80,10 +80,17 @@ TEST(Nf4Shard, CpuDequantisationIsTheReferenceBitwise) {
       } else {
         run.absmax = t->absmax.data();
       }
-      (*be)->DequantizeNf4(run, got.data(), DType::kF32);
+      (*be)->DequantizeNf4(run, got.data(), DType::kF32, DType::kF32);
       EXPECT_EQ(got, want) << "block " << bs << (dq ? " double-quantised" : "");
-      (*be)->DequantizeNf4(run, got_bf16.data(), DType::kBF16);
+      (*be)->DequantizeNf4(run, got_bf16.data(), DType::kBF16, DType::kF32);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got_bf16[i], BF16ToF32(F32ToBF16(want[i]))) << i;
+      // Stored as two-byte values (a two-byte compute copy): the same roundings.
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        std::vector<uint16_t> lp(static_cast<size_t>(n));
+        (*be)->DequantizeNf4(run, reinterpret_cast<float*>(lp.data()), dt, dt);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(lp[i], dt == DType::kBF16 ? F32ToBF16(want[i]) : F32ToF16(want[i])) << DTypeName(dt) << " " << i;
+      }
     }
   }
 }
@@ -144,12 +151,17 @@ void RunRanks(int world, const FsdpOptions& opts, const std::function<void(FsdpR
 TEST(FsdpNf4, EveryRankAcquiresTheWholeUnitQuantisation) {
   for (int world : {1, 3}) {
     for (ShardStrategy strategy : {ShardStrategy::kFullShard, ShardStrategy::kShardGradOp}) {
-      for (DType dt : {DType::kF32, DType::kBF16}) {
-        SCOPED_TRACE("world " + std::to_string(world) + " " + StrategyName(strategy) + " " + DTypeName(dt));
+      // bf16 twice: widened to an fp32 copy, and a two-byte compute copy (NF4
+      // decoded straight to bf16).
+      for (auto [dt, two_byte] : {std::pair{DType::kF32, false}, std::pair{DType::kBF16, false},
+                                  std::pair{DType::kBF16, true}}) {
+        SCOPED_TRACE("world " + std::to_string(world) + " " + StrategyName(strategy) + " " + DTypeName(dt) +
+                     (two_byte ? " two-byte compute copy" : ""));
         FsdpOptions o;
         o.strategy = strategy;
         o.frozen = true;
         o.param_dtype = dt;
+        o.two_byte_compute_copy = two_byte;
         o.nf4_units = kSpecs;
         RunRanks(world, o, [&](FsdpRuntime& rt, int rank) {
           for (int u = 0; u < rt.num_units(); ++u) {
@@ -170,9 +182,11 @@ TEST(FsdpNf4, EveryRankAcquiresTheWholeUnitQuantisation) {
               auto p = rt.AcquireParams(u);
               ASSERT_TRUE(p.ok()) << p.status().ToString();
               const std::vector<float> want = Expected(u, dt);
+              ASSERT_EQ(rt.ParamsDType(u), two_byte ? DType::kBF16 : DType::kF32);
+              const auto* bits = reinterpret_cast<const uint16_t*>(*p);
               for (int64_t i = 0; i < kNumels[u]; ++i) {
                 const float w = kSpecs[u].quantize ? want[i] : (dt == DType::kF32 ? want[i] : BF16ToF32(F32ToBF16(want[i])));
-                ASSERT_EQ((*p)[i], w) << "unit " << u << " element " << i;
+                ASSERT_EQ(two_byte ? BF16ToF32(bits[i]) : (*p)[i], w) << "unit " << u << " element " << i;
               }
               ASSERT_TRUE(rt.ReleaseParams(u).ok());
             }

@@ -122,11 +122,11 @@ TEST(PlannerTest, Bf16OnVoltaCannotRunAndFp16IsRecommended) {
 }
 
 // 70B on four 24 GB cards: full fine-tuning cannot fit, nor can LoRA's bf16
-// base (33 GiB per GPU). QLoRA is priced as the runtime runs it: with fp32
-// compute copies and scratch it lands just under 24 GiB at 2048 tokens,
-// too close to offer with the allocator's headroom; at the design point
-// (transients in bf16, what the published QLoRA + FSDP runs do) it is well
-// inside.
+// base (33 GiB per GPU). QLoRA is priced as the runtime runs it: its NF4
+// blocks decoded straight into a bf16 compute copy (issue 19 item 2c; with
+// the fp32 copy it landed just under 24 GiB, too close to offer), fp32
+// backward scratch: about 20.8 GiB at 2048 tokens, which fits; the design
+// point (every transient in bf16) is lower still.
 TEST(PlannerTest, Llama70bOnFourRtx4090sPricesQloraAsBuilt) {
   Plan p = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090");
   EXPECT_EQ(p.verdict, Verdict::kDoesNotFit);
@@ -138,11 +138,12 @@ TEST(PlannerTest, Llama70bOnFourRtx4090sPricesQloraAsBuilt) {
   Plan q = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090",
                     {"peft.method=qlora", "peft.r=16", "peft.target_modules=all-linear", "peft.double_quant=true"});
   EXPECT_EQ(q.workload.method, Method::kQlora);
-  EXPECT_GT(q.memory.device_total, 22.0 * (1 << 30)) << FormatPlanText(q);
-  EXPECT_LT(q.memory.device_total, 26.0 * (1 << 30)) << FormatPlanText(q);
+  EXPECT_GT(q.memory.device_total, 19.0 * (1 << 30)) << FormatPlanText(q);
+  EXPECT_LT(q.memory.device_total, 22.0 * (1 << 30)) << FormatPlanText(q);
+  EXPECT_EQ(q.verdict, Verdict::kFits) << FormatPlanText(q);
   Workload design = q.workload;
   design.fp32_transients = false;
-  EXPECT_LT(EstimateMemory(design, q.cluster).device_total, 0.9 * q.memory.device_total);
+  EXPECT_LT(EstimateMemory(design, q.cluster).device_total, q.memory.device_total);
   Plan l = PlanFile("llama2-70b-sft-4xrtx4090.yaml", "4xRTX4090", {"peft.method=lora"});
   EXPECT_GT(l.memory.device_total, 32.0 * (1 << 30)) << "the bf16 base alone is 32 GiB per GPU";
 }

@@ -120,11 +120,11 @@ TEST(RecipePeftTest, Llama70bQloraFitsTwoA100s) {
 }
 
 // axolotl's docs run 70B QLoRA + FSDP on two 24 GB cards (Answer.AI's
-// FSDP + QLoRA work). As built that does not fit even at 512 tokens: an fp32
-// compute copy of the dequantised layer, fp32 scratch, the adapters with fp32
-// gradients and moments whole on every rank (FSDP shards them), and Llama 3's
-// 128K-vocabulary embedding and head unquantised (bf16). The design point
-// (everything transient in bf16) removes part of it, not enough for 24 GB.
+// FSDP + QLoRA work). As built that does not fit even at 512 tokens: fp32
+// scratch, the adapters with fp32 gradients and moments whole on every rank
+// (FSDP shards them), and Llama 3's 128K-vocabulary embedding and head
+// unquantised (bf16). The design point (everything transient in bf16)
+// removes a little of it, not enough for 24 GB.
 TEST(RecipePeftTest, AxolotlQloraComparison) {
   const Plan p = PlanRecipe("llama3-70b-qlora-2xa100-80gb.yaml", "2xRTX3090",
                             {"train.micro_batch=1", "data.seq_len=512", "train.global_batch=16"});
@@ -136,7 +136,7 @@ TEST(RecipePeftTest, AxolotlQloraComparison) {
               p.memory.device_total / kGiB, d.device_total / kGiB, Item(p.memory, "LoRA adapters") / kGiB);
   EXPECT_NE(p.verdict, Verdict::kFits);
   EXPECT_GT(p.memory.device_total, 24 * kGiB);
-  EXPECT_LT(d.device_total, 0.9 * p.memory.device_total);
+  EXPECT_LT(d.device_total, p.memory.device_total);
 }
 
 }  // namespace
