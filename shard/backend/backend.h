@@ -186,11 +186,12 @@ class Backend {
   virtual void Scale(float* x, int64_t n, float s) = 0;
   // sum of x[i]^2 accumulated in double.
   virtual double SumSquares(const float* x, int64_t n) = 0;
-  // Inverted dropout: out[i] = DropoutKeep(seed, i, p) ? x[i] / (1 - p) : 0
-  // (out may alias x). The mask is a pure function of (seed, i), so a
-  // backward pass regenerates it instead of storing it, and applying the op to
-  // a gradient with the same seed is its own backward. The default round-trips
-  // through host memory (correct on every backend); the CPU backend overrides it.
+  // Inverted dropout: out[i] = DropoutKeep(seed, i, p) ? x[i] * (1 / (1 - p)) : 0
+  // (the scale rounded to float first; out may alias x). The mask is a pure
+  // function of (seed, i), so a backward pass regenerates it instead of
+  // storing it, and applying the op to a gradient with the same seed is its
+  // own backward. The default round-trips through host memory (correct on
+  // every backend); the CPU and CUDA backends override it with the same bits.
   virtual void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed);
 
   // out[i] = kNf4Codebook[code i] * scale of i's block, then rounded to
@@ -258,7 +259,13 @@ class Backend {
 // Whether element i survives dropout with probability p under `seed`: a
 // splitmix64 hash of (seed, i) compared with p * 2^32. Pure, so any backend
 // (and any reference in a test) draws the same mask.
-inline bool DropoutKeep(uint64_t seed, int64_t i, float p) {
+// (Host and device: the CUDA kernel includes this header through nvcc.)
+#if defined(__CUDACC__)
+#define SHARD_HOST_DEVICE __host__ __device__
+#else
+#define SHARD_HOST_DEVICE
+#endif
+SHARD_HOST_DEVICE inline bool DropoutKeep(uint64_t seed, int64_t i, float p) {
   uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(i) + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

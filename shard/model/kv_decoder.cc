@@ -9,19 +9,12 @@
 namespace shard {
 namespace {
 
-// y[n, out] (+)= x[n, in] · W[out, in]^T in fp32 (generation has no mixed
-// precision: the weights are the fp32 ones LoadModelForInference holds; a
-// two-byte unit would be widened exactly).
+// Generation has no mixed precision: fp32 GEMMs on the weights as handed out
+// (the fp32 ones LoadModelForInference holds; a two-byte unit is widened
+// exactly).
 void Linear(Backend* be, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out, float* y,
             float beta = 0.0f) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = n, g.n = out, g.k = in;
-  g.a = x, g.lda = in;
-  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
-  g.beta = beta;
-  g.c = y, g.ldc = out;
-  be->Gemm(g);
+  LinearForward(be, DType::kF32, x, w, n, in, out, y, beta);
 }
 
 }  // namespace

@@ -23,20 +23,6 @@ struct LlamaModel::LowpActs {
 
 namespace {
 
-// y[N,out] (+)= x[N,in] · W[out,in]^T
-void LinearForward(Backend* be, DType dt, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out, float* y,
-                   float beta = 0.0f) {
-  GemmArgs g;
-  g.compute = dt;
-  g.trans_b = true;
-  g.m = n, g.n = out, g.k = in;
-  g.a = x, g.lda = in;
-  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
-  g.beta = beta;
-  g.c = y, g.ldc = out;
-  be->Gemm(g);
-}
-
 // dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (skipped when dw is null)
 void LinearBackward(Backend* be, DType dt, const float* x, WeightRef w, const float* dy, int64_t n, int64_t in,
                     int64_t out, float* dx, float* dw) {

@@ -2,6 +2,19 @@
 
 namespace shard {
 
+void LinearForward(Backend* be, DType compute, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out,
+                   float* y, float beta) {
+  GemmArgs g;
+  g.compute = compute;
+  g.trans_b = true;
+  g.m = n, g.n = out, g.k = in;
+  g.a = x, g.lda = in;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
+  g.beta = beta;
+  g.c = y, g.ldc = out;
+  be->Gemm(g);
+}
+
 StatusOr<UnitWeights> UnitWeights::Create(Backend* backend, const UnitSpec& spec) {
   UnitWeights u;
   u.backend_ = backend;

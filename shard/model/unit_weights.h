@@ -22,6 +22,11 @@ struct WeightRef {
   DType dtype = DType::kF32;
 };
 
+// y[n, out] (+)= x[n, in] · W[out, in]^T with W as stored (GemmArgs::b_dtype),
+// the inputs rounded to `compute` (GemmArgs::compute); beta 1 adds into y.
+void LinearForward(Backend* be, DType compute, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out,
+                   float* y, float beta = 0.0f);
+
 class UnitWeights {
  public:
   UnitWeights() = default;

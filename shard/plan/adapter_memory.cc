@@ -41,7 +41,6 @@ LoraActivationElems LoraActivations(const LlamaConfig& config, int rank, const s
   const int64_t sets = checkpointing ? 1 : config.num_layers;
   a.saved = sets * static_cast<int64_t>(l.tensors.size()) * rows * l.r;
   a.other = config.hidden_size;
-  a.dropout_call = rows * l.max_in;
   return a;
 }
 

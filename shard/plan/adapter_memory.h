@@ -33,7 +33,6 @@ struct LoraActivationElems {
   int64_t scratch = 0;  // LoraScratch: t and g [rows, r]; with dropout its input and gradient [rows, max_in]
   int64_t saved = 0;    // t = dropout(x)·Aᵀ per adapter of each saved layer set [rows, r]
   int64_t other = 0;    // the frozen final norm's unused weight gradient [d]
-  int64_t dropout_call = 0;  // elements of the largest dropout call [rows, max_in] (not in total())
   int64_t total() const { return scratch + saved + other; }
 };
 LoraActivationElems LoraActivations(const LlamaConfig& config, int rank, const std::vector<LoraTarget>& targets,

@@ -490,17 +490,7 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   int64_t max_unit_shard = 0;
   for (int64_t n : numels) max_unit_shard = std::max(max_unit_shard, Layout(n, S).shard_numel);
   const int64_t staged = ranks * max_unit_shard * 4;
-  // LoRA dropout on a GPU: no kernel yet, so Backend::Dropout copies each
-  // adapter input through the host during the step (one call at a time).
-  const int64_t dropout_trip =
-      peft && w.lora_dropout > 0
-          ? LoraActivations(w.model, w.lora_rank, w.lora_targets, x.rows, w.activation_checkpointing, true)
-                    .dropout_call * 4
-          : 0;
-  if (dropout_trip > 0)
-    host.Add("LoRA dropout host round trip (no GPU dropout kernel yet)", ranks * dropout_trip,
-             std::to_string(ranks) + " ranks x " + Num(x.rows) + " tokens x widest adapter input x 4 B (during steps)");
-  est.host_writer_alloc += std::max({est.host_snapshot_per_writer, max_unit_shard * 4, dropout_trip});
+  est.host_writer_alloc += std::max(est.host_snapshot_per_writer, max_unit_shard * 4);
   if (snapshot > 0 && peft)
     host.Add("LoRA checkpoint host copies (fp32 adapters, m, v; freed after)", snapshot, "rank 0 x adapters x 12 B");
   else if (snapshot > 0)

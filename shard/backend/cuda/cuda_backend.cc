@@ -236,6 +236,9 @@ class CudaBackend final : public Backend {
     LaunchAttentionBackward(shape, RoundedQkv(shape, qkv), segment_ids, out, lse, dout, dqkv,
                             Starts(shape, segment_ids), delta, stream_);
   }
+  void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) override {
+    LaunchDropout(x, out, n, p, seed, stream_);
+  }
   void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
     LaunchSwiGluForward(gu, rows, ffn, h, stream_);
   }

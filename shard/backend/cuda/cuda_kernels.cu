@@ -57,6 +57,12 @@ __device__ T BlockSum(T v) {
 }
 
 __global__ void FillKernel(float* x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
+
+// Backend::Dropout: the mask from backend.h's DropoutKeep (host and device),
+// the kept values times the float scale — the CPU backend's bits.
+__global__ void DropoutKernel(const float* x, float* out, int64_t n, float p, float keep_scale, uint64_t seed) {
+  GRID_STRIDE(i, n) out[i] = DropoutKeep(seed, i, p) ? x[i] * keep_scale : 0.0f;
+}
 __global__ void AddKernel(const float* a, const float* b, float* out, int64_t n) {
   GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
@@ -283,6 +289,12 @@ void LaunchFill(float* x, int64_t n, float value, Stream s) {
   if (n <= 0) return;
   FillKernel<<<GridFor(n), kThreads, 0, S(s)>>>(x, n, value);
   CheckLaunch("Fill");
+}
+void LaunchDropout(const float* x, float* out, int64_t n, float p, uint64_t seed, Stream s) {
+  if (n <= 0) return;
+  const float keep_scale = 1.0f / (1.0f - p);
+  DropoutKernel<<<GridFor(n), kThreads, 0, S(s)>>>(x, out, n, p, keep_scale, seed);
+  CheckLaunch("Dropout");
 }
 void LaunchAdd(const float* a, const float* b, float* out, int64_t n, Stream s) {
   if (n <= 0) return;

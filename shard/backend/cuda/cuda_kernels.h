@@ -15,6 +15,8 @@ using Stream = void*;  // cudaStream_t
 
 // cuda_kernels.cu
 void LaunchFill(float* x, int64_t n, float value, Stream s);
+// Backend::Dropout (the same bits as the CPU backend's).
+void LaunchDropout(const float* x, float* out, int64_t n, float p, uint64_t seed, Stream s);
 void LaunchAdd(const float* a, const float* b, float* out, int64_t n, Stream s);
 void LaunchScale(float* x, int64_t n, float v, Stream s);
 // cuda_cast.cu

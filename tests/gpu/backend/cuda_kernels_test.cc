@@ -167,6 +167,27 @@ TEST_F(CudaKernelsTest, EmbeddingForwardOfATwoByteTableIsExact) {
   }
 }
 
+// LoRA dropout: the mask is DropoutKeep on both sides, the scale the same
+// float: bitwise the CPU backend, in place too.
+TEST_F(CudaKernelsTest, DropoutIsBitwiseTheCpu) {
+  SKIP_WITHOUT_GPU(gpu_, why_);
+  const int64_t n = 1000003;
+  auto x = Random(n, 9);
+  for (float p : {0.05f, 0.1f, 0.5f}) {
+    std::vector<float> out[2];
+    Backend* bes[2] = {gpu_.get(), cpu_.get()};
+    for (int k = 0; k < 2; ++k) {
+      DeviceBuffer d = Up(bes[k], x);
+      bes[k]->Dropout(d.data(), d.data(), n, p, 1234567u);
+      out[k] = Down(bes[k], d);
+    }
+    ExpectClose(out[0], out[1], 0, 0, "dropout p=" + std::to_string(p) + " (exact)");
+    int64_t dropped = 0;
+    for (float v : out[0]) dropped += v == 0.0f;
+    EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.01) << p;
+  }
+}
+
 TEST_F(CudaKernelsTest, ElementwiseAndReductions) {
   SKIP_WITHOUT_GPU(gpu_, why_);
   const int64_t n = 1000003;

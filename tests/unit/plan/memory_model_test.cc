@@ -207,7 +207,8 @@ TEST(MemoryModelTest, LoraAdaptersAndPathBuffers) {
   // Without dropout the adapters read x itself: no [rows, in] buffers.
   EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kQ}, rows, true, false).scratch, 2 * rows * 16);
   EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kDown}, rows, false, false).saved, 32 * rows * 16);
-  EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kDown}, rows, false, true).dropout_call, rows * 11008);
+  // Dropout's input and gradient are as wide as the widest adapter input (down: ffn).
+  EXPECT_EQ(LoraActivations(c, 16, {LoraTarget::kDown}, rows, false, true).scratch, 2 * rows * 11008 + 2 * rows * 16);
   // NF4: 4 bits + a 32-bit absmax per 64 weights; double quantised: an
   // 8-bit code per block and a 32-bit scale per 256 blocks.
   EXPECT_DOUBLE_EQ(Nf4Bits(64, false), 4.5);
