@@ -27,6 +27,7 @@
 #include "shard/train/local_params.h"
 #include "shard/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/unit/train/phrase_tokens.h"
 
 namespace shard {
 namespace {
@@ -108,23 +109,7 @@ TEST(GpuModelTest, PackedForwardBackwardMatchesCpu) {
   }
 }
 
-std::string MakeTokens(int n, int vocab) {
-  std::string path = ::testing::TempDir() + "/gpu_train_tokens.u32";
-  std::mt19937 rng(3);
-  std::vector<std::vector<uint32_t>> phrases(8);
-  for (auto& p : phrases) {
-    p.resize(5 + rng() % 6);
-    for (auto& t : p) t = rng() % vocab;
-  }
-  std::vector<uint32_t> toks;
-  while (static_cast<int>(toks.size()) < n) {
-    auto& p = phrases[rng() % phrases.size()];
-    toks.insert(toks.end(), p.begin(), p.end());
-  }
-  toks.resize(n);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(toks.data()), toks.size() * 4);
-  return path;
-}
+std::string MakeTokens(int n, int vocab) { return testing_tokens::MakePhraseTokens("gpu_train_tokens", n, vocab); }
 
 std::vector<double> TrainCurve(const std::string& tokens, const std::string& device, const std::string& precision) {
   const std::string yaml = "name: gpu-curve\nmodel: {preset: tiny}\ndata: {tokens: " + tokens +
