@@ -130,33 +130,6 @@ StatusOr<std::unique_ptr<Backend>> CreateUnwrapped(const std::string& device, co
 
 }  // namespace
 
-StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n_floats) {
-  DeviceBuffer b;
-  b.backend_ = backend;
-  b.n_ = n_floats;
-  if (n_floats > 0) {
-    ASSIGN_OR_RETURN(void* p, backend->Allocate(static_cast<size_t>(n_floats) * sizeof(float)));
-    b.data_ = static_cast<float*>(p);
-  }
-  return b;
-}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (data_) backend_->Free(data_);
-    backend_ = o.backend_;
-    data_ = o.data_;
-    n_ = o.n_;
-    o.data_ = nullptr;
-    o.n_ = 0;
-  }
-  return *this;
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (data_) backend_->Free(data_);
-}
-
 StatusOr<void*> Backend::AllocateHost(size_t bytes) {
   constexpr size_t kAlignment = 64;
   const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -170,20 +143,34 @@ StatusOr<void*> Backend::AllocateHost(size_t bytes) {
 
 void Backend::FreeHost(void* ptr) { std::free(ptr); }
 
-StatusOr<HostBuffer> HostBuffer::Create(Backend* backend, int64_t n_floats) {
-  HostBuffer b;
+template <BufferSide kSide>
+StatusOr<BackendBuffer<kSide>> BackendBuffer<kSide>::Create(Backend* backend, int64_t n_floats) {
+  BackendBuffer b;
   b.backend_ = backend;
   b.n_ = n_floats;
   if (n_floats > 0) {
-    ASSIGN_OR_RETURN(void* p, backend->AllocateHost(static_cast<size_t>(n_floats) * sizeof(float)));
+    const size_t bytes = static_cast<size_t>(n_floats) * sizeof(float);
+    ASSIGN_OR_RETURN(void* p, kSide == BufferSide::kDevice ? backend->Allocate(bytes) : backend->AllocateHost(bytes));
     b.data_ = static_cast<float*>(p);
   }
   return b;
 }
 
-HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+template <BufferSide kSide>
+void BackendBuffer<kSide>::Release() {
+  if (!data_) return;
+  if (kSide == BufferSide::kDevice) {
+    backend_->Free(data_);
+  } else {
+    backend_->FreeHost(data_);
+  }
+  data_ = nullptr;
+}
+
+template <BufferSide kSide>
+BackendBuffer<kSide>& BackendBuffer<kSide>::operator=(BackendBuffer&& o) noexcept {
   if (this != &o) {
-    if (data_) backend_->FreeHost(data_);
+    Release();
     backend_ = o.backend_;
     data_ = o.data_;
     n_ = o.n_;
@@ -193,8 +180,7 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   return *this;
 }
 
-HostBuffer::~HostBuffer() {
-  if (data_) backend_->FreeHost(data_);
-}
+template class BackendBuffer<BufferSide::kDevice>;
+template class BackendBuffer<BufferSide::kHost>;
 
 }  // namespace shard

@@ -290,46 +290,37 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device,
 // or a device). Never fails.
 int NumCudaDevices();
 
-// A buffer of n floats in a backend's memory. Movable, not copyable.
-class DeviceBuffer {
+// A buffer of n floats from one of a backend's allocators: its memory
+// (Allocate/Free: DeviceBuffer) or its host memory (AllocateHost/FreeHost,
+// pinned on device backends: HostBuffer). Movable, not copyable.
+enum class BufferSide { kDevice, kHost };
+
+template <BufferSide kSide>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  static StatusOr<DeviceBuffer> Create(Backend* backend, int64_t n_floats);
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  BackendBuffer() = default;
+  static StatusOr<BackendBuffer> Create(Backend* backend, int64_t n_floats);
+  BackendBuffer(BackendBuffer&& o) noexcept { *this = std::move(o); }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept;
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { Release(); }
 
   float* data() const { return data_; }
   int64_t size() const { return n_; }
   int32_t* as_int() const { return reinterpret_cast<int32_t*>(data_); }
 
  private:
+  void Release();
+
   Backend* backend_ = nullptr;
   float* data_ = nullptr;
   int64_t n_ = 0;
 };
 
-// A buffer of n floats in host memory from a backend's AllocateHost (pinned on
-// device backends). Movable, not copyable.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  static StatusOr<HostBuffer> Create(Backend* backend, int64_t n_floats);
-  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
-  HostBuffer& operator=(HostBuffer&& o) noexcept;
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer();
-
-  float* data() const { return data_; }
-  int64_t size() const { return n_; }
-
- private:
-  Backend* backend_ = nullptr;
-  float* data_ = nullptr;
-  int64_t n_ = 0;
-};
+using DeviceBuffer = BackendBuffer<BufferSide::kDevice>;
+using HostBuffer = BackendBuffer<BufferSide::kHost>;
+extern template class BackendBuffer<BufferSide::kDevice>;
+extern template class BackendBuffer<BufferSide::kHost>;
 
 }  // namespace shard
