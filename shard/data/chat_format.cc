@@ -1,5 +1,7 @@
 #include "shard/data/chat_format.h"
 
+#include <span>
+
 namespace shard {
 
 std::string ChatFormat::Name() const { return hf ? hf->Fingerprint() : ChatTemplateName(*named); }
@@ -11,6 +13,25 @@ Status ChatFormat::CheckTokens(const Tokenizer& tok) const { return hf ? OkStatu
 Status ChatFormat::Apply(const std::vector<Message>& messages, const Tokenizer& tok, TrainOn train_on,
                          TokenizedSample* out) const {
   return hf ? hf->Apply(messages, tok, train_on, out) : ApplyChatTemplate(*named, messages, tok, train_on, out);
+}
+
+StatusOr<std::optional<int32_t>> ChatFormat::TurnEnd(const Tokenizer& tok) const {
+  // A reply that ends in plain text: what the template trains after it.
+  const std::vector<Message> turn = {{Role::kUser, "Hi"}, {Role::kAssistant, "Hello there"}};
+  TokenizedSample s;
+  RETURN_IF_ERROR(Apply(turn, tok, TrainOn::kAssistant, &s));
+  int64_t last = -1;
+  for (size_t i = 0; i < s.mask.size(); ++i)
+    if (s.mask[i]) last = static_cast<int64_t>(i);
+  if (last < 0) return std::optional<int32_t>();
+  const int32_t id = s.tokens[last];
+  if (tok.eos_id() && id == *tok.eos_id()) return std::optional<int32_t>(id);
+  // Only a special token ("<|eot_id|>", "<|im_end|>", "<end_of_turn>") ends a
+  // turn: a template that closes replies with plain text ("</a>") or nothing
+  // would make generation stop at an ordinary character or word.
+  const std::string text = tok.Decode(std::span<const int32_t>(&id, 1));
+  const bool special = text.size() > 2 && text.front() == '<' && text.back() == '>' && tok.TokenId(text) == id;
+  return special ? std::optional<int32_t>(id) : std::optional<int32_t>();
 }
 
 StatusOr<ChatFormat> ResolveChatFormat(const std::string& spec, const std::string& tokenizer) {

@@ -32,6 +32,12 @@ struct ChatFormat {
   std::string Describe() const;
   Status CheckTokens(const Tokenizer& tok) const;
   Status Apply(const std::vector<Message>& messages, const Tokenizer& tok, TrainOn train_on, TokenizedSample* out) const;
+  // The token that ends an assistant turn under this format — what a model
+  // fine-tuned on it learns to emit when its reply is done (EOS for plain and
+  // llama2, <|eot_id|> for llama3, <|im_end|> for chatml, whatever the
+  // model's own template puts there): the last trained token of a one-turn
+  // conversation. nullopt when the reply's last trained token is its text.
+  StatusOr<std::optional<int32_t>> TurnEnd(const Tokenizer& tok) const;
 };
 
 // IsChatFormatSpec (shard/spec/data_config.h) checks the spellings

@@ -1,5 +1,6 @@
 #include "shard/data/tokenizer_export.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -9,7 +10,8 @@
 
 namespace shard {
 
-StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir) {
+StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir,
+                                                        const std::vector<int32_t>& stop_ids) {
   namespace fs = std::filesystem;
   std::vector<std::string> written;
   if (tokenizer.empty() || tokenizer == "byte") return written;
@@ -23,9 +25,25 @@ StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& token
     RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / name).string(), bytes));
     written.push_back(name);
   }
-  nlohmann::json gen = {{"_from_model_config", true}};
-  if (auto b = tok->bos_id()) gen["bos_token_id"] = *b;
-  if (auto e = tok->eos_id()) gen["eos_token_id"] = *e;
+  nlohmann::ordered_json gen = {{"_from_model_config", true}};
+  if (fs::exists(src / "generation_config.json", ec)) {  // the model's own: sampling defaults, its eos list
+    const std::string path = (src / "generation_config.json").string();
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    gen = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (gen.is_discarded() || !gen.is_object()) return InvalidArgument(path + ": not a JSON object");
+  }
+  if (auto b = tok->bos_id(); b && !gen.contains("bos_token_id")) gen["bos_token_id"] = *b;
+  // eos_token_id: an id or a list (transformers reads both); ids appended in order, once each.
+  std::vector<int32_t> eos;
+  const nlohmann::ordered_json had = gen.value("eos_token_id", nlohmann::ordered_json());
+  for (const auto& v : had.is_array() ? had : nlohmann::ordered_json::array({had}))
+    if (v.is_number_integer()) eos.push_back(v.get<int32_t>());
+  std::vector<int32_t> add = stop_ids;
+  if (auto e = tok->eos_id()) add.insert(add.begin(), *e);
+  for (int32_t id : add)
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  if (eos.size() == 1) gen["eos_token_id"] = eos[0];
+  if (eos.size() > 1) gen["eos_token_id"] = eos;
   RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / "generation_config.json").string(), gen.dump(2) + "\n"));
   written.push_back("generation_config.json");
   return written;

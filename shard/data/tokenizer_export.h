@@ -1,8 +1,11 @@
 // The tokenizer half of an exported HF folder: the tokenizer folder's files
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
 // tokenizer.model, chat_template.jinja, those present) copied beside the
-// weights, and generation_config.json written with the bos/eos ids, so
-// AutoTokenizer and generation find what they need in the folder as it is.
+// weights, and generation_config.json — the folder's own when it has one
+// (its sampling defaults kept), with the tokenizer's bos/eos and the given
+// stop ids merged into bos_token_id/eos_token_id — so AutoTokenizer and
+// generation find what they need in the folder as it is, and generation
+// stops where the fine-tune taught the model to end a turn.
 //
 // Thread-safety: pure function over files.
 #pragma once
@@ -15,7 +18,11 @@
 namespace shard {
 
 // tokenizer: a LoadTokenizer spec (folder or file). "byte" copies nothing and
-// writes no generation_config.json. Returns the file names written.
-StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir);
+// writes no generation_config.json. stop_ids: more ids eos_token_id must list
+// (ChatFormat::TurnEnd of the data's template). Returns the file names
+// written; a generation_config.json that is not a JSON object is an error
+// naming it.
+StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir,
+                                                        const std::vector<int32_t>& stop_ids = {});
 
 }  // namespace shard

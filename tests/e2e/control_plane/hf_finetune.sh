@@ -56,6 +56,10 @@ for f in config.json model.safetensors tokenizer.json tokenizer_config.json gene
   [ -f "$T/out/hf/$f" ] || fail "export lacks $f: $(ls "$T/out/hf")"
 done
 grep -q '"model_type": "qwen2"' "$T/out/hf/config.json" || fail "export is not qwen2: $(cat "$T/out/hf/config.json")"
+# The base folder's generation_config.json goes along (both of its eos ids),
+# with the ChatML turn end <|im_end|> (258) the fine-tune taught among them.
+python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); assert g["eos_token_id"] == [258, 256], g' \
+  "$T/out/hf/generation_config.json" || fail "exported generation_config.json: $(cat "$T/out/hf/generation_config.json")"
 # 4. Generate from the fine-tuned folder, with its chat template and eos ids.
 gen=$(ctl generate --model out/hf --messages chat.json --max-new 12 --json) || fail "generate: $gen"
 echo "$gen" | python3 -c '

