@@ -43,7 +43,7 @@ Status RunExport(const ExportOptions& o) {
   }
   RETURN_IF_ERROR(writer.Finish());
   RETURN_IF_ERROR(shard::WriteFileAtomic(o.out + "/config.json", config.ToHfConfigJson()));
-  ASSIGN_OR_RETURN(std::vector<std::string> tok_files, shard::ExportTokenizerFiles(o.tokenizer, o.out));
+  ASSIGN_OR_RETURN(std::vector<std::string> tok_files, shard::ExportChatTokenizer(o.tokenizer, o.chat_template, o.out));
   for (const auto& f : tok_files) std::printf("wrote %s/%s\n", o.out.c_str(), f.c_str());
   std::printf("exported step %lld of job %s (%.2fM parameters, %s) to %s\n", static_cast<long long>(m.step),
               m.job.c_str(), config.NumParams() / 1e6, o.dtype.c_str(), o.out.c_str());

@@ -55,6 +55,7 @@ struct ExportOptions {
   std::string dtype = "fp32";
   int64_t max_file_bytes = int64_t{5} << 30;
   std::string tokenizer;  // "" / byte: no tokenizer files (shard/data/tokenizer_export.h)
+  std::string chat_template = "auto";  // whose end-of-turn token generation_config.json stops at too
 };
 shard::Status RunExport(const ExportOptions& o);
 

@@ -75,6 +75,10 @@ CLI::App* AddExport(CLI::App& app, shardctl::ExportOptions* o) {
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer folder whose tokenizer files are copied in (and generation_config.json written)");
+  sub->add_option("--template", o->chat_template,
+                  "The chat template the model was fine-tuned with (as data.template): generation_config.json's "
+                  "eos_token_id also lists the token it ends a reply with")
+      ->capture_default_str();
   return sub;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/data/chat_format.h"
 #include "shard/data/tokenizer.h"
 
 namespace shard {
@@ -47,6 +48,17 @@ StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& token
   RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / "generation_config.json").string(), gen.dump(2) + "\n"));
   written.push_back("generation_config.json");
   return written;
+}
+
+StatusOr<std::vector<std::string>> ExportChatTokenizer(const std::string& tokenizer, const std::string& chat_template,
+                                                       const std::string& out_dir) {
+  if (tokenizer.empty() || tokenizer == "byte") return std::vector<std::string>();
+  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(tokenizer));
+  ASSIGN_OR_RETURN(ChatFormat format, ResolveChatFormat(chat_template, tokenizer));
+  ASSIGN_OR_RETURN(std::optional<int32_t> turn_end, format.TurnEnd(*tok));
+  std::vector<int32_t> stop;
+  if (turn_end) stop.push_back(*turn_end);
+  return ExportTokenizerFiles(tokenizer, out_dir, stop);
 }
 
 }  // namespace shard

@@ -25,4 +25,11 @@ namespace shard {
 StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir,
                                                         const std::vector<int32_t>& stop_ids = {});
 
+// ExportTokenizerFiles with the end-of-turn token of `chat_template` (a
+// data.template spelling: auto, hf, hf:NAME, plain, llama2, llama3, chatml)
+// as the stop id (ChatFormat::TurnEnd): what a model fine-tuned on that
+// template ends its replies with. "" or "byte" tokenizers: nothing written.
+StatusOr<std::vector<std::string>> ExportChatTokenizer(const std::string& tokenizer, const std::string& chat_template,
+                                                       const std::string& out_dir);
+
 }  // namespace shard

@@ -6,9 +6,7 @@
 #include <filesystem>
 
 #include "shard/common/logging.h"
-#include "shard/data/chat_format.h"
 #include "shard/data/prepare_sft.h"
-#include "shard/data/tokenizer.h"
 #include "shard/data/tokenizer_export.h"
 #include "shard/train/sft_eval.h"
 #include "shard/train/trainer.h"
@@ -73,13 +71,7 @@ Status Trainer::Evaluate(StepMetrics* m) {
 }
 
 Status Trainer::ExportTokenizer() {
-  if (job_.data.tokenizer.empty() || job_.data.tokenizer == "byte") return OkStatus();  // no files to go along
-  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(job_.data.tokenizer));
-  ASSIGN_OR_RETURN(ChatFormat format, ResolveChatFormat(job_.data.chat_template, job_.data.tokenizer));
-  ASSIGN_OR_RETURN(std::optional<int32_t> turn_end, format.TurnEnd(*tok));
-  std::vector<int32_t> stop;
-  if (turn_end) stop.push_back(*turn_end);
-  return ExportTokenizerFiles(job_.data.tokenizer, job_.export_.hf_dir, stop).status();
+  return ExportChatTokenizer(job_.data.tokenizer, job_.data.chat_template, job_.export_.hf_dir).status();
 }
 
 }  // namespace shard

@@ -60,6 +60,14 @@ grep -q '"model_type": "qwen2"' "$T/out/hf/config.json" || fail "export is not q
 # with the ChatML turn end <|im_end|> (258) the fine-tune taught among them.
 python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); assert g["eos_token_id"] == [258, 256], g' \
   "$T/out/hf/generation_config.json" || fail "exported generation_config.json: $(cat "$T/out/hf/generation_config.json")"
+# shardctl export of the last step with the tokenizer: the same folder
+# (template auto: the folder's ChatML template, whose turn end is <|im_end|>).
+ctl export "ckpt/$name/step_00000030" --out out/cli --tokenizer hf > /dev/null || fail "export --tokenizer hf"
+cmp "$T/out/cli/generation_config.json" "$T/out/hf/generation_config.json" ||
+  fail "export --tokenizer wrote another generation_config.json: $(cat "$T/out/cli/generation_config.json")"
+out=$(ctl export "ckpt/$name/step_00000030" --out out/cli2 --tokenizer hf --template llama3 2>&1) &&
+  fail "export --template llama3 succeeded with a ChatML tokenizer: $out"
+grep -q "has no special token <|begin_of_text|>" <<< "$out" || fail "export --template llama3: unclear error: $out"
 # 4. Generate from the fine-tuned folder, with its chat template and eos ids.
 gen=$(ctl generate --model out/hf --messages chat.json --max-new 12 --json) || fail "generate: $gen"
 echo "$gen" | python3 -c '
