@@ -55,9 +55,18 @@ void Backend::Dropout(const float* x, float* out, int64_t n, float p, uint64_t s
   CopyToDevice(out, h.data(), h.size() * sizeof(float));
 }
 
-void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) {
+void CheckStoredB(const GemmArgs& g) {
+  SHARD_CHECK_MSG(g.b_dtype == DType::kF32 || g.compute == DType::kF32 || g.b_dtype == g.compute,
+                  std::string("GEMM: B stored as ") + DTypeName(g.b_dtype) + " with compute " + DTypeName(g.compute));
+}
+
+void CheckNf4Output(DType round_to, DType out_dtype) {
   SHARD_CHECK_MSG(out_dtype == DType::kF32 || out_dtype == round_to,
                   std::string("DequantizeNf4: ") + DTypeName(out_dtype) + " output rounded to " + DTypeName(round_to));
+}
+
+void Backend::DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) {
+  CheckNf4Output(round_to, out_dtype);
   if (run.numel <= 0) return;
   const int64_t blocks = run.numel / run.block_size;
   std::vector<uint8_t> codes(static_cast<size_t>(run.numel / 2));

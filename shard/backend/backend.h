@@ -62,6 +62,11 @@ struct GemmArgs {
   // one of an fp32 B holding the same values, bit for bit on the CPU.
   DType b_dtype = DType::kF32;
 };
+// Aborts (a programming error) when g's b_dtype breaks the rule above; every
+// backend's Gemm checks it the same way.
+void CheckStoredB(const GemmArgs& g);
+// The same for Backend::DequantizeNf4's output type: kF32 or round_to.
+void CheckNf4Output(DType round_to, DType out_dtype);
 
 // Shape of a fused qkv activation: [batch*seq, (n_heads + 2*n_kv_heads) * head_dim],
 // query heads first, then key heads, then value heads. Query head h reads

@@ -176,7 +176,7 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   Unit& x = units_[u];
   if (x.full.data()) return OkStatus();
   const DType dt = options_.param_dtype;
-  if (lowp_compute(u) && !x.quantized) {  // unsharded with an fp32 master: its rounded two-byte copy
+  if (lowp_compute() && !x.quantized) {  // unsharded with an fp32 master: its rounded two-byte copy
     if (x.full_lp.data()) return OkStatus();
     const int64_t n = x.layout.numel;
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
@@ -187,7 +187,7 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
     return OkStatus();
   }
   if (x.quantized) {  // decoded into an fp32 copy, or a two-byte one under two_byte_compute_copy
-    const DType out = lowp_compute(u) ? dt : DType::kF32;
+    const DType out = lowp_compute() ? dt : DType::kF32;
     ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, out == DType::kF32 ? x.layout.padded
                                                                                : TwoByteFloats(x.layout.padded)));
     Track(x.full.size() * 4);
@@ -266,7 +266,7 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
   ++x.holds;
   // Where the compute copy is: a gathered (or rounded) two-byte unit's own
   // buffer, else `full` (fp32, or an NF4 unit's two-byte decode).
-  const bool lowp = lowp_compute(u) && !x.quantized;
+  const bool lowp = lowp_compute() && !x.quantized;
   if (!sharded()) {
     if (!lowp_params() && !x.quantized) return static_cast<const float*>(x.params.data());
     if (lowp && lowp_shard()) return static_cast<const float*>(x.params.data());  // the rounded weights already
@@ -281,7 +281,7 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
 }
 
 DType FsdpRuntime::ParamsDType(int u) const {
-  return u >= 0 && u < num_units() && lowp_compute(u) ? options_.param_dtype : DType::kF32;
+  return u >= 0 && u < num_units() && lowp_compute() ? options_.param_dtype : DType::kF32;
 }
 
 Status FsdpRuntime::ReleaseParams(int u) {

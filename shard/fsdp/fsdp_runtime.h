@@ -244,9 +244,9 @@ class FsdpRuntime : public UnitAccess {
   bool lowp_params() const { return options_.param_dtype != DType::kF32; }
   bool lowp_shard() const { return options_.param_shard_dtype != DType::kF32; }
   bool lowp_grads() const { return options_.reduce_dtype != DType::kF32; }
-  // Unit u's compute copy is two-byte (two_byte_compute_copy): full_lp, the
-  // shard itself, or (NF4) `full` holding the two-byte decode.
-  bool lowp_compute(int u) const { return options_.two_byte_compute_copy && lowp_params(); }
+  // Compute copies are two-byte (two_byte_compute_copy): full_lp, the shard
+  // itself, or (NF4) `full` holding the two-byte decode.
+  bool lowp_compute() const { return options_.two_byte_compute_copy && lowp_params(); }
   // Makes units_[u].full the fp32 compute copy (widening the gathered two-byte
   // values, or rounding the unsharded master) — or, for an unsharded unit
   // under two_byte_compute_copy, full_lp the rounded master; a no-op once done.

@@ -127,9 +127,6 @@ class Trainer {
   // export.hf_dir of a peft: job: the PEFT adapter folder, or (export.merge)
   // the full HF model with the adapters merged in.
   Status ExportLora(const std::string& dir, DType dtype);
-  // The SFT data's tokenizer beside export.hf_dir's weights, generation
-  // stopping at the chat template's end of turn too (trainer_eval.cc).
-  Status ExportTokenizer();
   // Adapter-only checkpoints (lora_checkpoint.h): rank 0 writes; every rank resumes.
   Status SaveLora();
   Status ResumeLora();

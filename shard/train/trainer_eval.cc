@@ -7,7 +7,6 @@
 
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
-#include "shard/data/tokenizer_export.h"
 #include "shard/train/sft_eval.h"
 #include "shard/train/trainer.h"
 
@@ -68,10 +67,6 @@ Status Trainer::Evaluate(StepMetrics* m) {
              secs);
   }
   return OkStatus();
-}
-
-Status Trainer::ExportTokenizer() {
-  return ExportChatTokenizer(job_.data.tokenizer, job_.data.chat_template, job_.export_.hf_dir).status();
 }
 
 }  // namespace shard

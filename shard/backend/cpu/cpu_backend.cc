@@ -77,8 +77,7 @@ class CpuBackend final : public Backend {
   }
   double SumSquares(const float* x, int64_t n) override { return cpu::SumSquares(x, n); }
   void DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) override {
-    SHARD_CHECK_MSG(out_dtype == DType::kF32 || out_dtype == round_to,
-                    std::string("DequantizeNf4: ") + DTypeName(out_dtype) + " output rounded to " + DTypeName(round_to));
+    CheckNf4Output(round_to, out_dtype);
     cpu::DequantizeNf4(run, out, round_to, out_dtype);
   }
 

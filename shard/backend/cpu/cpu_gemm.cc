@@ -40,8 +40,7 @@ void SgemmSlice(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j
 
 void Gemm(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
-  SHARD_CHECK_MSG(g.b_dtype == DType::kF32 || g.compute == DType::kF32 || g.b_dtype == g.compute,
-                  std::string("Gemm: B stored as ") + DTypeName(g.b_dtype) + " with compute " + DTypeName(g.compute));
+  CheckStoredB(g);
   if ((g.compute != DType::kF32 || g.b_dtype != DType::kF32) && g.k > 0) {
     // Two-byte inputs: round copies of A and B (each span keeps its leading
     // dimension), then the fp32 product of the rounded values — what tensor

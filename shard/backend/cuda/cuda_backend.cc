@@ -175,8 +175,7 @@ class CudaBackend final : public Backend {
     LaunchCastToF32(src, dst, n, from, stream_);
   }
   void DequantizeNf4(const Nf4Run& run, float* out, DType round_to, DType out_dtype) override {
-    SHARD_CHECK_MSG(out_dtype == DType::kF32 || out_dtype == round_to,
-                    std::string("DequantizeNf4: ") + DTypeName(out_dtype) + " output rounded to " + DTypeName(round_to));
+    CheckNf4Output(round_to, out_dtype);
     LaunchDequantizeNf4(run, out, round_to, out_dtype, stream_);
   }
   void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }

@@ -161,9 +161,7 @@ const void* LtGemm::Prepare(const float* x, DType stored, int64_t rows, int64_t 
 
 void LtGemm::Run(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
-  SHARD_CHECK_MSG(g.b_dtype == DType::kF32 || g.compute == DType::kF32 || g.b_dtype == g.compute,
-                  std::string("cuda backend: GEMM B stored as ") + DTypeName(g.b_dtype) + " with compute " +
-                      DTypeName(g.compute));
+  CheckStoredB(g);
   if (g.k <= 0) {
     LaunchScaleMatrix(g.c, g.m, g.n, g.ldc, g.beta, stream_);
     return;

@@ -15,6 +15,7 @@
 
 #include "shard/comm/wire_types.h"
 #include "shard/fsdp/fsdp_runtime.h"
+#include "tests/unit/fsdp/runtime_ranks.h"
 
 namespace shard {
 namespace {
@@ -35,37 +36,9 @@ float Rounded(float x, DType t) {
   return t == DType::kBF16 ? BF16ToF32(F32ToBF16(x)) : F16ToF32(F32ToF16(x));
 }
 
-// Runs body(runtime, rank) on `world` threads, each with its own runtime over a
-// local shard group.
 void RunRanks(int world, const FsdpOptions& opts, const std::function<void(FsdpRuntime&, int)>& body,
               const std::vector<int64_t>& numels = kNumels) {
-  static std::atomic<int> group{0};
-  const std::string prefix = "fsdp-mp-" + std::to_string(group++) + "/";
-  std::vector<std::thread> threads;
-  std::atomic<int> ran{0};
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto backend = CreateBackend("cpu");
-      ASSERT_TRUE(backend.ok());
-      std::unique_ptr<Communicator> comm;
-      if (world > 1) {
-        CommConfig cc;
-        cc.backend = "local";
-        cc.rank = r;
-        cc.world_size = world;
-        cc.prefix = prefix;
-        auto c = CreateCommunicator(cc);
-        ASSERT_TRUE(c.ok()) << c.status().ToString();
-        comm = std::move(*c);
-      }
-      auto rt = FsdpRuntime::Create(backend->get(), numels, opts, std::move(comm), nullptr);
-      ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-      body(**rt, r);
-      ++ran;
-    });
-  }
-  for (auto& t : threads) t.join();
-  ASSERT_EQ(ran.load(), world);
+  fsdp_testing::RunRuntimeRanks(world, opts, numels, body);
 }
 
 void FillMasters(FsdpRuntime& rt, int rank) {

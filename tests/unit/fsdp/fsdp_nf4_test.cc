@@ -17,6 +17,7 @@
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/fsdp/nf4_shard.h"
 #include "shard/tensor/nf4.h"
+#include "tests/unit/fsdp/runtime_ranks.h"
 
 namespace shard {
 namespace {
@@ -122,30 +123,7 @@ std::vector<float> Expected(int u, DType round_to) {
 }
 
 void RunRanks(int world, const FsdpOptions& opts, const std::function<void(FsdpRuntime&, int)>& body) {
-  static std::atomic<int> group{0};
-  const std::string prefix = "fsdp-nf4-" + std::to_string(group++) + "/";
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto backend = CreateBackend("cpu");
-      ASSERT_TRUE(backend.ok());
-      std::unique_ptr<Communicator> comm;
-      if (world > 1) {
-        CommConfig cc;
-        cc.backend = "local";
-        cc.rank = r;
-        cc.world_size = world;
-        cc.prefix = prefix;
-        auto c = CreateCommunicator(cc);
-        ASSERT_TRUE(c.ok()) << c.status().ToString();
-        comm = std::move(*c);
-      }
-      auto rt = FsdpRuntime::Create(backend->get(), kNumels, opts, std::move(comm), nullptr);
-      ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-      body(**rt, r);
-    });
-  }
-  for (auto& t : threads) t.join();
+  fsdp_testing::RunRuntimeRanks(world, opts, kNumels, body);
 }
 
 TEST(FsdpNf4, EveryRankAcquiresTheWholeUnitQuantisation) {

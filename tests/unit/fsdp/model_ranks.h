@@ -1,6 +1,6 @@
-// One micro-batch of a small LlamaModel over an FSDP runtime per rank, ranks
-// as threads (local communicator): the harness of the tests that compare two
-// ways of running the same step bit for bit (fsdp_store_once_test,
+// Micro-batches of a small LlamaModel over an FSDP runtime per rank, ranks as
+// threads (local communicator): the harness of the tests that compare two ways
+// of running the same step bit for bit (fsdp_store_once_test,
 // fsdp_two_byte_compute_test).
 #pragma once
 
@@ -14,6 +14,7 @@
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/model/init.h"
 #include "shard/model/llama_model.h"
+#include "tests/unit/fsdp/runtime_ranks.h"
 
 namespace shard::fsdp_testing {
 
@@ -88,17 +89,7 @@ inline std::vector<RankResult> RunRanks(const LlamaConfig& c, const RankOptions&
     threads.emplace_back([&, r] {
       auto backend = CreateBackend("cpu");
       ASSERT_TRUE(backend.ok());
-      std::unique_ptr<Communicator> comm;
-      if (o.world > 1) {
-        CommConfig cc;
-        cc.backend = "local";
-        cc.rank = r;
-        cc.world_size = o.world;
-        cc.prefix = prefix;
-        auto made = CreateCommunicator(cc);
-        ASSERT_TRUE(made.ok()) << made.status().ToString();
-        comm = std::move(*made);
-      }
+      std::unique_ptr<Communicator> comm = LocalComm(o.world, r, prefix);
       ModelOptions mo;
       mo.max_batch = 2;
       mo.max_seq = 8;

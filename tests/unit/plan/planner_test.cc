@@ -13,23 +13,13 @@
 
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
+#include "tests/unit/plan/catalog_fixture.h"
 
 namespace shard::plan {
 namespace {
 
-std::string Root() {
-  const char* src = std::getenv("SHARDD_SOURCE_DIR");
-  return src ? src : ".";
-}
-
-const HardwareCatalog& Catalog() {
-  static const HardwareCatalog cat = [] {
-    auto c = LoadHardwareCatalog(Root() + "/configs/hardware");
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? *c : HardwareCatalog{};
-  }();
-  return cat;
-}
+using testing_catalog::Catalog;
+using testing_catalog::Root;
 
 Plan PlanFile(const std::string& file, const std::string& cluster, const std::vector<std::string>& sets = {}) {
   auto job = LoadJobConfig(Root() + "/configs/jobs/" + file, sets);

@@ -11,23 +11,13 @@
 
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
+#include "tests/unit/plan/catalog_fixture.h"
 
 namespace shard::plan {
 namespace {
 
-std::string Root() {
-  const char* src = std::getenv("SHARDD_SOURCE_DIR");
-  return src ? src : ".";
-}
-
-const HardwareCatalog& Catalog() {
-  static const HardwareCatalog cat = [] {
-    auto c = LoadHardwareCatalog(Root() + "/configs/hardware");
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? *c : HardwareCatalog{};
-  }();
-  return cat;
-}
+using testing_catalog::Catalog;
+using testing_catalog::Root;
 
 Plan PlanRecipe(const std::string& cluster) {
   // Relative paths in the job file (model.from_hf) are the repository's.

@@ -13,23 +13,13 @@
 #include "shard/comm/communicator.h"
 #include "shard/plan/planner.h"
 #include "shard/sim/sim_report.h"
+#include "tests/unit/plan/catalog_fixture.h"
 
 namespace shard::sim {
 namespace {
 
-std::string Root() {
-  const char* src = std::getenv("SHARDD_SOURCE_DIR");
-  return src ? src : ".";
-}
-
-const plan::HardwareCatalog& Catalog() {
-  static const plan::HardwareCatalog cat = [] {
-    auto c = plan::LoadHardwareCatalog(Root() + "/configs/hardware");
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? *c : plan::HardwareCatalog{};
-  }();
-  return cat;
-}
+using plan::testing_catalog::Catalog;
+using plan::testing_catalog::Root;
 
 // A 70B-recipe-shaped job (seq 2048, global batch 64) with overrides.
 JobConfig Job(const std::vector<std::string>& sets) {

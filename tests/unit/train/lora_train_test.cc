@@ -21,10 +21,14 @@
 #include "shard/model/init.h"
 #include "shard/train/peft_inference.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/lora_test_util.h"
 #include "tests/unit/train/phrase_tokens.h"
 
 namespace shard {
 namespace {
+
+using lora_testing::AdapterLayers;
+using lora_testing::MaxRelDiff;
 
 std::string MakeTokens(const std::string& name, int n, int vocab) {
   return testing_tokens::MakePhraseTokens(name, n, vocab);
@@ -89,16 +93,6 @@ RunOut Train(const std::string& tokens, int world, const std::vector<std::string
   for (auto& th : threads) th.join();
   for (int r = 1; r < world; ++r) EXPECT_EQ(outs[r].adapters, outs[0].adapters) << "rank " << r << " drifted";
   return outs[0];
-}
-
-double MaxRelDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double diff = 0, scale = 1e-30;
-  for (size_t l = 0; l < a.size(); ++l)
-    for (size_t i = 0; i < a[l].size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[l][i]) - b[l][i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(a[l][i])));
-    }
-  return diff / scale;
 }
 
 TEST(LoraTrain, AdaptersLearnOnAFrozenBase) {
@@ -195,13 +189,6 @@ TEST(LoraTrain, Bf16BaseIsHeldInTwoBytes) {
       }
     }
   }
-}
-
-std::vector<std::vector<float>> AdapterLayers(Trainer& tr) {
-  const LoraLayout& ll = tr.lora()->layout();
-  std::vector<std::vector<float>> out(ll.num_layers, std::vector<float>(ll.layer_numel));
-  for (int l = 0; l < ll.num_layers; ++l) tr.lora()->ReadLayer(l, out[l].data());
-  return out;
 }
 
 TEST(LoraTrain, ExportsPeftLayoutMergedModelAndLoadsItBack) {

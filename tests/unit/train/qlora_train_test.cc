@@ -23,10 +23,14 @@
 #include "shard/model/init.h"
 #include "shard/tensor/nf4.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/lora_test_util.h"
 #include "tests/unit/train/phrase_tokens.h"
 
 namespace shard {
 namespace {
+
+using lora_testing::AdapterLayers;
+using lora_testing::MaxRelDiff;
 
 std::string MakeTokens(const std::string& name, int n, int vocab) {
   return testing_tokens::MakePhraseTokens(name, n, vocab, /*seed=*/5);
@@ -48,13 +52,6 @@ struct RunOut {
   bool base_unchanged = true;
   int64_t grad_bytes = -1, moment_bytes = -1, param_bytes = -1;
 };
-
-std::vector<std::vector<float>> AdapterLayers(Trainer& tr) {
-  const LoraLayout& ll = tr.lora()->layout();
-  std::vector<std::vector<float>> out(ll.num_layers, std::vector<float>(ll.layer_numel));
-  for (int l = 0; l < ll.num_layers; ++l) tr.lora()->ReadLayer(l, out[l].data());
-  return out;
-}
 
 RunOut Train(const std::string& tokens, int world, const std::string& method, const std::vector<std::string>& sets,
              const std::string& model = "{preset: tiny}") {
@@ -173,16 +170,6 @@ TEST(QloraTrain, Fp32StepIsLoraOnTheReferenceDequantisedBase) {
   RunOut qh = Train(tokens, 2, "qlora", {"train.seed=1234"}, "{from_hf: " + plain + "}");
   EXPECT_EQ(qh.losses, q2.losses);
   EXPECT_EQ(qh.adapters, q2.adapters);
-}
-
-double MaxRelDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double diff = 0, scale = 1e-30;
-  for (size_t l = 0; l < a.size(); ++l)
-    for (size_t i = 0; i < a[l].size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[l][i]) - b[l][i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(a[l][i])));
-    }
-  return diff / scale;
 }
 
 TEST(QloraTrain, RanksAgreeAcrossStrategiesAndHoldOnlyNf4) {
