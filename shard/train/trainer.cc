@@ -457,9 +457,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   ++step_;
   samples_seen_ += gb.consumed;
   tokens_seen_ += gb.tokens;
-  const bool periodic =
-      job_.checkpoint.every_steps > 0 && (step_ % job_.checkpoint.every_steps == 0 || step_ == tc.steps);
-  if (periodic || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(lora_ ? SaveLora() : checkpointer_->Save(RunState()));
+  if (CheckpointDue(step_) || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(lora_ ? SaveLora() : checkpointer_->Save(RunState()));
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / static_cast<double>(gb.target_tokens);
@@ -527,6 +525,15 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     window_tokens += m.positions;
     if (on_step) on_step(m);
     if (tb) WriteTensorBoard(tb, m);
+    // A checkpoint's steps are on disk in the event file too, so a run killed
+    // and resumed from it leaves no hole in TensorBoard's curves.
+    if (tb && CheckpointDue(m.step)) {
+      Status st = tb->Flush();
+      if (!st.ok()) {
+        LOG_WARN("TensorBoard events stop: {}", st.ToString());
+        tb.reset();
+      }
+    }
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
       LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}", m.step, tc.steps, m.loss,
                m.lr, m.grad_norm, window_tokens / std::max(window_seconds, 1e-9),

@@ -143,6 +143,10 @@ class Trainer {
   // trainer_eval.cc: eval.data prepared and opened on every rank (no-op without eval:).
   Status PrepareEvalData();
   bool EvalDue(int64_t step) const;
+  // checkpoint.every_steps says to save after `step` (and after the last step).
+  bool CheckpointDue(int64_t step) const {
+    return job_.checkpoint.every_steps > 0 && (step % job_.checkpoint.every_steps == 0 || step == job_.train.steps);
+  }
   // Scores eval.data with all ranks; fills m->eval_*.
   Status Evaluate(StepMetrics* m);
   Manifest RunState() const;

@@ -63,9 +63,13 @@ url="http://127.0.0.1:$http/"
 list=$(browse --dump-dom) || fail "chromium failed on the job list"
 grep -q "#/job/$id" <<<"$list" || fail "the job list does not link the job"
 
-# Rank 0's TensorBoard events, read back by an independent reader.
-ev=$(ls "$T/ckpt/dash/"events.out.tfevents.* | head -n 1)
-[ -f "$ev" ] || fail "no TensorBoard event file under $T/ckpt/dash"
-python3 "$SRC/tests/e2e/control_plane/read_tfevents.py" "$ev" 40 || fail "the TensorBoard file does not read back"
+# Rank 0's TensorBoard events (one file per attempt), read back by an
+# independent reader. Attempt 1's file holds at least the steps of the
+# checkpoint it was resumed from: the trainer flushes the events at each save.
+ev=("$T/ckpt/dash/"events.out.tfevents.*)
+[ -f "${ev[0]}" ] || fail "no TensorBoard event file under $T/ckpt/dash"
+[ "${#ev[@]}" -ge 2 ] || fail "one TensorBoard file for two attempts: ${ev[*]}"
+python3 "$SRC/tests/e2e/control_plane/read_tfevents.py" 40 "${ev[0]}" || fail "attempt 1's TensorBoard file lacks the committed steps"
+python3 "$SRC/tests/e2e/control_plane/read_tfevents.py" 60 "${ev[@]}" || fail "the TensorBoard files do not read back"
 ctl cancel "$id" >/dev/null
 echo PASS

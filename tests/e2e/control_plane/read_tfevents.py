@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Reads a TensorBoard event file without TensorFlow: checks every record's
-masked CRC32C, decodes Event/Summary protobuf fields, and requires the version
-record plus at least MIN_STEPS steps carrying the scalar tags shardd writes."""
+"""Reads a run's TensorBoard event files (one per attempt) without TensorFlow:
+checks every record's masked CRC32C, decodes Event/Summary protobuf fields, and
+requires each file's version record, the first file to start at step 1, and at
+least MIN_STEPS distinct steps over all files carrying the scalar tags shardd
+writes.  Usage: read_tfevents.py MIN_STEPS FILE..."""
 import struct
 import sys
 
@@ -50,17 +52,17 @@ def varint(buf, i):
             return v, i
 
 
-def main(path, min_steps):
+def read(path):
     data = open(path, "rb").read()
     at, events = 0, []
     while at < len(data):
         header = data[at:at + 8]
         (n,) = struct.unpack("<Q", header)
         (hcrc,) = struct.unpack("<I", data[at + 8:at + 12])
-        assert hcrc == masked(header), "length CRC mismatch at %d" % at
+        assert hcrc == masked(header), "%s: length CRC mismatch at %d" % (path, at)
         body = data[at + 12:at + 12 + n]
         (dcrc,) = struct.unpack("<I", data[at + 12 + n:at + 16 + n])
-        assert dcrc == masked(body), "data CRC mismatch at %d" % at
+        assert dcrc == masked(body), "%s: data CRC mismatch at %d" % (path, at)
         ev = {"step": 0, "scalars": {}}
         for num, v in fields(body):
             if num == 2:
@@ -73,14 +75,22 @@ def main(path, min_steps):
                     ev["scalars"][kv[1].decode()] = struct.unpack("<f", kv[2])[0]
         events.append(ev)
         at += 16 + n
-    assert events and events[0].get("version") == "brain.Event:2", "no brain.Event:2 version record"
-    steps = [e for e in events[1:] if e["scalars"]]
-    assert len(steps) >= min_steps, "only %d steps" % len(steps)
+    assert events and events[0].get("version") == "brain.Event:2", "%s: no brain.Event:2 version record" % path
+    return events
+
+
+def main(min_steps, paths):
+    files = [read(p) for p in sorted(paths)]
+    steps = [e for events in files for e in events[1:] if e["scalars"]]
+    distinct = sorted({e["step"] for e in steps})
+    assert len(distinct) >= min_steps, "only %d distinct steps in %d file(s)" % (len(distinct), len(files))
     for tag in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "step_time_s"):
         assert tag in steps[-1]["scalars"], "no %s scalar" % tag
-    assert [e["step"] for e in steps[:5]] == [1, 2, 3, 4, 5], "steps out of order"
-    print("tfevents: %d records, %d steps, last loss %.4f" % (len(events), len(steps), steps[-1]["scalars"]["loss"]))
+    first = [e["step"] for e in files[0][1:] if e["scalars"]]
+    assert first[:5] == [1, 2, 3, 4, 5], "the first file's steps are out of order: %s" % first[:5]
+    print("tfevents: %d file(s), %d records, %d distinct steps, last loss %.4f" %
+          (len(files), sum(len(f) for f in files), len(distinct), steps[-1]["scalars"]["loss"]))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(int(sys.argv[1]), sys.argv[2:])
