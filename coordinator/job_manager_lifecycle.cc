@@ -107,6 +107,9 @@ void JobManager::Tick() {
 
 std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView& view) {
   const int64_t now = opts_.now_ms();
+  if (opts_.stall_forgive_s > 0 && last_decide_ms_ > 0 && now - last_decide_ms_ > opts_.stall_forgive_s * 1000)
+    ForgiveStallLocked(now - last_decide_ms_, now);
+  last_decide_ms_ = now;
   rendezvous_.ExpireWaiters(now);
   for (const RankExit& e : view.exits) {
     auto it = jobs_.find(e.job_id);
@@ -150,6 +153,24 @@ std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView&
     }
   }
   return plans;
+}
+
+void JobManager::ForgiveStallLocked(int64_t gap_ms, int64_t now) {
+  int forgiven = 0;
+  for (auto& [id, jp] : jobs_) {
+    Job& j = *jp;
+    if (j.state != v1::LAUNCHING && j.state != v1::RUNNING) continue;
+    for (Rank& r : j.ranks) {
+      r.launched_ms = std::min(now, r.launched_ms + gap_ms);
+      r.last_heartbeat_ms = std::min(now, r.last_heartbeat_ms + gap_ms);
+      r.last_progress_ms = std::min(now, r.last_progress_ms + gap_ms);
+    }
+    ++forgiven;
+  }
+  if (forgiven > 0)
+    LOG_WARN("coordinator: {:.1f} s since its last health check (this process was stalled); the workers of {} "
+             "running job(s) are not held to that gap",
+             gap_ms / 1000.0, forgiven);
 }
 
 void JobManager::CheckRunningLocked(Job& j, const LauncherView& view, int64_t now) {

@@ -50,8 +50,9 @@ class CheckpointCommitterTest : public ScratchTest {
       auto r = c.Add(Report(step, sr, shard_count));
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_EQ(r->has_value(), sr == shard_count - 1) << "shard " << sr;
-      if (r->has_value())
+      if (r->has_value()) {
         ASSERT_TRUE(CheckpointCommitter::Retain(StepDir(step), c.keep_last(), (*r)->run_fingerprint).ok());
+      }
     }
   }
 };

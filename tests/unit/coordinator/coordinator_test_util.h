@@ -161,6 +161,7 @@ class JobManagerTest : public ScratchTest {
     o.kill_grace_s = kKillGraceS;
     o.register_timeout_s = kRegisterTimeoutS;
     o.now_ms = [this] { return now_ms_; };
+    o.stall_forgive_s = stall_forgive_s_;
     o.allowed_roots = allowed_roots_;
     return std::make_unique<JobManager>(o, store_.get(), launcher);
   }
@@ -274,6 +275,7 @@ class JobManagerTest : public ScratchTest {
 
   std::string workdir_;
   std::vector<std::string> allowed_roots_;  // canonical; NewManager confines job paths to them
+  double stall_forgive_s_ = 0;              // off: Advance jumps the clock between Ticks
   int64_t now_ms_ = 1'700'000'000'000;
   FakeLauncher launcher_;
   std::unique_ptr<StateStore> store_;

@@ -66,7 +66,7 @@ TEST(CheckPemTest, RefusesASwappedCertificateAndKeyAndNonPem) {
 
 TEST(CheckTlsClientFilesTest, ACertificateNeedsItsKeyAndTls) {
   EXPECT_TRUE(CheckTlsClientFiles({}).ok()) << "plaintext";
-  EXPECT_TRUE(CheckTlsClientFiles({"ca.pem"}).ok()) << "server TLS only";
+  EXPECT_TRUE(CheckTlsClientFiles({"ca.pem", "", ""}).ok()) << "server TLS only";
   EXPECT_TRUE(CheckTlsClientFiles({"ca.pem", "c.pem", "k.pem"}).ok()) << "mutual TLS";
 
   auto half = CheckTlsClientFiles({"ca.pem", "c.pem", ""});
@@ -87,7 +87,7 @@ TEST_F(TlsFilesTest, ReadsTheTextsOrNamesTheFileItCannotRead) {
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_FALSE(plain->has_value());
 
-  auto server_only = ReadTlsClientFiles({Path("ca.pem")});
+  auto server_only = ReadTlsClientFiles({Path("ca.pem"), "", ""});
   ASSERT_TRUE(server_only.ok()) << server_only.status().ToString();
   ASSERT_TRUE(server_only->has_value());
   EXPECT_EQ((*server_only)->root_certs, kCert);

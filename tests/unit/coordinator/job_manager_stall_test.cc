@@ -1,0 +1,69 @@
+// A stalled coordinator (a suspended VM, a disk that held its lock) is no
+// rank's silence: a health check that comes long after the previous one moves
+// the ranks' clocks past the gap, and a rank that is really silent is still
+// caught on the regular ticks after it.
+#include <gtest/gtest.h>
+
+#include "tests/unit/coordinator/coordinator_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+class JobManagerStallTest : public JobManagerTest {
+ protected:
+  void SetUp() override {
+    JobManagerTest::SetUp();
+    stall_forgive_s_ = 5;  // the production rule; restart.heartbeat_timeout_s is 10
+    manager_ = NewManager(&launcher_);
+  }
+};
+
+TEST_F(JobManagerStallTest, ACoordinatorStallIsNotARankSilence) {
+  const std::string id = StartRunningJob();
+  HeartbeatAll(id, 1);
+  Advance(1);
+  manager_->Tick();
+  Advance(30);  // nothing ran here: no Tick, no heartbeat handled
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
+  // The ranks are held to the deadline again from here: rank 0 heartbeats,
+  // rank 1 stays silent and is caught on the regular ticks.
+  for (int t = 0; t < 12 && State(id) == v1::RUNNING; ++t) {
+    Advance(1);
+    ASSERT_TRUE(Heartbeat(id, 1, 0, 2, TokenOf(id, 1)).ok());
+    manager_->Tick();
+  }
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_TRUE(Contains(Reason(id), "rank 1 missed its heartbeat deadline")) << Reason(id);
+  // Silent 1 s before the stall plus 10 s after it: the gap is not counted.
+  EXPECT_TRUE(Contains(Reason(id), "silent for 11.0 s")) << Reason(id);
+}
+
+TEST_F(JobManagerStallTest, RegularTicksStillCatchASilentRank) {
+  const std::string id = StartRunningJob();
+  HeartbeatAll(id, 1);
+  int ticks = 0;
+  while (State(id) == v1::RUNNING && ticks < 20) {
+    Advance(1);
+    manager_->Tick();
+    ++ticks;
+  }
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_EQ(ticks, 11) << "caught on the first tick past 10 s of silence";
+  EXPECT_TRUE(Contains(Reason(id), "heartbeat")) << Reason(id);
+}
+
+TEST_F(JobManagerStallTest, AStallBeforeRegistrationDoesNotUseUpTheRegistrationDeadline) {
+  const std::string id = SubmitJob();
+  manager_->Tick();
+  Advance(1);
+  manager_->Tick();
+  Advance(kRegisterTimeoutS + 10);  // stalled for longer than the whole deadline
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  RegisterAll(id);
+  EXPECT_EQ(State(id), v1::RUNNING);
+}
+
+}  // namespace
+}  // namespace shardd::testing
