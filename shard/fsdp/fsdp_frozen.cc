@@ -55,6 +55,17 @@ void FsdpRuntime::DecodeNf4(int u, const float* records, float* out, DType round
 
 Status FsdpRuntime::GatherFrozenUnit(int u, std::vector<float>* out) {
   Unit& x = units_[u];
+  if (!out) {  // this rank takes part in the collective and keeps nothing
+    if (!sharded()) return OkStatus();
+    const int64_t words = x.quantized ? x.nf4.floats() * shard_size_ : (x.layout.padded + 1) / 2;
+    ASSIGN_OR_RETURN(DeviceBuffer gathered, DeviceBuffer::Create(backend_, words));
+    if (x.quantized)
+      return shard_comm_->AllGather(x.params.data(), gathered.data(), x.nf4.floats(), options_.comm)
+          .WithContext("export all-gather of NF4 unit " + std::to_string(u));
+    return shard_comm_->AllGather(x.params.data(), gathered.data(), x.layout.shard_numel, options_.param_shard_dtype,
+                                  options_.comm)
+        .WithContext("export all-gather of unit " + std::to_string(u));
+  }
   out->resize(x.layout.numel);
   ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
   if (x.quantized) {  // the dequantised base, as the model computes with it (fp32: no rounding)

@@ -542,9 +542,10 @@ Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host
   if (lowp_shard() && host_master == nullptr)
     return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
                     DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");
-  out->resize(x.layout.numel);
+  if (out) out->resize(x.layout.numel);
   const size_t shard_bytes = static_cast<size_t>(x.layout.shard_numel) * sizeof(float);
   if (!sharded()) {
+    if (!out) return OkStatus();
     if (host_master) {
       std::copy(host_master, host_master + x.layout.numel, out->begin());
     } else {
@@ -562,7 +563,7 @@ Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host
   ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
   RETURN_IF_ERROR(shard_comm_->AllGather(send, full.data(), x.layout.shard_numel, options_.comm)
                       .WithContext("export all-gather of unit " + std::to_string(u)));
-  backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
+  if (out) backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
   return OkStatus();
 }
 

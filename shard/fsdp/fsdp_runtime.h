@@ -196,7 +196,8 @@ class FsdpRuntime : public UnitAccess {
   // the device shard; required when the device shard is two-byte (it holds
   // only the rounded weights) unless the base is frozen (then the rounded
   // weights are the base: widened), otherwise optional (null: the device shard).
-  // NF4 units give their dequantised values.
+  // NF4 units give their dequantised values. `out` null: this rank takes part
+  // in the collective and keeps nothing (the ranks that do not write an export).
   Status GatherUnit(int u, std::vector<float>* out, const float* host_master = nullptr);
 
   // UnitAccess.

@@ -64,8 +64,8 @@ Status Trainer::ExportLora(const std::string& dir, DType dtype) {
     return OkStatus();
   };
   if (dist_.rank != 0) {
-    std::vector<float> buf;
-    for (int u = 0; u < layout.num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf, optimizer_->master(u)));
+    for (int u = 0; u < layout.num_units(); ++u)
+      RETURN_IF_ERROR(runtime_->GatherUnit(u, /*out=*/nullptr, optimizer_->master(u)));
     return OkStatus();
   }
   return shard::ExportHf(dir, model_->config(), layout, get_unit, dtype);

@@ -570,8 +570,8 @@ Status Trainer::ExportHf(const std::string& dir, DType dtype) {
   if (lora_) return ExportLora(dir, dtype);
   // Every rank takes part in each unit's gather; rank 0 alone writes.
   if (dist_.rank != 0) {
-    std::vector<float> buf;
-    for (int u = 0; u < model_->layout().num_units(); ++u) RETURN_IF_ERROR(runtime_->GatherUnit(u, &buf, optimizer_->master(u)));
+    for (int u = 0; u < model_->layout().num_units(); ++u)
+      RETURN_IF_ERROR(runtime_->GatherUnit(u, /*out=*/nullptr, optimizer_->master(u)));
     return OkStatus();
   }
   return shard::ExportHf(dir, model_->config(), model_->layout(),

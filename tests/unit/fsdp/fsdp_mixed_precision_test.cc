@@ -84,6 +84,14 @@ TEST_P(FsdpMixedPrecisionTest, EveryRankComputesWithTheRoundedMastersExactly) {
       ASSERT_TRUE(rt.GatherUnit(u, &full).ok());
       for (int64_t i = 0; i < rt.layout(u).numel; ++i) ASSERT_EQ(full[i], Master(u, i)) << u << " " << i;
     }
+    // An export: every rank takes part, only rank 0 keeps the unit.
+    for (int u = 0; u < rt.num_units(); ++u) {
+      std::vector<float> full;
+      ASSERT_TRUE(rt.GatherUnit(u, rank == 0 ? &full : nullptr).ok());
+      if (rank != 0) continue;
+      ASSERT_EQ(full.size(), static_cast<size_t>(rt.layout(u).numel));
+      for (int64_t i = 0; i < rt.layout(u).numel; ++i) ASSERT_EQ(full[i], Master(u, i)) << u << " " << i;
+    }
   });
 }
 

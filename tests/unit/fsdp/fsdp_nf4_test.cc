@@ -183,6 +183,12 @@ TEST(FsdpNf4, EveryRankAcquiresTheWholeUnitQuantisation) {
               for (auto [off, count] : kSpecs[u].keep)
                 for (int64_t i = off; i < off + count; ++i) want[i] = BF16ToF32(F32ToBF16(want[i]));
             EXPECT_EQ(out, want) << "unit " << u;
+            // An export: every rank takes part in the gather, only rank 0 keeps it.
+            std::vector<float> kept;
+            ASSERT_TRUE(rt.GatherUnit(u, rank == 0 ? &kept : nullptr).ok());
+            if (rank == 0) {
+              EXPECT_EQ(kept, want) << "unit " << u;
+            }
           }
         });
       }

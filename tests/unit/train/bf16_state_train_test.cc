@@ -201,7 +201,7 @@ TEST(Bf16StateTrainTest, Bf16PrecisionUploadsTheMasterAsIs) {
 // resumed at W = 2 (bitwise the uninterrupted run) or resharded to W = 1
 // (the same to the rounding of another summation order), and the shard files hold bf16 units (6 B/elem, version 2).
 TEST(Bf16StateTrainTest, CheckpointsHoldBf16AndResumeBitwise) {
-  for (const std::string async : std::vector<std::string>{"false", "true"}) {
+  for (const std::string& async : std::vector<std::string>{"false", "true"}) {
     SCOPED_TRACE("checkpoint.async=" + async);
     const std::string dir = NewDir("resume");
     auto with = kBf16;

@@ -401,7 +401,9 @@ void OffloadEqualsDevice(int world, const std::string& strategy = "full_shard", 
   ExpectBitwise(dev, off, strategy + " W=" + std::to_string(world) + " " + precision);
   // The master and the device shard agree after the last step (fp32), or the
   // device shard is the master's rounding (two-byte).
-  if (precision == "fp32") EXPECT_TRUE(off.final.params == off.final.device_params);
+  if (precision == "fp32") {
+    EXPECT_TRUE(off.final.params == off.final.device_params);
+  }
   // Guard: training moved the loss.
   EXPECT_NE(dev.losses.begin()->second, dev.losses.rbegin()->second);
 }

@@ -68,7 +68,7 @@ std::vector<Field> ParseMessage(const std::string& m) {
   };
   while (i < m.size()) {
     const uint64_t key = varint();
-    Field f{static_cast<int>(key >> 3), static_cast<int>(key & 7)};
+    Field f{static_cast<int>(key >> 3), static_cast<int>(key & 7), 0, {}};
     if (f.type == 0) f.value = varint();
     else if (f.type == 1) f.value = LittleEndian(m, i, 8), i += 8;
     else if (f.type == 5) f.value = LittleEndian(m, i, 4), i += 4;
