@@ -15,11 +15,11 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/train/local_params.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 namespace shard {
 namespace {
@@ -62,47 +62,32 @@ struct RunOut {
 
 // Trains world ranks up to `stop_after` with the given --set overrides.
 RunOut Train(int world, std::vector<std::string> sets, int stop_after = 6) {
-  static std::atomic<int> counter{0};
-  const std::string prefix = "bf16-state-" + std::to_string(counter++) + "/";
   sets.push_back("parallel.world_size=" + std::to_string(world));
   std::vector<RunOut> per(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(Yaml(), "job.yaml", sets);
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      Trainer& tr = **t;
-      RunOut& out = per[r];
-      out.start_step = tr.step();
-      out.host_bytes = tr.optimizer().host_bytes();
-      while (tr.step() < stop_after) {
-        auto m = tr.Step();
-        ASSERT_TRUE(m.ok()) << m.status().ToString();
-        out.losses[m->step] = m->loss;
-      }
-      ASSERT_TRUE(tr.checkpointer()->Wait().ok());
-      FsdpRuntime& rt = tr.runtime();
-      for (int u = 0; u < rt.num_units(); ++u) {
-        const int64_t n = rt.layout(u).shard_numel;
-        out.numel += n;
-        out.unit_numel.push_back(n);
-        for (auto* x : {&out.params, &out.m, &out.v, &out.device}) x->emplace_back(n);
-        tr.optimizer().ReadShard(u, n, out.params[u].data(), out.m[u].data(), out.v[u].data());
-        const DType dt = rt.param_shard_dtype();
-        std::vector<uint8_t> raw(n * DTypeSize(dt));
-        tr.backend()->CopyToHost(raw.data(), rt.param_shard(u), raw.size());
-        ConvertToF32(dt, raw.data(), out.device[u].data(), n);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  const Status created = testing_ranks::OnTrainerRanks(Yaml(), world, sets, [&](Trainer& tr, int r) {
+    RunOut& out = per[r];
+    out.start_step = tr.step();
+    out.host_bytes = tr.optimizer().host_bytes();
+    while (tr.step() < stop_after) {
+      auto m = tr.Step();
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      out.losses[m->step] = m->loss;
+    }
+    ASSERT_TRUE(tr.checkpointer()->Wait().ok());
+    FsdpRuntime& rt = tr.runtime();
+    for (int u = 0; u < rt.num_units(); ++u) {
+      const int64_t n = rt.layout(u).shard_numel;
+      out.numel += n;
+      out.unit_numel.push_back(n);
+      for (auto* x : {&out.params, &out.m, &out.v, &out.device}) x->emplace_back(n);
+      tr.optimizer().ReadShard(u, n, out.params[u].data(), out.m[u].data(), out.v[u].data());
+      const DType dt = rt.param_shard_dtype();
+      std::vector<uint8_t> raw(n * DTypeSize(dt));
+      tr.backend()->CopyToHost(raw.data(), rt.param_shard(u), raw.size());
+      ConvertToF32(dt, raw.data(), out.device[u].data(), n);
+    }
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   RunOut out = per[0];
   for (int r = 1; r < world; ++r) {
     EXPECT_EQ(per[r].losses, per[0].losses) << "ranks disagree on the loss";

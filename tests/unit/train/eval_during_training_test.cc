@@ -24,40 +24,20 @@ struct EvalRun {
 };
 
 EvalRun RunWithEval(const std::string& yaml, int world) {
-  static std::atomic<int> run{0};
-  const std::string prefix = "eval-run-" + std::to_string(run++) + "/";
   EvalRun out;
   std::vector<Status> status(world);
-  std::vector<std::thread> threads;
   std::mutex mu;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(yaml, "job.yaml", {"parallel.world_size=" + std::to_string(world)});
-      if (!job.ok()) {
-        status[r] = job.status();
-        return;
-      }
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      if (!t.ok()) {
-        status[r] = t.status();
-        return;
-      }
-      status[r] = (*t)->Run([&](const StepMetrics& m) {
-        if (r != 0) return;
-        std::lock_guard<std::mutex> lock(mu);
-        out.metrics[m.step] = m;
-      });
-      std::vector<std::vector<float>> params((*t)->layout().num_units());
-      for (int u = 0; u < (*t)->layout().num_units() && status[r].ok(); ++u) status[r] = (*t)->UnitParams(u, &params[u]);
-      if (r == 0) out.params = std::move(params);
+  out.status = testing_ranks::OnTrainerRanks(yaml, world, {"parallel.world_size=" + std::to_string(world)},
+                                             [&](Trainer& t, int r) {
+    status[r] = t.Run([&](const StepMetrics& m) {
+      if (r != 0) return;
+      std::lock_guard<std::mutex> lock(mu);
+      out.metrics[m.step] = m;
     });
-  }
-  for (auto& t : threads) t.join();
+    std::vector<std::vector<float>> params(t.layout().num_units());
+    for (int u = 0; u < t.layout().num_units() && status[r].ok(); ++u) status[r] = t.UnitParams(u, &params[u]);
+    if (r == 0) out.params = std::move(params);
+  });
   for (const Status& s : status)
     if (!s.ok() && out.status.ok()) out.status = s;
   return out;

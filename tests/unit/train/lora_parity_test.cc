@@ -16,10 +16,10 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "shard/train/trainer.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 namespace shard {
 namespace {
@@ -329,29 +329,16 @@ struct EngineRun {
 };
 
 EngineRun TrainEngine(const Fixture& fx, int world) {
-  static int counter = 0;
-  const std::string prefix = "parity" + std::to_string(counter++) + "/";
   std::vector<EngineRun> out(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(JobYaml(fx, world), "parity.yaml");
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      ASSERT_TRUE((*t)->Run([&](const StepMetrics& m) { out[r].losses.push_back(m.loss); }).ok());
-      const LoraLayout& ll = (*t)->lora()->layout();
-      for (int l = 0; l < ll.num_layers; ++l) {
-        out[r].layers.emplace_back(ll.layer_numel);
-        (*t)->lora()->ReadLayer(l, out[r].layers.back().data());
-      }
-    });
-  for (auto& th : threads) th.join();
+  const Status created = testing_ranks::OnTrainerRanks(JobYaml(fx, world), world, {}, [&](Trainer& tr, int r) {
+    ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { out[r].losses.push_back(m.loss); }).ok());
+    const LoraLayout& ll = tr.lora()->layout();
+    for (int l = 0; l < ll.num_layers; ++l) {
+      out[r].layers.emplace_back(ll.layer_numel);
+      tr.lora()->ReadLayer(l, out[r].layers.back().data());
+    }
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   return out[0];
 }
 

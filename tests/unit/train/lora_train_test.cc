@@ -10,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <thread>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -23,6 +22,7 @@
 #include "shard/train/trainer.h"
 #include "tests/unit/train/lora_test_util.h"
 #include "tests/unit/train/phrase_tokens.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 namespace shard {
 namespace {
@@ -52,45 +52,30 @@ struct RunOut {
 };
 
 RunOut Train(const std::string& tokens, int world, const std::vector<std::string>& sets) {
-  static int prefix_counter = 0;
-  const std::string prefix = "lora" + std::to_string(prefix_counter++) + "/";
   std::vector<RunOut> outs(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(Job(tokens, world, ""), "job.yaml", sets);
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      Trainer& tr = **t;
-      ASSERT_NE(tr.lora(), nullptr);
-      RunOut& o = outs[r];
-      o.grad_bytes = tr.runtime().grad_shard_device_bytes();
-      o.moment_bytes = tr.runtime().moment_device_bytes();
-      o.param_bytes = tr.runtime().param_shard_device_bytes();
-      // The frozen shards in the compute dtype (two-byte under bf16), as bytes.
-      std::vector<std::vector<uint8_t>> before(tr.runtime().num_units());
-      for (int u = 0; u < tr.runtime().num_units(); ++u) {
-        const int64_t n = tr.runtime().layout(u).shard_numel * DTypeSize(tr.runtime().param_shard_dtype());
-        const auto* p = reinterpret_cast<const uint8_t*>(tr.runtime().param_shard(u));  // CPU: host memory
-        before[u].assign(p, p + n);
-      }
-      ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
-      for (int u = 0; u < tr.runtime().num_units(); ++u)
-        if (std::memcmp(before[u].data(), tr.runtime().param_shard(u), before[u].size()) != 0) o.base_unchanged = false;
-      const LoraLayout& ll = tr.lora()->layout();
-      for (int l = 0; l < ll.num_layers; ++l) {
-        o.adapters.emplace_back(ll.layer_numel);
-        tr.lora()->ReadLayer(l, o.adapters.back().data());
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  const Status created = testing_ranks::OnTrainerRanks(Job(tokens, world, ""), world, sets, [&](Trainer& tr, int r) {
+    ASSERT_NE(tr.lora(), nullptr);
+    RunOut& o = outs[r];
+    o.grad_bytes = tr.runtime().grad_shard_device_bytes();
+    o.moment_bytes = tr.runtime().moment_device_bytes();
+    o.param_bytes = tr.runtime().param_shard_device_bytes();
+    // The frozen shards in the compute dtype (two-byte under bf16), as bytes.
+    std::vector<std::vector<uint8_t>> before(tr.runtime().num_units());
+    for (int u = 0; u < tr.runtime().num_units(); ++u) {
+      const int64_t n = tr.runtime().layout(u).shard_numel * DTypeSize(tr.runtime().param_shard_dtype());
+      const auto* p = reinterpret_cast<const uint8_t*>(tr.runtime().param_shard(u));  // CPU: host memory
+      before[u].assign(p, p + n);
+    }
+    ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
+    for (int u = 0; u < tr.runtime().num_units(); ++u)
+      if (std::memcmp(before[u].data(), tr.runtime().param_shard(u), before[u].size()) != 0) o.base_unchanged = false;
+    const LoraLayout& ll = tr.lora()->layout();
+    for (int l = 0; l < ll.num_layers; ++l) {
+      o.adapters.emplace_back(ll.layer_numel);
+      tr.lora()->ReadLayer(l, o.adapters.back().data());
+    }
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   for (int r = 1; r < world; ++r) EXPECT_EQ(outs[r].adapters, outs[0].adapters) << "rank " << r << " drifted";
   return outs[0];
 }
@@ -156,25 +141,12 @@ TEST(LoraTrain, Bf16BaseIsHeldInTwoBytes) {
   std::filesystem::remove_all(dir);
   for (int world : {1, 2}) {
     SCOPED_TRACE("merged export, world " + std::to_string(world));
-    std::vector<std::thread> threads;
     const std::string out = dir + "/w" + std::to_string(world);
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
-        auto job = ParseJobConfig(Job(tokens, world, ""), "job.yaml",
-                                  {"train.steps=2", "train.precision=bf16", "export.merge=true", "export.hf_dir=" + out,
-                                   "peft.target_modules=[q_proj]"});
-        ASSERT_TRUE(job.ok()) << job.status().ToString();
-        DistContext d;
-        d.rank = r;
-        d.world = world;
-        d.comm_backend = "local";
-        d.prefix = "lora-bf16-merge" + std::to_string(world) + "/";
-        auto t = Trainer::Create(*job, d);
-        ASSERT_TRUE(t.ok()) << t.status().ToString();
-        ASSERT_TRUE((*t)->Run().ok());
-      });
-    }
-    for (auto& th : threads) th.join();
+    const Status created = testing_ranks::OnTrainerRanks(
+        Job(tokens, world, ""), world,
+        {"train.steps=2", "train.precision=bf16", "export.merge=true", "export.hf_dir=" + out, "peft.target_modules=[q_proj]"},
+        [&](Trainer& tr, int) { ASSERT_TRUE(tr.Run().ok()); });
+    ASSERT_TRUE(created.ok()) << created.ToString();
     auto config = LlamaPreset("tiny");
     const ParamLayout layout = ParamLayout::ForLlama(*config);
     std::vector<std::vector<float>> merged;

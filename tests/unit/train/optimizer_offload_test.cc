@@ -21,13 +21,13 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "shard/backend/backend.h"
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/spec/param_layout.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 // Runs are described with designated initializers that leave defaulted
 // members out on purpose; GCC 12's -Wextra flags each omission.
@@ -267,8 +267,6 @@ struct RunResult {
 };
 
 RunResult Train(const Opts& o) {
-  static std::atomic<int> run{0};
-  const std::string prefix = "optimizer-offload-" + std::to_string(run++) + "/";
   std::vector<std::string> sets = {"parallel.world_size=" + std::to_string(o.world),
                                    "parallel.strategy=" + o.strategy, "train.steps=" + std::to_string(kSteps),
                                    std::string("parallel.offload_optimizer=") + (o.offload ? "true" : "false"),
@@ -286,60 +284,50 @@ RunResult Train(const Opts& o) {
   std::vector<int64_t> starts(o.world), dev_bytes(o.world), pbytes(o.world), gbytes(o.world), hbytes(o.world),
       numel(o.world), numel2(o.world);
   std::vector<DType> shard_dt(o.world, DType::kF32);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < o.world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(yaml, "job.yaml", sets);
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = o.world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      Trainer& tr = **t;
-      EXPECT_EQ(tr.optimizer().offloaded(), o.offload);
-      starts[r] = tr.step();
-      dev_bytes[r] = tr.optimizer().device_bytes();
-      pbytes[r] = tr.optimizer().param_shard_device_bytes();
-      gbytes[r] = tr.optimizer().grad_shard_device_bytes();
-      hbytes[r] = tr.optimizer().host_bytes();
-      shard_dt[r] = tr.runtime().param_shard_dtype();
-      for (int u = 0; u < tr.runtime().num_units(); ++u) {
-        numel[r] += tr.runtime().layout(u).shard_numel;
-        numel2[r] += (tr.runtime().layout(u).shard_numel + 1) / 2 * 4;
-      }
-      while (tr.step() < o.stop_after) {
-        auto m = tr.Step();
-        ASSERT_TRUE(m.ok()) << m.status().ToString();
-        losses[r][m->step] = m->loss;
-      }
-      ASSERT_TRUE(tr.checkpointer()->Wait().ok());
-      FsdpRuntime& rt = tr.runtime();
-      State& s = states[r];
-      for (int u = 0; u < rt.num_units(); ++u) {
-        const int64_t n = rt.layout(u).shard_numel;
-        for (auto* x : {&s.params, &s.m, &s.v, &s.device_params}) x->emplace_back(n);
-        tr.optimizer().ReadShard(u, n, s.params[u].data(), s.m[u].data(), s.v[u].data());
-        // The CPU backend: "device" buffers are host memory, casts run in place here.
-        Backend* be = tr.backend();
-        const DType pdt = PrecisionDType(job->train.precision);
-        std::vector<uint16_t> lp(n);
-        if (rt.param_shard_dtype() != DType::kF32) {
-          be->CopyToHost(lp.data(), rt.param_shard(u), n * DTypeSize(rt.param_shard_dtype()));
-          be->CastToF32(lp.data(), s.device_params[u].data(), n, rt.param_shard_dtype());
-        } else {
-          be->CopyToHost(s.device_params[u].data(), rt.param_shard(u), n * sizeof(float));
-          if (pdt != DType::kF32) {
-            be->CastFromF32(s.device_params[u].data(), lp.data(), n, pdt);
-            be->CastToF32(lp.data(), s.device_params[u].data(), n, pdt);
-          }
+  auto parsed = ParseJobConfig(yaml, "job.yaml", sets);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  if (!parsed.ok()) return out;
+  const DType pdt = PrecisionDType(parsed->train.precision);  // what the device shard rounds to
+  const Status created = testing_ranks::OnTrainerRanks(yaml, o.world, sets, [&](Trainer& tr, int r) {
+    EXPECT_EQ(tr.optimizer().offloaded(), o.offload);
+    starts[r] = tr.step();
+    dev_bytes[r] = tr.optimizer().device_bytes();
+    pbytes[r] = tr.optimizer().param_shard_device_bytes();
+    gbytes[r] = tr.optimizer().grad_shard_device_bytes();
+    hbytes[r] = tr.optimizer().host_bytes();
+    shard_dt[r] = tr.runtime().param_shard_dtype();
+    for (int u = 0; u < tr.runtime().num_units(); ++u) {
+      numel[r] += tr.runtime().layout(u).shard_numel;
+      numel2[r] += (tr.runtime().layout(u).shard_numel + 1) / 2 * 4;
+    }
+    while (tr.step() < o.stop_after) {
+      auto m = tr.Step();
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      losses[r][m->step] = m->loss;
+    }
+    ASSERT_TRUE(tr.checkpointer()->Wait().ok());
+    FsdpRuntime& rt = tr.runtime();
+    State& s = states[r];
+    for (int u = 0; u < rt.num_units(); ++u) {
+      const int64_t n = rt.layout(u).shard_numel;
+      for (auto* x : {&s.params, &s.m, &s.v, &s.device_params}) x->emplace_back(n);
+      tr.optimizer().ReadShard(u, n, s.params[u].data(), s.m[u].data(), s.v[u].data());
+      // The CPU backend: "device" buffers are host memory, casts run in place here.
+      Backend* be = tr.backend();
+      std::vector<uint16_t> lp(n);
+      if (rt.param_shard_dtype() != DType::kF32) {
+        be->CopyToHost(lp.data(), rt.param_shard(u), n * DTypeSize(rt.param_shard_dtype()));
+        be->CastToF32(lp.data(), s.device_params[u].data(), n, rt.param_shard_dtype());
+      } else {
+        be->CopyToHost(s.device_params[u].data(), rt.param_shard(u), n * sizeof(float));
+        if (pdt != DType::kF32) {
+          be->CastFromF32(s.device_params[u].data(), lp.data(), n, pdt);
+          be->CastToF32(lp.data(), s.device_params[u].data(), n, pdt);
         }
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   for (int r = 1; r < o.world; ++r) EXPECT_EQ(losses[r], losses[0]) << "ranks disagree on the loss";
   out.losses = losses[0];
   out.start_step = starts[0];

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <thread>
 
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
@@ -25,6 +24,7 @@
 #include "shard/train/trainer.h"
 #include "tests/unit/train/lora_test_util.h"
 #include "tests/unit/train/phrase_tokens.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 namespace shard {
 namespace {
@@ -55,42 +55,27 @@ struct RunOut {
 
 RunOut Train(const std::string& tokens, int world, const std::string& method, const std::vector<std::string>& sets,
              const std::string& model = "{preset: tiny}") {
-  static int prefix_counter = 0;
-  const std::string prefix = "qlora" + std::to_string(prefix_counter++) + "/";
   std::vector<RunOut> outs(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(Job(tokens, world, method, model), "job.yaml", sets);
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      Trainer& tr = **t;
-      RunOut& o = outs[r];
-      o.grad_bytes = tr.runtime().grad_shard_device_bytes();
-      o.moment_bytes = tr.runtime().moment_device_bytes();
-      o.param_bytes = tr.runtime().param_shard_device_bytes();
-      std::vector<std::vector<float>> before(tr.runtime().num_units());
-      for (int u = 0; u < tr.runtime().num_units(); ++u) {
-        const float* p = tr.runtime().param_shard(u);  // CPU: host memory (an NF4 record for quantised units)
-        const int64_t bytes = tr.runtime().quantized(u) ? tr.runtime().nf4_format(u).bytes
-                                                        : tr.runtime().layout(u).shard_numel *
-                                                              static_cast<int64_t>(DTypeSize(tr.runtime().param_shard_dtype()));
-        before[u].assign(p, p + (bytes + 3) / 4);
-      }
-      ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
-      for (int u = 0; u < tr.runtime().num_units(); ++u)
-        if (std::memcmp(before[u].data(), tr.runtime().param_shard(u), before[u].size() * 4) != 0)  // bytes: records hold no floats
-          o.base_unchanged = false;
-      o.adapters = AdapterLayers(tr);
-    });
-  }
-  for (auto& th : threads) th.join();
+  const Status created = testing_ranks::OnTrainerRanks(Job(tokens, world, method, model), world, sets, [&](Trainer& tr, int r) {
+    RunOut& o = outs[r];
+    o.grad_bytes = tr.runtime().grad_shard_device_bytes();
+    o.moment_bytes = tr.runtime().moment_device_bytes();
+    o.param_bytes = tr.runtime().param_shard_device_bytes();
+    std::vector<std::vector<float>> before(tr.runtime().num_units());
+    for (int u = 0; u < tr.runtime().num_units(); ++u) {
+      const float* p = tr.runtime().param_shard(u);  // CPU: host memory (an NF4 record for quantised units)
+      const int64_t bytes = tr.runtime().quantized(u) ? tr.runtime().nf4_format(u).bytes
+                                                      : tr.runtime().layout(u).shard_numel *
+                                                            static_cast<int64_t>(DTypeSize(tr.runtime().param_shard_dtype()));
+      before[u].assign(p, p + (bytes + 3) / 4);
+    }
+    ASSERT_TRUE(tr.Run([&](const StepMetrics& m) { o.losses.push_back(m.loss); }).ok());
+    for (int u = 0; u < tr.runtime().num_units(); ++u)
+      if (std::memcmp(before[u].data(), tr.runtime().param_shard(u), before[u].size() * 4) != 0)  // bytes: records hold no floats
+        o.base_unchanged = false;
+    o.adapters = AdapterLayers(tr);
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   for (int r = 1; r < world; ++r) EXPECT_EQ(outs[r].adapters, outs[0].adapters) << "rank " << r << " drifted";
   return outs[0];
 }
@@ -268,29 +253,17 @@ TEST(QloraTrain, MergedExportIsTheDequantisedBasePlusAdapters) {
     std::vector<std::vector<float>> trained;
     float scale = 0;
     LoraLayout ll;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
-        auto job = ParseJobConfig(Job(tokens, world, "qlora"), "job.yaml",
-                                  {"train.steps=4", "train.seed=1234", "export.merge=true", "export.hf_dir=" + out,
-                                   "peft.target_modules=[q_proj, v_proj, down_proj]"});
-        ASSERT_TRUE(job.ok()) << job.status().ToString();
-        DistContext d;
-        d.rank = r;
-        d.world = world;
-        d.comm_backend = "local";
-        d.prefix = "qmerge" + std::to_string(world) + "/";
-        auto t = Trainer::Create(*job, d);
-        ASSERT_TRUE(t.ok()) << t.status().ToString();
-        ASSERT_TRUE((*t)->Run().ok());
-        if (r == 0) {
-          trained = AdapterLayers(**t);
-          scale = (*t)->lora()->binding()->scale;
-          ll = (*t)->lora()->layout();
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    const std::vector<std::string> sets = {"train.steps=4", "train.seed=1234", "export.merge=true",
+                                           "export.hf_dir=" + out, "peft.target_modules=[q_proj, v_proj, down_proj]"};
+    const Status created = testing_ranks::OnTrainerRanks(Job(tokens, world, "qlora"), world, sets, [&](Trainer& tr, int r) {
+      ASSERT_TRUE(tr.Run().ok());
+      if (r == 0) {
+        trained = AdapterLayers(tr);
+        scale = tr.lora()->binding()->scale;
+        ll = tr.lora()->layout();
+      }
+    });
+    EXPECT_TRUE(created.ok()) << created.ToString();
     std::vector<std::vector<float>> merged;
     ASSERT_TRUE(LoadHfWeights(out, layout, &merged).ok());
     EXPECT_EQ(merged[0], ref_units[0]);  // the embedding: unquantised

@@ -24,11 +24,11 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/train/trainer.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 // Runs are described with designated initializers that leave defaulted
 // members out on purpose; GCC 12's -Wextra flags each omission.
@@ -125,8 +125,6 @@ void Capture(Trainer& t, State* shared) {
 }
 
 RunResult Train(const Opts& o) {
-  static std::atomic<int> run{0};
-  const std::string prefix = "ckpt-resume-" + std::to_string(run++) + "/";
   std::vector<std::string> sets = {"parallel.world_size=" + std::to_string(o.world),
                                    "parallel.strategy=" + o.strategy, "train.steps=" + std::to_string(kSteps),
                                    "checkpoint.resume=" + o.resume,
@@ -156,36 +154,23 @@ RunResult Train(const Opts& o) {
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int r = 0; r < o.world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(yaml, "job.yaml", sets);
-      ASSERT_TRUE(job.ok()) << job.status().ToString();
-      DistContext d;
-      d.rank = r;
-      d.world = o.world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      Trainer& tr = **t;
-      size_state(tr);
-      starts[r] = tr.step();
-      Capture(tr, &out.start);
-      while (tr.step() < o.stop_after) {
-        auto m = tr.Step();
-        ASSERT_TRUE(m.ok()) << m.status().ToString();
-        losses[r][m->step] = m->loss;
-        if (m->step == o.snapshot_at) Capture(tr, &out.snapshot);
-      }
-      Capture(tr, &out.final);
-      if (tr.checkpointer()) {
-        ASSERT_TRUE(tr.checkpointer()->Wait().ok());
-      }
-      // The Trainer dies here, as a killed process would after its last save.
-    });
-  }
-  for (auto& th : threads) th.join();
+  const Status created = testing_ranks::OnTrainerRanks(yaml, o.world, sets, [&](Trainer& tr, int r) {
+    size_state(tr);
+    starts[r] = tr.step();
+    Capture(tr, &out.start);
+    while (tr.step() < o.stop_after) {
+      auto m = tr.Step();
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      losses[r][m->step] = m->loss;
+      if (m->step == o.snapshot_at) Capture(tr, &out.snapshot);
+    }
+    Capture(tr, &out.final);
+    if (tr.checkpointer()) {
+      ASSERT_TRUE(tr.checkpointer()->Wait().ok());
+    }
+    // The Trainer dies here, as a killed process would after its last save.
+  });
+  EXPECT_TRUE(created.ok()) << created.ToString();
   for (int r = 1; r < o.world; ++r) {
     EXPECT_EQ(losses[r], losses[0]) << "ranks disagree on the loss";
     EXPECT_EQ(starts[r], starts[0]) << "ranks resumed from different steps";

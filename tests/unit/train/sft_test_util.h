@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shard/train/trainer.h"
+#include "tests/unit/train/trainer_ranks.h"
 
 namespace shard::sft_testing {
 
@@ -68,62 +69,39 @@ struct RunResult {
 // after its last save.
 inline RunResult RunSft(const std::string& yaml, int world, const std::vector<std::string>& sets,
                         int64_t stop_after = -1) {
-  static std::atomic<int> run{0};
-  const std::string prefix = "sft-run-" + std::to_string(run++) + "/";
   std::vector<std::string> all = sets;
   all.push_back("parallel.world_size=" + std::to_string(world));
   RunResult out;
   std::vector<Status> status(world);
-  std::vector<std::thread> threads;
   std::mutex mu;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto job = ParseJobConfig(yaml, "job.yaml", all);
-      if (!job.ok()) {
-        status[r] = job.status();
+  const Status created = testing_ranks::OnTrainerRanks(yaml, world, all, [&](Trainer& tr, int r) {
+    if (r == 0) out.start_step = tr.step();
+    const int64_t last = stop_after >= 0 ? stop_after : tr.total_steps();
+    while (tr.step() < last) {
+      auto m = tr.Step();
+      if (!m.ok()) {
+        status[r] = m.status();
         return;
       }
-      DistContext d;
-      d.rank = r;
-      d.world = world;
-      d.comm_backend = "local";
-      d.prefix = prefix;
-      auto t = Trainer::Create(*job, d);
-      if (!t.ok()) {
-        status[r] = t.status();
-        return;
-      }
-      Trainer& tr = **t;
-      if (r == 0) out.start_step = tr.step();
-      const int64_t last = stop_after >= 0 ? stop_after : job->train.steps;
-      while (tr.step() < last) {
-        auto m = tr.Step();
-        if (!m.ok()) {
-          status[r] = m.status();
-          return;
-        }
-        if (r == 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          out.losses[m->step] = m->loss;
-          out.targets[m->step] = m->tokens;
-          out.samples[m->step] = m->samples;
-        }
-      }
-      std::vector<std::vector<float>> params(tr.layout().num_units());
-      for (int u = 0; u < tr.layout().num_units() && status[r].ok(); ++u) status[r] = tr.UnitParams(u, &params[u]);
-      if (status[r].ok() && tr.checkpointer()) status[r] = tr.checkpointer()->Wait();
       if (r == 0) {
-        out.params = std::move(params);
-        out.samples_seen = tr.samples_seen();
+        std::lock_guard<std::mutex> lock(mu);
+        out.losses[m->step] = m->loss;
+        out.targets[m->step] = m->tokens;
+        out.samples[m->step] = m->samples;
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& s : status) {
-    if (!s.ok()) {
-      out.status = s;
-      break;
     }
+    std::vector<std::vector<float>> params(tr.layout().num_units());
+    for (int u = 0; u < tr.layout().num_units() && status[r].ok(); ++u) status[r] = tr.UnitParams(u, &params[u]);
+    if (status[r].ok() && tr.checkpointer()) status[r] = tr.checkpointer()->Wait();
+    if (r == 0) {
+      out.params = std::move(params);
+      out.samples_seen = tr.samples_seen();
+    }
+  });
+  out.status = created;
+  for (const auto& s : status) {
+    if (!out.status.ok()) break;
+    out.status = s;
   }
   return out;
 }
