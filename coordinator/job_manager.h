@@ -73,11 +73,13 @@ struct JobManagerOptions {
   // launches at once, as before scheduling existed (unit tests, read-only views).
   std::optional<sched::HostCapacity> local_capacity;
   int64_t starvation_ms = 10 * 60 * 1000;  // a blocked queue head waits this long before it reserves
-  // A health check that comes more than this long after the previous one
-  // means the coordinator itself was stalled (a suspended VM, a disk that
-  // blocked it): the ranks' heartbeat, progress and registration clocks skip
-  // the gap, so a stall of the coordinator is never taken for a silent rank.
-  // 0 = off (unit tests whose fake clock jumps between Ticks).
+  // When neither a health check nor a heartbeat was handled for more than
+  // this long, the coordinator itself was stalled (a suspended VM, a disk
+  // that held its lock): the ranks' heartbeat, progress and registration
+  // clocks skip that blackout, so a stall of the coordinator is never taken
+  // for a silent rank. A slow launcher call delays health checks but not
+  // heartbeats, so it forgives nothing. 0 = off (unit tests whose fake clock
+  // jumps between Ticks).
   double stall_forgive_s = 5;
 };
 
@@ -320,8 +322,9 @@ class JobManager {
   // launches to make.
   std::vector<LaunchPlan> DecideLocked(const LauncherView& view);
   void CheckRunningLocked(Job& j, const LauncherView& view, int64_t now);
-  // Moves every live rank's clocks forward by a coordinator stall of `gap_ms`.
-  void ForgiveStallLocked(int64_t gap_ms, int64_t now);
+  // Called by each health check and heartbeat: after a blackout longer than
+  // stall_forgive_s, moves every live rank's clocks forward by it.
+  void NoteAliveLocked(int64_t now);
   LaunchPlan PlanLaunchLocked(Job& j) const;
   // Resolves the resume point, starts the attempt and launches it (takes mu_ itself).
   void RunLaunch(const LaunchPlan& plan);
@@ -365,7 +368,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
   std::vector<TerminateCall> terminates_;             // guarded by mu_
   int64_t next_job_number_ = 1;                       // guarded by mu_
-  int64_t last_decide_ms_ = 0;                        // guarded by mu_; the previous health check
+  int64_t last_alive_ms_ = 0;                         // guarded by mu_; the last health check or heartbeat
   std::unique_ptr<sched::HostAllocator> alloc_;       // guarded by mu_; null: no local scheduling
   struct Watcher {
     std::string job_id;

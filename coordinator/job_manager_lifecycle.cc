@@ -107,9 +107,7 @@ void JobManager::Tick() {
 
 std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView& view) {
   const int64_t now = opts_.now_ms();
-  if (opts_.stall_forgive_s > 0 && last_decide_ms_ > 0 && now - last_decide_ms_ > opts_.stall_forgive_s * 1000)
-    ForgiveStallLocked(now - last_decide_ms_, now);
-  last_decide_ms_ = now;
+  NoteAliveLocked(now);
   rendezvous_.ExpireWaiters(now);
   for (const RankExit& e : view.exits) {
     auto it = jobs_.find(e.job_id);
@@ -155,7 +153,11 @@ std::vector<JobManager::LaunchPlan> JobManager::DecideLocked(const LauncherView&
   return plans;
 }
 
-void JobManager::ForgiveStallLocked(int64_t gap_ms, int64_t now) {
+void JobManager::NoteAliveLocked(int64_t now) {
+  const int64_t gap_ms = now - last_alive_ms_;
+  const bool stalled = opts_.stall_forgive_s > 0 && last_alive_ms_ > 0 && gap_ms > opts_.stall_forgive_s * 1000;
+  last_alive_ms_ = std::max(last_alive_ms_, now);
+  if (!stalled) return;
   int forgiven = 0;
   for (auto& [id, jp] : jobs_) {
     Job& j = *jp;
@@ -168,8 +170,8 @@ void JobManager::ForgiveStallLocked(int64_t gap_ms, int64_t now) {
     ++forgiven;
   }
   if (forgiven > 0)
-    LOG_WARN("coordinator: {:.1f} s since its last health check (this process was stalled); the workers of {} "
-             "running job(s) are not held to that gap",
+    LOG_WARN("coordinator: it handled no health check and no heartbeat for {:.1f} s (this process was stalled); "
+             "the workers of {} running job(s) are not held to that gap",
              gap_ms / 1000.0, forgiven);
 }
 

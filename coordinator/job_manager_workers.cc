@@ -171,8 +171,9 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
 StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& r = j->ranks[req.id().rank()];
   const int64_t now = opts_.now_ms();
+  NoteAliveLocked(now);
+  Rank& r = j->ranks[req.id().rank()];
   r.last_heartbeat_ms = now;
   if (req.step() != r.step) r.last_progress_ms = now;
   r.step = req.step();

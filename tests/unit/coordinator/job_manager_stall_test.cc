@@ -1,7 +1,9 @@
 // A stalled coordinator (a suspended VM, a disk that held its lock) is no
-// rank's silence: a health check that comes long after the previous one moves
-// the ranks' clocks past the gap, and a rank that is really silent is still
-// caught on the regular ticks after it.
+// rank's silence: when it handled neither a health check nor a heartbeat for
+// longer than stall_forgive_s, the ranks' clocks skip that blackout; a rank
+// that is really silent is still caught on the regular ticks after it, and
+// health checks delayed while heartbeats were handled (a slow launcher call)
+// forgive nothing.
 #include <gtest/gtest.h>
 
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -37,6 +39,33 @@ TEST_F(JobManagerStallTest, ACoordinatorStallIsNotARankSilence) {
   EXPECT_TRUE(Contains(Reason(id), "rank 1 missed its heartbeat deadline")) << Reason(id);
   // Silent 1 s before the stall plus 10 s after it: the gap is not counted.
   EXPECT_TRUE(Contains(Reason(id), "silent for 11.0 s")) << Reason(id);
+}
+
+TEST_F(JobManagerStallTest, AHeartbeatAfterTheStallForgivesItToo) {
+  const std::string id = StartRunningJob();
+  HeartbeatAll(id, 1);
+  Advance(1);
+  manager_->Tick();
+  Advance(30);
+  // The stalled heartbeats reach the lock before the health check does.
+  ASSERT_TRUE(Heartbeat(id, 1, 0, 2, TokenOf(id, 1)).ok());
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
+}
+
+TEST_F(JobManagerStallTest, HealthChecksDelayedWhileHeartbeatsWereHandledForgiveNothing) {
+  const std::string id = StartRunningJob();
+  HeartbeatAll(id, 1);
+  manager_->Tick();
+  // A launcher call holds the health checks for 30 s; rank 0's heartbeats
+  // are handled all along, rank 1 sends none.
+  for (int t = 0; t < 30; ++t) {
+    Advance(1);
+    ASSERT_TRUE(Heartbeat(id, 1, 0, 2 + t, TokenOf(id, 1)).ok());
+  }
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_TRUE(Contains(Reason(id), "rank 1 missed its heartbeat deadline: silent for 30.0 s")) << Reason(id);
 }
 
 TEST_F(JobManagerStallTest, RegularTicksStillCatchASilentRank) {
