@@ -126,7 +126,7 @@ struct EstimateContext {
 };
 
 EstimateContext MakeContext(const Workload& w) {
-  EstimateContext x{w, w.model};
+  EstimateContext x{w, w.model, {}, 1, 0, 0, 0, {}, {}, {}, false};
   x.numels = UnitNumels(x.c);
   auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
   x.S = shape.ok() ? shape->shard_size : std::max(1, w.world);
