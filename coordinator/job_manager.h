@@ -73,13 +73,13 @@ struct JobManagerOptions {
   // launches at once, as before scheduling existed (unit tests, read-only views).
   std::optional<sched::HostCapacity> local_capacity;
   int64_t starvation_ms = 10 * 60 * 1000;  // a blocked queue head waits this long before it reserves
-  // When neither a health check nor a heartbeat was handled for more than
-  // this long, the coordinator itself was stalled (a suspended VM, a disk
-  // that held its lock): the ranks' heartbeat, progress and registration
-  // clocks skip that blackout, so a stall of the coordinator is never taken
-  // for a silent rank. A slow launcher call delays health checks but not
-  // heartbeats, so it forgives nothing. 0 = off (unit tests whose fake clock
-  // jumps between Ticks).
+  // When the job lock was not taken for more than this long — by the
+  // liveness pulse (Start), a health check or a heartbeat — the coordinator
+  // itself was stalled (a suspended VM, a disk that held the lock): the
+  // ranks' heartbeat, progress and registration clocks skip that blackout,
+  // so a stall of the coordinator is never taken for a silent rank. Launcher
+  // calls run outside the lock, so a slow one forgives nothing. 0 = off
+  // (unit tests whose fake clock jumps between Ticks).
   double stall_forgive_s = 5;
 };
 
@@ -106,9 +106,13 @@ class JobManager {
   // get one heartbeat deadline to show they are alive, else the attempt fails
   // and restarts from the newest committed checkpoint.
   Status Recover();
-  // Runs Tick() every tick_s on a thread until Stop().
+  // Runs Tick() every tick_s on a thread until Stop(), and NoteAlive() on
+  // another, so launcher calls that hold up the Ticks never look like a stall.
   void Start();
   void Stop();
+  // Takes the job lock to note that the coordinator is alive: after a
+  // blackout longer than stall_forgive_s, every live rank's clocks skip it.
+  void NoteAlive();
   // One pass of the control loop: launcher exits, health, timers, launches.
   // Launcher calls and checkpoint verification happen outside mu_.
   void Tick();
@@ -378,6 +382,7 @@ class JobManager {
   int64_t next_watch_id_ = 1;            // guarded by mu_
 
   std::thread thread_;
+  std::thread pulse_thread_;  // NoteAlive every stall_forgive_s / 4 (at most 1 s)
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

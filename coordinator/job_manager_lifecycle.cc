@@ -479,6 +479,22 @@ void JobManager::Start() {
                         [&] { return stop_; });
     }
   });
+  if (opts_.stall_forgive_s <= 0) return;
+  pulse_thread_ = std::thread([this] {
+    const auto period = std::chrono::milliseconds(static_cast<int64_t>(std::min(1.0, opts_.stall_forgive_s / 4) * 1000));
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      NoteAlive();
+      lock.lock();
+      stop_cv_.wait_for(lock, period, [&] { return stop_; });
+    }
+  });
+}
+
+void JobManager::NoteAlive() {
+  std::lock_guard<std::mutex> lock(mu_);
+  NoteAliveLocked(opts_.now_ms());
 }
 
 void JobManager::Stop() {
@@ -488,6 +504,7 @@ void JobManager::Stop() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (pulse_thread_.joinable()) pulse_thread_.join();
 }
 
 }  // namespace shardd

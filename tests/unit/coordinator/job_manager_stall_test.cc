@@ -1,9 +1,9 @@
 // A stalled coordinator (a suspended VM, a disk that held its lock) is no
-// rank's silence: when it handled neither a health check nor a heartbeat for
-// longer than stall_forgive_s, the ranks' clocks skip that blackout; a rank
-// that is really silent is still caught on the regular ticks after it, and
-// health checks delayed while heartbeats were handled (a slow launcher call)
-// forgive nothing.
+// rank's silence: when nothing took the job lock (the liveness pulse, a health
+// check, a heartbeat) for longer than stall_forgive_s, the ranks' clocks skip
+// that blackout; a rank that is really silent is still caught on the regular
+// ticks after it, and health checks held up by a slow launcher call while the
+// lock was free forgive nothing.
 #include <gtest/gtest.h>
 
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -66,6 +66,22 @@ TEST_F(JobManagerStallTest, HealthChecksDelayedWhileHeartbeatsWereHandledForgive
   manager_->Tick();
   EXPECT_EQ(State(id), v1::RESTARTING);
   EXPECT_TRUE(Contains(Reason(id), "rank 1 missed its heartbeat deadline: silent for 30.0 s")) << Reason(id);
+}
+
+// A whole job gone silent (a hung node) while a slow launcher call held up the
+// Ticks: no heartbeat came, but the liveness pulse kept taking the lock, so
+// the gap is the ranks' silence.
+TEST_F(JobManagerStallTest, EveryRankSilentWhileTheTicksWereHeldUpIsCaught) {
+  const std::string id = StartRunningJob();
+  HeartbeatAll(id, 1);
+  manager_->Tick();
+  for (int t = 0; t < 30; ++t) {
+    Advance(1);
+    manager_->NoteAlive();  // what Start()'s pulse thread does
+  }
+  manager_->Tick();
+  EXPECT_EQ(State(id), v1::RESTARTING);
+  EXPECT_TRUE(Contains(Reason(id), "missed its heartbeat deadline: silent for 30.0 s")) << Reason(id);
 }
 
 TEST_F(JobManagerStallTest, RegularTicksStillCatchASilentRank) {
