@@ -326,8 +326,9 @@ class JobManager {
   // launches to make.
   std::vector<LaunchPlan> DecideLocked(const LauncherView& view);
   void CheckRunningLocked(Job& j, const LauncherView& view, int64_t now);
-  // Called by each health check and heartbeat: after a blackout longer than
-  // stall_forgive_s, moves every live rank's clocks forward by it.
+  // Called under mu_ by each health check, heartbeat and NoteAlive: after a
+  // blackout longer than stall_forgive_s, moves every live rank's clocks
+  // forward by it.
   void NoteAliveLocked(int64_t now);
   LaunchPlan PlanLaunchLocked(Job& j) const;
   // Resolves the resume point, starts the attempt and launches it (takes mu_ itself).
@@ -372,7 +373,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
   std::vector<TerminateCall> terminates_;             // guarded by mu_
   int64_t next_job_number_ = 1;                       // guarded by mu_
-  int64_t last_alive_ms_ = 0;                         // guarded by mu_; the last health check or heartbeat
+  int64_t last_alive_ms_ = 0;                         // guarded by mu_; the last NoteAliveLocked
   std::unique_ptr<sched::HostAllocator> alloc_;       // guarded by mu_; null: no local scheduling
   struct Watcher {
     std::string job_id;

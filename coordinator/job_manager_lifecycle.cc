@@ -170,8 +170,8 @@ void JobManager::NoteAliveLocked(int64_t now) {
     ++forgiven;
   }
   if (forgiven > 0)
-    LOG_WARN("coordinator: it handled no health check and no heartbeat for {:.1f} s (this process was stalled); "
-             "the workers of {} running job(s) are not held to that gap",
+    LOG_WARN("coordinator: no health check, heartbeat or liveness pulse ran for {:.1f} s (this process was "
+             "stalled); the workers of {} running job(s) are not held to that gap",
              gap_ms / 1000.0, forgiven);
 }
 
