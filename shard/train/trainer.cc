@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/common/fault.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
@@ -519,6 +520,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     LOG_WARN("already complete: resumed {} at step {} >= train.steps {}; nothing to train", resumed_from_, step_,
              tc.steps);
   while (step_ < tc.steps) {
+    MaybeWaitAtStepGate(step_ + 1);
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
     window_seconds += m.seconds;
