@@ -200,6 +200,10 @@ void GuardedHttpServer::Refuse(socket_t sock, const std::string& why) {
   // Best effort and never blocking: this is the accept thread.
   (void)::send(sock, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(sock, SHUT_WR);
+  // Take what the request sent so far, so close() does not reset the
+  // connection before the client has read the 503.
+  char sink[8192];
+  (void)::recv(sock, sink, sizeof(sink), MSG_DONTWAIT);
   ::close(sock);
   bool log = false;
   size_t refused = 0;

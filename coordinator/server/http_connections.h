@@ -27,16 +27,9 @@
 #include <thread>
 #include <vector>
 
-namespace shardd {
+#include "coordinator/server/connection_limits.h"
 
-struct ConnectionLimits {
-  int threads = 64;                   // connections served at once
-  int per_peer = 16;                  // concurrent connections (served or queued) from one IP
-  int max_queued = 256;               // admitted connections waiting for a thread, all peers together
-  int reserve = 4;                    // threads kept turning over quickly (see above); < threads
-  double header_timeout_s = 10;       // a request must arrive whole within this
-  double busy_header_timeout_s = 1;   // ... within this while fewer than `reserve` threads are free
-};
+namespace shardd {
 
 // Connections per peer address. Thread-safe (one mutex).
 class PeerConnections {

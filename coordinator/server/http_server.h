@@ -25,9 +25,11 @@
 
 #include "coordinator/job_manager.h"
 #include "coordinator/server/dashboard_access.h"
-#include "coordinator/server/http_connections.h"
+#include "coordinator/server/connection_limits.h"
 
 namespace shardd {
+
+class GuardedHttpServer;
 
 struct HttpServerOptions {
   std::string listen;              // host:port (port 0 = any)
