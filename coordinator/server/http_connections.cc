@@ -174,6 +174,11 @@ size_t GuardedHttpServer::refused() const {
   return refused_;
 }
 
+bool GuardedHttpServer::RaiseListenBacklog(int backlog) {
+  const socket_t sock = svr_sock_;
+  return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
+}
+
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   const std::string peer = PeerOf(sock);
   if (!peers_.Admit(peer)) {

@@ -52,6 +52,10 @@ class GuardedHttpServer : public httplib::Server {
   ~GuardedHttpServer() override;
   // Connections refused for the per-peer cap or a full queue, since start.
   size_t refused() const;
+  // After bind: cpp-httplib 0.11 listens with a backlog of 5, so a burst of
+  // connections waits in SYN retransmits (1 s, 2 s, ...) before admission
+  // even sees it. Linux takes a second listen() as a new backlog.
+  bool RaiseListenBacklog(int backlog);
 
  private:
   // Called by httplib's accept loop (through an inline task queue) on the

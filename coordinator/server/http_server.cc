@@ -1,6 +1,7 @@
 #include "coordinator/server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -72,6 +73,7 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   s->Routes();
   s->port_ = port == 0 ? s->server_->bind_to_any_port(host) : (s->server_->bind_to_port(host, port) ? port : -1);
   if (s->port_ <= 0) return shard::Unavailable("cannot listen on " + listen + " for HTTP (address in use?)");
+  if (!s->server_->RaiseListenBacklog(SOMAXCONN)) LOG_WARN("shardd HTTP: cannot raise the listen backlog on {}", listen);
   httplib::Server* raw = s->server_.get();
   s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
   // Until the accept loop runs, httplib's stop() would not end it (Stop() would hang).
