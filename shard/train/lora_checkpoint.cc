@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "shard/ckpt/catalog.h"
 #include "shard/ckpt/hf_weights.h"
 #include "shard/ckpt/safetensors.h"
 #include "shard/common/checksum.h"
@@ -31,12 +32,17 @@ int64_t StepOf(const std::string& name) {
   return std::stoll(n);
 }
 
+// This run's step folders: a link out of job_dir (another run's step) is none
+// of them, so it is never resumed from nor pruned (shard/ckpt/catalog.h).
 std::vector<int64_t> Steps(const std::string& job_dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
+  const fs::path root = fs::canonical(job_dir, ec);
+  if (ec) return steps;
   for (const auto& e : fs::directory_iterator(job_dir, ec)) {
     const int64_t s = StepOf(e.path().filename().string());
-    if (s >= 0 && fs::exists(e.path() / kState)) steps.push_back(s);
+    std::error_code se;
+    if (s >= 0 && IsOwnStepFolder(root, e.path()) && fs::exists(e.path() / kState, se)) steps.push_back(s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -110,6 +116,7 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
   if (ec) return InvalidArgument("LoRA checkpoint: cannot rename into " + final_dir.string() + ": " + ec.message());
   RETURN_IF_ERROR(FsyncDir(job_dir));
   std::vector<int64_t> steps = Steps(job_dir);
+  // remove_all removes a link (to a folder inside job_dir) as a link, never what it leads to.
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep_last, 1)) < steps.size(); ++i)
     fs::remove_all(fs::path(job_dir) / StepDirName(steps[i]), ec);
   return OkStatus();
