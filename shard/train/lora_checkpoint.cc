@@ -22,7 +22,7 @@ constexpr const char* kPrefix = "lora_step_";
 constexpr const char* kAdapters = "adapters.safetensors";
 constexpr const char* kState = "state.json";
 
-std::string StepDirName(int64_t step) { return kPrefix + std::to_string(step); }
+std::string LoraStepDirName(int64_t step) { return kPrefix + std::to_string(step); }
 
 // lora_step_<N> → N, or -1.
 int64_t StepOf(const std::string& name) {
@@ -83,8 +83,8 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
     }
     return OkStatus();
   }
-  const fs::path final_dir = fs::path(job_dir) / StepDirName(st.step);
-  const fs::path tmp = fs::path(job_dir) / ("." + StepDirName(st.step) + ".tmp");
+  const fs::path final_dir = fs::path(job_dir) / LoraStepDirName(st.step);
+  const fs::path tmp = fs::path(job_dir) / ("." + LoraStepDirName(st.step) + ".tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
@@ -118,14 +118,14 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
   std::vector<int64_t> steps = Steps(job_dir);
   // remove_all removes a link (to a folder inside job_dir) as a link, never what it leads to.
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep_last, 1)) < steps.size(); ++i)
-    fs::remove_all(fs::path(job_dir) / StepDirName(steps[i]), ec);
+    fs::remove_all(fs::path(job_dir) / LoraStepDirName(steps[i]), ec);
   return OkStatus();
 }
 
 StatusOr<std::string> FindLoraCheckpoint(const std::string& job_dir, const std::string& run_fingerprint) {
   std::vector<int64_t> steps = Steps(job_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const fs::path dir = fs::path(job_dir) / StepDirName(*it);
+    const fs::path dir = fs::path(job_dir) / LoraStepDirName(*it);
     auto text = ReadFileToString((dir / kState).string());
     if (!text.ok()) continue;
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
