@@ -153,6 +153,31 @@ TEST(TrainerTest, TokenStreamJobFromHfExportsTheFoldersTokenizer) {
   }
 }
 
+// A save never writes through a link: a step folder that links to another
+// run's step is refused naming it, and that step keeps its bytes.
+TEST(TrainerTest, CheckpointSaveNeverWritesThroughALink) {
+  std::string tokens = MakeTokens("ckpt_link", 8000, 512);
+  const std::string root = testing::TempDir() + "/trainer_ckpt_link";
+  fs::remove_all(root);
+  fs::create_directories(root + "/other/step_00000002");
+  std::ofstream(root + "/other/step_00000002/COMMITTED") << "another run's";
+  fs::create_directories(root + "/ckpt/t");
+  fs::create_symlink(root + "/other/step_00000002", root + "/ckpt/t/step_00000002");
+  auto job = ParseJobConfig(Job(tokens), "job.yaml",
+                            {"train.steps=2", "checkpoint.dir=" + root + "/ckpt", "checkpoint.every_steps=2",
+                             "checkpoint.async=false"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Status st = (*t)->Run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("step_00000002 is a symbolic link"), std::string::npos) << st.ToString();
+  EXPECT_EQ(fs::directory_iterator(root + "/other/step_00000002")->path().filename(), "COMMITTED");
+  std::ifstream in(root + "/other/step_00000002/COMMITTED");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "another run's");
+}
+
 // A resumed from_hf job reads config.json only: with the safetensors moved
 // away after the first checkpoint, the restart still resumes and trains, while
 // a fresh start (checkpoint.resume: none) fails naming the missing weights.
