@@ -8,6 +8,7 @@
 #include "coordinator/ctl/chat_template_command.h"
 #include "coordinator/ctl/commands.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_object.h"
 #include "shard/data/tokenizer.h"
 #include "shard/model/kv_decoder.h"
 #include "shard/model/sampling.h"
@@ -39,8 +40,7 @@ StatusOr<std::vector<int32_t>> EosIds(const std::string& model_dir, const shard:
   const fs::path gc = fs::path(model_dir) / "generation_config.json";
   if (fs::exists(gc)) {
     ASSIGN_OR_RETURN(std::string text, shard::ReadFileToString(gc.string()));
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return shard::InvalidArgument(gc.string() + ": not a JSON object");
+    ASSIGN_OR_RETURN(nlohmann::json j, shard::ParseJsonObject(text, gc.string()));
     const nlohmann::json e = j.value("eos_token_id", nlohmann::json());
     for (const auto& v : e.is_array() ? e : nlohmann::json::array({e})) {
       if (v.is_null()) continue;

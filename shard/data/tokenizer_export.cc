@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/common/json_object.h"
 #include "shard/data/chat_format.h"
 #include "shard/data/tokenizer.h"
 
@@ -30,8 +31,7 @@ StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& token
   if (fs::exists(src / "generation_config.json", ec)) {  // the model's own: sampling defaults, its eos list
     const std::string path = (src / "generation_config.json").string();
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-    gen = nlohmann::ordered_json::parse(text, nullptr, false);
-    if (gen.is_discarded() || !gen.is_object()) return InvalidArgument(path + ": not a JSON object");
+    ASSIGN_OR_RETURN(gen, ParseJsonObject<nlohmann::ordered_json>(text, path));
   }
   if (auto b = tok->bos_id(); b && !gen.contains("bos_token_id")) gen["bos_token_id"] = *b;
   // eos_token_id: an id or a list (transformers reads both); ids appended in order, once each.
