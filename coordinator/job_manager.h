@@ -218,6 +218,7 @@ class JobManager {
     bool adopted = false;         // recovered after a coordinator restart
     int resumed_event_attempt = 0;  // the attempt whose "resumed" event was emitted
     bool nothing_trained = false;   // rank 0 reported the attempt began at or past train.steps
+  int refused_report_attempt = 0; // the attempt whose refused metrics row was announced (worker_reports.h)
     // A rank reported a failure that may be a symptom (a peer died): held
     // briefly so a rank's exit, the likely cause, is named instead.
     std::string pending_failure;

@@ -4,11 +4,13 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "coordinator/auth.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
+#include "coordinator/worker_reports.h"
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
@@ -123,18 +125,34 @@ StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& r
 
 void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
                                      int64_t now) {
-  if (metrics.empty()) return;
-  std::vector<shard::StepMetrics> rows;
+  // The gateway (worker_reports.h): a row out of range is refused — not
+  // stored, not counted — and said once per attempt as an event.
+  const StepReportLimits limits = StepReportLimitsFor(j.config);
+  std::vector<const v1::StepMetric*> accepted;
   for (const v1::StepMetric& m : metrics) {
-    rows.push_back(FromStepMetric(m, j.attempt));
-    j.step_seconds.push_back(m.seconds());
+    if (Status bad = CheckStepMetric(m, limits); !bad.ok()) {
+      LOG_WARN("job {} attempt {}: refused rank 0's metrics of {}", j.id, j.attempt, bad.message());
+      if (j.refused_report_attempt != j.attempt) {
+        j.refused_report_attempt = j.attempt;
+        EmitLocked(j, "report_refused",
+                   "rank 0 reported " + bad.message() + "; the row is not recorded (further ones: the coordinator log)");
+      }
+      continue;
+    }
+    accepted.push_back(&m);
+  }
+  if (accepted.empty()) return;
+  std::vector<shard::StepMetrics> rows;
+  for (const v1::StepMetric* m : accepted) {
+    rows.push_back(FromStepMetric(*m, j.attempt));
+    j.step_seconds.push_back(m->seconds());
     if (j.step_seconds.size() > 20) j.step_seconds.pop_front();
-    j.step_hist.Observe(m.seconds());
-    j.progress.set_tokens_total(j.progress.tokens_total() + m.tokens());
+    j.step_hist.Observe(m->seconds());
+    j.progress.set_tokens_total(AddToCounter(j.progress.tokens_total(), m->tokens()));
   }
   Status st = store_->PutMetrics(j.id, rows);
   if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
-  const v1::StepMetric& last = metrics[metrics.size() - 1];
+  const v1::StepMetric& last = *accepted.back();
   j.progress.set_step(last.step());
   j.progress.set_loss(last.loss());
   double sum = 0;
@@ -144,11 +162,11 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
   j.progress.set_lr(last.lr());
   j.progress.set_grad_norm(last.grad_norm());
   j.progress.set_loss_scale(last.loss_scale());
-  for (const v1::StepMetric& m : metrics) {
-    if (m.eval_samples() <= 0) continue;
-    j.progress.set_eval_step(m.step());
-    j.progress.set_eval_loss(m.eval_loss());
-    j.progress.set_eval_exact_match(m.eval_exact_match());
+  for (const v1::StepMetric* m : accepted) {
+    if (m->eval_samples() <= 0) continue;
+    j.progress.set_eval_step(m->step());
+    j.progress.set_eval_loss(m->eval_loss());
+    j.progress.set_eval_exact_match(m->eval_exact_match());
   }
   j.progress.set_step_seconds(last.seconds());
   // Older workers send no positions: MFU stays unknown rather than wrong.
@@ -274,6 +292,13 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const 
 Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  // A trained attempt ends exactly at train.steps; only one that resumed at or
+  // past the end (nothing_trained) may name a later step.
+  const int64_t total = j->config.train.steps;
+  if (req.step() < 0 || (req.step() > total && !req.nothing_trained()))
+    return shard::InvalidArgument("rank " + std::to_string(req.id().rank()) + " of job " + j->id +
+                                  " reported done at step " + std::to_string(req.step()) + ", outside 0.." +
+                                  std::to_string(total) + " (train.steps); not recorded");
   Rank& r = j->ranks[req.id().rank()];
   r.done = true;
   r.state = "done";
@@ -297,7 +322,9 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
                   " >= train.steps " + std::to_string(j->config.train.steps) +
                   "; nothing was trained (raise train.steps to continue, or set checkpoint.resume: none or a new "
                   "name to start over)"
-            : std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss());
+            : std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
+                  // The truth, never an earlier finite figure.
+                  (std::isfinite(j->progress.loss()) ? "" : " (not finite: see shardctl metrics for the last steps)");
     SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
                    what + (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
   }

@@ -22,6 +22,13 @@
 #include "worker/stop_signal.h"
 
 namespace shardd {
+
+bool CanNeverSucceed(const shard::Status& st) {
+  using C = shard::StatusCode;
+  return st.code() == C::kInvalidArgument || st.code() == C::kNotFound || st.code() == C::kUnimplemented ||
+         st.code() == C::kOutOfRange;
+}
+
 namespace {
 
 int64_t RssBytes() {
@@ -31,11 +38,7 @@ int64_t RssBytes() {
   return rss * ::sysconf(_SC_PAGESIZE);
 }
 
-bool Retryable(const shard::Status& st) {
-  using C = shard::StatusCode;
-  return !(st.code() == C::kInvalidArgument || st.code() == C::kNotFound || st.code() == C::kUnimplemented ||
-           st.code() == C::kOutOfRange);
-}
+bool Retryable(const shard::Status& st) { return !CanNeverSucceed(st); }
 
 // The attempt is over for good when the coordinator says so.
 bool AttemptOver(const shard::Status& st) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coordinator/server/tls_files.h"
+#include "shard/common/status.h"
 
 namespace shardd {
 
@@ -17,6 +18,15 @@ inline constexpr int kExitBadInput = 2;      // the job can never run as written
 inline constexpr int kExitAttemptOver = 3;   // the coordinator ended this attempt (fenced or aborted)
 inline constexpr int kExitLostCoordinator = 4;
 inline constexpr int kExitPreempted = 5;     // stopped on SIGUSR1 after a checkpoint; a new attempt resumes
+
+// A failure no new attempt can fix: the job's inputs are wrong for this
+// model, data or host (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED,
+// OUT_OF_RANGE). The worker exits with kExitBadInput and reports it as not
+// retryable, so the coordinator fails the job at once instead of spending
+// every restart on it. Producers of such errors use those codes; anything
+// else (a lost peer, memory, a device, FAILED_PRECONDITION from a store or
+// the coordinator) may pass on a retry.
+bool CanNeverSucceed(const shard::Status& st);
 
 struct AgentOptions {
   std::string coordinator;  // host:port

@@ -298,7 +298,10 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
   shardd::TrainerHooks hooks;
   if (metrics.is_open()) hooks.on_step = [&](const shard::StepMetrics& m) { WriteMetricsLine(metrics, m); };
   shardd::TrainOutcome run;
-  if (shard::Status st = shardd::RunTrainer(*job, dist, hooks, &run); !st.ok()) return Fail(st, run.built ? 1 : 2);
+  // Before the trainer exists the job file, model or data are wrong; after,
+  // only an error that no retry can fix (shardd::CanNeverSucceed) is bad input.
+  if (shard::Status st = shardd::RunTrainer(*job, dist, hooks, &run); !st.ok())
+    return Fail(st, !run.built || shardd::CanNeverSucceed(st) ? shardd::kExitBadInput : shardd::kExitFailed);
   if (run.stopped) {
     if (rank == 0)
       std::printf("stopped on %s at step %lld; checkpoint written: run again to resume\n", shardd::StopSignalName(),

@@ -18,6 +18,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/ctl/coordinator_address.h"
 #include "coordinator/ctl/job_queries.h"
 #include "coordinator/ctl/json_schema.h"
 #include "coordinator/ctl/report_command.h"
@@ -125,6 +126,7 @@ shard::Status EndedStatus(const v1::JobStatus& js) {
 
 shard::Status JobCommands::State::Connect(bool allow_embed, bool allow_offline) {
   if (client.coordinator.empty()) client.coordinator = Env("SHARDD_COORDINATOR", "127.0.0.1:7070");
+  RETURN_IF_ERROR(CheckCoordinatorAddress(client.coordinator));
   if (client.state_dir.empty()) client.state_dir = Env("SHARDD_STATE_DIR", ".shardd");
   if (client.token.empty()) client.token = Env("SHARDD_TOKEN", "");
   if (client.tls_ca.empty()) client.tls_ca = Env("SHARDD_TLS_CA", "");

@@ -54,9 +54,17 @@ CLI::App* AddGenerate(CLI::App& app, shardctl::GenerateOptions* o, std::string* 
   sub->add_option("--model", o->model, "HF model folder or committed checkpoint step folder")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--adapter", o->adapter, "A PEFT LoRA adapter folder applied on top of --model")
       ->check(CLI::ExistingDirectory);
-  sub->add_option("--prompt", o->prompt_text, "Prompt text (the tokenizer's bos first)");
-  sub->add_option("--messages", o->messages, "JSON chat [{role, content}...] rendered by the model's chat template");
-  sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3");
+  // Given but empty is named as such (not "give exactly one of ...").
+  auto non_empty = [](const std::string& flag, const std::string& hint) {
+    return CLI::Validator([=](std::string& v) { return v.empty() ? flag + " is empty: " + hint : std::string(); },
+                          "", "not empty");
+  };
+  sub->add_option("--prompt", o->prompt_text, "Prompt text (the tokenizer's bos first)")
+      ->check(non_empty("--prompt", "give the text to continue (or --prompt-tokens with the ids to start from)"));
+  sub->add_option("--messages", o->messages, "JSON chat [{role, content}...] rendered by the model's chat template")
+      ->check(non_empty("--messages", "give a JSON chat file"));
+  sub->add_option("--prompt-tokens", *prompt, "Comma-separated token ids, e.g. 1,2,3")
+      ->check(non_empty("--prompt-tokens", "give at least one token id"));
   sub->add_option("--tokenizer", o->tokenizer, "Tokenizer folder/file or byte (default: the model folder's)");
   sub->add_option("--max-new", o->max_new, "Most tokens to generate (stops earlier at an eos token)")->capture_default_str();
   sub->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
@@ -187,12 +195,24 @@ CLI::App* AddRender(CLI::App& app, shardctl::RenderOptions* o, RenamedFlags* ren
 }
 
 // shardctl's exit codes: 2 for bad input (a wrong value, a missing file, a
-// corrupt checkpoint), 1 for everything else.
+// corrupt checkpoint, something out of range or not supported, a request the
+// coordinator refuses in its state: `logs --rank 99`, an unsupported
+// model_type, "can never run on this host"), 1 for everything else (no
+// coordinator, an RPC that failed, a job that did not succeed, a plan that
+// does not fit).
 int ExitCode(const shard::Status& st) {
-  return st.code() == shard::StatusCode::kInvalidArgument || st.code() == shard::StatusCode::kNotFound ||
-                 st.code() == shard::StatusCode::kDataLoss
-             ? 2
-             : 1;
+  using C = shard::StatusCode;
+  switch (st.code()) {
+    case C::kInvalidArgument:
+    case C::kNotFound:
+    case C::kDataLoss:
+    case C::kOutOfRange:
+    case C::kUnimplemented:
+    case C::kFailedPrecondition:
+      return shard::cli::kExitUsage;
+    default:
+      return shard::cli::kExitFailure;
+  }
 }
 
 }  // namespace

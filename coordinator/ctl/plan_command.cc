@@ -36,7 +36,8 @@ shard::Status RunPlan(const PlanOptions& o, bool* printed) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   *printed = true;
-  if (!plan.ok()) return shard::FailedPrecondition(o.job_file + ": " + shard::plan::PlanSummary(plan));
+  // A verdict, not bad input: the job is well formed and needs more than the cluster has (exit 1).
+  if (!plan.ok()) return shard::ResourceExhausted(o.job_file + ": " + shard::plan::PlanSummary(plan));
   return shard::OkStatus();
 }
 

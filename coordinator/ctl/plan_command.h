@@ -21,7 +21,7 @@ struct PlanOptions {
 };
 
 // Prints the plan (a table, or JSON with --json) to stdout. Returns OK when the
-// job fits, FAILED_PRECONDITION with the verdict and reasons when it does not
+// job fits, RESOURCE_EXHAUSTED with the verdict and reasons when it does not
 // fit or cannot run (exit 1), INVALID_ARGUMENT/NOT_FOUND for bad input (exit 2).
 // *printed: the plan went to stdout (under --json the plan document is then
 // stdout's one document, and a does-not-fit error belongs on stderr only).

@@ -16,6 +16,10 @@ using namespace std::chrono_literals;
 namespace shardctl {
 
 shard::Status RunReport(v1::JobService::Stub* stub, const PrepareCall& prepare, const ReportOptions& o) {
+  std::error_code ec;
+  if (!o.out.empty() && std::filesystem::is_directory(o.out, ec))
+    return shard::InvalidArgument("--out " + o.out + " is a directory; the run report is one file (e.g. --out " +
+                                  (std::filesystem::path(o.out) / shardd::kReportFileName).string() + ")");
   shardd::RunReportInput in;
   {
     v1::GetJobRequest req;

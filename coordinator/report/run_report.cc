@@ -81,12 +81,21 @@ json FinalFigures(const RunReportInput& in) {
   double tokens = 0, seconds = 0;
   std::optional<double> min_loss;
   for (const v1::MetricRow& r : in.rows) {
-    if (std::isfinite(r.loss())) {
-      f["final_loss"] = r.loss();
-      min_loss = min_loss ? std::min(*min_loss, r.loss()) : r.loss();
-    }
+    if (std::isfinite(r.loss())) min_loss = min_loss ? std::min(*min_loss, r.loss()) : r.loss();
     tokens += static_cast<double>(r.tokens());
     seconds += r.seconds();
+  }
+  // The last step's loss as it was: a non-finite one (a step the loss scaler
+  // skipped) is said as such, never replaced by an earlier finite figure.
+  if (!in.rows.empty()) {
+    const v1::MetricRow& last = in.rows.back();
+    if (std::isfinite(last.loss())) {
+      f["final_loss"] = last.loss();
+    } else {
+      f["final_loss_not_finite"] = std::string(std::isnan(last.loss()) ? "NaN" : last.loss() > 0 ? "inf" : "-inf") +
+                                   " at step " + std::to_string(last.step()) +
+                                   (last.skipped() ? " (skipped by the loss scaler)" : "");
+    }
   }
   for (const v1::MetricRow& r : in.rows)  // the last evaluation (eval: in the job file)
     if (r.eval_samples() > 0 && std::isfinite(r.eval_loss())) f["eval_loss"] = r.eval_loss();
@@ -110,7 +119,8 @@ std::string Cards(const json& f) {
   };
   std::string out = "<div class=\"cards\" id=\"final\">";
   out += Card("steps", std::to_string(f["steps"].get<int64_t>()) + " / " + std::to_string(f["total_steps"].get<int64_t>()));
-  out += Card("final loss", num(f["final_loss"]));
+  out += Card("final loss", f.contains("final_loss_not_finite") ? f["final_loss_not_finite"].get<std::string>()
+                                                                 : num(f["final_loss"]));
   out += Card("lowest loss", num(f["min_loss"]));
   out += Card("eval loss", f["eval_loss"].is_null() ? "not recorded" : num(f["eval_loss"]));
   out += Card("tokens/s (mean)", num(f["mean_tokens_per_s"]));

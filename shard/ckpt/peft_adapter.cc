@@ -1,13 +1,18 @@
 #include "shard/ckpt/peft_adapter.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "shard/ckpt/safetensors.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_object.h"
+#include "shard/common/finite_scan.h"
 
 namespace shard {
 
@@ -67,6 +72,51 @@ std::string Names(const std::vector<std::string>& v) {
 
 namespace {
 
+// adapter_config.json keys that change what the adapter computes, which
+// shardd does not implement: any value but PEFT's default (null, false, {}, [])
+// is refused, naming the key. (bias, target_modules and r are checked apart;
+// use_rslora is implemented; init_lora_weights, loftq_config and the like only
+// shape a fresh adapter's start.)
+struct UnsupportedPeftKey {
+  const char* key;
+  const char* why;
+};
+constexpr UnsupportedPeftKey kUnsupportedPeftKeys[] = {
+    {"modules_to_save", "fully trained extra modules"},
+    {"use_dora", "DoRA (weight-decomposed) adapters"},
+    {"fan_in_fan_out", "transposed (Conv1D) base weights"},
+    {"alpha_pattern", "a per-module lora_alpha"},
+    {"rank_pattern", "a per-module r"},
+    {"layers_to_transform", "adapters on only some layers"},
+    {"layers_pattern", "adapters on only some layers"},
+    {"exclude_modules", "modules excluded from target_modules"},
+    {"target_parameters", "adapters on parameters rather than linear modules"},
+    {"trainable_token_indices", "trained embedding rows"},
+    {"layer_replication", "replicated base layers"},
+    {"lora_bias", "a bias on lora_B"},
+    {"use_qalora", "QA-LoRA pooled inputs"},
+    {"alora_invocation_tokens", "activated LoRA (applied after invocation tokens only)"},
+    {"megatron_config", "Megatron-parallel LoRA layers"},
+};
+
+// PEFT's defaults for the keys above: absent, null, false, empty.
+bool PeftDefault(const nlohmann::json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty()) ||
+         (v.is_string() && v.get_ref<const std::string&>().empty());
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// A value for an error line: its JSON, cut to 60 characters.
+std::string Short(const nlohmann::json& v) {
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
 struct AdapterJson {
   std::string path;
   nlohmann::json cfg;
@@ -80,22 +130,22 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   if (!in) return NotFound(a.path + ": cannot open (expected a PEFT adapter folder)");
   std::stringstream ss;
   ss << in.rdbuf();
-  a.cfg = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (a.cfg.is_discarded() || !a.cfg.is_object()) return InvalidArgument(a.path + ": not a JSON object");
+  ASSIGN_OR_RETURN(a.cfg, ParseJsonObject(ss.str(), a.path));
   const std::string type = a.cfg.value("peft_type", std::string());
   if (type != "LORA") return InvalidArgument(a.path + ": peft_type '" + type + "' is not LORA");
   if (!a.cfg.contains("r") || !a.cfg["r"].is_number_integer() || a.cfg["r"].get<int64_t>() < 1 ||
       a.cfg["r"].get<int64_t>() > 65536)
     return InvalidArgument(a.path + ": r is missing or not an integer from 1 to 65536");
   // What an adapter may carry beyond A and B, which shardd would otherwise drop silently.
-  const std::string bias = a.cfg.value("bias", std::string("none"));
-  if (bias != "none") return InvalidArgument(a.path + ": bias '" + bias + "': only bias none is supported");
-  if (a.cfg.contains("modules_to_save") && !a.cfg["modules_to_save"].is_null() &&
-      !(a.cfg["modules_to_save"].is_array() && a.cfg["modules_to_save"].empty()))
-    return InvalidArgument(a.path + ": modules_to_save: fully trained extra modules are not supported");
-  if (a.cfg.value("use_dora", false)) return InvalidArgument(a.path + ": use_dora: DoRA adapters are not supported");
-  if (a.cfg.value("fan_in_fan_out", false))
-    return InvalidArgument(a.path + ": fan_in_fan_out: transposed (Conv1D) weights are not supported");
+  const auto& bias = a.cfg.contains("bias") ? a.cfg["bias"] : nlohmann::json("none");
+  if (bias != "none")
+    return InvalidArgument(a.path + ": bias " + bias.dump() + ": only bias none is supported");
+  for (const UnsupportedPeftKey& k : kUnsupportedPeftKeys)
+    if (a.cfg.contains(k.key) && !PeftDefault(a.cfg[k.key]))
+      return InvalidArgument(a.path + ": " + k.key + " " + Short(a.cfg[k.key]) + ": " + k.why +
+                             " (not supported: refused rather than ignored)");
+  if (a.cfg.contains("use_rslora") && !a.cfg["use_rslora"].is_boolean() && !a.cfg["use_rslora"].is_null())
+    return InvalidArgument(a.path + ": use_rslora " + Short(a.cfg["use_rslora"]) + " is not true or false");
   const auto& tm = a.cfg.contains("target_modules") ? a.cfg["target_modules"] : nlohmann::json();
   if (tm.is_string()) {
     if (tm.get<std::string>() != "all-linear")
@@ -110,6 +160,13 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   } else {
     return InvalidArgument(a.path + ": target_modules is missing");
   }
+  // A module shardd does not adapt (lm_head, embed_tokens, a full module
+  // path) would be applied by PEFT and dropped here.
+  if (!(a.targets.size() == 1 && a.targets[0] == "all-linear"))
+    for (const std::string& t : a.targets)
+      if (!ParseEnum(kLoraTargetNames, t).ok())
+        return InvalidArgument(a.path + ": target_modules: '" + t + "' is not a module shardd adapts (it adapts " +
+                               EnumChoices(kLoraTargetNames) + ")");
   std::sort(a.targets.begin(), a.targets.end());
   return a;
 }
@@ -151,11 +208,21 @@ Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const Lor
   if (a.targets != ours)
     return InvalidArgument(cfg_path + ": target_modules [" + Names(a.targets) + "] but the job's peft.target_modules is [" +
                            Names(ours) + "]");
+  // The scale s = alpha/r (alpha/sqrt(r) with rsLoRA) is part of what the
+  // adapter computes: another one would apply it at the wrong strength.
+  ASSIGN_OR_RETURN(PeftConfig theirs, ReadPeftAdapterConfig(dir));
+  if (theirs.alpha != peft.alpha)
+    return InvalidArgument(cfg_path + ": lora_alpha is " + Num(theirs.alpha) + " but the job's peft.alpha is " +
+                           Num(peft.alpha));
+  if (theirs.use_rslora != peft.use_rslora)
+    return InvalidArgument(cfg_path + ": use_rslora is " + (theirs.use_rslora ? "true" : "false") +
+                           " but the job's peft.use_rslora is " + (peft.use_rslora ? "true" : "false"));
   const std::string w_path = (fs::path(dir) / kPeftWeightsFile).string();
   if (!fs::exists(w_path))
     return NotFound(w_path + ": not found (only the safetensors format is read, not adapter_model.bin)");
   ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(w_path));
   layers->assign(layout.num_layers, std::vector<float>(layout.layer_numel, 0.0f));
+  std::set<std::string> read;
   for (int l = 0; l < layout.num_layers; ++l)
     for (const LoraTensor& t : layout.tensors) {
       for (bool is_b : {false, true}) {
@@ -169,10 +236,23 @@ Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const Lor
         }
         const std::vector<int64_t> shape = is_b ? std::vector<int64_t>{t.out, layout.r}
                                                 : std::vector<int64_t>{layout.r, t.in};
-        RETURN_IF_ERROR(f.ReadF32(use, shape, (*layers)[l].data() + (is_b ? t.b_offset : t.a_offset))
-                            .WithContext(w_path));
+        float* dst = (*layers)[l].data() + (is_b ? t.b_offset : t.a_offset);
+        RETURN_IF_ERROR(f.ReadF32(use, shape, dst).WithContext(w_path));
+        const int64_t numel = shape[0] * shape[1];
+        if (const int64_t i = FirstNonFinite(dst, numel); i >= 0)
+          return InvalidArgument(w_path + ": tensor '" + use + "' holds " + (std::isnan(dst[i]) ? "NaN" : "inf") +
+                                 " at element " + std::to_string(i) + " of " + std::to_string(numel) +
+                                 ": the adapter is corrupt (refused at load)");
+        read.insert(use);
       }
     }
+  // Anything else in the file is an adapter shardd would drop (lm_head,
+  // embed_tokens, a layer the model lacks, a module outside target_modules).
+  for (const TensorInfo& t : f.tensors())
+    if (!read.count(t.name))
+      return InvalidArgument(w_path + ": tensor '" + t.name + "' is not one this job's adapter has (target_modules [" +
+                             Names(ours) + "], " + std::to_string(layout.num_layers) +
+                             " layers): refused rather than ignored");
   return OkStatus();
 }
 

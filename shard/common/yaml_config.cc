@@ -105,7 +105,10 @@ std::string YamlMap::Where(const std::string& key) const {
   return file_ + ": " + (prefix_.empty() ? key : prefix_ + "." + key);
 }
 
-bool YamlMap::Has(const std::string& key) const { return node_[key].IsDefined(); }
+bool YamlMap::Has(const std::string& key) const {
+  asked_.insert(key);
+  return node_[key].IsDefined();
+}
 
 StatusOr<YAML::Node> YamlMap::Scalar(const std::string& key, bool* present) {
   asked_.insert(key);
@@ -217,7 +220,8 @@ Status YamlMap::Finish() const {
     if (asked_.count(key)) continue;
     std::string known;
     for (const auto& a : asked_) known += (known.empty() ? "" : ", ") + a;
-    return InvalidArgument(Where(key) + ": unknown key (known here: " + known + ")");
+    return InvalidArgument(Where(key) + ": unknown key (" + (known.empty() ? "no key is read here" : "known here: " + known) +
+                           ")");
   }
   return OkStatus();
 }

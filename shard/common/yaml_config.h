@@ -25,7 +25,7 @@ class YamlMap {
   static StatusOr<YamlMap> LoadFile(const std::string& path);
   static StatusOr<YamlMap> LoadString(const std::string& text, const std::string& name);
 
-  bool Has(const std::string& key) const;
+  bool Has(const std::string& key) const;  // also marks the key as one this map knows
 
   // Optional keys: absent keeps *out unchanged (the struct's default).
   Status Get(const std::string& key, int* out);
@@ -56,7 +56,8 @@ class YamlMap {
   YAML::Node node_;
   std::string file_;
   std::string prefix_;
-  std::set<std::string> asked_;
+  // Every key a reader asked about (Get, Sub or Has): what Finish calls known.
+  mutable std::set<std::string> asked_;
 };
 
 // Applies `--set a.b.c=value` overrides to a YAML document before it is mapped.

@@ -229,8 +229,15 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     o.byte_fallback = m.value("byte_fallback", false);
     o.ignore_merges = m.value("ignore_merges", false);
     o.fuse_unk = m.value("fuse_unk", false);
+    // BPE's vocab maps each piece to its id; a list is another model's
+    // (Unigram's [piece, score] pairs), and nothing would encode.
+    const json& vocab_json = m.at("vocab");
+    if (!vocab_json.is_object())
+      return InvalidArgument(origin + ": model.vocab is " + (vocab_json.is_array() ? "a list" : "not an object") +
+                             "; a BPE tokenizer.json maps each piece to its id ({\"piece\": id, ...})");
+    if (vocab_json.empty()) return InvalidArgument(origin + ": model.vocab is empty");
     StringMap<int32_t> vocab;
-    vocab.reserve(m.at("vocab").size());
+    vocab.reserve(vocab_json.size());
     std::string bytes;
     // Ids size the id → piece tables: bound them before anything allocates.
     const int64_t entries = static_cast<int64_t>(m.at("vocab").size()) +
@@ -303,7 +310,16 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
 
     std::string bos_name, eos_name;
     if (!tokenizer_config_json.empty()) {
-      const json c = json::parse(tokenizer_config_json);
+      // Its own file in errors: a broken tokenizer_config.json is not tokenizer.json's fault.
+      const std::string config_origin =
+          (std::filesystem::path(origin).parent_path() / "tokenizer_config.json").string();
+      json c;
+      try {
+        c = json::parse(tokenizer_config_json);
+      } catch (const json::exception& e) {
+        return InvalidArgument(config_origin + ": " + e.what());
+      }
+      if (!c.is_object()) return InvalidArgument(config_origin + ": not a JSON object");
       if (c.contains("bos_token")) bos_name = TokenName(c["bos_token"]);
       if (c.contains("eos_token")) eos_name = TokenName(c["eos_token"]);
     }

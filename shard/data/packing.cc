@@ -23,7 +23,7 @@ StatusOr<BatchPlan> PlanBatch(int64_t cursor, int64_t num_rows, const PackingOpt
   int64_t row = 0, used = 0, pos = cursor, since_placed = 0;
   while (row < num_rows) {
     if (since_placed > num_samples)
-      return FailedPrecondition("packing: no sample has a target token within the first seq_len+1 = " +
+      return InvalidArgument("packing: no sample has a target token within the first seq_len+1 = " +
                                 std::to_string(T + 1) + " tokens (prompts too long for seq_len" +
                                 (o.overlong == Overlong::kDrop ? ", or every sample is over-long and dropped" : "") + ")");
     const int64_t s = sample_at(pos);

@@ -55,9 +55,10 @@ struct BatchPlan {
 int64_t SpanTargets(const SampleView& v, int64_t take);
 
 // Plans `num_rows` rows from sampler position `cursor`. sample_at(pos) gives the
-// sample at a sampler position, view(sample) its data. FAILED_PRECONDITION when
-// num_samples consecutive positions yield nothing placeable (no sample has a
-// target within seq_len + 1 tokens).
+// sample at a sampler position, view(sample) its data. INVALID_ARGUMENT (the
+// data can never train at this seq_len: no retry helps) when num_samples
+// consecutive positions yield nothing placeable (no sample has a target within
+// seq_len + 1 tokens).
 StatusOr<BatchPlan> PlanBatch(int64_t cursor, int64_t num_rows, const PackingOptions& o, int64_t num_samples,
                               const std::function<int64_t(int64_t)>& sample_at,
                               const std::function<SampleView(int64_t)>& view);

@@ -64,7 +64,7 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
       return DataLoss(origin + ": not a shardd prepared-dataset header (format is not \"shardd-sft\")");
     h.version = JsonInt<int>(j.at("version"));
     if (h.version != kPreparedFormatVersion)
-      return FailedPrecondition(origin + ": format version " + std::to_string(h.version) + ", this shardd reads version " +
+      return InvalidArgument(origin + ": format version " + std::to_string(h.version) + ", this shardd reads version " +
                                 std::to_string(kPreparedFormatVersion) + " (prepare the data again)");
     const json& t = j.at("tokenizer");
     h.tokenizer_kind = t.at("kind").get<std::string>();
@@ -243,7 +243,7 @@ StatusOr<PreparedDataset> PreparedDataset::Open(const std::string& prefix, const
 
 Status PreparedDataset::CheckVocab(int64_t model_vocab_size) const {
   if (header_.max_token_id >= model_vocab_size)
-    return FailedPrecondition("prepared dataset " + prefix_ + " holds token id " + std::to_string(header_.max_token_id) +
+    return InvalidArgument("prepared dataset " + prefix_ + " holds token id " + std::to_string(header_.max_token_id) +
                               " but the model's vocabulary has " + std::to_string(model_vocab_size) +
                               " entries (tokenizer " + header_.tokenizer_kind + " " + header_.tokenizer_spec +
                               " does not match the model)");

@@ -1,11 +1,13 @@
 #include "shard/model/hf_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
+#include "shard/common/finite_scan.h"
 
 namespace shard {
 namespace {
@@ -46,7 +48,14 @@ Status ReadHfUnitRange(const HfWeights& weights, const UnitSpec& unit, int64_t b
   for (const auto& t : unit.tensors) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;
-    RETURN_IF_ERROR(weights.ReadF32Range(t.hf_name, lo - t.offset, hi - lo, dst + (lo - begin)));
+    float* got = dst + (lo - begin);
+    RETURN_IF_ERROR(weights.ReadF32Range(t.hf_name, lo - t.offset, hi - lo, got));
+    // Checked as it streams (the bytes are hot): an inf/NaN weight would only
+    // surface steps later as a non-finite loss blamed on the training.
+    if (const int64_t i = FirstNonFinite(got, hi - lo); i >= 0)
+      return InvalidArgument("tensor '" + t.hf_name + "' holds " + (std::isnan(got[i]) ? "NaN" : "inf") +
+                             " at element " + std::to_string(lo - t.offset + i) + " of " + std::to_string(t.numel) +
+                             ": the weights are corrupt (refused at load)");
   }
   return OkStatus();
 }

@@ -25,6 +25,7 @@ StatusOr<HfWeights> OpenHfWeightsFor(const std::string& dir, const LlamaConfig& 
 // (end - begin floats); elements at or past unit.numel (shard padding) are left
 // as they are. Only the bytes of that range are touched (the files are mapped),
 // so a rank reading its shard never holds more of the model than the shard.
+// An inf/NaN value is refused (INVALID_ARGUMENT naming the tensor and element).
 Status ReadHfUnitRange(const HfWeights& weights, const UnitSpec& unit, int64_t begin, int64_t end, float* dst);
 
 // Reads every tensor of `layout` from the HF folder into units[u] (resized to

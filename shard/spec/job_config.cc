@@ -285,6 +285,13 @@ Status MapTrain(YamlMap& root, TrainConfig* t) {
 Status MapOptimSection(YamlMap& root, OptimConfig* o) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("optim"));
   RETURN_IF_ERROR(GetEnum(m, "state_dtype", kStateDTypeNames, &o->state_dtype));
+  // The AdamW hyper-parameters are train: keys; say where they go.
+  const YAML::Node node = m.node();
+  for (const char* key : {"lr", "min_lr_ratio", "warmup_steps", "schedule", "weight_decay", "decay_norms_and_embeddings",
+                          "grad_clip", "adam_eps", "adam_betas"})
+    if (node[key].IsDefined())
+      return InvalidArgument(m.Where(key) + ": not an optim: key; the optimizer's hyper-parameters are train: keys "
+                             "(train." + key + ")");
   return m.Finish();
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/common/json_object.h"
 
 namespace shard {
 
@@ -283,8 +284,7 @@ Status ReadSlidingWindow(const nlohmann::json& j, const std::string& source, Lla
 }  // namespace
 
 StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::string& source) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument(source + ": not a JSON object");
+  ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonObject(text, source));
   auto where = [&](const char* key) { return source + ": " + key; };
   auto get_int = [&](const char* key, int64_t* out, bool required) -> Status {
     if (!j.contains(key) || j[key].is_null()) {

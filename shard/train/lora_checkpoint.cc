@@ -21,6 +21,9 @@ namespace {
 constexpr const char* kPrefix = "lora_step_";
 constexpr const char* kAdapters = "adapters.safetensors";
 constexpr const char* kState = "state.json";
+// 2: base_hash covers the base's weights by value and its parsed config.json
+// (1 hashed config.json's bytes and the files' tensor index).
+constexpr int kStateVersion = 2;
 
 std::string LoraStepDirName(int64_t step) { return kPrefix + std::to_string(step); }
 
@@ -54,19 +57,19 @@ std::vector<TensorDecl> Decls(int64_t n) {
 
 }  // namespace
 
-StatusOr<std::string> BaseModelHash(const JobConfig& job, uint64_t shape_hash) {
+StatusOr<std::string> BaseModelHash(const JobConfig& job, uint64_t shape_hash, uint64_t weights_hash) {
   std::string text;
   if (job.model.from_hf.empty()) {
     text = "preset " + job.model.preset + " shape " + HashToHex(shape_hash) + " seed " + std::to_string(job.train.seed);
   } else {
-    ASSIGN_OR_RETURN(std::string cfg, ReadFileToString((fs::path(job.model.from_hf) / "config.json").string()));
-    ASSIGN_OR_RETURN(HfWeights w, HfWeights::Open(job.model.from_hf));
-    text = cfg;
-    for (const std::string& name : w.TensorNames()) {
-      const TensorInfo* t = w.Find(name);
-      text += "\n" + name + " " + t->dtype_name + " " + ShapeToString(t->shape) + " " + std::to_string(t->data_begin) +
-              " " + std::to_string(t->data_end);
-    }
+    // config.json as parsed (keys sorted, no layout), so re-indenting or
+    // reordering it is the same base; the weights by value.
+    const std::string path = (fs::path(job.model.from_hf) / "config.json").string();
+    ASSIGN_OR_RETURN(std::string cfg, ReadFileToString(path));
+    const nlohmann::json parsed = nlohmann::json::parse(cfg, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+    text = "config " + parsed.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\nweights " +
+           HashToHex(weights_hash);
   }
   return HashToHex(Xxh64(text.data(), text.size()));
 }
@@ -98,7 +101,7 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
   RETURN_IF_ERROR(w.Write("adam_v", v.data()));
   RETURN_IF_ERROR(w.Finish());
   nlohmann::json j = {{"format", "shardd-lora-checkpoint"},
-                      {"version", 1},
+                      {"version", kStateVersion},
                       {"step", st.step},
                       {"optimizer_steps", st.optimizer_steps},
                       {"samples_seen", st.samples_seen},
@@ -155,8 +158,14 @@ Status LoadLoraCheckpoint(const std::string& step_dir, const std::string& base_h
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(state_path + ": " + e.what());
   }
+  const int64_t version = j.value("version", int64_t{1});
+  if (version < kStateVersion && st->base_hash != base_hash)
+    return InvalidArgument(step_dir + " was written by an older shardd, whose base identity was config.json's "
+                              "bytes and the files' layout, not the weights: it cannot show that " + st->base_model +
+                              " still holds the weights these adapters were trained on; start over "
+                              "(checkpoint.resume: none)");
   if (st->base_hash != base_hash)
-    return FailedPrecondition(step_dir + " holds adapters trained on another base model (" + st->base_model +
+    return InvalidArgument(step_dir + " holds adapters trained on another base model (" + st->base_model +
                               ", content hash " + st->base_hash + "; this job's base hashes to " + base_hash +
                               "): resuming would apply them to weights they were not trained for");
   const std::string w_path = (fs::path(step_dir) / kAdapters).string();

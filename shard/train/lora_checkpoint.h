@@ -32,10 +32,12 @@ struct LoraCheckpointState {
   std::string base_hash;   // BaseModelHash
 };
 
-// A content hash of the base: config.json's bytes and the weight index (every
-// tensor's name, dtype, shape and byte range) for model.from_hf; the preset's
-// shape and the init seed for a preset (its weights are a function of both).
-StatusOr<std::string> BaseModelHash(const JobConfig& job, uint64_t shape_hash);
+// A content hash of the base: for model.from_hf, config.json as parsed (keys
+// sorted: the same whatever its indentation) and `weights_hash`, the base's
+// values (shard/train/base_weights_hash.h, summed over the ranks as they
+// loaded it); for a preset, its shape and the init seed (its weights are a
+// function of both).
+StatusOr<std::string> BaseModelHash(const JobConfig& job, uint64_t shape_hash, uint64_t weights_hash);
 
 Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState& state, const LoraAdapters& adapters,
                           int keep_last);

@@ -14,7 +14,7 @@ Status Trainer::InitLora() {
   const std::string where = job_.source.empty() ? "peft" : job_.source + ": peft";
   // The memory simulator plans from config.json alone: no weights to hash.
   if (backend_->holds_data()) {
-    ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash()));
+    ASSIGN_OR_RETURN(lora_base_hash_, BaseModelHash(job_, model_->config().ShapeHash(), base_weights_hash_));
   }
   ASSIGN_OR_RETURN(lora_, LoraAdapters::Create(backend_.get(), model_->config(), p, job_.train.seed));
   if (!p.from_adapter.empty()) {

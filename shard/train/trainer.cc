@@ -1,6 +1,7 @@
 #include "shard/train/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/base_weights_hash.h"
 #include "shard/train/qlora_base.h"
 #include "shard/train/resume_choice.h"
 #include "shard/train/synthetic_batch_source.h"
@@ -86,7 +88,7 @@ Status Trainer::Init() {
     hf.emplace(std::move(weights));
   }
   if (std::string(backend_->name()) == "cuda" && dist_.world > 1 && dist_.comm_backend == "local")
-    return FailedPrecondition("device " + job_.resources.device.ToString() +
+    return InvalidArgument("device " + job_.resources.device.ToString() +
                               ": ranks as threads (the local communicator) share host memory; use device: cpu");
   // precision auto, per device: bf16 on GPUs that have it, fp16 + the loss
   // scaler on older ones, fp32 on the CPU (the planner assumes the same).
@@ -235,6 +237,11 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
   for (int u = 0; u < layout.num_units(); ++u) largest = std::max(largest, runtime_->layout(u).shard_numel);
   ASSIGN_OR_RETURN(HostBuffer host, HostBuffer::Create(backend_.get(), largest));
   if (!backend_->holds_data()) return OkStatus();  // the simulator: the buffer's bytes are all it needs
+  // A peft: job's base is identified by its values (base_weights_hash.h):
+  // each rank hashes the shard it streams; one replica counts each shard once.
+  const bool hash_base = hf && job_.peft.enabled();
+  const bool first_replica = dist_.rank / shard_count_ == 0;
+  uint64_t base_hash = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const ShardLayout& sl = runtime_->layout(u);
     const int64_t begin = sl.begin(runtime_->shard_rank()), end = sl.end(runtime_->shard_rank());
@@ -244,6 +251,9 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
     } else {
       RETURN_IF_ERROR(ReadHfUnitRange(*hf, layout.units[u], begin, end, host.data())
                           .WithContext("model.from_hf " + job_.model.from_hf));
+      const int64_t real_end = std::min(end, layout.units[u].numel);  // not the shard's padding
+      if (hash_base && first_replica && real_end > begin)
+        base_hash += WeightsSliceHash(u, begin, host.data(), real_end - begin);
     }
     if (runtime_->frozen()) {
       // LoRA/QLoRA: stored as the runtime keeps the frozen base (NF4 or the
@@ -252,6 +262,11 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
     } else {
       optimizer_->WriteParams(u, host.data());  // the device shard, and the host master when offloaded
     }
+  }
+  if (hash_base) {
+    std::array<double, 4> limbs = HashToLimbs(base_hash);
+    RETURN_IF_ERROR(runtime_->AllReduceSum(limbs.data(), 4).WithContext("hashing the base's weights"));
+    base_weights_hash_ = FoldHashLimbs(limbs);
   }
   return OkStatus();
 }
@@ -294,9 +309,9 @@ Status Trainer::Resume() {
   RETURN_IF_ERROR(agreed);
   const Manifest& m = reader->manifest();
   if (m.model_hash != model_->config().ShapeHash())
-    return FailedPrecondition("resume: " + step_dir + " holds a different model shape than this job's model");
+    return InvalidArgument("resume: " + step_dir + " holds a different model shape than this job's model");
   if (m.units.size() != static_cast<size_t>(runtime_->num_units()))
-    return FailedPrecondition("resume: " + step_dir + " has a different unit count");
+    return InvalidArgument("resume: " + step_dir + " has a different unit count");
   if (m.seed != job_.train.seed || m.shuffle != job_.data.shuffle || m.global_batch != job_.train.global_batch)
     LOG_WARN("resume: {} was saved with seed {}, shuffle {}, global_batch {}; this job uses {}, {}, {} — the data "
              "order after the resume differs from the original run's",

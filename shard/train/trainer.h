@@ -164,6 +164,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<LoraAdapters> lora_;  // peft: the trained adapters (the base is frozen)
   std::string lora_base_hash_;          // the base's identity, saved with and checked against checkpoints
+  uint64_t base_weights_hash_ = 0;      // a peft: job's HF base values (base_weights_hash.h), every rank's sum
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks

@@ -56,6 +56,23 @@ TEST(YamlConfigTest, UnknownKeyNamesFileAndDottedKey) {
   EXPECT_NE(top.status().message().find("job.yaml: trian: unknown key"), std::string::npos);
 }
 
+// The known keys an unknown one is listed against include the keys a reader
+// only asked about (Has), never an empty list.
+TEST(YamlConfigTest, UnknownKeyListsWhatTheReaderKnows) {
+  auto root = YamlMap::LoadString("optim: {lr: 0.1}\n", "job.yaml");
+  ASSERT_TRUE(root.ok());
+  auto m = root->Sub("optim");
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->Has("state_dtype"));
+  Status st = m->Finish();
+  EXPECT_NE(st.message().find("job.yaml: optim.lr: unknown key (known here: state_dtype)"), std::string::npos)
+      << st.ToString();
+  auto bare = YamlMap::LoadString("x: 1\n", "job.yaml");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_NE(bare->Finish().message().find("x: unknown key (no key is read here)"), std::string::npos)
+      << bare->Finish().ToString();
+}
+
 TEST(YamlConfigTest, WrongTypesAreErrors) {
   auto c = Parse("train: {steps: abc}\n");
   ASSERT_FALSE(c.ok());

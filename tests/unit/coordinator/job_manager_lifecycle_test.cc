@@ -438,7 +438,7 @@ TEST_F(JobManagerTest, WatchReturnsPastEventsInOrderAndSendsLiveOnes) {
   v1::StepMetric m;
   m.set_step(7);
   m.set_seconds(0.5);
-  m.set_tokens(100);
+  m.set_tokens(64);
   m.set_loss(3.5);
   ASSERT_TRUE(Heartbeat(id, 1, 0, 7, TokenOf(id, 1), {m}).ok());
   ASSERT_EQ(live.size(), 1u);

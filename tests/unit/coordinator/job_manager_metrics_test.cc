@@ -16,7 +16,8 @@ namespace {
 
 using shard::StatusCode;
 
-v1::StepMetric Metric(int64_t step, double loss, double seconds = 0.5, int64_t tokens = 1000) {
+// The fixture's job holds at most 4 x 16 = 64 tokens a step (train.global_batch x data.seq_len).
+v1::StepMetric Metric(int64_t step, double loss, double seconds = 0.5, int64_t tokens = 64) {
   v1::StepMetric m;
   m.set_step(step);
   m.set_loss(loss);
@@ -58,7 +59,7 @@ TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict)
   skipped.set_grad_norm(std::nan(""));
   skipped.set_skipped(true);
   skipped.set_loss_scale(65536);
-  v1::StepMetric after = Metric(3, 3.0, 0.25, 2048);
+  v1::StepMetric after = Metric(3, 3.0, 0.25, 32);
   after.set_loss_scale(32768);
   v1::StepMetric no_time = Metric(4, 2.5, 0);
   Report(id, 4, {Metric(1, 4.0), skipped, after, no_time});
@@ -73,9 +74,9 @@ TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict)
   EXPECT_DOUBLE_EQ(first.loss(), 4.0);
   EXPECT_DOUBLE_EQ(first.lr(), 1e-3);
   EXPECT_DOUBLE_EQ(first.grad_norm(), 0.5);
-  EXPECT_EQ(first.tokens(), 1000);
+  EXPECT_EQ(first.tokens(), 64);
   EXPECT_DOUBLE_EQ(first.seconds(), 0.5);
-  EXPECT_DOUBLE_EQ(first.tokens_per_s(), 2000);
+  EXPECT_DOUBLE_EQ(first.tokens_per_s(), 128);
   EXPECT_FALSE(first.skipped());
   EXPECT_DOUBLE_EQ(first.loss_scale(), 1);
   EXPECT_TRUE(r->rows(1).skipped());
@@ -84,7 +85,7 @@ TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict)
   EXPECT_TRUE(std::isnan(r->rows(1).grad_norm()));
   EXPECT_FALSE(r->rows(2).skipped());
   EXPECT_DOUBLE_EQ(r->rows(2).loss_scale(), 32768);
-  EXPECT_DOUBLE_EQ(r->rows(2).tokens_per_s(), 8192);
+  EXPECT_DOUBLE_EQ(r->rows(2).tokens_per_s(), 128);
   EXPECT_EQ(r->rows(3).tokens_per_s(), 0) << "no time measured: no rate";
 
   // Only rank 0 reports metrics, but the step survives as the job's progress too.

@@ -263,7 +263,7 @@ TEST_F(JobManagerCheckpointTest, ReportCarriesTheMetricsNotYetHeartbeated) {
     m.set_step(s);
     m.set_loss(10.0 / s);
     m.set_seconds(0.5);
-    m.set_tokens(100);
+    m.set_tokens(64);
     unsent.push_back(m);
   }
   ASSERT_TRUE(Report(id, 1, 0, 5, StepDir(5), token, unsent).ok());

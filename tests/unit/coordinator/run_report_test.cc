@@ -89,6 +89,20 @@ TEST(RunReportTest, EvaluationsAreACurveAndAFinalFigure) {
   EXPECT_NE(RunReportHtml(Input(3)).find("id=\"eval-note\""), std::string::npos) << "no eval: the note says so";
 }
 
+// A last step whose loss is NaN (the loss scaler skipped it) is the final
+// loss as it was, never the last finite figure before it.
+TEST(RunReportTest, ANonFiniteLastLossIsTheFinalLoss) {
+  RunReportInput in = Input(30, 65536);
+  in.rows.back().set_loss(std::numeric_limits<double>::quiet_NaN());
+  in.rows.back().set_skipped(true);
+  const std::string html = RunReportHtml(in);
+  const auto f = Data(html)["final"];
+  EXPECT_TRUE(f["final_loss"].is_null()) << f.dump();
+  EXPECT_EQ(f["final_loss_not_finite"], "NaN at step 30 (skipped by the loss scaler)");
+  EXPECT_NE(html.find("<b>NaN at step 30 (skipped by the loss scaler)</b>"), std::string::npos);
+  EXPECT_DOUBLE_EQ(f["min_loss"].get<double>(), 10.0 / 29) << "the lowest finite loss is still a figure";
+}
+
 TEST(RunReportTest, MarkupInMessagesStaysText) {
   const std::string html = RunReportHtml(Input(3));
   EXPECT_EQ(html.find("<b>x</b>"), std::string::npos);

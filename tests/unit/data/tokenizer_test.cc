@@ -142,5 +142,29 @@ TEST(HfTokenizerTest, RefusesWhatItCannotDo) {
   EXPECT_FALSE(notsp.ok()) << "a JSON golden is no tokenizer.json";
 }
 
+// Errors name the file and the part that is wrong: a list-valued vocab (not
+// "encodes to fewer than 2 tokens" later), an empty one, and a broken
+// tokenizer_config.json by its own name (not tokenizer.json's).
+TEST(HfTokenizerTest, ErrorsNameTheFileAndPartThatIsWrong) {
+  std::string list = TinyJson();
+  const std::string from = R"("vocab":{"a":0,"b":1,"c":2,"Ġ":3,"ab":4,"abc":5,"Ġa":6})";
+  ASSERT_NE(list.find(from), std::string::npos);
+  list.replace(list.find(from), from.size(), R"("vocab":[["a",0.0],["b",-1.0]])");
+  auto t = HfTokenizer::Parse(list, "", "dir/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("dir/tokenizer.json: model.vocab is a list; a BPE tokenizer.json maps each piece"),
+            std::string::npos)
+      << t.status().ToString();
+  std::string empty = TinyJson();
+  empty.replace(empty.find(from), from.size(), R"("vocab":{})");
+  t = HfTokenizer::Parse(empty, "", "dir/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("model.vocab is empty"), std::string::npos) << t.status().ToString();
+  t = HfTokenizer::Parse(TinyJson(), "{\"bos_token\": ", "dir/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().rfind("dir/tokenizer_config.json: ", 0), 0u) << t.status().ToString();
+  EXPECT_TRUE(HfTokenizer::Parse(TinyJson(), R"({"bos_token": "a"})", "dir/tokenizer.json").ok());
+}
+
 }  // namespace
 }  // namespace shard

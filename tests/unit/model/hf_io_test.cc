@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
@@ -169,6 +171,37 @@ TEST(HfIoTest, MissingUnknownAndMisshapenTensorsAreNamed) {
 
   Status s5 = LoadHfWeights(Dir("nonexistent"), l, &out);
   EXPECT_FALSE(s5.ok());
+}
+
+// An inf/NaN weight is refused as it streams, naming the tensor and element,
+// whether the whole model or only a rank's slice holding it is read; a slice
+// without it reads as before. Both two-byte and fp32 files.
+TEST(HfIoTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      LlamaConfig c = Small(false);
+      ParamLayout l = ParamLayout::ForLlama(c);
+      auto units = RandomUnits(l);
+      const int u = l.block_unit(1);
+      const TensorSpec& t = l.units[u].tensors[kV];
+      units[u][t.offset + 7] = bad;
+      std::string d = Dir(std::string("nonfinite_") + DTypeName(dt));
+      ASSERT_TRUE(Export(d, c, units, dt).ok());
+      std::vector<std::vector<float>> back;
+      Status st = LoadHfWeights(d, l, &back);
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("tensor '" + t.hf_name + "' holds " + (std::isnan(bad) ? "NaN" : "inf") +
+                                  " at element 7 of " + std::to_string(t.numel)),
+                std::string::npos)
+          << st.ToString();
+      auto w = HfWeights::Open(d);
+      ASSERT_TRUE(w.ok());
+      std::vector<float> slice(l.units[u].numel);
+      EXPECT_FALSE(ReadHfUnitRange(*w, l.units[u], t.offset, t.offset + 8, slice.data()).ok());
+      EXPECT_TRUE(ReadHfUnitRange(*w, l.units[u], 0, t.offset + 7, slice.data()).ok()) << "the slice before it";
+    }
+  }
 }
 
 }  // namespace

@@ -406,5 +406,21 @@ TEST(KubernetesConfigTest, ImagePullPolicyIsTyped) {
                 {"resources.kubernetes.image_pull_policy", "Always, IfNotPresent, Never"});
 }
 
+// optim: holds the optimizer state's storage only; a hyper-parameter written
+// there is pointed to its train: key (not "unknown key (known here: )").
+TEST(OptimSectionTest, HyperParametersArePointedToTrain) {
+  const std::string rest = "model: {preset: tiny}\ndata: {tokens: t.u32, seq_len: 16}\nresources: {device: cpu}\n";
+  auto job = ParseJobConfig("name: o\noptim: {lr: 0.001}\n" + rest, "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("job.yaml: optim.lr: not an optim: key; the optimizer's hyper-parameters are "
+                                        "train: keys (train.lr)"),
+            std::string::npos)
+      << job.status().ToString();
+  auto other = ParseJobConfig("name: o\noptim: {bogus: 1}\n" + rest, "job.yaml");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("optim.bogus: unknown key (known here: state_dtype)"), std::string::npos)
+      << other.status().ToString();
+}
+
 }  // namespace
 }  // namespace shard

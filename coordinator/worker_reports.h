@@ -1,0 +1,45 @@
+// The gateway's checks on what a worker reports about its steps. A worker is
+// trusted to train, not to keep the coordinator's books: a corrupt, stale or
+// hostile report must not put a negative counter on /metrics, a step past
+// the end into the store, or a finite loss where the truth is NaN.
+//
+// Per field (docs/observability.md, "What the coordinator accepts"):
+//   step          1..train.steps                       else the row is refused
+//   loss          finite, unless the row is `skipped`  else the row is refused
+//                 (the trainer fails a non-finite step it did not skip, so
+//                 only the loss scaler's skipped steps carry inf/NaN)
+//   grad_norm     as loss
+//   tokens,       0..global_batch x seq_len (no global  else the row is refused
+//   positions     batch holds more positions)
+//   seconds, lr   finite and >= 0                       else the row is refused
+//   loss_scale    finite and >= 0 (0: an older worker)  else the row is refused
+//   eval_samples  >= 0                                  else the row is refused
+// A refused row is not stored and not counted; the heartbeat that carried it
+// is still a sign of life. The token counter adds with saturation.
+// Pure functions; thread-compatible.
+#pragma once
+
+#include <cstdint>
+
+#include "shard/common/status.h"
+#include "shard/spec/job_config.h"
+#include "shardd/v1/worker.pb.h"
+
+namespace shardd {
+
+// What a job's steps can hold, from its job file.
+struct StepReportLimits {
+  int64_t total_steps = 0;  // train.steps
+  int64_t max_tokens = 0;   // train.global_batch x data.seq_len (saturated)
+};
+StepReportLimits StepReportLimitsFor(const shard::JobConfig& job);
+
+// OK, or INVALID_ARGUMENT naming the step and the field that is out of range.
+shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& limits);
+
+// A counter plus n >= 0: never wraps (stops at INT64_MAX), never goes below 0
+// (a negative total, as an older coordinator could store, counts from 0; a
+// negative n adds nothing).
+int64_t AddToCounter(int64_t total, int64_t n);
+
+}  // namespace shardd

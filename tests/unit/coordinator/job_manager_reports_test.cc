@@ -1,0 +1,174 @@
+// The gateway's checks on rank 0's per-step reports (coordinator/worker_reports.h):
+// a row out of range (a step past train.steps or before 1, a negative or
+// impossible token count, a non-finite loss on a step the loss scaler did
+// not skip) is not stored or counted and is said once per attempt as an
+// event, while the heartbeat that carried it still counts as a sign of life;
+// the token counter never wraps; a done report past the job's end is
+// refused; and a NaN final loss stays NaN in the job's status and reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "coordinator/worker_reports.h"
+#include "tests/unit/coordinator/coordinator_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+using shard::StatusCode;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// A well-formed row of the fixture's job (at most 4 x 16 = 64 tokens a step).
+v1::StepMetric Row(int64_t step, double loss = 2.0, int64_t tokens = 64) {
+  v1::StepMetric m;
+  m.set_step(step);
+  m.set_loss(loss);
+  m.set_lr(1e-3);
+  m.set_grad_norm(0.5);
+  m.set_tokens(tokens);
+  m.set_positions(tokens);
+  m.set_seconds(0.5);
+  m.set_loss_scale(1);
+  return m;
+}
+
+class JobManagerReportsTest : public JobManagerTest {
+ protected:
+  std::vector<int64_t> StoredSteps(const std::string& id) {
+    auto r = manager_->Metrics(id, 0, 0, 0);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<int64_t> out;
+    if (r.ok())
+      for (const auto& row : r->rows()) out.push_back(row.step());
+    return out;
+  }
+  std::vector<v1::JobEvent> EventsOfKind(const std::string& id, const std::string& kind) {
+    auto evs = manager_->Events(id, 0);
+    EXPECT_TRUE(evs.ok()) << evs.status().ToString();
+    std::vector<v1::JobEvent> out;
+    if (evs.ok())
+      for (const auto& e : *evs)
+        if (e.kind() == kind) out.push_back(e);
+    return out;
+  }
+  Status Done(const std::string& id, int rank, int64_t step, double loss, bool nothing_trained = false) {
+    v1::ReportDoneRequest req;
+    *req.mutable_id() = Worker(id, 1, rank);
+    req.set_step(step);
+    req.set_final_loss(loss);
+    req.set_nothing_trained(nothing_trained);
+    return manager_->ReportDone(req, TokenOf(id, 1));
+  }
+};
+
+TEST_F(JobManagerReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
+  const std::string id = StartRunningJob();
+  v1::StepMetric negative = Row(2, 2.0, -1'000'000);
+  v1::StepMetric absurd = Row(3, 2.0, 65);  // one more than the global batch holds
+  v1::StepMetric nan_trained = Row(4, kNaN);  // not skipped: the trainer would have failed it
+  v1::StepMetric past_end = Row(101);         // train.steps is 100
+  v1::StepMetric before_start = Row(0);
+  v1::StepMetric bad_positions = Row(5);
+  bad_positions.set_positions(kMax);
+  v1::StepMetric bad_seconds = Row(6);
+  bad_seconds.set_seconds(-1);
+  Advance(8);
+  auto hb = Heartbeat(id, 1, 0, 7, TokenOf(id, 1),
+                      {Row(1), negative, absurd, nan_trained, past_end, before_start, bad_positions, bad_seconds, Row(7)});
+  ASSERT_TRUE(hb.ok()) << "a bad row is refused, not the heartbeat: " << hb.status().ToString();
+  EXPECT_DOUBLE_EQ(Get(id).workers(0).last_heartbeat_age_s(), 0) << "the heartbeat still counts as alive";
+
+  EXPECT_EQ(StoredSteps(id), (std::vector<int64_t>{1, 7}));
+  const v1::Progress p = Get(id).progress();
+  EXPECT_EQ(p.tokens_total(), 128) << "only the accepted rows are counted";
+  EXPECT_EQ(p.step(), 7);
+  EXPECT_DOUBLE_EQ(p.loss(), 2.0);
+  // Said once per attempt, naming the first refused row's field.
+  auto refused = EventsOfKind(id, "report_refused");
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_TRUE(Contains(refused[0].message(), "step 2: tokens -1000000 out of range 0..64")) << refused[0].message();
+  ASSERT_TRUE(Heartbeat(id, 1, 0, 8, TokenOf(id, 1), {Row(8, 2.0, -5)}).ok());
+  EXPECT_EQ(EventsOfKind(id, "report_refused").size(), 1u);
+  EXPECT_EQ(Get(id).progress().tokens_total(), 128);
+}
+
+TEST_F(JobManagerReportsTest, ASkippedStepKeepsItsNonFiniteLossAsTheTruth) {
+  const std::string id = StartRunningJob();
+  v1::StepMetric skipped = Row(2, kNaN);
+  skipped.set_grad_norm(kNaN);
+  skipped.set_skipped(true);
+  skipped.set_loss_scale(65536);
+  ASSERT_TRUE(Heartbeat(id, 1, 0, 2, TokenOf(id, 1), {Row(1, 3.0), skipped}).ok());
+  EXPECT_EQ(StoredSteps(id), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(std::isnan(Get(id).progress().loss())) << "the last step's loss, not the finite one before it";
+  EXPECT_TRUE(EventsOfKind(id, "report_refused").empty());
+}
+
+TEST_F(JobManagerReportsTest, ANaNFinalLossNeverReadsAsAFiniteFigure) {
+  const std::string id = StartRunningJob();
+  ASSERT_TRUE(Heartbeat(id, 1, 0, 99, TokenOf(id, 1), {Row(99, 1.5)}).ok());
+  ASSERT_TRUE(Done(id, 0, 100, kNaN).ok());
+  ASSERT_TRUE(Done(id, 1, 100, kNaN).ok());
+  const v1::JobStatus s = Get(id);
+  EXPECT_EQ(s.state(), v1::SUCCEEDED);
+  EXPECT_TRUE(std::isnan(s.progress().loss())) << s.progress().loss();
+  EXPECT_TRUE(Contains(s.reason(), "final loss nan (not finite")) << s.reason();
+}
+
+TEST_F(JobManagerReportsTest, DonePastTheJobsEndIsRefused) {
+  const std::string id = StartRunningJob();
+  Status past = Done(id, 0, 101, 1.0);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument) << past.ToString();
+  EXPECT_TRUE(Contains(past.message(), "done at step 101, outside 0..100 (train.steps)")) << past.message();
+  EXPECT_EQ(Done(id, 1, -1, 1.0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(State(id), v1::RUNNING);
+  EXPECT_EQ(Get(id).progress().step(), 0);
+  // Resumed past the end: the checkpoint's step is the truth, nothing trained.
+  ASSERT_TRUE(Done(id, 0, 150, 0, /*nothing_trained=*/true).ok());
+  ASSERT_TRUE(Done(id, 1, 150, 0, /*nothing_trained=*/true).ok());
+  EXPECT_EQ(State(id), v1::SUCCEEDED);
+  EXPECT_EQ(Get(id).progress().step(), 150);
+}
+
+TEST(WorkerReportsTest, TheCounterSaturatesAndNeverGoesNegative) {
+  EXPECT_EQ(AddToCounter(kMax - 10, 64), kMax);
+  EXPECT_EQ(AddToCounter(kMax, kMax), kMax);
+  EXPECT_EQ(AddToCounter(-5, 3), 3) << "a negative total from an older database counts from 0";
+  EXPECT_EQ(AddToCounter(5, -3), 5);
+  EXPECT_EQ(AddToCounter(5, 3), 8);
+}
+
+TEST(WorkerReportsTest, LimitsComeFromTheJobAndSaturate) {
+  shard::JobConfig job;
+  job.train.steps = 30;
+  job.train.global_batch = 8;
+  job.data.seq_len = 128;
+  StepReportLimits l = StepReportLimitsFor(job);
+  EXPECT_EQ(l.total_steps, 30);
+  EXPECT_EQ(l.max_tokens, 1024);
+  job.train.global_batch = int64_t{1} << 40;
+  job.data.seq_len = int64_t{1} << 40;
+  EXPECT_EQ(StepReportLimitsFor(job).max_tokens, kMax);
+  // Each field names itself.
+  l = {30, 1024};
+  v1::StepMetric m = Row(3);
+  EXPECT_TRUE(CheckStepMetric(m, l).ok());
+  m.set_lr(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "step 3: lr inf")) << CheckStepMetric(m, l).message();
+  m = Row(3);
+  m.set_grad_norm(kNaN);
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "grad_norm nan")) << CheckStepMetric(m, l).message();
+  m.set_skipped(true);
+  EXPECT_TRUE(CheckStepMetric(m, l).ok());
+  m = Row(3);
+  m.set_eval_samples(-1);
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "eval_samples -1")) << CheckStepMetric(m, l).message();
+  m = Row(3);
+  m.set_loss_scale(-2);
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "loss_scale -2")) << CheckStepMetric(m, l).message();
+}
+
+}  // namespace
+}  // namespace shardd::testing
