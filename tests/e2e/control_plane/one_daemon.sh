@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One daemon per port and per state dir (issue 28 item 1), through the real
+# binaries: a second shardd on the first's gRPC or HTTP port exits 1 "port
+# taken"; a second shardd on its state dir (another port) exits 1 naming the
+# first's pid and address; with the first SIGSTOP'd, `shardctl run` starts no
+# embedded coordinator on its state dir or its port; read-only views of the
+# state dir still work while the daemon holds it; and the first daemon serves
+# a job to the end afterwards.
+source "$(dirname "$0")/lib.sh"
+start_shardd
+http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
+[ -n "$http" ] || fail "no HTTP port in the log"
+grep -q "^pid $SHARDD_PID$" "$STATE/shardd.lock" || fail "lock file lacks the pid: $(cat "$STATE/shardd.lock")"
+grep -q "^address $ADDR$" "$STATE/shardd.lock" || fail "lock file lacks the address: $(cat "$STATE/shardd.lock")"
+
+refused() {  # refused WANT_RC PATTERN COMMAND...: exits WANT_RC with one line matching PATTERN
+  local want=$1 pat=$2; shift 2
+  local out rc=0
+  # A daemon that (wrongly) starts serves until the timeout: rc 124.
+  out=$(timeout 30 "$@" 2>&1) || rc=$?
+  [ "$rc" = "$want" ] || fail "exit $rc (want $want) from: $* -> $out"
+  grep -q -- "$pat" <<< "$out" || fail "'$out' does not match '$pat'"
+  [ "$(grep -c . <<< "$out")" = 1 ] || fail "more than one line: $out"
+  echo "ok: $out"
+}
+
+# ---- ports: gRPC, then HTTP (other state dirs) --------------------------------
+refused 1 "cannot listen on $ADDR: port taken" \
+  "$SHARDD" --state-dir "$T/other" --listen "$ADDR" --http-listen 127.0.0.1:0
+refused 1 "cannot listen on 127.0.0.1:$http for HTTP: port taken" \
+  "$SHARDD" --state-dir "$T/other" --listen 127.0.0.1:0 --http-listen "127.0.0.1:$http"
+
+# ---- the state dir, on another port ------------------------------------------
+refused 1 "state dir .* is in use by another coordinator: pid $SHARDD_PID serving $ADDR" \
+  "$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0
+
+# ---- shardctl run beside a stopped daemon ------------------------------------
+job=$(make_job once)
+sed -i 's/steps: 40/steps: 10/; s/world_size: 2/world_size: 1/' "$job"
+kill -STOP "$SHARDD_PID"
+refused 1 "starting a local coordinator: state dir .* is in use by another coordinator: pid $SHARDD_PID serving $ADDR" \
+  "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" run "$job"
+refused 1 "starting a local coordinator: cannot listen on $ADDR: port taken" \
+  "$CTL_BIN" --coordinator "$ADDR" --state-dir "$T/other" run "$job"
+kill -CONT "$SHARDD_PID"
+
+# ---- the first daemon still serves: a job to the end -------------------------
+id=$(ctl submit "$job")
+ctl watch "$id" > /dev/null || fail "the job did not succeed: $(ctl status "$id")"
+state_is "$id" SUCCEEDED || fail "job $id: $(ctl status "$id")"
+
+# ---- read-only views while the daemon holds the state dir --------------------
+free=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+for cmd in "status $id" "list --all" "logs $id --rank 0" "checkpoints $id"; do
+  # shellcheck disable=SC2086
+  o=$("$CTL_BIN" --coordinator "127.0.0.1:$free" --state-dir "$STATE" $cmd 2>"$T/err") ||
+    fail "offline '$cmd' beside the running daemon failed: $(cat "$T/err")"
+  grep -q "read-only" "$T/err" || fail "'$cmd' was not the offline view: $(cat "$T/err")"
+  [ -n "$o" ] || fail "offline '$cmd' printed nothing"
+done
+kill -0 "$SHARDD_PID" || fail "the daemon is gone"
+echo PASS
