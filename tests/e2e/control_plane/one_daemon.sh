@@ -3,15 +3,33 @@
 # binaries: a second shardd on the first's gRPC or HTTP port exits 1 "port
 # taken"; a second shardd on its state dir (another port) exits 1 naming the
 # first's pid and address; with the first SIGSTOP'd, `shardctl run` starts no
-# embedded coordinator on its state dir or its port; read-only views of the
-# state dir still work while the daemon holds it; and the first daemon serves
-# a job to the end afterwards.
+# embedded coordinator on its state dir or its port; the first daemon then
+# serves a job, and SIGKILLed while the job's workers run, it restarts on the
+# same ports and state dir (the workers hold neither its lock nor its
+# listeners) and the job ends SUCCEEDED; read-only views of the state dir work
+# while the daemon holds it.
 source "$(dirname "$0")/lib.sh"
-start_shardd
-http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
-[ -n "$http" ] || fail "no HTTP port in the log"
-grep -q "^pid $SHARDD_PID$" "$STATE/shardd.lock" || fail "lock file lacks the pid: $(cat "$STATE/shardd.lock")"
-grep -q "^address $ADDR$" "$STATE/shardd.lock" || fail "lock file lacks the address: $(cat "$STATE/shardd.lock")"
+free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
+port=$(free_port)
+http=$(free_port)
+serving() { grep -c "serving on 127.0.0.1:$port .*http port $http" "$T/shardd.log" 2>/dev/null || true; }
+start_fixed() {  # the daemon on $port and $http, waiting until it serves
+  local before
+  before=$(serving)
+  "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --http-listen "127.0.0.1:$http" --kill-grace-s 2 \
+    >> "$T/shardd.log" 2>&1 &
+  SHARDD_PID=$!
+  disown "$SHARDD_PID"
+  ADDR=127.0.0.1:$port
+  local end=$((SECONDS + 20))
+  while [ "$(serving)" -le "$before" ]; do
+    [ $SECONDS -lt $end ] && kill -0 "$SHARDD_PID" 2>/dev/null || fail "shardd did not start"
+    sleep 0.1
+  done
+  grep -q "^pid $SHARDD_PID$" "$STATE/shardd.lock" || fail "lock file lacks the pid: $(cat "$STATE/shardd.lock")"
+  grep -q "^address $ADDR$" "$STATE/shardd.lock" || fail "lock file lacks the address: $(cat "$STATE/shardd.lock")"
+}
+start_fixed
 
 refused() {  # refused WANT_RC PATTERN COMMAND...: exits WANT_RC with one line matching PATTERN
   local want=$1 pat=$2; shift 2
@@ -30,13 +48,13 @@ refused 1 "cannot listen on $ADDR: port taken" \
 refused 1 "cannot listen on 127.0.0.1:$http for HTTP: port taken" \
   "$SHARDD" --state-dir "$T/other" --listen 127.0.0.1:0 --http-listen "127.0.0.1:$http"
 
-# ---- the state dir, on another port ------------------------------------------
+# ---- the state dir, on other ports ---------------------------------------------
 refused 1 "state dir .* is in use by another coordinator: pid $SHARDD_PID serving $ADDR" \
   "$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0
 
 # ---- shardctl run beside a stopped daemon ------------------------------------
 job=$(make_job once)
-sed -i 's/steps: 40/steps: 10/; s/world_size: 2/world_size: 1/' "$job"
+sed -i 's/world_size: 2/world_size: 1/' "$job"
 kill -STOP "$SHARDD_PID"
 refused 1 "starting a local coordinator: state dir .* is in use by another coordinator: pid $SHARDD_PID serving $ADDR" \
   "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" run "$job"
@@ -44,13 +62,19 @@ refused 1 "starting a local coordinator: cannot listen on $ADDR: port taken" \
   "$CTL_BIN" --coordinator "$ADDR" --state-dir "$T/other" run "$job"
 kill -CONT "$SHARDD_PID"
 
-# ---- the first daemon still serves: a job to the end -------------------------
+# ---- it still serves; SIGKILLed under running workers, it restarts in place ---
 id=$(ctl submit "$job")
-ctl watch "$id" > /dev/null || fail "the job did not succeed: $(ctl status "$id")"
+wait_for 60 step_at_least "$id" 2 || fail "job $id made no progress: $(ctl status "$id")"
+workers_of "$id" > /dev/null || fail "no worker of $id runs"
+kill -9 "$SHARDD_PID"
+wait_for 10 bash -c "! kill -0 $SHARDD_PID" || fail "shardd survived SIGKILL"
+workers_of "$id" > /dev/null || echo "note: the job's worker ended before the restart"
+start_fixed
+ctl watch "$id" > /dev/null || fail "the job did not succeed after the restart: $(ctl status "$id")"
 state_is "$id" SUCCEEDED || fail "job $id: $(ctl status "$id")"
 
 # ---- read-only views while the daemon holds the state dir --------------------
-free=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+free=$(free_port)
 for cmd in "status $id" "list --all" "logs $id --rank 0" "checkpoints $id"; do
   # shellcheck disable=SC2086
   o=$("$CTL_BIN" --coordinator "127.0.0.1:$free" --state-dir "$STATE" $cmd 2>"$T/err") ||
