@@ -72,6 +72,11 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   std::unique_ptr<Coordinator> c(new Coordinator());
   const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
   if (!opts.read_only) {
+    std::string host;
+    int port = 0;
+    if (opts.server.listen.rfind("unix:", 0) != 0)
+      RETURN_IF_ERROR(ParseHostPort(opts.server.listen, "--listen", &host, &port));
+    if (!opts.http_listen.empty()) RETURN_IF_ERROR(ParseHostPort(opts.http_listen, "--http-listen", &host, &port));
     // One coordinator per state dir and per port, settled before anything
     // here adopts a worker or opens the database (read-only views take
     // neither: they work beside a running daemon).

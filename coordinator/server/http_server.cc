@@ -87,7 +87,7 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   // Close-on-exec too (0.11 does not set it): a worker that inherited the
   // listener would hold the port after this daemon died, and its restart
   // would find it taken.
-  s->server_->set_socket_options([](httplib::socket_t sock) {
+  s->server_->set_socket_options([](socket_t sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     fcntl(sock, F_SETFD, FD_CLOEXEC);
@@ -97,6 +97,8 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   if (s->port_ <= 0) return shard::Unavailable("cannot listen on " + listen + " for HTTP (address in use?)");
   httplib::Server* raw = s->server_.get();
   s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  // stop() before the thread listens is a no-op and Stop() would then join forever: wait until it listens.
+  for (int i = 0; i < 5000 && !raw->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   LOG_INFO("shardd HTTP (dashboard /, /metrics, /healthz) on http://{}:{}/", host, s->port_);
   return s;
 }

@@ -73,8 +73,8 @@ CLI::Option* FiniteRange(CLI::Option* opt, double lo, double hi) {
         const double v = std::strtod(s, &end);
         // Not a number at all: CLI11's conversion names it after this check.
         if (end == s) return "";
-        if (!std::isfinite(v) || v < lo || v > hi || errno == ERANGE)
-          return "'" + text + "' is not a finite number in " + range;
+        if (!std::isfinite(v) || errno == ERANGE) return "'" + text + "' is not a finite number (want " + range + ")";
+        if (v < lo || v > hi) return "'" + text + "' is out of range " + range;
         return "";
       },
       "in " + range, "FINITE_RANGE"));

@@ -119,17 +119,22 @@ TEST(CliConventionsTest, FiniteRangeRefusesNonFiniteAndOutOfRangeNamingTheFlag) 
     return code;
   };
   std::string err;
-  for (const char* bad : {"nan", "NaN", "inf", "-5", "1e10", "1e999"}) {
+  for (const char* bad : {"nan", "NaN", "inf", "1e999"}) {
     EXPECT_EQ(run({"--wait-s", bad}, &err), kExitUsage) << bad;
-    EXPECT_NE(err.find("--wait-s: '" + std::string(bad) + "' is not a finite number in 0..1000000000"),
+    EXPECT_NE(err.find("--wait-s: '" + std::string(bad) + "' is not a finite number (want 0..1000000000)"),
               std::string::npos)
         << err;
   }
-  for (const char* bad : {"0", "-5", "2000000000", "nan"}) {
-    EXPECT_EQ(run({"--slots", bad}, &err), kExitUsage) << bad;
-    EXPECT_NE(err.find("--slots: '" + std::string(bad) + "' is not a finite number in 1..4096"), std::string::npos)
+  for (const char* bad : {"-5", "1e10"}) {
+    EXPECT_EQ(run({"--wait-s", bad}, &err), kExitUsage) << bad;
+    EXPECT_NE(err.find("--wait-s: '" + std::string(bad) + "' is out of range 0..1000000000"), std::string::npos)
         << err;
   }
+  for (const char* bad : {"0", "-5", "2000000000"}) {
+    EXPECT_EQ(run({"--slots", bad}, &err), kExitUsage) << bad;
+    EXPECT_NE(err.find("--slots: '" + std::string(bad) + "' is out of range 1..4096"), std::string::npos) << err;
+  }
+  EXPECT_EQ(run({"--slots", "nan"}, &err), kExitUsage);
   EXPECT_EQ(run({"--slots", "1.5"}, &err), kExitUsage) << "still an integer flag";
   EXPECT_EQ(run({"--wait-s", "0", "--slots", "4096"}, &err), std::nullopt) << err;
   EXPECT_EQ(run({"--wait-s", "2.5e3", "--slots", "1"}, &err), std::nullopt) << err;

@@ -5,6 +5,7 @@
 // (gRPC and HTTP, each refused with "port taken"), and whole coordinators:
 // a second one on the same state dir is refused, a read-only view is not.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -93,11 +94,17 @@ TEST_F(StateDirLockTest, ProcessesLaunchedByTheHolderDoNotInheritIt) {
   {
     auto lock = StateDirLock::Acquire(dir_);
     ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+    int exec_done[2];  // close-on-exec: EOF once the child has exec'd (until then it shares every descriptor)
+    ASSERT_EQ(::pipe2(exec_done, O_CLOEXEC), 0);
     child = ::fork();
     if (child == 0) {
       ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
       ::_exit(127);
     }
+    ::close(exec_done[1]);
+    char byte;
+    EXPECT_EQ(::read(exec_done[0], &byte, 1), 0);
+    ::close(exec_done[0]);
   }
   auto lock = StateDirLock::Acquire(dir_);
   KillAndReap(child);
