@@ -12,7 +12,11 @@ source "$(dirname "$0")/lib.sh"
 free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
 port=$(free_port)
 http=$(free_port)
-serving() { grep -c "serving on 127.0.0.1:$port .*http port $http" "$T/shardd.log" 2>/dev/null || true; }
+serving() {  # how many times the log says a daemon serves on $port and $http
+  local n
+  n=$(grep -c "serving on 127.0.0.1:$port .*http port $http" "$T/shardd.log" 2>/dev/null) || true
+  echo "${n:-0}"
+}
 start_fixed() {  # the daemon on $port and $http, waiting until it serves
   local before
   before=$(serving)
