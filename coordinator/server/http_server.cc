@@ -1,6 +1,5 @@
 #include "coordinator/server/http_server.h"
 
-#include <fcntl.h>
 #include <httplib.h>
 
 #include <algorithm>
@@ -84,13 +83,9 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   s->server_->set_keep_alive_max_count(100);
   // cpp-httplib's default sets SO_REUSEPORT, which lets a second daemon
   // share this port (coordinator/server/listen_check.h): SO_REUSEADDR only.
-  // Close-on-exec too (0.11 does not set it): a worker that inherited the
-  // listener would hold the port after this daemon died, and its restart
-  // would find it taken.
   s->server_->set_socket_options([](socket_t sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    fcntl(sock, F_SETFD, FD_CLOEXEC);
   });
   s->Routes();
   s->port_ = port == 0 ? s->server_->bind_to_any_port(host) : (s->server_->bind_to_port(host, port) ? port : -1);
