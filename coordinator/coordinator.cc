@@ -13,6 +13,9 @@
 #include "coordinator/launchers/slurm/slurm_launcher.h"
 #include "coordinator/probed_cluster.h"
 #include "coordinator/sched/host_capacity.h"
+#include "coordinator/server/listen_check.h"
+#include "coordinator/state/state_dir.h"
+#include "coordinator/state/state_dir_lock.h"
 #include "coordinator/server/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
@@ -68,6 +71,20 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   RETURN_IF_ERROR(CheckTlsOptions(opts));
   std::unique_ptr<Coordinator> c(new Coordinator());
   const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
+  if (!opts.read_only) {
+    std::string host;
+    int port = 0;
+    if (opts.server.listen.rfind("unix:", 0) != 0)
+      RETURN_IF_ERROR(ParseHostPort(opts.server.listen, "--listen", &host, &port));
+    if (!opts.http_listen.empty()) RETURN_IF_ERROR(ParseHostPort(opts.http_listen, "--http-listen", &host, &port));
+    // One coordinator per state dir and per port, settled before anything
+    // here adopts a worker or opens the database (read-only views take
+    // neither: they work beside a running daemon).
+    RETURN_IF_ERROR(SecureStateDir(state_dir));
+    ASSIGN_OR_RETURN(c->lock_, StateDirLock::Acquire(state_dir));
+    RETURN_IF_ERROR(CheckPortFree(opts.server.listen, "", "--listen"));
+    if (!opts.http_listen.empty()) RETURN_IF_ERROR(CheckPortFree(opts.http_listen, " for HTTP", "--http-listen"));
+  }
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
   ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
   c->launcher_ = std::make_unique<LocalLauncher>();
@@ -148,6 +165,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
     c->http_listen_ = opts.http_listen;
   }
+  if (c->lock_) RETURN_IF_ERROR(c->lock_->Record(c->address_));
   if (!opts.read_only) {
     c->jobs_->Start();
     c->reports_ = std::make_unique<ReportWriter>(c->jobs_.get());

@@ -13,6 +13,7 @@
 #include "coordinator/report/report_writer.h"
 #include "coordinator/server/coordinator_server.h"
 #include "coordinator/server/http_server.h"
+#include "coordinator/state/state_dir_lock.h"
 #include "coordinator/state/state_store.h"
 
 namespace shardd {
@@ -95,6 +96,7 @@ class Coordinator {
 
  private:
   Coordinator() = default;
+  std::unique_ptr<StateDirLock> lock_;  // first member: released last, after everything else stopped
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Launcher> launcher_;  // local
   std::unique_ptr<Launcher> slurm_;

@@ -11,6 +11,20 @@
 #include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
 
+namespace {
+
+using shard::cli::FiniteRange;
+
+// The number flags' bounds (docs/cli.md). CPU slots are allocated per slot
+// at the first submission; seconds become int64 milliseconds.
+constexpr double kMaxCpuSlots = 4096;
+constexpr double kMinMessageBytes = 64 << 10;
+constexpr double kMaxMessageBytes = 1 << 30;
+constexpr double kMaxKillGraceS = 3600;
+constexpr double kMaxSeconds = 1e9;  // about 31 years: "never" in practice
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"shardd: the shardd coordinator daemon"};
   shardd::CoordinatorOptions opts;
@@ -40,8 +54,11 @@ int main(int argc, char** argv) {
                  "Confine every path a job names (and its workdir) to this directory (repeatable; default: no "
                  "confinement)");
   app.add_flag("--allow-insecure", opts.server.allow_insecure, "Serve a non-loopback address without TLS");
-  app.add_option("--max-message-bytes", opts.server.max_message_bytes, "Largest RPC message accepted")
-      ->capture_default_str();
+  // Every number flag is bounded (issue 28 item 13): exit 2 naming the flag
+  // for NaN, infinity or a value outside the range given here.
+  FiniteRange(app.add_option("--max-message-bytes", opts.server.max_message_bytes, "Largest RPC message accepted")
+                  ->capture_default_str(),
+              kMinMessageBytes, kMaxMessageBytes);
   opts.http_listen = "127.0.0.1:7080";
   app.add_option("--http-listen", opts.http_listen,
                  "host:port for the web dashboard (/), /metrics and /healthz (\"\" = off, port 0 = any)")
@@ -54,24 +71,28 @@ int main(int argc, char** argv) {
                  "a reverse proxy in front of it). Other names get 421 (DNS-rebinding guard)");
   app.add_flag("--metrics-without-token", opts.metrics_without_token,
                "Serve /metrics without the admin token (job names, states and figures to whoever reaches the port)");
-  app.add_option("--http-per-peer-connections", opts.http_per_peer_connections,
-                 "Concurrent HTTP connections from one IP address; more are refused at once (a local reverse proxy "
-                 "is one address for all its users)")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  app.add_option("--metrics-finished-grace-s", opts.metrics_finished_grace_s,
-                 "Seconds an ended job stays on /metrics (negative: forever)")
-      ->capture_default_str();
-  app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
-      ->capture_default_str();
+  FiniteRange(app.add_option("--http-per-peer-connections", opts.http_per_peer_connections,
+                             "Concurrent HTTP connections from one IP address; more are refused at once (a local "
+                             "reverse proxy is one address for all its users)")
+                  ->capture_default_str(),
+              1, 4096);
+  FiniteRange(app.add_option("--metrics-finished-grace-s", opts.metrics_finished_grace_s,
+                             "Seconds an ended job stays on /metrics (negative: forever)")
+                  ->capture_default_str(),
+              -kMaxSeconds, kMaxSeconds);
+  FiniteRange(app.add_option("--kill-grace-s", opts.kill_grace_s, "SIGTERM to SIGKILL grace for ended attempts")
+                  ->capture_default_str(),
+              0, kMaxKillGraceS);
   app.add_option("--gpus", opts.gpus,
                  "GPUs the local launcher may hand out: 0,1,2,3 or 0-7 or none (default: what shardd-worker --probe "
                  "reports)");
-  app.add_option("--cpu-slots", opts.cpu_slots, "CPU slots (one per CPU rank's thread) for local jobs (default: the "
-                 "core count)");
-  app.add_option("--queue-starvation-s", opts.queue_starvation_s,
-                 "Seconds a blocked queue head waits before freed resources are reserved for it")
-      ->capture_default_str();
+  FiniteRange(app.add_option("--cpu-slots", opts.cpu_slots,
+                             "CPU slots (one per CPU rank's thread) for local jobs (default: the core count)"),
+              1, kMaxCpuSlots);
+  FiniteRange(app.add_option("--queue-starvation-s", opts.queue_starvation_s,
+                             "Seconds a blocked queue head waits before freed resources are reserved for it")
+                  ->capture_default_str(),
+              0, kMaxSeconds);
   // SHARDD_<FLAG> for each flag; not the server's own certificate flags:
   // SHARDD_TLS_CERT/KEY name the client certificate shardctl and workers present.
   shard::cli::BindEnv(app, {"--tls-cert", "--tls-key"});

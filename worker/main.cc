@@ -171,8 +171,11 @@ int main(int argc, char** argv) {
   bool json = false;
   app.add_flag("--json", json, "With --probe: the GPUs as the planner reads them ({\"gpus\": [...]}; what shardd runs)");
   app.add_flag("--brief", brief, "With --probe: one line (\"8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)\")");
-  app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks node_rank*N .. node_rank*N+N-1 "
-                 "(a Kubernetes pod per node)")->capture_default_str();
+  // Number flags are bounded (shard::cli::FiniteRange): exit 2 naming the flag.
+  shard::cli::FiniteRange(app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks "
+                                         "node_rank*N .. node_rank*N+N-1 (a Kubernetes pod per node)")
+                              ->capture_default_str(),
+                          1, 1024);
   app.add_option("--node-rank", node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
   // Internal: set by --nproc-per-node on the workers it starts.
   app.add_option("--local-index", local_index, "")->group("");
@@ -180,7 +183,8 @@ int main(int argc, char** argv) {
   std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
   CLI::Option* rank_opt = app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
                  "JOB_COMPLETION_INDEX x --nproc-per-node + local index, else 0)");
-  app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)");
+  shard::cli::FiniteRange(app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)"),
+                          1, 1 << 20);
   app.add_option("--rendezvous", rendezvous,
                  "Where ranks find each other: file:DIR (a directory every rank can reach)");
   app.add_option("--run-id", run_id, "Namespaces rendezvous keys, so reruns sharing a directory do not mix")

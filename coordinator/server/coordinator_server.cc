@@ -9,6 +9,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/server/grpc_status.h"
+#include "coordinator/server/listen_check.h"
 #include "coordinator/server/tls_files.h"
 #include "shard/common/logging.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
@@ -378,15 +379,22 @@ shard::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(con
   }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->services_ = std::make_unique<Services>(jobs, admin_token, opts.max_message_bytes);
+  // A taken port is one clear line here, before gRPC logs its own failure.
+  RETURN_IF_ERROR(CheckPortFree(opts.listen, "", "--listen"));
   grpc::ServerBuilder b;
+  // gRPC sets SO_REUSEPORT on Linux by default: a second daemon could bind
+  // this port too and the kernel would split the clients between the two.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.AddListeningPort(opts.listen, creds, &s->port_);
   b.SetMaxReceiveMessageSize(opts.max_message_bytes);
   b.SetMaxSendMessageSize(opts.max_message_bytes);
   b.RegisterService(&s->services_->job);
   b.RegisterService(&s->services_->worker);
   s->server_ = b.BuildAndStart();
-  if (!s->server_ || s->port_ == 0)
+  if (!s->server_ || s->port_ == 0) {
+    RETURN_IF_ERROR(CheckPortFree(opts.listen, "", "--listen"));  // taken since the check above
     return shard::Unavailable("cannot listen on " + opts.listen + " (address in use or not valid)");
+  }
   LOG_INFO("shardd listening on {} (port {}){}", opts.listen, s->port_,
            !tls ? "" : opts.tls_client_ca.empty() ? " with TLS" : " with mutual TLS");
   return s;

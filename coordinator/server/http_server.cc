@@ -70,6 +70,12 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   s->server_->set_write_timeout(opts.read_timeout_s, 0);
   s->server_->set_keep_alive_timeout(opts.keep_alive_timeout_s);
   s->server_->set_keep_alive_max_count(100);
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second daemon
+  // share this port (coordinator/server/listen_check.h): SO_REUSEADDR only.
+  s->server_->set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   s->Routes();
   s->port_ = port == 0 ? s->server_->bind_to_any_port(host) : (s->server_->bind_to_port(host, port) ? port : -1);
   if (s->port_ <= 0) return shard::Unavailable("cannot listen on " + listen + " for HTTP (address in use?)");

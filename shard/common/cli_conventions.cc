@@ -4,8 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "shard/config.h"
@@ -56,6 +59,26 @@ void AddCommonFlags(CLI::App& app, const std::string& program, LogFlags* log) {
   app.add_option("--log-format", log->format, "text, or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+}
+
+CLI::Option* FiniteRange(CLI::Option* opt, double lo, double hi) {
+  char bounds[64];
+  std::snprintf(bounds, sizeof(bounds), "%.15g..%.15g", lo, hi);
+  const std::string range = bounds;
+  opt->check(CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const char* s = text.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s, &end);
+        // Not a number at all: CLI11's conversion names it after this check.
+        if (end == s) return "";
+        if (!std::isfinite(v) || errno == ERANGE) return "'" + text + "' is not a finite number (want " + range + ")";
+        if (v < lo || v > hi) return "'" + text + "' is out of range " + range;
+        return "";
+      },
+      "in " + range, "FINITE_RANGE"));
+  return opt;
 }
 
 std::string EnvName(const std::string& flag) {

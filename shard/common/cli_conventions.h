@@ -14,6 +14,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace shard::cli {
@@ -29,6 +30,11 @@ struct LogFlags {
 
 // Adds --version (prints "<program> <version>") and --log-level/--log-format.
 void AddCommonFlags(CLI::App& app, const std::string& program, LogFlags* log);
+
+// Refuses a value of `opt` (a number flag) that is not a finite number in
+// [lo, hi], naming the flag and the bounds: a usage error, exit 2. CLI11's own
+// Range lets NaN through and nothing bounds a flag by default. Returns `opt`.
+CLI::Option* FiniteRange(CLI::Option* opt, double lo, double hi);
 
 // The variable a flag is read from: "--state-dir" -> "SHARDD_STATE_DIR".
 std::string EnvName(const std::string& flag);

@@ -1,5 +1,7 @@
 #include "shard/common/yaml_config.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,17 +35,38 @@ Status Convert(const YAML::Node& n, const std::string& where, const char* expect
 // itself as "bad file", so a document is refused here first with its place.
 constexpr int kMaxDepth = 64;
 
+// The most values one walk of a document visits: at least kMinNodeBudget,
+// more for a large file (a value takes at least one byte of text, so a file
+// without aliases always fits). yaml-cpp resolves an alias to the anchored
+// node itself, so a small file of nested aliases ("billion laughs": 1.3 KB,
+// 9 levels of 10) is 10^9 values to any walk: it is refused here, before
+// anything walks it.
+constexpr int64_t kMinNodeBudget = 1'000'000;
+struct NodeBudget {
+  explicit NodeBudget(size_t text_bytes)
+      : limit(std::max<int64_t>(kMinNodeBudget, 2 * static_cast<int64_t>(text_bytes))), left(limit) {}
+  int64_t limit;
+  int64_t left;
+};
+
 // Walks the whole document once: every mapping key must be a single value and
 // appear once (yaml-cpp keeps a repeated key in the map and `node[key]` returns
-// the first, so a second `train:` block would be silently ignored), and
-// nesting stays under kMaxDepth.
-Status CheckTree(const YAML::Node& n, const std::string& file, const std::string& path, int depth) {
+// the first, so a second `train:` block would be silently ignored), nesting
+// stays under kMaxDepth, and the walk visits at most *budget values (aliases
+// expanded).
+Status CheckTree(const YAML::Node& n, const std::string& file, const std::string& path, int depth,
+                 NodeBudget* budget) {
+  if (--budget->left < 0)
+    return InvalidArgument(file + ": more than " + std::to_string(budget->limit) +
+                           " values once its aliases (*name) are expanded (at " + (path.empty() ? "the top" : path) +
+                           ", line " + std::to_string(n.Mark().line + 1) +
+                           "); nested aliases multiply: expand fewer, or write the values out");
   if (depth > kMaxDepth)
     return InvalidArgument(file + ": " + (path.empty() ? "the document" : path) + ": nested deeper than " +
                            std::to_string(kMaxDepth) + " levels (line " + std::to_string(n.Mark().line + 1) + ")");
   if (n.IsSequence()) {
     for (size_t i = 0; i < n.size(); ++i)
-      RETURN_IF_ERROR(CheckTree(n[i], file, path + "[" + std::to_string(i) + "]", depth + 1));
+      RETURN_IF_ERROR(CheckTree(n[i], file, path + "[" + std::to_string(i) + "]", depth + 1, budget));
     return OkStatus();
   }
   if (!n.IsMap()) return OkStatus();
@@ -59,7 +82,7 @@ Status CheckTree(const YAML::Node& n, const std::string& file, const std::string
     if (!fresh)
       return InvalidArgument(file + ": " + dotted + ": duplicate key (line " + std::to_string(it->second) +
                              " and line " + std::to_string(line) + "); keep one");
-    RETURN_IF_ERROR(CheckTree(kv.second, file, dotted, depth + 1));
+    RETURN_IF_ERROR(CheckTree(kv.second, file, dotted, depth + 1, budget));
   }
   return OkStatus();
 }
@@ -77,7 +100,8 @@ StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& n
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) return InvalidArgument(name + ": the top level must be a mapping of keys");
-  RETURN_IF_ERROR(CheckTree(root, name, "", 0));
+  NodeBudget budget(text.size());
+  RETURN_IF_ERROR(CheckTree(root, name, "", 0, &budget));
   return root;
 }
 
@@ -242,7 +266,8 @@ Status ApplyOverride(YAML::Node root, const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     return InvalidArgument("--set '" + assignment + "': value is not valid YAML: " + e.msg);
   }
-  RETURN_IF_ERROR(CheckTree(parsed, "--set '" + assignment + "'", "", 1));
+  NodeBudget budget(value.size());
+  RETURN_IF_ERROR(CheckTree(parsed, "--set '" + assignment + "'", "", 1, &budget));
   std::vector<std::string> parts;
   size_t start = 0;
   while (true) {

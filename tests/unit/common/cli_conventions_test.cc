@@ -102,5 +102,44 @@ TEST(CliConventionsTest, FlagsReadTheirVariableAndTheCommandLineWins) {
   ::unsetenv("SHARDD_LOG_LEVEL");
 }
 
+// CLI11's Range lets NaN through; FiniteRange refuses NaN, infinity and
+// values outside the bounds, naming the flag (issue 28 item 13).
+TEST(CliConventionsTest, FiniteRangeRefusesNonFiniteAndOutOfRangeNamingTheFlag) {
+  auto run = [](std::vector<std::string> args, std::string* err) {
+    CLI::App app{"tool"};
+    double seconds = 600;
+    int slots = 0;
+    FiniteRange(app.add_option("--wait-s", seconds, ""), 0, 1e9);
+    FiniteRange(app.add_option("--slots", slots, ""), 1, 4096);
+    args.insert(args.begin(), "tool");
+    Argv a(args);
+    testing::internal::CaptureStderr();
+    auto code = Parse(app, a.argc(), a.argv(), "tool");
+    *err = testing::internal::GetCapturedStderr();
+    return code;
+  };
+  std::string err;
+  for (const char* bad : {"nan", "NaN", "inf", "1e999"}) {
+    EXPECT_EQ(run({"--wait-s", bad}, &err), kExitUsage) << bad;
+    EXPECT_NE(err.find("--wait-s: '" + std::string(bad) + "' is not a finite number (want 0..1000000000)"),
+              std::string::npos)
+        << err;
+  }
+  for (const char* bad : {"-5", "1e10"}) {
+    EXPECT_EQ(run({"--wait-s", bad}, &err), kExitUsage) << bad;
+    EXPECT_NE(err.find("--wait-s: '" + std::string(bad) + "' is out of range 0..1000000000"), std::string::npos)
+        << err;
+  }
+  for (const char* bad : {"0", "-5", "2000000000"}) {
+    EXPECT_EQ(run({"--slots", bad}, &err), kExitUsage) << bad;
+    EXPECT_NE(err.find("--slots: '" + std::string(bad) + "' is out of range 1..4096"), std::string::npos) << err;
+  }
+  EXPECT_EQ(run({"--slots", "nan"}, &err), kExitUsage);
+  EXPECT_EQ(run({"--slots", "1.5"}, &err), kExitUsage) << "still an integer flag";
+  EXPECT_EQ(run({"--wait-s", "0", "--slots", "4096"}, &err), std::nullopt) << err;
+  EXPECT_EQ(run({"--wait-s", "2.5e3", "--slots", "1"}, &err), std::nullopt) << err;
+  EXPECT_EQ(run({}, &err), std::nullopt) << "defaults are not checked";
+}
+
 }  // namespace
 }  // namespace shard::cli
