@@ -36,9 +36,13 @@ StatusOr<std::optional<int32_t>> ChatFormat::TurnEnd(const Tokenizer& tok) const
 
 StatusOr<ChatFormat> ResolveChatFormat(const std::string& spec, const std::string& tokenizer) {
   ChatFormat f;
-  if (spec == "auto" && !HfChatTemplate::Available(tokenizer)) {
-    f.named = ChatTemplate::kPlain;
-    return f;
+  if (spec == "auto") {
+    // No chat_template at all: plain. A malformed one is the error `hf` gives.
+    ASSIGN_OR_RETURN(bool has, HfChatTemplate::HasTemplate(tokenizer));
+    if (!has) {
+      f.named = ChatTemplate::kPlain;
+      return f;
+    }
   }
   if (spec == "auto" || spec == "hf" || spec.rfind("hf:", 0) == 0) {
     if (tokenizer.empty() || tokenizer == "byte")
