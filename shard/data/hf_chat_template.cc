@@ -104,9 +104,12 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
 // find where the template puts that reply. Digits and punctuation, so the
 // case changes, trims and splits templates apply to content leave it whole.
 std::string Marker(const std::string& full) {
-  std::string m = "#@27182818@#";
-  while (full.find(m) != std::string::npos) m.insert(2, "0");
-  return m;
+  for (size_t zeros = 0;; ++zeros) {
+    std::string m = "#@";
+    m.append(zeros, '0');
+    m.append("27182818@#");
+    if (full.find(m) == std::string::npos) return m;
+  }
 }
 
 // The trained span of a reply, from its (trimmed) content at `pos` to the end

@@ -26,7 +26,7 @@ namespace shard::jinja {
 struct RenderOptions {
   // "YYYY-MM-DD HH:MM:SS" (UTC) that strftime_now formats; empty: the clock.
   std::string now;
-  Limits limits;  // what one render may spend (budget.h)
+  Limits limits = {};  // what one render may spend (budget.h)
 };
 
 class Template {

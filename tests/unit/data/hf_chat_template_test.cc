@@ -195,7 +195,8 @@ TEST(HfChatTemplate, ARewrittenReplyIsFoundInItsOwnTurnOrTheRowIsRefused) {
   ASSERT_TRUE(prefix.ok());
   const std::vector<Message> ms = {{Role::kUser, "ok?"}, {Role::kAssistant, "ok"}, {Role::kUser, "ok ok"},
                                    {Role::kAssistant, "b"}};
-  ASSERT_TRUE((*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s).ok()) << (*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s);
+  ASSERT_TRUE((*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s).ok())
+      << (*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s).ToString();
   EXPECT_EQ(Trained(s), "ok</s><|assistant|>b</s>");
   auto spans = (*prefix)->AssistantSpans(ms);
   ASSERT_TRUE(spans.ok());

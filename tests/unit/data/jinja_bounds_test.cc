@@ -124,7 +124,7 @@ TEST(JinjaBounds, AllocationsAreBoundedBeforeTheyAreMade) {
   EXPECT_HAS(E("{{ ('ab' * 10000000) | replace('a', 'aaaaaaaaaaaaaaa') }}"), "replace: the result would be");
   // One string held many times prints past the value bound, not past memory.
   const std::string held = "{% set s = 'x' * 1000000 %}{% set l = [] %}{% for i in range(1000) %}{{ l.append(s) }}{% endfor %}";
-  EXPECT_HAS(E(held + "{{ l }}"), "printing a list: the result would be");
+  EXPECT_HAS(E(held + "{{ l }}"), "printing a value: the result would be");
   EXPECT_HAS(E(held + "{{ l | join }}"), "filter join: the result would be");
   EXPECT_HAS(E(held + "{{ l | tojson }}"), "tojson: the result would be");
 }
@@ -132,11 +132,11 @@ TEST(JinjaBounds, AllocationsAreBoundedBeforeTheyAreMade) {
 TEST(JinjaBounds, OutputMemoryAndStepBudgetsNameTheLine) {
   Limits small;
   small.max_output_bytes = 1 << 20;
-  EXPECT_EQ(E("a\n{% for i in range(100) %}{{ 'x' * 100000 }}{% endfor %}", {}, small),
+  EXPECT_EQ(E("a\n{% for i in range(100) %}{{ 'x' * 100000 }}{% endfor %}", json::object(), small),
             "template line 2: the rendered text grew past its budget of 1 MiB");
   Limits memory;
   memory.max_live_bytes = 8 << 20;
-  EXPECT_HAS(E("{% set l = [] %}\n{% for i in range(100) %}{{ l.append('x' * 1000000 ~ i) }}{% endfor %}", {}, memory),
+  EXPECT_HAS(E("{% set l = [] %}\n{% for i in range(100) %}{{ l.append('x' * 1000000 ~ i) }}{% endfor %}", json::object(), memory),
              "template line 2: the template's values grew past the memory budget (8 MiB alive at once)");
   // Values that are dropped give their bytes back: the same work within the budget.
   EXPECT_TRUE(Template::Compile("{% for i in range(100) %}{% set s = 'x' * 1000000 ~ i %}{% endfor %}")
