@@ -10,6 +10,7 @@
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/data/reply_turns.h"
 
 namespace shard {
 namespace {
@@ -100,18 +101,6 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
-// A text that appears nowhere in `full`: stands in for a reply's content to
-// find where the template puts that reply. Digits and punctuation, so the
-// case changes, trims and splits templates apply to content leave it whole.
-std::string Marker(const std::string& full) {
-  for (size_t zeros = 0;; ++zeros) {
-    std::string m = "#@";
-    m.append(zeros, '0');
-    m.append("27182818@#");
-    if (full.find(m) == std::string::npos) return m;
-  }
-}
-
 // The trained span of a reply, from its (trimmed) content at `pos` to the end
 // of the end-of-turn text that `alone` (the conversation rendered through this
 // reply) puts after it, as far as the whole rendering repeats that text.
@@ -193,53 +182,61 @@ StatusOr<HfChatTemplate::Spans> HfChatTemplate::AssistantSpans(const std::vector
     out.trained = full.generation;
     return out;
   }
+  // Each reply's span from prefix renderings where they line up; the others
+  // (a template that renders earlier replies differently once later messages
+  // follow: Qwen3 drops their <think> blocks) from the whole rendering.
+  std::vector<std::pair<size_t, size_t>> span(messages.size());
+  std::vector<size_t> rewritten;
+  std::vector<std::string> alone(messages.size());  // rendered through the reply, for its end-of-turn text
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != Role::kAssistant) continue;
     const ojson before(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i));
     const ojson through(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     ASSIGN_OR_RETURN(jinja::Rendered prompt, Render(before, true));
     ASSIGN_OR_RETURN(jinja::Rendered reply, Render(through, false));
-    std::pair<size_t, size_t> span;
     if (StartsWith(full.text, prompt.text) && StartsWith(full.text, reply.text) && reply.text.size() >= prompt.text.size()) {
-      span = {prompt.text.size(), reply.text.size()};
+      span[i] = {prompt.text.size(), reply.text.size()};
     } else {
-      // The template renders this reply differently once later messages
-      // follow (Qwen3 drops the <think> block of earlier replies). Train what
-      // the whole rendering holds, found inside this reply's own turn.
-      ASSIGN_OR_RETURN(span, ReplySpanInTurn(full.text, all, i, reply.text));
+      rewritten.push_back(i);
+      alone[i] = std::move(reply.text);
     }
-    if (!out.trained.empty() && span.first < out.trained.back().second)
+  }
+  if (!rewritten.empty()) {
+    // Train what the whole rendering holds, found inside the reply's own turn.
+    const auto turns = LocateReplyTurns(full.text, all, rewritten, [this](const ojson& ms) -> StatusOr<std::string> {
+      ASSIGN_OR_RETURN(jinja::Rendered r, Render(ms, false));
+      return std::move(r.text);
+    });
+    for (size_t k = 0; k < rewritten.size(); ++k) {
+      const size_t i = rewritten[k];
+      ASSIGN_OR_RETURN(span[i], ReplySpanInTurn(full.text, messages[i].content, i, turns[k], alone[i]));
+    }
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != Role::kAssistant) continue;
+    if (!out.trained.empty() && span[i].first < out.trained.back().second)
       return FailedPrecondition(origin_ + ": the reply spans of messages overlap at message " + std::to_string(i + 1) +
                                 "; use train_on: all or a template with {% generation %} blocks");
-    if (span.second > span.first) out.trained.push_back(span);
+    if (span[i].second > span[i].first) out.trained.push_back(span[i]);
   }
   return out;
 }
 
-StatusOr<std::pair<size_t, size_t>> HfChatTemplate::ReplySpanInTurn(const std::string& full, const ojson& all, size_t i,
+StatusOr<std::pair<size_t, size_t>> HfChatTemplate::ReplySpanInTurn(const std::string& full, const std::string& text,
+                                                                    size_t i,
+                                                                    std::optional<std::pair<size_t, size_t>> turn,
                                                                     const std::string& alone) const {
   const std::string where = origin_ + ": message " + std::to_string(i + 1) + " (an assistant reply)";
   const std::string hint = "; use train_on: all, a template with {% generation %} blocks, or a named template";
-  // Where the template puts this reply: render the conversation again with a
-  // marker for its content. The text before the marker and after it must be
-  // the whole rendering's own, and the reply's text lies between them.
-  const std::string marker = Marker(full);
-  ojson marked = all;
-  marked[i]["content"] = marker;
-  auto r = Render(marked, false);
-  if (!r.ok()) return FailedPrecondition(where + ": cannot locate its turn in the rendering: " + r.status().message() + hint);
-  const size_t at = r->text.find(marker);
-  const size_t suffix = at == std::string::npos ? 0 : r->text.size() - at - marker.size();
-  if (at == std::string::npos || r->text.find(marker, at + 1) != std::string::npos || at + suffix > full.size() ||
-      full.compare(0, at, r->text, 0, at) != 0 || full.compare(full.size() - suffix, suffix, r->text, at + marker.size()) != 0)
+  if (!turn)
     return FailedPrecondition(where + ": the chat template renders it differently once later messages follow, and "
                               "where its turn lies cannot be told from the rendering" + hint);
-  const size_t turn_end = full.size() - suffix;
-  const std::string content = Trimmed(all[i]["content"].get<std::string>());
-  const size_t pos = content.empty() ? std::string::npos : full.find(content, at);
-  if (pos == std::string::npos || pos + content.size() > turn_end)
+  const auto [begin, end] = *turn;
+  const std::string content = Trimmed(text);
+  const size_t pos = content.empty() ? std::string::npos : full.find(content, begin);
+  if (pos == std::string::npos || pos + content.size() > end)
     return FailedPrecondition(where + ": the chat template rewrites it once later messages follow (its text is not in "
-                              "its own turn: \"" + full.substr(at, std::min<size_t>(turn_end - at, 80)) + "\")" + hint);
+                              "its own turn: \"" + full.substr(begin, std::min<size_t>(end - begin, 80)) + "\")" + hint);
   return ReplySpanAt(full, content, alone, pos);
 }
 

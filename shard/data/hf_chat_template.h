@@ -11,9 +11,9 @@
 // without) — a template that renders earlier messages differently once later
 // ones exist (Qwen3 drops reasoning from earlier turns) has that reply's span
 // found in the whole rendering, inside the reply's own turn (located by
-// rendering a marker in its place): a reply the template rewrites (upper-cases,
-// drops) is refused naming the message, never matched elsewhere (train_on:
-// all, or a template with generation blocks, then).
+// rendering markers in place of the replies, reply_turns.h): a reply the
+// template rewrites (upper-cases, drops) is refused naming the message, never
+// matched elsewhere (train_on: all, or a template with generation blocks, then).
 // Text is tokenized one span at a time, so no token straddles a prompt/reply
 // boundary.
 //
@@ -78,10 +78,12 @@ class HfChatTemplate {
 
  private:
   void EncodeWithSpecials(std::string_view text, const Tokenizer& tok, std::vector<int32_t>* ids) const;
-  // The trained span of assistant message i in `full` (the whole rendering)
-  // when prefix renderings do not line up; `alone` renders through message i.
-  StatusOr<std::pair<size_t, size_t>> ReplySpanInTurn(const std::string& full, const nlohmann::ordered_json& all,
-                                                      size_t i, const std::string& alone) const;
+  // The trained span of assistant message i (content `text`) in `full`, the
+  // whole rendering, inside its turn (reply_turns.h; nullopt: not located);
+  // `alone` renders the conversation through message i.
+  StatusOr<std::pair<size_t, size_t>> ReplySpanInTurn(const std::string& full, const std::string& text, size_t i,
+                                                      std::optional<std::pair<size_t, size_t>> turn,
+                                                      const std::string& alone) const;
 
   std::string source_;
   std::string origin_;
