@@ -26,7 +26,10 @@
 namespace shard::jinja {
 
 struct Limits {
-  int max_depth = 256;                           // nested calls of the render (expressions, blocks, macros, values)
+  // Nested calls of the render (expressions, blocks, macros, values): at 256 a
+  // render uses under 512 KiB of stack in a release build and under 2 MiB
+  // under ASan (measured with ulimit -s), inside a thread's default 2-8 MiB.
+  int max_depth = 256;
   int64_t max_steps = 20'000'000;                // nodes run, loop turns, items visited, bytes built / 256
   int64_t max_live_bytes = int64_t{1} << 30;     // strings, lists and dicts alive at once
   int64_t max_value_bytes = int64_t{64} << 20;   // one string or list
