@@ -139,6 +139,10 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     ho.listen = opts.http_listen;
     ho.allow_insecure = opts.server.allow_insecure;
     ho.admin_token = c->token_;
+    ho.trust_loopback = opts.dashboard_trust_loopback;
+    ho.metrics_without_token = opts.metrics_without_token;
+    ho.hosts = opts.dashboard_hosts;
+    ho.limits.per_peer = opts.http_per_peer_connections;
     ho.finished_grace_s = opts.metrics_finished_grace_s;
     ho.version = SHARDD_VERSION;
     ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
@@ -159,6 +163,12 @@ std::string Coordinator::dashboard_url() const {
   std::string host = http_listen_.substr(0, http_listen_.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   return "http://" + host + ":" + std::to_string(http_->port()) + "/";
+}
+
+shard::StatusOr<std::string> Coordinator::dashboard_login_url(std::chrono::seconds ttl) const {
+  if (!http_) return std::string();
+  ASSIGN_OR_RETURN(std::string path, http_->IssueLoginPath(ttl));
+  return dashboard_url() + path.substr(1);
 }
 
 void Coordinator::Stop() {

@@ -3,6 +3,7 @@
 // no coordinator answers; tests start one on a free port.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ struct CoordinatorOptions {
   std::vector<std::string> allowed_roots;
   std::string http_listen;  // host:port for the dashboard, /healthz and /metrics ("" = none; port 0 = any)
   double metrics_finished_grace_s = 300;  // ended jobs leave /metrics this long after they end
+  // The HTTP side's access rules (coordinator/server/dashboard_access.h):
+  // loopback peers without the token (--dashboard-trust-loopback), /metrics
+  // without it (--metrics-without-token), Host names besides IP literals and
+  // localhost (--dashboard-host), connections per peer IP (--http-per-peer-connections).
+  bool dashboard_trust_loopback = false;
+  bool metrics_without_token = false;
+  std::vector<std::string> dashboard_hosts;
+  int http_per_peer_connections = 16;
   // A read-only view of state_dir for shardctl when no coordinator runs
   // (JobManagerOptions::read_only): nothing launches or changes, no HTTP.
   bool read_only = false;
@@ -78,6 +87,8 @@ class Coordinator {
   int http_port() const { return http_ ? http_->port() : 0; }
   // http://host:port/ of the dashboard ("" when HTTP is off).
   std::string dashboard_url() const;
+  // dashboard_url() as a one-time login link valid for ttl ("" when HTTP is off).
+  shard::StatusOr<std::string> dashboard_login_url(std::chrono::seconds ttl) const;
   // Stops serving (after writing the run reports of jobs that ended); running
   // workers are left alone (a restarted coordinator adopts them).
   void Stop();

@@ -14,6 +14,7 @@
 
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/step_listing.h"
 #include "shard/common/file_util.h"
 
 namespace fs = std::filesystem;
@@ -64,22 +65,16 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::str
   ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
   for (const shard::StepInfo& s : steps) {
     if (!s.committed) continue;
+    // The same proof resume uses and the model config export reads (without
+    // re-reading checksums: a listing must stay cheap); a step that fails is
+    // listed with its problem, under its manifest's step.
+    const shard::StepListing l = shard::DescribeStep(s, /*verify_checksums=*/false);
     v1::CheckpointInfo c;
-    c.set_step(s.step);
-    // The same proof resume uses (without re-reading checksums: a listing
-    // must stay cheap); a step that fails it is listed with its problem.
-    auto reader = shard::CheckpointReader::Open(s.dir, /*verify_checksums=*/false);
-    if (!reader.ok()) c.set_problem(reader.status().message());
-    // The manifest's own figures, even for a step that fails the proof.
-    auto text = shard::ReadFileToString(s.dir + "/" + shard::kCommittedFile);
-    auto m = text.ok() ? shard::Manifest::FromJson(*text, s.dir) : shard::StatusOr<shard::Manifest>(text.status());
-    if (m.ok()) {
-      c.set_world(m->world);
-      c.set_files(static_cast<int>(m->files.size()));
-      int64_t bytes = 0;
-      for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
-      c.set_bytes(bytes);
-    }
+    c.set_step(l.step);
+    if (!l.valid) c.set_problem(l.problem);
+    c.set_world(l.world);
+    c.set_files(l.files);
+    c.set_bytes(l.manifest_bytes);
     c.set_path(s.dir);
     struct stat st;
     if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)

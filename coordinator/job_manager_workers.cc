@@ -235,6 +235,12 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const 
     return shard::PermissionDenied("checkpoint report names " + rep.step_dir +
                                    ", which resolves outside the coordinator's allowed roots (a symlink in " +
                                    expected + "?); not committed");
+  // ... and is a folder of its own: COMMITTED written through a link would
+  // land in (and commit) whatever step the link leads to.
+  std::error_code lec;
+  if (fs::is_symlink(fs::symlink_status(rep.step_dir, lec)))
+    return shard::FailedPrecondition("checkpoint report names " + rep.step_dir +
+                                     ", a symbolic link; a checkpoint is never committed through a link");
   if (fs::path(rep.step_dir).filename() != shard::StepDirName(req.step()))
     return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");

@@ -46,6 +46,19 @@ int main(int argc, char** argv) {
   app.add_option("--http-listen", opts.http_listen,
                  "host:port for the web dashboard (/), /metrics and /healthz (\"\" = off, port 0 = any)")
       ->capture_default_str();
+  app.add_flag("--dashboard-trust-loopback", opts.dashboard_trust_loopback,
+               "Let loopback clients use the dashboard, /api and /metrics without the admin token. Only on a "
+               "single-user machine: every local user and any local reverse proxy connect from loopback");
+  app.add_option("--dashboard-host", opts.dashboard_hosts,
+                 "A Host name the HTTP side answers besides IP addresses and localhost (repeatable; e.g. the name of "
+                 "a reverse proxy in front of it). Other names get 421 (DNS-rebinding guard)");
+  app.add_flag("--metrics-without-token", opts.metrics_without_token,
+               "Serve /metrics without the admin token (job names, states and figures to whoever reaches the port)");
+  app.add_option("--http-per-peer-connections", opts.http_per_peer_connections,
+                 "Concurrent HTTP connections from one IP address; more are refused at once (a local reverse proxy "
+                 "is one address for all its users)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--metrics-finished-grace-s", opts.metrics_finished_grace_s,
                  "Seconds an ended job stays on /metrics (negative: forever)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "coordinator/ctl/json_schema.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/hf_weights.h"
+#include "shard/ckpt/step_listing.h"
 #include "shard/common/file_util.h"
 #include "shard/data/tokenizer_export.h"
 #include "shard/spec/llama_config.h"
@@ -22,11 +23,8 @@ Status RunExport(const ExportOptions& o) {
   ASSIGN_OR_RETURN(shard::DType dtype, shard::ParseDType(o.dtype));
   ASSIGN_OR_RETURN(shard::CheckpointReader reader, shard::CheckpointReader::Open(o.step_dir, /*verify=*/true));
   const shard::Manifest& m = reader.manifest();
-  ASSIGN_OR_RETURN(shard::LlamaConfig config,
-                   shard::LlamaConfigFromHfJson(m.model_config, o.step_dir + "/COMMITTED model_config"));
+  ASSIGN_OR_RETURN(shard::LlamaConfig config, shard::StepModelConfig(m, o.step_dir));
   shard::ParamLayout layout = shard::ParamLayout::ForLlama(config);
-  if (layout.num_units() != static_cast<int>(m.units.size()))
-    return shard::DataLoss(o.step_dir + ": the manifest's units do not match its model config");
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return shard::NotFound("cannot create " + o.out + ": " + ec.message());
@@ -64,29 +62,29 @@ Status RunCheckpoints(const CheckpointsOptions& o) {
       uintmax_t size = e.is_regular_file(fe) ? e.file_size(fe) : 0;
       if (!fe) bytes += size;
     }
-    std::string state = "partial", detail = "no COMMITTED (an interrupted save; never resumed from)";
+    // Named by its manifest's step; valid only when export would take it.
+    const shard::StepListing l = shard::DescribeStep(s, /*verify_checksums=*/true);
+    const std::string state = l.valid ? "valid" : l.committed ? "invalid" : "partial";
+    const std::string detail = l.valid ? "world " + std::to_string(l.world) + ", " + std::to_string(l.files) +
+                                             " shards, " + l.strategy
+                                       : l.problem;
     CheckpointRow row;
+    if (l.valid) row.world = l.world, row.files = l.files;
     if (s.committed) {
-      auto r = shard::CheckpointReader::Open(s.dir, /*verify=*/true);
-      state = r.ok() ? "valid" : "invalid";
-      detail = r.ok() ? "world " + std::to_string(r->manifest().world) + ", " + std::to_string(r->manifest().shard_count) +
-                            " shards, " + r->manifest().strategy
-                      : r.status().message();
-      if (r.ok()) row.world = r->manifest().world, row.files = r->manifest().shard_count;
       fs::file_time_type t = fs::last_write_time(fs::path(s.dir) / "COMMITTED", ec);
       if (!ec)
         row.committed_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::file_clock::to_sys(t).time_since_epoch()).count();
     }
     if (o.json) {
-      row.step = s.step;
+      row.step = l.step;
       row.state = state;
       row.path = s.dir;
       row.bytes = static_cast<int64_t>(bytes);
-      row.problem = state == "valid" ? "" : detail;
+      row.problem = l.problem;
       out.push_back(CheckpointObject(row));
     } else {
-      std::printf("%-10lld %-10s %12llu  %s\n", static_cast<long long>(s.step), state.c_str(),
+      std::printf("%-10lld %-10s %12llu  %s\n", static_cast<long long>(l.step), state.c_str(),
                   static_cast<unsigned long long>(bytes), detail.c_str());
     }
   }

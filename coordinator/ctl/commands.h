@@ -19,7 +19,7 @@ struct EvalOptions {
   // SFT data instead of tokens: a prepared PREFIX, or a .jsonl prepared on the
   // fly (into a temporary directory) with tokenizer/template/train_on.
   std::string data;
-  std::string tokenizer = "byte";
+  std::string tokenizer;                // "": the model folder's tokenizer files, else byte
   std::string chat_template = "auto";  // auto | hf | hf:NAME | plain | llama2 | llama3 | chatml
   shard::TrainOn train_on = shard::TrainOn::kAssistant;
   int64_t max_samples = 0;  // 0 = all

@@ -43,6 +43,17 @@ std::string Show(const shard::Tokenizer* tok, const std::vector<int32_t>& ids) {
   return s + "]";
 }
 
+// --tokenizer, else the model folder's own tokenizer files (as a job started
+// from that folder tokenizes: DataConfig::ResolveTokenizer), else byte (a
+// checkpoint step folder, or a folder without tokenizer files).
+std::string DataTokenizer(const EvalOptions& o) {
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  std::error_code ec;
+  for (const char* f : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(fs::path(o.model) / f, ec)) return o.model;
+  return "byte";
+}
+
 }  // namespace
 
 Status RunEvalSft(const EvalOptions& o) {
@@ -63,7 +74,7 @@ Status RunEvalSft(const EvalOptions& o) {
     tmp.path = tmpl;
     shard::PrepareSftOptions p;
     p.input = o.data;
-    p.tokenizer = o.tokenizer;
+    p.tokenizer = DataTokenizer(o);
     p.chat_template = o.chat_template;
     p.train_on = o.train_on;
     p.seq_len = o.seq_len > 0 ? o.seq_len : 1 << 20;  // only counts over-long rows here

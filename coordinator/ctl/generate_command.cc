@@ -8,6 +8,7 @@
 #include "coordinator/ctl/chat_template_command.h"
 #include "coordinator/ctl/commands.h"
 #include "shard/common/file_util.h"
+#include "shard/data/generation_config.h"
 #include "shard/data/tokenizer.h"
 #include "shard/model/kv_decoder.h"
 #include "shard/model/sampling.h"
@@ -33,20 +34,14 @@ std::string TokenizerSpec(const GenerateOptions& o) {
 }
 
 // The ids generation stops at: generation_config.json's eos_token_id (an id or
-// a list, as transformers writes it), else the tokenizer's eos.
-StatusOr<std::vector<int32_t>> EosIds(const std::string& model_dir, const shard::Tokenizer* tok) {
+// a list, as transformers writes it; each must be an id of the model's
+// vocabulary), else the tokenizer's eos.
+StatusOr<std::vector<int32_t>> EosIds(const std::string& model_dir, const shard::Tokenizer* tok, int64_t vocab_size) {
   std::vector<int32_t> ids;
   const fs::path gc = fs::path(model_dir) / "generation_config.json";
   if (fs::exists(gc)) {
     ASSIGN_OR_RETURN(std::string text, shard::ReadFileToString(gc.string()));
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return shard::InvalidArgument(gc.string() + ": not a JSON object");
-    const nlohmann::json e = j.value("eos_token_id", nlohmann::json());
-    for (const auto& v : e.is_array() ? e : nlohmann::json::array({e})) {
-      if (v.is_null()) continue;
-      if (!v.is_number_integer()) return shard::InvalidArgument(gc.string() + ": eos_token_id must be an id or a list of ids");
-      ids.push_back(v.get<int32_t>());
-    }
+    ASSIGN_OR_RETURN(ids, shard::GenerationEosIds(text, gc.string(), vocab_size));
   }
   if (ids.empty() && tok && tok->eos_id()) ids.push_back(*tok->eos_id());
   return ids;
@@ -114,7 +109,7 @@ Status RunGenerate(const GenerateOptions& o) {
     if (t < 0 || t >= m.config.vocab_size)
       return shard::InvalidArgument("generate: prompt token " + std::to_string(t) + " is outside the model's vocabulary of " +
                                     std::to_string(m.config.vocab_size));
-  ASSIGN_OR_RETURN(std::vector<int32_t> eos, EosIds(o.model, tok.get()));
+  ASSIGN_OR_RETURN(std::vector<int32_t> eos, EosIds(o.model, tok.get(), m.config.vocab_size));
   const int64_t total = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_new, 1);
   ASSIGN_OR_RETURN(auto decoder, shard::KvDecoder::Create(m.config, m.backend.get(), total,
                                                           std::min<int64_t>(kPromptChunk, prompt.size())));

@@ -179,8 +179,12 @@ shard::Status JobCommands::State::Connect(bool allow_embed, bool allow_offline) 
     if (!c.ok()) return c.status().WithContext("starting a local coordinator");
     embedded = std::move(*c);
     client.token = embedded->admin_token();
+    // The dashboard as a one-time login link: printed only here, and dead
+    // with this coordinator when the run ends.
+    auto link = embedded->dashboard_login_url(shardd::LoginNonces::kMaxTtl);
     std::printf("shardctl: no coordinator at %s; started one here (state in %s); dashboard %s\n",
-                client.coordinator.c_str(), client.state_dir.c_str(), embedded->dashboard_url().c_str());
+                client.coordinator.c_str(), client.state_dir.c_str(),
+                link.ok() ? link->c_str() : embedded->dashboard_url().c_str());
     channel = grpc::CreateCustomChannel(embedded->address(), creds, args);
   }
   if (client.token.empty()) {
@@ -345,6 +349,11 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   s.report->add_option("--out", s.report_opts.out, "Write it here (default: <run dir>/report.html)");
   s.report->add_flag("--json", s.report_opts.json, "Print {\"job_id\", \"path\", ...} as JSON");
 
+  s.dashboard = app.add_subcommand("dashboard", "Print a one-time login link for the web dashboard (valid 2 minutes)");
+  s.dashboard->add_option("job", s.dashboard_opts.job, "Open this job's page (default: the job list)");
+  s.dashboard->add_option("--url", s.dashboard_opts.url, "The dashboard (what shardd printed as \"dashboard http://...\")")
+      ->capture_default_str();
+
   s.logs = app.add_subcommand("logs", "A worker's log");
   s.logs->add_option("job", s.job_id, "Job id")->required();
   s.logs->add_option("--rank", s.rank, "Rank")->capture_default_str();
@@ -359,7 +368,7 @@ JobCommands::~JobCommands() = default;
 
 bool JobCommands::Selected() const {
   const State& s = *s_;
-  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.queue, s.cancel, s.watch, s.logs, s.report})
+  for (CLI::App* c : {s.run, s.submit, s.status, s.metrics, s.list, s.queue, s.cancel, s.watch, s.logs, s.report, s.dashboard})
     if (c->parsed()) return true;
   return false;
 }
@@ -370,6 +379,7 @@ shard::Status JobCommands::Run() {
   sa.sa_handler = OnSigint;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  if (s.dashboard->parsed()) return RunDashboard(s.client, s.dashboard_opts);
   const bool reads = s.status->parsed() || s.list->parsed() || s.queue->parsed() || s.logs->parsed() ||
                      s.metrics->parsed() || s.report->parsed();
   RETURN_IF_ERROR(s.Connect(/*allow_embed=*/s.run->parsed(), /*allow_offline=*/reads));

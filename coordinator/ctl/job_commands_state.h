@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/ctl/dashboard_command.h"
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/job_queries.h"
 #include "coordinator/ctl/report_command.h"
@@ -53,7 +54,9 @@ struct JobCommands::State {
   CLI::App* metrics = nullptr;
   CLI::App* queue = nullptr;
   CLI::App* report = nullptr;
+  CLI::App* dashboard = nullptr;
   ReportOptions report_opts;
+  DashboardOptions dashboard_opts;
   std::string job_file, job_id, reason;
   std::vector<std::string> sets;
   bool json = false, all = false, follow = false, and_watch = false, all_ranks = false;

@@ -37,7 +37,9 @@ CLI::App* AddEval(CLI::App& app, shardctl::EvalOptions* o) {
   sub->add_option("--batch", o->batch, "Windows or samples per forward pass")->capture_default_str();
   sub->add_option("--max-windows", o->max_windows, "--tokens: at most this many windows (0 = all)")->capture_default_str();
   sub->add_option("--max-samples", o->max_samples, "--data: the first N samples (0 = all)")->capture_default_str();
-  sub->add_option("--tokenizer", o->tokenizer, "--data F.jsonl: tokenizer to prepare it with")->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "--data F.jsonl: tokenizer to prepare it with (default: the --model folder's tokenizer files, else "
+                  "byte)");
   sub->add_option("--template", o->chat_template, "--data F.jsonl: chat template")->capture_default_str();
   shardctl::AddEnumOption(sub, "--train-on", &o->train_on, shard::kTrainOnNames, "--data F.jsonl: which tokens are targets");
   sub->add_option("--show", o->show, "--data: print the first N greedy answers")->capture_default_str();

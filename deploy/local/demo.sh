@@ -18,7 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/local/install-deps.sh
-bash deploy/local/build.sh
+# Only what the demo runs (shardctl starts the coordinator in-process and the
+# workers); deploy/local/test.sh builds everything else.
+SHARDD_BUILD_TARGETS="shardctl shardd-worker shardd" bash deploy/local/build.sh
 CTL=./build/coordinator/ctl/shardctl
 export SHARDD_STATE_DIR=runs/.shardd          # the embedded coordinator's database, token and logs
 export SHARDD_COORDINATOR=127.0.0.1:${SHARDD_DEMO_PORT:-7071}

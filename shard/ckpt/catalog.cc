@@ -12,18 +12,40 @@
 namespace shard {
 namespace fs = std::filesystem;
 
+std::optional<int64_t> StepOfDirName(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step_", 0) != 0) return std::nullopt;
+  if (name.find_first_not_of("0123456789", 5) != std::string::npos) return std::nullopt;
+  return std::stoll(name.substr(5));
+}
+
+bool IsOwnStepFolder(const fs::path& job_canonical, const fs::path& entry) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(entry, ec);
+  if (ec) return false;
+  if (fs::is_directory(st)) return true;
+  if (!fs::is_symlink(st)) return false;
+  const fs::path target = fs::canonical(entry, ec);
+  if (ec || !fs::is_directory(target, ec)) return false;
+  // Inside: job_canonical is a proper prefix of the target, component-wise.
+  const fs::path rel = target.lexically_relative(job_canonical);
+  return !rel.empty() && *rel.begin() != ".." && rel != ".";
+}
+
 StatusOr<std::vector<StepInfo>> ListSteps(const std::string& job_dir) {
   std::vector<StepInfo> out;
   std::error_code ec;
   if (!fs::exists(job_dir, ec)) return out;
+  const fs::path root = fs::canonical(job_dir, ec);
+  if (ec) return NotFound("cannot resolve checkpoint directory " + job_dir + ": " + ec.message());
   for (const auto& e : fs::directory_iterator(job_dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step_", 0) != 0 || name.size() != 13) continue;
-    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    const std::optional<int64_t> step = StepOfDirName(e.path().filename().string());
+    if (!step || !IsOwnStepFolder(root, e.path())) continue;
     StepInfo s;
-    s.step = std::stoll(name.substr(5));
+    s.step = *step;
     s.dir = e.path().string();
-    s.committed = fs::exists(e.path() / kCommittedFile, ec);
+    std::error_code le;
+    s.link = e.is_symlink(le);
+    s.committed = fs::exists(e.path() / kCommittedFile, le);
     out.push_back(s);
   }
   if (ec) return NotFound("cannot list checkpoint directory " + job_dir + ": " + ec.message());
@@ -49,6 +71,13 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, b
   auto text = ReadFileToString(mpath);
   if (!text.ok()) return NotFound(step_dir + " is not a committed checkpoint (no " + kCommittedFile + ")");
   ASSIGN_OR_RETURN(r.manifest_, Manifest::FromJson(*text, mpath));
+  // A folder named after a step holds that step: a copy or link of another
+  // step under a newer name would be resumed from (and listed) as a step it is not.
+  fs::path named = fs::path(step_dir).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();
+  if (auto n = StepOfDirName(named.filename().string()); n && *n != r.manifest_.step)
+    return DataLoss(step_dir + " is named step " + std::to_string(*n) + " but its manifest (" + kCommittedFile +
+                    ") is of step " + std::to_string(r.manifest_.step) + " (a copied or linked step?)");
   for (const auto& f : r.manifest_.files) {
     const std::string path = step_dir + "/" + f.name;
     std::error_code ec;

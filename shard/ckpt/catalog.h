@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,12 +15,25 @@
 namespace shard {
 
 struct StepInfo {
-  int64_t step = 0;
+  int64_t step = 0;  // from the folder's name; the manifest's own step may differ
   std::string dir;
   bool committed = false;
+  bool link = false;  // the folder is a symbolic link (to a folder inside job_dir)
 };
-// Step directories of a job directory, oldest first (a missing directory is empty).
+// Step directories of a job directory, oldest first (a missing directory is
+// empty). A step folder that is a symbolic link counts only when it resolves
+// to a folder inside job_dir: a link leading out (say to another run's step)
+// is never this job's step, so nothing lists, resumes from or deletes it.
 StatusOr<std::vector<StepInfo>> ListSteps(const std::string& job_dir);
+
+// Whether `entry` of job_dir may count as one of job_dir's step folders: a
+// directory that is not a link, or a link that resolves to a directory inside
+// job_dir (canonical paths, so "..", nested links and a linked job_dir are
+// seen through). job_canonical: fs::canonical(job_dir).
+bool IsOwnStepFolder(const std::filesystem::path& job_canonical, const std::filesystem::path& entry);
+
+// "step_00000100" → 100; nullopt for any other name.
+std::optional<int64_t> StepOfDirName(const std::string& name);
 
 // One piece of a unit range to read: elements [from, from+count) of unit
 // `unit` from file `file`, landing at dst_offset of the destination.
@@ -35,9 +50,11 @@ std::vector<ReadPiece> PlanUnitRead(const std::vector<ShardHeader>& headers, int
 // An opened committed step: the manifest plus every shard header.
 class CheckpointReader {
  public:
-  // Checks the manifest, that every listed file exists with its size, that the
-  // headers parse and agree with the manifest (step, units, model hash) and,
-  // with verify_checksums, each file's xxh64. Errors name the bad file.
+  // Checks the manifest, that a folder named step_N holds the manifest of
+  // step N (not a copy or link of another step), that every listed file
+  // exists with its size, that the headers parse and agree with the manifest
+  // (step, units, model hash) and, with verify_checksums, each file's xxh64.
+  // Errors name the bad file.
   static StatusOr<CheckpointReader> Open(const std::string& step_dir, bool verify_checksums);
 
   const Manifest& manifest() const { return manifest_; }

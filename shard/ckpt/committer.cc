@@ -120,11 +120,20 @@ Status ApplyRetention(const std::string& job_dir, int keep_last, const std::stri
   for (const auto& s : steps) {
     if (s.step >= newest || keep_step.count(s.step)) continue;
     MaybeFault("ckpt_during_retention", newest);
-    // Uncommit first: once COMMITTED is gone the directory is no longer a
-    // checkpoint, so a crash mid-delete leaves garbage, never a broken step.
+    // A link is removed as a link, never through it: its target is a step
+    // folder of this directory listed (and kept or deleted) on its own.
     std::error_code ec;
-    fs::remove(fs::path(s.dir) / kCommittedFile, ec);
-    fs::remove_all(s.dir, ec);
+    const fs::file_status st = fs::symlink_status(s.dir, ec);
+    if (st.type() == fs::file_type::not_found) continue;  // gone already
+    ec.clear();
+    if (fs::is_symlink(st)) {
+      fs::remove(s.dir, ec);
+    } else {
+      // Uncommit first: once COMMITTED is gone the directory is no longer a
+      // checkpoint, so a crash mid-delete leaves garbage, never a broken step.
+      fs::remove(fs::path(s.dir) / kCommittedFile, ec);
+      if (!ec) fs::remove_all(s.dir, ec);
+    }
     if (ec) return DataLoss("retention: cannot delete " + s.dir + ": " + ec.message());
   }
   return FsyncDir(job_dir);

@@ -28,7 +28,9 @@ Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milli
 // Deletes its older committed steps, and uncommitted step directories older
 // than its newest committed one (leftovers of crashed saves); never the newest
 // committed step, never a step newer than it (a save may be in flight), and
-// never a step of another run that shares the directory.
+// never a step of another run that shares the directory. Never follows a
+// link: a step folder that links out of job_dir is not one of its steps
+// (ListSteps), and one that links inside is removed as a link.
 Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint = "");
 
 }  // namespace shard

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/common/logging.h"
 
 namespace shard {
 namespace {
@@ -73,15 +74,19 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir) {
   const fs::path index_path = fs::path(dir) / kHfIndexFileName;
   const fs::path single_path = fs::path(dir) / kHfSingleFileName;
 
-  if (!IsRegularFile(index_path)) {
-    if (!IsRegularFile(single_path)) {
-      return NotFound(dir + ": found neither " + kHfIndexFileName + " nor " + kHfSingleFileName);
-    }
+  // transformers' from_pretrained looks for model.safetensors before the
+  // index, so with both present it loads the single file: so does shardd.
+  if (IsRegularFile(single_path)) {
+    if (IsRegularFile(index_path))
+      LOG_WARN("{} holds both {} and {}: loading {} and ignoring the index, as transformers does", dir,
+               kHfSingleFileName, kHfIndexFileName, kHfSingleFileName);
     ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(single_path.string()));
     for (const TensorInfo& t : f.tensors()) w.tensor_file_[t.name] = 0;
     w.files_.push_back(std::move(f));
     return w;
   }
+  if (!IsRegularFile(index_path))
+    return NotFound(dir + ": found neither " + kHfIndexFileName + " nor " + kHfSingleFileName);
 
   const std::string ip = index_path.string();
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(ip));

@@ -37,8 +37,9 @@ std::vector<int> PlanHfShards(const std::vector<uint64_t>& tensor_bytes, uint64_
 // reads (see SafetensorsFile). Movable.
 class HfWeights {
  public:
-  // Prefers the index when both layouts are present (it is what names the
-  // complete set). Opens and validates every file the index references; a tensor
+  // Prefers model.safetensors when both layouts are present, as transformers'
+  // from_pretrained does (a warning says the index is ignored). Opens and
+  // validates every file the index references; a tensor
   // the index maps to a file that lacks it is DATA_LOSS naming both. NOT_FOUND
   // when `dir` holds neither model.safetensors.index.json nor model.safetensors.
   static StatusOr<HfWeights> Open(const std::string& dir);

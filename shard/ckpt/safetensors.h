@@ -5,8 +5,11 @@
 //
 // SafetensorsFile reads a file shardd did not write (a download, another tool's
 // export), so Open() validates every header field against the file size before
-// any tensor byte is touched: a corrupt file fails at Open with one line naming
-// the path and the problem, never later as a crash inside a read.
+// any tensor byte is touched — as the official reader does, the tensors must
+// lie back to back over the whole data section (no two sharing a byte, no
+// gap, no tail) — so a corrupt file fails at Open with one line naming the
+// path and the problem (both tensors of an overlap), never later as a crash
+// inside a read or as one tensor read as another.
 // SafetensorsWriter streams one tensor at a time so exporting a model never
 // holds more than one tensor in memory.
 #pragma once

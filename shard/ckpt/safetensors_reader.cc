@@ -126,6 +126,40 @@ Status ParseMetadata(const std::string& path, const json& v, std::map<std::strin
   return OkStatus();
 }
 
+std::string Range(const TensorInfo& t) {
+  std::string s = "[";  // (not "[" + ...: g++ 12 -Wrestrict false positive)
+  s += std::to_string(t.data_begin);
+  s += ", ";
+  s += std::to_string(t.data_end);
+  return s + "]";
+}
+
+// The official reader's rule (safetensors' validate): the tensors, in offset
+// order, lie back to back from byte 0 to the end of the data section. Two
+// tensors sharing bytes would alias (a write to one changes the other; an
+// adapter's A and B read as one another); a gap or a tail is bytes no tensor
+// owns, which transformers refuses too.
+Status CheckDataLayout(const std::string& path, const std::vector<TensorInfo>& sorted, uint64_t data_size) {
+  uint64_t end = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo& t : sorted) {
+    if (prev && t.data_begin < end)
+      return DataLoss(path + ": tensors '" + prev->name + "' " + Range(*prev) + " and '" + t.name + "' " + Range(t) +
+                      " overlap in the data section; each tensor must own its bytes");
+    if (t.data_begin > end)
+      return DataLoss(path + ": bytes [" + std::to_string(end) + ", " + std::to_string(t.data_begin) +
+                      ") of the data section belong to no tensor (before '" + t.name +
+                      "'); safetensors stores tensors back to back");
+    end = t.data_end;
+    prev = &t;
+  }
+  if (end != data_size)
+    return DataLoss(path + ": the data section has " + std::to_string(data_size - end) +
+                    " bytes after the last tensor's end " + std::to_string(end) +
+                    "; the header does not describe the whole file");
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {
@@ -194,8 +228,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   }
 
   std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.name < b.name;
+    if (a.data_begin != b.data_begin) return a.data_begin < b.data_begin;
+    return a.data_end != b.data_end ? a.data_end < b.data_end : a.name < b.name;
   });
+  RETURN_IF_ERROR(CheckDataLayout(path, f.tensors_, data_size));
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
   return f;
 }

@@ -10,4 +10,12 @@ namespace shard {
 
 void MaybeFault(const char* point, int64_t step);
 
+// Pacing for tests that disrupt a job at chosen steps (the chaos soak):
+// SHARDD_STEP_GATE=FILE makes the trainer wait before it starts STEP until
+// FILE holds a number >= STEP, so a test moves the job forward by its
+// progress, whatever the machine's speed. Polls every 20 ms and gives up
+// after 10 minutes with a warning (nothing waits forever). Unset (always in
+// production), it costs one cached getenv.
+void MaybeWaitAtStepGate(int64_t step);
+
 }  // namespace shard

@@ -7,9 +7,18 @@
 
 #include "shard/common/file_util.h"
 #include "shard/data/chat_format.h"
+#include "shard/data/generation_config.h"
 #include "shard/data/tokenizer.h"
 
 namespace shard {
+namespace {
+
+// What goes along from a tokenizer (or model) folder, as transformers'
+// save_pretrained writes them.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json",
+                                           "tokenizer.model", "chat_template.jinja",   "generation_config.json"};
+
+}  // namespace
 
 StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir,
                                                         const std::vector<int32_t>& stop_ids) {
@@ -19,26 +28,23 @@ StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& token
   ASSIGN_OR_RETURN(auto tok, LoadTokenizer(tokenizer));
   std::error_code ec;
   const fs::path src = fs::is_directory(tokenizer, ec) ? fs::path(tokenizer) : fs::path(tokenizer).parent_path();
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                           "chat_template.jinja"}) {
+  for (const char* name : kTokenizerFiles) {
+    if (name == std::string("generation_config.json")) continue;  // merged below
     if (!fs::exists(src / name, ec)) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadFileToString((src / name).string()));
     RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / name).string(), bytes));
     written.push_back(name);
   }
   nlohmann::ordered_json gen = {{"_from_model_config", true}};
+  // eos_token_id: an id or a list (transformers reads both); ids appended in order, once each.
+  std::vector<int32_t> eos;
   if (fs::exists(src / "generation_config.json", ec)) {  // the model's own: sampling defaults, its eos list
     const std::string path = (src / "generation_config.json").string();
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-    gen = nlohmann::ordered_json::parse(text, nullptr, false);
-    if (gen.is_discarded() || !gen.is_object()) return InvalidArgument(path + ": not a JSON object");
+    ASSIGN_OR_RETURN(eos, GenerationEosIds(text, path, tok->vocab_size()));
+    gen = nlohmann::ordered_json::parse(text);  // an object: GenerationEosIds checked
   }
   if (auto b = tok->bos_id(); b && !gen.contains("bos_token_id")) gen["bos_token_id"] = *b;
-  // eos_token_id: an id or a list (transformers reads both); ids appended in order, once each.
-  std::vector<int32_t> eos;
-  const nlohmann::ordered_json had = gen.value("eos_token_id", nlohmann::ordered_json());
-  for (const auto& v : had.is_array() ? had : nlohmann::ordered_json::array({had}))
-    if (v.is_number_integer()) eos.push_back(v.get<int32_t>());
   std::vector<int32_t> add = stop_ids;
   if (auto e = tok->eos_id()) add.insert(add.begin(), *e);
   for (int32_t id : add)
@@ -59,6 +65,28 @@ StatusOr<std::vector<std::string>> ExportChatTokenizer(const std::string& tokeni
   std::vector<int32_t> stop;
   if (turn_end) stop.push_back(*turn_end);
   return ExportTokenizerFiles(tokenizer, out_dir, stop);
+}
+
+StatusOr<std::vector<std::string>> ExportJobTokenizer(const DataConfig& data, const std::string& from_hf,
+                                                      int64_t model_vocab_size, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  if (data.sft()) return ExportChatTokenizer(data.tokenizer, data.chat_template, out_dir);
+  std::vector<std::string> written;
+  const std::string spec = data.tokenizer.empty() ? from_hf : data.tokenizer;
+  if (spec.empty() || spec == "byte") return written;
+  // The files as they are: no chat template adds a stop id, and nothing read
+  // this tokenizer before (a token file holds ids), so nothing is re-derived.
+  std::error_code ec;
+  const fs::path src = fs::is_directory(spec, ec) ? fs::path(spec) : fs::path(spec).parent_path();
+  for (const char* name : kTokenizerFiles) {
+    if (!fs::exists(src / name, ec)) continue;
+    ASSIGN_OR_RETURN(std::string bytes, ReadFileToString((src / name).string()));
+    if (name == std::string("generation_config.json"))
+      RETURN_IF_ERROR(GenerationEosIds(bytes, (src / name).string(), model_vocab_size).status());
+    RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / name).string(), bytes));
+    written.push_back(name);
+  }
+  return written;
 }
 
 }  // namespace shard

@@ -14,14 +14,15 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/data_config.h"
 
 namespace shard {
 
 // tokenizer: a LoadTokenizer spec (folder or file). "byte" copies nothing and
 // writes no generation_config.json. stop_ids: more ids eos_token_id must list
 // (ChatFormat::TurnEnd of the data's template). Returns the file names
-// written; a generation_config.json that is not a JSON object is an error
-// naming it.
+// written; a generation_config.json that is not a JSON object, or whose
+// eos_token_id is not an id of the tokenizer, is an error naming it.
 StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& tokenizer, const std::string& out_dir,
                                                         const std::vector<int32_t>& stop_ids = {});
 
@@ -31,5 +32,16 @@ StatusOr<std::vector<std::string>> ExportTokenizerFiles(const std::string& token
 // template ends its replies with. "" or "byte" tokenizers: nothing written.
 StatusOr<std::vector<std::string>> ExportChatTokenizer(const std::string& tokenizer, const std::string& chat_template,
                                                        const std::string& out_dir);
+
+// What a training job's export (export.hf_dir) takes along beside the
+// weights, so the folder loads and generates as it is: an SFT job's data
+// tokenizer with its chat template's turn end (ExportChatTokenizer); a
+// token-stream job's data.tokenizer folder when named, else model.from_hf's:
+// its tokenizer files and generation_config.json as they are (the token
+// file's ids are that tokenizer's; no template adds a stop id), the latter's
+// eos ids checked against the model's vocabulary. A preset model on byte
+// ids: nothing.
+StatusOr<std::vector<std::string>> ExportJobTokenizer(const DataConfig& data, const std::string& from_hf,
+                                                      int64_t model_vocab_size, const std::string& out_dir);
 
 }  // namespace shard

@@ -88,6 +88,12 @@ Status Checkpointer::SimulateSnapshot() {
 Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host) {
   const std::string step_dir = (fs::path(job_dir()) / StepDirName(base.step)).string();
   std::error_code ec;
+  // Never through a link: a step folder linked to another run's step would
+  // have that run's shard files and COMMITTED overwritten by this one's.
+  if (fs::is_symlink(fs::symlink_status(step_dir, ec)))
+    return FailedPrecondition("checkpoint directory " + step_dir + " is a symbolic link (to " +
+                              fs::read_symlink(step_dir, ec).string() +
+                              "); shardd never writes a checkpoint through a link: remove it (rm " + step_dir + ")");
   fs::create_directories(step_dir, ec);
   if (ec) return DataLoss("cannot create checkpoint directory " + step_dir + ": " + ec.message());
   if (role_.writer) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/step_listing.h"
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 
@@ -84,11 +85,9 @@ Status CheckFitsInHostMemory(const LlamaConfig& c, const std::string& where) {
 Status LoadCheckpointStep(const std::string& step_dir, LoadedModel* m, std::vector<std::vector<float>>* units) {
   ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify_checksums=*/true));
   const Manifest& mf = reader.manifest();
-  ASSIGN_OR_RETURN(m->config, LlamaConfigFromHfJson(mf.model_config, step_dir + "/" + kCommittedFile + " model_config"));
+  ASSIGN_OR_RETURN(m->config, StepModelConfig(mf, step_dir));
   RETURN_IF_ERROR(CheckFitsInHostMemory(m->config, step_dir));
   m->layout = ParamLayout::ForLlama(m->config);
-  if (mf.model_hash != m->config.ShapeHash() || mf.units.size() != static_cast<size_t>(m->layout.num_units()))
-    return DataLoss(step_dir + ": the manifest's units do not match its model config");
   units->resize(m->layout.num_units());
   for (int u = 0; u < m->layout.num_units(); ++u) {
     (*units)[u].assign(m->layout.units[u].numel, 0.0f);

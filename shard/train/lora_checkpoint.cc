@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "shard/ckpt/catalog.h"
 #include "shard/ckpt/hf_weights.h"
 #include "shard/ckpt/safetensors.h"
 #include "shard/common/checksum.h"
@@ -21,7 +22,7 @@ constexpr const char* kPrefix = "lora_step_";
 constexpr const char* kAdapters = "adapters.safetensors";
 constexpr const char* kState = "state.json";
 
-std::string StepDirName(int64_t step) { return kPrefix + std::to_string(step); }
+std::string LoraStepDirName(int64_t step) { return kPrefix + std::to_string(step); }
 
 // lora_step_<N> → N, or -1.
 int64_t StepOf(const std::string& name) {
@@ -31,12 +32,17 @@ int64_t StepOf(const std::string& name) {
   return std::stoll(n);
 }
 
+// This run's step folders: a link out of job_dir (another run's step) is none
+// of them, so it is never resumed from nor pruned (shard/ckpt/catalog.h).
 std::vector<int64_t> Steps(const std::string& job_dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
+  const fs::path root = fs::canonical(job_dir, ec);
+  if (ec) return steps;
   for (const auto& e : fs::directory_iterator(job_dir, ec)) {
     const int64_t s = StepOf(e.path().filename().string());
-    if (s >= 0 && fs::exists(e.path() / kState)) steps.push_back(s);
+    std::error_code se;
+    if (s >= 0 && IsOwnStepFolder(root, e.path()) && fs::exists(e.path() / kState, se)) steps.push_back(s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -77,8 +83,8 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
     }
     return OkStatus();
   }
-  const fs::path final_dir = fs::path(job_dir) / StepDirName(st.step);
-  const fs::path tmp = fs::path(job_dir) / ("." + StepDirName(st.step) + ".tmp");
+  const fs::path final_dir = fs::path(job_dir) / LoraStepDirName(st.step);
+  const fs::path tmp = fs::path(job_dir) / ("." + LoraStepDirName(st.step) + ".tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
@@ -110,15 +116,16 @@ Status SaveLoraCheckpoint(const std::string& job_dir, const LoraCheckpointState&
   if (ec) return InvalidArgument("LoRA checkpoint: cannot rename into " + final_dir.string() + ": " + ec.message());
   RETURN_IF_ERROR(FsyncDir(job_dir));
   std::vector<int64_t> steps = Steps(job_dir);
+  // remove_all removes a link (to a folder inside job_dir) as a link, never what it leads to.
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep_last, 1)) < steps.size(); ++i)
-    fs::remove_all(fs::path(job_dir) / StepDirName(steps[i]), ec);
+    fs::remove_all(fs::path(job_dir) / LoraStepDirName(steps[i]), ec);
   return OkStatus();
 }
 
 StatusOr<std::string> FindLoraCheckpoint(const std::string& job_dir, const std::string& run_fingerprint) {
   std::vector<int64_t> steps = Steps(job_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const fs::path dir = fs::path(job_dir) / StepDirName(*it);
+    const fs::path dir = fs::path(job_dir) / LoraStepDirName(*it);
     auto text = ReadFileToString((dir / kState).string());
     if (!text.ok()) continue;
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/common/fault.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
@@ -519,6 +520,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     LOG_WARN("already complete: resumed {} at step {} >= train.steps {}; nothing to train", resumed_from_, step_,
              tc.steps);
   while (step_ < tc.steps) {
+    MaybeWaitAtStepGate(step_ + 1);
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
     window_seconds += m.seconds;
@@ -553,12 +555,14 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   RETURN_IF_ERROR(checkpointer_->Wait());
   if (!job_.export_.hf_dir.empty()) {
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, job_.export_.dtype));
-    // The tokenizer the data was prepared with goes along, so the folder loads
-    // as it is, and generation stops at the data's chat-template end of turn.
-    if (dist_.rank == 0 && job_.data.sft())
-      RETURN_IF_ERROR(ExportChatTokenizer(job_.data.tokenizer, job_.data.chat_template, job_.export_.hf_dir)
-                          .status()
-                          .WithContext("export.hf_dir"));
+    // The tokenizer the data was made with goes along (a token-stream job's:
+    // model.from_hf's), so the folder loads as it is, and generation stops at
+    // the data's chat-template end of turn.
+    if (dist_.rank == 0)
+      RETURN_IF_ERROR(
+          ExportJobTokenizer(job_.data, job_.model.from_hf, model_->config().vocab_size, job_.export_.hf_dir)
+              .status()
+              .WithContext("export.hf_dir"));
     if (dist_.rank == 0)
       LOG_INFO("exported the model{} to {} ({})", nothing_trained_ ? " (the resumed checkpoint's weights, untrained)" : "",
                job_.export_.hf_dir, DTypeName(job_.export_.dtype));

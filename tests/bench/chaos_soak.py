@@ -51,8 +51,16 @@ class Cluster:
         self.state = os.path.join(tmp, "state")
         self.log = os.path.join(tmp, "shardd.log")
         self.proc, self.addr, self.port = None, "", 0
+        self.gate = os.path.join(tmp, "step_gate")
+        self.open_gate(1 << 40)
         self.env = dict(os.environ, SHARDD_WORKER_BIN=os.path.join(bin_dir, "worker", "shardd-worker"),
-                        SHARDD_NUM_THREADS="1")
+                        SHARDD_NUM_THREADS="1", SHARDD_STEP_GATE=self.gate)
+
+    def open_gate(self, step):
+        """Lets the workers start steps up to `step` (atomically replaced)."""
+        with open(self.gate + ".tmp", "w") as f:
+            f.write(f"{step}\n")
+        os.replace(self.gate + ".tmp", self.gate)
 
     def start(self):
         offset = os.path.getsize(self.log) if os.path.exists(self.log) else 0
@@ -179,17 +187,19 @@ def disrupt(c, job, rng, counts, seen, stopped, a, kills):
         raise SoakFailure(f"job ended ({js['state']}: {js.get('reason', '')}) after only {kills} of {a.kills} "
                           "disruptions (raise --steps)")
     attempt, base = int(js.get("attempt", 0)), step_of(js)
-    # A random moment up to 2.5 s into the attempt, but never more steps than
-    # leaves room for the remaining disruptions (the status lags the workers
-    # by a heartbeat, hence the margin).
-    delay = rng.uniform(0, 2.5)
+    # The job moves forward only as far as the step gate lets it (the
+    # workers' SHARDD_STEP_GATE): to a random target step T, never more steps
+    # than leaves room for the remaining disruptions, plus up to 5 more, so
+    # the disruption lands while the ranks train (or, now and then, while they
+    # wait at the gate). Paced by the job's progress, not the machine's speed:
+    # a fast machine cannot finish the job before the schedule does.
     cap = max(1, (a.steps - base - 4 * a.every - 20) // (a.kills - kills))
-    t = time.time()
-    while time.time() - t < delay:
-        js = c.status(job) or js
-        if step_of(js) >= base + cap:
-            break
-        time.sleep(0.05)
+    target = base + rng.randint(1, cap)
+    c.open_gate(target + rng.randint(0, 5))
+    js = wait_until(180, lambda: (lambda j: j if step_of(j) >= target or j.get("state") != "RUNNING" else None)(
+        c.status(job)), f"job {job} to reach step {target}")
+    time.sleep(rng.uniform(0, 0.2))
+    js = c.status(job) or js
     step = step_of(js)
     kind = rng.random()
     now = datetime.now().strftime("%H:%M:%S.%f")[:-3]
@@ -274,12 +284,14 @@ def soak(c, a, rng):
 
     watcher = CommitWatcher(os.path.join(c.tmp, "ckpt", "soak"))
     watcher.start()
+    c.open_gate(0)  # the soak job waits at its first step until disrupt() opens the gate
     job = c.ctl("submit", write_job(c.tmp, "soak", a.steps, a.world, a.every)).strip()
     counts = {"worker SIGKILL": 0, "coordinator SIGKILL": 0, "worker SIGSTOP": 0}
     seen, stopped, kills = set(), [], 0
     while kills < a.kills:
         if disrupt(c, job, rng, counts, seen, stopped, a, kills) is not False:
             kills += 1
+    c.open_gate(1 << 40)
     c.ctl("watch", job, check=False)
     st = c.status(job)
     if st.get("state") != "SUCCEEDED":

@@ -8,9 +8,10 @@
 // from the planner's figure; --smoke runs a tiny model at W = 2 and judges
 // nothing (CI: it starts, runs and prints its table). --precision P,
 // --seq N, --micro-batch M and --world W change the job (defaults: fp32, 128,
-// 1, 4): a longer micro-batch under bf16 shows the two-byte activations.
+// 1, 4): a longer micro-batch under bf16 shows the two-byte activations;
+// --file-dtype fp32|bf16 (default bf16) is the safetensors' type.
 //
-// Run: build/tests/bench/host_memory_bench [--smoke] [--precision bf16] [--seq 512] [--micro-batch 2] [--world 2]
+// Run: build/tests/bench/host_memory_bench [--smoke] [--precision bf16] [--file-dtype fp32] [--seq 512] [--micro-batch 2] [--world 2]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,13 +56,13 @@ struct Shape {
 };
 
 // A random-weight HF folder (config.json + safetensors), one unit at a time.
-Status WriteHfFolder(const std::string& dir, const LlamaConfig& c) {
+Status WriteHfFolder(const std::string& dir, const LlamaConfig& c, DType file_dtype) {
   const ParamLayout layout = ParamLayout::ForLlama(c);
   return ExportHf(dir, c, layout, [&](int u, std::vector<float>* buf) {
     buf->assign(layout.units[u].numel, 0.0f);
     InitUnitParams(layout.units[u], u, /*seed=*/7, 0.02f, 0, layout.units[u].numel, buf->data());
     return OkStatus();
-  }, DType::kBF16);
+  }, file_dtype);
 }
 
 std::string WriteTokens(const std::string& path, int vocab) {
@@ -100,6 +101,7 @@ int RunRank(const JobConfig& job, int rank, int world, const std::string& store_
 int main(int argc, char** argv) {
   bool smoke = false;
   std::string precision = "fp32";
+  DType file_dtype = DType::kBF16;
   int seq = 0, micro = 1, world = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -108,6 +110,13 @@ int main(int argc, char** argv) {
       smoke = true;
     } else if (a == "--precision" && has_value) {
       precision = argv[++i];
+    } else if (a == "--file-dtype" && has_value) {
+      const std::string v = argv[++i];
+      if (v != "fp32" && v != "bf16") {
+        std::fprintf(stderr, "host_memory_bench: --file-dtype wants fp32 or bf16, got '%s'\n", v.c_str());
+        return 2;
+      }
+      file_dtype = v == "fp32" ? DType::kF32 : DType::kBF16;
     } else if ((a == "--seq" || a == "--micro-batch" || a == "--world") && has_value) {
       const int v = std::atoi(argv[++i]);
       if (v <= 0) {
@@ -140,7 +149,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string hf = root + "/model";
-  if (Status st = WriteHfFolder(hf, c); !st.ok()) {
+  if (Status st = WriteHfFolder(hf, c, file_dtype); !st.ok()) {
     std::fprintf(stderr, "host_memory_bench: writing %s: %s\n", hf.c_str(), st.ToString().c_str());
     return 1;
   }
@@ -181,9 +190,9 @@ int main(int argc, char** argv) {
   }
   const int64_t planned = p->memory.device_total;  // the CPU engine: per rank, in host RAM
   const int64_t whole = c.NumParams() * 4;
-  std::printf("host memory: %.1fM-parameter HF model (bf16 safetensors), one step at W = %d processes, "
+  std::printf("host memory: %.1fM-parameter HF model (%s safetensors), one step at W = %d processes, "
               "micro-batch %d x seq %d, precision %s\n",
-              c.NumParams() / 1e6, s.world, micro, s.seq, precision.c_str());
+              c.NumParams() / 1e6, DTypeName(file_dtype), s.world, micro, s.seq, precision.c_str());
   std::printf("%6s %16s %16s %10s %22s\n", "rank", "peak RSS", "planner (CPU)", "ratio", "whole model per rank");
   double worst = 0;
   for (int r = 0; r < s.world; ++r) {

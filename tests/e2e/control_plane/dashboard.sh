@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The web dashboard in a real headless Chromium: shardd runs a tiny CPU job,
-# Chromium loads the job's page, the DOM must show the charts with points,
-# the events, workers, checkpoints and plan, a restart (rank 1 killed) and
+# a browser that has not logged in gets the login form (loopback too); with a
+# one-time link from `shardctl dashboard JOB` (a fresh profile each time, so a
+# fresh link; a used one is refused) Chromium loads the job's page, the DOM
+# must show the charts with points, the events, workers, checkpoints and plan, a restart (rank 1 killed) and
 # the checkpoint commits marked on the charts; a screenshot goes to the test's
 # output dir ($SHARDD_TEST_OUTPUT_DIR, default <build>/test-output/dashboard).
 # The job's TensorBoard file is read back too (CRCs checked by a Python
@@ -30,13 +32,20 @@ resumed=$(job_field "$id" "j.get('progress',{}).get('last_committed_step',0)")
 wait_for 180 step_at_least "$id" $((resumed + 30)) || fail "attempt 2 did not train on: $(ctl status "$id")"
 http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
 grep -q "dashboard http://127.0.0.1:$http/" "$T/shardd.log" || fail "shardd did not print the dashboard URL"
-url="http://127.0.0.1:$http/#/job/$id"
+base="http://127.0.0.1:$http/"
 
-browse() {  # browse EXTRA-FLAGS...: headless Chromium on $url
+browse() {  # browse EXTRA-FLAGS...: headless Chromium on $url, in a fresh profile
   timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage \
     --user-data-dir="$(mktemp -d "$T/chromium.XXXXXX")" --virtual-time-budget=6000 "$@" "$url" 2>>"$T/chromium.log"
 }
+# Without logging in, loopback included, the dashboard shows the login form.
+url=$base
+login=$(browse --dump-dom) || fail "chromium failed on the dashboard without a login"
+grep -q 'name="token"' <<<"$login" || fail "the dashboard did not ask a loopback browser to log in: $login"
+grep -q '<table id="jobs"' <<<"$login" && fail "the job list was shown without a login"
+url=$(ctl dashboard "$id" --url "$base") || fail "shardctl dashboard failed"
+[[ $url == "${base}login?nonce="*"&next="* ]] || fail "shardctl dashboard printed no login link: $url"
 dom=$(browse --dump-dom) || fail "chromium --dump-dom failed: $(tail -n 5 "$T/chromium.log")"
 echo "$dom" > "$OUT/dom.html"
 points=$(grep -o 'id="chart-loss"[^>]*data-points="[0-9]*"' <<<"$dom" | grep -o '[0-9]*"$' | tr -d '"')
@@ -54,12 +63,16 @@ grep -q "worker(s)" <<<"$dom" || fail "the plan text is missing"
 grep -q '<span class="state RUNNING">RUNNING</span>' <<<"$dom" || fail "the job is not shown RUNNING"
 echo "dashboard: the loss chart shows $points points"
 
+# The link was used: a second browser cannot log in with it.
+used=$(browse --dump-dom) || fail "chromium failed on a used login link"
+grep -q "used already or has expired" <<<"$used" || fail "a used login link logged in again"
+url=$(ctl dashboard "$id" --url "$base") || fail "shardctl dashboard failed"
 browse --screenshot="$OUT/dashboard.png" --window-size=1280,900 >/dev/null || fail "chromium --screenshot failed"
 [ -s "$OUT/dashboard.png" ] || fail "no screenshot written"
 echo "screenshot: $OUT/dashboard.png"
 
-# The job list page, and /api refuses nothing to a loopback client.
-url="http://127.0.0.1:$http/"
+# The job list page, logged in with a link that names no job.
+url=$(ctl dashboard --url "$base") || fail "shardctl dashboard failed"
 list=$(browse --dump-dom) || fail "chromium failed on the job list"
 grep -q "#/job/$id" <<<"$list" || fail "the job list does not link the job"
 

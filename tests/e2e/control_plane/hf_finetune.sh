@@ -79,6 +79,15 @@ assert (g["stop"] == "eos") == (len(g["generated_ids"]) < 12), g
 assert g["prompt_ids"][:1] == [257] and len(g["generated_ids"]) <= 12, g
 assert isinstance(g["text"], str), g
 print("generate:", repr(g["text"]), g["stop"])' || fail "generate --json: $gen"
+# An eos id past int32 in generation_config.json is refused naming the file,
+# not truncated (2^32 + 257 would read as 257, <|im_start|>).
+cp -r "$T/out/hf" "$T/badgen"
+echo '{"eos_token_id": [258, 4294967553]}' > "$T/badgen/generation_config.json"
+rc=0
+err=$(ctl generate --model badgen --prompt hi --max-new 2 2>&1) || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] || fail "generate with eos 4294967553 exited $rc: $err"
+grep -q "generation_config.json: eos_token_id 4294967553 is outside the vocabulary of 320 ids" <<< "$err" ||
+  fail "generate with eos 4294967553: unclear error: $err"
 # An untrained Qwen3-shaped folder (head_dim 24 != 64/4) samples arbitrary
 # bytes: the JSON stays valid (invalid UTF-8 replaced), the run never crashes.
 python3 "$SRC/configs/data/make_tiny_hf.py" "$T/q3" --family qwen3 > /dev/null

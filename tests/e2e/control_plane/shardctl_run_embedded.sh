@@ -7,7 +7,7 @@ ADDR=127.0.0.1:$port
 out=$(cd "$T" && "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" run "$job" 2>&1) || fail "run failed: $out"
 echo "$out" | tail -n 4
 echo "$out" | grep -q "started one here" || fail "no embedded coordinator"
-echo "$out" | grep -q "dashboard http://127.0.0.1:[0-9]*/" || fail "run did not print the dashboard URL"
+echo "$out" | grep -q "dashboard http://127.0.0.1:[0-9]*/login?nonce=[0-9a-f]\{32\}$" || fail "run did not print a dashboard login link"
 echo "$out" | grep -q "SUCCEEDED" || fail "job did not succeed"
 [ -f "$STATE/admin.token" ] || fail "no admin token"
 [ "$(stat -c %a "$STATE/admin.token")" = 600 ] || fail "admin token is not mode 600"

@@ -15,9 +15,21 @@ ctl logs "$id" --rank 1 | grep -q "/a1/r1\]" || fail "no rank 1 log"
 ctl list --all | grep -q "$id" || fail "list --all does not show the job"
 http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
 [ -n "$http" ] || fail "shardd did not report its HTTP port"
-fetch() { python3 -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$1"; }
+# fetch URL [TOKEN]: the body, or "HTTP <code>" for an error status.
+fetch() {
+  python3 - "$@" <<'PY'
+import sys, urllib.error, urllib.request
+req = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2: req.add_header("Authorization", "Bearer " + sys.argv[2])
+try: print(urllib.request.urlopen(req, timeout=5).read().decode())
+except urllib.error.HTTPError as e: print(f"HTTP {e.code}")
+PY
+}
 [ "$(fetch "http://127.0.0.1:$http/healthz")" = ok ] || fail "/healthz is not ok"
-metrics=$(fetch "http://127.0.0.1:$http/metrics")
+# /metrics holds job names and figures: the admin token, also from loopback
+# (deploy/monitoring/prometheus.yml sends it with credentials_file).
+[ "$(fetch "http://127.0.0.1:$http/metrics")" = "HTTP 401" ] || fail "/metrics answered without the token"
+metrics=$(fetch "http://127.0.0.1:$http/metrics" "$(cat "$STATE/admin.token")")
 grep -q "shardd_jobs{state=\"SUCCEEDED\"} 1" <<<"$metrics" || fail "/metrics lacks the succeeded job: $metrics"
 grep -q "shardd_job_step{job_id=\"$id\"} 40" <<<"$metrics" || fail "/metrics lacks the job's step: $metrics"
 grep -q "shardd_job_state{job_id=\"$id\",state=\"SUCCEEDED\"} 1" <<<"$metrics" || fail "/metrics lacks the job's state: $metrics"

@@ -104,15 +104,18 @@ inline std::pair<int64_t, int64_t> ShardRange(int64_t numel, int r, int n) {
   return {b, e - b};
 }
 
-inline ShardHeader HeaderFor(int64_t step, int r, int n) {
+using UnitList = std::vector<std::pair<std::string, int64_t>>;
+
+inline ShardHeader HeaderFor(int64_t step, int r, int n, const UnitList& units = Units(),
+                             uint64_t model_hash = kModelHash) {
   ShardHeader h;
   h.step = step;
   h.world = n;
   h.rank = r;
   h.shard_rank = r;
   h.shard_count = n;
-  h.model_hash = kModelHash;
-  for (const auto& [name, numel] : Units()) {
+  h.model_hash = model_hash;
+  for (const auto& [name, numel] : units) {
     ShardUnit su;
     su.name = name;
     su.numel = numel;
@@ -124,8 +127,9 @@ inline ShardHeader HeaderFor(int64_t step, int r, int n) {
 
 // Writes shard r of n for `step` into step_dir (values from Value()); returns
 // what was written. `storage` keeps the arrays alive.
-inline WrittenFile WriteShard(const std::string& step_dir, int64_t step, int r, int n) {
-  ShardHeader h = HeaderFor(step, r, n);
+inline WrittenFile WriteShard(const std::string& step_dir, int64_t step, int r, int n, const UnitList& units = Units(),
+                              uint64_t model_hash = kModelHash) {
+  ShardHeader h = HeaderFor(step, r, n, units, model_hash);
   std::vector<std::vector<float>> storage;
   std::vector<ShardUnitData> data;
   for (size_t u = 0; u < h.units.size(); ++u) {
@@ -144,20 +148,25 @@ inline WrittenFile WriteShard(const std::string& step_dir, int64_t step, int r, 
 
 // A complete step: every shard written and reported, then committed (by the
 // run `run_fingerprint`, "" = none recorded).
-inline std::string MakeCommittedStep(const std::string& job_dir, int64_t step, int n,
-                                     const std::string& run_fingerprint = "") {
-  const std::string step_dir = job_dir + "/" + StepDirName(step);
+// A complete step of `base` (its step, shard count, units and model hash).
+inline std::string MakeCommittedStepOf(const std::string& job_dir, const Manifest& base) {
+  const std::string step_dir = job_dir + "/" + StepDirName(base.step);
   fs::create_directories(step_dir);
-  for (int r = 0; r < n; ++r) {
-    WrittenFile wf = WriteShard(step_dir, step, r, n);
+  for (int r = 0; r < base.shard_count; ++r) {
+    WrittenFile wf = WriteShard(step_dir, base.step, r, base.shard_count, base.units, base.model_hash);
     EXPECT_TRUE(WriteShardReport(step_dir, wf, r).ok());
   }
-  Manifest base = BaseManifest(step, n);
-  base.run_fingerprint = run_fingerprint;
-  if (!run_fingerprint.empty()) base.run_keys = {{"train.lr", run_fingerprint == "00000000000000aa" ? "0.003" : "0.001"}};
   Status st = CommitStep(step_dir, base, std::chrono::milliseconds(2000));
   EXPECT_TRUE(st.ok()) << st.ToString();
   return step_dir;
+}
+
+inline std::string MakeCommittedStep(const std::string& job_dir, int64_t step, int n,
+                                     const std::string& run_fingerprint = "") {
+  Manifest base = BaseManifest(step, n);
+  base.run_fingerprint = run_fingerprint;
+  if (!run_fingerprint.empty()) base.run_keys = {{"train.lr", run_fingerprint == "00000000000000aa" ? "0.003" : "0.001"}};
+  return MakeCommittedStepOf(job_dir, base);
 }
 
 // An uncommitted step directory: shards written (and reported), no COMMITTED.

@@ -240,8 +240,29 @@ TEST_F(HfWeightsTest, CorruptShardNamesIndexAndShard) {
   ExpectOpenError(StatusCode::kDataLoss, {"model.safetensors.index.json", "s.safetensors", "header length"});
 }
 
+// With both layouts present transformers loads model.safetensors and never
+// reads the index; so does shardd (a stale or broken index beside it is ignored).
+TEST_F(HfWeightsTest, BothLayoutsLoadTheSingleFileAsTransformersDoes) {
+  WriteBytes(Path("model.safetensors"), SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                                         F32Bytes({1, 2})));
+  WriteBytes(Path("model-00001-of-00001.safetensors"),
+             SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                              F32Bytes({7, 8, 9})));
+  WriteBytes(Path("model.safetensors.index.json"),
+             R"({"weight_map":{"a":"model-00001-of-00001.safetensors","b":"model-00001-of-00001.safetensors"}})");
+  auto w = HfWeights::Open(dir_);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->TensorNames(), std::vector<std::string>{"a"});
+  float v[2] = {0, 0};
+  ASSERT_TRUE(w->ReadF32("a", {2}, v).ok());
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 2.0f);
+  WriteBytes(Path("model.safetensors.index.json"), "{\"weight_map\": ");
+  EXPECT_TRUE(HfWeights::Open(dir_).ok());
+}
+
 TEST_F(HfWeightsTest, BadIndexFiles) {
-  WriteBytes(Path("model.safetensors"), OneTensorFile("a"));  // the index wins even when present
   WriteBytes(Path("model.safetensors.index.json"), "{\"weight_map\": ");
   ExpectOpenError(StatusCode::kDataLoss, {"model.safetensors.index.json", "not valid JSON"});
   WriteBytes(Path("model.safetensors.index.json"), R"({"metadata":{}})");
@@ -252,7 +273,8 @@ TEST_F(HfWeightsTest, BadIndexFiles) {
   ExpectOpenError(StatusCode::kDataLoss, {"'a'"});
   WriteBytes(Path("model.safetensors.index.json"), R"({"weight_map":{"a":"../model.safetensors"}})");
   ExpectOpenError(StatusCode::kInvalidArgument, {"../model.safetensors"});
-  WriteBytes(Path("model.safetensors.index.json"), R"({"weight_map":{"a":"model.safetensors"}})");
+  WriteBytes(Path("model.safetensors.index.json"), R"({"weight_map":{"a":"single.safetensors"}})");
+  WriteBytes(Path("single.safetensors"), OneTensorFile("a"));
   auto w = HfWeights::Open(dir_);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->TensorNames(), std::vector<std::string>{"a"});

@@ -120,6 +120,45 @@ TEST_F(SafetensorsErrorsTest, OffsetsDoNotMatchShapeTimesDType) {
                   "needs 1 x 8");
 }
 
+// Two tensors sharing bytes would read as each other (an adapter's A as its
+// B); the official reader refuses them, and any gap or tail, too.
+TEST_F(SafetensorsErrorsTest, OverlappingTensorsAreRefusedNamingBoth) {
+  ExpectOpenError(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                   R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                                   std::string(16, '\0')),
+                  StatusCode::kDataLoss, "tensors 'a' [0, 16] and 'b' [8, 16] overlap");
+  // The same range twice (an alias), in either order of the header.
+  ExpectOpenError(SafetensorsBytes(R"({"y":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                   R"("x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                                   std::string(16, '\0')),
+                  StatusCode::kDataLoss, "tensors 'x' [0, 16] and 'y' [0, 16] overlap");
+  // One inside another, of other dtypes.
+  ExpectOpenError(SafetensorsBytes(R"({"big":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]},)"
+                                   R"("small":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}})",
+                                   std::string(16, '\0')),
+                  StatusCode::kDataLoss, "'big' [0, 16] and 'small' [4, 8] overlap");
+}
+
+TEST_F(SafetensorsErrorsTest, BytesNoTensorOwnsAreRefused) {
+  ExpectOpenError(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                                   std::string(12, '\0')),
+                  StatusCode::kDataLoss, "bytes [4, 8) of the data section belong to no tensor (before 'b')");
+  ExpectOpenError(OneTensor(R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})"), StatusCode::kDataLoss,
+                  "bytes [0, 8)");
+  ExpectOpenError(OneTensor(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), StatusCode::kDataLoss,
+                  "8 bytes after the last tensor's end 8");
+  // Back to back, an empty tensor between, in any header order: opens.
+  WriteBytes(Path("ok.safetensors"),
+             SafetensorsBytes(R"({"c":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+                              R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                              R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                              F32Bytes({1, 2, 3})));
+  auto f = SafetensorsFile::Open(Path("ok.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->tensors().size(), 3u);
+}
+
 TEST_F(SafetensorsErrorsTest, MalformedEntries) {
   ExpectOpenError(OneTensor(R"({"shape":[4],"data_offsets":[0,16]})"), StatusCode::kDataLoss, "\"dtype\"");
   ExpectOpenError(OneTensor(R"({"dtype":"F32","data_offsets":[0,16]})"), StatusCode::kDataLoss, "\"shape\"");

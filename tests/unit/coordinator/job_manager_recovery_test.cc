@@ -334,6 +334,21 @@ TEST_F(JobManagerCheckpointTest, StepDirOutsideTheJobsCheckpointDirIsRefused) {
   }
 }
 
+// A step folder that is a symbolic link (here to a complete step elsewhere in
+// the workdir) is never committed: COMMITTED would land wherever it leads.
+TEST_F(JobManagerCheckpointTest, StepDirThatIsALinkIsNeverCommitted) {
+  const std::string id = StartRunningJob();
+  WriteShards(9);
+  fs::create_symlink(StepDir(9), StepDir(5));
+  for (int rank : {0, 1}) {
+    auto r = Report(id, 1, rank, 5, StepDir(5), TokenOf(id, 1));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+    EXPECT_TRUE(Contains(r.status().message(), "a symbolic link")) << r.status().ToString();
+  }
+  EXPECT_FALSE(fs::exists(StepDir(9) + "/COMMITTED"));
+}
+
 // Regression (fixed; coordinator/job_manager.cc, ReportCheckpoint): only the parent of
 // step_dir is checked, so a report of step 5 naming .../step_00000009 commits
 // a step-5 manifest in the directory that ListSteps and retention read as

@@ -347,7 +347,7 @@ TEST(TokenizerExport, MergesTheFoldersGenerationConfigAndTheTurnEnd) {
   Write(src + "/generation_config.json", "[1, 2");
   auto bad = ExportTokenizerFiles(src, out);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("generation_config.json: not a JSON object"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("generation_config.json: not valid JSON"), std::string::npos)
       << bad.status().ToString();
 }
 

@@ -136,5 +136,26 @@ TEST_F(SftEvalFixture, ShardctlEvalDataReportsExactMatch) {
   EXPECT_NE(tout.find("exactly one of --tokens"), std::string::npos) << tout;
 }
 
+// eval --data F.jsonl --model HF_DIR tokenizes with the folder's own
+// tokenizer when it has one (as a job from that folder does), byte otherwise.
+TEST_F(SftEvalFixture, ShardctlEvalDataDefaultsToTheModelFoldersTokenizer) {
+  const std::string hf = *dir_ + "/hf_tok";
+  auto [erc, eout] = Shardctl("export " + StepDir() + " --out " + hf);
+  ASSERT_EQ(erc, 0) << eout;
+  const char* src = std::getenv("SHARDD_SOURCE_DIR");
+  fs::copy_file(std::string(src ? src : ".") + "/tests/testdata/tokenizers/sp_small.model", hf + "/tokenizer.model");
+  auto eval = [&](const std::string& extra) {
+    auto [rc, out] = Shardctl("eval --model " + hf + " --data " + *dir_ + "/rev.jsonl --json" + extra);
+    EXPECT_EQ(rc, 0) << out;
+    auto j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(j.is_object()) << out;
+    return j.is_object() ? std::make_pair(j.value("loss", -1.0), j.value("tokens", int64_t{-1}))
+                         : std::make_pair(-1.0, int64_t{-1});
+  };
+  const auto by_default = eval(""), folder = eval(" --tokenizer " + hf), byte = eval(" --tokenizer byte");
+  EXPECT_EQ(by_default, folder) << "the default is not the folder's tokenizer";
+  EXPECT_NE(by_default, byte) << "the default is still byte";
+}
+
 }  // namespace
 }  // namespace shard

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "shard/model/hf_io.h"
@@ -110,6 +111,71 @@ TEST(TrainerTest, ExportedModelReloadsAndContinuesIdentically) {
     ASSERT_TRUE((*t2)->UnitParams(u, &b).ok());
     ASSERT_EQ(a, b) << "unit " << u;
   }
+}
+
+// A token-stream job started from an HF folder exports a complete folder: the
+// folder's tokenizer files and generation_config.json go along beside the
+// weights (as a chat job's do), so the export loads and generates as it is.
+TEST(TrainerTest, TokenStreamJobFromHfExportsTheFoldersTokenizer) {
+  std::string tokens = MakeTokens("tok_export", 8000, 512);
+  const std::string hf = testing::TempDir() + "/trainer_tok_export_hf";
+  const std::string out = testing::TempDir() + "/trainer_tok_export_out";
+  fs::remove_all(hf);
+  fs::remove_all(out);
+  {
+    auto job = ParseJobConfig(Job(tokens, "export: {hf_dir: " + hf + "}\n"), "job.yaml", {"train.steps=1"});
+    ASSERT_TRUE(job.ok());
+    auto t = Trainer::Create(*job);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*t)->Run().ok());
+  }
+  const std::map<std::string, std::string> files = {
+      {"tokenizer.json",
+       R"({"version":"1.0","added_tokens":[{"id":9,"content":"<|x|>","special":true,"normalized":false}],)"
+       R"("normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,)"
+       R"("use_regex":true},"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},)"
+       R"("merges":["a b"]}})"},
+      {"tokenizer_config.json", R"({"eos_token": "<|x|>"})"},
+      {"generation_config.json", R"({"eos_token_id": 9, "temperature": 0.7})"}};
+  for (const auto& [name, text] : files) std::ofstream(hf + "/" + name) << text;
+  auto job = ParseJobConfig(Job(tokens), "job.yaml",
+                            {"model.preset=", "model.from_hf=" + hf, "train.steps=1", "export.hf_dir=" + out});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run().ok());
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  EXPECT_TRUE(fs::exists(out + "/config.json"));
+  for (const auto& [name, text] : files) {
+    std::ifstream in(out + "/" + name);
+    ASSERT_TRUE(in.good()) << "the export lacks " << name;
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << name;
+  }
+}
+
+// A save never writes through a link: a step folder that links to another
+// run's step is refused naming it, and that step keeps its bytes.
+TEST(TrainerTest, CheckpointSaveNeverWritesThroughALink) {
+  std::string tokens = MakeTokens("ckpt_link", 8000, 512);
+  const std::string root = testing::TempDir() + "/trainer_ckpt_link";
+  fs::remove_all(root);
+  fs::create_directories(root + "/other/step_00000002");
+  std::ofstream(root + "/other/step_00000002/COMMITTED") << "another run's";
+  fs::create_directories(root + "/ckpt/t");
+  fs::create_symlink(root + "/other/step_00000002", root + "/ckpt/t/step_00000002");
+  auto job = ParseJobConfig(Job(tokens), "job.yaml",
+                            {"train.steps=2", "checkpoint.dir=" + root + "/ckpt", "checkpoint.every_steps=2",
+                             "checkpoint.async=false"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Status st = (*t)->Run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("step_00000002 is a symbolic link"), std::string::npos) << st.ToString();
+  EXPECT_EQ(fs::directory_iterator(root + "/other/step_00000002")->path().filename(), "COMMITTED");
+  std::ifstream in(root + "/other/step_00000002/COMMITTED");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "another run's");
 }
 
 // A resumed from_hf job reads config.json only: with the safetensors moved
