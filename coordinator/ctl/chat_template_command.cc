@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/common/json_depth.h"
 #include "shard/data/chat_format.h"
 
 namespace shardctl {
@@ -14,6 +15,7 @@ using ojson = nlohmann::ordered_json;
 // The messages and any extra template variables (tools, enable_thinking, ...).
 shard::Status ReadMessages(const std::string& path, ojson* messages, ojson* extra) {
   ASSIGN_OR_RETURN(std::string text, shard::ReadFileToString(path));
+  RETURN_IF_ERROR(shard::CheckJsonDepth(text, "--messages " + path));
   ojson j = ojson::parse(text, nullptr, false);
   if (j.is_discarded()) return shard::InvalidArgument("--messages " + path + ": not valid JSON");
   *extra = ojson::object();

@@ -1,6 +1,8 @@
 #include "shard/data/chat_format.h"
 
+#include <new>
 #include <span>
+#include <stdexcept>
 
 namespace shard {
 
@@ -12,7 +14,16 @@ Status ChatFormat::CheckTokens(const Tokenizer& tok) const { return hf ? OkStatu
 
 Status ChatFormat::Apply(const std::vector<Message>& messages, const Tokenizer& tok, TrainOn train_on,
                          TokenizedSample* out) const {
-  return hf ? hf->Apply(messages, tok, train_on, out) : ApplyChatTemplate(*named, messages, tok, train_on, out);
+  // The boundary of the template engine and the tokenizer: an exception from
+  // a library inside them (an allocation that failed) is this row's error,
+  // never one that ends a prepare thread and with it the process.
+  try {
+    return hf ? hf->Apply(messages, tok, train_on, out) : ApplyChatTemplate(*named, messages, tok, train_on, out);
+  } catch (const std::bad_alloc&) {
+    return InvalidArgument("out of memory rendering and tokenizing the conversation with " + Describe());
+  } catch (const std::exception& e) {
+    return InvalidArgument("rendering and tokenizing the conversation with " + Describe() + ": " + e.what());
+  }
 }
 
 StatusOr<std::optional<int32_t>> ChatFormat::TurnEnd(const Tokenizer& tok) const {
@@ -36,9 +47,13 @@ StatusOr<std::optional<int32_t>> ChatFormat::TurnEnd(const Tokenizer& tok) const
 
 StatusOr<ChatFormat> ResolveChatFormat(const std::string& spec, const std::string& tokenizer) {
   ChatFormat f;
-  if (spec == "auto" && !HfChatTemplate::Available(tokenizer)) {
-    f.named = ChatTemplate::kPlain;
-    return f;
+  if (spec == "auto") {
+    // No chat_template at all: plain. A malformed one is the error `hf` gives.
+    ASSIGN_OR_RETURN(bool has, HfChatTemplate::HasTemplate(tokenizer));
+    if (!has) {
+      f.named = ChatTemplate::kPlain;
+      return f;
+    }
   }
   if (spec == "auto" || spec == "hf" || spec.rfind("hf:", 0) == 0) {
     if (tokenizer.empty() || tokenizer == "byte")

@@ -3,7 +3,8 @@
 // template (hf_chat_template.h).
 //
 //   auto      the tokenizer folder's chat_template when it has one, else plain
-//             (the default of data.template and prepare-data --template)
+//             (the default of data.template and prepare-data --template); a
+//             malformed chat_template is the error hf gives, never plain
 //   hf        the tokenizer folder's chat_template; an error when it has none
 //   hf:NAME   one of a list of named chat templates (e.g. hf:tool_use)
 //

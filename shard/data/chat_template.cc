@@ -163,12 +163,12 @@ Status CheckTemplateTokens(ChatTemplate t, const Tokenizer& tok) {
     case ChatTemplate::kChatml: need = {"<|im_start|>", "<|im_end|>"}; break;
     case ChatTemplate::kLlama2:
       if (!tok.bos_id() || !tok.eos_id())
-        return FailedPrecondition("the llama2 template needs BOS and EOS tokens; this " + tok.kind() + " tokenizer lacks one");
+        return InvalidArgument("the llama2 template needs BOS and EOS tokens; this " + tok.kind() + " tokenizer lacks one");
       return OkStatus();
   }
   for (const auto& n : need)
     if (!tok.TokenId(n))
-      return FailedPrecondition(std::string("the ") + ChatTemplateName(t) + " template needs the special token " + n +
+      return InvalidArgument(std::string("the ") + ChatTemplateName(t) + " template needs the special token " + n +
                                 ", which this " + tok.kind() + " tokenizer does not have (pick the template that "
                                 "matches the model's tokenizer)");
   return OkStatus();

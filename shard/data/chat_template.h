@@ -50,7 +50,8 @@ struct TokenizedSample {
   int64_t targets() const;  // mask bits set after the first token
 };
 
-// FAILED_PRECONDITION when the tokenizer lacks a special token the template needs.
+// INVALID_ARGUMENT when the tokenizer lacks a special token the template needs
+// (bad input a retry cannot mend: a job fails at once, worker/agent.cc).
 Status CheckTemplateTokens(ChatTemplate t, const Tokenizer& tok);
 
 // Renders and tokenizes one conversation. INVALID_ARGUMENT names the problem

@@ -10,6 +10,7 @@
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/data/reply_turns.h"
 
 namespace shard {
 namespace {
@@ -49,8 +50,9 @@ StatusOr<std::string> FindSource(const fs::path& folder, const std::string& name
         const std::string want = name.empty() ? "default" : name;
         std::string names;
         for (const ojson& e : t) {
-          if (!e.is_object() || !e.contains("name") || !e.contains("template") || !e["template"].is_string())
-            return InvalidArgument(cfg.string() + ": chat_template entries need \"name\" and \"template\"");
+          if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
+              !e["template"].is_string())
+            return InvalidArgument(cfg.string() + ": chat_template entries need a string \"name\" and \"template\"");
           names += (names.empty() ? "" : ", ") + e["name"].get<std::string>();
           if (e["name"] == want) {
             *origin += " (chat_template '" + want + "')";
@@ -99,40 +101,20 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
-// Each message's content located in `text`, in conversation order: searched
-// from where the previous found one ended, exactly, else with its surrounding
-// whitespace trimmed (templates often strip content). npos: not found.
-std::vector<size_t> ContentPositions(const std::string& text, const std::vector<Message>& messages) {
-  std::vector<size_t> at(messages.size(), std::string::npos);
-  size_t cursor = 0;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string c = Trimmed(messages[i].content);
-    if (c.empty()) continue;
-    const size_t f = text.find(c, cursor);
-    if (f == std::string::npos) continue;
-    at[i] = f;
-    cursor = f + c.size();
-  }
-  return at;
-}
-
-// The span of a reply inside the whole rendering, when its prefix rendering
-// does not line up: from its (trimmed) content at `pos` to the end of the
-// end-of-turn text that `alone` (the conversation rendered through this reply)
-// puts after it, as far as the whole rendering repeats that text.
-std::optional<std::pair<size_t, size_t>> ReplySpanInFull(const std::string& full, const std::string& content,
-                                                         const std::string& alone, size_t pos) {
-  const std::string c = Trimmed(content);
-  if (c.empty() || pos == std::string::npos) return std::nullopt;
-  size_t end = pos + c.size();
-  const size_t in_alone = alone.rfind(c);
+// The trained span of a reply, from its (trimmed) content at `pos` to the end
+// of the end-of-turn text that `alone` (the conversation rendered through this
+// reply) puts after it, as far as the whole rendering repeats that text.
+std::pair<size_t, size_t> ReplySpanAt(const std::string& full, const std::string& content, const std::string& alone,
+                                      size_t pos) {
+  size_t end = pos + content.size();
+  const size_t in_alone = alone.rfind(content);
   if (in_alone != std::string::npos) {
-    const std::string_view tail = std::string_view(alone).substr(in_alone + c.size());
+    const std::string_view tail = std::string_view(alone).substr(in_alone + content.size());
     size_t k = 0;
     while (k < tail.size() && end + k < full.size() && full[end + k] == tail[k]) ++k;
     end += k;
   }
-  return std::make_pair(pos, end);
+  return {pos, end};
 }
 
 }  // namespace
@@ -168,11 +150,16 @@ StatusOr<std::shared_ptr<const HfChatTemplate>> HfChatTemplate::FromSource(const
   return std::shared_ptr<const HfChatTemplate>(std::move(h));
 }
 
-bool HfChatTemplate::Available(const std::string& tokenizer) {
+StatusOr<bool> HfChatTemplate::HasTemplate(const std::string& tokenizer) {
   if (tokenizer.empty() || tokenizer == "byte") return false;
   std::string origin;
-  auto s = FindSource(TokenizerFolder(tokenizer), "", &origin);
-  return s.ok() && !s->empty();
+  ASSIGN_OR_RETURN(std::string source, FindSource(TokenizerFolder(tokenizer), "", &origin));
+  return !source.empty();
+}
+
+bool HfChatTemplate::Available(const std::string& tokenizer) {
+  auto has = HasTemplate(tokenizer);
+  return has.ok() && *has;
 }
 
 StatusOr<jinja::Rendered> HfChatTemplate::Render(const ojson& messages, bool add_generation_prompt,
@@ -195,37 +182,62 @@ StatusOr<HfChatTemplate::Spans> HfChatTemplate::AssistantSpans(const std::vector
     out.trained = full.generation;
     return out;
   }
-  // Where each message's content sits in the full rendering, in order: the
-  // fallback for a reply whose prefix rendering is not a prefix of the whole.
-  const std::vector<size_t> at = ContentPositions(full.text, messages);
+  // Each reply's span from prefix renderings where they line up; the others
+  // (a template that renders earlier replies differently once later messages
+  // follow: Qwen3 drops their <think> blocks) from the whole rendering.
+  std::vector<std::pair<size_t, size_t>> span(messages.size());
+  std::vector<size_t> rewritten;
+  std::vector<std::string> alone(messages.size());  // rendered through the reply, for its end-of-turn text
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != Role::kAssistant) continue;
     const ojson before(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i));
     const ojson through(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     ASSIGN_OR_RETURN(jinja::Rendered prompt, Render(before, true));
     ASSIGN_OR_RETURN(jinja::Rendered reply, Render(through, false));
-    std::pair<size_t, size_t> span;
     if (StartsWith(full.text, prompt.text) && StartsWith(full.text, reply.text) && reply.text.size() >= prompt.text.size()) {
-      span = {prompt.text.size(), reply.text.size()};
+      span[i] = {prompt.text.size(), reply.text.size()};
     } else {
-      // The template renders this reply differently once later messages
-      // follow (Qwen3 drops the <think> block of earlier replies). Train what
-      // the whole rendering holds: the reply's text as rendered there, and
-      // the end-of-turn text the template puts after it.
-      auto found = ReplySpanInFull(full.text, messages[i].content, reply.text, at[i]);
-      if (!found)
-        return FailedPrecondition(origin_ + ": the chat template renders message " + std::to_string(i + 1) +
-                                  " differently once later messages follow, and its text cannot be found in the "
-                                  "whole rendering; use train_on: all, a template with {% generation %} blocks, "
-                                  "or a named template");
-      span = *found;
+      rewritten.push_back(i);
+      alone[i] = std::move(reply.text);
     }
-    if (!out.trained.empty() && span.first < out.trained.back().second)
+  }
+  if (!rewritten.empty()) {
+    // Train what the whole rendering holds, found inside the reply's own turn.
+    const auto turns = LocateReplyTurns(full.text, all, rewritten, [this](const ojson& ms) -> StatusOr<std::string> {
+      ASSIGN_OR_RETURN(jinja::Rendered r, Render(ms, false));
+      return std::move(r.text);
+    });
+    for (size_t k = 0; k < rewritten.size(); ++k) {
+      const size_t i = rewritten[k];
+      ASSIGN_OR_RETURN(span[i], ReplySpanInTurn(full.text, messages[i].content, i, turns[k], alone[i]));
+    }
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != Role::kAssistant) continue;
+    if (!out.trained.empty() && span[i].first < out.trained.back().second)
       return FailedPrecondition(origin_ + ": the reply spans of messages overlap at message " + std::to_string(i + 1) +
                                 "; use train_on: all or a template with {% generation %} blocks");
-    if (span.second > span.first) out.trained.push_back(span);
+    if (span[i].second > span[i].first) out.trained.push_back(span[i]);
   }
   return out;
+}
+
+StatusOr<std::pair<size_t, size_t>> HfChatTemplate::ReplySpanInTurn(const std::string& full, const std::string& text,
+                                                                    size_t i,
+                                                                    std::optional<std::pair<size_t, size_t>> turn,
+                                                                    const std::string& alone) const {
+  const std::string where = origin_ + ": message " + std::to_string(i + 1) + " (an assistant reply)";
+  const std::string hint = "; use train_on: all, a template with {% generation %} blocks, or a named template";
+  if (!turn)
+    return FailedPrecondition(where + ": the chat template renders it differently once later messages follow, and "
+                              "where its turn lies cannot be told from the rendering" + hint);
+  const auto [begin, end] = *turn;
+  const std::string content = Trimmed(text);
+  const size_t pos = content.empty() ? std::string::npos : full.find(content, begin);
+  if (pos == std::string::npos || pos + content.size() > end)
+    return FailedPrecondition(where + ": the chat template rewrites it once later messages follow (its text is not in "
+                              "its own turn: \"" + full.substr(begin, std::min<size_t>(end - begin, 80)) + "\")" + hint);
+  return ReplySpanAt(full, content, alone, pos);
 }
 
 // HF tokenizers turn special-token text into ids themselves; a SentencePiece

@@ -9,8 +9,11 @@
 // message's span is found by rendering prefixes of the conversation (the text
 // up to message i with add_generation_prompt, up to and including message i
 // without) — a template that renders earlier messages differently once later
-// ones exist (Qwen3 drops reasoning from earlier turns) is refused with a
-// clear error then (train_on: all, or a template with generation blocks).
+// ones exist (Qwen3 drops reasoning from earlier turns) has that reply's span
+// found in the whole rendering, inside the reply's own turn (located by
+// rendering markers in place of the replies, reply_turns.h): a reply the
+// template rewrites (upper-cases, drops) is refused naming the message, never
+// matched elsewhere (train_on: all, or a template with generation blocks, then).
 // Text is tokenized one span at a time, so no token straddles a prompt/reply
 // boundary.
 //
@@ -44,7 +47,12 @@ class HfChatTemplate {
   static StatusOr<std::shared_ptr<const HfChatTemplate>> FromSource(const std::string& source,
                                                                     nlohmann::ordered_json special_tokens,
                                                                     std::string origin = "chat_template");
-  // True when the tokenizer's folder has a chat_template (for data.template: auto).
+  // Whether the tokenizer's folder has a chat_template (for data.template:
+  // auto): false only when it has none; a malformed one (not a string or a
+  // list, entries without a string name and template, a list without
+  // "default") is the error Load gives.
+  static StatusOr<bool> HasTemplate(const std::string& tokenizer);
+  // HasTemplate, with an error read as false.
   static bool Available(const std::string& tokenizer);
 
   // What apply_chat_template(messages, tokenize=False, add_generation_prompt=...)
@@ -70,6 +78,12 @@ class HfChatTemplate {
 
  private:
   void EncodeWithSpecials(std::string_view text, const Tokenizer& tok, std::vector<int32_t>* ids) const;
+  // The trained span of assistant message i (content `text`) in `full`, the
+  // whole rendering, inside its turn (reply_turns.h; nullopt: not located);
+  // `alone` renders the conversation through message i.
+  StatusOr<std::pair<size_t, size_t>> ReplySpanInTurn(const std::string& full, const std::string& text, size_t i,
+                                                      std::optional<std::pair<size_t, size_t>> turn,
+                                                      const std::string& alone) const;
 
   std::string source_;
   std::string origin_;

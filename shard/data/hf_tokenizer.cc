@@ -1,12 +1,14 @@
 #include "shard/data/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/common/json_depth.h"
 #include "shard/common/json_int.h"
 #include "shard/data/text_util.h"
 
@@ -129,12 +131,14 @@ size_t HfTokenizer::Splitter::Find(std::string_view s, size_t from, const AddedT
   return std::string_view::npos;
 }
 
-Status HfTokenizer::ParseNormalizer(const void* p) {
+Status HfTokenizer::ParseNormalizer(const void* p, int depth) {
   const json& n = *static_cast<const json*>(p);
   if (n.is_null()) return OkStatus();
   const std::string type = n.value("type", "");
   if (type == "Sequence") {
-    for (const auto& s : n.at("normalizers")) RETURN_IF_ERROR(ParseNormalizer(&s));
+    if (depth >= kMaxSequenceDepth)
+      return InvalidArgument("normalizer Sequences nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
+    for (const auto& s : n.at("normalizers")) RETURN_IF_ERROR(ParseNormalizer(&s, depth + 1));
   } else if (type == "NFC") {
     norm_.push_back({NormStep::kNfc, "", ""});
   } else if (type == "Prepend") {
@@ -150,12 +154,14 @@ Status HfTokenizer::ParseNormalizer(const void* p) {
   return OkStatus();
 }
 
-Status HfTokenizer::ParsePreTokenizer(const void* p) {
+Status HfTokenizer::ParsePreTokenizer(const void* p, int depth) {
   const json& n = *static_cast<const json*>(p);
   if (n.is_null()) return OkStatus();
   const std::string type = n.value("type", "");
   if (type == "Sequence") {
-    for (const auto& s : n.at("pretokenizers")) RETURN_IF_ERROR(ParsePreTokenizer(&s));
+    if (depth >= kMaxSequenceDepth)
+      return InvalidArgument("pre-tokenizer Sequences nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
+    for (const auto& s : n.at("pretokenizers")) RETURN_IF_ERROR(ParsePreTokenizer(&s, depth + 1));
   } else if (type == "Split") {
     if (n.value("behavior", "") != "Isolated" || n.value("invert", false))
       return Unimplemented("pre-tokenizer Split with behavior " + n.value("behavior", "?") +
@@ -186,6 +192,37 @@ Status HfTokenizer::ParsePreTokenizer(const void* p) {
   return OkStatus();
 }
 
+Status HfTokenizer::CheckGrowth() const {
+  // A text of n bytes leaves the normalizer and pre-tokenizers at most
+  // factor * n + extra bytes long (saturating: a chain of 50 doublings is 2^50).
+  double factor = 1, extra = 0;
+  auto scale = [&](double r) { factor *= r, extra *= r; };
+  std::string worst;
+  for (const NormStep& n : norm_) {
+    if (n.kind == NormStep::kNfc) scale(3);  // NFC expands a code point's bytes at most 3-fold
+    if (n.kind == NormStep::kPrepend) extra += static_cast<double>(n.a.size());
+    if (n.kind == NormStep::kReplace && !n.a.empty() && n.b.size() > n.a.size()) {
+      scale(std::ceil(static_cast<double>(n.b.size()) / static_cast<double>(n.a.size())));
+      worst = "Replace of '" + n.a + "' by a " + std::to_string(n.b.size()) + "-byte text";
+    }
+  }
+  for (const PreStep& p : pre_) {
+    if (p.kind == PreStep::kByteLevel && p.add_prefix_space) extra += 1;
+    if (p.kind == PreStep::kMetaspace) {
+      scale(std::max<double>(1, static_cast<double>(p.replacement.size())));
+      extra += static_cast<double>(p.replacement.size());
+    }
+  }
+  if (factor > kMaxTextGrowth || extra > kMaxTextPrefix)
+    return InvalidArgument("the normalizer and pre-tokenizer can make a text " +
+                           (factor > kMaxTextGrowth ? "grow " + std::to_string(static_cast<int64_t>(std::min(factor, 1e18))) +
+                                                          "-fold (at most " + std::to_string(kMaxTextGrowth) + ")"
+                                                    : "longer by " + std::to_string(static_cast<int64_t>(std::min(extra, 1e18))) +
+                                                          " bytes (at most " + std::to_string(kMaxTextPrefix) + ")") +
+                           (worst.empty() ? std::string() : "; the last step that grows it: " + worst));
+  return OkStatus();
+}
+
 namespace {
 
 // A token id from tokenizer.json, bounded: 0 <= id < kMaxTokenId, and at most
@@ -209,6 +246,8 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
                                                           const std::string& tokenizer_config_json,
                                                           const std::string& origin) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  RETURN_IF_ERROR(CheckJsonDepth(tokenizer_json, origin));
+  RETURN_IF_ERROR(CheckJsonDepth(tokenizer_config_json, "tokenizer_config.json beside " + origin));
   try {
     const json j = json::parse(tokenizer_json);
     static const json kNull;
@@ -221,8 +260,9 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
         return Unimplemented(origin + ": BPE " + k);
-    if (auto st = t->ParseNormalizer(&field("normalizer")); !st.ok()) return st.WithContext(origin);
-    if (auto st = t->ParsePreTokenizer(&field("pre_tokenizer")); !st.ok()) return st.WithContext(origin);
+    if (auto st = t->ParseNormalizer(&field("normalizer"), 0); !st.ok()) return st.WithContext(origin);
+    if (auto st = t->ParsePreTokenizer(&field("pre_tokenizer"), 0); !st.ok()) return st.WithContext(origin);
+    if (auto st = t->CheckGrowth(); !st.ok()) return st.WithContext(origin);
 
     BpeModel::Options o;
     o.byte_level = std::any_of(t->pre_.begin(), t->pre_.end(), [](const PreStep& s) { return s.kind == PreStep::kByteLevel; });
@@ -295,18 +335,22 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     t->normalized_splitter_.Build(normalized);
 
     // Decoding: SentencePiece-style decoders strip the dummy-prefix space.
-    std::function<void(const json&)> scan_decoder = [&](const json& d) {
-      if (d.is_null()) return;
+    std::function<Status(const json&, int)> scan_decoder = [&](const json& d, int depth) -> Status {
+      if (d.is_null()) return OkStatus();
       const std::string dt = d.value("type", "");
       if (dt == "Sequence") {
-        for (const auto& x : d.at("decoders")) scan_decoder(x);
+        if (depth >= kMaxSequenceDepth)
+          return InvalidArgument(origin + ": decoder Sequences nested deeper than " + std::to_string(kMaxSequenceDepth) +
+                                 " levels");
+        for (const auto& x : d.at("decoders")) RETURN_IF_ERROR(scan_decoder(x, depth + 1));
       } else if (dt == "Strip") {
         t->strip_decoded_prefix_ = JsonIntOr<int64_t>(d, "start", 0) > 0;
       } else if (dt == "Metaspace") {
         t->strip_decoded_prefix_ = d.value("prepend_scheme", d.value("add_prefix_space", true) ? "always" : "never") != "never";
       }
+      return OkStatus();
     };
-    scan_decoder(field("decoder"));
+    RETURN_IF_ERROR(scan_decoder(field("decoder"), 0));
 
     std::string bos_name, eos_name;
     if (!tokenizer_config_json.empty()) {
@@ -332,6 +376,10 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     t->bos_ = first_of({bos_name, "<|begin_of_text|>", "<s>"});
     t->eos_ = first_of({eos_name, "<|end_of_text|>", "</s>", "<|endoftext|>"});
   } catch (const json::exception& e) {
+    return InvalidArgument(origin + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return InvalidArgument(origin + ": out of memory reading the tokenizer (is it a tokenizer.json?)");
+  } catch (const std::exception& e) {
     return InvalidArgument(origin + ": " + e.what());
   }
   Xxh64Stream h;

@@ -25,6 +25,12 @@ namespace shard {
 // the number of entries (real vocabularies are dense).
 inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 inline constexpr int64_t kMaxIdGap = int64_t{1} << 16;
+// Bounds on the text pipeline a tokenizer.json describes (real ones: Sequences
+// one level deep, text at most 3-fold longer plus a few bytes), so encoding can
+// neither recurse without end at load nor multiply a text past memory.
+inline constexpr int kMaxSequenceDepth = 8;
+inline constexpr int64_t kMaxTextGrowth = 64;
+inline constexpr int64_t kMaxTextPrefix = 4096;
 
 class HfTokenizer : public Tokenizer {
  public:
@@ -73,8 +79,10 @@ class HfTokenizer : public Tokenizer {
   };
 
   HfTokenizer() = default;
-  Status ParseNormalizer(const void* json);
-  Status ParsePreTokenizer(const void* json);
+  Status ParseNormalizer(const void* json, int depth);
+  Status ParsePreTokenizer(const void* json, int depth);
+  // Refuses a pipeline that can grow text past kMaxTextGrowth / kMaxTextPrefix.
+  Status CheckGrowth() const;
   // Encodes one section of text that holds no unnormalized added token.
   void EncodeSection(std::string_view section, bool first_section, std::vector<int32_t>* ids) const;
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shard/common/json_depth.h"
+
 namespace shard {
 namespace {
 using json = nlohmann::json;
@@ -9,6 +11,7 @@ using json = nlohmann::json;
 std::string TypeName(const json& v) { return v.type_name(); }
 
 StatusOr<json> ParseObject(std::string_view line) {
+  RETURN_IF_ERROR(CheckJsonDepth(line, ""));
   json row = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (row.is_discarded()) {
     // Parse again for the message (the discarded value carries none).

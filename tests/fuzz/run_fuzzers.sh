@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-20}
 shift || true
 all=(fuzz_job_file fuzz_config_json fuzz_safetensors fuzz_hf_index fuzz_manifest fuzz_shard_file
-     fuzz_tokenizer_json fuzz_jsonl_row fuzz_prepared_header)
+     fuzz_tokenizer_json fuzz_jsonl_row fuzz_prepared_header fuzz_jinja fuzz_chat_messages)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 build=${SHARDD_FUZZ_BUILD:-build-fuzz}
@@ -54,7 +54,9 @@ for t in "${targets[@]}"; do
   for d in $(extra_seeds "$t"); do seeds+=("$d"); done
   # -rss_limit_mb: a reader that sizes an allocation from the input must be
   # refused before it allocates; 2 GB is far above any valid seed's need.
-  if "$build/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  dict=()
+  [ -f tests/fuzz/"${t#fuzz_}".dict ] && dict=(-dict=tests/fuzz/"${t#fuzz_}".dict)
+  if "$build/tests/fuzz/$t" "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
        -artifact_prefix="$art/" -print_final_stats=1 "$work" "${seeds[@]}" >"$logs/$t.log" 2>&1; then
     stats=$(grep -E "^#[0-9]+.*(DONE|pulse|NEW|REDUCE)" "$logs/$t.log" | tail -1 | sed -E 's/^#([0-9]+)[[:space:]]+[A-Z]+[[:space:]]+/execs=\1 /')
     echo "run_fuzzers: $t ok: $stats"

@@ -32,6 +32,7 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind = ExprKind::kLiteral;
   int line = 0;
+  int depth = 1;  // of the tree below (and with) this node; the parser bounds it
   std::string name;
   bool negate = false;
   Value value;

@@ -1,8 +1,11 @@
 #include "shard/data/jinja/interpreter.h"
 
-#include <cmath>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
+#include "shard/data/jinja/arithmetic.h"
+#include "shard/data/jinja/budget.h"
 #include "shard/data/jinja/builtins.h"
 
 namespace shard::jinja {
@@ -11,14 +14,40 @@ namespace {
 using Frame = std::unordered_map<std::string, Value>;
 enum class Flow { kNormal, kBreak, kContinue };
 
+// A standard exception thrown inside the render (an allocation that failed, a
+// library's range check) as the engine's error, so it gets the line too.
+[[noreturn]] void Convert(const std::exception& e, int line) {
+  if (dynamic_cast<const std::bad_alloc*>(&e)) Fail("out of memory while rendering", line);
+  Fail(std::string("internal error while rendering: ") + e.what(), line);
+}
+
 class Interpreter {
  public:
-  explicit Interpreter(Object context) {
+  Interpreter(Object context, const Limits& limits) : limits_(limits) {
     frames_.emplace_back();
     for (auto& [k, v] : context) frames_[0][k] = std::move(v);
   }
 
  private:
+  // Appends rendered text to the current output (the result, or the buffer of
+  // a block set or macro call), within the output and value budgets; the text
+  // counts as live memory until TakeBuffer hands a buffer over as a value.
+  void Emit(const std::string& text) {
+    const uint64_t size = out_->size() + static_cast<uint64_t>(text.size());
+    if (out_ != root_) CheckValueSize(size, "the text of a block set or macro call");
+    else if (size > static_cast<uint64_t>(limits_.max_output_bytes))
+      Fail("the rendered text grew past its budget of " + std::to_string(limits_.max_output_bytes >> 20) + " MiB");
+    if (RenderBudget* b = CurrentBudget()) {
+      b->Steps(static_cast<int64_t>(text.size() / 256));
+      b->Alloc(static_cast<int64_t>(text.size()));
+    }
+    *out_ += text;
+  }
+  static Value TakeBuffer(std::string buf) {
+    if (RenderBudget* b = CurrentBudget()) b->Free(static_cast<int64_t>(buf.size()));
+    return Value::Str(std::move(buf));
+  }
+
   Value Lookup(const std::string& name) const {
     for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
       auto f = it->find(name);
@@ -37,9 +66,11 @@ class Interpreter {
 
   Flow ExecNode(const Node& n) {
     try {
+      DepthGuard depth;
+      ChargeSteps(1);
       switch (n.kind) {
-        case NodeKind::kText: *out_ += n.text; return Flow::kNormal;
-        case NodeKind::kOutput: *out_ += Eval(*n.exprs[0]).Str(); return Flow::kNormal;
+        case NodeKind::kText: Emit(n.text); return Flow::kNormal;
+        case NodeKind::kOutput: Emit(Eval(*n.exprs[0]).Str()); return Flow::kNormal;
         case NodeKind::kIf:
           for (size_t k = 0; k < n.exprs.size(); ++k)
             if (Eval(*n.exprs[k]).Truthy()) return Exec(n.bodies[k]);
@@ -59,6 +90,8 @@ class Interpreter {
     } catch (JinjaError& e) {
       if (e.line == 0) e.line = n.line;
       throw;
+    } catch (const std::exception& e) {
+      Convert(e, n.line);
     }
     return Flow::kNormal;
   }
@@ -95,6 +128,7 @@ class Interpreter {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      ChargeSteps(1);
       frames_.emplace_back();
       Object loop = {{"index", Value::Int(k + 1)},
                      {"index0", Value::Int(k)},
@@ -123,7 +157,7 @@ class Interpreter {
       out_ = &buf;
       Exec(n.bodies[0]);
       out_ = saved;
-      v = Value::Str(std::move(buf));
+      v = TakeBuffer(std::move(buf));
     }
     const std::string& target = n.names[0];
     const size_t dot = target.find('.');
@@ -165,7 +199,7 @@ class Interpreter {
       out_ = saved_out;
       frames_.resize(1);
       frames_.insert(frames_.end(), saved.begin(), saved.end());
-      return Value::Str(std::move(buf));
+      return TakeBuffer(std::move(buf));
     });
   }
 
@@ -178,10 +212,14 @@ class Interpreter {
 
   Value Eval(const Expr& e) {
     try {
+      DepthGuard depth;
+      ChargeSteps(1);
       return EvalInner(e);
     } catch (JinjaError& err) {
       if (err.line == 0) err.line = e.line;
       throw;
+    } catch (const std::exception& ex) {
+      Convert(ex, e.line);
     }
   }
 
@@ -233,8 +271,10 @@ class Interpreter {
       case ExprKind::kUnary: {
         Value v = Eval(*e.args[0]);
         if (e.name == "not") return Value::Bool(!v.Truthy());
-        if (v.is_int()) return Value::Int(e.name == "-" ? -v.i() : v.i());
-        return Value::Float(e.name == "-" ? -v.AsDouble() : v.AsDouble());
+        if (e.name == "-") return Negate(v);
+        if (v.is_bool()) return Value::Int(v.b() ? 1 : 0);
+        if (!v.is_number()) Fail(std::string("bad operand type for unary +: ") + v.TypeName());
+        return v;
       }
       case ExprKind::kBinary: return BinaryOp(e);
       case ExprKind::kCond:
@@ -261,52 +301,35 @@ class Interpreter {
       args.pos.push_back(b);
       return Value::Bool(ApplyTest("in", a, args) == (op == "in"));
     }
-    if (op == "~") return Value::Str(a.Str() + b.Str());
+    if (op == "~") return Concat(a.Str(), b.Str());
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::Str(a.s() + b.s());
+      if (a.is_string() && b.is_string()) return Concat(a.s(), b.s());
       if (a.is_list() && b.is_list()) {
+        CheckValueSize(MulSize(a.list().size() + b.list().size(), sizeof(Value)), "list + list");
         Array c = a.list();
         c.insert(c.end(), b.list().begin(), b.list().end());
         return Value::List(std::move(c));
       }
     }
     if (op == "*" && ((a.is_string() && b.is_int()) || (a.is_int() && b.is_string()))) {
-      const Value& s = a.is_string() ? a : b;
+      const std::string& s = a.is_string() ? a.s() : b.s();
+      const int64_t n = a.is_int() ? a.i() : b.i();
+      if (n <= 0 || s.empty()) return Value::Str("");
+      CheckValueSize(MulSize(s.size(), static_cast<uint64_t>(n)), "string * integer");
       std::string r;
-      for (int64_t k = 0; k < (a.is_int() ? a.i() : b.i()); ++k) r += s.s();
+      r.reserve(s.size() * static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) r += s;
       return Value::Str(std::move(r));
     }
-    if (!(a.is_number() || a.is_bool()) || !(b.is_number() || b.is_bool()))
-      Fail("unsupported operand types for " + op + ": " + a.TypeName() + " and " + b.TypeName());
     return Arithmetic(op, a, b);
   }
 
-  static Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
-    const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
-    const double x = a.AsDouble(), y = b.AsDouble();
-    if (op == "/") {
-      if (y == 0) Fail("division by zero");
-      return Value::Float(x / y);
-    }
-    if (ints) {
-      const int64_t p = static_cast<int64_t>(x), q = static_cast<int64_t>(y);
-      if (op == "+") return Value::Int(p + q);
-      if (op == "-") return Value::Int(p - q);
-      if (op == "*") return Value::Int(p * q);
-      if ((op == "//" || op == "%") && q == 0) Fail("integer division or modulo by zero");
-      if (op == "//") return Value::Int(static_cast<int64_t>(std::floor(static_cast<double>(p) / static_cast<double>(q))));
-      if (op == "%") return Value::Int(((p % q) + q) % q);
-      if (op == "**" && q >= 0) return Value::Int(static_cast<int64_t>(std::pow(x, y)));
-    }
-    if (op == "+") return Value::Float(x + y);
-    if (op == "-") return Value::Float(x - y);
-    if (op == "*") return Value::Float(x * y);
-    if (op == "//") return Value::Float(std::floor(x / y));
-    if (op == "%") return Value::Float(x - y * std::floor(x / y));
-    if (op == "**") return Value::Float(std::pow(x, y));
-    Fail("unknown operator " + op);
+  static Value Concat(const std::string& a, const std::string& b) {
+    CheckValueSize(static_cast<uint64_t>(a.size()) + b.size(), "joining strings");
+    return Value::Str(a + b);
   }
 
+  const Limits& limits_;
   std::vector<Frame> frames_;
   std::string* out_ = nullptr;
   std::string* root_ = nullptr;
@@ -325,6 +348,8 @@ class Interpreter {
 
 }  // namespace
 
-Rendered Execute(const Body& body, Object context) { return Interpreter(std::move(context)).RunRoot(body); }
+Rendered Execute(const Body& body, Object context, const Limits& limits) {
+  return Interpreter(std::move(context), limits).RunRoot(body);
+}
 
 }  // namespace shard::jinja

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shard/data/jinja/ast.h"
+#include "shard/data/jinja/budget.h"
 
 namespace shard::jinja {
 
@@ -21,7 +22,8 @@ struct Rendered {
   std::vector<std::pair<size_t, size_t>> generation;
 };
 
-// Throws JinjaError (with the line) on a failed evaluation or raise_exception.
-Rendered Execute(const Body& body, Object context);
+// Throws JinjaError (with the line) on a failed evaluation, raise_exception or
+// a budget exceeded. Runs inside the caller's BudgetScope (template.cc).
+Rendered Execute(const Body& body, Object context, const Limits& limits);
 
 }  // namespace shard::jinja

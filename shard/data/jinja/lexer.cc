@@ -146,6 +146,16 @@ class Lexer {
         Advance(1);
         while (pos_ < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_]))) Advance(1);
       }
+      // An exponent (1e10, 2.5E-3) makes a float, as in Jinja.
+      if (pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E')) {
+        size_t k = pos_ + 1;
+        if (k < src_.size() && (src_[k] == '+' || src_[k] == '-')) ++k;
+        if (k < src_.size() && std::isdigit(static_cast<unsigned char>(src_[k]))) {
+          is_float = true;
+          Advance(k - pos_);
+          while (pos_ < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_]))) Advance(1);
+        }
+      }
       std::string num;
       for (char d : src_.substr(start, pos_ - start))
         if (d != '_') num += d;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "shard/data/jinja/budget.h"
 #include "shard/data/jinja/builtins.h"
 
 namespace shard::jinja {
@@ -23,7 +24,14 @@ int64_t ArgInt(const Value& v, int64_t fallback) {
   return v.i();
 }
 
+// Adds one item to a list being built, within the size of one value.
+void Push(Array* out, Value v, const char* what) {
+  CheckValueSize(MulSize(out->size() + 1, sizeof(Value)), what);
+  out->push_back(std::move(v));
+}
+
 Value Split(const std::string& s, const Value& sep_v, int64_t maxsplit) {
+  ChargeBytes(s.size());
   Array out;
   if (sep_v.undefined() || sep_v.none()) {  // runs of whitespace, no empty items
     size_t k = 0;
@@ -33,12 +41,12 @@ Value Split(const std::string& s, const Value& sep_v, int64_t maxsplit) {
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
         std::string rest = s.substr(k);
         while (!rest.empty() && IsWs(rest.back())) rest.pop_back();
-        out.push_back(Value::Str(rest));
+        Push(&out, Value::Str(rest), "split");
         break;
       }
       size_t e = k;
       while (e < s.size() && !IsWs(s[e])) ++e;
-      out.push_back(Value::Str(s.substr(k, e - k)));
+      Push(&out, Value::Str(s.substr(k, e - k)), "split");
       k = e;
     }
     return Value::List(std::move(out));
@@ -49,10 +57,10 @@ Value Split(const std::string& s, const Value& sep_v, int64_t maxsplit) {
   while (true) {
     size_t f = s.find(sep, k);
     if (f == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
-      out.push_back(Value::Str(s.substr(k)));
+      Push(&out, Value::Str(s.substr(k)), "split");
       break;
     }
-    out.push_back(Value::Str(s.substr(k, f - k)));
+    Push(&out, Value::Str(s.substr(k, f - k)), "split");
     k = f + sep.size();
   }
   return Value::List(std::move(out));
@@ -79,12 +87,22 @@ std::string Format(const std::string& f, const CallArgs& a) {
     const size_t close = f.find('}', k);
     if (close == std::string::npos) Fail("format: unmatched '{'");
     const std::string field = f.substr(k + 1, close - k - 1);
+    if (field.find_first_of(":!") != std::string::npos)
+      Fail("format: conversions and format specs ({" + field + "}) are not supported");
     Value v;
-    if (field.empty()) v = next < a.pos.size() ? a.pos[next++] : Value();
-    else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = a.Get(std::stoul(field), "");
-    else v = a.Get(SIZE_MAX, field);
+    if (field.empty()) {
+      v = next < a.pos.size() ? a.pos[next++] : Value();
+    } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
+      // An index past the arguments (however many digits) names no argument.
+      size_t index = 0;
+      for (char c : field) index = index > a.pos.size() ? index : index * 10 + static_cast<size_t>(c - '0');
+      v = index < a.pos.size() ? a.pos[index] : Value();
+    } else {
+      v = a.Get(SIZE_MAX, field);
+    }
     if (v.undefined()) Fail("format: no argument for {" + field + "}");
     out += v.Str();
+    CheckValueSize(out.size(), "format");
     k = close;
   }
   return out;
@@ -118,17 +136,22 @@ Value StringMethod(const std::string& s, const std::string& name) {
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) r += s;
         r += items[k].Str();
+        CheckValueSize(r.size(), "join");
       }
       return Value::Str(r);
     }
     if (name == "find") {
+      ChargeBytes(s.size());
       const size_t f = s.find(ArgString(a.Get(0, "sub"), "find's argument"));
-      return Value::Int(f == std::string::npos ? -1 : static_cast<int64_t>(CodePoints(s.substr(0, f)).size()));
+      return Value::Int(f == std::string::npos ? -1 : static_cast<int64_t>(CodePointCount(std::string_view(s).substr(0, f))));
     }
     if (name == "count") {
       const std::string sub = ArgString(a.Get(0, "sub"), "count's argument");
+      // Python: the empty string occurs before each code point and at the end.
+      if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointCount(s)) + 1);
+      ChargeBytes(s.size());
       int64_t n = 0;
-      for (size_t f = s.find(sub); !sub.empty() && f != std::string::npos; f = s.find(sub, f + sub.size())) ++n;
+      for (size_t f = s.find(sub); f != std::string::npos; f = s.find(sub, f + sub.size())) ++n;
       return Value::Int(n);
     }
     if (name == "isdigit") return Value::Bool(!s.empty() && std::all_of(s.begin(), s.end(), ::isdigit));
@@ -157,10 +180,12 @@ Value DictMethod(const Value& d, const std::string& name) {
   return Value();
 }
 
-int64_t Clamp(int64_t i, int64_t n, bool neg_step) {
-  if (i < 0) i += n;
-  const int64_t lo = neg_step ? -1 : 0, hi = neg_step ? n - 1 : n;
-  return std::clamp(i, lo, hi);
+// Python's slice.indices(n) for a given start or stop: from the end when
+// negative, then clamped to [0, n] (step > 0) or [-1, n - 1] (step < 0).
+int64_t SliceBound(const Value& v, int64_t n, bool neg_step) {
+  const int64_t i = ArgInt(v, 0);
+  if (i < 0) return i < -n ? (neg_step ? -1 : 0) : i + n;
+  return i >= n ? (neg_step ? n - 1 : n) : i;
 }
 
 }  // namespace
@@ -205,16 +230,30 @@ std::string PyCapitalize(const std::string& s) {
 }
 
 std::string PyReplace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
-  if (from.empty()) return s;
+  ChargeBytes(s.size());
   std::string out;
+  if (from.empty()) {  // Python: `to` before every code point and at the end ('ab'.replace('', '-') is '-a-b-')
+    const std::vector<std::string> cps = CodePoints(s);
+    const uint64_t n = count < 0 ? cps.size() + 1 : std::min<uint64_t>(cps.size() + 1, static_cast<uint64_t>(count));
+    const uint64_t growth = MulSize(n, to.size());
+    CheckValueSize(growth == UINT64_MAX ? growth : s.size() + growth, "replace");
+    for (size_t i = 0; i < cps.size(); ++i) {
+      if (i < n) out += to;
+      out += cps[i];
+    }
+    if (cps.size() < n) out += to;
+    return out;
+  }
   size_t k = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
     const size_t f = s.find(from, k);
     if (f == std::string::npos) break;
     out.append(s, k, f - k);
     out += to;
+    CheckValueSize(out.size(), "replace");
     k = f + from.size();
   }
+  CheckValueSize(static_cast<uint64_t>(out.size()) + (s.size() - k), "replace");
   return out + s.substr(k);
 }
 
@@ -230,7 +269,7 @@ Value GetAttr(const Value& obj, const std::string& name) {
   }
   if (obj.is_list() && name == "append")
     return Value::Callable(name, [obj](CallArgs& a) {
-      obj.list().push_back(a.Get(0, "item"));
+      obj.Append(a.Get(0, "item"));
       return Value::None();
     });
   return Value();
@@ -244,11 +283,14 @@ Value GetItem(const Value& obj, const Value& key) {
   }
   if (obj.is_list() || obj.is_string()) {
     if (!key.is_int()) Fail(std::string("indices must be integers, not ") + key.TypeName());
-    Array items = obj.is_list() ? obj.list() : obj.Iterate();
+    const auto n = static_cast<int64_t>(obj.is_list() ? obj.list().size() : CodePointCount(obj.s()));
     int64_t k = key.i();
-    if (k < 0) k += static_cast<int64_t>(items.size());
-    if (k < 0 || k >= static_cast<int64_t>(items.size())) return Value();
-    return items[static_cast<size_t>(k)];
+    if (k < 0) k = k < -n ? -1 : k + n;
+    if (k < 0 || k >= n) return Value();
+    if (obj.is_list()) return obj.list()[static_cast<size_t>(k)];
+    const std::string_view s(obj.s());
+    const size_t b = CodePointOffset(s, static_cast<size_t>(k));
+    return Value::Str(std::string(s.substr(b, CodePointOffset(s.substr(b), 1))));
   }
   return Value();
 }
@@ -260,10 +302,17 @@ Value Slice(const Value& obj, const Value& start, const Value& stop, const Value
   const int64_t step = ArgInt(step_v, 1);
   if (step == 0) Fail("slice step cannot be zero");
   const bool neg = step < 0;
-  int64_t b = start.undefined() || start.none() ? (neg ? n - 1 : 0) : Clamp(ArgInt(start, 0), n, neg);
-  int64_t e = stop.undefined() || stop.none() ? (neg ? -1 : n) : Clamp(ArgInt(stop, 0), n, neg);
+  const int64_t b = start.undefined() || start.none() ? (neg ? n - 1 : 0) : SliceBound(start, n, neg);
+  const int64_t e = stop.undefined() || stop.none() ? (neg ? -1 : n) : SliceBound(stop, n, neg);
+  // The items b, b + step, ... before e, counted without ever forming an index
+  // past them (a step near 2^63 would overflow).
+  const __int128 span = neg ? static_cast<__int128>(b) - e : static_cast<__int128>(e) - b;
+  const __int128 stride = neg ? -static_cast<__int128>(step) : static_cast<__int128>(step);
+  const int64_t count = span <= 0 ? 0 : static_cast<int64_t>((span - 1) / stride + 1);
   Array out;
-  for (int64_t k = b; neg ? k > e : k < e; k += step) out.push_back(items[static_cast<size_t>(k)]);
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i)
+    out.push_back(items[static_cast<size_t>(b + static_cast<int64_t>(static_cast<__int128>(i) * step))]);
   if (obj.is_list()) return Value::List(std::move(out));
   std::string s;
   for (const auto& c : out) s += c.s();
@@ -278,8 +327,16 @@ Object Globals(const std::string& now) {
     else if (a.pos.size() >= 2) start = ArgInt(a.pos[0], 0), stop = ArgInt(a.pos[1], 0), step = a.pos.size() > 2 ? ArgInt(a.pos[2], 1) : 1;
     else Fail("range() needs 1 to 3 arguments");
     if (step == 0) Fail("range() step cannot be zero");
+    // How many items, counted in 128 bits so no bound or step overflows.
+    const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+    const __int128 stride = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+    const __int128 count = span <= 0 ? 0 : (span - 1) / stride + 1;
+    CheckValueSize(count > (__int128{1} << 62) ? UINT64_MAX : MulSize(static_cast<uint64_t>(count), sizeof(Value)),
+                   "range()");
     Array out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::Int(k));
+    out.reserve(static_cast<size_t>(count));
+    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i)
+      out.push_back(Value::Int(static_cast<int64_t>(start + static_cast<__int128>(i) * step)));
     return Value::List(std::move(out));
   }));
   g.emplace_back("namespace", Value::Callable("namespace", [](CallArgs& a) {

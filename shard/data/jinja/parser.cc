@@ -1,7 +1,11 @@
 #include "shard/data/jinja/parser.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <initializer_list>
+
+#include "shard/data/jinja/budget.h"
 
 namespace shard::jinja {
 namespace {
@@ -18,10 +22,40 @@ ExprPtr MakeExpr(ExprKind kind, int line, std::string name = {}) {
   return e;
 }
 
+// Attaches a child (null: an omitted part), keeping the tree's depth, which
+// bounds how deep the render's walk of it recurses.
+void Deepen(Expr* parent, const Expr* child) {
+  if (!child) return;
+  parent->depth = std::max(parent->depth, child->depth + 1);
+  if (parent->depth > kMaxParseDepth)
+    Fail("expression nested deeper than " + std::to_string(kMaxParseDepth) +
+             " levels (operators, filters, calls or brackets)",
+         parent->line);
+}
+void Add(Expr* parent, ExprPtr child) {
+  Deepen(parent, child.get());
+  parent->args.push_back(std::move(child));
+}
+void Add(const ExprPtr& parent, ExprPtr child) { Add(parent.get(), std::move(child)); }
+void AddKw(Expr* parent, std::string name, ExprPtr child) {
+  Deepen(parent, child.get());
+  parent->kw.emplace_back(std::move(name), std::move(child));
+}
+
+// An integer literal (Python's are unbounded; the template's are int64).
+int64_t IntLiteral(const Token& t) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(t.text.c_str(), &end, 10);
+  if (errno == ERANGE || end != t.text.c_str() + t.text.size())
+    Fail("integer literal " + t.text + " does not fit in 64 bits (template integers are int64)", t.line);
+  return v;
+}
+
 ExprPtr Binary(std::string op, ExprPtr a, ExprPtr b) {
   auto e = MakeExpr(ExprKind::kBinary, a->line, std::move(op));
-  e->args.push_back(std::move(a));
-  e->args.push_back(std::move(b));
+  Add(e, std::move(a));
+  Add(e, std::move(b));
   return e;
 }
 
@@ -62,8 +96,28 @@ class Parser {
     ++pos_;
   }
 
+  // One level of the parser's recursion (a block, a bracket, a unary
+  // operator) for its lifetime: a source nested past kMaxParseDepth is refused
+  // before it can run the parser or the render off the end of the stack.
+  class Nested {
+   public:
+    Nested(Parser* p, int line) : p_(p) {
+      if (++p_->depth_ > kMaxParseDepth) {
+        --p_->depth_;
+        Fail("nested deeper than " + std::to_string(kMaxParseDepth) + " levels (blocks, brackets or operators)", line);
+      }
+    }
+    ~Nested() { --p_->depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser* p_;
+  };
+
   // Statements until `{% <one of ends> %}`; *end gets the end keyword (its tag is left unconsumed).
   Body ParseBody(std::initializer_list<const char*> ends, std::string* end) {
+    Nested nested(this, Peek().line);
     Body body;
     while (true) {
       const Token& t = Peek();
@@ -145,6 +199,7 @@ class Parser {
       ExpectStmtClose();
     } else if (name == "break" || name == "continue") {
       n->kind = name == "break" ? NodeKind::kBreak : NodeKind::kContinue;
+      if (loops_ == 0) Fail("{% " + name + " %} outside a loop", kw.line);
       ExpectStmtClose();
     } else if (IsOneOf(name, {"elif", "else", "endif", "endfor", "endset", "endmacro", "endgeneration"})) {
       Fail("{% " + name + " %} without its opening tag", kw.line);
@@ -166,7 +221,9 @@ class Parser {
     if (IsName("recursive")) Fail("unsupported construct 'for ... recursive'", Peek().line);
     ExpectStmtClose();
     std::string end;
+    ++loops_;
     n->bodies.push_back(ParseBody({"else", "endfor"}, &end));
+    --loops_;
     ConsumeTagStart();
     ExpectStmtClose();
     if (end == "else") {
@@ -206,7 +263,10 @@ class Parser {
     }
     ExpectStmtClose();
     std::string end;
+    const int loops = loops_;  // a macro's body is a function of its own: no loop around it
+    loops_ = 0;
     n->bodies.push_back(ParseBody({"endmacro"}, &end));
+    loops_ = loops;
     ConsumeTagStart();
     ExpectStmtClose();
   }
@@ -216,20 +276,21 @@ class Parser {
     ExprPtr first = Expression();
     if (!IsOp(",")) return first;
     auto list = MakeExpr(ExprKind::kList, first->line);
-    list->args.push_back(std::move(first));
-    while (AcceptOp(",")) list->args.push_back(Expression());
+    Add(list, std::move(first));
+    while (AcceptOp(",")) Add(list, Expression());
     return list;
   }
 
  public:
   ExprPtr Expression() {
+    Nested nested(this, Peek().line);
     ExprPtr e = Or();
     if (!IsName("if")) return e;
     const int line = Next().line;
     auto c = MakeExpr(ExprKind::kCond, line);
-    c->args.push_back(Or());
-    c->args.push_back(std::move(e));
-    c->args.push_back(AcceptName("else") ? Expression() : nullptr);
+    Add(c, Or());
+    Add(c, std::move(e));
+    Add(c, AcceptName("else") ? Expression() : nullptr);
     return c;
   }
 
@@ -246,8 +307,9 @@ class Parser {
   }
   ExprPtr Not() {
     if (IsName("not")) {
+      Nested nested(this, Peek().line);
       auto u = MakeExpr(ExprKind::kUnary, Next().line, "not");
-      u->args.push_back(Not());
+      Add(u, Not());
       return u;
     }
     return Compare();
@@ -297,9 +359,10 @@ class Parser {
   ExprPtr Unary(bool with_filter) {
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
+      Nested nested(this, Peek().line);
       const Token& t = Next();
       e = MakeExpr(ExprKind::kUnary, t.line, t.text);
-      e->args.push_back(Unary(false));
+      Add(e, Unary(false));
     } else {
       e = Postfix(Primary());
     }
@@ -312,9 +375,9 @@ class Parser {
       if (Peek().type == Tok::kName && IsOp("=", 1)) {
         std::string k = Next().text;
         ++pos_;
-        call->kw.emplace_back(std::move(k), Expression());
+        AddKw(call, std::move(k), Expression());
       } else {
-        call->args.push_back(Expression());
+        Add(call, Expression());
       }
       if (!IsOp(")")) ExpectOp(",");
     }
@@ -326,22 +389,22 @@ class Parser {
         const Token& t = Next();
         if (t.type == Tok::kInt) {
           auto ix = MakeExpr(ExprKind::kIndex, t.line);
-          ix->args.push_back(std::move(e));
+          Add(ix, std::move(e));
           auto lit = MakeExpr(ExprKind::kLiteral, t.line);
-          lit->value = Value::Int(std::stoll(t.text));
-          ix->args.push_back(std::move(lit));
+          lit->value = Value::Int(IntLiteral(t));
+          Add(ix, std::move(lit));
           e = std::move(ix);
           continue;
         }
         if (t.type != Tok::kName) Fail("expected an attribute name after '.'", t.line);
         auto a = MakeExpr(ExprKind::kAttr, t.line, t.text);
-        a->args.push_back(std::move(e));
+        Add(a, std::move(e));
         e = std::move(a);
       } else if (IsOp("[")) {
         e = Subscript(std::move(e));
       } else if (IsOp("(")) {
         auto c = MakeExpr(ExprKind::kCall, Next().line);
-        c->args.push_back(std::move(e));
+        Add(c, std::move(e));
         CallArguments(c.get());
         e = std::move(c);
       } else {
@@ -365,13 +428,13 @@ class Parser {
     if (colons == 0) {
       if (!parts[0]) Fail("empty subscript []", line);
       auto ix = MakeExpr(ExprKind::kIndex, line);
-      ix->args.push_back(std::move(e));
-      ix->args.push_back(std::move(parts[0]));
+      Add(ix, std::move(e));
+      Add(ix, std::move(parts[0]));
       return ix;
     }
     auto s = MakeExpr(ExprKind::kSlice, line);
-    s->args.push_back(std::move(e));
-    for (auto& p : parts) s->args.push_back(std::move(p));
+    Add(s, std::move(e));
+    for (auto& p : parts) Add(s, std::move(p));
     return s;
   }
 
@@ -380,7 +443,7 @@ class Parser {
       if (AcceptOp("|")) {
         const Token& t = Peek();
         auto f = MakeExpr(ExprKind::kFilter, t.line, ExpectName());
-        f->args.push_back(std::move(e));
+        Add(f, std::move(e));
         if (AcceptOp("(")) CallArguments(f.get());
         e = std::move(f);
       } else if (IsName("is")) {
@@ -388,13 +451,13 @@ class Parser {
         const bool negate = AcceptName("not");
         auto t = MakeExpr(ExprKind::kTest, line, ExpectName());
         t->negate = negate;
-        t->args.push_back(std::move(e));
+        Add(t, std::move(e));
         if (AcceptOp("(")) {
           CallArguments(t.get());
         } else if ((Peek().type == Tok::kString || Peek().type == Tok::kInt || Peek().type == Tok::kFloat ||
                     (Peek().type == Tok::kName &&
                      !IsOneOf(Peek().text, {"else", "or", "and", "if", "not", "in", "is"})))) {
-          t->args.push_back(Postfix(Primary()));
+          Add(t, Postfix(Primary()));
         }
         e = std::move(t);
       } else {
@@ -426,7 +489,7 @@ class Parser {
       case Tok::kFloat: {
         ++pos_;
         auto lit = MakeExpr(ExprKind::kLiteral, t.line);
-        lit->value = t.type == Tok::kInt ? Value::Int(std::stoll(t.text)) : Value::Float(std::stod(t.text));
+        lit->value = t.type == Tok::kInt ? Value::Int(IntLiteral(t)) : Value::Float(std::strtod(t.text.c_str(), nullptr));
         return lit;
       }
       case Tok::kOp:
@@ -444,10 +507,10 @@ class Parser {
     ExprPtr e = Expression();
     if (AcceptOp(")")) return e;
     auto list = MakeExpr(ExprKind::kList, line);
-    list->args.push_back(std::move(e));
+    Add(list, std::move(e));
     while (AcceptOp(",")) {
       if (IsOp(")")) break;
-      list->args.push_back(Expression());
+      Add(list, Expression());
     }
     ExpectOp(")");
     return list;
@@ -456,10 +519,10 @@ class Parser {
   ExprPtr Sequence(const char* close, ExprKind kind) {
     auto e = MakeExpr(kind, Next().line);
     while (!AcceptOp(close)) {
-      e->args.push_back(Expression());
+      Add(e, Expression());
       if (kind == ExprKind::kDict) {
         ExpectOp(":");
-        e->args.push_back(Expression());
+        Add(e, Expression());
       }
       if (!IsOp(close)) ExpectOp(",");
     }
@@ -468,6 +531,8 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t pos_ = 0;
+  int depth_ = 0;  // Nested levels open
+  int loops_ = 0;  // for bodies open around the statement being parsed (break/continue need one)
 };
 
 }  // namespace

@@ -6,7 +6,8 @@
 //   r->text; r->generation;                              // text, {% generation %} spans
 //
 // Errors (syntax, a construct outside the subset, a failed evaluation,
-// raise_exception) are INVALID_ARGUMENT "template line N: ...".
+// raise_exception, a budget of budget.h exceeded: nesting, steps, memory,
+// output) are INVALID_ARGUMENT "template line N: ..."; no exception leaves.
 //
 // Thread-safety: a compiled Template is immutable; Render may run concurrently.
 #pragma once
@@ -25,6 +26,7 @@ namespace shard::jinja {
 struct RenderOptions {
   // "YYYY-MM-DD HH:MM:SS" (UTC) that strftime_now formats; empty: the clock.
   std::string now;
+  Limits limits = {};  // what one render may spend (budget.h)
 };
 
 class Template {

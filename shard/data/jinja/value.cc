@@ -3,6 +3,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
+
+#include "shard/data/jinja/budget.h"
 
 namespace shard::jinja {
 
@@ -31,39 +34,94 @@ Value Value::Float(double f) {
   v.f_ = f;
   return v;
 }
+namespace {
+
+constexpr int64_t kItemBytes = sizeof(Value);
+constexpr int64_t kEntryBytes = sizeof(std::pair<std::string, Value>);
+
+// Charges a value of `bytes` to the render's budget (none outside a render)
+// and returns the budget to credit when it is freed.
+RenderBudget* Charge(int64_t bytes) {
+  RenderBudget* b = CurrentBudget();
+  if (b) {
+    b->Steps(1 + bytes / 256);
+    b->Alloc(bytes);
+  }
+  return b;
+}
+
+// Containers and functions free through FreeIteratively, so dropping a
+// 100,000-deep list, or a chain of macros holding macros, never recurses.
+template <typename T>
+struct IterativeDelete {
+  RenderBudget* budget;
+  int64_t item_bytes;
+  void operator()(T* p) const {
+    if (budget) {
+      if constexpr (std::is_same_v<T, Function>) budget->Free(item_bytes);
+      else budget->Free(item_bytes * static_cast<int64_t>(p->size()));
+    }
+    FreeIteratively(p, [](void* q) { delete static_cast<T*>(q); });
+  }
+};
+
+template <typename T>
+void ClearContainer(void* p) {
+  T drop;
+  drop.swap(*static_cast<T*>(p));
+}
+
+}  // namespace
+
 Value Value::Str(std::string s) {
+  const auto bytes = static_cast<int64_t>(s.size());
+  RenderBudget* b = Charge(bytes);
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  v.s_ = std::shared_ptr<const std::string>(new std::string(std::move(s)), [b, bytes](const std::string* p) {
+    if (b) b->Free(bytes);
+    delete p;
+  });
   return v;
 }
 Value Value::List(Array items) {
+  CheckValueSize(MulSize(items.size(), kItemBytes), "a list");
+  RenderBudget* b = Charge(kItemBytes * static_cast<int64_t>(items.size()));
   Value v;
   v.kind_ = Kind::kArray;
-  v.arr_ = std::make_shared<Array>(std::move(items));
+  v.arr_ = std::shared_ptr<Array>(new Array(std::move(items)), IterativeDelete<Array>{b, kItemBytes});
+  if (b) b->TrackContainer(v.arr_, &ClearContainer<Array>);
   return v;
 }
 Value Value::Dict(Object items, bool is_namespace) {
+  CheckValueSize(MulSize(items.size(), kEntryBytes), "a dict");
+  RenderBudget* b = Charge(kEntryBytes * static_cast<int64_t>(items.size()));
   Value v;
   v.kind_ = Kind::kObject;
   v.namespace_ = is_namespace;
-  v.obj_ = std::make_shared<Object>(std::move(items));
+  v.obj_ = std::shared_ptr<Object>(new Object(std::move(items)), IterativeDelete<Object>{b, kEntryBytes});
+  if (b) b->TrackContainer(v.obj_, &ClearContainer<Object>);
   return v;
 }
 Value Value::Callable(std::string name, Function fn) {
+  RenderBudget* b = Charge(sizeof(Function));
   Value v;
   v.kind_ = Kind::kCallable;
   v.fn_name_ = std::move(name);
-  v.fn_ = std::make_shared<Function>(std::move(fn));
+  v.fn_ = std::shared_ptr<Function>(new Function(std::move(fn)), IterativeDelete<Function>{b, sizeof(Function)});
   return v;
 }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {
+  DepthGuard depth;
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return None();
     case nlohmann::ordered_json::value_t::boolean: return Bool(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer: return Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: return Int(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      if (j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        Fail("the integer " + j.dump() + " in the context does not fit in 64 bits");
+      return Int(static_cast<int64_t>(j.get<uint64_t>()));
     case nlohmann::ordered_json::value_t::number_float: return Float(j.get<double>());
     case nlohmann::ordered_json::value_t::string: return Str(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
@@ -94,6 +152,7 @@ Value Value::Call(CallArgs& args) const {
 
 Value* Value::Find(std::string_view key) const {
   if (kind_ != Kind::kObject) return nullptr;
+  ChargeSteps(static_cast<int64_t>(obj_->size() / 8));
   for (auto& [k, v] : *obj_)
     if (k == key) return &v;
   return nullptr;
@@ -104,7 +163,15 @@ void Value::Set(const std::string& key, Value v) const {
     *slot = std::move(v);
     return;
   }
+  CheckValueSize(MulSize(obj_->size() + 1, kEntryBytes), "a dict");
+  Charge(kEntryBytes);
   obj_->emplace_back(key, std::move(v));
+}
+
+void Value::Append(Value v) const {
+  CheckValueSize(MulSize(arr_->size() + 1, kItemBytes), "list.append");
+  Charge(kItemBytes);
+  arr_->push_back(std::move(v));
 }
 
 bool Value::Truthy() const {
@@ -122,145 +189,6 @@ bool Value::Truthy() const {
   return false;
 }
 
-namespace {
-
-// Python's repr(float): shortest round-trip digits, always with a '.' or exponent.
-std::string FloatText(double f) {
-  if (std::isnan(f)) return "nan";
-  if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), f);
-  std::string s(buf, r.ptr);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string QuoteRepr(const std::string& s) {
-  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, q);
-  for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c == q) {
-      out += '\\';
-      out += q;
-    }
-    else out += c;
-  }
-  return out + q;
-}
-
-void JsonString(const std::string& s, std::string* out) {
-  *out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          *out += buf;
-        } else {
-          *out += static_cast<char>(c);
-        }
-    }
-  }
-  *out += '"';
-}
-
-void DumpJson(const Value& v, int indent, int depth, std::string_view item_sep, std::string_view key_sep,
-              std::string* out) {
-  auto newline = [&](int d) {
-    if (indent < 0) return;
-    *out += '\n';
-    out->append(static_cast<size_t>(indent * d), ' ');
-  };
-  switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return;
-    case Value::Kind::kBool: *out += v.b() ? "true" : "false"; return;
-    case Value::Kind::kInt: *out += std::to_string(v.i()); return;
-    case Value::Kind::kFloat: *out += FloatText(v.AsDouble()); return;
-    case Value::Kind::kString: JsonString(v.s(), out); return;
-    case Value::Kind::kArray: {
-      if (v.list().empty()) { *out += "[]"; return; }
-      *out += '[';
-      for (size_t k = 0; k < v.list().size(); ++k) {
-        if (k) *out += item_sep;
-        newline(depth + 1);
-        DumpJson(v.list()[k], indent, depth + 1, item_sep, key_sep, out);
-      }
-      newline(depth);
-      *out += ']';
-      return;
-    }
-    case Value::Kind::kObject: {
-      if (v.dict().empty()) { *out += "{}"; return; }
-      *out += '{';
-      for (size_t k = 0; k < v.dict().size(); ++k) {
-        if (k) *out += item_sep;
-        newline(depth + 1);
-        JsonString(v.dict()[k].first, out);
-        *out += key_sep;
-        DumpJson(v.dict()[k].second, indent, depth + 1, item_sep, key_sep, out);
-      }
-      newline(depth);
-      *out += '}';
-      return;
-    }
-    default: Fail(std::string("tojson: a value of type ") + v.TypeName() + " is not JSON serializable");
-  }
-}
-
-}  // namespace
-
-std::string Value::Str() const {
-  switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return *s_;
-    default: return Repr();
-  }
-}
-
-std::string Value::Repr() const {
-  switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return FloatText(f_);
-    case Kind::kString: return QuoteRepr(*s_);
-    case Kind::kArray: {
-      std::string s = "[";
-      for (size_t k = 0; k < arr_->size(); ++k) {
-        if (k) s += ", ";
-        s += (*arr_)[k].Repr();
-      }
-      return s + "]";
-    }
-    case Kind::kObject: {
-      if (namespace_) return "<Namespace>";
-      std::string s = "{";
-      for (size_t k = 0; k < obj_->size(); ++k) {
-        if (k) s += ", ";
-        s += QuoteRepr((*obj_)[k].first);
-        s += ": ";
-        s += (*obj_)[k].second.Repr();
-      }
-      return s + "}";
-    }
-    case Kind::kCallable: return "<function " + fn_name_ + ">";
-  }
-  return "";
-}
-
 const char* Value::TypeName() const {
   switch (kind_) {
     case Kind::kUndefined: return "undefined";
@@ -276,31 +204,49 @@ const char* Value::TypeName() const {
   return "?";
 }
 
-nlohmann::ordered_json Value::ToJson() const {
-  return nlohmann::ordered_json::parse(ToJsonText(*this, -1, ",", ":"));
-}
+namespace {
+size_t CodePointLength(unsigned char c) { return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1; }
+}  // namespace
 
 std::vector<std::string> CodePoints(std::string_view s) {
   std::vector<std::string> out;
   for (size_t k = 0; k < s.size();) {
-    const auto c = static_cast<unsigned char>(s[k]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    n = std::min(n, s.size() - k);
+    const size_t n = std::min(CodePointLength(static_cast<unsigned char>(s[k])), s.size() - k);
     out.emplace_back(s.substr(k, n));
     k += n;
   }
   return out;
 }
 
+size_t CodePointCount(std::string_view s) {
+  ChargeBytes(s.size());
+  size_t count = 0;
+  for (size_t k = 0; k < s.size(); ++count) k += std::min(CodePointLength(static_cast<unsigned char>(s[k])), s.size() - k);
+  return count;
+}
+
+size_t CodePointOffset(std::string_view s, size_t n) {
+  ChargeBytes(s.size());
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < s.size(); ++i) k += std::min(CodePointLength(static_cast<unsigned char>(s[k])), s.size() - k);
+  return k;
+}
+
 Array Value::Iterate() const {
   switch (kind_) {
-    case Kind::kArray: return *arr_;
+    case Kind::kArray:
+      CheckValueSize(MulSize(arr_->size(), kItemBytes), "iterating a list");
+      ChargeSteps(static_cast<int64_t>(arr_->size()));
+      return *arr_;
     case Kind::kObject: {
+      CheckValueSize(MulSize(obj_->size(), kItemBytes), "iterating a dict");
+      ChargeSteps(static_cast<int64_t>(obj_->size()));
       Array keys;
       for (const auto& [k, v] : *obj_) keys.push_back(Str(k));
       return keys;
     }
     case Kind::kString: {
+      CheckValueSize(MulSize(CodePointCount(*s_), kItemBytes), "iterating a string");
       Array chars;
       for (auto& c : CodePoints(*s_)) chars.push_back(Str(std::move(c)));
       return chars;
@@ -316,6 +262,8 @@ Value CallArgs::Get(size_t index, std::string_view name) const {
 }
 
 bool Equal(const Value& a, const Value& b) {
+  ChargeSteps(1);
+  if (a.is_int() && b.is_int()) return a.i() == b.i();
   if (a.is_number() && b.is_number()) return a.AsDouble() == b.AsDouble();
   if (a.is_bool() && b.is_number()) return (a.b() ? 1.0 : 0.0) == b.AsDouble();
   if (b.is_bool() && a.is_number()) return Equal(b, a);
@@ -324,15 +272,21 @@ bool Equal(const Value& a, const Value& b) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone: return true;
     case Value::Kind::kBool: return a.b() == b.b();
-    case Value::Kind::kString: return a.s() == b.s();
+    case Value::Kind::kString:
+      ChargeBytes(std::min(a.s().size(), b.s().size()));
+      return a.s() == b.s();
     case Value::Kind::kArray: {
+      if (&a.list() == &b.list()) return true;
       if (a.list().size() != b.list().size()) return false;
+      DepthGuard depth;
       for (size_t k = 0; k < a.list().size(); ++k)
         if (!Equal(a.list()[k], b.list()[k])) return false;
       return true;
     }
     case Value::Kind::kObject: {
+      if (&a.dict() == &b.dict()) return true;
       if (a.dict().size() != b.dict().size()) return false;
+      DepthGuard depth;
       for (const auto& [k, v] : a.dict()) {
         const Value* o = b.Find(k);
         if (!o || !Equal(v, *o)) return false;
@@ -344,9 +298,15 @@ bool Equal(const Value& a, const Value& b) {
 }
 
 bool Less(const Value& a, const Value& b, int line) {
+  ChargeSteps(1);
+  if (a.is_int() && b.is_int()) return a.i() < b.i();
   if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) return a.AsDouble() < b.AsDouble();
-  if (a.is_string() && b.is_string()) return a.s() < b.s();
+  if (a.is_string() && b.is_string()) {
+    ChargeBytes(std::min(a.s().size(), b.s().size()));
+    return a.s() < b.s();
+  }
   if (a.is_list() && b.is_list()) {
+    DepthGuard depth;
     const size_t n = std::min(a.list().size(), b.list().size());
     for (size_t k = 0; k < n; ++k) {
       if (Less(a.list()[k], b.list()[k], line)) return true;
@@ -355,12 +315,6 @@ bool Less(const Value& a, const Value& b, int line) {
     return a.list().size() < b.list().size();
   }
   Fail(std::string("cannot compare ") + a.TypeName() + " with " + b.TypeName(), line);
-}
-
-std::string ToJsonText(const Value& v, int indent, std::string_view item_sep, std::string_view key_sep) {
-  std::string out;
-  DumpJson(v, indent, 0, item_sep, key_sep, &out);
-  return out;
 }
 
 }  // namespace shard::jinja

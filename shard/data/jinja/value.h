@@ -4,7 +4,9 @@
 // only when used as a number or called.
 //
 // Lists and dicts are shared by reference (like Python's), which is what makes
-// namespace() attributes and list.append() visible across scopes.
+// namespace() attributes and list.append() visible across scopes. Values built
+// during a render are charged to its budget (budget.h): their bytes while they
+// live, and steps for building them; containers free iteratively.
 //
 // Inside shard/data/jinja a JinjaError (an exception) carries a message and the
 // template line; template.cc turns it into a Status, so none leaves the module.
@@ -75,13 +77,16 @@ class Value {
   // Dict lookup by key; nullptr when absent.
   Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value v) const;
+  // list.append(v), charged to the render's budget.
+  void Append(Value v) const;
 
   bool Truthy() const;
-  // What {{ v }} prints (Python's str(): True, None, ['a', 1], {'k': 'v'}).
+  // What {{ v }} prints (Python's str(): True, None, ['a', 1], {'k': 'v'};
+  // a list inside itself prints as [...], as Python does).
   std::string Str() const;
   std::string Repr() const;
   const char* TypeName() const;
-  nlohmann::ordered_json ToJson() const;  // fails on callables and undefined
+  nlohmann::ordered_json ToJson() const;  // fails on callables, undefined and cycles
 
   // The items a for loop or filter iterates: list items, dict keys, string
   // characters (UTF-8 code points); fails on anything else.
@@ -113,10 +118,13 @@ bool Equal(const Value& a, const Value& b);
 bool Less(const Value& a, const Value& b, int line);
 
 // Python json.dumps(v, ensure_ascii=False, indent=indent, separators=...): HF's tojson.
-// indent < 0: one line.
-std::string ToJsonText(const Value& v, int indent, std::string_view item_sep, std::string_view key_sep);
+// indent < 0: one line. A value that holds itself fails ("circular reference").
+std::string ToJsonText(const Value& v, int64_t indent, std::string_view item_sep, std::string_view key_sep);
 
-// UTF-8 helpers: the code points of s, each as its own string.
+// UTF-8 helpers: the code points of s, each as its own string; how many there
+// are; the byte offset where code point `n` starts (s.size() past the end).
 std::vector<std::string> CodePoints(std::string_view s);
+size_t CodePointCount(std::string_view s);
+size_t CodePointOffset(std::string_view s, size_t n);
 
 }  // namespace shard::jinja

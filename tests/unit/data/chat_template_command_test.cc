@@ -70,6 +70,23 @@ TEST(ChatTemplateCommand, ExtraVariablesAndErrors) {
   EXPECT_EQ(*RenderChatTemplateText(o), "<s>hi");  // plain: BOS, then the text
   o.chat_template = "hf";
   EXPECT_NE(RenderChatTemplateText(o).status().message().find("needs a tokenizer folder"), std::string::npos);
+
+  // Issue 28 item 3: a 200,000-deep --messages file crashed copying it (SIGSEGV).
+  o.tokenizer = d;
+  o.chat_template = "auto";
+  for (const std::string& deep : {"{\"messages\": " + std::string(200000, '[') + std::string(200000, ']') + "}",
+                                  std::string(200000, '[') + std::string(200000, ']')}) {
+    o.messages = WriteFile(d + "/deep.json", deep);
+    auto r = RenderChatTemplateText(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), "--messages " + d + "/deep.json: JSON nested deeper than 512 levels");
+  }
+  // Within the file bound, the template's own depth bound says no.
+  o.messages = WriteFile(d + "/deep.json", "[" + std::string(400, '[') + std::string(400, ']') + "]");
+  auto r = RenderChatTemplateText(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("context variable 'messages': nesting deeper than"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

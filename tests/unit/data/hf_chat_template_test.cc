@@ -165,6 +165,72 @@ TEST(HfChatTemplate, TemplatesThatRewriteEarlierTurnsTrainWhatTheWholeRenderingH
   EXPECT_NE(st.message().find("message 2"), std::string::npos) << st.ToString();
 }
 
+// Issue 28 item 4: when a template rewrites earlier replies, the fallback took
+// the first match of the reply's text after the previous message — a role
+// header, the next user message — trained those tokens and succeeded.
+TEST(HfChatTemplate, ARewrittenReplyIsFoundInItsOwnTurnOrTheRowIsRefused) {
+  ByteTokenizer tok;
+  TokenizedSample s;
+  auto upper = HfChatTemplate::FromSource(
+      "{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' and not loop.last %}{{ m.content | upper }}"
+      "{% else %}{{ m.content }}{% endif %}</s>{% endfor %}",
+      {}, "upper");
+  ASSERT_TRUE(upper.ok());
+  for (const std::string& reply : {std::string("user"), std::string("fine")}) {
+    SCOPED_TRACE(reply);  // "user" is in the next header, "fine" in the next question
+    Status st = (*upper)->Apply({{Role::kUser, "q"}, {Role::kAssistant, reply}, {Role::kUser, "is it fine?"},
+                                 {Role::kAssistant, "b"}},
+                                tok, TrainOn::kAssistant, &s);
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << "trained: " << Trained(s);
+    EXPECT_NE(st.message().find("upper: message 2 (an assistant reply): the chat template rewrites it"),
+              std::string::npos)
+        << st.ToString();
+  }
+  // A template that prefixes earlier replies keeps their text: found in the
+  // turn, trained with its end of turn and nothing of the next message.
+  auto prefix = HfChatTemplate::FromSource(
+      "{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' and not loop.last %}(earlier) {% endif %}"
+      "{{ m.content }}</s>{% endfor %}",
+      {}, "prefix");
+  ASSERT_TRUE(prefix.ok());
+  const std::vector<Message> ms = {{Role::kUser, "ok?"}, {Role::kAssistant, "ok"}, {Role::kUser, "ok ok"},
+                                   {Role::kAssistant, "b"}};
+  ASSERT_TRUE((*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s).ok())
+      << (*prefix)->Apply(ms, tok, TrainOn::kAssistant, &s).ToString();
+  EXPECT_EQ(Trained(s), "ok</s><|assistant|>b</s>");
+  auto spans = (*prefix)->AssistantSpans(ms);
+  ASSERT_TRUE(spans.ok());
+  EXPECT_EQ(spans->text.substr(spans->trained[0].first, 2), "ok");
+  EXPECT_EQ(spans->trained[0].first, spans->text.find("(earlier) ok") + 10);
+}
+
+// Issue 28 item 4: `auto` read a malformed chat_template as none and rendered
+// plain; it is the error `hf` gives (an entry with a numeric name ended the
+// process from inside the JSON library).
+TEST(HfChatTemplate, AutoWithAMalformedChatTemplateIsTheHfError) {
+  const std::pair<ojson, const char*> cases[] = {
+      {5, "chat_template must be a string or a list"},
+      {ojson::array({{{"name", "tool_use"}, {"template", "T"}}}), "has no chat_template named 'default' (it has: tool_use)"},
+      {ojson::array({{{"name", 5}, {"template", "T"}}}), "entries need a string \"name\" and \"template\""},
+      {ojson::array({{{"template", "T"}}}), "entries need a string"},
+      {ojson::array({7}), "entries need a string"},
+  };
+  int k = 0;
+  for (const auto& [value, want] : cases) {
+    SCOPED_TRACE(value.dump());
+    const std::string d = Folder("hf_auto_bad_" + std::to_string(k++), {{"chat_template", value}});
+    auto a = ResolveChatFormat("auto", d);
+    auto h = ResolveChatFormat("hf", d);
+    ASSERT_FALSE(a.ok()) << "auto fell back to " << a->Name();
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(a.status().ToString(), h.status().ToString());
+    EXPECT_NE(a.status().message().find(want), std::string::npos) << a.status().ToString();
+    EXPECT_FALSE(HfChatTemplate::Available(d));
+  }
+  // No chat_template at all (or null) is still plain.
+  EXPECT_EQ(ResolveChatFormat("auto", Folder("hf_auto_null", {{"chat_template", nullptr}}))->Name(), "plain");
+}
+
 TEST(HfChatTemplate, RaisingTemplatesAreAClearError) {
   auto t = HfChatTemplate::FromSource(GoldenSource("gemma3"), {}, "gemma3 chat_template");
   ASSERT_TRUE(t.ok());

@@ -53,6 +53,10 @@ TEST(SftJsonlTest, BadRowsSayWhatIsWrong) {
       // the reader (std::terminate) instead of refusing the row.
       {R"({"response":575804e1111111111111111111111111})", "not valid JSON: number overflow"},
   };
+  // Issue 28 item 3: rows are bounded in depth before they are parsed.
+  const std::string deep = R"({"prompt":"p","response":"r","meta":)" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  auto d = ParseSftRow(deep);
+  EXPECT_EQ(d.status().message(), "JSON nested deeper than 512 levels");
   for (const auto& [row, want] : cases) {
     auto m = ParseSftRow(row);
     ASSERT_FALSE(m.ok()) << row;
@@ -170,6 +174,30 @@ TEST_F(PrepareTest, BadRowPolicies) {
   r = PrepareSftData(o);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->header.bad_rows_skipped, 2);
+}
+
+// Issue 28 item 3: a template that never ends spun until the job's hang
+// timeout blamed a rank. Now the row fails with the template's file and line,
+// as bad input (INVALID_ARGUMENT: a job's worker exits "can never run", 2).
+TEST_F(PrepareTest, ATemplateThatSpinsFailsThePrepareAsBadInput) {
+  const std::string tok = dir_ + "/tok";
+  std::filesystem::create_directories(tok);
+  WriteText(tok + "/tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}})");
+  WriteText(tok + "/tokenizer_config.json",
+            nlohmann::json{{"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}\n"
+                                             "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                                             "{% endfor %}"}}
+                .dump());
+  auto o = Options(R"({"prompt":"1+1=","response":"2"})" "\n");
+  o.tokenizer = tok;
+  o.chat_template = "auto";
+  auto r = PrepareSftData(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("in.jsonl:1: " + tok + "/tokenizer_config.json: template line 2: the template ran "
+                                      "past its step budget"),
+            std::string::npos)
+      << r.status().message();
 }
 
 TEST_F(PrepareTest, OpenRejectsCorruptFiles) {

@@ -121,6 +121,51 @@ TEST(HfTokenizerTest, NonHexByteFallbackPiecesDecodeAsText) {
   EXPECT_NE(big.status().message().find("has id 4294967296, outside"), std::string::npos) << big.status().ToString();
 }
 
+// Issue 28 item 3: a 100,000-deep normalizer Sequence recursed off the end of
+// the stack at load (SIGSEGV); a chain of Replace steps that each double the
+// text multiplied it past memory at the first Encode.
+TEST(HfTokenizerTest, NestedAndGrowingTextPipelinesAreRefusedAtLoad) {
+  auto with = [](const std::string& field, const std::string& value) {
+    std::string s = TinyJson();
+    const std::string from = "\"" + field + "\":" + (field == "normalizer" ? std::string("null") : "");
+    if (field == "normalizer") return s.replace(s.find(from), from.size(), "\"normalizer\":" + value);
+    const size_t at = s.find("\"" + field + "\":");
+    const size_t end = s.find('}', at) + 1;
+    return s.replace(at, end - at, "\"" + field + "\":" + value);
+  };
+  auto nest = [](const char* key, int levels, const std::string& inner) {
+    std::string s;
+    for (int i = 0; i < levels; ++i) s += std::string(R"({"type":"Sequence",")") + key + R"(":[)";
+    s += inner;
+    for (int i = 0; i < levels; ++i) s += "]}";
+    return s;
+  };
+  auto refused = [](const std::string& json, const std::string& want) {
+    auto t = HfTokenizer::Parse(json, "", "tok.json");
+    ASSERT_FALSE(t.ok()) << want;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(want), std::string::npos) << t.status().message();
+  };
+  const std::string nfc = R"({"type":"NFC"})";
+  refused(with("normalizer", nest("normalizers", 100000, nfc)), "tok.json: JSON nested deeper than 512 levels");
+  refused(with("normalizer", nest("normalizers", 100, nfc)), "tok.json: normalizer Sequences nested deeper than 8 levels");
+  refused(with("pre_tokenizer", nest("pretokenizers", 100, R"({"type":"ByteLevel"})")),
+          "tok.json: pre-tokenizer Sequences nested deeper than 8 levels");
+  refused(with("decoder", nest("decoders", 100, R"({"type":"ByteLevel"})")), "tok.json: decoder Sequences nested deeper");
+  std::string doubling;
+  for (int i = 0; i < 50; ++i) doubling += std::string(i ? "," : "") + R"({"type":"Replace","pattern":{"String":"a"},"content":"aa"})";
+  refused(with("normalizer", nest("normalizers", 1, doubling)), "grow 1125899906842624-fold (at most 64)");
+  refused(with("normalizer", R"({"type":"Prepend","prepend":")" + std::string(5000, 'x') + R"("})"),
+          "longer by 5000 bytes (at most 4096)");
+  // What real tokenizers do (Llama-2: Prepend "▁", then " " → "▁") loads and encodes.
+  auto llama2 = HfTokenizer::Parse(with("normalizer", nest("normalizers", 1,
+                                                           R"({"type":"Prepend","prepend":"\u2581"},)"
+                                                           R"({"type":"Replace","pattern":{"String":" "},"content":"\u2581"})")),
+                                   "", "tok.json");
+  ASSERT_TRUE(llama2.ok()) << llama2.status().ToString();
+  EXPECT_FALSE((*llama2)->Encode("ab c").empty());
+}
+
 TEST(HfTokenizerTest, RefusesWhatItCannotDo) {
   auto t = HfTokenizer::Parse(TinyJson("WordPiece"), "", "wp.json");
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
