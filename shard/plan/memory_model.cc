@@ -142,6 +142,30 @@ EstimateContext MakeContext(const Workload& w) {
   return x;
 }
 
+// The Gloo communicator's ring scratch (comm::RingReduceScatter, also the
+// first half of its all-reduce): two blocks of the largest call, grow-only
+// and kept by each communicator for the life of the process. Full fine-tuning
+// reduce-scatters each unit's gradient over the shard group (blocks of a unit
+// shard, in parallel.reduce_dtype) and all-reduces the shards across replicas
+// (fp32); LoRA all-reduces its adapters' gradients (fp32) over both.
+int64_t GlooRingScratchBytes(const EstimateContext& x) {
+  const Workload& w = x.w;
+  const int S = x.S, R = std::max(1, w.world) / std::max(1, S);
+  int64_t rs = 0, ar_shard = 0, ar_replica = 0;
+  if (w.method != Method::kFull) {
+    const int64_t lora = LoraParams(x.c, w.lora_rank, w.lora_targets);
+    if (S > 1) ar_shard = (lora + S - 1) / S;
+    if (R > 1) ar_replica = (lora + R - 1) / R;
+    return 2 * (ar_shard + ar_replica) * 4;
+  }
+  for (int64_t n : x.numels) {
+    const int64_t shard = Layout(n, S).shard_numel;
+    if (S > 1) rs = std::max(rs, shard);
+    if (R > 1) ar_replica = std::max(ar_replica, (shard + R - 1) / R);
+  }
+  return 2 * rs * static_cast<int64_t>(DTypeSize(w.reduce)) + 2 * ar_replica * 4;
+}
+
 // The CPU engine: exactly the engine's buffers per rank (fp32 but for the
 // activations under bf16/fp16).
 void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEstimate& est) {
@@ -225,8 +249,13 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   const int64_t scratch = threads * (7 * seq_pad * hd_pad + 2 * c.head_dim() * seq_pad + seq_pad + 60 * seq_pad +
                                      30 * hd_pad) * 4;
   dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
+  if (const int64_t ring = GlooRingScratchBytes(x); ring > 0)
+    dev.Add("Gloo ring scratch (kept)", ring, "2 blocks of the largest reduce-scatter/all-reduce per communicator");
   dev.Add("process runtime (libraries, BLAS buffers)", kCpuProcessBytes, "fixed allowance");
-  est.device_fixed = scratch + kCpuProcessBytes;
+  if (kCpuWorkerCudaLibBytes > 0)
+    dev.Add("CUDA libraries the worker links (unused on CPU)", kCpuWorkerCudaLibBytes,
+            "cuBLASLt's tables and code, NCCL, cudart: this build has the CUDA backend");
+  est.device_fixed = scratch + kCpuProcessBytes + kCpuWorkerCudaLibBytes;
   // As Checkpointer::Save holds it: kept by async saves, freed after a
   // synchronous one, none when a synchronous save writes offloaded state in place.
   const int64_t snap = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));  // p, m, v as held

@@ -2,6 +2,9 @@
 // comments), so a change to the model or to the engine's layout shows up here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "shard/plan/gather_sim.h"
 #include "shard/plan/memory_model.h"
 #include "shard/plan/step_time.h"
 
@@ -292,6 +295,45 @@ TEST(MemoryModelTest, CpuEngineIsExact) {
                            6 * 32 * 4 + m.device_fixed;
   EXPECT_EQ(m.device_total, expected);
   EXPECT_EQ(Item(m, "gathered"), 0);  // one rank: no gathers
+}
+
+// The Gloo communicator keeps its ring scratch (two blocks of the largest
+// reduce-scatter or all-reduce) for the process: the CPU engine's peak at W >
+// 1 holds it (issue 28: a 162M model at W = 4 peaked 77 MiB above the plan).
+TEST(MemoryModelTest, CpuEngineCountsTheGlooRingScratch) {
+  Workload w;
+  w.model = Preset("tiny");
+  w.cpu_engine = true;
+  w.compute = DType::kF32;
+  w.micro_batch = 2;
+  w.seq_len = 16;
+  EXPECT_EQ(Item(EstimateMemory(w, LocalCpuCluster(CpuRates{}, 1)), "Gloo ring scratch"), 0);  // one rank: no ring
+  int64_t largest = 0;
+  for (int64_t n : UnitNumels(w.model)) largest = std::max(largest, Layout(n, 4).shard_numel);
+  w.world = 4;  // full_shard: reduce-scatter blocks of a unit's shard, fp32
+  EXPECT_EQ(Item(EstimateMemory(w, LocalCpuCluster(CpuRates{}, 4)), "Gloo ring scratch"), 2 * largest * 4);
+  w.reduce = DType::kBF16;  // a two-byte reduce_dtype: two-byte blocks
+  EXPECT_EQ(Item(EstimateMemory(w, LocalCpuCluster(CpuRates{}, 4)), "Gloo ring scratch"), 2 * largest * 2);
+  w.reduce = DType::kF32;
+  w.strategy = ShardStrategy::kNoShard;  // all-reduce of whole units: blocks of a quarter unit
+  int64_t quarter = 0;
+  for (int64_t n : UnitNumels(w.model)) quarter = std::max(quarter, (Layout(n, 1).shard_numel + 3) / 4);
+  EXPECT_EQ(Item(EstimateMemory(w, LocalCpuCluster(CpuRates{}, 4)), "Gloo ring scratch"), 2 * quarter * 4);
+}
+
+// A worker of a build with the CUDA backend maps the CUDA libraries on a CPU
+// job too: a fixed item, in device_fixed, only in such a build.
+TEST(MemoryModelTest, CpuEngineCountsTheLinkedCudaLibrariesOnlyWhenBuilt) {
+  Workload w;
+  w.model = Preset("tiny");
+  w.cpu_engine = true;
+  const MemoryEstimate m = EstimateMemory(w, LocalCpuCluster(CpuRates{}, 1));
+  EXPECT_EQ(Item(m, "CUDA libraries"), kCpuWorkerCudaLibBytes);
+#ifdef SHARDD_PLAN_WORKER_LINKS_CUDA
+  EXPECT_GT(kCpuWorkerCudaLibBytes, 0);
+#else
+  EXPECT_EQ(kCpuWorkerCudaLibBytes, 0);
+#endif
 }
 
 // The engine's loss holds one chunk of fp32 logits: llama3-8b at micro-batch
