@@ -172,6 +172,12 @@ def main():
     return 0
 
   graph, seen = {}, set()
+  for src in source_files(root):
+    f = os.path.dirname(src)
+    if f and f not in allowed and f not in seen:
+      seen.add(f)
+      problems.append(f"{src}: folder {f} is not in {os.path.relpath(args.rules, root)}: "
+                      f"give it a line saying what it may include (docs/architecture.md)")
   for src, n, inc, a, b in edges:
     for f in (a, b):
       if f not in allowed and f not in seen:
