@@ -194,10 +194,32 @@ def main():
     kind = "upward" if a in reach[b] else "sideways"
     problems.append(f'{src}:{n}: #include "{inc}" goes {kind}: {a} may not include {b} '
                     f"(docs/architecture.md; {a} may include {', '.join(sorted(allowed[a])) or 'nothing of shardd'})")
+  first = {}
+  for src, n, inc, a, b in edges:
+    first.setdefault((a, b), f"{src}:{n}")
   for comp in cycles(graph):
-    where = [f"{src}:{n} ({a} -> {b})" for src, n, inc, a, b in edges
-             if a in comp and b in comp and b in graph.get(a, ())]
-    problems.append("folder include cycle: " + " <-> ".join(comp) + "; through " + ", ".join(where[:6]))
+    # The shortest cycle through the first folder that includes against the
+    # rules (else the first of the component), each step with one include.
+    bad = [a for src, n, inc, a, b in edges if a in comp and b in comp and b not in reach.get(a, ())]
+    start = bad[0] if bad else comp[0]
+    prev, todo = {start: None}, [start]
+    while todo and start not in [w for v in todo for w in graph.get(v, ()) if w in comp]:
+      nxt = []
+      for v in todo:
+        for w in sorted(graph.get(v, ())):
+          if w in comp and w not in prev:
+            prev[w] = v
+            nxt.append(w)
+      todo = nxt
+    last = next(v for v in todo if start in graph.get(v, ()))
+    path = [start]
+    v = last
+    while v != start:
+      path.insert(1, v)
+      v = prev[v]
+    path.append(start)
+    steps = [f"{a} -> {b} ({first[(a, b)]})" for a, b in zip(path, path[1:])]
+    problems.append(f"folder include cycle among {', '.join(comp)}: " + ", ".join(steps))
   for p in problems:
     print(p)
   if problems:
