@@ -6,8 +6,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "coordinator/auth.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/state/auth.h"
 #include "shard/common/logging.h"
 
 namespace fs = std::filesystem;

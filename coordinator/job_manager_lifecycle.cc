@@ -13,11 +13,11 @@
 #include <filesystem>
 #include <tuple>
 
-#include "coordinator/auth.h"
 #include "coordinator/health_monitor.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/rank_log.h"
+#include "coordinator/state/auth.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
 #include "shard/spec/run_fingerprint.h"

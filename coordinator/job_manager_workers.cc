@@ -7,9 +7,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include "coordinator/auth.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
+#include "coordinator/state/auth.h"
 #include "coordinator/worker_reports.h"
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"

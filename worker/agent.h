@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "coordinator/server/tls_files.h"
+#include "proto/rpc/tls_files.h"
 #include "shard/common/status.h"
 
 namespace shardd {

@@ -2,8 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "coordinator/server/grpc_credentials.h"
-#include "coordinator/server/grpc_status.h"
+#include "proto/rpc/grpc_credentials.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace shardd {
 

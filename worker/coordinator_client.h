@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/server/tls_files.h"
+#include "proto/rpc/tls_files.h"
 #include "shard/common/kv_store.h"
 #include "shard/common/status.h"
 #include "shardd/v1/worker.grpc.pb.h"

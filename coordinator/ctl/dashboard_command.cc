@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/auth.h"
 #include "coordinator/server/http_server.h"
+#include "coordinator/state/auth.h"
 
 namespace shardctl {
 namespace {

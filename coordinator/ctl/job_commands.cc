@@ -16,15 +16,15 @@
 #include <filesystem>
 #include <thread>
 
-#include "coordinator/auth.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/ctl/coordinator_address.h"
 #include "coordinator/ctl/job_queries.h"
 #include "coordinator/ctl/json_schema.h"
 #include "coordinator/ctl/report_command.h"
+#include "coordinator/daemon/coordinator.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/server/grpc_status.h"
-#include "coordinator/server/grpc_credentials.h"
+#include "coordinator/state/auth.h"
+#include "proto/rpc/grpc_credentials.h"
+#include "proto/rpc/grpc_status.h"
 #include "shard/common/file_util.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 

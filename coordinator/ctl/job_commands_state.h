@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/coordinator.h"
 #include "coordinator/ctl/dashboard_command.h"
 #include "coordinator/ctl/job_commands.h"
 #include "coordinator/ctl/job_queries.h"
 #include "coordinator/ctl/report_command.h"
+#include "coordinator/daemon/coordinator.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardctl {

@@ -1,6 +1,6 @@
 #include "coordinator/ctl/job_queries.h"
 
-#include "coordinator/server/grpc_status.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace v1 = shardd::v1;
 using namespace std::chrono_literals;

@@ -10,7 +10,7 @@
 #include "coordinator/ctl/metrics_format.h"
 #include "coordinator/ctl/queue_format.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/server/grpc_status.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace shardctl {
 

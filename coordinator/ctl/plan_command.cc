@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 #include "coordinator/probed_cluster.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"

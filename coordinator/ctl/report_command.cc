@@ -8,7 +8,7 @@
 
 #include "coordinator/job_manager.h"
 #include "coordinator/report/run_report.h"
-#include "coordinator/server/grpc_status.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace v1 = shardd::v1;
 using namespace std::chrono_literals;

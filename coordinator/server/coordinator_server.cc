@@ -7,10 +7,10 @@
 #include <new>
 #include <sstream>
 
-#include "coordinator/auth.h"
-#include "coordinator/server/grpc_status.h"
 #include "coordinator/server/listen_check.h"
-#include "coordinator/server/tls_files.h"
+#include "coordinator/state/auth.h"
+#include "proto/rpc/grpc_status.h"
+#include "proto/rpc/tls_files.h"
 #include "shard/common/logging.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/worker.grpc.pb.h"

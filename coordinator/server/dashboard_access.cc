@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "coordinator/auth.h"
+#include "coordinator/state/auth.h"
 
 namespace shardd {
 

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <chrono>
 
-#include "coordinator/auth.h"
 #include "coordinator/server/coordinator_server.h"
 #include "coordinator/server/dashboard_api.h"
 #include "coordinator/server/http_connections.h"
 #include "coordinator/server/metrics_page.h"
+#include "coordinator/state/auth.h"
 #include "coordinator/web/web_assets.h"
 #include "shard/common/logging.h"
 

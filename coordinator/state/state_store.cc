@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "coordinator/auth.h"
+#include "coordinator/state/auth.h"
 #include "coordinator/state/state_dir.h"
 #include "shard/common/logging.h"
 

@@ -92,6 +92,78 @@ Json Metadata(const std::string& name, const std::string& ns, const Json& labels
 
 Json EnvVar(const std::string& name, const std::string& value) { return Json{{"name", name}, {"value", value}}; }
 
+// The worker's environment: where it is (POD_IP), whom it reports to, its
+// token (from the Secret named `name`), its job, attempt and ranks per pod,
+// where it logs (only on the claim), then the request's and the job file's own.
+Json ContainerEnv(const LaunchRequest& req, const std::string& name) {
+  const shard::KubernetesConfig& c = req.resources.kubernetes;
+  const std::string coordinator = c.coordinator.empty() ? req.coordinator : c.coordinator;
+  const bool logs_on_claim = Under(req.log_dir, c.mount_path);
+  Json env = Json::array();
+  env.push_back(Json{{"name", "POD_IP"}, {"valueFrom", Json{{"fieldRef", Json{{"fieldPath", "status.podIP"}}}}}});
+  env.push_back(EnvVar("SHARDD_COORDINATOR", coordinator));
+  env.push_back(Json{{"name", "SHARDD_WORKER_TOKEN"},
+                     {"valueFrom", Json{{"secretKeyRef", Json{{"name", name}, {"key", kTokenKey}}}}}});
+  env.push_back(EnvVar("SHARDD_JOB_ID", req.job_id));
+  env.push_back(EnvVar("SHARDD_ATTEMPT", std::to_string(req.attempt)));
+  env.push_back(EnvVar("SHARDD_NPROC_PER_NODE", std::to_string(c.ProcsPerNode(req.world))));
+  env.push_back(EnvVar("SHARDD_LOG_DIR", logs_on_claim ? req.log_dir : ""));
+  for (const auto& [k, v] : req.env)
+    if (k != "SHARDD_WORKER_TOKEN" && !kReserved.count(k)) env.push_back(EnvVar(k, v));
+  for (const auto& [k, v] : c.env)
+    if (!req.env.count(k)) env.push_back(EnvVar(k, v));
+  return env;
+}
+
+// The worker container: the pod script under bash, the job's directory, its
+// environment, GPU/CPU/memory requests and limits, the claim and /dev/shm.
+Json Container(const LaunchRequest& req, const std::string& name, const ManifestOptions& opts) {
+  const shard::KubernetesConfig& c = req.resources.kubernetes;
+  Json limits = Json::object(), requests = Json::object();
+  if (c.gpus_per_node > 0) limits["nvidia.com/gpu"] = std::to_string(c.gpus_per_node);
+  if (!c.cpu.empty()) limits["cpu"] = requests["cpu"] = c.cpu;
+  if (!c.memory.empty()) limits["memory"] = requests["memory"] = c.memory;
+  Json resources = Json::object();
+  if (!requests.empty()) resources["requests"] = requests;
+  if (!limits.empty()) resources["limits"] = limits;
+
+  Json container = Json{{"name", kContainerName},
+                        {"image", c.image},
+                        {"imagePullPolicy", ImagePullPolicyName(c.image_pull_policy)},
+                        {"command", Json::array({"bash", "-c", PodScript(opts.worker_command)})},
+                        {"workingDir", req.workdir},
+                        {"env", ContainerEnv(req, name)}};
+  if (!resources.empty()) container["resources"] = resources;
+  // /dev/shm: the container default (64 MiB) is too small for NCCL and for
+  // the data loader's shared buffers.
+  container["volumeMounts"] = Json::array({Json{{"name", "shared"}, {"mountPath", c.mount_path}},
+                                           Json{{"name", "dshm"}, {"mountPath", "/dev/shm"}}});
+  return container;
+}
+
+// Kubernetes never restarts anything: a failed pod fails the Job at once
+// (backoffLimit 0, restartPolicy Never) and the coordinator starts the next
+// attempt from the newest committed checkpoint.
+Json PodSpec(const shard::KubernetesConfig& c, const std::string& name, const Json& container) {
+  Json pod_spec = Json{{"restartPolicy", "Never"}, {"subdomain", name}, {"enableServiceLinks", false}};
+  // Time for the checkpoint a SIGTERM asks for, before the kubelet's SIGKILL.
+  pod_spec["terminationGracePeriodSeconds"] = c.termination_grace_s;
+  if (!c.service_account.empty()) pod_spec["serviceAccountName"] = c.service_account;
+  if (!c.node_selector.empty()) {
+    Json ns = Json::object();
+    for (const auto& [k, v] : c.node_selector) ns[k] = v;
+    pod_spec["nodeSelector"] = ns;
+  }
+  if (c.gpus_per_node > 0)
+    pod_spec["tolerations"] =
+        Json::array({Json{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
+  pod_spec["containers"] = Json::array({container});
+  pod_spec["volumes"] =
+      Json::array({Json{{"name", "shared"}, {"persistentVolumeClaim", Json{{"claimName", c.pvc}}}},
+                   Json{{"name", "dshm"}, {"emptyDir", Json{{"medium", "Memory"}}}}});
+  return pod_spec;
+}
+
 }  // namespace
 
 std::string PodScript(const std::string& worker_command) {
@@ -138,7 +210,7 @@ shard::StatusOr<Manifests> RenderManifests(const LaunchRequest& req, const Manif
   if (Status st = CheckRequest(req, opts.redact_token); !st.ok())
     return st.WithContext("kubernetes manifests for job " + req.job_id + " attempt " + std::to_string(req.attempt));
   const shard::KubernetesConfig& c = req.resources.kubernetes;
-  const int nodes = c.Nodes(req.world), nproc = c.ProcsPerNode(req.world);
+  const int nodes = c.Nodes(req.world);
   Manifests m;
   m.name = ObjectName(req.job_id, req.attempt);
   m.namespace_ = c.namespace_;
@@ -164,62 +236,6 @@ shard::StatusOr<Manifests> RenderManifests(const LaunchRequest& req, const Manif
                    {"metadata", Metadata(m.name, m.namespace_, labels, req.job_id)},
                    {"spec", Json{{"clusterIP", "None"}, {"publishNotReadyAddresses", true}, {"selector", selector}}}};
 
-  const std::string coordinator = c.coordinator.empty() ? req.coordinator : c.coordinator;
-  const bool logs_on_claim = Under(req.log_dir, c.mount_path);
-  Json env = Json::array();
-  env.push_back(Json{{"name", "POD_IP"}, {"valueFrom", Json{{"fieldRef", Json{{"fieldPath", "status.podIP"}}}}}});
-  env.push_back(EnvVar("SHARDD_COORDINATOR", coordinator));
-  env.push_back(Json{{"name", "SHARDD_WORKER_TOKEN"},
-                     {"valueFrom", Json{{"secretKeyRef", Json{{"name", m.name}, {"key", kTokenKey}}}}}});
-  env.push_back(EnvVar("SHARDD_JOB_ID", req.job_id));
-  env.push_back(EnvVar("SHARDD_ATTEMPT", std::to_string(req.attempt)));
-  env.push_back(EnvVar("SHARDD_NPROC_PER_NODE", std::to_string(nproc)));
-  env.push_back(EnvVar("SHARDD_LOG_DIR", logs_on_claim ? req.log_dir : ""));
-  for (const auto& [k, v] : req.env)
-    if (k != "SHARDD_WORKER_TOKEN" && !kReserved.count(k)) env.push_back(EnvVar(k, v));
-  for (const auto& [k, v] : c.env)
-    if (!req.env.count(k)) env.push_back(EnvVar(k, v));
-
-  Json limits = Json::object(), requests = Json::object();
-  if (c.gpus_per_node > 0) limits["nvidia.com/gpu"] = std::to_string(c.gpus_per_node);
-  if (!c.cpu.empty()) limits["cpu"] = requests["cpu"] = c.cpu;
-  if (!c.memory.empty()) limits["memory"] = requests["memory"] = c.memory;
-  Json resources = Json::object();
-  if (!requests.empty()) resources["requests"] = requests;
-  if (!limits.empty()) resources["limits"] = limits;
-
-  Json container = Json{{"name", kContainerName},
-                        {"image", c.image},
-                        {"imagePullPolicy", ImagePullPolicyName(c.image_pull_policy)},
-                        {"command", Json::array({"bash", "-c", PodScript(opts.worker_command)})},
-                        {"workingDir", req.workdir},
-                        {"env", env}};
-  if (!resources.empty()) container["resources"] = resources;
-  // /dev/shm: the container default (64 MiB) is too small for NCCL and for
-  // the data loader's shared buffers.
-  container["volumeMounts"] = Json::array({Json{{"name", "shared"}, {"mountPath", c.mount_path}},
-                                           Json{{"name", "dshm"}, {"mountPath", "/dev/shm"}}});
-
-  // Kubernetes never restarts anything: a failed pod fails the Job at once
-  // (backoffLimit 0, restartPolicy Never) and the coordinator starts the next
-  // attempt from the newest committed checkpoint.
-  Json pod_spec = Json{{"restartPolicy", "Never"}, {"subdomain", m.name}, {"enableServiceLinks", false}};
-  // Time for the checkpoint a SIGTERM asks for, before the kubelet's SIGKILL.
-  pod_spec["terminationGracePeriodSeconds"] = c.termination_grace_s;
-  if (!c.service_account.empty()) pod_spec["serviceAccountName"] = c.service_account;
-  if (!c.node_selector.empty()) {
-    Json ns = Json::object();
-    for (const auto& [k, v] : c.node_selector) ns[k] = v;
-    pod_spec["nodeSelector"] = ns;
-  }
-  if (c.gpus_per_node > 0)
-    pod_spec["tolerations"] =
-        Json::array({Json{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
-  pod_spec["containers"] = Json::array({container});
-  pod_spec["volumes"] =
-      Json::array({Json{{"name", "shared"}, {"persistentVolumeClaim", Json{{"claimName", c.pvc}}}},
-                   Json{{"name", "dshm"}, {"emptyDir", Json{{"medium", "Memory"}}}}});
-
   Json job_spec = Json{{"completionMode", "Indexed"},
                        {"completions", nodes},
                        {"parallelism", nodes},
@@ -232,7 +248,8 @@ shard::StatusOr<Manifests> RenderManifests(const LaunchRequest& req, const Manif
                                   {"onExitCodes", Json{{"containerName", kContainerName},
                                                        {"operator", "In"},
                                                        {"values", Json::array({2})}}}}})}};
-  job_spec["template"] = Json{{"metadata", Json{{"labels", labels}}}, {"spec", pod_spec}};
+  job_spec["template"] =
+      Json{{"metadata", Json{{"labels", labels}}}, {"spec", PodSpec(c, m.name, Container(req, m.name, opts))}};
   m.job = Json{{"apiVersion", "batch/v1"},
                {"kind", "Job"},
                {"metadata", Metadata(m.name, m.namespace_, labels, req.job_id)},

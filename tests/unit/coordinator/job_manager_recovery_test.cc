@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "coordinator/auth.h"
 #include "coordinator/job_paths.h"
+#include "coordinator/state/auth.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 #include "coordinator/server/http_server.h"
 #include "coordinator/server/listen_check.h"
 #include "coordinator/state/state_dir_lock.h"

@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 #include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/auth.h"
+#include "coordinator/state/auth.h"
 
 #include <fcntl.h>
 #include <openssl/sha.h>

@@ -16,7 +16,7 @@
 #include "coordinator/server/http_connections.h"
 #include "coordinator/server/http_server.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
-#include "tests/unit/coordinator/http_test_util.h"
+#include "tests/unit/coordinator/server/http_test_util.h"
 
 namespace shardd::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <tuple>
 
-#include "coordinator/auth.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
@@ -14,9 +13,10 @@
 #include "coordinator/probed_cluster.h"
 #include "coordinator/sched/host_capacity.h"
 #include "coordinator/server/listen_check.h"
+#include "coordinator/state/auth.h"
 #include "coordinator/state/state_dir.h"
 #include "coordinator/state/state_dir_lock.h"
-#include "coordinator/server/tls_files.h"
+#include "proto/rpc/tls_files.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 #include "shard/config.h"

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "coordinator/server/tls_files.h"
+#include "proto/rpc/tls_files.h"
 
 namespace shardd {
 

@@ -1,6 +1,6 @@
 // The admin token: created once with mode 0600 and reused; a token file that
 // others can read is refused with the fix in the message; comparison is exact.
-#include "coordinator/auth.h"
+#include "coordinator/state/auth.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

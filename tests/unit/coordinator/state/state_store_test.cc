@@ -15,7 +15,7 @@
 #include <iterator>
 #include <limits>
 
-#include "coordinator/auth.h"
+#include "coordinator/state/auth.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {

@@ -3,11 +3,11 @@
 // workers; PEM files are checked for the kind they should hold (a swapped
 // certificate and key is caught before any handshake); errors name the flag
 // or variable and the path.
-#include "coordinator/server/tls_files.h"
+#include "proto/rpc/tls_files.h"
 
 #include <gtest/gtest.h>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {

@@ -1,0 +1,3 @@
+// A deliberate include of gRPC in the core (only the network edge may).
+#pragma once
+#include <grpcpp/grpcpp.h>
