@@ -55,11 +55,12 @@ class JobPartsTest : public ScratchTest {
     const std::string yaml = "name: " + name +
                              "\nmodel: {preset: tiny}\n"
                              "data: {tokens: data/tokens.u32, seq_len: 16}\n"
-                             "train: {steps: 100, global_batch: 4, micro_batch: 2}\n"
+                             "train: {steps: 100, global_batch: " + std::to_string(2 * world) +
+                             ", micro_batch: 2}\n"
                              "parallel: {world_size: " + std::to_string(world) + "}\n"
                              "checkpoint: {dir: ckpt, every_steps: 5, keep_last: 2}\n"
                              "resources: {device: cpu}\n"
-                             "restart: {max_restarts: 2, backoff_s: 3, heartbeat_timeout_s: 10}\n" + extra;
+                             "restart: {max_restarts: 2, backoff_s: 3, heartbeat_timeout_s: 10, hang_timeout_s: 60}\n" + extra;
     auto config = shard::ParseJobConfig(yaml, "jobs/" + name + ".yaml", {});
     EXPECT_TRUE(config.ok()) << config.status().ToString();
     auto j = std::make_unique<Job>();
