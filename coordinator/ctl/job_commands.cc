@@ -21,7 +21,7 @@
 #include "coordinator/ctl/json_schema.h"
 #include "coordinator/ctl/report_command.h"
 #include "coordinator/daemon/coordinator.h"
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/state/auth.h"
 #include "proto/rpc/grpc_credentials.h"
 #include "proto/rpc/grpc_status.h"

@@ -9,7 +9,7 @@
 #include "coordinator/ctl/log_view.h"
 #include "coordinator/ctl/metrics_format.h"
 #include "coordinator/ctl/queue_format.h"
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "proto/rpc/grpc_status.h"
 
 namespace shardctl {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 
 namespace shardctl {
 namespace {

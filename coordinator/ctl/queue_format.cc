@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 
 namespace shardctl {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/report/run_report.h"
 #include "proto/rpc/grpc_status.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/report/report_writer.h"
 #include "coordinator/server/coordinator_server.h"

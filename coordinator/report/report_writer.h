@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/report/run_report.h"
 
 namespace shardd {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/report/svg_chart.h"
 #include "coordinator/server/dashboard_api.h"
 #include "shard/common/file_util.h"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "shard/common/status.h"
 
 namespace grpc {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 
 namespace shardd {
 namespace {

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/server/dashboard_access.h"
 #include "coordinator/server/connection_limits.h"
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 
 namespace shardd {
 namespace {

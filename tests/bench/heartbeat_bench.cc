@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/server/coordinator_server.h"
 #include "coordinator/state/state_store.h"
 #include "shard/common/logging.h"

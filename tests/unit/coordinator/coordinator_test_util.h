@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/state/state_store.h"
 #include "shardd/v1/coordinator.pb.h"

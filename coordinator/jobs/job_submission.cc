@@ -1,11 +1,10 @@
-// JobManager's submission half: a spec is validated (outside the lock: it
-// may plan, probe and ask a cluster CLI), admitted as a QUEUED job, or
-// cancelled. The lifecycle (job_manager_lifecycle.cc) takes it from there.
+// Submission (job_submission.h): validation, admission and cancel.
+#include "coordinator/jobs/job_submission.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 
-#include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
@@ -21,7 +20,7 @@ namespace shardd {
 
 using internal::Resolve;
 
-Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
+Status JobSubmission::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* config, std::string* plan_summary,
                                 double* mfu_per_position_s, int64_t* host_bytes) {
   const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
   if (spec.yaml().size() > opts_.max_spec_bytes)
@@ -37,14 +36,14 @@ Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* confi
   // The job's name was checked by the parser (shard::CheckPlainName, the rule
   // every entry point shares).
   const std::string launcher = shard::LauncherName(c.resources.launcher);
-  if (c.resources.launcher != shard::Launcher::kExternal && !launchers_.count(launcher)) {
+  if (c.resources.launcher != shard::Launcher::kExternal && !runner_->Find(launcher)) {
     std::string have;
-    for (const auto& [name, l] : launchers_) have += (have.empty() ? "" : ", ") + name;
+    for (const auto& [name, l] : runner_->launchers()) have += (have.empty() ? "" : ", ") + name;
     return shard::Unimplemented(src + ": resources.launcher '" + launcher +
                                 "' is not available in this coordinator (it has: " + have + ", external)");
   }
   if (c.resources.launcher != shard::Launcher::kExternal)
-    if (Status st = launchers_.at(launcher)->CheckAvailable(); !st.ok())
+    if (Status st = runner_->Find(launcher)->CheckAvailable(); !st.ok())
       return Status(st.code(), src + ": resources.launcher " + launcher + ": " + st.message());
   const std::vector<JobPath> paths = JobPaths(c, spec.workdir());
   RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
@@ -86,11 +85,11 @@ Status JobManager::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* confi
   return shard::OkStatus();
 }
 
-Status JobManager::CheckNameFreeLocked(const v1::JobSpec& spec, const shard::JobConfig& c) {
+Status JobSubmission::CheckNameFree(const v1::JobSpec& spec, const shard::JobConfig& c) {
   const std::string src = spec.source_path().empty() ? "job.yaml" : spec.source_path();
-  for (const auto& [id, other] : jobs_) {
-    if (Active(*other) && other->config.name == c.name &&
-        CheckpointJobDir(*other) == shard::CheckpointJobDir(c, spec.workdir()))
+  for (const auto& [id, other] : table_->jobs()) {
+    if (IsActive(*other) && other->config.name == c.name &&
+        CheckpointDirOf(*other) == shard::CheckpointJobDir(c, spec.workdir()))
       return shard::FailedPrecondition(src + ": job " + other->id + " named '" + c.name +
                                        "' is still active and would share its checkpoint directory; cancel it or "
                                        "rename this job");
@@ -98,28 +97,23 @@ Status JobManager::CheckNameFreeLocked(const v1::JobSpec& spec, const shard::Job
   return shard::OkStatus();
 }
 
-StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
+StatusOr<v1::JobStatus> JobSubmission::Submit(const v1::JobSpec& spec) {
   if (opts_.read_only) return shard::FailedPrecondition(internal::kReadOnly);
   // Validation may take a while (the planner, a launcher's availability
-  // check runs sbatch --version): not under mu_.
+  // check runs sbatch --version): not under the job lock.
   shard::JobConfig config;
   std::string plan;
   double mfu_per_position_s = 0;
   int64_t host_bytes = 0;
   RETURN_IF_ERROR(ValidateSpec(spec, &config, &plan, &mfu_per_position_s, &host_bytes));
-  // The local host's capacity is fixed at start: read without mu_.
-  std::optional<sched::Demand> demand;
-  if (opts_.local_capacity) {
-    demand = sched::DemandOf(config, *opts_.local_capacity, host_bytes);
-    if (demand)
-      if (Status st = sched::HostAllocator(*opts_.local_capacity).CheckEverFits(*demand); !st.ok())
-        return Status(st.code(), (spec.source_path().empty() ? std::string("job.yaml") : spec.source_path()) +
-                                     ": can never run on this host: " + st.message());
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(CheckNameFreeLocked(spec, config));
+  // The local host's capacity is fixed at start: read without the job lock.
+  ASSIGN_OR_RETURN(std::optional<sched::Demand> demand,
+                   sched_->DemandFor(config, host_bytes,
+                                     spec.source_path().empty() ? std::string("job.yaml") : spec.source_path()));
+  auto lock = table_->Lock();
+  RETURN_IF_ERROR(CheckNameFree(spec, config));
   auto j = std::make_unique<Job>();
-  j->id = config.name + "-" + std::to_string(next_job_number_++);
+  j->id = table_->NewJobId(config.name);
   j->name = config.name;
   j->spec = spec;
   j->config = config;
@@ -131,32 +125,31 @@ StatusOr<v1::JobStatus> JobManager::Submit(const v1::JobSpec& spec) {
   j->mfu_per_position_s = mfu_per_position_s;
   j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
   j->demand = demand;
-  if (External(*j)) j->join_token = NewToken();
-  else j->launcher = launchers_.at(shard::LauncherName(config.resources.launcher));
-  Job& ref = *j;
-  jobs_[ref.id] = std::move(j);
-  StoreResourcesLocked(ref);
-  SetStateLocked(ref, v1::QUEUED, "submitted",
+  if (IsExternal(*j)) j->join_token = NewJobToken();
+  else j->launcher = runner_->Find(shard::LauncherName(config.resources.launcher));
+  Job& ref = table_->Insert(std::move(j));
+  sched_->StoreResources(ref);
+  table_->SetState(ref, v1::QUEUED, "submitted",
                  (spec.source_path().empty() ? std::string("job") : spec.source_path()) + ", " +
                      std::to_string(config.parallel.world_size) + " worker(s), " +
                      std::to_string(config.train.steps) + " steps; " + plan);
-  return StatusOf(ref);
+  return table_->StatusOf(ref);
 }
 
-StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+StatusOr<v1::JobStatus> JobSubmission::Cancel(const std::string& job_id, const std::string& reason) {
   v1::JobStatus status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-    if (!Active(*j)) return StatusOf(*j);  // idempotent
+    auto lock = table_->Lock();
+    ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
+    if (!IsActive(*j)) return table_->StatusOf(*j);  // idempotent
     if (opts_.read_only) return shard::FailedPrecondition(internal::kReadOnly);
     // A launch in flight for this job sees CANCELLED when it returns and its
     // workers get the Terminate queued here (RunLaunch): the cancel wins.
-    EndAttemptLocked(*j);
-    SetStateLocked(*j, v1::CANCELLED, "cancelled", reason.empty() ? "cancelled by the user" : reason);
-    status = StatusOf(*j);
+    attempts_->End(*j);
+    table_->SetState(*j, v1::CANCELLED, "cancelled", reason.empty() ? "cancelled by the user" : reason);
+    status = table_->StatusOf(*j);
   }
-  TryRunTerminates();
+  runner_->TryRunTerminates();
   return status;
 }
 

@@ -1,7 +1,5 @@
-// JobManager's WorkerService half: registration, heartbeats, checkpoint
-// reports, done and failure — every call authenticated and fenced by
-// CheckWorkerLocked.
-#include "coordinator/job_manager.h"
+// The worker gateway (worker_gateway.h): every worker call, fenced.
+#include "coordinator/jobs/worker_gateway.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,51 +20,24 @@ namespace shardd {
 using internal::Fmt;
 using internal::Resolve;
 
-// ---------------------------------------------------------------------------
-// Worker calls
-
-std::string JobManager::KvPrefix(const v1::WorkerId& id) {
-  return id.job_id() + "/" + std::to_string(id.attempt()) + "/";
+Status WorkerGateway::CheckWorker(const v1::WorkerId& id, const std::string& token) {
+  auto lock = table_->Lock();
+  return table_->CheckWorker(id, token).status();
 }
 
-Status JobManager::CheckWorker(const v1::WorkerId& id, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return CheckWorkerLocked(id, token).status();
-}
-
-StatusOr<JobManager::Job*> JobManager::CheckWorkerLocked(const v1::WorkerId& id, const std::string& token) {
-  if (opts_.read_only) return shard::FailedPrecondition("read-only view of the state dir: no worker calls");
-  ASSIGN_OR_RETURN(Job * j, FindLocked(id.job_id()));
-  // Token first: a caller without the attempt's token learns nothing more.
-  if (TokenMatchesHash(token, j->previous_token_hash))
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
-  if (!TokenMatchesHash(token, j->token_hash) || j->attempt == 0)
-    return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
-  if (id.attempt() != j->attempt)
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
-  if (!Active(*j) || j->state == v1::RESTARTING)
-    return shard::Aborted("job " + id.job_id() + " attempt " + std::to_string(id.attempt()) + " is over (" +
-                          JobStateName(j->state) + "); exit");
-  if (id.rank() < 0 || id.rank() >= static_cast<int>(j->ranks.size()))
-    return shard::InvalidArgument("rank " + std::to_string(id.rank()) + " out of range for job " + id.job_id());
-  return j;
-}
-
-StatusOr<v1::JoinResponse> JobManager::Join(const v1::JoinRequest& req, const std::string& join_token) {
+StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const std::string& join_token) {
   if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
     return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
                                      " does not match the coordinator's " +
                                      std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, FindLocked(req.job_id()));
-  if (!External(*j))
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->Find(req.job_id()));
+  if (!IsExternal(*j))
     return shard::FailedPrecondition("job " + j->id + " has launcher '" + shard::LauncherName(j->config.resources.launcher) +
                                      "': its workers are started by the coordinator, not joined");
   if (join_token.empty() || !TokensEqual(join_token, j->join_token))
     return shard::Unauthenticated("join of job " + j->id + ": missing or wrong join token");
-  if (!Active(*j)) return shard::Aborted("job " + j->id + " is over (" + JobStateName(j->state) + "); exit");
+  if (!IsActive(*j)) return shard::Aborted("job " + j->id + " is over (" + JobStateName(j->state) + "); exit");
   const int world = j->config.parallel.world_size;
   if (req.world_size() > 0 && req.world_size() != world)
     return shard::InvalidArgument("job " + j->id + " has " + std::to_string(world) + " ranks but the worker's launcher " +
@@ -77,29 +48,29 @@ StatusOr<v1::JoinResponse> JobManager::Join(const v1::JoinRequest& req, const st
                                   std::to_string(world - 1) + ")");
   if (j->state != v1::LAUNCHING && j->state != v1::RUNNING)
     return shard::Unavailable("job " + j->id + " is " + JobStateName(j->state) + "; join again shortly");
-  Rank& r = j->ranks[req.rank()];
+  JobRank& r = j->ranks[req.rank()];
   if (r.registered && !r.exited)
     return shard::Unavailable("rank " + std::to_string(req.rank()) + " of job " + j->id + " attempt " +
                               std::to_string(j->attempt) + " is taken by " + r.hostname +
                               "; join again when that attempt ends");
   // The first join starts the registration clock for everyone else.
-  const bool first = std::none_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.registered; });
+  const bool first = std::none_of(j->ranks.begin(), j->ranks.end(), [](const JobRank& x) { return x.registered; });
   if (first)
-    for (Rank& x : j->ranks) x.launched_ms = opts_.now_ms();
+    for (JobRank& x : j->ranks) x.launched_ms = opts_.now_ms();
   v1::JoinResponse resp;
   resp.set_attempt(j->attempt);
   resp.set_token(ExternalWorkerToken(j->join_token, j->attempt));
   return resp;
 }
 
-StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& req, const std::string& token) {
+StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest& req, const std::string& token) {
   if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
     return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
                                      " does not match the coordinator's " +
                                      std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& r = j->ranks[req.id().rank()];
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
+  JobRank& r = j->ranks[req.id().rank()];
   const int64_t now = opts_.now_ms();
   r.registered = true;
   r.hostname = req.hostname();
@@ -108,22 +79,22 @@ StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& r
   if (req.pid() > 0) r.pid = req.pid();
   r.state = "registered";
   r.last_heartbeat_ms = r.last_progress_ms = now;
-  Status st = store_->PutWorker({j->id, j->attempt, req.id().rank(), r.pid, r.hostname, r.state});
+  Status st = table_->store()->PutWorker({j->id, j->attempt, req.id().rank(), r.pid, r.hostname, r.state});
   if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.registered; });
+  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const JobRank& x) { return x.registered; });
   if (all && j->state == v1::LAUNCHING)
-    SetStateLocked(*j, v1::RUNNING, "running", "all " + std::to_string(j->ranks.size()) + " worker(s) registered");
+    table_->SetState(*j, v1::RUNNING, "running", "all " + std::to_string(j->ranks.size()) + " worker(s) registered");
   v1::RegisterResponse resp;
   resp.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
   *resp.mutable_spec() = j->spec;
   resp.set_world_size(static_cast<int>(j->ranks.size()));
-  resp.set_kv_prefix(KvPrefix(req.id()));
+  resp.set_kv_prefix(AttemptKvPrefix(req.id()));
   resp.set_resume_from(j->resume_from);
   resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
   return resp;
 }
 
-void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
+void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
                                      int64_t now) {
   // The gateway (worker_reports.h): a row out of range is refused — not
   // stored, not counted — and said once per attempt as an event.
@@ -134,7 +105,7 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
       LOG_WARN("job {} attempt {}: refused rank 0's metrics of {}", j.id, j.attempt, bad.message());
       if (j.refused_report_attempt != j.attempt) {
         j.refused_report_attempt = j.attempt;
-        EmitLocked(j, "report_refused",
+        table_->Emit(j, "report_refused",
                    "rank 0 reported " + bad.message() + "; the row is not recorded (further ones: the coordinator log)");
       }
       continue;
@@ -150,7 +121,7 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
     j.step_hist.Observe(m->seconds());
     j.progress.set_tokens_total(AddToCounter(j.progress.tokens_total(), m->tokens()));
   }
-  Status st = store_->PutMetrics(j.id, rows);
+  Status st = table_->store()->PutMetrics(j.id, rows);
   if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
   const v1::StepMetric& last = *accepted.back();
   j.progress.set_step(last.step());
@@ -182,16 +153,15 @@ void JobManager::RecordMetricsLocked(Job& j, const google::protobuf::RepeatedPtr
   ev.set_kind("progress");
   ev.set_state(j.state);
   *ev.mutable_progress() = j.progress;
-  for (auto& [id, w] : watchers_)
-    if (w.job_id == j.id) w.sink(ev);
+  table_->Publish(ev);
 }
 
-StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
   const int64_t now = opts_.now_ms();
-  NoteAliveLocked(now);
-  Rank& r = j->ranks[req.id().rank()];
+  table_->NoteAlive(now);
+  JobRank& r = j->ranks[req.id().rank()];
   r.last_heartbeat_ms = now;
   if (req.step() != r.step) r.last_progress_ms = now;
   r.step = req.step();
@@ -201,28 +171,28 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   if (!r.done) r.state = req.state();
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;
-    EmitLocked(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
+    table_->Emit(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
   }
   if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
     // Once per attempt: which checkpoint the workers actually loaded (for
     // checkpoint.resume: auto only they know), printed by run and watch.
     j->resumed_event_attempt = j->attempt;
     const int64_t total = j->config.train.steps;
-    EmitLocked(*j, "resumed",
+    table_->Emit(*j, "resumed",
                "resumed from " + req.resumed_from() + " at step " + std::to_string(req.resumed_step()) +
                    (req.resumed_step() >= total
                         ? " >= train.steps " + std::to_string(total) + ": already complete, nothing to train"
                         : " of " + std::to_string(total)));
   }
-  RecordMetricsLocked(*j, req.metrics(), now);
+  RecordMetrics(*j, req.metrics(), now);
   return v1::HeartbeatResponse();
 }
 
-StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
                                                                     const std::string& token) {
   RetentionTask retain;
   StatusOr<v1::ReportCheckpointResponse> resp = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    auto lock = table_->Lock();
     return ReportCheckpointLocked(req, token, &retain);
   }();
   if (retain.due) {
@@ -232,17 +202,17 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpoint(const v1::Re
   return resp;
 }
 
-StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
+StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
                                                                           const std::string& token,
                                                                           RetentionTask* retain) {
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
   ShardReport rep;
   rep.rank = req.id().rank();
   rep.step = req.step();
   rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
   rep.manifest_base = req.manifest_base();
   // The step must be inside this job's checkpoint directory.
-  const std::string expected = CheckpointJobDir(*j);
+  const std::string expected = CheckpointDirOf(*j);
   if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
     return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
   // ... where it leads now: a symlink made since submission must not take the
@@ -263,7 +233,7 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const 
     return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
-  RecordMetricsLocked(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
+  RecordMetrics(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
   j->first_report_ms.emplace(req.step(), opts_.now_ms());
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
   LOG_DEBUG("job {} attempt {}: rank {} reported checkpoint step {} ({}); {}", j->id, j->attempt, req.id().rank(),
@@ -279,19 +249,19 @@ StatusOr<v1::ReportCheckpointResponse> JobManager::ReportCheckpointLocked(const 
     j->progress.set_last_committed_step(done->step);
     int64_t bytes = 0;
     for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
-    Status st = store_->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
+    Status st = table_->store()->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
                                        rep.step_dir, opts_.now_ms()});
     if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
-    EmitLocked(*j, "checkpoint_committed",
+    table_->Emit(*j, "checkpoint_committed",
                "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
                    Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
   }
   return resp;
 }
 
-Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
+Status WorkerGateway::ReportDone(const v1::ReportDoneRequest& req, const std::string& token) {
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
   // A trained attempt ends exactly at train.steps; only one that resumed at or
   // past the end (nothing_trained) may name a later step.
   const int64_t total = j->config.train.steps;
@@ -299,7 +269,7 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
     return shard::InvalidArgument("rank " + std::to_string(req.id().rank()) + " of job " + j->id +
                                   " reported done at step " + std::to_string(req.step()) + ", outside 0.." +
                                   std::to_string(total) + " (train.steps); not recorded");
-  Rank& r = j->ranks[req.id().rank()];
+  JobRank& r = j->ranks[req.id().rank()];
   r.done = true;
   r.state = "done";
   r.step = req.step();
@@ -309,12 +279,12 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
     j->progress.set_eta_s(0);
     j->nothing_trained = req.nothing_trained();
   }
-  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.done; });
+  bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const JobRank& x) { return x.done; });
   if (all) {
     // The processes exit by themselves; anything left after the grace is killed.
     j->draining_attempt = j->attempt;
     j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
-    rendezvous_.DropPrefix(KvPrefix(req.id()));
+    rendezvous_->DropPrefix(AttemptKvPrefix(req.id()));
     // Resumed at or past the end: a distinct outcome, never "final loss 0".
     const std::string what =
         j->nothing_trained
@@ -325,32 +295,32 @@ Status JobManager::ReportDone(const v1::ReportDoneRequest& req, const std::strin
             : std::to_string(j->progress.step()) + " steps, final loss " + Fmt(j->progress.loss()) +
                   // The truth, never an earlier finite figure.
                   (std::isfinite(j->progress.loss()) ? "" : " (not finite: see shardctl metrics for the last steps)");
-    SetStateLocked(*j, v1::SUCCEEDED, "succeeded",
+    table_->SetState(*j, v1::SUCCEEDED, "succeeded",
                    what + (j->restarts > 0 ? ", after " + std::to_string(j->restarts) + " restart(s)" : ""));
   }
   return shard::OkStatus();
 }
 
-Status JobManager::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
+Status WorkerGateway::ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    auto lock = table_->Lock();
     RETURN_IF_ERROR(ReportFailureLocked(req, token));
   }
-  TryRunTerminates();  // the attempt may have ended: stop its other ranks
+  runner_->TryRunTerminates();  // the attempt may have ended: stop its other ranks
   return shard::OkStatus();
 }
 
-Status JobManager::ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token) {
-  ASSIGN_OR_RETURN(Job * j, CheckWorkerLocked(req.id(), token));
-  Rank& rank = j->ranks[req.id().rank()];
+Status WorkerGateway::ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token) {
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
+  JobRank& rank = j->ranks[req.id().rank()];
   if (req.preempted()) {
     rank.preempted = true;
     rank.state = "preempted";
     LOG_INFO("job {} attempt {}: rank {} stopped on its launcher's signal: {}", j->id, j->attempt, req.id().rank(),
              req.error());
-    const bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const Rank& x) { return x.preempted || x.done; });
+    const bool all = std::all_of(j->ranks.begin(), j->ranks.end(), [](const JobRank& x) { return x.preempted || x.done; });
     if (all)
-      PreemptAttemptLocked(*j, "every rank stopped on its launcher's signal after checkpointing step " +
+      attempts_->Preempt(*j, "every rank stopped on its launcher's signal after checkpointing step " +
                                    std::to_string(req.step()));
     return shard::OkStatus();
   }
@@ -358,7 +328,7 @@ Status JobManager::ReportFailureLocked(const v1::ReportFailureRequest& req, cons
   rank.error = req.error();
   const std::string why = "rank " + std::to_string(req.id().rank()) + " failed: " + req.error();
   if (!req.retryable()) {
-    FailAttemptLocked(*j, why, false);
+    attempts_->Fail(*j, why, false);
     return shard::OkStatus();
   }
   // A peer's death shows up on the survivors first: give the launcher a

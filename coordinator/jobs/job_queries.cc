@@ -1,7 +1,7 @@
-// JobManager's read side: job status and lists, committed checkpoints,
-// per-step metrics, rank logs, event watches (past events from the store,
-// then live ones), and the telemetry behind /metrics and the dashboard.
-#include "coordinator/job_manager.h"
+// The read side: job status and lists, committed checkpoints, per-step
+// metrics, rank logs, event watches (past events from the store, then live
+// ones), and the telemetry behind /metrics and the dashboard.
+#include "coordinator/jobs/job_queries.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <fcntl.h>
@@ -37,28 +37,28 @@ std::string PodLogTarget(const std::string& root, const std::string& rel) {
 
 }  // namespace
 
-StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-  return StatusOf(*j);
+StatusOr<v1::JobStatus> JobQueries::Get(const std::string& job_id) {
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
+  return table_->StatusOf(*j);
 }
 
-std::vector<v1::JobStatus> JobManager::List(bool include_finished) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<v1::JobStatus> JobQueries::List(bool include_finished) {
+  auto lock = table_->Lock();
   std::vector<v1::JobStatus> out;
-  for (const auto& [id, j] : jobs_)
-    if (include_finished || Active(*j)) out.push_back(StatusOf(*j));
+  for (const auto& [id, j] : table_->jobs())
+    if (include_finished || IsActive(*j)) out.push_back(table_->StatusOf(*j));
   std::sort(out.begin(), out.end(),
             [](const v1::JobStatus& a, const v1::JobStatus& b) { return a.created_unix_ms() < b.created_unix_ms(); });
   return out;
 }
 
-StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::string& job_id) {
+StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::string& job_id) {
   std::string dir;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-    dir = CheckpointJobDir(*j);
+    auto lock = table_->Lock();
+    ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
+    dir = CheckpointDirOf(*j);
   }
   std::vector<v1::CheckpointInfo> out;
   if (!fs::exists(dir)) return out;
@@ -84,16 +84,16 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobManager::Checkpoints(const std::str
   return out;
 }
 
-StatusOr<v1::GetMetricsResponse> JobManager::Metrics(const std::string& job_id, int64_t after_step, int64_t last,
+StatusOr<v1::GetMetricsResponse> JobQueries::Metrics(const std::string& job_id, int64_t after_step, int64_t last,
                                                      int64_t max_bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(FindLocked(job_id).status());
+    auto lock = table_->Lock();
+    RETURN_IF_ERROR(table_->Find(job_id).status());
   }
-  // Read without mu_, so heartbeats keep flowing; one row past the cap says
+  // Read without the job lock, so heartbeats keep flowing; one row past the cap says
   // whether there are more. The first row always goes, so paging advances.
   ASSIGN_OR_RETURN(std::vector<shard::StepMetrics> rows,
-                   store_->LoadMetrics(job_id, {.after_step = after_step, .last = last, .max_rows = kMaxMetricRows + 1}));
+                   table_->store()->LoadMetrics(job_id, {.after_step = after_step, .last = last, .max_rows = kMaxMetricRows + 1}));
   if (max_bytes <= 0) max_bytes = 4 << 20;
   v1::GetMetricsResponse resp;
   int64_t bytes = 2;  // the truncated flag
@@ -110,19 +110,19 @@ StatusOr<v1::GetMetricsResponse> JobManager::Metrics(const std::string& job_id, 
   return resp;
 }
 
-StatusOr<LogChunk> JobManager::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {
+StatusOr<LogChunk> JobQueries::Logs(const std::string& job_id, int rank, int attempt, int64_t offset, int max_bytes) {
   std::string rel;
   LogChunk chunk;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
+    auto lock = table_->Lock();
+    ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
     if (j->attempt == 0) return shard::FailedPrecondition("job " + job_id + " has not launched yet");
     chunk.attempt = attempt > 0 ? attempt : j->attempt;
     if (chunk.attempt > j->attempt)
       return shard::OutOfRange("job " + job_id + " has no attempt " + std::to_string(attempt));
     if (rank < 0 || rank >= j->config.parallel.world_size)
       return shard::OutOfRange("job " + job_id + " has ranks 0.." + std::to_string(j->config.parallel.world_size - 1));
-    chunk.finished = chunk.attempt < j->attempt || (!Active(*j) && j->draining_attempt == 0) ||
+    chunk.finished = chunk.attempt < j->attempt || (!IsActive(*j) && j->draining_attempt == 0) ||
                      j->state == v1::RESTARTING;
     rel = "jobs/" + j->id + "/attempt_" + std::to_string(chunk.attempt) + "/rank_" + std::to_string(rank) + ".log";
   }
@@ -174,33 +174,31 @@ std::vector<v1::JobEvent> ToEvents(const std::vector<EventRecord>& events) {
 
 }  // namespace
 
-StatusOr<std::vector<v1::JobEvent>> JobManager::Events(const std::string& job_id, int64_t after_seq) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(FindLocked(job_id).status());
-  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+StatusOr<std::vector<v1::JobEvent>> JobQueries::Events(const std::string& job_id, int64_t after_seq) {
+  auto lock = table_->Lock();
+  RETURN_IF_ERROR(table_->Find(job_id).status());
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, table_->store()->LoadEvents(job_id, after_seq));
   return ToEvents(events);
 }
 
-StatusOr<int64_t> JobManager::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
+StatusOr<int64_t> JobQueries::Watch(const std::string& job_id, int64_t after_seq, EventSink sink,
                                     std::vector<v1::JobEvent>* past) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Job * j, FindLocked(job_id));
-  ASSIGN_OR_RETURN(std::vector<EventRecord> events, store_->LoadEvents(job_id, after_seq));
+  auto lock = table_->Lock();
+  ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
+  ASSIGN_OR_RETURN(std::vector<EventRecord> events, table_->store()->LoadEvents(job_id, after_seq));
   for (v1::JobEvent& ev : ToEvents(events)) past->push_back(std::move(ev));
   if (!past->empty()) *past->back().mutable_progress() = j->progress;
-  int64_t id = next_watch_id_++;
-  watchers_[id] = {job_id, std::move(sink)};
-  return id;
+  return table_->AddWatcher(job_id, std::move(sink));
 }
 
-std::vector<JobTelemetry> JobManager::Telemetry(int64_t finished_grace_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<JobTelemetry> JobQueries::Telemetry(int64_t finished_grace_ms) {
+  auto lock = table_->Lock();
   const int64_t now = opts_.now_ms();
   std::vector<JobTelemetry> out;
-  for (const auto& [id, j] : jobs_) {
-    if (!Active(*j) && finished_grace_ms >= 0 && now - j->updated_ms > finished_grace_ms) continue;
+  for (const auto& [id, j] : table_->jobs()) {
+    if (!IsActive(*j) && finished_grace_ms >= 0 && now - j->updated_ms > finished_grace_ms) continue;
     JobTelemetry t;
-    t.status = StatusOf(*j);
+    t.status = table_->StatusOf(*j);
     t.step_seconds = j->step_hist;
     t.checkpoint_commit_seconds = j->commit_hist;
     t.checkpoints_committed = j->checkpoints_committed;
@@ -209,15 +207,15 @@ std::vector<JobTelemetry> JobManager::Telemetry(int64_t finished_grace_ms) {
   return out;
 }
 
-bool JobManager::Drained(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() || (!Active(*it->second) && it->second->draining_attempt == 0);
+bool JobQueries::Drained(const std::string& job_id) {
+  auto lock = table_->Lock();
+  auto it = table_->jobs().find(job_id);
+  return it == table_->jobs().end() || (!IsActive(*it->second) && it->second->draining_attempt == 0);
 }
 
-void JobManager::Unwatch(int64_t watch_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  watchers_.erase(watch_id);
+void JobQueries::Unwatch(int64_t watch_id) {
+  auto lock = table_->Lock();
+  table_->RemoveWatcher(watch_id);
 }
 
 }  // namespace shardd

@@ -1,39 +1,49 @@
-// JobManager's local scheduling: which local jobs hold which GPUs, CPU slots
-// and host memory (coordinator/sched), who launches next, and the placement
-// restored after a coordinator restart. Everything here runs under mu_; the
-// allocator and the queue are pure.
-//
-// A job is placed before its first launch and keeps its placement through
-// its restarts (RESTARTING waits out its backoff on its own devices), until
-// it has ended and its last attempt's processes are gone (draining_attempt
-// cleared): only then can another job's ranks land on those devices.
+// The scheduler glue (job_scheduler.h): placements held and released, the
+// queue's decisions announced, placements restored after a restart.
+#include "coordinator/jobs/job_scheduler.h"
+
 #include <algorithm>
 #include <cstdlib>
 
-#include "coordinator/job_manager.h"
 #include "coordinator/sched/host_capacity.h"
+#include "coordinator/sched/job_queue.h"
 #include "shard/common/logging.h"
 
 namespace shardd {
 
-void JobManager::StoreResourcesLocked(const Job& j) {
+JobScheduler::JobScheduler(const JobManagerOptions& opts, JobTable* table) : opts_(opts), table_(table) {
+  if (opts_.local_capacity) alloc_ = std::make_unique<sched::HostAllocator>(*opts_.local_capacity);
+}
+
+StatusOr<std::optional<sched::Demand>> JobScheduler::DemandFor(const shard::JobConfig& config, int64_t host_bytes,
+                                                               const std::string& src) const {
+  std::optional<sched::Demand> demand;
+  if (!opts_.local_capacity) return demand;
+  demand = sched::DemandOf(config, *opts_.local_capacity, host_bytes);
+  if (demand)
+    if (Status st = sched::HostAllocator(*opts_.local_capacity).CheckEverFits(*demand); !st.ok())
+      return Status(st.code(), src + ": can never run on this host: " + st.message());
+  return demand;
+}
+
+void JobScheduler::StoreResources(const Job& j) {
   if (!j.demand) return;
   const sched::Placement* p = alloc_ ? alloc_->HeldBy(j.id) : nullptr;
-  Status st = store_->PutResources({j.id, j.demand->Encode(), p ? p->Encode() : ""});
+  Status st = table_->store()->PutResources({j.id, j.demand->Encode(), p ? p->Encode() : ""});
   if (!st.ok()) LOG_ERROR("job {}: cannot store its placement: {}", j.id, st.ToString());
 }
 
-void JobManager::ScheduleLocked(int64_t now) {
+void JobScheduler::Schedule(int64_t now) {
   if (!alloc_) return;
   std::vector<sched::QueueEntry> waiting;
-  for (auto& [id, jp] : jobs_) {
+  for (auto& [id, jp] : table_->jobs()) {
     Job& j = *jp;
     j.queue_position = 0;
     if (!j.demand) continue;
-    if (j.placed && !Active(j) && j.draining_attempt == 0) {
+    if (j.placed && !IsActive(j) && j.draining_attempt == 0) {
       alloc_->Release(j.id);
       j.placed = false;
-      StoreResourcesLocked(j);
+      StoreResources(j);
       continue;
     }
     if (j.placed || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) continue;
@@ -50,40 +60,40 @@ void JobManager::ScheduleLocked(int64_t now) {
   qo.starvation_ms = opts_.starvation_ms;
   const sched::QueueDecision d = sched::DecideQueue(std::move(waiting), *alloc_, now, qo);
   for (const auto& [id, placement] : d.start) {
-    Job& j = *jobs_.at(id);
+    Job& j = *table_->jobs().at(id);
     if (Status st = alloc_->Hold(id, placement); !st.ok()) LOG_ERROR("{}", st.ToString());
     j.placed = true;
     j.sched_reason.clear();
-    StoreResourcesLocked(j);
-    EmitLocked(j, "placed", placement.Describe());
+    StoreResources(j);
+    table_->Emit(j, "placed", placement.Describe());
   }
   int position = 0;
   for (const std::string& id : d.order) {
     auto why = d.waiting.find(id);
     if (why == d.waiting.end()) continue;
-    Job& j = *jobs_.at(id);
+    Job& j = *table_->jobs().at(id);
     j.queue_position = ++position;
     if (why->second == j.sched_reason) continue;
     j.sched_reason = why->second;
     // A queued job's reason is what `status` and `list` show; a restarting
     // one keeps its restart reason and hears the wait as an event.
-    if (j.state == v1::QUEUED) SetStateLocked(j, v1::QUEUED, "queued", why->second);
-    else EmitLocked(j, "queued", why->second);
+    if (j.state == v1::QUEUED) table_->SetState(j, v1::QUEUED, "queued", why->second);
+    else table_->Emit(j, "queued", why->second);
   }
 }
 
-void JobManager::AddPlacementEnvLocked(const Job& j, LaunchRequest* req) const {
+void JobScheduler::AddPlacementEnv(const Job& j, LaunchRequest* req) const {
   const sched::Placement* p = alloc_ && j.placed ? alloc_->HeldBy(j.id) : nullptr;
   if (!p || !j.demand) return;
   for (const auto& [k, v] : sched::PlacementEnv(*p, *j.demand, j.config.parallel.world_size)) req->env[k] = v;
 }
 
-Status JobManager::RestorePlacementsLocked() {
+Status JobScheduler::RestorePlacements() {
   if (!alloc_) return shard::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<ResourceRecord> records, store_->LoadResources());
+  ASSIGN_OR_RETURN(std::vector<ResourceRecord> records, table_->store()->LoadResources());
   std::map<std::string, const ResourceRecord*> by_job;
   for (const ResourceRecord& r : records) by_job[r.job_id] = &r;
-  for (auto& [id, jp] : jobs_) {
+  for (auto& [id, jp] : table_->jobs()) {
     Job& j = *jp;
     auto rec = by_job.find(id);
     if (rec != by_job.end()) {
@@ -91,17 +101,17 @@ Status JobManager::RestorePlacementsLocked() {
       if (d.ok()) j.demand = *d;
       else LOG_ERROR("job {}: stored demand: {}", id, d.status().ToString());
     }
-    if (!j.demand && Active(j)) {
+    if (!j.demand && IsActive(j)) {
       // A job stored before scheduling existed: its demand from its spec
       // (the plan's memory is not known here, so memory is not counted).
       j.demand = sched::DemandOf(j.config, alloc_->capacity(), 0);
-      if (j.demand) StoreResourcesLocked(j);
+      if (j.demand) StoreResources(j);
     }
     if (!j.demand || rec == by_job.end() || rec->second->placement.empty()) continue;
     // Still running, restarting, or an ended attempt still draining: its
     // processes (or the next attempt's) sit on these devices.
-    if (!Active(j) && j.draining_attempt == 0) {
-      StoreResourcesLocked(j);  // released: its processes are gone
+    if (!IsActive(j) && j.draining_attempt == 0) {
+      StoreResources(j);  // released: its processes are gone
       continue;
     }
     auto p = sched::Placement::Decode(rec->second->placement);

@@ -1,0 +1,207 @@
+// An attempt's state changes (attempt_lifecycle.h), under the job lock.
+#include "coordinator/jobs/attempt_lifecycle.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "coordinator/state/auth.h"
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/rank_log.h"
+#include "shard/common/logging.h"
+
+namespace fs = std::filesystem;
+
+namespace shardd {
+namespace {
+
+using internal::Fmt;
+
+constexpr int kExitBadInput = 2;  // shardd-worker's code for a job that can never run
+
+}  // namespace
+
+std::string AttemptLifecycle::AttemptDir(const Job& j, int attempt) const {
+  return (fs::path(opts_.state_dir) / "jobs" / j.id / ("attempt_" + std::to_string(attempt))).string();
+}
+
+bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* req) {
+  const int world = j.config.parallel.world_size;
+  j.attempt += 1;
+  j.first_report_ms.clear();  // an older attempt's uncommitted reports time nothing now
+  j.previous_token_hash = j.token_hash;
+  j.token = IsExternal(j) ? ExternalWorkerToken(j.join_token, j.attempt) : NewJobToken();
+  j.token_hash = HashToken(j.token);
+  j.committer->Reset();
+  j.step_seconds.clear();
+  j.pending_failure.clear();
+  j.queue_reason.clear();
+  j.adopted = false;
+  j.nothing_trained = false;
+  j.resume_from = resume;
+  // The job's progress restarts where this attempt resumes.
+  int64_t resume_step = 0;
+  const std::string base = fs::path(j.resume_from).filename().string();
+  if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
+  if (j.attempt > 1) j.progress.set_step(resume_step);
+  const int64_t now = opts_.now_ms();
+  j.ranks.assign(world, JobRank{});
+  for (JobRank& r : j.ranks) r.launched_ms = now;
+  table_->SetState(j, v1::LAUNCHING, "launching",
+                   std::to_string(world) + " worker(s), resume from " +
+                       (j.resume_from.empty() ? std::string("scratch") : j.resume_from));
+
+  if (IsExternal(j)) {
+    table_->Emit(j, "waiting_for_workers",
+                 std::to_string(world) + " worker(s) may join: shardd-worker --coordinator " +
+                     opts_.coordinator_address + " --job " + j.id +
+                     " with SHARDD_WORKER_TOKEN set to the job's join token (shardctl status " + j.id +
+                     " --json shows it)");
+    return false;
+  }
+  req->job_id = j.id;
+  req->attempt = j.attempt;
+  req->world = world;
+  req->workdir = j.spec.workdir();
+  req->log_dir = AttemptDir(j, j.attempt);
+  req->coordinator = opts_.coordinator_address;
+  req->worker_bin = opts_.worker_bin;
+  req->env["SHARDD_WORKER_TOKEN"] = j.token;
+  if (!opts_.worker_tls_ca.empty()) req->env["SHARDD_TLS_CA"] = opts_.worker_tls_ca;
+  if (!opts_.worker_tls_cert.empty()) {
+    req->env["SHARDD_TLS_CERT"] = opts_.worker_tls_cert;
+    req->env["SHARDD_TLS_KEY"] = opts_.worker_tls_key;
+  }
+  req->job_name = j.config.name;
+  req->resources = j.config.resources;
+  sched_->AddPlacementEnv(j, req);
+  return true;
+}
+
+void AttemptLifecycle::FinishLaunch(const std::string& job_id, int attempt, const StatusOr<std::vector<int>>& pids) {
+  auto it = table_->jobs().find(job_id);
+  if (it == table_->jobs().end()) return;
+  Job& j = *it->second;
+  if (j.attempt != attempt) return;  // cannot happen while Tick is serial; fencing all the same
+  if (!pids.ok()) {
+    if (j.state != v1::LAUNCHING) return;  // cancelled or failed meanwhile: nothing started
+    // A cluster that is briefly unreachable (Unavailable, a command timeout)
+    // is worth another attempt; anything else (a bad partition, a refused
+    // manifest) will fail the same way again.
+    const auto code = pids.status().code();
+    const bool transient = code == shard::StatusCode::kUnavailable || code == shard::StatusCode::kDeadlineExceeded;
+    Fail(j, "launch failed: " + pids.status().ToString(), transient);
+    return;
+  }
+  // Recorded even when the attempt already ended (a cancel during the
+  // launch): a restarted coordinator then still finds and stops them.
+  for (size_t r = 0; r < pids->size() && r < j.ranks.size(); ++r) {
+    j.ranks[r].pid = (*pids)[r];
+    Status st = table_->store()->PutWorker({j.id, j.attempt, static_cast<int>(r), (*pids)[r], "", "launched"});
+    if (!st.ok()) LOG_ERROR("job {}: {}", j.id, st.ToString());
+  }
+}
+
+void AttemptLifecycle::End(Job& j) {
+  if (j.attempt == 0) return;
+  if (j.launcher) {
+    // External workers are not ours to signal: they hear "attempt over" on their next call.
+    runner_->QueueTerminate(j, j.attempt, /*force=*/false);
+    j.draining_attempt = j.attempt;
+    j.kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
+  }
+  v1::WorkerId id;
+  id.set_job_id(j.id);
+  id.set_attempt(j.attempt);
+  rendezvous_->DropPrefix(AttemptKvPrefix(id));
+}
+
+void AttemptLifecycle::Fail(Job& j, const std::string& reason, bool retryable) {
+  End(j);
+  const int max = j.config.restart.max_restarts;
+  if (!retryable) {
+    table_->SetState(j, v1::FAILED, "failed", reason + " (not retryable)");
+    return;
+  }
+  if (j.restarts >= max) {
+    table_->SetState(j, v1::FAILED, "failed",
+                     "max_restarts (" + std::to_string(max) + ") exhausted; last failure: " + reason);
+    return;
+  }
+  j.restarts += 1;
+  j.next_launch_ms = opts_.now_ms() + static_cast<int64_t>(j.config.restart.backoff_s * 1000);
+  table_->SetState(j, v1::RESTARTING, "restarting",
+                   reason + "; restart " + std::to_string(j.restarts) + " of " + std::to_string(max) + " in " +
+                       Fmt(j.config.restart.backoff_s, "%.1f") + " s from the newest committed checkpoint");
+}
+
+void AttemptLifecycle::Preempt(Job& j, const std::string& reason) {
+  End(j);
+  j.progress.set_preemptions(j.progress.preemptions() + 1);
+  j.next_launch_ms = opts_.now_ms() + static_cast<int64_t>(j.config.restart.backoff_s * 1000);
+  table_->SetState(j, v1::RESTARTING, "preempted",
+                   reason + "; preemption " + std::to_string(j.progress.preemptions()) +
+                       " (restarts are not charged); the next attempt resumes from the newest committed checkpoint");
+}
+
+std::string AttemptLifecycle::CauseOfExit(const Job& j, const RankExit& e) const {
+  const JobRank& r = j.ranks[e.rank];
+  if (!r.error.empty()) return ": " + r.error;
+  // A signal is not explained by what the rank logged before it.
+  if (e.signal != 0 || e.exit_code <= 0) return "";
+  const std::string line = LastErrorLineOfLog(opts_.state_dir, "jobs/" + j.id + "/attempt_" + std::to_string(e.attempt) +
+                                                                   "/rank_" + std::to_string(e.rank) + ".log");
+  return line.empty() ? "" : ": " + line;
+}
+
+void AttemptLifecycle::ApplyAllRanksExit(Job& j, const RankExit& e) {
+  // The whole allocation ended (a Slurm job, a Kubernetes Job).
+  const bool bad_input = e.signal == 0 && e.exit_code == kExitBadInput;
+  bool all_done = true, all_stopped = true;
+  for (JobRank& r : j.ranks) {
+    all_done = all_done && r.done;
+    all_stopped = all_stopped && (r.done || r.preempted);
+    r.exited = true;
+    if (r.done || r.preempted) r.state = r.done ? "exited" : "preempted";
+  }
+  if (all_done && e.signal == 0 && (e.exit_code == 0 || e.exit_code == -1)) return;
+  if (all_stopped) {
+    Preempt(j, "every rank checkpointed and stopped on its launcher's signal");
+    return;
+  }
+  for (JobRank& r : j.ranks)
+    if (!r.done && !r.preempted) r.state = "failed";
+  std::string why = e.Describe();
+  if (bad_input) why += " (bad input; see the rank logs in " + AttemptDir(j, j.attempt) + ")";
+  Fail(j, why, !bad_input);
+}
+
+void AttemptLifecycle::ApplyExit(Job& j, const RankExit& e) {
+  const bool bad_input = e.signal == 0 && e.exit_code == kExitBadInput;
+  if (e.rank == RankExit::kAllRanks) {
+    ApplyAllRanksExit(j, e);
+    return;
+  }
+  if (e.rank < 0 || e.rank >= static_cast<int>(j.ranks.size())) return;
+  JobRank& r = j.ranks[e.rank];
+  r.exited = true;
+  if (e.signal == 0 && (e.exit_code == 0 || e.exit_code == -1) && r.done) {
+    r.state = "exited";  // (-1: adopted, gone after reporting done)
+    return;
+  }
+  if (r.preempted) {
+    r.state = "preempted";  // it said why it stopped; the attempt ends when every rank has
+    return;
+  }
+  if (e.signal == 0 && e.exit_code == -1) {
+    Fail(j, "rank " + std::to_string(e.rank) + " (adopted pid " + std::to_string(r.pid) + ") is gone", true);
+    return;
+  }
+  r.state = "failed";
+  std::string why = e.Describe();
+  if (e.signal == 0 && e.exit_code == 0) why += " before reporting done";
+  why += CauseOfExit(j, e);
+  if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
+  Fail(j, why, !bad_input);
+}
+
+}  // namespace shardd

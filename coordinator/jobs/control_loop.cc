@@ -1,0 +1,223 @@
+// The control loop (control_loop.h): Tick's phases and the two threads.
+#include "coordinator/jobs/control_loop.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "coordinator/health_monitor.h"
+#include "shard/ckpt/catalog.h"
+#include "shard/common/logging.h"
+#include "shard/spec/run_fingerprint.h"
+
+namespace shardd {
+
+void ControlLoop::Tick() {
+  std::lock_guard<std::mutex> serial(runner_->serial());
+  runner_->RunTerminates();  // queued by RPCs (a cancel) while the last Tick was busy
+  const LauncherView view = runner_->Observe();
+  std::vector<LaunchPlan> plans;
+  {
+    auto lock = table_->Lock();
+    plans = Decide(view);
+  }
+  runner_->RunTerminates();
+  for (const LaunchPlan& plan : plans) {
+    RunLaunch(plan);
+    runner_->RunTerminates();  // a cancel that arrived during the launch reaches its workers now
+  }
+}
+
+std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
+  const int64_t now = opts_.now_ms();
+  table_->NoteAlive(now);
+  rendezvous_->ExpireWaiters(now);
+  for (const RankExit& e : view.exits) {
+    auto it = table_->jobs().find(e.job_id);
+    if (it == table_->jobs().end()) continue;
+    Job& j = *it->second;
+    if (e.attempt != j.attempt || !IsActive(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
+    attempts_->ApplyExit(j, e);
+  }
+  sched_->Schedule(now);
+  std::vector<LaunchPlan> plans;
+  for (auto& [id, jp] : table_->jobs()) {
+    Job& j = *jp;
+    if (j.draining_attempt > 0) {
+      auto running = view.running.find({j.id, j.draining_attempt});
+      if (!j.launcher || (running != view.running.end() && running->second == 0)) {
+        j.draining_attempt = 0;
+      } else if (now >= j.kill_at_ms) {
+        runner_->QueueTerminate(j, j.draining_attempt, /*force=*/true);
+      }
+    }
+    if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
+      std::string why = std::move(j.pending_failure);
+      j.pending_failure.clear();
+      if (j.state == v1::LAUNCHING || j.state == v1::RUNNING) attempts_->Fail(j, why, true);
+    }
+    switch (j.state) {
+      case v1::QUEUED:
+        if (JobScheduler::MayLaunch(j)) plans.push_back(PlanLaunch(j));
+        break;
+      case v1::RESTARTING:
+        // The next generation starts only once the last one is gone (fencing
+        // refuses its RPCs already; this keeps their processes apart too).
+        if (now >= j.next_launch_ms && j.draining_attempt == 0 && JobScheduler::MayLaunch(j))
+          plans.push_back(PlanLaunch(j));
+        break;
+      case v1::LAUNCHING:
+      case v1::RUNNING:
+        CheckRunning(j, view, now);
+        break;
+      default:
+        break;
+    }
+  }
+  return plans;
+}
+
+void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
+  // External workers come when the user's launcher starts them: no
+  // deadline until the first one joins (Join then starts the clock).
+  if (IsExternal(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; }))
+    return;
+  // A cluster may queue the allocation for hours: the registration
+  // clock starts when it does.
+  auto pending = view.pending.find({j.id, j.attempt});
+  if (j.launcher && j.state == v1::LAUNCHING && pending != view.pending.end()) {
+    if (const std::string& why = pending->second; !why.empty() && why != j.queue_reason) {
+      j.queue_reason = why;
+      table_->Emit(j, "queued", why + "; the workers' registration deadline starts when it runs");
+    }
+    for (JobRank& r : j.ranks) {
+      r.launched_ms = now;
+      // Recover took adopted ranks for registered, but nothing runs yet:
+      // they register once the allocation starts (not held to heartbeats).
+      if (j.adopted && (r.state == "adopting" || r.state == "launched")) {
+        r.registered = false;
+        r.state = "launched";
+      }
+    }
+    return;
+  }
+  std::vector<RankHealth> health;
+  for (size_t r = 0; r < j.ranks.size(); ++r) {
+    const JobRank& rk = j.ranks[r];
+    health.push_back({static_cast<int>(r), rk.registered, rk.done, rk.launched_ms, rk.last_heartbeat_ms,
+                      rk.last_progress_ms, rk.step});
+  }
+  HealthLimits limits;
+  limits.register_timeout_s = opts_.register_timeout_s;
+  limits.heartbeat_timeout_s = j.config.restart.heartbeat_timeout_s;
+  limits.hang_timeout_s = j.config.restart.hang_timeout_s;
+  if (!j.step_seconds.empty()) {
+    double sum = 0;
+    for (double s : j.step_seconds) sum += s;
+    limits.recent_step_s = sum / j.step_seconds.size();
+  }
+  std::string bad = CheckHealth(health, limits, now);
+  if (!bad.empty()) attempts_->Fail(j, bad, true);
+}
+
+LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
+  LaunchPlan plan;
+  plan.job_id = j.id;
+  plan.prev_attempt = j.attempt;
+  // A later attempt resumes from the newest committed step whose checksums
+  // verify; nothing committed yet: start as the first attempt did.
+  plan.find_latest = j.attempt > 0;
+  plan.checkpoint_dir = CheckpointDirOf(j);
+  plan.fallback_resume = j.config.checkpoint.resume;
+  plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+  if (!opts_.allowed_roots.empty()) {
+    plan.src = j.spec.source_path().empty() ? "job.yaml" : j.spec.source_path();
+    plan.workdir = j.spec.workdir();
+    plan.confine = JobPaths(j.config, plan.workdir);
+    plan.confine.push_back({"checkpoint.dir/" + j.config.name, plan.checkpoint_dir, false});
+  }
+  return plan;
+}
+
+void ControlLoop::RunLaunch(const LaunchPlan& plan) {
+  // Paths are judged where they lead now, not where they led at submission.
+  if (Status st = CheckConfined(plan.src, plan.workdir, plan.confine, opts_.allowed_roots); !st.ok()) {
+    auto lock = table_->Lock();
+    auto it = table_->jobs().find(plan.job_id);
+    if (it == table_->jobs().end()) return;
+    Job& j = *it->second;
+    if (j.attempt == plan.prev_attempt && (j.state == v1::QUEUED || j.state == v1::RESTARTING))
+      attempts_->Fail(j, st.message() + " (checked again at launch; was a symlink made after submission?)", false);
+    return;
+  }
+  std::string resume = plan.fallback_resume;
+  if (plan.find_latest) {
+    // Hashes every byte of the newest checkpoint: never under the lock.
+    auto latest = shard::FindLatestGoodStep(plan.checkpoint_dir, /*verify_checksums=*/true,
+                                            [&](const shard::Manifest& m) {
+                                              return shard::IsThisRunsStep(m.run_fingerprint, plan.run_fingerprint);
+                                            });
+    if (latest.ok() && !latest->empty()) resume = *latest;
+  }
+  LaunchRequest req;
+  Launcher* launcher = nullptr;
+  int attempt = 0;
+  {
+    auto lock = table_->Lock();
+    auto it = table_->jobs().find(plan.job_id);
+    if (it == table_->jobs().end()) return;
+    Job& j = *it->second;
+    // Still the launch that was decided? A cancel meanwhile wins.
+    if (j.attempt != plan.prev_attempt || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) return;
+    if (!attempts_->Begin(j, resume, &req)) return;
+    launcher = j.launcher;
+    attempt = j.attempt;
+  }
+  StatusOr<std::vector<int>> pids = runner_->Launch(launcher, req, attempt);
+  auto lock = table_->Lock();
+  attempts_->FinishLaunch(plan.job_id, attempt, pids);
+}
+
+void ControlLoop::Start() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      Tick();
+      lock.lock();
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(static_cast<int64_t>(opts_.tick_s * 1000)),
+                        [&] { return stop_; });
+    }
+  });
+  if (opts_.stall_forgive_s <= 0) return;
+  pulse_thread_ = std::thread([this] {
+    const auto period = std::chrono::milliseconds(static_cast<int64_t>(std::min(1.0, opts_.stall_forgive_s / 4) * 1000));
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      NoteAlive();
+      lock.lock();
+      stop_cv_.wait_for(lock, period, [&] { return stop_; });
+    }
+  });
+}
+
+void ControlLoop::NoteAlive() {
+  auto lock = table_->Lock();
+  table_->NoteAlive(opts_.now_ms());
+}
+
+void ControlLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (pulse_thread_.joinable()) pulse_thread_.join();
+}
+
+}  // namespace shardd

@@ -1,0 +1,84 @@
+// The control loop: one Tick asks the launchers (without the job lock),
+// decides under the lock (exits applied, health and timers checked, the local
+// queue scheduled), then launches each decided attempt: the resume point is
+// resolved (verifying checksums of the newest checkpoint: minutes at 70B)
+// without the lock, the attempt begins under it, Launch runs without it, and
+// the result is applied under it again only if the job is still in that
+// attempt (fencing by attempt number), so a cancel that arrived meanwhile wins.
+//
+// Start runs Tick every tick_s on one thread and the liveness pulse
+// (NoteAlive) on another, so launcher calls that hold up the Ticks never
+// look like a stall of the coordinator.
+//
+// Thread-safety: Tick, NoteAlive, Start and Stop may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/job_paths.h"
+#include "coordinator/jobs/attempt_lifecycle.h"
+#include "coordinator/jobs/attempt_runner.h"
+#include "coordinator/jobs/job_scheduler.h"
+#include "coordinator/jobs/job_table.h"
+#include "coordinator/rendezvous_store.h"
+
+namespace shardd {
+
+// A launch decided in Tick: the job's next attempt after `prev_attempt`.
+struct LaunchPlan {
+  std::string job_id;
+  int prev_attempt = 0;
+  bool find_latest = false;  // resume from the newest good committed step (verified: slow)
+  std::string checkpoint_dir;
+  std::string fallback_resume;  // the job file's checkpoint.resume
+  // Only this run's steps (or unknown ones) are resumed by a restart: another
+  // run that shares the directory never is (shard/spec/run_fingerprint.h).
+  std::string run_fingerprint;
+  // With --allowed-root: the job's paths, checked again at launch (a
+  // symlink made after submission must not lead outside the roots).
+  std::string src, workdir;
+  std::vector<JobPath> confine;
+};
+
+class ControlLoop {
+ public:
+  ControlLoop(const JobManagerOptions& opts, JobTable* table, AttemptRunner* runner, AttemptLifecycle* attempts,
+              JobScheduler* sched, RendezvousStore* rendezvous)
+      : opts_(opts), table_(table), runner_(runner), attempts_(attempts), sched_(sched), rendezvous_(rendezvous) {}
+  ~ControlLoop() { Stop(); }
+
+  void Start();
+  void Stop();
+  // One pass: launcher exits, health, timers, launches.
+  void Tick();
+  // Takes the job lock to note that the coordinator is alive.
+  void NoteAlive();
+
+ private:
+  // Applies what the launchers said, checks health and timers; returns the
+  // launches to make. With the table's lock held.
+  std::vector<LaunchPlan> Decide(const LauncherView& view);
+  void CheckRunning(Job& j, const LauncherView& view, int64_t now);
+  LaunchPlan PlanLaunch(const Job& j) const;
+  // Resolves the resume point, starts the attempt and launches it (takes the lock itself).
+  void RunLaunch(const LaunchPlan& plan);
+
+  const JobManagerOptions& opts_;
+  JobTable* table_;
+  AttemptRunner* runner_;
+  AttemptLifecycle* attempts_;
+  JobScheduler* sched_;
+  RendezvousStore* rendezvous_;
+
+  std::thread thread_;
+  std::thread pulse_thread_;  // NoteAlive every stall_forgive_s / 4 (at most 1 s)
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+};
+
+}  // namespace shardd

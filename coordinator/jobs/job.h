@@ -1,0 +1,112 @@
+// One job as the coordinator holds it in memory: its spec, state, current
+// attempt and ranks, and what the scheduler and telemetry know of it. Plain
+// data: JobTable owns every Job and guards it with its lock; the other classes
+// of coordinator/jobs/ change a Job only with that lock held.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/checkpoint_committer.h"
+#include "coordinator/launchers/launcher.h"
+#include "coordinator/sched/host_allocator.h"
+#include "coordinator/telemetry.h"
+#include "shard/spec/job_config.h"
+#include "shardd/v1/coordinator.pb.h"
+#include "shardd/v1/worker.pb.h"
+
+namespace shardd {
+
+std::string JobStateName(v1::JobState s);
+bool IsTerminal(v1::JobState s);
+
+struct JobRank {
+  int pid = 0;
+  std::string hostname;
+  std::string state = "launched";
+  bool registered = false;
+  bool done = false;
+  bool exited = false;
+  int64_t launched_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  int64_t last_progress_ms = 0;
+  int64_t step = 0;
+  double tokens_per_s = 0;
+  bool preempted = false;    // stopped on its launcher's signal after a checkpoint
+  std::string launcher_id;   // SLURM_JOB_ID, pod name, ...
+  std::string devices;       // its hardware probe summary
+  int64_t rss_bytes = 0;     // at its last heartbeat
+  double step_seconds = 0;   // its last step
+  std::string error;         // the failure it reported (ReportFailure), named when it exits
+};
+
+struct Job {
+  std::string id;
+  std::string name;
+  v1::JobSpec spec;
+  shard::JobConfig config;
+  v1::JobState state = v1::QUEUED;
+  int attempt = 0;
+  int restarts = 0;
+  std::string reason;
+  // The attempt's worker token: kept in memory only to hand to the launcher
+  // (or a joining external worker); "" after a coordinator restart. Calls
+  // are checked against its hash, which is all the database holds.
+  std::string token;
+  std::string token_hash;
+  std::string previous_token_hash;  // the last attempt's: its stragglers hear "stale attempt"
+  std::string join_token;      // launcher: external
+  Launcher* launcher = nullptr;  // null for launcher: external
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+  int64_t seq = 0;
+  v1::Progress progress;
+  std::vector<JobRank> ranks;
+  std::string resume_from;
+  int64_t next_launch_ms = 0;   // RESTARTING: when the next attempt starts
+  int draining_attempt = 0;     // an ended attempt whose processes may still run
+  int64_t kill_at_ms = 0;       // ... SIGKILLed from then on
+  std::unique_ptr<CheckpointCommitter> committer;
+  std::deque<double> step_seconds;  // recent step times (ETA, hang limit)
+  bool adopted = false;         // recovered after a coordinator restart
+  int resumed_event_attempt = 0;  // the attempt whose "resumed" event was emitted
+  bool nothing_trained = false;   // rank 0 reported the attempt began at or past train.steps
+  int refused_report_attempt = 0; // the attempt whose refused metrics row was announced (worker_reports.h)
+  // A rank reported a failure that may be a symptom (a peer died): held
+  // briefly so a rank's exit, the likely cause, is named instead.
+  std::string pending_failure;
+  int64_t pending_deadline_ms = 0;
+  std::string queue_reason;     // the launcher's last PendingReason, announced as an event
+  // Observability (telemetry.h), in memory only.
+  Histogram step_hist{StepTimeBuckets()};
+  Histogram commit_hist{CommitBuckets()};
+  int64_t checkpoints_committed = 0;
+  std::map<int64_t, int64_t> first_report_ms;  // checkpoint step -> its first rank report
+  // Model FLOPs per trained position over the cluster's peak FLOP/s (the
+  // admission plan's figures): MFU = positions/s × this. 0 = unknown.
+  double mfu_per_position_s = 0;
+  // The local scheduler (null demand: not scheduled here — another
+  // launcher, or no capacity configured). `placed`: the allocator holds
+  // the job's devices, from its first launch through restarts and backoff
+  // until its last attempt's processes are gone.
+  std::optional<sched::Demand> demand;
+  bool placed = false;
+  int queue_position = 0;  // 1 = next to start
+  std::string sched_reason;  // why it waits, as last announced
+};
+
+inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }
+inline bool IsExternal(const Job& j) { return j.config.resources.launcher == shard::Launcher::kExternal; }
+// The job's checkpoint directory (checkpoint.dir/<name>, against its workdir).
+std::string CheckpointDirOf(const Job& j);
+// Rendezvous keys of an attempt live under this prefix.
+std::string AttemptKvPrefix(const v1::WorkerId& id);
+// A fresh random worker or join token.
+std::string NewJobToken();
+
+}  // namespace shardd

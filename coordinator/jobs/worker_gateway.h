@@ -1,0 +1,58 @@
+// The worker gateway: the WorkerService's calls — join (launcher: external),
+// register, heartbeat, checkpoint reports, done and failure — each
+// authenticated and fenced by the job table (JobTable::CheckWorker), so two
+// generations of workers never train at once. The rendezvous store the
+// workers meet in is the facade's; an attempt's keys go when it ends.
+//
+// Thread-safety: every public method is thread-safe (takes the table's lock).
+// Checkpoint retention (deleting hundreds of GB can take seconds) and the
+// Terminates a failure queues run after the lock is let go.
+#pragma once
+
+#include <string>
+
+#include "coordinator/jobs/attempt_lifecycle.h"
+#include "coordinator/jobs/attempt_runner.h"
+#include "coordinator/jobs/job_table.h"
+#include "coordinator/rendezvous_store.h"
+
+namespace shardd {
+
+class WorkerGateway {
+ public:
+  WorkerGateway(const JobManagerOptions& opts, JobTable* table, AttemptLifecycle* attempts, AttemptRunner* runner,
+                RendezvousStore* rendezvous)
+      : opts_(opts), table_(table), attempts_(attempts), runner_(runner), rendezvous_(rendezvous) {}
+
+  Status CheckWorker(const v1::WorkerId& id, const std::string& token);
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& req, const std::string& join_token);
+  StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req, const std::string& token);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req, const std::string& token);
+  StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                                          const std::string& token);
+  Status ReportDone(const v1::ReportDoneRequest& req, const std::string& token);
+  Status ReportFailure(const v1::ReportFailureRequest& req, const std::string& token);
+
+ private:
+  // A committed step whose older steps retention may now delete (off the lock).
+  struct RetentionTask {
+    bool due = false;
+    std::string step_dir;
+    std::string run_fingerprint;
+    int keep_last = 0;
+  };
+  StatusOr<v1::ReportCheckpointResponse> ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
+                                                                const std::string& token, RetentionTask* retain);
+  Status ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token);
+  // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
+  // and updates the job's live progress for watchers. With the lock held.
+  void RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
+
+  const JobManagerOptions& opts_;
+  JobTable* table_;
+  AttemptLifecycle* attempts_;
+  AttemptRunner* runner_;
+  RendezvousStore* rendezvous_;
+};
+
+}  // namespace shardd

@@ -1,0 +1,129 @@
+// The worker gateway alone, over a job table with a begun attempt: register
+// starts the run once every rank has, heartbeats move a rank's clocks,
+// a stale attempt's calls are refused, done ends the job, a symptom-like
+// failure waits for its cause, and a checkpoint outside the job is refused.
+#include "coordinator/jobs/worker_gateway.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/coordinator/jobs/jobs_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+class WorkerGatewayTest : public JobPartsTest {
+ protected:
+  void SetUp() override {
+    JobPartsTest::SetUp();
+    gateway_ = std::make_unique<WorkerGateway>(opts_, table_.get(), attempts_.get(), runner_.get(), &rendezvous_);
+  }
+  // A job with a begun attempt 1; returns its token.
+  std::string Started(Job** job) {
+    Job& j = AddJob();
+    *job = &j;
+    return Begin(j).env.at("SHARDD_WORKER_TOKEN");
+  }
+  Status Register(const std::string& id, int rank, const std::string& token) {
+    v1::RegisterRequest req;
+    *req.mutable_id() = Worker(id, 1, rank);
+    req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    req.set_hostname("host-" + std::to_string(rank));
+    return gateway_->Register(req, token).status();
+  }
+  std::unique_ptr<WorkerGateway> gateway_;
+};
+
+TEST_F(WorkerGatewayTest, TheRunStartsWhenEveryRankHasRegistered) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  ASSERT_TRUE(Register(j->id, 0, token).ok());
+  EXPECT_EQ(j->state, v1::LAUNCHING);
+  ASSERT_TRUE(Register(j->id, 1, token).ok());
+  EXPECT_EQ(j->state, v1::RUNNING);
+  EXPECT_EQ(j->reason, "all 2 worker(s) registered");
+  EXPECT_EQ(j->ranks[1].hostname, "host-1");
+}
+
+TEST_F(WorkerGatewayTest, AnOlderProtocolIsRefused) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  v1::RegisterRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 0);
+  req.set_protocol_version(0);
+  EXPECT_EQ(gateway_->Register(req, token).status().code(), shard::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WorkerGatewayTest, HeartbeatsMoveTheRanksClocksAndAWrongTokenIsRefused) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  ASSERT_TRUE(Register(j->id, 0, token).ok());
+  now_ms_ += 4000;
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = Worker(j->id, 1, 0);
+  hb.set_step(3);
+  hb.set_state("training");
+  ASSERT_TRUE(gateway_->Heartbeat(hb, token).ok());
+  EXPECT_EQ(j->ranks[0].last_heartbeat_ms, now_ms_);
+  EXPECT_EQ(j->ranks[0].last_progress_ms, now_ms_);
+  EXPECT_EQ(j->ranks[0].step, 3);
+  EXPECT_EQ(gateway_->Heartbeat(hb, "not-the-token").status().code(), shard::StatusCode::kUnauthenticated);
+  EXPECT_EQ(gateway_->CheckWorker(Worker(j->id, 1, 0), token).code(), shard::StatusCode::kOk);
+}
+
+TEST_F(WorkerGatewayTest, EveryRankDoneSucceedsAndDropsTheRendezvousKeys) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  rendezvous_.Set(j->id + "/1/gloo/rank_0", "addr");
+  for (int r = 0; r < 2; ++r) {
+    v1::ReportDoneRequest req;
+    *req.mutable_id() = Worker(j->id, 1, r);
+    req.set_step(100);
+    req.set_final_loss(1.25);
+    ASSERT_TRUE(gateway_->ReportDone(req, token).ok());
+  }
+  EXPECT_EQ(j->state, v1::SUCCEEDED);
+  EXPECT_EQ(j->reason, "100 steps, final loss 1.2500");
+  EXPECT_EQ(j->draining_attempt, 1);
+  EXPECT_FALSE(rendezvous_.Check(j->id + "/1/gloo/rank_0"));
+}
+
+TEST_F(WorkerGatewayTest, DonePastTheLastStepIsRefused) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  v1::ReportDoneRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 0);
+  req.set_step(101);
+  EXPECT_EQ(gateway_->ReportDone(req, token).code(), shard::StatusCode::kInvalidArgument);
+}
+
+TEST_F(WorkerGatewayTest, ARetryableFailureWaitsASecondForItsCause) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  v1::ReportFailureRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 1);
+  req.set_error("gloo: connection reset by peer");
+  req.set_retryable(true);
+  ASSERT_TRUE(gateway_->ReportFailure(req, token).ok());
+  EXPECT_EQ(j->state, v1::LAUNCHING);
+  EXPECT_EQ(j->pending_failure, "rank 1 failed: gloo: connection reset by peer");
+  EXPECT_EQ(j->pending_deadline_ms, now_ms_ + 1000);
+  req.set_retryable(false);
+  ASSERT_TRUE(gateway_->ReportFailure(req, token).ok());
+  EXPECT_EQ(j->state, v1::FAILED);
+  EXPECT_EQ(launcher_.CountTerminates(j->id, 1, false), 1);  // run when the lock was let go
+}
+
+TEST_F(WorkerGatewayTest, ACheckpointOutsideTheJobIsRefused) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  v1::ReportCheckpointRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 0);
+  req.set_step(5);
+  req.set_step_dir(Path("elsewhere/step_00000005"));
+  auto resp = gateway_->ReportCheckpoint(req, token);
+  EXPECT_EQ(resp.status().code(), shard::StatusCode::kInvalidArgument);
+  EXPECT_NE(resp.status().message().find("outside the job's"), std::string::npos) << resp.status().ToString();
+}
+
+}  // namespace
+}  // namespace shardd::testing
