@@ -25,7 +25,7 @@
 #include "shard/common/kv_stores.h"
 #include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
-#include "shard/common/process.h"
+#include "shard/common/supervisor.h"
 #include "shard/plan/hardware.h"
 #include "worker/agent.h"
 #include "worker/run_trainer.h"
@@ -65,15 +65,6 @@ shard::Status RedirectLogs(const std::string& dir, int rank) {
   return shard::OkStatus();
 }
 
-// The children's pids for the signal handler (filled before it is installed).
-std::vector<pid_t> g_children;
-
-// SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask the children
-// to checkpoint and stop; SIGKILL follows from the kubelet after its grace.
-void ForwardStop(int) {
-  for (pid_t c : g_children) ::kill(c, SIGUSR1);
-}
-
 // Folds one child's exit into the exit code to use: the first bad-input
 // code, else the first non-zero, else 0.
 void FoldExit(const shard::ExitStatus& e, int* code) {
@@ -83,13 +74,21 @@ void FoldExit(const shard::ExitStatus& e, int* code) {
 }
 
 // --nproc-per-node: runs this binary again once per local index (with
-// --local-index i added to `args`) and waits for them. Each child dies with
-// this process, so a SIGKILLed pod entrypoint leaves no rank behind.
+// --local-index i added to `args`) and waits for them (shard::Supervisor).
+// Each child dies with this process, so a SIGKILLed pod entrypoint leaves no
+// rank behind. SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask
+// the children to checkpoint and stop (SIGUSR1); SIGKILL follows from the
+// kubelet after its grace. One worker's failure dooms the attempt: the others
+// get SIGTERM rather than wait in collectives.
 int RunLocalWorkers(int nproc, const std::vector<std::string>& args) {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) return Fail(shard::Internal("cannot find this program (/proc/self/exe): " + ec.message()));
-  std::vector<shard::Process> procs;
+  shard::SuperviseOptions opts;
+  opts.forward = {{SIGUSR1, SIGUSR1}, {SIGTERM, SIGUSR1}};
+  opts.fails = [](const shard::ExitStatus& e) { return !e.ok() && !(e.signal == 0 && e.code == shardd::kExitPreempted); };
+  opts.stop_grace_s = -1;  // SIGTERM only: the kubelet's SIGKILL is the backstop
+  shard::Supervisor sup(opts);
   for (int i = 0; i < nproc; ++i) {
     shard::SpawnOptions so;
     so.argv = args;
@@ -99,35 +98,11 @@ int RunLocalWorkers(int nproc, const std::vector<std::string>& args) {
     so.stdout_fd = 1;
     so.stderr_fd = 2;
     so.die_with_parent = true;
-    auto p = shard::Process::Spawn(so);
-    if (!p.ok()) return Fail(p.status());  // the started ones are killed with their Process
-    g_children.push_back(p->pid());
-    procs.push_back(std::move(*p));
+    auto p = sup.Spawn(i, so);
+    if (!p.ok()) return Fail(p.status());  // the started ones are killed with the Supervisor
   }
-  struct sigaction sa = {};
-  sa.sa_handler = ForwardStop;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   int code = 0;
-  std::vector<bool> seen(procs.size(), false);
-  for (size_t left = procs.size(); left > 0;) {
-    for (size_t i = 0; i < procs.size(); ++i) {
-      if (seen[i]) continue;
-      const auto e = procs[i].Poll();
-      if (!e) continue;
-      seen[i] = true;
-      --left;
-      FoldExit(*e, &code);
-      const int c = e->signal == 0 ? e->code : 128 + e->signal;
-      // One worker's failure dooms the attempt: don't leave the others waiting in collectives.
-      if (c != 0 && c != shardd::kExitPreempted)
-        for (size_t k = 0; k < procs.size(); ++k)
-          if (!seen[k]) procs[k].Signal(SIGTERM);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  for (const shard::RankEnd& e : sup.Wait().ends) FoldExit(e.status, &code);
   return code;
 }
 
