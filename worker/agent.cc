@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "shard/common/logging.h"
+#include "shard/common/process.h"
 #include "shard/train/trainer.h"
 #include "worker/peer_barrier.h"
 #include "worker/run_trainer.h"
@@ -237,12 +238,13 @@ class AgentSession {
   std::string ProbeDevices() const {
     std::string devices;
     if (!opts_.probe_devices) return devices;
-    if (FILE* p = ::popen("/proc/self/exe --probe --brief 2>/dev/null", "r")) {
-      char line[512] = {0};
-      if (std::fgets(line, sizeof(line), p)) devices = line;
-      ::pclose(p);
-      while (!devices.empty() && (devices.back() == '\n' || devices.back() == '\r')) devices.pop_back();
-    }
+    shard::SpawnOptions so;
+    so.argv = {"/proc/self/exe", "--probe", "--brief"};
+    so.new_process_group = false;  // a kill of this worker's group takes the probe too
+    auto run = shard::RunCapturingStdout(so, shard::CapturedStderr::kDiscard);
+    if (!run.ok()) return devices;
+    devices = run->out.substr(0, run->out.find('\n'));  // the first line
+    while (!devices.empty() && devices.back() == '\r') devices.pop_back();
     return devices;
   }
 

@@ -25,7 +25,7 @@
 #include "shard/common/kv_stores.h"
 #include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
-#include "shard/common/process.h"
+#include "shard/common/supervisor.h"
 #include "shard/plan/hardware.h"
 #include "worker/agent.h"
 #include "worker/run_trainer.h"
@@ -65,15 +65,6 @@ shard::Status RedirectLogs(const std::string& dir, int rank) {
   return shard::OkStatus();
 }
 
-// The children's pids for the signal handler (filled before it is installed).
-std::vector<pid_t> g_children;
-
-// SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask the children
-// to checkpoint and stop; SIGKILL follows from the kubelet after its grace.
-void ForwardStop(int) {
-  for (pid_t c : g_children) ::kill(c, SIGUSR1);
-}
-
 // Folds one child's exit into the exit code to use: the first bad-input
 // code, else the first non-zero, else 0.
 void FoldExit(const shard::ExitStatus& e, int* code) {
@@ -83,13 +74,21 @@ void FoldExit(const shard::ExitStatus& e, int* code) {
 }
 
 // --nproc-per-node: runs this binary again once per local index (with
-// --local-index i added to `args`) and waits for them. Each child dies with
-// this process, so a SIGKILLed pod entrypoint leaves no rank behind.
+// --local-index i added to `args`) and waits for them (shard::Supervisor).
+// Each child dies with this process, so a SIGKILLed pod entrypoint leaves no
+// rank behind. SIGUSR1 and SIGTERM (a pod being stopped or evicted) both ask
+// the children to checkpoint and stop (SIGUSR1); SIGKILL follows from the
+// kubelet after its grace. One worker's failure dooms the attempt: the others
+// get SIGTERM rather than wait in collectives.
 int RunLocalWorkers(int nproc, const std::vector<std::string>& args) {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) return Fail(shard::Internal("cannot find this program (/proc/self/exe): " + ec.message()));
-  std::vector<shard::Process> procs;
+  shard::SuperviseOptions opts;
+  opts.forward = {{SIGUSR1, SIGUSR1}, {SIGTERM, SIGUSR1}};
+  opts.fails = [](const shard::ExitStatus& e) { return !e.ok() && !(e.signal == 0 && e.code == shardd::kExitPreempted); };
+  opts.stop_grace_s = -1;  // SIGTERM only: the kubelet's SIGKILL is the backstop
+  shard::Supervisor sup(opts);
   for (int i = 0; i < nproc; ++i) {
     shard::SpawnOptions so;
     so.argv = args;
@@ -99,35 +98,11 @@ int RunLocalWorkers(int nproc, const std::vector<std::string>& args) {
     so.stdout_fd = 1;
     so.stderr_fd = 2;
     so.die_with_parent = true;
-    auto p = shard::Process::Spawn(so);
-    if (!p.ok()) return Fail(p.status());  // the started ones are killed with their Process
-    g_children.push_back(p->pid());
-    procs.push_back(std::move(*p));
+    auto p = sup.Spawn(i, so);
+    if (!p.ok()) return Fail(p.status());  // the started ones are killed with the Supervisor
   }
-  struct sigaction sa = {};
-  sa.sa_handler = ForwardStop;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   int code = 0;
-  std::vector<bool> seen(procs.size(), false);
-  for (size_t left = procs.size(); left > 0;) {
-    for (size_t i = 0; i < procs.size(); ++i) {
-      if (seen[i]) continue;
-      const auto e = procs[i].Poll();
-      if (!e) continue;
-      seen[i] = true;
-      --left;
-      FoldExit(*e, &code);
-      const int c = e->signal == 0 ? e->code : 128 + e->signal;
-      // One worker's failure dooms the attempt: don't leave the others waiting in collectives.
-      if (c != 0 && c != shardd::kExitPreempted)
-        for (size_t k = 0; k < procs.size(); ++k)
-          if (!seen[k]) procs[k].Signal(SIGTERM);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  for (const shard::RankEnd& e : sup.Wait().ends) FoldExit(e.status, &code);
   return code;
 }
 
@@ -151,122 +126,140 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
                   const std::string& rendezvous, const std::string& run_id, const std::string& hostname,
                   const std::string& metrics_path);
 
-int main(int argc, char** argv) {
-  CLI::App app{"shardd-worker: trains one rank of a shardd job"};
-  bool standalone = false, probe = false;
-  std::string config_path, metrics_path;
-  shard::cli::LogFlags log;
-  shard::cli::AddCommonFlags(app, "shardd-worker", &log);
+namespace {
+
+// Every flag of shardd-worker, as parsed.
+struct WorkerFlags {
+  bool standalone = false, probe = false, brief = false, json = false;
+  std::string config_path, metrics_path, log_dir;
+  std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
   std::vector<std::string> sets;
-  app.add_flag("--standalone", standalone, "Train the job file in this process, without a coordinator");
-  app.add_flag("--probe", probe,
+  int rank = -1, world = 0, nproc = 1, node_rank = -1, local_index = -1;
+  shard::cli::LogFlags log;
+  shardd::AgentOptions agent;
+  CLI::Option* rank_opt = nullptr;
+};
+
+void AddFlags(CLI::App& app, WorkerFlags& f) {
+  shard::cli::AddCommonFlags(app, "shardd-worker", &f.log);
+  app.add_flag("--standalone", f.standalone, "Train the job file in this process, without a coordinator");
+  app.add_flag("--probe", f.probe,
                "Print the GPUs this worker sees (name, compute capability, memory, bf16, links between them, "
                "driver and runtime versions) and exit: 0 with GPUs, 3 without");
-  app.add_option("--config", config_path, "Job file (YAML)")->check(CLI::ExistingFile);
-  app.add_option("--set", sets, "Override a job-file key: --set train.steps=100 (repeatable)");
-  app.add_option("--metrics", metrics_path, "Append one JSON line of metrics per step to this file");
-  int rank = -1, world = 0, nproc = 1, node_rank = -1, local_index = -1;
-  bool brief = false;
-  std::string log_dir;
-  bool json = false;
-  app.add_flag("--json", json, "With --probe: the GPUs as the planner reads them ({\"gpus\": [...]}; what shardd runs)");
-  app.add_flag("--brief", brief, "With --probe: one line (\"8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)\")");
+  app.add_option("--config", f.config_path, "Job file (YAML)")->check(CLI::ExistingFile);
+  app.add_option("--set", f.sets, "Override a job-file key: --set train.steps=100 (repeatable)");
+  app.add_option("--metrics", f.metrics_path, "Append one JSON line of metrics per step to this file");
+  app.add_flag("--json", f.json, "With --probe: the GPUs as the planner reads them ({\"gpus\": [...]}; what shardd runs)");
+  app.add_flag("--brief", f.brief, "With --probe: one line (\"8x NVIDIA A100-SXM4-80GB (sm_80, 79.2 GiB, bf16, nvlink)\")");
   // Number flags are bounded (shard::cli::FiniteRange): exit 2 naming the flag.
-  shard::cli::FiniteRange(app.add_option("--nproc-per-node", nproc, "Start this many workers here, ranks "
+  shard::cli::FiniteRange(app.add_option("--nproc-per-node", f.nproc, "Start this many workers here, ranks "
                                          "node_rank*N .. node_rank*N+N-1 (a Kubernetes pod per node)")
                               ->capture_default_str(),
                           1, 1024);
-  app.add_option("--node-rank", node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
+  app.add_option("--node-rank", f.node_rank, "This host's index (default: JOB_COMPLETION_INDEX, else 0)");
   // Internal: set by --nproc-per-node on the workers it starts.
-  app.add_option("--local-index", local_index, "")->group("");
-  app.add_option("--log-dir", log_dir, "Append each worker's output to DIR/rank_<r>.log");
-  std::string rendezvous, run_id = "run", hostname = "127.0.0.1";
-  CLI::Option* rank_opt = app.add_option("--rank", rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
+  app.add_option("--local-index", f.local_index, "")->group("");
+  app.add_option("--log-dir", f.log_dir, "Append each worker's output to DIR/rank_<r>.log");
+  f.rank_opt = app.add_option("--rank", f.rank, "This worker's rank in [0, world) (default: SLURM_PROCID, else "
                  "JOB_COMPLETION_INDEX x --nproc-per-node + local index, else 0)");
-  shard::cli::FiniteRange(app.add_option("--world", world, "Number of workers (default: the job's parallel.world_size)"),
+  shard::cli::FiniteRange(app.add_option("--world", f.world, "Number of workers (default: the job's parallel.world_size)"),
                           1, 1 << 20);
-  app.add_option("--rendezvous", rendezvous,
+  app.add_option("--rendezvous", f.rendezvous,
                  "Where ranks find each other: file:DIR (a directory every rank can reach)");
-  app.add_option("--run-id", run_id, "Namespaces rendezvous keys, so reruns sharing a directory do not mix")
+  app.add_option("--run-id", f.run_id, "Namespaces rendezvous keys, so reruns sharing a directory do not mix")
       ->capture_default_str();
-  app.add_option("--hostname", hostname, "Address this rank listens on for collectives")->capture_default_str();
-  shardd::AgentOptions agent;
-  app.add_option("--coordinator", agent.coordinator, "Coordinator address host:port (coordinator mode)");
-  app.add_option("--job", agent.job_id, "Job id (coordinator mode)");
-  app.add_option("--attempt", agent.attempt,
+  app.add_option("--hostname", f.hostname, "Address this rank listens on for collectives")->capture_default_str();
+  app.add_option("--coordinator", f.agent.coordinator, "Coordinator address host:port (coordinator mode)");
+  app.add_option("--job", f.agent.job_id, "Job id (coordinator mode)");
+  app.add_option("--attempt", f.agent.attempt,
                  "Attempt number (coordinator mode); leave out to join the current attempt of a job submitted with "
                  "resources.launcher: external, with its join token in SHARDD_WORKER_TOKEN");
-  app.add_option("--tls-ca", agent.tls.ca,
+  app.add_option("--tls-ca", f.agent.tls.ca,
                  "PEM CA to verify the coordinator's TLS certificate (default $SHARDD_TLS_CA)");
-  app.add_option("--tls-cert", agent.tls.cert,
+  app.add_option("--tls-cert", f.agent.tls.cert,
                  "PEM client certificate for a coordinator with mutual TLS, with --tls-key (default $SHARDD_TLS_CERT)");
-  app.add_option("--tls-key", agent.tls.key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");
+  app.add_option("--tls-key", f.agent.tls.key, "PEM private key of --tls-cert (default $SHARDD_TLS_KEY)");
   // SHARDD_<FLAG> for each flag. Not: the TLS ones (read below, so errors
   // name the variable) and --log-dir (SHARDD_LOG_DIR is the Kubernetes pod
   // script's, which links rank logs to the pod's log itself).
   shard::cli::BindEnv(app, {"--set", "--local-index", "--tls-ca", "--tls-cert", "--tls-key", "--log-dir"});
-  if (auto code = shard::cli::Parse(app, argc, argv, "shardd-worker")) return *code;
-  shard::InitLogging(log.level, log.format);
+}
 
-  if (rank_opt->count() > 0 && rank < 0)
-    return Fail(shard::InvalidArgument("--rank " + std::to_string(rank) + ": a rank must be 0 or more"),
+int RunProbe(const WorkerFlags& f) {
+  auto hw = shard::ProbeHardware();
+  if (!hw.ok()) return Fail(hw.status(), 3);
+  const std::string text = f.json ? ProbedGpusJson(*hw) + "\n" : f.brief ? hw->Brief() + "\n" : hw->ToString();
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+// Coordinator mode: the agent for this placement.
+int RunAgentRank(const WorkerFlags& f, const shardd::WorkerPlacement& place) {
+  shardd::AgentOptions a = f.agent;
+  if (a.coordinator.empty()) a.coordinator = place.master;  // torchrun's MASTER_ADDR:MASTER_PORT
+  if (a.coordinator.empty() || a.job_id.empty() || a.attempt < 0)
+    return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID [--attempt N] (launched by shardd or "
+                                       "joining an external job), or --standalone --config JOB.yaml"),
                 shardd::kExitBadInput);
-  if (probe) {
-    auto hw = shard::ProbeHardware();
-    if (!hw.ok()) return Fail(hw.status(), 3);
-    const std::string text = json ? ProbedGpusJson(*hw) + "\n" : brief ? hw->Brief() + "\n" : hw->ToString();
-    std::fputs(text.c_str(), stdout);
-    return 0;
-  }
-  // Placement and logs for one local worker; the body of each rank.
-  auto run_one = [&](int local) -> int {
-    auto place = shardd::ResolvePlacement(rank, node_rank, nproc, local, [](const char* n) { return std::getenv(n); });
-    if (!place.ok()) return Fail(place.status(), shardd::kExitBadInput);
-    if (!log_dir.empty())
-      if (auto st = RedirectLogs(log_dir, place->rank); !st.ok()) return Fail(st, shardd::kExitBadInput);
-    shardd::InstallStopSignal();
-    if (!standalone) {
-      if (agent.coordinator.empty()) agent.coordinator = place->master;  // torchrun's MASTER_ADDR:MASTER_PORT
-      if (agent.coordinator.empty() || agent.job_id.empty() || agent.attempt < 0)
-        return Fail(shard::InvalidArgument("give --coordinator ADDR --job ID [--attempt N] (launched by shardd or "
-                                           "joining an external job), or --standalone --config JOB.yaml"),
-                    shardd::kExitBadInput);
-      const char* token = std::getenv("SHARDD_WORKER_TOKEN");
-      if (!token || !*token)
-        return Fail(shard::InvalidArgument(agent.attempt == 0 ? "SHARDD_WORKER_TOKEN is not set (an external job's "
-                                                                "join token: shardctl status JOB --json)"
-                                                              : "SHARDD_WORKER_TOKEN is not set"),
-                    shardd::kExitBadInput);
-      shardd::AgentOptions a = agent;
-      a.token = token;
-      // shardd hands its workers these in the environment: errors name the
-      // variable unless the flag was given.
-      auto from_env = [](std::string& path, std::string& name, const char* var) {
-        if (!path.empty()) return;
-        name = var;
-        if (const char* v = std::getenv(var); v && *v) path = v;
-      };
-      from_env(a.tls.ca, a.tls.ca_name, "SHARDD_TLS_CA");
-      from_env(a.tls.cert, a.tls.cert_name, "SHARDD_TLS_CERT");
-      from_env(a.tls.key, a.tls.key_name, "SHARDD_TLS_KEY");
-      a.rank = place->rank;
-      a.world_hint = place->world_hint;
-      a.launcher_id = place->launcher_id;
-      a.probe_devices = place->local_rank == 0;
-      a.hostname = hostname;
-      return shardd::RunAgent(a);
-    }
-    if (rendezvous.empty() && !place->master.empty())
-      return Fail(shard::InvalidArgument("MASTER_ADDR/MASTER_PORT (" + place->master +
-                                         ") name a TCP store, which --standalone does not have: give --rendezvous "
-                                         "file:DIR, or start shardd there and drop --standalone"),
-                  shardd::kExitBadInput);
-    return RunStandalone(config_path, sets, place->rank, world > 0 || place->source != "RANK" ? world : place->world_hint, rendezvous, run_id,
-                         hostname, metrics_path);
+  const char* token = std::getenv("SHARDD_WORKER_TOKEN");
+  if (!token || !*token)
+    return Fail(shard::InvalidArgument(a.attempt == 0 ? "SHARDD_WORKER_TOKEN is not set (an external job's "
+                                                        "join token: shardctl status JOB --json)"
+                                                      : "SHARDD_WORKER_TOKEN is not set"),
+                shardd::kExitBadInput);
+  a.token = token;
+  // shardd hands its workers these in the environment: errors name the
+  // variable unless the flag was given.
+  auto from_env = [](std::string& path, std::string& name, const char* var) {
+    if (!path.empty()) return;
+    name = var;
+    if (const char* v = std::getenv(var); v && *v) path = v;
   };
-  if (local_index >= 0) return run_one(local_index);
-  if (nproc > 1) return RunLocalWorkers(nproc, std::vector<std::string>(argv, argv + argc));
-  return run_one(0);
+  from_env(a.tls.ca, a.tls.ca_name, "SHARDD_TLS_CA");
+  from_env(a.tls.cert, a.tls.cert_name, "SHARDD_TLS_CERT");
+  from_env(a.tls.key, a.tls.key_name, "SHARDD_TLS_KEY");
+  a.rank = place.rank;
+  a.world_hint = place.world_hint;
+  a.launcher_id = place.launcher_id;
+  a.probe_devices = place.local_rank == 0;
+  a.hostname = f.hostname;
+  return shardd::RunAgent(a);
+}
+
+// Placement and logs for one local worker; the body of each rank.
+int RunOne(const WorkerFlags& f, int local) {
+  auto place = shardd::ResolvePlacement(f.rank, f.node_rank, f.nproc, local, [](const char* n) { return std::getenv(n); });
+  if (!place.ok()) return Fail(place.status(), shardd::kExitBadInput);
+  if (!f.log_dir.empty())
+    if (auto st = RedirectLogs(f.log_dir, place->rank); !st.ok()) return Fail(st, shardd::kExitBadInput);
+  shardd::InstallStopSignal();
+  if (!f.standalone) return RunAgentRank(f, *place);
+  if (f.rendezvous.empty() && !place->master.empty())
+    return Fail(shard::InvalidArgument("MASTER_ADDR/MASTER_PORT (" + place->master +
+                                       ") name a TCP store, which --standalone does not have: give --rendezvous "
+                                       "file:DIR, or start shardd there and drop --standalone"),
+                shardd::kExitBadInput);
+  return RunStandalone(f.config_path, f.sets, place->rank,
+                       f.world > 0 || place->source != "RANK" ? f.world : place->world_hint, f.rendezvous, f.run_id,
+                       f.hostname, f.metrics_path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardd-worker: trains one rank of a shardd job"};
+  WorkerFlags f;
+  AddFlags(app, f);
+  if (auto code = shard::cli::Parse(app, argc, argv, "shardd-worker")) return *code;
+  shard::InitLogging(f.log.level, f.log.format);
+
+  if (f.rank_opt->count() > 0 && f.rank < 0)
+    return Fail(shard::InvalidArgument("--rank " + std::to_string(f.rank) + ": a rank must be 0 or more"),
+                shardd::kExitBadInput);
+  if (f.probe) return RunProbe(f);
+  if (f.local_index >= 0) return RunOne(f, f.local_index);
+  if (f.nproc > 1) return RunLocalWorkers(f.nproc, std::vector<std::string>(argv, argv + argc));
+  return RunOne(f, 0);
 }
 
 int RunStandalone(const std::string& config_path, const std::vector<std::string>& sets, int rank, int world,

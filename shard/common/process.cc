@@ -271,6 +271,35 @@ ExitStatus Process::Stop(double grace_s) {
   return exit_.value_or(ExitStatus{});
 }
 
+StatusOr<CapturedRun> RunCapturingStdout(SpawnOptions opts, CapturedStderr err) {
+  int out_pipe[2] = {-1, -1};
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  int null_fd = -1;
+  if (err == CapturedStderr::kDiscard) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  opts.log_path.clear();
+  opts.stdout_fd = out_pipe[1];
+  if (err == CapturedStderr::kMerge) opts.stderr_fd = out_pipe[1];
+  else if (err == CapturedStderr::kDiscard) opts.stderr_fd = null_fd;
+  StatusOr<Process> proc = Process::Spawn(opts);
+  CloseFd(out_pipe[1]);  // the child holds its own copy: EOF once it (and its children) closed it
+  CloseFd(null_fd);
+  if (!proc.ok()) {
+    CloseFd(out_pipe[0]);
+    return proc.status();
+  }
+  CapturedRun run;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(out_pipe[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    run.out.append(buf, static_cast<size_t>(n));
+  }
+  CloseFd(out_pipe[0]);
+  run.exit = proc->Wait().value_or(ExitStatus{});
+  return run;
+}
+
 void StopAll(const std::vector<Process*>& procs, double grace_s) {
   for (Process* p : procs)
     if (p->running() && !p->Poll()) p->Signal(SIGTERM);

@@ -103,6 +103,18 @@ class Process {
 // to those still running after grace_s. Returns when all have ended.
 void StopAll(const std::vector<Process*>& procs, double grace_s);
 
+// What a child wrote to stdout, and how it ended.
+struct CapturedRun {
+  ExitStatus exit;
+  std::string out;
+};
+enum class CapturedStderr { kInherit, kDiscard, kMerge /* into `out`, like 2>&1 */ };
+
+// Runs a child to its end with its stdout read through a pipe (no shell, no
+// popen): the child's own log_path/stdout_fd are replaced. Blocks until the
+// child closed its stdout and ended. Errors: those of Spawn, or the pipe.
+StatusOr<CapturedRun> RunCapturingStdout(SpawnOptions opts, CapturedStderr err = CapturedStderr::kInherit);
+
 // The executable argv0 names: itself when it holds a '/', else the first
 // executable match on PATH. NotFound otherwise.
 StatusOr<std::string> FindExecutable(const std::string& argv0);

@@ -242,6 +242,151 @@ StatusOr<int32_t> ParseTokenId(const nlohmann::json& v, int64_t entries, const s
 
 }  // namespace
 
+namespace {
+
+// The BPE variants shardd does not implement, refused by name.
+Status CheckBpeModel(const json& m, const std::string& origin) {
+  const std::string type = m.value("type", "BPE");
+  if (type != "BPE") return Unimplemented(origin + ": model type " + type + " (shardd reads BPE tokenizer.json files)");
+  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
+    return Unimplemented(origin + ": BPE dropout");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
+      return Unimplemented(origin + ": BPE " + k);
+  return OkStatus();
+}
+
+// The vocabulary's entries plus the added tokens: what token ids are bounded by.
+int64_t EntryCount(const json& j) {
+  return static_cast<int64_t>(j.at("model").at("vocab").size()) +
+         (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
+}
+
+}  // namespace
+
+Status HfTokenizer::BuildModel(const void* p, const std::string& origin) {
+  const json& j = *static_cast<const json*>(p);
+  const json& m = j.at("model");
+  BpeModel::Options o;
+  o.byte_level = std::any_of(pre_.begin(), pre_.end(), [](const PreStep& s) { return s.kind == PreStep::kByteLevel; });
+  o.byte_fallback = m.value("byte_fallback", false);
+  o.ignore_merges = m.value("ignore_merges", false);
+  o.fuse_unk = m.value("fuse_unk", false);
+  // BPE's vocab maps each piece to its id; a list is another model's
+  // (Unigram's [piece, score] pairs), and nothing would encode.
+  const json& vocab_json = m.at("vocab");
+  if (!vocab_json.is_object())
+    return InvalidArgument(origin + ": model.vocab is " + (vocab_json.is_array() ? "a list" : "not an object") +
+                           "; a BPE tokenizer.json maps each piece to its id ({\"piece\": id, ...})");
+  if (vocab_json.empty()) return InvalidArgument(origin + ": model.vocab is empty");
+  StringMap<int32_t> vocab;
+  vocab.reserve(vocab_json.size());
+  std::string bytes;
+  // Ids size the id → piece tables: bound them before anything allocates.
+  const int64_t entries = EntryCount(j);
+  for (const auto& [k, v] : m.at("vocab").items()) {
+    ASSIGN_OR_RETURN(int32_t id, ParseTokenId(v, entries, "vocabulary piece '" + k + "'", origin));
+    if (o.byte_level && ByteLevelToBytes(k, &bytes)) vocab.emplace(bytes, id);
+    else vocab.emplace(k, id);
+  }
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    std::string unk = m["unk_token"].get<std::string>();
+    auto it = vocab.find(unk);
+    if (it != vocab.end()) o.unk = it->second;
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(m.at("merges").size());
+  for (size_t r = 0; r < m["merges"].size(); ++r) {
+    std::string a, b;
+    if (auto st = ParseMerge(m["merges"][r], r, &a, &b); !st.ok()) return st.WithContext(origin);
+    if (o.byte_level) {
+      std::string ra, rb;
+      if (ByteLevelToBytes(a, &ra) && ByteLevelToBytes(b, &rb)) {
+        a = std::move(ra);
+        b = std::move(rb);
+      }
+    }
+    merges.emplace_back(std::move(a), std::move(b));
+  }
+  auto model = BpeModel::Create(std::move(vocab), merges, o);
+  if (!model.ok()) return model.status().WithContext(origin);
+  model_ = std::make_unique<BpeModel>(std::move(*model));
+  vocab_size_ = model_->max_id() + 1;
+  return OkStatus();
+}
+
+Status HfTokenizer::ParseAddedTokens(const void* p, const std::string& origin) {
+  const json& j = *static_cast<const json*>(p);
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    const int64_t entries = EntryCount(j);
+    for (const auto& a : j["added_tokens"]) {
+      AddedToken at;
+      at.content = a.at("content").get<std::string>();
+      ASSIGN_OR_RETURN(at.id, ParseTokenId(a.at("id"), entries, "added token '" + at.content + "'", origin));
+      at.special = a.value("special", false);
+      at.lstrip = a.value("lstrip", false);
+      at.rstrip = a.value("rstrip", false);
+      at.normalized = a.value("normalized", !at.special);
+      if (a.value("single_word", false))
+        return Unimplemented(origin + ": added token '" + at.content + "' has single_word: true");
+      added_.push_back(at);
+      vocab_size_ = std::max<int64_t>(vocab_size_, at.id + 1);
+    }
+  }
+  std::vector<const AddedToken*> raw, normalized;
+  for (const auto& a : added_) {
+    added_ids_[a.content] = a.id;
+    (a.normalized && !norm_.empty() ? normalized : raw).push_back(&a);
+  }
+  raw_splitter_.Build(raw);
+  normalized_splitter_.Build(normalized);
+  return OkStatus();
+}
+
+// Decoding: SentencePiece-style decoders strip the dummy-prefix space.
+Status HfTokenizer::ScanDecoder(const void* p, int depth, const std::string& origin) {
+  const json& d = *static_cast<const json*>(p);
+  if (d.is_null()) return OkStatus();
+  const std::string dt = d.value("type", "");
+  if (dt == "Sequence") {
+    if (depth >= kMaxSequenceDepth)
+      return InvalidArgument(origin + ": decoder Sequences nested deeper than " + std::to_string(kMaxSequenceDepth) +
+                             " levels");
+    for (const auto& x : d.at("decoders")) RETURN_IF_ERROR(ScanDecoder(&x, depth + 1, origin));
+  } else if (dt == "Strip") {
+    strip_decoded_prefix_ = JsonIntOr<int64_t>(d, "start", 0) > 0;
+  } else if (dt == "Metaspace") {
+    strip_decoded_prefix_ = d.value("prepend_scheme", d.value("add_prefix_space", true) ? "always" : "never") != "never";
+  }
+  return OkStatus();
+}
+
+Status HfTokenizer::ResolveBosEos(const std::string& tokenizer_config_json, const std::string& origin) {
+  std::string bos_name, eos_name;
+  if (!tokenizer_config_json.empty()) {
+    // Its own file in errors: a broken tokenizer_config.json is not tokenizer.json's fault.
+    const std::string config_origin = (std::filesystem::path(origin).parent_path() / "tokenizer_config.json").string();
+    json c;
+    try {
+      c = json::parse(tokenizer_config_json);
+    } catch (const json::exception& e) {
+      return InvalidArgument(config_origin + ": " + e.what());
+    }
+    if (!c.is_object()) return InvalidArgument(config_origin + ": not a JSON object");
+    if (c.contains("bos_token")) bos_name = TokenName(c["bos_token"]);
+    if (c.contains("eos_token")) eos_name = TokenName(c["eos_token"]);
+  }
+  auto first_of = [&](std::initializer_list<std::string> names) -> std::optional<int32_t> {
+    for (const auto& n : names)
+      if (!n.empty())
+        if (auto id = TokenId(n)) return id;
+    return std::nullopt;
+  };
+  bos_ = first_of({bos_name, "<|begin_of_text|>", "<s>"});
+  eos_ = first_of({eos_name, "<|end_of_text|>", "</s>", "<|endoftext|>"});
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tokenizer_json,
                                                           const std::string& tokenizer_config_json,
                                                           const std::string& origin) {
@@ -252,129 +397,14 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(const std::string& tok
     const json j = json::parse(tokenizer_json);
     static const json kNull;
     auto field = [&](const char* k) -> const json& { return j.contains(k) ? j[k] : kNull; };
-    const json& m = j.at("model");
-    const std::string type = m.value("type", "BPE");
-    if (type != "BPE") return Unimplemented(origin + ": model type " + type + " (shardd reads BPE tokenizer.json files)");
-    if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
-      return Unimplemented(origin + ": BPE dropout");
-    for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
-        return Unimplemented(origin + ": BPE " + k);
+    RETURN_IF_ERROR(CheckBpeModel(j.at("model"), origin));
     if (auto st = t->ParseNormalizer(&field("normalizer"), 0); !st.ok()) return st.WithContext(origin);
     if (auto st = t->ParsePreTokenizer(&field("pre_tokenizer"), 0); !st.ok()) return st.WithContext(origin);
     if (auto st = t->CheckGrowth(); !st.ok()) return st.WithContext(origin);
-
-    BpeModel::Options o;
-    o.byte_level = std::any_of(t->pre_.begin(), t->pre_.end(), [](const PreStep& s) { return s.kind == PreStep::kByteLevel; });
-    o.byte_fallback = m.value("byte_fallback", false);
-    o.ignore_merges = m.value("ignore_merges", false);
-    o.fuse_unk = m.value("fuse_unk", false);
-    // BPE's vocab maps each piece to its id; a list is another model's
-    // (Unigram's [piece, score] pairs), and nothing would encode.
-    const json& vocab_json = m.at("vocab");
-    if (!vocab_json.is_object())
-      return InvalidArgument(origin + ": model.vocab is " + (vocab_json.is_array() ? "a list" : "not an object") +
-                             "; a BPE tokenizer.json maps each piece to its id ({\"piece\": id, ...})");
-    if (vocab_json.empty()) return InvalidArgument(origin + ": model.vocab is empty");
-    StringMap<int32_t> vocab;
-    vocab.reserve(vocab_json.size());
-    std::string bytes;
-    // Ids size the id → piece tables: bound them before anything allocates.
-    const int64_t entries = static_cast<int64_t>(m.at("vocab").size()) +
-                            (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
-    for (const auto& [k, v] : m.at("vocab").items()) {
-      ASSIGN_OR_RETURN(int32_t id, ParseTokenId(v, entries, "vocabulary piece '" + k + "'", origin));
-      if (o.byte_level && ByteLevelToBytes(k, &bytes)) vocab.emplace(bytes, id);
-      else vocab.emplace(k, id);
-    }
-    if (m.contains("unk_token") && m["unk_token"].is_string()) {
-      std::string unk = m["unk_token"].get<std::string>();
-      auto it = vocab.find(unk);
-      if (it != vocab.end()) o.unk = it->second;
-    }
-    std::vector<std::pair<std::string, std::string>> merges;
-    merges.reserve(m.at("merges").size());
-    for (size_t r = 0; r < m["merges"].size(); ++r) {
-      std::string a, b;
-      if (auto st = ParseMerge(m["merges"][r], r, &a, &b); !st.ok()) return st.WithContext(origin);
-      if (o.byte_level) {
-        std::string ra, rb;
-        if (ByteLevelToBytes(a, &ra) && ByteLevelToBytes(b, &rb)) {
-          a = std::move(ra);
-          b = std::move(rb);
-        }
-      }
-      merges.emplace_back(std::move(a), std::move(b));
-    }
-    auto model = BpeModel::Create(std::move(vocab), merges, o);
-    if (!model.ok()) return model.status().WithContext(origin);
-    t->model_ = std::make_unique<BpeModel>(std::move(*model));
-    t->vocab_size_ = t->model_->max_id() + 1;
-
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-      for (const auto& a : j["added_tokens"]) {
-        AddedToken at;
-        at.content = a.at("content").get<std::string>();
-        ASSIGN_OR_RETURN(at.id, ParseTokenId(a.at("id"), entries, "added token '" + at.content + "'", origin));
-        at.special = a.value("special", false);
-        at.lstrip = a.value("lstrip", false);
-        at.rstrip = a.value("rstrip", false);
-        at.normalized = a.value("normalized", !at.special);
-        if (a.value("single_word", false))
-          return Unimplemented(origin + ": added token '" + at.content + "' has single_word: true");
-        t->added_.push_back(at);
-        t->vocab_size_ = std::max<int64_t>(t->vocab_size_, at.id + 1);
-      }
-    }
-    std::vector<const AddedToken*> raw, normalized;
-    for (const auto& a : t->added_) {
-      t->added_ids_[a.content] = a.id;
-      (a.normalized && !t->norm_.empty() ? normalized : raw).push_back(&a);
-    }
-    t->raw_splitter_.Build(raw);
-    t->normalized_splitter_.Build(normalized);
-
-    // Decoding: SentencePiece-style decoders strip the dummy-prefix space.
-    std::function<Status(const json&, int)> scan_decoder = [&](const json& d, int depth) -> Status {
-      if (d.is_null()) return OkStatus();
-      const std::string dt = d.value("type", "");
-      if (dt == "Sequence") {
-        if (depth >= kMaxSequenceDepth)
-          return InvalidArgument(origin + ": decoder Sequences nested deeper than " + std::to_string(kMaxSequenceDepth) +
-                                 " levels");
-        for (const auto& x : d.at("decoders")) RETURN_IF_ERROR(scan_decoder(x, depth + 1));
-      } else if (dt == "Strip") {
-        t->strip_decoded_prefix_ = JsonIntOr<int64_t>(d, "start", 0) > 0;
-      } else if (dt == "Metaspace") {
-        t->strip_decoded_prefix_ = d.value("prepend_scheme", d.value("add_prefix_space", true) ? "always" : "never") != "never";
-      }
-      return OkStatus();
-    };
-    RETURN_IF_ERROR(scan_decoder(field("decoder"), 0));
-
-    std::string bos_name, eos_name;
-    if (!tokenizer_config_json.empty()) {
-      // Its own file in errors: a broken tokenizer_config.json is not tokenizer.json's fault.
-      const std::string config_origin =
-          (std::filesystem::path(origin).parent_path() / "tokenizer_config.json").string();
-      json c;
-      try {
-        c = json::parse(tokenizer_config_json);
-      } catch (const json::exception& e) {
-        return InvalidArgument(config_origin + ": " + e.what());
-      }
-      if (!c.is_object()) return InvalidArgument(config_origin + ": not a JSON object");
-      if (c.contains("bos_token")) bos_name = TokenName(c["bos_token"]);
-      if (c.contains("eos_token")) eos_name = TokenName(c["eos_token"]);
-    }
-    auto first_of = [&](std::initializer_list<std::string> names) -> std::optional<int32_t> {
-      for (const auto& n : names)
-        if (!n.empty())
-          if (auto id = t->TokenId(n)) return id;
-      return std::nullopt;
-    };
-    t->bos_ = first_of({bos_name, "<|begin_of_text|>", "<s>"});
-    t->eos_ = first_of({eos_name, "<|end_of_text|>", "</s>", "<|endoftext|>"});
+    RETURN_IF_ERROR(t->BuildModel(&j, origin));
+    RETURN_IF_ERROR(t->ParseAddedTokens(&j, origin));
+    RETURN_IF_ERROR(t->ScanDecoder(&field("decoder"), 0, origin));
+    RETURN_IF_ERROR(t->ResolveBosEos(tokenizer_config_json, origin));
   } catch (const json::exception& e) {
     return InvalidArgument(origin + ": " + e.what());
   } catch (const std::bad_alloc&) {

@@ -83,6 +83,11 @@ class HfTokenizer : public Tokenizer {
   Status ParsePreTokenizer(const void* json, int depth);
   // Refuses a pipeline that can grow text past kMaxTextGrowth / kMaxTextPrefix.
   Status CheckGrowth() const;
+  // The steps of Parse, each given tokenizer.json's root (or the decoder).
+  Status BuildModel(const void* json, const std::string& origin);        // model_, vocab_size_
+  Status ParseAddedTokens(const void* json, const std::string& origin);  // added_, the splitters
+  Status ScanDecoder(const void* json, int depth, const std::string& origin);
+  Status ResolveBosEos(const std::string& tokenizer_config_json, const std::string& origin);
   // Encodes one section of text that holds no unnormalized added token.
   void EncodeSection(std::string_view section, bool first_section, std::vector<int32_t>* ids) const;
 

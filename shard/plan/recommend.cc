@@ -201,6 +201,85 @@ Candidate Adapters(Candidate c, Method m) {
   return c;
 }
 
+// Host memory is what fails with the state offloaded and no other knob of
+// the job file fixes it here: bf16 master weights and moments
+// (optim.state_dtype: bf16) fit where fp32 cannot — said with its numbers.
+std::vector<Recommendation> Bf16State(const Plan& plan, const Candidate& base) {
+  const Workload& w = plan.workload;
+  if (!(w.method == Method::kFull && w.fp32_master && w.optimizer_state == DType::kF32 && w.offload.optimizer &&
+        static_cast<double>(plan.memory.host_total) > plan.host_capacity_bytes()))
+    return {};
+  Candidate s = base;
+  s.w.optimizer_state = DType::kBF16;
+  s.changes.insert("state_dtype");
+  s.sets.push_back("optim.state_dtype=bf16");
+  s.describe.push_back("bf16 optimizer state (master weights and AdamW moments in bf16: " +
+                       std::to_string(s.w.offloaded_state_bytes()) + " B/param on the host instead of " +
+                       std::to_string(w.offloaded_state_bytes()) + ")");
+  s.note = "fp32 state cannot fit this host; bf16 state is updated with stochastic rounding, which keeps "
+           "training close to fp32 (docs/optimizer-state.md)";
+  // With whatever else this hardware needs (a smaller micro-batch, ...).
+  std::vector<Candidate> cands = Variations(s, false);
+  cands.insert(cands.begin(), s);
+  return Best(cands, 1);
+}
+
+// Other clusters: the cheapest settings that fit on each, fewest GPUs first
+// (at most 3).
+std::vector<Recommendation> OtherClusters(const Plan& plan, const HardwareCatalog& catalog, const Candidate& base) {
+  struct Move {
+    int gpus;
+    bool same_gpu;
+    Recommendation rec;
+  };
+  std::vector<Move> moves;
+  for (const auto& [name, cl] : catalog.clusters) {
+    if (name == plan.cluster.name) continue;
+    Candidate c = base;
+    c.cluster = cl;
+    c.other_cluster = true;
+    c.changes.clear();
+    c.describe.clear();
+    c.sets.clear();
+    FixPrecision(&c);
+    c = WithWorld(c, cl.total_gpus());
+    std::vector<Candidate> cands = Variations(c, false);
+    cands.insert(cands.begin(), c);
+    auto best = Best(cands, 8);
+    if (best.empty()) continue;
+    // Fewest changes wins on a cluster; speed breaks ties.
+    auto pick = std::min_element(best.begin(), best.end(), [](const Recommendation& a, const Recommendation& b) {
+      return a.sets.size() != b.sets.size() ? a.sets.size() < b.sets.size() : a.tokens_per_s > b.tokens_per_s;
+    });
+    Recommendation r = *pick;
+    r.change = "cluster " + name + (r.change.empty() ? "" : ": " + r.change);
+    moves.push_back({cl.total_gpus(), cl.gpu.name == plan.cluster.gpu.name, std::move(r)});
+  }
+  // Fewest GPUs first; the same GPU model before others; then speed.
+  std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
+    if (a.gpus != b.gpus) return a.gpus < b.gpus;
+    if (a.same_gpu != b.same_gpu) return a.same_gpu;
+    return a.rec.tokens_per_s > b.rec.tokens_per_s;
+  });
+  std::vector<Recommendation> out;
+  for (size_t i = 0; i < moves.size() && i < 3; ++i) out.push_back(std::move(moves[i].rec));
+  return out;
+}
+
+// LoRA, then QLoRA, on every GPU of the plan's cluster.
+std::vector<Recommendation> AdaptersHere(const Plan& plan, const Candidate& base) {
+  std::vector<Recommendation> out;
+  Candidate here = WithWorld(base, plan.cluster.total_gpus());
+  for (Method m : {Method::kLora, Method::kQlora}) {
+    Candidate a = Adapters(here, m);
+    std::vector<Candidate> cands{a};
+    for (auto& v : Variations(a, false)) cands.push_back(std::move(v));
+    auto best = Best(cands, 1);
+    if (!best.empty()) out.push_back(std::move(best.front()));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& catalog) {
@@ -223,26 +302,8 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
   }
   if (w.cpu_engine) return recs;
 
-  std::vector<Recommendation> state_rec;  // listed first, after the others are chosen
-  // Host memory is what fails with the state offloaded and no other knob of
-  // the job file fixes it here: bf16 master weights and moments
-  // (optim.state_dtype: bf16) fit where fp32 cannot — said with its numbers.
-  if (recs.empty() && w.method == Method::kFull && w.fp32_master && w.optimizer_state == DType::kF32 && w.offload.optimizer &&
-      static_cast<double>(plan.memory.host_total) > plan.host_capacity_bytes()) {
-    Candidate s = base;
-    s.w.optimizer_state = DType::kBF16;
-    s.changes.insert("state_dtype");
-    s.sets.push_back("optim.state_dtype=bf16");
-    s.describe.push_back("bf16 optimizer state (master weights and AdamW moments in bf16: " +
-                         std::to_string(s.w.offloaded_state_bytes()) + " B/param on the host instead of " +
-                         std::to_string(w.offloaded_state_bytes()) + ")");
-    s.note = "fp32 state cannot fit this host; bf16 state is updated with stochastic rounding, which keeps "
-             "training close to fp32 (docs/optimizer-state.md)";
-    // With whatever else this hardware needs (a smaller micro-batch, ...).
-    std::vector<Candidate> cands = Variations(s, false);
-    cands.insert(cands.begin(), s);
-    state_rec = Best(cands, 1);
-  }
+  // Listed first, after the others are chosen.
+  const std::vector<Recommendation> state_rec = recs.empty() ? Bf16State(plan, base) : std::vector<Recommendation>{};
 
   // Every GPU of this cluster (or only as many as it has).
   if (w.world != plan.cluster.total_gpus()) {
@@ -252,59 +313,15 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
     for (auto& r : Best(cands, 1)) recs.push_back(std::move(r));
   }
 
-  // Other clusters: the cheapest settings that fit on each, fewest GPUs first.
-  if (recs.empty()) {
-    struct Move {
-      int gpus;
-      bool same_gpu;
-      Recommendation rec;
-    };
-    std::vector<Move> moves;
-    for (const auto& [name, cl] : catalog.clusters) {
-      if (name == plan.cluster.name) continue;
-      Candidate c = base;
-      c.cluster = cl;
-      c.other_cluster = true;
-      c.changes.clear();
-      c.describe.clear();
-      c.sets.clear();
-      FixPrecision(&c);
-      c = WithWorld(c, cl.total_gpus());
-      std::vector<Candidate> cands = Variations(c, false);
-      cands.insert(cands.begin(), c);
-      auto best = Best(cands, 8);
-      if (best.empty()) continue;
-      // Fewest changes wins on a cluster; speed breaks ties.
-      auto pick = std::min_element(best.begin(), best.end(), [](const Recommendation& a, const Recommendation& b) {
-        return a.sets.size() != b.sets.size() ? a.sets.size() < b.sets.size() : a.tokens_per_s > b.tokens_per_s;
-      });
-      Recommendation r = *pick;
-      r.change = "cluster " + name + (r.change.empty() ? "" : ": " + r.change);
-      moves.push_back({cl.total_gpus(), cl.gpu.name == plan.cluster.gpu.name, std::move(r)});
-    }
-    // Fewest GPUs first; the same GPU model before others; then speed.
-    std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
-      if (a.gpus != b.gpus) return a.gpus < b.gpus;
-      if (a.same_gpu != b.same_gpu) return a.same_gpu;
-      return a.rec.tokens_per_s > b.rec.tokens_per_s;
-    });
-    for (size_t i = 0; i < moves.size() && i < 3; ++i) recs.push_back(std::move(moves[i].rec));
-  }
+  if (recs.empty())
+    for (auto& r : OtherClusters(plan, catalog, base)) recs.push_back(std::move(r));
 
   // Adapters on the hardware at hand when full fine-tuning does not fit it.
   if (w.method == Method::kFull) {
     bool any_here = false;
     for (const auto& r : recs) any_here |= r.cluster.empty();
-    if (!any_here) {
-      Candidate here = WithWorld(base, plan.cluster.total_gpus());
-      for (Method m : {Method::kLora, Method::kQlora}) {
-        Candidate a = Adapters(here, m);
-        std::vector<Candidate> cands{a};
-        for (auto& v : Variations(a, false)) cands.push_back(std::move(v));
-        auto best = Best(cands, 1);
-        if (!best.empty()) recs.push_back(std::move(best.front()));
-      }
-    }
+    if (!any_here)
+      for (auto& r : AdaptersHere(plan, base)) recs.push_back(std::move(r));
   }
   recs.insert(recs.begin(), state_rec.begin(), state_rec.end());
   return recs;

@@ -12,15 +12,11 @@
 
 namespace shardd {
 
-void LocalLauncher::Proc::Signal(int sig) {
-  if (child) proc.Signal(sig);
-  else ::kill(-pid, sig);
-}
-
-LocalLauncher::~LocalLauncher() {
-  // Children are SIGKILLed and reaped by their Process; adopted ranks by hand.
-  for (Proc& p : procs_)
-    if (!p.done && !p.child) ::kill(-p.pid, SIGKILL);
+LocalLauncher::Attempt& LocalLauncher::Find(const std::string& job_id, int attempt) {
+  for (Attempt& a : attempts_)
+    if (a.job_id == job_id && a.attempt == attempt) return a;
+  attempts_.push_back(Attempt{job_id, attempt, {}});
+  return attempts_.back();
 }
 
 StatusOr<std::vector<int>> LocalLauncher::Launch(const LaunchRequest& req) {
@@ -41,54 +37,37 @@ StatusOr<std::vector<int>> LocalLauncher::Launch(const LaunchRequest& req) {
     o.cwd = req.workdir;
     o.log_path = (std::filesystem::path(req.log_dir) / ("rank_" + std::to_string(r) + ".log")).string();
     // No die_with_parent: a restarted coordinator adopts its running workers.
-    auto proc = shard::Process::Spawn(o);
-    if (!proc.ok()) {
+    auto pid = Find(req.job_id, req.attempt).ranks.Spawn(r, o);
+    if (!pid.ok()) {
       Terminate(req.job_id, req.attempt, /*force=*/true);
-      return proc.status();
+      return pid.status();
     }
-    pids.push_back(proc->pid());
-    Proc p;
-    p.job_id = req.job_id;
-    p.attempt = req.attempt;
-    p.rank = r;
-    p.pid = proc->pid();
-    p.proc = std::move(*proc);
-    procs_.push_back(std::move(p));
+    pids.push_back(*pid);
   }
   return pids;
 }
 
 std::vector<RankExit> LocalLauncher::Poll() {
   std::vector<RankExit> out;
-  for (Proc& p : procs_) {
-    if (p.done) continue;
-    if (p.child) {
-      const std::optional<shard::ExitStatus> st = p.proc.Poll();
-      if (!st) continue;
-      p.done = true;
-      RankExit e{p.job_id, p.attempt, p.rank, st->signal == 0 ? st->code : 0, st->signal, ""};
-      // Whatever the worker left in its group goes with it.
-      p.proc.Signal(SIGKILL);
-      out.push_back(e);
-    } else if (::kill(p.pid, 0) != 0 && errno == ESRCH) {
-      p.done = true;
-      out.push_back({p.job_id, p.attempt, p.rank, -1, 0, ""});  // adopted: the code is not ours to see
+  for (Attempt& a : attempts_)
+    for (const shard::RankEnd& e : a.ranks.Poll()) {
+      // An adopted rank's code is not ours to see: -1.
+      const int code = e.adopted ? -1 : e.status.signal == 0 ? e.status.code : 0;
+      out.push_back({a.job_id, a.attempt, e.rank, code, e.status.signal, ""});
     }
-  }
-  std::erase_if(procs_, [](const Proc& p) { return p.done; });
+  std::erase_if(attempts_, [](const Attempt& a) { return a.ranks.running() == 0; });
   return out;
 }
 
 void LocalLauncher::Terminate(const std::string& job_id, int attempt, bool force) {
-  for (Proc& p : procs_)
-    if (!p.done && p.job_id == job_id && p.attempt == attempt) p.Signal(force ? SIGKILL : SIGTERM);
+  for (Attempt& a : attempts_)
+    if (a.job_id == job_id && a.attempt == attempt) a.ranks.Signal(force ? SIGKILL : SIGTERM);
 }
 
 int LocalLauncher::Running(const std::string& job_id, int attempt) {
-  int n = 0;
-  for (const Proc& p : procs_)
-    if (!p.done && p.job_id == job_id && p.attempt == attempt) ++n;
-  return n;
+  for (Attempt& a : attempts_)
+    if (a.job_id == job_id && a.attempt == attempt) return a.ranks.running();
+  return 0;
 }
 
 void LocalLauncher::Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) {
@@ -101,13 +80,7 @@ void LocalLauncher::Adopt(const std::string& job_id, int attempt, const std::vec
     const std::string want = std::string("--job") + '\0' + job_id + '\0' + "--attempt" + '\0' +
                              std::to_string(attempt) + '\0';
     if (cmd.find(want) == std::string::npos) continue;
-    Proc p;
-    p.job_id = job_id;
-    p.attempt = attempt;
-    p.rank = static_cast<int>(r);
-    p.pid = pids[r];
-    p.child = false;
-    procs_.push_back(std::move(p));
+    Find(job_id, attempt).ranks.Adopt(static_cast<int>(r), pids[r]);
   }
 }
 

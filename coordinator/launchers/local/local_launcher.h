@@ -1,21 +1,21 @@
-// Launches workers on this machine: fork/exec of shardd-worker per rank, each
-// in its own process group (so a kill reaches anything the worker started),
-// stdout and stderr into <log_dir>/rank_<r>.log, exits seen by waitpid.
+// Launches workers on this machine: shardd-worker per rank, each in its own
+// process group (so a kill reaches anything the worker started), stdout and
+// stderr into <log_dir>/rank_<r>.log. One shard::RankGroup (the local
+// supervisor's non-blocking half) per attempt; the JobManager decides what a
+// rank's exit means, so nothing here stops the siblings by itself.
 #pragma once
-
-#include <sys/types.h>
 
 #include <string>
 #include <vector>
 
 #include "coordinator/launchers/launcher.h"
-#include "shard/common/process.h"
+#include "shard/common/rank_group.h"
 
 namespace shardd {
 
 class LocalLauncher : public Launcher {
  public:
-  ~LocalLauncher() override;  // kills what is still running: no orphans
+  ~LocalLauncher() override = default;  // each RankGroup kills what still runs: no orphans
   const char* name() const override { return "local"; }
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
   std::vector<RankExit> Poll() override;
@@ -24,18 +24,14 @@ class LocalLauncher : public Launcher {
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
 
  private:
-  struct Proc {
+  struct Attempt {
     std::string job_id;
     int attempt = 0;
-    int rank = 0;
-    pid_t pid = 0;
-    shard::Process proc;  // our child; not running for an adopted rank
-    bool child = true;    // false: adopted, watched with kill(pid, 0)
-    bool done = false;
-    // Signals the rank's process group (ours or adopted: both lead one).
-    void Signal(int sig);
+    shard::RankGroup ranks;  // children, or adopted pids after a restart
   };
-  std::vector<Proc> procs_;
+  // The attempt's entry, created when missing.
+  Attempt& Find(const std::string& job_id, int attempt);
+  std::vector<Attempt> attempts_;
 };
 
 }  // namespace shardd

@@ -119,6 +119,96 @@ Value IndentFilter(const Value& v, CallArgs& a) {
   return Value::Str(out);
 }
 
+Value JoinFilter(const Value& v, CallArgs& a) {
+  const Value sep = a.Get(0, "d");
+  const Value attr = a.Get(1, "attribute");
+  std::string out;
+  Array items = v.Iterate();
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (k && sep.is_string()) out += sep.s();
+    out += (attr.undefined() ? items[k] : Attribute(items[k], attr)).Str();
+    CheckValueSize(out.size(), "filter join");
+  }
+  return Value::Str(out);
+}
+
+Value ItemsFilter(const Value& v) {
+  if (v.undefined()) return Value::List();
+  if (!v.is_dict()) Fail(std::string("filter items expects a dict, got ") + v.TypeName());
+  Array out;
+  for (const auto& [k, x] : v.dict()) out.push_back(Value::List({Value::Str(k), x}));
+  return Value::List(std::move(out));
+}
+
+Value IntFilter(const Value& v, CallArgs& a) {
+  if (v.is_int()) return v;
+  if (v.is_bool()) return Value::Int(v.b() ? 1 : 0);
+  if (v.is_number()) return Value::Int(FloatToInt(v.AsDouble()));
+  if (v.is_string()) {
+    char* end = nullptr;
+    const std::string s = PyStrip(v.s(), "", true, true);
+    errno = 0;
+    const long long i = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end == s.c_str() + s.size()) {
+      if (errno == ERANGE) Fail("filter int: " + s + " does not fit in 64 bits");
+      return Value::Int(i);
+    }
+  }
+  const Value d = a.Get(0, "default");
+  return d.undefined() ? Value::Int(0) : d;
+}
+
+Value FloatFilter(const Value& v, CallArgs& a) {
+  if (v.is_number() || v.is_bool()) return Value::Float(v.AsDouble());
+  if (v.is_string()) {
+    char* end = nullptr;
+    const double f = std::strtod(v.s().c_str(), &end);
+    if (!v.s().empty() && end == v.s().c_str() + v.s().size()) return Value::Float(f);
+  }
+  const Value d = a.Get(0, "default");
+  return d.undefined() ? Value::Float(0) : d;
+}
+
+Value ReverseFilter(const Value& v) {
+  if (v.is_string()) return Slice(v, Value(), Value(), Value::Int(-1));
+  Array items = v.Iterate();
+  std::reverse(items.begin(), items.end());
+  return Value::List(std::move(items));
+}
+
+Value UniqueFilter(const Value& v) {
+  Array out;
+  for (const Value& x : v.Iterate())
+    if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return Equal(x, y); })) out.push_back(x);
+  return Value::List(std::move(out));
+}
+
+// map(attribute=...) or map('filter', args...): the filter applied to each item.
+Value MapFilter(const Value& v, CallArgs& a) {
+  Array out;
+  const Value attr = a.Get(99, "attribute");
+  const Value dflt = a.Get(99, "default");
+  CallArgs fargs = Rest(a, 1);
+  for (const Value& x : v.Iterate()) {
+    if (!attr.undefined()) {
+      Value y = Attribute(x, attr);
+      out.push_back(y.undefined() && !dflt.undefined() ? dflt : y);
+    } else {
+      out.push_back(ApplyFilter(Need(a.Get(0, ""), "map"), x, fargs));
+    }
+  }
+  return Value::List(std::move(out));
+}
+
+Value DictsortFilter(const Value& v) {
+  if (!v.is_dict()) Fail("filter dictsort expects a dict");
+  Object items = v.dict();
+  std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  Array out;
+  for (auto& [k, x] : items) out.push_back(Value::List({Value::Str(k), x}));
+  return Value::List(std::move(out));
+}
+
 }  // namespace
 
 Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a) {
@@ -134,25 +224,8 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a) {
     const Value d = a.Get(0, "default_value");
     return d.undefined() ? Value::Str("") : d;
   }
-  if (name == "join") {
-    const Value sep = a.Get(0, "d");
-    const Value attr = a.Get(1, "attribute");
-    std::string out;
-    Array items = v.Iterate();
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (k && sep.is_string()) out += sep.s();
-      out += (attr.undefined() ? items[k] : Attribute(items[k], attr)).Str();
-      CheckValueSize(out.size(), "filter join");
-    }
-    return Value::Str(out);
-  }
-  if (name == "items") {
-    if (v.undefined()) return Value::List();
-    if (!v.is_dict()) Fail(std::string("filter items expects a dict, got ") + v.TypeName());
-    Array out;
-    for (const auto& [k, x] : v.dict()) out.push_back(Value::List({Value::Str(k), x}));
-    return Value::List(std::move(out));
-  }
+  if (name == "join") return JoinFilter(v, a);
+  if (name == "items") return ItemsFilter(v);
   if (name == "upper") return Value::Str(PyUpper(Need(v, "upper")));
   if (name == "lower") return Value::Str(PyLower(Need(v, "lower")));
   if (name == "capitalize") return Value::Str(PyCapitalize(Need(v, "capitalize")));
@@ -173,72 +246,16 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a) {
     if (name != "safe") Fail("filter " + name + " (HTML escaping) is not supported");
     return v;
   }
-  if (name == "int") {
-    if (v.is_int()) return v;
-    if (v.is_bool()) return Value::Int(v.b() ? 1 : 0);
-    if (v.is_number()) return Value::Int(FloatToInt(v.AsDouble()));
-    if (v.is_string()) {
-      char* end = nullptr;
-      const std::string s = PyStrip(v.s(), "", true, true);
-      errno = 0;
-      const long long i = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && end == s.c_str() + s.size()) {
-        if (errno == ERANGE) Fail("filter int: " + s + " does not fit in 64 bits");
-        return Value::Int(i);
-      }
-    }
-    const Value d = a.Get(0, "default");
-    return d.undefined() ? Value::Int(0) : d;
-  }
-  if (name == "float") {
-    if (v.is_number() || v.is_bool()) return Value::Float(v.AsDouble());
-    if (v.is_string()) {
-      char* end = nullptr;
-      const double f = std::strtod(v.s().c_str(), &end);
-      if (!v.s().empty() && end == v.s().c_str() + v.s().size()) return Value::Float(f);
-    }
-    const Value d = a.Get(0, "default");
-    return d.undefined() ? Value::Float(0) : d;
-  }
+  if (name == "int") return IntFilter(v, a);
+  if (name == "float") return FloatFilter(v, a);
   if (name == "abs") return Abs(v);
-  if (name == "reverse") {
-    if (v.is_string()) return Slice(v, Value(), Value(), Value::Int(-1));
-    Array items = v.Iterate();
-    std::reverse(items.begin(), items.end());
-    return Value::List(std::move(items));
-  }
+  if (name == "reverse") return ReverseFilter(v);
   if (name == "sort") return SortFilter(v, a);
-  if (name == "unique") {
-    Array out;
-    for (const Value& x : v.Iterate())
-      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return Equal(x, y); })) out.push_back(x);
-    return Value::List(std::move(out));
-  }
-  if (name == "map") {
-    Array out;
-    const Value attr = a.Get(99, "attribute");
-    const Value dflt = a.Get(99, "default");
-    CallArgs fargs = Rest(a, 1);
-    for (const Value& x : v.Iterate()) {
-      if (!attr.undefined()) {
-        Value y = Attribute(x, attr);
-        out.push_back(y.undefined() && !dflt.undefined() ? dflt : y);
-      } else {
-        out.push_back(ApplyFilter(Need(a.Get(0, ""), "map"), x, fargs));
-      }
-    }
-    return Value::List(std::move(out));
-  }
+  if (name == "unique") return UniqueFilter(v);
+  if (name == "map") return MapFilter(v, a);
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return SelectFilter(name, v, a);
   if (name == "indent") return IndentFilter(v, a);
-  if (name == "dictsort") {
-    if (!v.is_dict()) Fail("filter dictsort expects a dict");
-    Object items = v.dict();
-    std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    Array out;
-    for (auto& [k, x] : items) out.push_back(Value::List({Value::Str(k), x}));
-    return Value::List(std::move(out));
-  }
+  if (name == "dictsort") return DictsortFilter(v);
   Fail("unsupported filter '" + name + "' (outside the chat-template subset of Jinja)");
 }
 

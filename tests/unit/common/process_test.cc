@@ -281,5 +281,25 @@ TEST_F(ProcessTest, DieWithParentKillsTheChildWhenItsParentIsKilled) {
   ::kill(survivor, SIGKILL);
 }
 
+// What replaced popen: stdout through a pipe, stderr kept apart, merged or
+// dropped, and the exit seen after the output ended.
+TEST_F(ProcessTest, RunCapturingStdoutReadsTheOutputAndTheExit) {
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "echo out-line; echo err-line >&2; exit 4"};
+  o.log_path = Path("ignored.log");  // replaced by the pipe
+  auto merged = RunCapturingStdout(o, CapturedStderr::kMerge);
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ(merged->out, "out-line\nerr-line\n");
+  EXPECT_EQ(merged->exit.code, 4);
+  auto dropped = RunCapturingStdout(o, CapturedStderr::kDiscard);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(dropped->out, "out-line\n");
+  EXPECT_FALSE(fs::exists(Path("ignored.log")));
+  o.argv = {Path("missing")};
+  auto missing = RunCapturingStdout(o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("missing"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shard

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "shard/data/prepared_dataset.h"
 #include "shard/ckpt/manifest.h"
+#include "shard/common/process.h"
 #include "shard/train/local_params.h"
 #include "shard/train/sft_eval.h"
 #include "tests/unit/train/sft_test_util.h"
@@ -95,16 +97,17 @@ TEST_F(SftEvalFixture, UntrainedModelIsAtChance) {
   EXPECT_NEAR(r->loss, std::log(512.0), 0.3);
 }
 
-// Runs shardctl; returns its exit code and stdout.
+// Runs shardctl (args split at spaces); returns its exit code and its stdout
+// and stderr together.
 std::pair<int, std::string> Shardctl(const std::string& args) {
   const char* bin = std::getenv("SHARDD_BIN_DIR");
-  const std::string cmd = std::string(bin ? bin : "build") + "/coordinator/ctl/shardctl " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  const int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+  shard::SpawnOptions so;
+  so.argv = {std::string(bin ? bin : "build") + "/coordinator/ctl/shardctl"};
+  std::istringstream words(args);
+  for (std::string w; words >> w;) so.argv.push_back(w);
+  auto run = shard::RunCapturingStdout(so, shard::CapturedStderr::kMerge);
+  if (!run.ok()) return {-1, run.status().ToString()};
+  return {run->exit.signal == 0 ? run->exit.code : -1, run->out};
 }
 
 TEST_F(SftEvalFixture, ShardctlEvalDataReportsExactMatch) {
