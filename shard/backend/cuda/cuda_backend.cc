@@ -264,21 +264,8 @@ class CudaBackend final : public Backend {
   }
 
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& a) override {
-    // The CPU backend's scalar arithmetic (double, then float), so both agree.
-    const double lr = a.lr, b1 = a.beta1, b2 = a.beta2;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(a.step));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(a.step));
-    AdamWFactors f;
-    f.decay = static_cast<float>(1.0 - lr * a.weight_decay);
-    f.beta1 = a.beta1;
-    f.beta2 = a.beta2;
-    f.one_minus_b1 = static_cast<float>(1.0 - b1);
-    f.one_minus_b2 = static_cast<float>(1.0 - b2);
-    f.step_size = static_cast<float>(lr / bc1);
-    f.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    f.eps = a.eps;
-    f.grad_scale = a.grad_scale;
-    LaunchAdamW(param, grad, m, v, n, f, stream_);
+    // The CPU backend's scalar arithmetic (adamw_math.h), so both agree.
+    LaunchAdamW(param, grad, m, v, n, AdamWFactorsFor(a), stream_);
   }
 
  private:

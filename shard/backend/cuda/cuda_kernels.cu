@@ -272,14 +272,10 @@ __global__ void CrossEntropyKernel(float* logits, const int32_t* targets, int vo
 
 __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWFactors f) {
   GRID_STRIDE(i, n) {
-    const float g = grad[i] * f.grad_scale;
-    const float p = param[i] * f.decay;
-    const float mi = f.beta1 * m[i] + f.one_minus_b1 * g;
-    const float vi = f.beta2 * v[i] + f.one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi) / f.bc2_sqrt + f.eps;
-    param[i] = p - f.step_size * (mi / denom);
+    const AdamWElement r = AdamWUpdate(param[i], grad[i], m[i], v[i], f);  // adamw_math.h
+    m[i] = r.m;
+    v[i] = r.v;
+    param[i] = r.param;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "shard/backend/adamw_math.h"
 #include "shard/backend/backend.h"
 
 namespace shard::cuda {
@@ -53,10 +54,7 @@ void LaunchSwiGluBackward(const float* dh, const float* gu, int64_t rows, int ff
 // is set to 1 + the first out-of-range target's row when a target >= vocab.
 void LaunchCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
                         bool grad, double* row_loss, double* result, int64_t* bad_target, Stream s);
-// Scalar factors computed on the host exactly as the CPU backend does.
-struct AdamWFactors {
-  float decay, beta1, beta2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
-};
+// f from AdamWFactorsFor (adamw_math.h), as the CPU backend computes it.
 void LaunchAdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWFactors& f,
                  Stream s);
 
