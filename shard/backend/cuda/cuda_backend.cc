@@ -356,4 +356,11 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
       new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8, tc_attention));
 }
 
+// cuda_kernels.h: after every launch, in whichever kernel file.
+void CheckLaunch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  SHARD_CHECK_MSG(e == cudaSuccess, std::string("cuda backend: launching ") + what + " failed: " +
+                                        cudaGetErrorString(e));
+}
+
 }  // namespace shard::cuda
