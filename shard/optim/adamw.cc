@@ -23,19 +23,23 @@ std::vector<DecayRange> DecayRanges(const UnitSpec& unit, int64_t begin, int64_t
   return out;
 }
 
+AdamWArgs AdamWArgsFor(const OptimConfig& c, bool decay, float lr, int64_t step, float grad_scale) {
+  AdamWArgs a;
+  a.lr = lr;
+  a.beta1 = static_cast<float>(c.beta1);
+  a.beta2 = static_cast<float>(c.beta2);
+  a.eps = static_cast<float>(c.eps);
+  a.weight_decay = decay ? static_cast<float>(c.weight_decay) : 0.0f;
+  a.step = step;
+  a.grad_scale = grad_scale;
+  return a;
+}
+
 void AdamWSlice(Backend* backend, const std::vector<DecayRange>& ranges, const OptimConfig& c, float lr,
                 int64_t step, float grad_scale, float* params, const float* grads, float* m, float* v) {
-  for (const auto& r : ranges) {
-    AdamWArgs a;
-    a.lr = lr;
-    a.beta1 = static_cast<float>(c.beta1);
-    a.beta2 = static_cast<float>(c.beta2);
-    a.eps = static_cast<float>(c.eps);
-    a.weight_decay = r.decay ? static_cast<float>(c.weight_decay) : 0.0f;
-    a.step = step;
-    a.grad_scale = grad_scale;
-    backend->AdamW(params + r.begin, grads + r.begin, m + r.begin, v + r.begin, r.end - r.begin, a);
-  }
+  for (const auto& r : ranges)
+    backend->AdamW(params + r.begin, grads + r.begin, m + r.begin, v + r.begin, r.end - r.begin,
+                   AdamWArgsFor(c, r.decay, lr, step, grad_scale));
 }
 
 }  // namespace shard

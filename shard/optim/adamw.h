@@ -23,6 +23,9 @@ struct DecayRange {
 std::vector<DecayRange> DecayRanges(const UnitSpec& unit, int64_t begin, int64_t end,
                                     bool decay_norms_and_embeddings);
 
+// The backend's arguments for one decay range of a step.
+AdamWArgs AdamWArgsFor(const OptimConfig& config, bool decay, float lr, int64_t step, float grad_scale);
+
 // One AdamW step on a slice: params/grads/m/v point at the slice start.
 void AdamWSlice(Backend* backend, const std::vector<DecayRange>& ranges, const OptimConfig& config,
                 float lr, int64_t step, float grad_scale, float* params, const float* grads, float* m, float* v);

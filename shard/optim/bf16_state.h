@@ -69,7 +69,8 @@ struct SrSlice {
 };
 
 // One AdamW step over n elements with bf16 master/m/v and fp32 gradients:
-// widened to fp32, the same arithmetic as the CPU backend's AdamW (torch's),
+// widened to fp32, the CPU backend's AdamW arithmetic (AdamWUpdate in
+// shard/backend/adamw_math.h, torch's),
 // then written back with stochastic rounding (streams of a.step).
 void AdamWBf16(uint16_t* param, const float* grad, uint16_t* m, uint16_t* v, int64_t n, const AdamWArgs& a,
                const SrSlice& where);

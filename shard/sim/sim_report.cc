@@ -20,7 +20,7 @@ StatusOr<SimComparison> SimulatePlannedJob(const JobConfig& job, const plan::Pla
   if (w.cpu_engine || plan.cluster.cpu_only)
     return InvalidArgument("--simulate models GPU jobs (name one with --cluster); the CPU engine's memory is "
                            "measured directly (tests/unit/plan/cpu_memory_test, tests/bench/host_memory_bench)");
-  // LoRA and QLoRA run the real trainer path (Trainer::InitLora, the frozen
+  // LoRA and QLoRA run the real trainer path (CreateLoraTrainable, the frozen
   // runtime with its NF4 records, LoraAdapters).
   SimulationOptions o;
   o.precision = w.compute == DType::kBF16 ? Precision::kBf16 : w.compute == DType::kF16 ? Precision::kFp16

@@ -14,104 +14,118 @@ namespace shard {
 StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::Create(Backend* device, FsdpRuntime* runtime,
                                                                  bool offload, const OptimStateOptions& options) {
   std::unique_ptr<OptimizerState> s(new OptimizerState(device, runtime, offload, options));
-  if (options.state_dtype != DType::kF32 && options.state_dtype != DType::kBF16)
-    return InvalidArgument(std::string("optim.state_dtype: ") + DTypeName(options.state_dtype) +
-                           " is not one of: fp32, bf16");
-  if (options.state_dtype == DType::kBF16 && (!offload || runtime->frozen()))
-    return InvalidArgument("optim.state_dtype: bf16 needs parallel.offload_optimizer: true and full fine-tuning "
-                           "(bf16 state is held in host memory; on the device it is not built)");
-  const int units = runtime->num_units();
-  bool moments_missing = false;
-  for (int u = 0; u < units; ++u)
-    moments_missing |= runtime->layout(u).shard_numel > 0 && runtime->adam_m(u) == nullptr && !runtime->frozen();
-  if (offload ? runtime->moment_device_bytes() > 0 : moments_missing)
-    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
-                    " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
-  if (!offload && runtime->param_shard_dtype() != DType::kF32 && !runtime->frozen())
-    return Internal("optimizer state: a two-byte device parameter shard needs parallel.offload_optimizer (the "
-                    "fp32 master must live somewhere)");
-  if (runtime->grads_on_host() != offload)
-    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
-                    " but the FSDP runtime was created with grads_on_device = " + (offload ? "true" : "false"));
+  RETURN_IF_ERROR(CheckRuntime(*runtime, offload, options));
   if (!offload) return s;
   // The simulator's backend holds no data: its host memory is not to be
   // touched, and the host arithmetic is simulated too.
   const bool data = device->holds_data();
-  auto zero = [data](HostBuffer& b, int64_t n) {
-    if (data) std::fill_n(b.data(), n, 0.0f);
-  };
   ASSIGN_OR_RETURN(s->host_, CreateBackend(data ? "cpu" : "sim"));
-  s->shards_.resize(units);
   int64_t largest = 0;
-  const bool bf16 = s->bf16();
-  for (int u = 0; u < units; ++u) {
-    const int64_t n = runtime->layout(u).shard_numel;
-    largest = std::max(largest, n);
-    HostShard& h = s->shards_[u];
-    // bf16 state: n bf16 elements in (n + 1) / 2 floats' room.
-    const int64_t floats = bf16 ? (n + 1) / 2 : n;
-    for (HostBuffer* b : {&h.master, &h.m, &h.v}) {
-      auto buf = HostBuffer::Create(device, floats);
-      if (!buf.ok())
-        return buf.status().WithContext("parallel.offload_optimizer: host memory for unit " + std::to_string(u));
-      *b = std::move(*buf);
-      s->host_bytes_ += floats * static_cast<int64_t>(sizeof(float));
-    }
-    zero(h.m, floats);
-    zero(h.v, floats);
-    if (runtime->param_shard_dtype() == DType::kF32 && !bf16) {
-      device->CopyToHost(h.master.data(), runtime->param_shard(u), n * sizeof(float));
-    } else {
-      zero(h.master, floats);  // a rounded shard is no master (nor an fp32 one a bf16 master): WriteParams sets it
-    }
-  }
+  RETURN_IF_ERROR(s->AllocateHostShards(data, &largest));
+  RETURN_IF_ERROR(s->AllocateStages(largest));
   // The host gradient shards the runtime accumulates into (it allocates its
   // own staging ring for reduce-scatter results on their way down).
   std::vector<float*> grads;
-  for (int u = 0; u < units; ++u) {
-    const int64_t n = runtime->layout(u).shard_numel;
-    auto buf = HostBuffer::Create(device, n);
-    if (!buf.ok())
-      return buf.status().WithContext("parallel.offload_optimizer: host gradient shard of unit " + std::to_string(u));
-    s->shards_[u].grad = std::move(*buf);
-    zero(s->shards_[u].grad, n);
-    s->host_bytes_ += n * static_cast<int64_t>(sizeof(float));
-    grads.push_back(s->shards_[u].grad.data());
-  }
-  // bf16 state uploads its master as is under bf16 precision; fp32 and fp16
-  // shards are made from it widened: one buffer per pipeline slot.
-  const DType shard_dt = runtime->param_shard_dtype();
-  if (bf16 && shard_dt != DType::kBF16) {
-    for (HostBuffer& b : s->wide_stage_) {
-      auto w = HostBuffer::Create(device, largest);
-      if (!w.ok()) return w.status().WithContext("optim.state_dtype bf16: fp32 parameter staging buffer");
-      b = std::move(*w);
-      s->host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
-    }
-  }
-  if (shard_dt != DType::kF32 && !(bf16 && shard_dt == DType::kBF16)) {
-    // The master cast down for the upload: one buffer being filled by the
-    // helper thread, one being copied up by the training thread.
-    for (HostBuffer& b : s->lowp_stage_) {
-      auto lp = HostBuffer::Create(device, (largest + 1) / 2);
-      if (!lp.ok()) return lp.status().WithContext("parallel.offload_optimizer: two-byte parameter staging buffer");
-      b = std::move(*lp);
-      s->host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
-    }
-  }
+  for (HostShard& h : s->shards_) grads.push_back(h.grad.data());
   RETURN_IF_ERROR(runtime->AttachHostGrads(s->host_.get(), std::move(grads)));
   s->host_bytes_ += runtime->host_stage_bytes();
-  if (bf16 && shard_dt == DType::kF32 && data) {
+  if (s->bf16() && runtime->param_shard_dtype() == DType::kF32 && data) {
     // The device shard's current weights become the bf16 master (rounded to
     // nearest), and the device shard its widened copy, so the two agree.
     std::vector<float> w;
-    for (int u = 0; u < units; ++u) {
+    for (int u = 0; u < runtime->num_units(); ++u) {
       w.resize(runtime->layout(u).shard_numel);
       device->CopyToHost(w.data(), runtime->param_shard(u), w.size() * sizeof(float));
       s->WriteParams(u, w.data());
     }
   }
   return s;
+}
+
+Status OptimizerState::CheckRuntime(FsdpRuntime& runtime, bool offload, const OptimStateOptions& options) {
+  if (options.state_dtype != DType::kF32 && options.state_dtype != DType::kBF16)
+    return InvalidArgument(std::string("optim.state_dtype: ") + DTypeName(options.state_dtype) +
+                           " is not one of: fp32, bf16");
+  if (options.state_dtype == DType::kBF16 && (!offload || runtime.frozen()))
+    return InvalidArgument("optim.state_dtype: bf16 needs parallel.offload_optimizer: true and full fine-tuning "
+                           "(bf16 state is held in host memory; on the device it is not built)");
+  bool moments_missing = false;
+  for (int u = 0; u < runtime.num_units(); ++u)
+    moments_missing |= runtime.layout(u).shard_numel > 0 && runtime.adam_m(u) == nullptr && !runtime.frozen();
+  if (offload ? runtime.moment_device_bytes() > 0 : moments_missing)
+    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
+                    " but the FSDP runtime was created with moments_on_device = " + (offload ? "true" : "false"));
+  if (!offload && runtime.param_shard_dtype() != DType::kF32 && !runtime.frozen())
+    return Internal("optimizer state: a two-byte device parameter shard needs parallel.offload_optimizer (the "
+                    "fp32 master must live somewhere)");
+  if (runtime.grads_on_host() != offload)
+    return Internal(std::string("optimizer state: parallel.offload_optimizer is ") + (offload ? "true" : "false") +
+                    " but the FSDP runtime was created with grads_on_device = " + (offload ? "true" : "false"));
+  return OkStatus();
+}
+
+Status OptimizerState::AllocateHostShards(bool data, int64_t* largest) {
+  auto zero = [data](HostBuffer& b, int64_t n) {
+    if (data) std::fill_n(b.data(), n, 0.0f);
+  };
+  const int units = runtime_->num_units();
+  shards_.resize(units);
+  for (int u = 0; u < units; ++u) {
+    const int64_t n = runtime_->layout(u).shard_numel;
+    *largest = std::max(*largest, n);
+    HostShard& h = shards_[u];
+    // bf16 state: n bf16 elements in (n + 1) / 2 floats' room.
+    const int64_t floats = bf16() ? (n + 1) / 2 : n;
+    for (HostBuffer* b : {&h.master, &h.m, &h.v}) {
+      auto buf = HostBuffer::Create(device_, floats);
+      if (!buf.ok())
+        return buf.status().WithContext("parallel.offload_optimizer: host memory for unit " + std::to_string(u));
+      *b = std::move(*buf);
+      host_bytes_ += floats * static_cast<int64_t>(sizeof(float));
+    }
+    zero(h.m, floats);
+    zero(h.v, floats);
+    if (runtime_->param_shard_dtype() == DType::kF32 && !bf16()) {
+      device_->CopyToHost(h.master.data(), runtime_->param_shard(u), n * sizeof(float));
+    } else {
+      zero(h.master, floats);  // a rounded shard is no master (nor an fp32 one a bf16 master): WriteParams sets it
+    }
+  }
+  for (int u = 0; u < units; ++u) {
+    const int64_t n = runtime_->layout(u).shard_numel;
+    auto buf = HostBuffer::Create(device_, n);
+    if (!buf.ok())
+      return buf.status().WithContext("parallel.offload_optimizer: host gradient shard of unit " + std::to_string(u));
+    shards_[u].grad = std::move(*buf);
+    zero(shards_[u].grad, n);
+    host_bytes_ += n * static_cast<int64_t>(sizeof(float));
+  }
+  return OkStatus();
+}
+
+Status OptimizerState::AllocateStages(int64_t largest) {
+  // bf16 state uploads its master as is under bf16 precision; fp32 and fp16
+  // shards are made from it widened: one buffer per pipeline slot.
+  const DType shard_dt = runtime_->param_shard_dtype();
+  if (bf16() && shard_dt != DType::kBF16) {
+    for (HostBuffer& b : wide_stage_) {
+      auto w = HostBuffer::Create(device_, largest);
+      if (!w.ok()) return w.status().WithContext("optim.state_dtype bf16: fp32 parameter staging buffer");
+      b = std::move(*w);
+      host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  if (shard_dt != DType::kF32 && !(bf16() && shard_dt == DType::kBF16)) {
+    // The master cast down for the upload: one buffer being filled by the
+    // helper thread, one being copied up by the training thread.
+    for (HostBuffer& b : lowp_stage_) {
+      auto lp = HostBuffer::Create(device_, (largest + 1) / 2);
+      if (!lp.ok()) return lp.status().WithContext("parallel.offload_optimizer: two-byte parameter staging buffer");
+      b = std::move(*lp);
+      host_bytes_ += b.size() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  return OkStatus();
 }
 
 uint16_t* OptimizerState::held16(int u, int which) const {

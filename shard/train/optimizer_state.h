@@ -127,6 +127,12 @@ class OptimizerState {
   OptimizerState(Backend* device, FsdpRuntime* runtime, bool offload, const OptimStateOptions& options)
       : device_(device), runtime_(runtime), offload_(offload), options_(options) {}
   bool bf16() const { return options_.state_dtype == DType::kBF16; }
+  // Create's parts: the runtime built to match `offload` and the state dtype;
+  // the host master, m, v and gradient shards (offloaded); the staging
+  // buffers of the uploads, sized for the largest unit shard.
+  static Status CheckRuntime(FsdpRuntime& runtime, bool offload, const OptimStateOptions& options);
+  Status AllocateHostShards(bool data, int64_t* largest);
+  Status AllocateStages(int64_t largest);
   // bf16 state: host bf16 views of a unit's master, m, v.
   uint16_t* held16(int u, int which) const;
   // bf16 state: unit u's device shard contents, made from its bf16 master in

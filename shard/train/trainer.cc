@@ -62,7 +62,7 @@ Status Trainer::Init() {
   // overwrites every shard from the checkpoint, so it reads config.json only
   // and never opens, maps or reads the HF weights (an automatic restart of a
   // 70B job must not touch 140 GB of safetensors again).
-  // A peft: job's checkpoints hold only its adapters (ResumeLora): its frozen
+  // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
   // base is always loaded, so it never takes a full step here.
   if (!job_.peft.enabled()) {
     ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
@@ -117,7 +117,7 @@ Status Trainer::Init() {
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
              mo.max_batch * mo.max_seq * config.vocab_size * 4 / 1048576.0);
   RETURN_IF_ERROR(InitRuntime(hf ? &*hf : nullptr, precision));
-  if (job_.peft.enabled()) RETURN_IF_ERROR(InitLora());
+  RETURN_IF_ERROR(InitTrainable());
   RETURN_IF_ERROR(job_.data.CheckTokenizerFitsModel(config.vocab_size));
   if (backend_->holds_data()) {
     RETURN_IF_ERROR(PrepareData());
@@ -126,7 +126,7 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
-  RETURN_IF_ERROR(lora_ ? ResumeLora() : Resume());
+  RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
@@ -297,76 +297,35 @@ Manifest Trainer::RunState() const {
   return m;
 }
 
-Status Trainer::Resume() {
-  const ResumeChoice& choice = resume_;  // chosen in Init, before any weight was loaded
-  if (choice.step_dir.empty()) return AgreeOnResume(-2, "");  // from scratch
-  if (!choice.note.empty() && dist_.rank == 0) LOG_WARN("resume: {}", choice.note);
-  const std::string& step_dir = choice.step_dir;
-  const bool verified = choice.verified;
-  auto reader = CheckpointReader::Open(step_dir, /*verify_checksums=*/!verified);
-  Status agreed = AgreeOnResume(reader.ok() ? static_cast<double>(reader->manifest().step) : -1.0, step_dir);
-  if (!reader.ok()) return reader.status().WithContext("resume from " + step_dir);
-  RETURN_IF_ERROR(agreed);
-  const Manifest& m = reader->manifest();
-  if (m.model_hash != model_->config().ShapeHash())
-    return InvalidArgument("resume: " + step_dir + " holds a different model shape than this job's model");
-  if (m.units.size() != static_cast<size_t>(runtime_->num_units()))
-    return InvalidArgument("resume: " + step_dir + " has a different unit count");
-  if (m.seed != job_.train.seed || m.shuffle != job_.data.shuffle || m.global_batch != job_.train.global_batch)
-    LOG_WARN("resume: {} was saved with seed {}, shuffle {}, global_batch {}; this job uses {}, {}, {} — the data "
-             "order after the resume differs from the original run's",
-             step_dir, m.seed, m.shuffle, m.global_batch, job_.train.seed, job_.data.shuffle, job_.train.global_batch);
-  const std::string data_now = data_->Fingerprint();
-  if (!m.data_fingerprint.empty() && !data_now.empty() && m.data_fingerprint != data_now)
-    LOG_WARN("resume: {} was saved while training on other data ({}; now {}) — its sample cursor {} indexes "
-             "different samples here",
-             step_dir, m.data_fingerprint, data_now, m.samples_seen);
-  // The state as saved and as this job holds it may differ (optim.state_dtype
-  // changed between runs): converted on load, and said so.
-  const DType saved_dt = reader->state_dtype(), held_dt = optimizer_->state_dtype();
-  if (saved_dt != held_dt && dist_.rank == 0)
-    LOG_WARN("resume: {} holds the optimizer state (master weights, AdamW m and v) in {}; this job holds it in {} "
-             "(optim.state_dtype): converted on load{}",
-             step_dir, DTypeName(saved_dt), DTypeName(held_dt),
-             held_dt == DType::kBF16 ? " (rounded to nearest bf16)" : " (widened exactly)");
-  const int sr = runtime_->shard_rank();
-  std::vector<float> p, mm, vv;
-  for (int u = 0; u < runtime_->num_units(); ++u) {
-    const ShardLayout& sl = runtime_->layout(u);
-    p.resize(sl.shard_numel);
-    mm.resize(sl.shard_numel);
-    vv.resize(sl.shard_numel);
-    RETURN_IF_ERROR(reader->ReadUnitRange(u, sl.begin(sr), sl.end(sr), p.data(), mm.data(), vv.data()));
-    optimizer_->WriteShard(u, p.data(), mm.data(), vv.data());
-  }
-  step_ = m.step;
-  optimizer_steps_ = m.optimizer_steps;
-  samples_seen_ = m.samples_seen;
-  tokens_seen_ = m.tokens_seen;
-  // A dynamic scale continues where it was; a static one comes from the job
-  // file. A checkpoint saved without a dynamic scaler has no walk to continue.
-  if (scaler_->mode() == LossScaleMode::kDynamic) {
-    if (m.loss_scale_mode == "dynamic") {
-      RETURN_IF_ERROR(scaler_->Restore(m.loss_scale, m.loss_scale_good_steps).WithContext("resume from " + step_dir));
-    } else if (dist_.rank == 0) {
-      LOG_INFO("resume: {} was saved with loss scaling {}; the dynamic scale starts at {}", step_dir,
-               m.loss_scale_mode, scaler_->scale());
-    }
-  }
-  resumed_from_ = step_dir;
-  LOG_INFO("resumed from {} (step {}, {} samples seen, saved by {} ranks as {} shards{})", step_dir, m.step,
-           m.samples_seen, m.world, m.shard_count,
-           m.shard_count != shard_count_ ? ", resharded to " + std::to_string(shard_count_) : "");
+Status Trainer::InitTrainable() {
+  TrainableParts p;
+  p.job = &job_;
+  p.rank = dist_.rank;
+  p.shard_count = shard_count_;
+  p.backend = backend_.get();
+  p.model = model_.get();
+  p.runtime = runtime_.get();
+  p.optimizer = optimizer_.get();
+  p.checkpointer = checkpointer_.get();
+  p.run_keys = run_keys_;
+  p.resume = resume_;
+  p.base_weights_hash = base_weights_hash_;
+  ASSIGN_OR_RETURN(trainable_, CreateTrainable(p));
   return OkStatus();
 }
 
-Status Trainer::AgreeOnResume(double mine, const std::string& step_dir) {
-  double sum[2] = {mine, 1.0};
-  RETURN_IF_ERROR(runtime_->AllReduceSum(sum, 2));
-  if (sum[0] == mine * sum[1]) return OkStatus();
-  return FailedPrecondition("resume: ranks chose different checkpoints (this rank: " +
-                            (step_dir.empty() ? std::string("none, a fresh start") : step_dir) +
-                            "); is the checkpoint directory one shared filesystem that every rank sees alike?");
+Status Trainer::Resume() {
+  ResumeState rs;
+  rs.data = data_.get();
+  rs.scaler = scaler_.get();
+  rs.counters = {step_, optimizer_steps_, samples_seen_, tokens_seen_};
+  RETURN_IF_ERROR(trainable_->Resume(&rs));
+  step_ = rs.counters.step;
+  optimizer_steps_ = rs.counters.optimizer_steps;
+  samples_seen_ = rs.counters.samples_seen;
+  tokens_seen_ = rs.counters.tokens_seen;
+  resumed_from_ = rs.resumed_from;
+  return OkStatus();
 }
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
@@ -376,116 +335,6 @@ void Trainer::LoadRows(int64_t first_row, int64_t count) {
   backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), bytes);
   backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), bytes);
   if (data_->segmented()) backend_->CopyToDevice(d_seg_.data(), h_seg_.data(), bytes);
-}
-
-StatusOr<StepMetrics> Trainer::Step() {
-  auto t0 = std::chrono::steady_clock::now();
-  const auto& tc = job_.train;
-  const int64_t T = job_.data.seq_len;
-  // Every rank plans the same global batch; the loss is normalised by its
-  // target count whatever the accumulation or world size.
-  ASSIGN_OR_RETURN(GlobalBatch gb, data_->Plan(samples_seen_));
-  if (gb.target_tokens <= 0)
-    return Internal("step " + std::to_string(step_ + 1) + ": the global batch at sample " +
-                    std::to_string(samples_seen_) + " holds no target token");
-  // The loss scale multiplies the per-token normaliser (exactly, for a power
-  // of two) and is divided back out of the norm and in AdamW below.
-  const double loss_scale = scaler_->scale();
-  const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
-
-  runtime_->ZeroGrads();
-  if (lora_) lora_->ZeroGrads();
-  double loss_sum = 0;
-  const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
-  for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
-    // Never past mine.end (the next rank's rows): a short last micro-batch.
-    const int64_t n = std::min(tc.micro_batch, mine.end - mb);
-    LoadRows(mb, n);
-    DeviceBatch b;
-    b.batch = n;
-    b.seq = T;
-    b.tokens = d_tokens_.as_int();
-    b.targets = d_targets_.as_int();
-    b.positions = d_pos_.as_int();
-    b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
-    runtime_->BeginMicroBatch();
-    // Fresh adapter dropout masks per step, rank and micro-batch.
-    if (lora_) lora_->binding()->dropout_seed = job_.train.seed ^ (static_cast<uint64_t>(step_) << 24) ^
-                                                (static_cast<uint64_t>(dist_.rank) << 12) ^ static_cast<uint64_t>(mb);
-    ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
-    RETURN_IF_ERROR(runtime_->FinishMicroBatch());
-    loss_sum += l;
-  }
-  RETURN_IF_ERROR(runtime_->FinishGradients());
-  if (dist_.gradient_hook) dist_.gradient_hook(step_ + 1, *backend_, *runtime_);
-  // The norm is summed over the shard group only; replicas (no_shard,
-  // hybrid_shard) agree on it because their gradients are identical — unless
-  // one of them went non-finite on its own. So each rank's "my norm is not
-  // finite" flag travels with the loss sum and the stop vote in one world-wide
-  // all-reduce, and every rank decides from the same three sums.
-  double sq = 0;
-  if (lora_) {
-    ASSIGN_OR_RETURN(sq, ReduceLoraGrads());
-  } else {
-    ASSIGN_OR_RETURN(sq, runtime_->GradNormSquared());
-  }
-  double reduced[3] = {loss_sum, dist_.stop_requested && dist_.stop_requested() ? 1.0 : 0.0,
-                       std::isfinite(sq) ? 0.0 : 1.0};
-  RETURN_IF_ERROR(runtime_->AllReduceSum(reduced, 3));
-  loss_sum = reduced[0];
-  stop_agreed_ = reduced[1] > 0;
-  const bool nonfinite = reduced[2] > 0 || !std::isfinite(loss_sum);
-
-  const ParamLayout& layout = model_->layout();
-  double norm = std::sqrt(sq) / loss_scale;
-  // Another replica's norm was not finite: report that here too, so every
-  // rank's metrics and errors say the same.
-  if (nonfinite && std::isfinite(norm) && reduced[2] > 0) norm = std::numeric_limits<double>::quiet_NaN();
-  if (nonfinite && (!scaler_->enabled() || scaler_->at_floor()))
-    return Internal("step " + std::to_string(step_ + 1) + ": loss or gradient norm is not finite (loss sum " +
-                    std::to_string(loss_sum) + ", grad norm " + std::to_string(norm) +
-                    (scaler_->enabled() ? ", even at the dynamic loss scale's floor " + std::to_string(loss_scale)
-                                        : std::string()) +
-                    "); lower train.lr or enable train.grad_clip");
-  // Torch's GradScaler: an overflow skips the update on every rank (they all
-  // saw the same sums) and backs the scale off. The batch is consumed and the
-  // schedule moves on (step_, samples_seen_); AdamW's count does not.
-  const bool apply = scaler_->Update(nonfinite);
-  const double lr = LearningRate(tc.optim, step_, tc.steps);
-  if (apply) {
-    float clip = 1.0f;
-    if (tc.optim.grad_clip > 0 && norm > tc.optim.grad_clip)
-      clip = static_cast<float>(tc.optim.grad_clip / (norm + 1e-6));
-    // AdamW multiplies the gradients by this first: clipping and the unscale.
-    const float unscale = static_cast<float>(static_cast<double>(clip) / loss_scale);
-    if (lora_) {
-      lora_->Step(tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale);
-    } else {
-      RETURN_IF_ERROR(optimizer_->Step(layout, tc.optim, static_cast<float>(lr), optimizer_steps_ + 1, unscale));
-    }
-    ++optimizer_steps_;
-  } else if (dist_.rank == 0) {
-    LOG_WARN("step {}: inf/NaN in the gradients or loss (loss sum {}, grad norm {}) at loss scale {}; the update is "
-             "skipped on every rank, the scale is now {}",
-             step_ + 1, loss_sum, norm, loss_scale, scaler_->scale());
-  }
-  backend_->Synchronize();
-  ++step_;
-  samples_seen_ += gb.consumed;
-  tokens_seen_ += gb.tokens;
-  if (CheckpointDue(step_) || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(lora_ ? SaveLora() : checkpointer_->Save(RunState()));
-  StepMetrics m;
-  m.step = step_;
-  m.loss = loss_sum / static_cast<double>(gb.target_tokens);
-  m.lr = lr;
-  m.grad_norm = norm;
-  m.skipped = !apply;
-  m.loss_scale = loss_scale;
-  m.tokens = gb.target_tokens;
-  m.positions = gb.tokens;
-  m.samples = gb.consumed;
-  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return m;
 }
 
 namespace {
@@ -563,7 +412,8 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
       RETURN_IF_ERROR(checkpointer_->Wait());
       stopped_ = true;
       if (dist_.rank == 0)
-        LOG_WARN("stopped at step {} on request; checkpoint {}step_{} is written", step_, lora_ ? "lora_" : "", step_);
+        LOG_WARN("stopped at step {} on request; checkpoint {}step_{} is written", step_,
+                 trainable_->checkpoint_prefix(), step_);
       return OkStatus();
     }
   }
@@ -585,16 +435,8 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   return OkStatus();
 }
 
-Status Trainer::ExportHf(const std::string& dir, DType dtype) {
-  if (lora_) return ExportLora(dir, dtype);
-  // Every rank takes part in each unit's gather; rank 0 alone writes.
-  if (dist_.rank != 0) {
-    for (int u = 0; u < model_->layout().num_units(); ++u)
-      RETURN_IF_ERROR(runtime_->GatherUnit(u, /*out=*/nullptr, optimizer_->master(u)));
-    return OkStatus();
-  }
-  return shard::ExportHf(dir, model_->config(), model_->layout(),
-                         [&](int u, std::vector<float>* buf) { return runtime_->GatherUnit(u, buf, optimizer_->master(u)); }, dtype);
-}
+// export.hf_dir: the HF model, or a peft: job's adapter folder (or, with
+// export.merge, the model with the adapters merged in).
+Status Trainer::ExportHf(const std::string& dir, DType dtype) { return trainable_->Export(dir, dtype); }
 
 }  // namespace shard

@@ -26,6 +26,7 @@
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
 #include "shard/train/resume_choice.h"
+#include "shard/train/trainable.h"
 #include "shard/spec/run_fingerprint.h"
 #include "shard/spec/step_metrics.h"
 #include "shard/tensor/dtype.h"
@@ -106,8 +107,10 @@ class Trainer {
   // The AdamW state (on the device, or offloaded: parallel.offload_optimizer).
   OptimizerState& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
+  // What the job trains: the whole model, or adapters over a frozen base.
+  Trainable& trainable() { return *trainable_; }
   // The LoRA adapters (peft: lora); null for full fine-tuning.
-  LoraAdapters* lora() { return lora_.get(); }
+  LoraAdapters* lora() { return trainable_ ? trainable_->adapters() : nullptr; }
 
  private:
   // The run's keys come from the job as given: Init resolves some fields in
@@ -119,24 +122,10 @@ class Trainer {
   // The initial weights of this rank's shards (no resume): from the HF
   // weights' byte ranges, or the seeded init when hf is null.
   Status LoadInitialWeights(const HfWeights* hf);
-  // peft: fresh adapters bound to the model over the frozen base
-  // (lora_trainer.cc), or a clear error for what is not built.
-  Status InitLora();
-  // The step's adapter gradients summed over the world; their squared norm.
-  StatusOr<double> ReduceLoraGrads();
-  // export.hf_dir of a peft: job: the PEFT adapter folder, or (export.merge)
-  // the full HF model with the adapters merged in.
-  Status ExportLora(const std::string& dir, DType dtype);
-  // Adapter-only checkpoints (lora_checkpoint.h): rank 0 writes; every rank resumes.
-  Status SaveLora();
-  Status ResumeLora();
-  // Loads the checkpoint Init chose (resume_), if any.
+  // The job's Trainable (trainable.h): adapters for a peft: job, else the whole model.
+  Status InitTrainable();
+  // Loads the checkpoint to resume from (Trainable::Resume), if any.
   Status Resume();
-  // Every rank resumes from the same step, or every rank starts fresh: each
-  // chose from the filesystem on its own. `mine` is this rank's step, -1 when
-  // its checkpoint is unreadable, -2 for a fresh start. One all-reduce even on
-  // a fresh start, so no rank skips a collective the others make.
-  Status AgreeOnResume(double mine, const std::string& step_dir);
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
   // ranks meet, so every rank opens complete files.
   Status PrepareData();
@@ -153,6 +142,21 @@ class Trainer {
   // Global rows [first_row, first_row + count) of the planned batch to the device.
   void LoadRows(int64_t first_row, int64_t count);
 
+  // The parts of Step (trainer_step.cc).
+  // What the step's all-ranks reduction says.
+  struct StepSums {
+    double loss_sum = 0;   // over all ranks
+    double norm = 0;       // the unscaled gradient norm (NaN when another replica's was not finite)
+    bool nonfinite = false;
+  };
+  // This rank's micro-batches, forward and backward; its loss sum.
+  StatusOr<double> ForwardBackward(float grad_scale);
+  // The gradients reduced, their norm, and one all-reduce of the loss, the
+  // stop vote and the non-finite flags.
+  StatusOr<StepSums> ReduceStep(double loss_sum, double loss_scale);
+  // Clipping, the unscale and the optimizer step of what is trained.
+  Status ApplyUpdate(double norm, double loss_scale, double lr);
+
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.
   Precision precision_ = Precision::kFp32;
@@ -162,8 +166,7 @@ class Trainer {
   std::unique_ptr<FsdpRuntime> runtime_;
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
-  std::unique_ptr<LoraAdapters> lora_;  // peft: the trained adapters (the base is frozen)
-  std::string lora_base_hash_;          // the base's identity, saved with and checked against checkpoints
+  std::unique_ptr<Trainable> trainable_;  // what is trained: the whole model, or LoRA adapters
   uint64_t base_weights_hash_ = 0;      // a peft: job's HF base values (base_weights_hash.h), every rank's sum
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor

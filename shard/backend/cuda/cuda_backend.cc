@@ -264,21 +264,8 @@ class CudaBackend final : public Backend {
   }
 
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& a) override {
-    // The CPU backend's scalar arithmetic (double, then float), so both agree.
-    const double lr = a.lr, b1 = a.beta1, b2 = a.beta2;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(a.step));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(a.step));
-    AdamWFactors f;
-    f.decay = static_cast<float>(1.0 - lr * a.weight_decay);
-    f.beta1 = a.beta1;
-    f.beta2 = a.beta2;
-    f.one_minus_b1 = static_cast<float>(1.0 - b1);
-    f.one_minus_b2 = static_cast<float>(1.0 - b2);
-    f.step_size = static_cast<float>(lr / bc1);
-    f.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    f.eps = a.eps;
-    f.grad_scale = a.grad_scale;
-    LaunchAdamW(param, grad, m, v, n, f, stream_);
+    // The CPU backend's scalar arithmetic (adamw_math.h), so both agree.
+    LaunchAdamW(param, grad, m, v, n, AdamWFactorsFor(a), stream_);
   }
 
  private:
@@ -367,6 +354,13 @@ StatusOr<Backend*> CreateBackend(int index, const BackendOptions& options) {
     LOG_INFO("cuda backend: SHARDD_TC_ATTENTION=1: experimental tensor-core attention for compute bf16/fp16");
   return static_cast<Backend*>(
       new CudaBackend(index, stream, std::move(gemm.value()), prop.major >= 8, tc_attention));
+}
+
+// cuda_kernels.h: after every launch, in whichever kernel file.
+void CheckLaunch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  SHARD_CHECK_MSG(e == cudaSuccess, std::string("cuda backend: launching ") + what + " failed: " +
+                                        cudaGetErrorString(e));
 }
 
 }  // namespace shard::cuda

@@ -1,6 +1,6 @@
 // The CUDA backend: device memory from the stream-ordered pool, one compute
-// stream, cuBLASLt GEMMs (fp32, optionally TF32) and the kernels in
-// cuda_kernels.cu / cuda_attention.cu. Only shard/backend includes this
+// stream, cuBLASLt GEMMs (fp32, optionally TF32) and the kernels of the .cu
+// files (cuda_kernels.h). Only shard/backend includes this
 // header; core code goes through shard::Backend.
 #pragma once
 

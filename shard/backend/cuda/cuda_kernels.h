@@ -1,5 +1,7 @@
-// Internal to shard/backend/cuda: host-side launchers of the kernels in
-// cuda_kernels.cu, cuda_cast.cu, cuda_attention.cu and cuda_attention_tc_{fwd,bwd}.cu. Every launcher queues work on
+// Internal to shard/backend/cuda: host-side launchers of the kernels, one
+// .cu file per op family as in cpu/ (cuda_elementwise, cuda_norm_rope,
+// cuda_cross_entropy, cuda_adamw, cuda_cast, cuda_nf4, cuda_attention and
+// cuda_attention_tc_{fwd,bwd}). Every launcher queues work on
 // `stream` and returns at once; semantics are those of the matching
 // shard::Backend methods (backend.h). C++17 (shared with nvcc) and free of
 // CUDA types, so cuda_backend.cc needs no device code.
@@ -7,13 +9,14 @@
 
 #include <cstdint>
 
+#include "shard/backend/adamw_math.h"
 #include "shard/backend/backend.h"
 
 namespace shard::cuda {
 
 using Stream = void*;  // cudaStream_t
 
-// cuda_kernels.cu
+// cuda_elementwise.cu
 void LaunchFill(float* x, int64_t n, float value, Stream s);
 // Backend::Dropout (the same bits as the CPU backend's).
 void LaunchDropout(const float* x, float* out, int64_t n, float p, uint64_t seed, Stream s);
@@ -28,6 +31,7 @@ void LaunchRoundThrough(const float* src, float* dst, int64_t n, DType through, 
 // cuda_nf4.cu: Backend::DequantizeNf4.
 // out_dtype kF32: fp32 values (rounded through round_to); else two-byte round_to values.
 void LaunchDequantizeNf4(const Nf4Run& run, void* out, DType round_to, DType out_dtype, Stream s);
+// cuda_elementwise.cu
 // C[m, n] (row stride ldc) = beta * C (0 when beta == 0): GEMMs with k == 0.
 void LaunchScaleMatrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, Stream s);
 // Fixed-shape partial sums (the same for a given n on any GPU): writes
@@ -39,6 +43,7 @@ void LaunchEmbeddingForward(const int32_t* tokens, int64_t rows, const void* tab
                             float* out, Stream s);
 void LaunchEmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, int dim, float* dtable,
                              Stream s);
+// cuda_norm_rope.cu
 void LaunchRmsNormForward(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
                           float* rstd, Stream s);
 // partial: scratch of RmsNormPartialFloats(rows, dim) floats.
@@ -47,16 +52,14 @@ void LaunchRmsNormBackward(const float* dy, const float* x, const float* w, cons
                            int dim, float* dx, float* dw, float* partial, Stream s);
 void LaunchRope(float* x, int64_t rows, int64_t row_stride, int n_heads, int head_dim, const int32_t* pos,
                 const float* cos_sin, bool inverse, Stream s);
+// cuda_elementwise.cu
 void LaunchSwiGluForward(const float* gu, int64_t rows, int ffn, float* h, Stream s);
 void LaunchSwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu, Stream s);
-// row_loss: scratch of `rows` doubles; *result = their ordered sum; *bad_target
+// cuda_cross_entropy.cu. row_loss: scratch of `rows` doubles; *result = their ordered sum; *bad_target
 // is set to 1 + the first out-of-range target's row when a target >= vocab.
 void LaunchCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
                         bool grad, double* row_loss, double* result, int64_t* bad_target, Stream s);
-// Scalar factors computed on the host exactly as the CPU backend does.
-struct AdamWFactors {
-  float decay, beta1, beta2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
-};
+// cuda_adamw.cu. f from AdamWFactorsFor (adamw_math.h), as the CPU backend computes it.
 void LaunchAdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWFactors& f,
                  Stream s);
 
@@ -85,7 +88,7 @@ void LaunchAttentionBackwardTc(const AttentionShape& shape, const float* qkv, co
                                const float* out, const float* lse, const float* dout, float* dqkv,
                                int32_t* starts, float* delta, Stream s);
 
-// Raises a CHECK failure naming `what` if the last launch failed.
+// cuda_backend.cc: raises a CHECK failure naming `what` if the last launch failed.
 void CheckLaunch(const char* what);
 
 }  // namespace shard::cuda
