@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/daemon/coordinator.h"
 #include "coordinator/ctl/commands.h"
 #include "shard/common/supervisor.h"
 #include "shard/spec/job_config.h"
