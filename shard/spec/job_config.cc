@@ -109,6 +109,12 @@ Status JobConfig::Validate() const {
                              "replies to compare");
     if (data.train_on != TrainOn::kAssistant)
       return InvalidArgument("data.train_on: all: a preference: job scores only the replies (train_on: assistant)");
+    if (data.format != SftFormat::kAuto && data.format != SftFormat::kPreference)
+      return InvalidArgument(std::string("data.format: ") + SftFormatName(data.format) +
+                             ": a preference: job reads pairs (format auto or preference)");
+  } else if (data.format == SftFormat::kPreference) {
+    return InvalidArgument("data.format: preference: pairs train only under a preference: section (method dpo, ipo "
+                           "or orpo)");
   }
   if (train.optim.state_dtype != DType::kF32) {
     // Held on the host beside the offloaded gradients; an on-device bf16

@@ -103,5 +103,18 @@ TEST(PreferenceConfig, TokenStreamJobsAndTrainOnAllAreRefused) {
                 {"job.yaml", "data.train_on", "preference"});
 }
 
+// data.format: preference belongs to a preference: job, and a preference:
+// job reads nothing else.
+TEST(PreferenceConfig, DataFormatPreferenceGoesWithTheSection) {
+  const std::string pairs = "data: {jsonl: p.jsonl, tokenizer: byte, seq_len: 64, format: preference}\n";
+  auto job = ParseJobConfig(Job("preference: {method: dpo}\n", pairs), "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->data.format, SftFormat::kPreference);
+  ExpectRefused(Job("", pairs), {"job.yaml", "data.format: preference", "preference: section"});
+  ExpectRefused(Job("preference: {method: ipo}\n",
+                    "data: {jsonl: p.jsonl, tokenizer: byte, seq_len: 64, format: alpaca}\n"),
+                {"job.yaml", "data.format: alpaca", "pairs"});
+}
+
 }  // namespace
 }  // namespace shard
