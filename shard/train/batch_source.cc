@@ -110,6 +110,7 @@ PrepareSftOptions SftPrepareOptions(const JobConfig& job) {
   o.train_on = job.data.train_on;
   o.format = job.data.format;
   o.bad_rows = job.data.bad_rows;
+  o.overlong = job.data.overlong;  // pairs are fitted when prepared
   o.out = SftPreparedPrefix(job);
   return o;
 }
@@ -126,6 +127,13 @@ StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int
   if (!vocab.ok())
     return vocab.WithContext("data.tokenizer " + job.data.tokenizer + " does not fit the model (vocab_size " +
                              std::to_string(vocab_size) + ")");
+  if (data->header().pairs && !job.preference.enabled())
+    return InvalidArgument("data.jsonl " + job.data.jsonl + " holds preference pairs (prompt, chosen, rejected); "
+                           "they train under a preference: section (method dpo, ipo or orpo), not as SFT samples");
+  if (job.preference.enabled())
+    return Unimplemented(std::string("preference: method ") + PreferenceMethodName(job.preference.method) +
+                         ": the pairs are prepared (" + prefix + "), but this build's trainer step does not run the "
+                         "preference objective yet (issue 31)");
   auto source = std::make_unique<SftSource>(std::move(*data), job);
   RETURN_IF_ERROR(source->Init(job));
   return std::unique_ptr<BatchSource>(std::move(source));
