@@ -65,6 +65,10 @@ class BatchSource {
 // SftPrepareOptions / EnsurePrepared). Checks every token id < vocab_size.
 StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int64_t vocab_size);
 
+// Rows one item of train.global_batch / micro_batch fills for this job: 2 for
+// a preference: job (pairs), else 1. The trainer sizes its buffers with it.
+inline int RowsPerItem(const JobConfig& job) { return job.preference.enabled() ? 2 : 1; }
+
 // Where an SFT job's prepared dataset lives: data.prepared, or
 // <checkpoint.dir>/<job name>/data/sft.
 std::string SftPreparedPrefix(const JobConfig& job);

@@ -100,7 +100,7 @@ Status Trainer::Init() {
   if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
   scaler_ = std::make_unique<LossScaler>(*lso);
   ModelOptions mo;
-  mo.max_batch = job_.train.micro_batch;
+  mo.max_batch = job_.train.micro_batch * RowsPerItem(job_);
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
@@ -126,9 +126,10 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
+  if (job_.preference.enabled()) RETURN_IF_ERROR(PrepareReference());  // the starting weights: before Resume
   RETURN_IF_ERROR(lora_ ? ResumeLora() : Resume());
 
-  const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
+  const int64_t rows = job_.train.micro_batch * RowsPerItem(job_) * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
   for (auto* d : {&d_tokens_, &d_targets_, &d_pos_, &d_seg_}) {
     ASSIGN_OR_RETURN(*d, DeviceBuffer::Create(backend_.get(), rows));
@@ -371,7 +372,7 @@ Status Trainer::AgreeOnResume(double mine, const std::string& step_dir) {
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
   data_->Fill(first_row, count, h_tokens_.data(), h_targets_.data(), h_pos_.data(), h_seg_.data());
-  const size_t bytes = static_cast<size_t>(count * job_.data.seq_len) * sizeof(int32_t);
+  const size_t bytes = static_cast<size_t>(count * data_->rows_per_item() * job_.data.seq_len) * sizeof(int32_t);
   backend_->CopyToDevice(d_tokens_.data(), h_tokens_.data(), bytes);
   backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), bytes);
   backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), bytes);
@@ -395,6 +396,7 @@ StatusOr<StepMetrics> Trainer::Step() {
 
   runtime_->ZeroGrads();
   if (lora_) lora_->ZeroGrads();
+  if (preference_) preference_->BeginStep(tc.global_batch, loss_scale);
   double loss_sum = 0;
   const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
   for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
@@ -402,7 +404,7 @@ StatusOr<StepMetrics> Trainer::Step() {
     const int64_t n = std::min(tc.micro_batch, mine.end - mb);
     LoadRows(mb, n);
     DeviceBatch b;
-    b.batch = n;
+    b.batch = n * data_->rows_per_item();
     b.seq = T;
     b.tokens = d_tokens_.as_int();
     b.targets = d_targets_.as_int();
@@ -412,7 +414,8 @@ StatusOr<StepMetrics> Trainer::Step() {
     // Fresh adapter dropout masks per step, rank and micro-batch.
     if (lora_) lora_->binding()->dropout_seed = job_.train.seed ^ (static_cast<uint64_t>(step_) << 24) ^
                                                 (static_cast<uint64_t>(dist_.rank) << 12) ^ static_cast<uint64_t>(mb);
-    ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
+    ASSIGN_OR_RETURN(double l, preference_ ? PreferenceMicroBatch(b, mb, n)
+                                           : model_->ForwardBackward(b, *runtime_, grad_scale));
     RETURN_IF_ERROR(runtime_->FinishMicroBatch());
     loss_sum += l;
   }
@@ -484,6 +487,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.tokens = gb.target_tokens;
   m.positions = gb.tokens;
   m.samples = gb.consumed;
+  if (preference_) RETURN_IF_ERROR(FinishPreferenceStep(&m));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
