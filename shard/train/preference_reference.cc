@@ -55,8 +55,11 @@ StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t
 }  // namespace
 
 Status Trainer::PrepareReference() {
+  // The memory simulator (no data): its synthetic rows are not pairs, so it
+  // runs the SFT step (docs/preference.md: the planner does not price pairs yet).
+  if (!backend_->holds_data()) return OkStatus();
   preference_ = std::make_unique<PreferenceObjective>(job_.preference);
-  if (!job_.preference.needs_reference() || !backend_->holds_data()) return OkStatus();
+  if (!job_.preference.needs_reference()) return OkStatus();
   const std::string prefix = SftPreparedPrefix(job_);
   PreparedDataset::OpenOptions quick;  // opened and verified by OpenBatchSource already
   quick.verify_contents = false;
