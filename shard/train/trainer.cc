@@ -517,6 +517,13 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
     s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
     if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
   }
+  if (m.pairs > 0) {  // preference: TRL's tags
+    for (const auto& [tag, v] : {std::pair{"rewards/chosen", m.rewards_chosen}, {"rewards/rejected", m.rewards_rejected},
+                                 {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
+                                 {"logps/chosen", m.logps_chosen}, {"logps/rejected", m.logps_rejected}})
+      s.push_back({tag, static_cast<float>(v)});
+    if (m.nll != 0) s.push_back({"nll", static_cast<float>(m.nll)});
+  }
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());
@@ -556,9 +563,12 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
       }
     }
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
-      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}", m.step, tc.steps, m.loss,
+      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}{}", m.step, tc.steps, m.loss,
                m.lr, m.grad_norm, window_tokens / std::max(window_seconds, 1e-9),
                scaler_->enabled() ? fmt::format(" loss_scale {:g}", m.loss_scale) : std::string(),
+               m.pairs > 0 ? fmt::format(" rewards/accuracies {:.3f} rewards/margins {:.4f}", m.rewards_accuracies,
+                                         m.rewards_margins)
+                           : std::string(),
                m.skipped ? " (skipped: inf/NaN)" : "");
       window_seconds = 0;
       window_tokens = 0;

@@ -173,5 +173,28 @@ TEST(PreferenceTrain, ReferenceIsComputedOnceAndResumeIsBitwise) {
   fs::remove_all(dir);
 }
 
+// TRL's metric names reach TensorBoard (rank 0's event file in the run dir).
+TEST(PreferenceTrain, TensorBoardCarriesTrlsTags) {
+  const std::string dir = NewDir("pref_tb");
+  const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 16);
+  DistContext base;
+  base.tensorboard = true;
+  Status st = testing_ranks::OnTrainerRanks(
+      Job(jsonl, dir + "/ckpt", "preference: {method: orpo}\n"), 1, {"train.steps=2"},
+      [&](Trainer& tr, int) { ASSERT_TRUE(tr.Run().ok()); }, base);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::string events;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/ckpt"))
+    if (e.path().filename().string().rfind("events.out.tfevents", 0) == 0) {
+      std::ifstream f(e.path(), std::ios::binary);
+      events.assign(std::istreambuf_iterator<char>(f), {});
+    }
+  ASSERT_FALSE(events.empty()) << "no event file under " << dir;
+  for (const char* tag : {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+                          "logps/rejected", "nll"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shard
