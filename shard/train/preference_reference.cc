@@ -108,7 +108,7 @@ Status Trainer::PrepareReference() {
   ASSIGN_OR_RETURN(DeviceBuffer dg, DeviceBuffer::Create(backend_.get(), rows));
   ASSIGN_OR_RETURN(DeviceBuffer dp, DeviceBuffer::Create(backend_.get(), rows));
   std::vector<double> ref(static_cast<size_t>(2 * N), 0.0);
-  if (lora_) RETURN_IF_ERROR(model_->SetLora(nullptr));  // the base without the adapters, as TRL/PEFT
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));  // the base without the adapters, as TRL/PEFT
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t first = begin + it * micro;
     const PairPlan plan = batcher.PlanGlobalBatch(first);
@@ -127,7 +127,7 @@ Status Trainer::PrepareReference() {
       ref[2 * (first + k) + 1] = (*logps)[2 * k + 1];
     }
   }
-  if (lora_) RETURN_IF_ERROR(model_->SetLora(lora_->binding()));
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
   RETURN_IF_ERROR(runtime_->AllReduceSum(ref.data(), static_cast<int64_t>(ref.size())));
   if (dist_.rank == 0) {
     RETURN_IF_ERROR(WriteFileAtomic(path, EncodeReference(ref)));
