@@ -195,9 +195,8 @@ TEST(PreferenceObjective, RefusesWhatIsNotWholePairsWithTheirReference) {
   EXPECT_NE(none.status().message().find("no target token"), std::string::npos);
 }
 
-// Until the trainer step runs the objective, a preference: job is refused
-// with a line that says so (never trained as SFT on both replies), and an
-// SFT job never trains on a file of pairs.
+// A preference: job's source is whole pairs (two rows an item); an SFT job
+// never trains on a file of pairs; eval: on pairs is refused until built.
 TEST(PreferenceObjective, PairsNeverTrainAsSftSamples) {
   const auto dir = std::filesystem::temp_directory_path() / ("shardd_pref_src_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -214,7 +213,14 @@ TEST(PreferenceObjective, PairsNeverTrainAsSftSamples) {
   auto dpo = ParseJobConfig(base + "preference: {method: dpo}\n", "job.yaml");
   ASSERT_TRUE(dpo.ok()) << dpo.status().ToString();
   auto as_dpo = OpenBatchSource(*dpo, 265);
-  EXPECT_EQ(as_dpo.status().code(), StatusCode::kUnimplemented) << as_dpo.status().ToString();
+  ASSERT_TRUE(as_dpo.ok()) << as_dpo.status().ToString();
+  EXPECT_EQ((*as_dpo)->rows_per_item(), 2);
+  EXPECT_EQ((*as_dpo)->Fingerprint().rfind("pairs:", 0), 0u) << (*as_dpo)->Fingerprint();
+  // eval: on held-out pairs is not built: refused, never scored as SFT.
+  auto with_eval = ParseJobConfig(base + "preference: {method: dpo}\neval: {data: " + (dir / "pairs.jsonl").string() +
+                                      "}\n", "job.yaml");
+  ASSERT_TRUE(with_eval.ok()) << with_eval.status().ToString();
+  EXPECT_EQ(OpenBatchSource(*with_eval, 265).status().code(), StatusCode::kUnimplemented);
   std::filesystem::remove_all(dir);
 }
 
