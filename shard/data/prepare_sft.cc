@@ -8,6 +8,7 @@
 #include "shard/common/checksum.h"
 #include "shard/common/logging.h"
 #include "shard/data/chat_format.h"
+#include "shard/data/preference_jsonl.h"
 #include "shard/data/sft_jsonl.h"
 
 namespace shard {
@@ -18,7 +19,31 @@ constexpr size_t kBatchLines = 4096;
 struct RowResult {
   Status status;
   TokenizedSample sample;
+  TokenizedSample rejected;  // pairs: sample is the chosen reply
 };
+
+// One line into `r`: a conversation, or (format preference) a pair.
+void TokenizeRow(std::string_view line, SftFormat format, SftFormat also, const ChatFormat& tpl, const Tokenizer& tok,
+                 TrainOn on, RowResult* r) {
+  if (format == SftFormat::kPreference) {
+    auto row = ParsePreferenceRow(line);
+    if (!row.ok()) {
+      r->status = row.status();
+      return;
+    }
+    TokenizedPair pair;
+    r->status = RenderPreferencePair(*row, tpl, tok, &pair);
+    r->sample = std::move(pair.chosen);
+    r->rejected = std::move(pair.rejected);
+    return;
+  }
+  auto msgs = ParseSftRow(line, format, also);
+  if (!msgs.ok()) {
+    r->status = msgs.status();
+    return;
+  }
+  r->status = tpl.Apply(*msgs, tok, on, &r->sample);
+}
 
 // Tokenizes lines[i] into results[i] on `threads` threads (the caller is one).
 void TokenizeBatch(const std::vector<std::string_view>& lines, SftFormat format, SftFormat also, const ChatFormat& tpl,
@@ -28,13 +53,7 @@ void TokenizeBatch(const std::vector<std::string_view>& lines, SftFormat format,
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(16)) < lines.size();) {
       for (size_t k = i; k < std::min(i + 16, lines.size()); ++k) {
-        RowResult& r = (*results)[k];
-        auto msgs = ParseSftRow(lines[k], format, also);
-        if (!msgs.ok()) {
-          r.status = msgs.status();
-          continue;
-        }
-        r.status = tpl.Apply(*msgs, tok, on, &r.sample);
+        TokenizeRow(lines[k], format, also, tpl, tok, on, &(*results)[k]);
       }
     }
   };
@@ -150,6 +169,11 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
   h.source_path = o.input;
   h.source_bytes = static_cast<int64_t>(text.size());
   h.source_hash = Xxh64(text.data(), text.size());
+  const bool pairs = format == SftFormat::kPreference;
+  if (pairs) {
+    h.pairs = true;
+    h.overlong = OverlongName(o.overlong);
+  }
 
   ASSIGN_OR_RETURN(auto writer, PreparedWriter::Create(o.out));
   std::vector<std::string_view> lines;
@@ -185,12 +209,27 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
         }
         continue;
       }
+      if (pairs) {
+        TokenizedPair pair{std::move(results[i].sample), std::move(results[i].rejected)};
+        const int64_t longest = static_cast<int64_t>(std::max(pair.chosen.tokens.size(), pair.rejected.tokens.size()));
+        if (longest > o.seq_len + 1) ++h.longer_than_seq_len;
+        if (!FitPair(&pair, o.seq_len, o.overlong)) {
+          ++h.overlong_pairs_dropped;
+          continue;
+        }
+        RETURN_IF_ERROR(writer->Add(pair.chosen));
+        RETURN_IF_ERROR(writer->Add(pair.rejected));
+        continue;
+      }
       if (static_cast<int64_t>(results[i].sample.tokens.size()) > o.seq_len + 1) ++h.longer_than_seq_len;
       RETURN_IF_ERROR(writer->Add(results[i].sample));
     }
   }
   if (h.bad_rows_skipped > 0)
     LOG_WARN("{}: skipped {} bad rows of {}", o.input, h.bad_rows_skipped, h.rows_read);
+  if (h.overlong_pairs_dropped > 0)
+    LOG_WARN("{}: left out {} pairs longer than seq_len + 1 = {} tokens (overlong {}) or with a reply cut to no "
+             "target", o.input, h.overlong_pairs_dropped, o.seq_len + 1, h.overlong);
   auto st = writer->Finish(h);
   if (!st.ok()) return st.WithContext("prepare-data " + o.out + " from " + o.input);
   ASSIGN_OR_RETURN(PreparedDataset check,
@@ -220,6 +259,9 @@ StatusOr<bool> PreparedIsCurrent(const PrepareSftOptions& o, const Tokenizer& to
   if (h.tokenizer_hash != tok.hash() || h.chat_template != tpl.Name() || h.train_on != TrainOnName(o.train_on) ||
       h.seq_len != o.seq_len || (h.bad_rows_skipped > 0 && o.bad_rows == BadRows::kFail))
     return false;
+  // Pairs are fitted to seq_len when prepared: another overlong is another dataset.
+  if (o.format != SftFormat::kAuto && h.pairs != (o.format == SftFormat::kPreference)) return false;
+  if (h.pairs && h.overlong != OverlongName(o.overlong)) return false;
   ASSIGN_OR_RETURN(MappedFile in, MappedFile::Open(o.input));
   return static_cast<int64_t>(in.size()) == h.source_bytes && Xxh64(in.data(), in.size()) == h.source_hash;
 }

@@ -1,4 +1,7 @@
-// prepare-data: SFT JSONL -> a prepared dataset (prepared_dataset.h).
+// prepare-data: SFT JSONL -> a prepared dataset (prepared_dataset.h). A file
+// of preference pairs (sft_jsonl.h format preference) becomes a dataset of
+// pairs: samples 2i and 2i+1 are pair i's chosen and rejected replies, and a
+// bad row or an over-long pair is left out as one.
 //
 // Rows are parsed and tokenized on several threads in batches and written in
 // input order. A bad row (not JSON, neither row format, an unknown role, no
@@ -28,6 +31,10 @@ struct PrepareSftOptions {
   TrainOn train_on = TrainOn::kAssistant;
   SftFormat format = SftFormat::kAuto;  // how rows are read (sft_jsonl.h)
   BadRows bad_rows = BadRows::kFail;
+  // Preference pairs only (format preference, or auto on a file of pairs):
+  // how a pair longer than seq_len + 1 tokens is fitted, here rather than at
+  // packing, so every stored pair trains (preference_jsonl.h FitPair).
+  Overlong overlong = Overlong::kTruncate;
   std::string out;                      // PREFIX of the prepared files
   int threads = 0;                      // 0: hardware concurrency
   int report_bad_rows = 10;             // skipped rows logged one by one, at most

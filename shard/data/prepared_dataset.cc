@@ -53,6 +53,7 @@ std::string PreparedHeader::ToJson() const {
   if (has_file_hashes)
     j["files"] = {{"tokens_xxh64", HashToHex(tokens_hash)}, {"mask_xxh64", HashToHex(mask_hash)},
                   {"index_xxh64", HashToHex(index_hash)}};
+  if (pairs) j["pairs"] = {{"overlong", overlong}, {"overlong_dropped", overlong_pairs_dropped}};
   return j.dump(2) + "\n";
 }
 
@@ -94,6 +95,14 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
       ASSIGN_OR_RETURN(h.mask_hash, HashFromHex(f.at("mask_xxh64").get<std::string>()));
       ASSIGN_OR_RETURN(h.index_hash, HashFromHex(f.at("index_xxh64").get<std::string>()));
       h.has_file_hashes = true;
+    }
+    if (j.contains("pairs")) {
+      h.pairs = true;
+      h.overlong = j["pairs"].value("overlong", "");
+      h.overlong_pairs_dropped = JsonIntOr<int64_t>(j["pairs"], "overlong_dropped", 0);
+      if (h.num_samples % 2 != 0)
+        return DataLoss(origin + ": a dataset of pairs holds an odd number of samples (" +
+                        std::to_string(h.num_samples) + ")");
     }
   } catch (const json::exception& e) {
     return DataLoss(origin + ": bad header: " + e.what());

@@ -57,6 +57,13 @@ struct PreparedHeader {
   // header written before they were recorded: nothing to verify then.
   bool has_file_hashes = false;
   uint64_t tokens_hash = 0, mask_hash = 0, index_hash = 0;
+  // Preference pairs (preference_jsonl.h): sample 2i is pair i's chosen reply,
+  // 2i+1 its rejected one, both already fitted to seq_len + 1 tokens by
+  // `overlong` ("pairs" in the JSON; absent = SFT samples).
+  bool pairs = false;
+  std::string overlong;            // pairs: truncate | drop, as applied
+  int64_t overlong_pairs_dropped = 0;
+  int64_t num_pairs() const { return pairs ? num_samples / 2 : 0; }
 
   std::string ToJson() const;
   static StatusOr<PreparedHeader> FromJson(const std::string& text, const std::string& origin);

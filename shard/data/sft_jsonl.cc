@@ -10,7 +10,9 @@ using json = nlohmann::json;
 
 std::string TypeName(const json& v) { return v.type_name(); }
 
-StatusOr<json> ParseObject(std::string_view line) {
+}  // namespace
+
+StatusOr<json> ParseJsonlObject(std::string_view line) {
   RETURN_IF_ERROR(CheckJsonDepth(line, ""));
   json row = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (row.is_discarded()) {
@@ -32,7 +34,28 @@ StatusOr<json> ParseObject(std::string_view line) {
   return row;
 }
 
+StatusOr<std::vector<Message>> ParseMessageList(const json& ms, const std::string& key) {
+  if (!ms.is_array()) return InvalidArgument("\"" + key + "\" must be an array, not " + TypeName(ms));
+  if (ms.empty()) return InvalidArgument("\"" + key + "\" is empty");
+  std::vector<Message> out;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const json& m = ms[i];
+    const std::string where = key + "[" + std::to_string(i) + "]";
+    if (!m.is_object()) return InvalidArgument(where + " must be an object, not " + TypeName(m));
+    if (!m.contains("role") || !m["role"].is_string()) return InvalidArgument(where + " has no string \"role\"");
+    if (!m.contains("content") || !m["content"].is_string()) return InvalidArgument(where + " has no string \"content\"");
+    auto role = ParseRole(m["role"].get<std::string>());
+    if (!role.ok()) return role.status().WithContext(where);
+    out.push_back({*role, m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+namespace {
+
 StatusOr<SftFormat> Detect(const json& row) {
+  // Before prompt_response: TRL's pairs have a "prompt" too.
+  if (row.contains("chosen") || row.contains("rejected")) return SftFormat::kPreference;
   if (row.contains("messages")) return SftFormat::kMessages;
   if (row.contains("conversations")) return SftFormat::kShareGpt;
   if (row.contains("instruction") || row.contains("output")) return SftFormat::kAlpaca;
@@ -48,23 +71,7 @@ Status OptionalSystem(const json& row, std::vector<Message>* out) {
   return OkStatus();
 }
 
-StatusOr<std::vector<Message>> Messages(const json& row) {
-  const json& ms = row["messages"];
-  if (!ms.is_array()) return InvalidArgument("\"messages\" must be an array, not " + TypeName(ms));
-  if (ms.empty()) return InvalidArgument("\"messages\" is empty");
-  std::vector<Message> out;
-  for (size_t i = 0; i < ms.size(); ++i) {
-    const json& m = ms[i];
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return InvalidArgument(where + " must be an object, not " + TypeName(m));
-    if (!m.contains("role") || !m["role"].is_string()) return InvalidArgument(where + " has no string \"role\"");
-    if (!m.contains("content") || !m["content"].is_string()) return InvalidArgument(where + " has no string \"content\"");
-    auto role = ParseRole(m["role"].get<std::string>());
-    if (!role.ok()) return role.status().WithContext(where);
-    out.push_back({*role, m["content"].get<std::string>()});
-  }
-  return out;
-}
+StatusOr<std::vector<Message>> Messages(const json& row) { return ParseMessageList(row["messages"], "messages"); }
 
 StatusOr<std::vector<Message>> PromptResponse(const json& row) {
   for (const char* k : {"prompt", "response"})
@@ -117,12 +124,12 @@ StatusOr<std::vector<Message>> ShareGpt(const json& row) {
 }  // namespace
 
 StatusOr<SftFormat> DetectSftFormat(std::string_view line) {
-  ASSIGN_OR_RETURN(json row, ParseObject(line));
+  ASSIGN_OR_RETURN(json row, ParseJsonlObject(line));
   return Detect(row);
 }
 
 StatusOr<std::vector<Message>> ParseSftRow(std::string_view line, SftFormat format, SftFormat also) {
-  ASSIGN_OR_RETURN(json row, ParseObject(line));
+  ASSIGN_OR_RETURN(json row, ParseJsonlObject(line));
   ASSIGN_OR_RETURN(SftFormat found, Detect(row));
   if (format != SftFormat::kAuto && found != format && (also == SftFormat::kAuto || found != also))
     return InvalidArgument(std::string("this row is in the ") + SftFormatName(found) + " format, but the file is " +
@@ -133,6 +140,9 @@ StatusOr<std::vector<Message>> ParseSftRow(std::string_view line, SftFormat form
     case SftFormat::kPromptResponse: return PromptResponse(row);
     case SftFormat::kAlpaca: return Alpaca(row);
     case SftFormat::kShareGpt: return ShareGpt(row);
+    case SftFormat::kPreference:
+      return InvalidArgument("a preference pair (\"chosen\" and \"rejected\") is not one SFT conversation; pairs "
+                             "train under a job's preference: section");
     case SftFormat::kAuto: break;
   }
   return Internal("unreachable");

@@ -8,6 +8,9 @@
 //                    a blank line; optionally "system")
 //   sharegpt         {"conversations": [{"from": "human"|"gpt"|"system", "value": ...}]}
 //                    ("user"/"assistant" are accepted as from values too)
+//   preference       {"prompt": ..., "chosen": ..., "rejected": ...}: TRL's
+//                    pairs, detected here and read by preference_jsonl.h
+//                    (ParseSftRow refuses them: a pair is not one conversation)
 //
 // With format auto a file's format is that of its first row, and a row in
 // another format is refused (mixed files are usually a concatenation mistake);
@@ -16,8 +19,11 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "shard/common/status.h"
 #include "shard/data/chat_template.h"
@@ -34,5 +40,11 @@ StatusOr<SftFormat> DetectSftFormat(std::string_view line);
 // `also`: a second format accepted beside `format` (auto: none).
 StatusOr<std::vector<Message>> ParseSftRow(std::string_view line, SftFormat format = SftFormat::kAuto,
                                            SftFormat also = SftFormat::kAuto);
+
+// The pieces every JSONL row reader shares (preference_jsonl.h too): a line as
+// a JSON object (depth-checked; INVALID_ARGUMENT says what is wrong), and a
+// list of {"role", "content"} messages under `key` (errors name key[i]).
+StatusOr<nlohmann::json> ParseJsonlObject(std::string_view line);
+StatusOr<std::vector<Message>> ParseMessageList(const nlohmann::json& list, const std::string& key);
 
 }  // namespace shard

@@ -348,12 +348,26 @@ Status LlamaModel::ReleaseHead(UnitAccess& access) {
 
 StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& access, float grad_scale) {
   if (!b.targets) return InvalidArgument("model: training micro-batch without targets");
+  RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/true));
+  return HeadAndBackward(b, access, grad_scale, nullptr);
+}
+
+StatusOr<double> LlamaModel::HeadAndBackward(const DeviceBatch& b, UnitAccess& access, float grad_scale,
+                                             const SpanLoss* spans) {
   const auto& c = config_;
   const int L = c.num_layers;
   const int64_t n = b.rows(), d = c.hidden_size, vocab = c.vocab_size;
   const int head = layout_.head_unit();
-  RETURN_IF_ERROR(ForwardTrunk(b, access, /*keep=*/true));
   ASSIGN_OR_RETURN(const WeightRef w_head, HeadForward(b, access));
+  // Span weights (ForwardBackwardSpans): each row's factor, decided from the
+  // spans' losses before any gradient exists. The logits of a single chunk
+  // are still in logits_ afterwards.
+  std::vector<float> row_scale;
+  bool have_logits = false;
+  if (spans) {
+    ASSIGN_OR_RETURN(row_scale, SpanRowScales(b, w_head, *spans));
+    have_logits = chunk_rows_ >= n;
+  }
 
   // Head, loss and head backward, loss_chunk_rows rows at a time so only one
   // chunk's logits exist: logits = norm[chunk]·W^T, which CrossEntropy turns
@@ -379,9 +393,20 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
       const int64_t m = std::min(chunk_rows_, n - r0);
       const float* xn = final_norm_.data() + r0 * d;
-      LinearForward(backend_, options_.matmul_dtype, xn, w_head, m, d, vocab, logits_.data());
-      loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
-                                     /*grad=*/true);
+      if (!have_logits) LinearForward(backend_, options_.matmul_dtype, xn, w_head, m, d, vocab, logits_.data());
+      if (!spans) {
+        loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
+                                       /*grad=*/true);
+      } else {
+        // One call per run of rows sharing a factor (a reply, or the rows between).
+        for (int64_t i = 0; i < m;) {
+          int64_t j = i + 1;
+          while (j < m && row_scale[r0 + j] == row_scale[r0 + i]) ++j;
+          loss += backend_->CrossEntropy(logits_.data() + i * vocab, b.targets + r0 + i, j - i,
+                                         static_cast<int>(vocab), row_scale[r0 + i], /*grad=*/true);
+          i = j;
+        }
+      }
       LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
     }
     backend_->RmsNormBackward(scratch_d_.data(), BlockInput(L, n), head_w_.vec(kFinalNorm),

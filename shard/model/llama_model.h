@@ -9,6 +9,7 @@
 // Thread-safety: one thread at a time (it owns scratch buffers).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,22 @@ struct DeviceBatch {
   int64_t rows() const { return batch * seq; }
 };
 
+// Rows [begin, end) of a micro-batch (row = sequence * seq + position) whose
+// target log-probs are summed together: one reply of a preference pair.
+struct RowSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// ForwardBackwardSpans' loss: the spans, and a function that, given each
+// span's summed cross-entropy (−Σ log p over its targets, in span order),
+// returns the factor each span's cross-entropy sum is differentiated with
+// (rows outside every span get 0).
+struct SpanLoss {
+  std::vector<RowSpan> spans;
+  std::function<StatusOr<std::vector<float>>(const std::vector<double>& span_nll)> scales;
+};
+
 class QkvExtras;
 struct WeightGrads;
 
@@ -86,6 +103,19 @@ class LlamaModel {
   // per-target-token cross-entropies, unscaled). The trainer passes
   // grad_scale = 1 / (target tokens in the whole global batch).
   StatusOr<double> ForwardBackward(const DeviceBatch& batch, UnitAccess& access, float grad_scale);
+
+  // Forward and backward of one micro-batch under a loss of per-span sums
+  // (preference objectives, shard/train/preference_objective.h): the forward
+  // gives each span's summed cross-entropy, loss.scales turns them into
+  // factors w_s, and the backward adds Σ_s w_s · d(span s's CE sum)/dθ — each
+  // target token's d/dlogits is its span's factor times the cross-entropy
+  // gradient. Returns the CE sum over all target rows. One trunk forward, as
+  // ForwardBackward; the head's logits are computed twice when they span
+  // more than one loss chunk. Spans must lie inside the micro-batch.
+  StatusOr<double> ForwardBackwardSpans(const DeviceBatch& batch, UnitAccess& access, const SpanLoss& loss);
+  // Forward only: each span's summed cross-entropy (the reference pass).
+  StatusOr<std::vector<double>> ForwardSpanLosses(const DeviceBatch& batch, UnitAccess& access,
+                                                  const std::vector<RowSpan>& spans);
 
   // Forward only: sum of target-token losses.
   StatusOr<double> ForwardLoss(const DeviceBatch& batch, UnitAccess& access);
@@ -155,6 +185,12 @@ class LlamaModel {
   // embedding unit when tied) and returns W_head [vocab, d]. The caller releases.
   StatusOr<WeightRef> HeadForward(const DeviceBatch& b, UnitAccess& access);
   Status ReleaseHead(UnitAccess& access);  // undoes HeadForward's acquisitions
+  // After ForwardTrunk(keep): the head, the loss (grad_scale on every target,
+  // or span factors) and the whole backward.
+  StatusOr<double> HeadAndBackward(const DeviceBatch& b, UnitAccess& access, float grad_scale, const SpanLoss* spans);
+  // The spans' CE sums (chunk by chunk, logits kept), passed through
+  // spans.scales, spread to one factor per row.
+  StatusOr<std::vector<float>> SpanRowScales(const DeviceBatch& b, const WeightRef& w_head, const SpanLoss& spans);
 
   LlamaConfig config_;
   ParamLayout layout_;

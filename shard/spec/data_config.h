@@ -19,12 +19,15 @@ inline const char* TrainOnName(TrainOn t) { return EnumToName(kTrainOnNames, t);
 inline StatusOr<TrainOn> ParseTrainOn(std::string_view s) { return ParseEnum(kTrainOnNames, s); }
 
 // data.format: how a JSONL row is read (auto: by the first row's keys).
-enum class SftFormat { kAuto, kMessages, kPromptResponse, kAlpaca, kShareGpt };
+// preference: TRL's pairs ({"prompt", "chosen", "rejected"}), for a job with a
+// preference: section (shard/data/preference_jsonl.h).
+enum class SftFormat { kAuto, kMessages, kPromptResponse, kAlpaca, kShareGpt, kPreference };
 inline constexpr EnumName<SftFormat> kSftFormatNames[] = {{SftFormat::kAuto, "auto"},
                                                           {SftFormat::kMessages, "messages"},
                                                           {SftFormat::kPromptResponse, "prompt_response"},
                                                           {SftFormat::kAlpaca, "alpaca"},
-                                                          {SftFormat::kShareGpt, "sharegpt"}};
+                                                          {SftFormat::kShareGpt, "sharegpt"},
+                                                          {SftFormat::kPreference, "preference"}};
 inline const char* SftFormatName(SftFormat f) { return EnumToName(kSftFormatNames, f); }
 inline StatusOr<SftFormat> ParseSftFormat(std::string_view s) { return ParseEnum(kSftFormatNames, s); }
 

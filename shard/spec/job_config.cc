@@ -101,6 +101,21 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(restart.Validate());
   RETURN_IF_ERROR(eval.Validate(data.sft()));
   RETURN_IF_ERROR(peft.Validate());
+  RETURN_IF_ERROR(preference.Validate());
+  if (preference.enabled()) {
+    if (!data.sft())
+      return InvalidArgument(std::string("preference: method ") + PreferenceMethodName(preference.method) +
+                             " trains on pairs of replies from data.jsonl; data.tokens is a token stream with no "
+                             "replies to compare");
+    if (data.train_on != TrainOn::kAssistant)
+      return InvalidArgument("data.train_on: all: a preference: job scores only the replies (train_on: assistant)");
+    if (data.format != SftFormat::kAuto && data.format != SftFormat::kPreference)
+      return InvalidArgument(std::string("data.format: ") + SftFormatName(data.format) +
+                             ": a preference: job reads pairs (format auto or preference)");
+  } else if (data.format == SftFormat::kPreference) {
+    return InvalidArgument("data.format: preference: pairs train only under a preference: section (method dpo, ipo "
+                           "or orpo)");
+  }
   if (train.optim.state_dtype != DType::kF32) {
     // Held on the host beside the offloaded gradients; an on-device bf16
     // master and moments are not built.
@@ -420,6 +435,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapExport(root, &job->export_));
   RETURN_IF_ERROR(MapEval(root, &job->eval));
   RETURN_IF_ERROR(MapPeftSection(root, &job->peft));
+  RETURN_IF_ERROR(MapPreferenceSection(root, &job->preference));
   return root.Finish();
 }
 

@@ -14,6 +14,7 @@
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
 #include "shard/spec/peft_config.h"
+#include "shard/spec/preference_config.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/tensor/dtype.h"
 
@@ -212,6 +213,7 @@ struct JobConfig {
   ExportConfig export_;
   EvalConfig eval;
   PeftConfig peft;  // peft: (method none when absent: full fine-tuning)
+  PreferenceConfig preference;  // preference: (method none when absent: the SFT / LM objective)
   std::string source;  // the file it came from
 
   // Cross-section checks (e.g. global_batch divisible by micro_batch * world).

@@ -58,6 +58,15 @@ RunKeys RunKeysOf(const JobConfig& job) {
     k["peft.target_modules"] = targets;
     k["peft.use_rslora"] = p.use_rslora ? "true" : "false";
   }
+  // Another objective is another run (only present with preference:, so SFT
+  // runs keep their fingerprints).
+  if (job.preference.enabled()) {
+    const PreferenceConfig& p = job.preference;
+    k["preference.method"] = PreferenceMethodName(p.method);
+    k["preference.beta"] = Num(p.beta);
+    if (p.method == PreferenceMethod::kDpo) k["preference.label_smoothing"] = Num(p.label_smoothing);
+    if (p.method == PreferenceMethod::kOrpo) k["preference.orpo_lambda"] = Num(p.orpo_lambda);
+  }
   return k;
 }
 

@@ -8,6 +8,7 @@
 #include "shard/data/sampler.h"
 #include "shard/data/sft_batcher.h"
 #include "shard/data/token_windows.h"
+#include "shard/train/pair_source.h"
 
 namespace shard {
 namespace {
@@ -110,6 +111,7 @@ PrepareSftOptions SftPrepareOptions(const JobConfig& job) {
   o.train_on = job.data.train_on;
   o.format = job.data.format;
   o.bad_rows = job.data.bad_rows;
+  o.overlong = job.data.overlong;  // pairs are fitted when prepared
   o.out = SftPreparedPrefix(job);
   return o;
 }
@@ -126,6 +128,17 @@ StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int
   if (!vocab.ok())
     return vocab.WithContext("data.tokenizer " + job.data.tokenizer + " does not fit the model (vocab_size " +
                              std::to_string(vocab_size) + ")");
+  if (data->header().pairs && !job.preference.enabled())
+    return InvalidArgument("data.jsonl " + job.data.jsonl + " holds preference pairs (prompt, chosen, rejected); "
+                           "they train under a preference: section (method dpo, ipo or orpo), not as SFT samples");
+  if (job.preference.enabled()) {
+    if (job.eval.enabled())
+      return Unimplemented("eval: on held-out pairs is not built yet for a preference: job (issue 31); remove eval:");
+    if (!data->header().pairs)
+      return InvalidArgument("data.jsonl " + job.data.jsonl + " holds SFT samples, not preference pairs (prompt, "
+                             "chosen, rejected)");
+    return OpenPairSource(job, std::move(*data));
+  }
   auto source = std::make_unique<SftSource>(std::move(*data), job);
   RETURN_IF_ERROR(source->Init(job));
   return std::unique_ptr<BatchSource>(std::move(source));

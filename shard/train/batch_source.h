@@ -11,6 +11,8 @@
 //     SftBatcher; the cursor moves by the samples placed (or skipped), the
 //     target count is what the masks say, and segment ids keep packed samples
 //     apart.
+//   preference pairs (data.jsonl of pairs, preference:): PairBatcher; items
+//     are pairs of two rows (pair_source.h).
 //
 // Thread-safety: one thread (the sampler caches its epoch permutation).
 #pragma once
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shard/common/status.h"
 #include "shard/data/prepare_sft.h"
@@ -44,6 +47,13 @@ class BatchSource {
   // Whether the model needs the segment ids (packed samples must not attend
   // across boundaries).
   virtual bool segmented() const = 0;
+  // Rows one item of train.global_batch / micro_batch fills, and so what
+  // Fill's first_row and count index: 1 (a sequence), or 2 for a preference
+  // pair (chosen, rejected; pair_source.h), written as 2·count rows.
+  virtual int rows_per_item() const { return 1; }
+  // The dataset indices of items [first, first + count) of the last plan
+  // (pairs: their ids, which key the reference log-probs); empty if unknown.
+  virtual std::vector<int64_t> ItemIds(int64_t /*first*/, int64_t /*count*/) const { return {}; }
   // For the log: "N windows of T tokens", "N SFT samples (…)".
   virtual std::string Describe() const = 0;
   // What the cursor indexes, for the checkpoint manifest: a resume onto other
@@ -54,6 +64,10 @@ class BatchSource {
 // Opens the job's data source; the SFT dataset must already be prepared (see
 // SftPrepareOptions / EnsurePrepared). Checks every token id < vocab_size.
 StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int64_t vocab_size);
+
+// Rows one item of train.global_batch / micro_batch fills for this job: 2 for
+// a preference: job (pairs), else 1. The trainer sizes its buffers with it.
+inline int RowsPerItem(const JobConfig& job) { return job.preference.enabled() ? 2 : 1; }
 
 // Where an SFT job's prepared dataset lives: data.prepared, or
 // <checkpoint.dir>/<job name>/data/sft.

@@ -100,7 +100,7 @@ Status Trainer::Init() {
   if (!lso.ok()) return lso.status().WithContext("train.loss_scale");
   scaler_ = std::make_unique<LossScaler>(*lso);
   ModelOptions mo;
-  mo.max_batch = job_.train.micro_batch;
+  mo.max_batch = job_.train.micro_batch * RowsPerItem(job_);
   mo.max_seq = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
@@ -126,9 +126,10 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
+  if (job_.preference.enabled()) RETURN_IF_ERROR(PrepareReference());  // the starting weights: before Resume
   RETURN_IF_ERROR(Resume());
 
-  const int64_t rows = job_.train.micro_batch * job_.data.seq_len;
+  const int64_t rows = job_.train.micro_batch * RowsPerItem(job_) * job_.data.seq_len;
   for (auto* h : {&h_tokens_, &h_targets_, &h_pos_, &h_seg_}) h->resize(rows);
   for (auto* d : {&d_tokens_, &d_targets_, &d_pos_, &d_seg_}) {
     ASSIGN_OR_RETURN(*d, DeviceBuffer::Create(backend_.get(), rows));
@@ -330,7 +331,7 @@ Status Trainer::Resume() {
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
   data_->Fill(first_row, count, h_tokens_.data(), h_targets_.data(), h_pos_.data(), h_seg_.data());
-  const size_t bytes = static_cast<size_t>(count * job_.data.seq_len) * sizeof(int32_t);
+  const size_t bytes = static_cast<size_t>(count * data_->rows_per_item() * job_.data.seq_len) * sizeof(int32_t);
   backend_->CopyToDevice(d_tokens_.data(), h_tokens_.data(), bytes);
   backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), bytes);
   backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), bytes);
@@ -361,6 +362,13 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
   if (m.eval_samples > 0) {  // job file eval:
     s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
     if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
+  }
+  if (m.pairs > 0) {  // preference: TRL's tags
+    for (const auto& [tag, v] : {std::pair{"rewards/chosen", m.rewards_chosen}, {"rewards/rejected", m.rewards_rejected},
+                                 {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
+                                 {"logps/chosen", m.logps_chosen}, {"logps/rejected", m.logps_rejected}})
+      s.push_back({tag, static_cast<float>(v)});
+    if (m.nll != 0) s.push_back({"nll", static_cast<float>(m.nll)});
   }
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
@@ -401,9 +409,12 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
       }
     }
     if (dist_.rank == 0 && (m.step % tc.log_every == 0 || m.step == tc.steps || m.step == 1)) {
-      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}", m.step, tc.steps, m.loss,
+      LOG_INFO("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}{}{}{}", m.step, tc.steps, m.loss,
                m.lr, m.grad_norm, window_tokens / std::max(window_seconds, 1e-9),
                scaler_->enabled() ? fmt::format(" loss_scale {:g}", m.loss_scale) : std::string(),
+               m.pairs > 0 ? fmt::format(" rewards/accuracies {:.3f} rewards/margins {:.4f}", m.rewards_accuracies,
+                                         m.rewards_margins)
+                           : std::string(),
                m.skipped ? " (skipped: inf/NaN)" : "");
       window_seconds = 0;
       window_tokens = 0;

@@ -25,6 +25,7 @@
 #include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
+#include "shard/train/preference_objective.h"
 #include "shard/train/resume_choice.h"
 #include "shard/train/trainable.h"
 #include "shard/spec/run_fingerprint.h"
@@ -156,6 +157,18 @@ class Trainer {
   StatusOr<StepSums> ReduceStep(double loss_sum, double loss_scale);
   // Clipping, the unscale and the optimizer step of what is trained.
   Status ApplyUpdate(double norm, double loss_scale, double lr);
+
+  // preference: jobs (preference_reference.cc). The reference's summed
+  // log-probs of every pair's replies (dpo, ipo), computed once with the
+  // starting weights (the base without adapters under peft:) and stored
+  // beside the prepared pairs; read back on every later attempt.
+  Status PrepareReference();
+  // One micro-batch of pairs [first_pair, first_pair + pairs) of the step.
+  StatusOr<double> PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs);
+  // The step's preference metrics over all ranks into m (loss: the mean pair loss).
+  Status FinishPreferenceStep(StepMetrics* m);
+  std::unique_ptr<PreferenceObjective> preference_;
+  std::vector<double> reference_logps_;  // two per pair (chosen, rejected); empty for orpo
 
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.

@@ -26,6 +26,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   // of two) and is divided back out of the norm and in AdamW below.
   const double loss_scale = scaler_->scale();
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
+  if (preference_) preference_->BeginStep(tc.global_batch, loss_scale);
   ASSIGN_OR_RETURN(double local_loss, ForwardBackward(grad_scale));
   ASSIGN_OR_RETURN(StepSums sums, ReduceStep(local_loss, loss_scale));
   // Torch's GradScaler: an overflow skips the update on every rank (they all
@@ -55,6 +56,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.tokens = gb.target_tokens;
   m.positions = gb.tokens;
   m.samples = gb.consumed;
+  if (preference_) RETURN_IF_ERROR(FinishPreferenceStep(&m));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
@@ -69,7 +71,7 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     const int64_t n = std::min(tc.micro_batch, mine.end - mb);
     LoadRows(mb, n);
     DeviceBatch b;
-    b.batch = n;
+    b.batch = n * data_->rows_per_item();  // a preference pair is two rows
     b.seq = job_.data.seq_len;
     b.tokens = d_tokens_.as_int();
     b.targets = d_targets_.as_int();
@@ -79,7 +81,8 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     // A seed per step, rank and micro-batch (LoRA's adapter dropout masks).
     trainable_->BeginMicroBatch(tc.seed ^ (static_cast<uint64_t>(step_) << 24) ^
                                 (static_cast<uint64_t>(dist_.rank) << 12) ^ static_cast<uint64_t>(mb));
-    ASSIGN_OR_RETURN(double l, model_->ForwardBackward(b, *runtime_, grad_scale));
+    ASSIGN_OR_RETURN(double l, preference_ ? PreferenceMicroBatch(b, mb, n)
+                                           : model_->ForwardBackward(b, *runtime_, grad_scale));
     RETURN_IF_ERROR(runtime_->FinishMicroBatch());
     loss_sum += l;
   }

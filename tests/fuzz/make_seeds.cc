@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
       R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, )"
       R"({"role": "assistant", "content": "Hello!"}]})");
   Put(out, "fuzz_jsonl_row", "prompt.json", R"({"prompt": "2+2?", "response": "4", "system": "math", "id": 7})");
+  Put(out, "fuzz_jsonl_row", "pair.json", R"({"prompt": "2+2?", "chosen": "4", "rejected": "5", "system": "math"})");
+  Put(out, "fuzz_jsonl_row", "pair-messages.json",
+      R"({"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello!"}], )"
+      R"("rejected": [{"role": "assistant", "content": "Go away."}]})");
   fs::remove_all(tmp);
   return 0;
 }

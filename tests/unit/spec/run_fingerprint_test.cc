@@ -35,5 +35,27 @@ TEST(RunFingerprintTest, DefinedByWhatShapesTheRunNotByStepsOrPlumbing) {
   EXPECT_EQ(DescribeRunDifference(RunKeysOf(*base), RunKeysOf(*lr)), "data.seq_len 16 -> 32, train.lr 0.0003 -> 0.001");
 }
 
+// preference: is another objective: its method and numbers define the run,
+// and an SFT job (no preference:) keeps the fingerprint it had before the
+// section existed.
+TEST(RunFingerprintTest, ThePreferenceObjectiveDefinesTheRun) {
+  const std::string sft = "name: a\nmodel: {preset: tiny}\ndata: {jsonl: p.jsonl, tokenizer: byte, seq_len: 16}\n";
+  auto base = ParseJobConfig(sft, "j.yaml");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  for (const auto& [k, v] : RunKeysOf(*base)) EXPECT_NE(k.rfind("preference.", 0), 0u) << k;
+  auto dpo = ParseJobConfig(sft + "preference: {method: dpo}\n", "j.yaml");
+  ASSERT_TRUE(dpo.ok()) << dpo.status().ToString();
+  const std::string fp = RunFingerprint(RunKeysOf(*dpo));
+  EXPECT_NE(fp, RunFingerprint(RunKeysOf(*base)));
+  for (const std::string set : {"preference.method=ipo", "preference.beta=0.2", "preference.label_smoothing=0.1"}) {
+    auto c = ParseJobConfig(sft + "preference: {method: dpo}\n", "j.yaml", {set});
+    ASSERT_TRUE(c.ok()) << set << ": " << c.status().ToString();
+    EXPECT_NE(RunFingerprint(RunKeysOf(*c)), fp) << set << " defines another run";
+  }
+  auto orpo = ParseJobConfig(sft + "preference: {method: orpo}\n", "j.yaml", {"preference.orpo_lambda=0.5"});
+  ASSERT_TRUE(orpo.ok()) << orpo.status().ToString();
+  EXPECT_EQ(RunKeysOf(*orpo).at("preference.orpo_lambda"), "0.5");
+}
+
 }  // namespace
 }  // namespace shard

@@ -1,0 +1,16 @@
+// The BatchSource of a preference: job: whole pairs from a prepared dataset
+// of pairs (PairBatcher), two rows an item — chosen, then rejected — so a
+// rank's share and every micro-batch hold both replies of each pair.
+#pragma once
+
+#include <memory>
+
+#include "shard/data/prepared_dataset.h"
+#include "shard/spec/job_config.h"
+#include "shard/train/batch_source.h"
+
+namespace shard {
+
+StatusOr<std::unique_ptr<BatchSource>> OpenPairSource(const JobConfig& job, PreparedDataset data);
+
+}  // namespace shard
