@@ -2,6 +2,7 @@
 // the environment built before fork, the log redirect, errors for programs
 // that cannot run, group kills that reach grandchildren, SIGTERM escalating
 // to SIGKILL after the grace, and children dying with their parent.
+#include "tests/unit/common/shell_fixture.h"
 #include "shard/common/process.h"
 
 #include <gtest/gtest.h>
@@ -56,23 +57,9 @@ pid_t ReadPid(const std::string& path) {
   return -1;
 }
 
-class ProcessTest : public ::testing::Test {
+class ProcessTest : public testing_util::ShellFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("process_test_" + std::to_string(::getpid()) + "_" +
-                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  SpawnOptions Sh(const std::string& script) const {
-    SpawnOptions o;
-    o.argv = {"/bin/sh", "-c", script};
-    o.log_path = Path("out.log");
-    return o;
-  }
-  fs::path dir_;
+  ProcessTest() : ShellFixture("process_test") {}
 };
 
 TEST_F(ProcessTest, ExitCodeAndBothStreamsInTheLog) {

@@ -3,6 +3,7 @@
 // (SIGTERM, then SIGKILL for one that ignores it), signals passed on to each
 // rank's process group, and adopted processes watched by pid. Scripts
 // announce readiness in files; the test waits for those, never for a time.
+#include "tests/unit/common/shell_fixture.h"
 #include "shard/common/supervisor.h"
 
 #include <gtest/gtest.h>
@@ -21,22 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class SupervisorTest : public ::testing::Test {
+class SupervisorTest : public testing_util::ShellFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("supervisor_test_" + std::to_string(::getpid()) + "_" +
-                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  SpawnOptions Sh(const std::string& script) const {
-    SpawnOptions o;
-    o.argv = {"/bin/sh", "-c", script};
-    o.log_path = Path("out.log");
-    return o;
-  }
+  SupervisorTest() : ShellFixture("supervisor_test") {}
   // A shell line that waits until `file` exists (the event a script needs).
   std::string AwaitFile(const std::string& file) const {
     return "while [ ! -e " + Path(file) + " ]; do sleep 0.01; done; ";
@@ -57,7 +45,6 @@ class SupervisorTest : public ::testing::Test {
     for (const RankEnd& e : r.ends) m[e.rank] = e.status;
     return m;
   }
-  fs::path dir_;
 };
 
 TEST_F(SupervisorTest, ReportsEachRanksExitCodeOrSignal) {
