@@ -14,6 +14,12 @@ namespace {
 using Frame = std::unordered_map<std::string, Value>;
 enum class Flow { kNormal, kBreak, kContinue };
 
+// What one turn of a for loop costs in steps: it builds a frame and a `loop`
+// dict of nine entries, about as much work as ten plain steps (a turn charged
+// as one step let a loop with a short body run ten times longer per step than
+// anything else; the fuzzer found it at 5.7 us/step under ASan).
+constexpr int64_t kLoopTurnSteps = 10;
+
 // A standard exception thrown inside the render (an allocation that failed, a
 // library's range check) as the engine's error, so it gets the line too.
 [[noreturn]] void Convert(const std::exception& e, int line) {
@@ -128,7 +134,7 @@ class Interpreter {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
-      ChargeSteps(1);
+      ChargeSteps(kLoopTurnSteps);
       frames_.emplace_back();
       Object loop = {{"index", Value::Int(k + 1)},
                      {"index0", Value::Int(k)},

@@ -148,6 +148,20 @@ TEST(JinjaBounds, OutputMemoryAndStepBudgetsNameTheLine) {
             "be a chat template's)");
 }
 
+// A loop turn builds a frame and the nine-entry `loop` dict: it is charged as
+// ten steps, so a loop with a short body cannot run ten times longer per step
+// than the rest of the engine (the fuzzer's slowest unit was such a loop).
+TEST(JinjaBounds, LoopTurnsAreChargedForTheLoopObjectTheyBuild) {
+  Limits steps;
+  steps.max_steps = 100'000;
+  EXPECT_HAS(E("{% for i in range(20000) %}x{% endfor %}", json::object(), steps),
+             "the template ran past its step budget (100000 steps");
+  EXPECT_EQ(Template::Compile("{% for i in range(5000) %}x{% endfor %}")
+                ->Render(json::object(), {.now = "", .limits = steps})
+                ->text.size(),
+            5000u);
+}
+
 TEST(JinjaBounds, IntegerArithmeticIsCheckedInt64) {
   EXPECT_HAS(E("{{ 2 ** 10000 }}"), "integer overflow: 2 ** 10000 does not fit in 64 bits");
   EXPECT_HAS(E("{{ 9223372036854775807 * 2 }}"), "integer overflow");
