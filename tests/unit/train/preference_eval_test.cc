@@ -143,6 +143,7 @@ struct EvalRun {
   std::map<int64_t, StepMetrics> steps;    // rank 0's, from Run's callback
   std::vector<std::vector<float>> params;  // final weights
   std::vector<int> reference_passes;       // per rank, after Create
+  int64_t start_step = -1;                 // the step rank 0 resumed at
 };
 
 // Trains with Trainer::Run (eval included) on `world` ranks as threads; with
@@ -156,6 +157,7 @@ EvalRun Train(const std::string& yaml, int world, int64_t stop_after = -1, const
       yaml, world, {"parallel.world_size=" + std::to_string(world)},
       [&](Trainer& tr, int r) {
         out.reference_passes[r] = tr.reference_passes();
+        if (r == 0) out.start_step = tr.step();
         if (stop_after >= 0) {
           while (tr.step() < stop_after && status[r].ok()) status[r] = tr.Step().status();
           return;
@@ -351,6 +353,7 @@ TEST(PairEvalTest, EvalUsesTheStoredReferenceAndAResumeNeverRecomputesIt) {
   WriteReference(file, R);
   const EvalRun resumed = Train(yaml, 2);
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.ToString();
+  EXPECT_EQ(resumed.start_step, 2);
   EXPECT_EQ(resumed.reference_passes, (std::vector<int>{0, 0})) << "a resumed attempt recomputed a reference";
   const StepMetrics& a = straight.steps.at(4);
   const StepMetrics& b = resumed.steps.at(4);
@@ -375,6 +378,31 @@ TEST(PairEvalTest, AResumedFullFineTuneRefusesToScoreAMissingReference) {
   EXPECT_NE(resumed.status.message().find("eval.data: its reference log-probs are not stored"), std::string::npos)
       << resumed.status.ToString();
   EXPECT_NE(resumed.status.message().find("step_00000002"), std::string::npos) << resumed.status.ToString();
+  fs::remove_all(dir);
+}
+
+// Under peft: the reference is the base without the adapters and eval scores
+// the policy with them: LoRA's B starts at zero, so an eval that lost the
+// adapters would report zero rewards forever. A LoRA job also reloads its base
+// on a resume, so a reference missing then is computed (nothing refused).
+TEST(PairEvalTest, LoraEvalScoresTheAdaptersAgainstTheBase) {
+  const std::string dir = NewDir("paireval_lora");
+  WritePairs(dir + "/train.jsonl", 24, 3);
+  WritePairs(dir + "/held.jsonl", 5, 99);
+  const std::string peft =
+      "peft: {method: lora, r: 4, alpha: 8, dropout: 0.1, target_modules: all-linear}\n"
+      "preference: {method: dpo, beta: 0.5}\n";
+  const EvalRun first = Train(Job(dir, dir + "/ckpt", peft), 2, /*stop_after=*/2);
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  const EvalRun lora = Train(Job(dir, dir + "/ckpt", peft + EvalSection(dir)), 2);
+  ASSERT_TRUE(lora.status.ok()) << lora.status.ToString();
+  EXPECT_EQ(lora.start_step, 2);
+  EXPECT_EQ(lora.reference_passes, (std::vector<int>{1, 1})) << "the eval pairs' reference, from the reloaded base";
+  const StepMetrics& m = lora.steps.at(4);
+  EXPECT_EQ(m.eval_pairs, 5);
+  EXPECT_GT(std::abs(m.eval_rewards_margins), 1e-4) << "eval scored the base, not the adapters";
+  EXPECT_GT(std::abs(m.eval_rewards_chosen), 1e-4);
+  EXPECT_NEAR(m.eval_rewards_margins, m.eval_rewards_chosen - m.eval_rewards_rejected, 1e-12);
   fs::remove_all(dir);
 }
 
