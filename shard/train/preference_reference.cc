@@ -1,6 +1,6 @@
 // The trainer's side of a preference: job (docs/preference.md): the
 // reference pass, computed once per data and model and stored beside the
-// prepared pairs, and the step's micro-batches and metrics through
+// prepared pairs (the training pairs and eval:'s held-out pairs), and the step's micro-batches and metrics through
 // PreferenceObjective.
 //
 // The reference file, <prepared prefix>.ref-<key>.f64, holds two doubles per
@@ -18,8 +18,8 @@
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
-#include "shard/data/pair_batcher.h"
-#include "shard/data/sampler.h"
+#include "shard/train/pair_scoring.h"
+#include "shard/train/pair_source.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -65,11 +65,23 @@ Status Trainer::PrepareReference() {
   quick.verify_contents = false;
   quick.verify_checksums = false;
   ASSIGN_OR_RETURN(PreparedDataset ds, PreparedDataset::Open(prefix, quick));
+  ASSIGN_OR_RETURN(reference_logps_, ReferenceLogps(ds, prefix, data_->Fingerprint(), "data.jsonl"));
+  // The held-out pairs (eval:) get theirs in the same pass, beside their own
+  // prepared data: eval never holds a second model either.
+  if (eval_data_) {
+    ASSIGN_OR_RETURN(eval_reference_logps_, ReferenceLogps(*eval_data_, EvalPreparedPrefix(job_),
+                                                           PairsFingerprint(eval_data_->header()), "eval.data"));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<double>> Trainer::ReferenceLogps(const PreparedDataset& ds, const std::string& prefix,
+                                                      const std::string& data_fingerprint, const std::string& what) {
   const int64_t N = ds.header().num_pairs();
   const std::string model_key = job_.model.preset + "|" + job_.model.from_hf + "|seed " +
                                 std::to_string(job_.train.seed) + "|" + PrecisionName(precision_) + "|base " +
                                 HashToHex(base_weights_hash_);
-  const std::string key_text = data_->Fingerprint() + "\n" + model_key;
+  const std::string key_text = data_fingerprint + "\n" + model_key;
   const std::string path = prefix + ".ref-" + HashToHex(Xxh64(key_text.data(), key_text.size())) + ".f64";
 
   // Every rank must agree to read or to compute (the pass is collective).
@@ -85,57 +97,47 @@ Status Trainer::PrepareReference() {
   double have = stored.empty() ? 0.0 : 1.0;
   RETURN_IF_ERROR(runtime_->AllReduceSum(&have, 1));
   if (have == dist_.world) {
-    reference_logps_ = std::move(stored);
-    if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs read from {}", N, path);
-    return OkStatus();
+    if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs ({}) read from {}", N, what, path);
+    return stored;
   }
-
-  // The pass: each rank its contiguous share of the pairs, micro_batch pairs
-  // at a time, the same number of forwards on every rank (FSDP gathers are
-  // collective; a rank past its share computes and discards).
+  // A resumed full fine-tune holds the checkpoint's weights, never the
+  // starting ones (only a peft: job reloads its base): scoring now would
+  // store the wrong reference.
+  if (!resume_.step_dir.empty())
+    return FailedPrecondition(what + ": its reference log-probs are not stored at " + path + " and this attempt "
+                              "resumes from " + resume_.step_dir + ", whose weights are not the starting ones; "
+                              "restore the file or train again from the start");
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t micro = job_.train.micro_batch, T = job_.data.seq_len, world = dist_.world;
-  const int64_t share = (N + world - 1) / world, iters = (share + micro - 1) / micro;
-  const int64_t begin = std::min(N, dist_.rank * share), end = std::min(N, begin + share);
-  Sampler order(N, /*shuffle=*/false, 0);
-  PairBatcherOptions po;
-  po.global_batch = micro;
-  po.seq_len = T;
-  ASSIGN_OR_RETURN(PairBatcher batcher, PairBatcher::Create(&ds, &order, po));
-  const int64_t rows = 2 * micro * T;
-  std::vector<int32_t> tok(rows), tgt(rows), pos(rows), seg(rows);
-  ASSIGN_OR_RETURN(DeviceBuffer dt, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(DeviceBuffer dg, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(DeviceBuffer dp, DeviceBuffer::Create(backend_.get(), rows));
-  std::vector<double> ref(static_cast<size_t>(2 * N), 0.0);
-  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));  // the base without the adapters, as TRL/PEFT
-  for (int64_t it = 0; it < iters; ++it) {
-    const int64_t first = begin + it * micro;
-    const PairPlan plan = batcher.PlanGlobalBatch(first);
-    batcher.FillPairs(plan, 0, micro, tok.data(), tgt.data(), pos.data(), seg.data());
-    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
-    backend_->CopyToDevice(dt.data(), tok.data(), bytes);
-    backend_->CopyToDevice(dg.data(), tgt.data(), bytes);
-    backend_->CopyToDevice(dp.data(), pos.data(), bytes);
-    DeviceBatch b{2 * micro, T, dt.as_int(), dg.as_int(), dp.as_int(), nullptr};
-    runtime_->BeginMicroBatch();  // a pass outside the recorded training order
-    auto logps = ReplyLogps(*model_, *runtime_, b);
-    RETURN_IF_ERROR(runtime_->FinishMicroBatch());
-    if (!logps.ok()) return logps.status().WithContext("reference pass");
-    for (int64_t k = 0; k < micro && first + k < end; ++k) {
-      ref[2 * (first + k)] = (*logps)[2 * k];
-      ref[2 * (first + k) + 1] = (*logps)[2 * k + 1];
-    }
-  }
-  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
-  RETURN_IF_ERROR(runtime_->AllReduceSum(ref.data(), static_cast<int64_t>(ref.size())));
+  ASSIGN_OR_RETURN(std::vector<double> ref, ComputeReference(ds));
   if (dist_.rank == 0) {
     RETURN_IF_ERROR(WriteFileAtomic(path, EncodeReference(ref)));
-    LOG_INFO("reference log-probs of {} pairs computed in {:.2f} s and stored in {}", N,
+    LOG_INFO("reference log-probs of {} pairs ({}) computed in {:.2f} s and stored in {}", N, what,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), path);
   }
-  reference_logps_ = std::move(ref);
-  return OkStatus();
+  return ref;
+}
+
+// The pass: the ranks score the pairs together (pair_scoring.h), micro_batch
+// pairs per forward, with the starting weights — under peft: the base without
+// the adapters, as TRL/PEFT — and add their shares into every pair's values.
+StatusOr<std::vector<double>> Trainer::ComputeReference(const PreparedDataset& ds) {
+  PairScoringOptions o;
+  o.micro = job_.train.micro_batch;
+  o.seq_len = job_.data.seq_len;
+  o.rank = dist_.rank;
+  o.world = dist_.world;
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));
+  auto scored = ScorePairs(*model_, *runtime_, backend_.get(), ds, o);
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
+  if (!scored.ok()) return scored.status().WithContext("reference pass");
+  ++reference_passes_;
+  std::vector<double> ref(static_cast<size_t>(2 * ds.header().num_pairs()), 0.0);
+  for (size_t k = 0; k < scored->pairs.size(); ++k) {
+    ref[2 * scored->pairs[k]] = scored->logps[2 * k];
+    ref[2 * scored->pairs[k] + 1] = scored->logps[2 * k + 1];
+  }
+  RETURN_IF_ERROR(runtime_->AllReduceSum(ref.data(), static_cast<int64_t>(ref.size())));
+  return ref;
 }
 
 StatusOr<double> Trainer::PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs) {
