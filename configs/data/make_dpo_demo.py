@@ -9,8 +9,8 @@ reversal and the rejected one a plausible wrong answer:
   letter   one letter replaced by another of a-h       ("gfedhba")
   copy     the string itself, not reversed             ("abcdefg")
 
-Strings are --min-len..--max-len letters of a-h (default 7-8: longer than the
-SFT demo's 3-6, where its model is weakest). Deterministic for a seed; the
+Strings are --min-len..--max-len letters of a-h (default 7: one longer than
+the SFT demo's 3-6, where its model gets none right). Deterministic for a seed; the
 held-out rows (--eval-out pairs, --eval-sft-out the same prompts as
 prompt/response rows for exact match) use another seed and only strings that
 are not in the training pairs.
@@ -58,9 +58,9 @@ def write(path, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--rows", type=int, default=4000)
+    ap.add_argument("--rows", type=int, default=4800)
     ap.add_argument("--min-len", type=int, default=7)
-    ap.add_argument("--max-len", type=int, default=8)
+    ap.add_argument("--max-len", type=int, default=7)
     ap.add_argument("--seed", type=int, default=31)
     ap.add_argument("--eval-out")
     ap.add_argument("--eval-sft-out")
