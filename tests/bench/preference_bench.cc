@@ -17,7 +17,9 @@
 // trained token.
 //
 // usage: preference_bench [steps=8] [pairs_per_micro_batch=4]
+//        (--profile: each job's time per backend operation over the measured steps)
 //        preference_bench --smoke   (1 measured step of 1 pair: that it starts and prints its figures)
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/backend/profiling_backend.h"
 #include "shard/common/logging.h"
 #include "shard/common/thread_pool.h"
 #include "shard/train/trainer.h"
@@ -62,9 +65,15 @@ void WriteData(const fs::path& dir, int n) {
 struct Run {
   std::string name;
   std::unique_ptr<shard::Trainer> trainer;
-  std::vector<double> seconds;
+  std::vector<double> seconds, cpu_seconds;  // wall and process CPU time of each measured step
   int64_t targets = 0, positions = 0;  // summed over the measured steps
 };
+
+double CpuNow() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -81,8 +90,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--smoke") {
       smoke = true;
+    } else if (a == "--profile") {
+      setenv("SHARDD_PROFILE_OPS", "1", 1);
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: preference_bench [steps=8] [pairs_per_micro_batch=4] | --smoke\n");
+      std::printf("usage: preference_bench [steps=8] [pairs_per_micro_batch=4] [--profile] | --smoke\n");
       return 0;
     } else {
       pos.push_back(a);
@@ -114,7 +125,9 @@ int main(int argc, char** argv) {
            ", global_batch: " + std::to_string(micro) + ", micro_batch: " + std::to_string(micro) +
            ", lr: 1.0e-4, log_every: 1000}\ncheckpoint: {dir: " + (dir / "ckpt").string() + "}\n" + extra;
   };
-  Run runs[2] = {{"SFT", nullptr, {}, 0, 0}, {"DPO", nullptr, {}, 0, 0}};
+  Run runs[2];
+  runs[0].name = "SFT";
+  runs[1].name = "DPO";
   double setup_seconds[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     const std::string y = k == 0 ? yaml("sft", "sft.jsonl", 2 * pairs, "")
@@ -135,13 +148,17 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < warmup + steps; ++i) {
     for (Run& r : runs) {
+      if (i == warmup) shard::ResetProfile(r.trainer->backend());
+      const double cpu0 = CpuNow();
       auto m = r.trainer->Step();
+      const double cpu = CpuNow() - cpu0;
       if (!m.ok()) {
         std::fprintf(stderr, "%s step %d: %s\n", r.name.c_str(), i + 1, m.status().ToString().c_str());
         return 1;
       }
       if (i < warmup) continue;  // allocations and caches
       r.seconds.push_back(m->seconds);
+      r.cpu_seconds.push_back(cpu);
       r.targets += m->tokens;
       r.positions += m->positions;
     }
@@ -156,21 +173,30 @@ int main(int argc, char** argv) {
               "threads %d; %lld trained tokens of %lld per step\n",
               seq, pairs, 2 * pairs, steps, shard::NumComputeThreads(),
               static_cast<long long>(runs[0].targets / steps), static_cast<long long>(runs[0].positions / steps));
-  double rate[2];
+  double rate[2], cpu_rate[2];
   for (int k = 0; k < 2; ++k) {
     const Run& r = runs[k];
     const double med = Median(r.seconds), per_step = static_cast<double>(r.targets) / steps;
     double total = 0;
     for (double s : r.seconds) total += s;
     rate[k] = per_step / med;
+    cpu_rate[k] = per_step / Median(r.cpu_seconds);
     std::printf("  %s  step median %.1f ms  mean %.1f ms  trained tokens/s median %.0f  mean %.0f  "
-                "(all tokens/s %.0f)\n",
+                "(all tokens/s %.0f); per CPU-second %.0f trained tokens\n",
                 r.name.c_str(), med * 1e3, total / steps * 1e3, rate[k], r.targets / total,
-                static_cast<double>(r.positions) / steps / med);
+                static_cast<double>(r.positions) / steps / med, cpu_rate[k]);
   }
-  std::printf("  DPO/SFT per trained token: %.3f (median steps)\n", rate[1] / rate[0]);
+  // CPU seconds are what the step cost whatever the neighbours took of the
+  // wall clock (a shared host); both ratios are printed.
+  std::printf("  DPO/SFT per trained token: %.3f (median steps, wall), %.3f (median steps, CPU time)\n",
+              rate[1] / rate[0], cpu_rate[1] / cpu_rate[0]);
   std::printf("  setup (Trainer::Create): SFT %.2f s, DPO %.2f s with its reference pass over %d pairs (once, "
               "before step 1)\n",
               setup_seconds[0], setup_seconds[1], (steps + warmup) * pairs);
+  for (Run& r : runs) {
+    const std::string profile = shard::ProfileReport(r.trainer->backend());
+    if (!profile.empty()) std::printf("%s operations:\n%s", r.name.c_str(), profile.c_str());
+    shard::ResetProfile(r.trainer->backend());  // printed above; not again on destruction
+  }
   return 0;
 }
