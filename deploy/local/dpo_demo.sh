@@ -56,8 +56,8 @@ out=runs/dpo-demo-run.log
 t_dpo=$(date +%s)
 $CTL run configs/jobs/tiny-dpo-cpu.yaml >"$out" 2>&1 || { tail -n 20 "$out"; exit 1; }
 grep -E "SUCCEEDED" "$out" | tail -n 1
-log=$(ls -d "$SHARDD_STATE_DIR"/jobs/tiny-dpo-cpu-*/attempt_1/rank_0.log | tail -n 1)
-grep -E "reference log-probs|step (1|100|200|300)/300" "$log" | sed 's/^.*\] //'
+id=$(grep -o '^job [^ ]* SUCCEEDED' "$out" | tail -n 1 | cut -d' ' -f2)
+grep -hE "reference log-probs|step (1|100|200|300)/300" "$SHARDD_STATE_DIR/jobs/$id"/attempt_*/rank_0.log | sed 's/^.*\] //'
 dpo_s=$(( $(date +%s) - t_dpo ))
 
 scores "after" runs/tiny-dpo-cpu/hf
