@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace shardd {
 namespace {
@@ -20,8 +21,13 @@ std::string Num(double v) {
 StepReportLimits StepReportLimitsFor(const shard::JobConfig& job) {
   StepReportLimits l;
   l.total_steps = job.train.steps;
-  if (__builtin_mul_overflow(job.train.global_batch, job.data.seq_len, &l.max_tokens))
+  // A preference: batch counts pairs, each a chosen and a rejected row.
+  const int64_t rows_per_item = job.preference.enabled() ? 2 : 1;
+  int64_t rows = 0;
+  if (__builtin_mul_overflow(job.train.global_batch, rows_per_item, &rows) ||
+      __builtin_mul_overflow(rows, job.data.seq_len, &l.max_tokens))
     l.max_tokens = std::numeric_limits<int64_t>::max();
+  l.max_pairs = job.preference.enabled() ? job.train.global_batch : 0;
   return l;
 }
 
@@ -51,6 +57,22 @@ shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& l
     return shard::InvalidArgument(at + "loss_scale " + Num(m.loss_scale()) + " is not a finite scale >= 0");
   if (m.eval_samples() < 0)
     return shard::InvalidArgument(at + "eval_samples " + std::to_string(m.eval_samples()) + " is negative");
+  if (m.pairs() < 0 || m.pairs() > limits.max_pairs)
+    return shard::InvalidArgument(at + "pairs " + std::to_string(m.pairs()) + " out of range 0.." +
+                                  std::to_string(limits.max_pairs) +
+                                  (limits.max_pairs > 0 ? " (train.global_batch)" : " (the job has no preference:)"));
+  if (m.pairs() > 0 && !m.skipped()) {
+    const std::pair<const char*, double> figures[] = {
+        {"rewards_chosen", m.rewards_chosen()},   {"rewards_rejected", m.rewards_rejected()},
+        {"rewards_accuracies", m.rewards_accuracies()}, {"rewards_margins", m.rewards_margins()},
+        {"logps_chosen", m.logps_chosen()},       {"logps_rejected", m.logps_rejected()},
+        {"nll", m.nll()}};
+    for (const auto& [name, v] : figures)
+      if (!std::isfinite(v))
+        return shard::InvalidArgument(at + name + " " + Num(v) + " is not finite on a step the loss scaler did not skip");
+    if (m.rewards_accuracies() < 0 || m.rewards_accuracies() > 1)
+      return shard::InvalidArgument(at + "rewards_accuracies " + Num(m.rewards_accuracies()) + " is outside 0..1");
+  }
   return shard::OkStatus();
 }
 

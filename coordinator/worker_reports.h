@@ -10,10 +10,14 @@
 //                 only the loss scaler's skipped steps carry inf/NaN)
 //   grad_norm     as loss
 //   tokens,       0..global_batch x seq_len (no global  else the row is refused
-//   positions     batch holds more positions)
+//   positions     batch holds more positions; a preference: job's batch
+//                 counts pairs, two rows each: twice that)
 //   seconds, lr   finite and >= 0                       else the row is refused
 //   loss_scale    finite and >= 0 (0: an older worker)  else the row is refused
 //   eval_samples  >= 0                                  else the row is refused
+//   pairs         0..global_batch with preference:, else 0  else the row is refused
+//   rewards_*,    finite (accuracies in 0..1) when pairs   else the row is refused
+//   logps_*, nll  > 0, unless the row is `skipped`
 // A refused row is not stored and not counted; the heartbeat that carried it
 // is still a sign of life. The token counter adds with saturation.
 // Pure functions; thread-compatible.
@@ -30,7 +34,8 @@ namespace shardd {
 // What a job's steps can hold, from its job file.
 struct StepReportLimits {
   int64_t total_steps = 0;  // train.steps
-  int64_t max_tokens = 0;   // train.global_batch x data.seq_len (saturated)
+  int64_t max_tokens = 0;   // train.global_batch x data.seq_len (x 2 with preference:; saturated)
+  int64_t max_pairs = 0;    // train.global_batch with preference:, else 0 (an SFT step has no pairs)
 };
 StepReportLimits StepReportLimitsFor(const shard::JobConfig& job);
 

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 #include <functional>
 #include <vector>
 
@@ -116,6 +117,18 @@ void WriteMetricsLine(std::ofstream& metrics, const shard::StepMetrics& m) {
   metrics << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds;
   if (m.skipped || m.loss_scale != 1.0) metrics << ",\"loss_scale\":" << m.loss_scale;
   if (m.skipped) metrics << ",\"skipped\":true";
+  if (m.pairs > 0) {  // a preference: step: TRL's names, as shardctl metrics --json writes them
+    metrics << ",\"pairs\":" << m.pairs;
+    const std::pair<const char*, double> figures[] = {
+        {"rewards/chosen", m.rewards_chosen},         {"rewards/rejected", m.rewards_rejected},
+        {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
+        {"logps/chosen", m.logps_chosen},             {"logps/rejected", m.logps_rejected},
+        {"nll", m.nll}};
+    for (const auto& [name, v] : figures) {
+      metrics << ",\"" << name << "\":";
+      if (std::isfinite(v)) metrics << v; else metrics << "null";
+    }
+  }
   metrics << "}\n";
   metrics.flush();
 }

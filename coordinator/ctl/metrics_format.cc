@@ -1,14 +1,49 @@
 #include "coordinator/ctl/metrics_format.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 namespace shardctl {
+namespace {
+
+// A preference: job's figures under TRL's names (rewards/chosen, ...): the
+// table's headers and the JSON keys. nll is ORPO's (0 for dpo and ipo).
+struct PreferenceColumn {
+  const char* name;
+  double (shardd::v1::MetricRow::*get)() const;
+  bool orpo_only = false;  // a table column only when some row has one
+};
+constexpr PreferenceColumn kPreferenceColumns[] = {
+    {"rewards/chosen", &shardd::v1::MetricRow::rewards_chosen},
+    {"rewards/rejected", &shardd::v1::MetricRow::rewards_rejected},
+    {"rewards/accuracies", &shardd::v1::MetricRow::rewards_accuracies},
+    {"rewards/margins", &shardd::v1::MetricRow::rewards_margins},
+    {"logps/chosen", &shardd::v1::MetricRow::logps_chosen},
+    {"logps/rejected", &shardd::v1::MetricRow::logps_rejected},
+    {"nll", &shardd::v1::MetricRow::nll, true},
+};
+
+// As wide as the name, and at least as the other columns (10).
+int Width(const PreferenceColumn& c) { return std::max(10, static_cast<int>(std::strlen(c.name))); }
+
+// A preference job reports pairs on every step; an SFT job on none.
+bool PreferenceJob(const std::vector<shardd::v1::MetricRow>& rows) {
+  for (const auto& r : rows)
+    if (r.pairs() > 0) return true;
+  return false;
+}
+
+}  // namespace
 
 std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   bool scaler = false;
   bool eval = false, exact = false;  // columns only for jobs with an eval section
+  const bool preference = PreferenceJob(rows);
+  bool orpo = false;                  // nll: only ORPO reports one
   for (const auto& r : rows) {
+    orpo = orpo || (r.pairs() > 0 && r.nll() != 0);
     scaler = scaler || r.skipped() || (r.loss_scale() != 0 && r.loss_scale() != 1);
     eval = eval || r.eval_samples() > 0;
     exact = exact || (r.eval_samples() > 0 && r.eval_exact_match() >= 0);
@@ -21,6 +56,13 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%-10s %-10s %-11s %-10s %-10s", "STEP", "LOSS", "LR", "GRAD_NORM", "TOKENS/S");
   out += buf;
+  auto shown = [&](const PreferenceColumn& c) { return !c.orpo_only || orpo; };
+  if (preference)
+    for (const PreferenceColumn& c : kPreferenceColumns)
+      if (shown(c)) {
+        std::snprintf(buf, sizeof(buf), " %-*s", Width(c), c.name);
+        out += buf;
+      }
   if (eval) out += " EVAL_LOSS ";
   if (exact) out += " EXACT_MATCH";
   if (scaler) out += " SCALE      SKIPPED";
@@ -29,6 +71,13 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
     std::snprintf(buf, sizeof(buf), "%-10lld %-10.4f %-11.3e %-10.4f %-10.0f", static_cast<long long>(r.step()),
                   r.loss(), r.lr(), r.grad_norm(), r.tokens_per_s());
     out += buf;
+    if (preference)
+      for (const PreferenceColumn& c : kPreferenceColumns)
+        if (shown(c)) {
+          if (r.pairs() > 0) std::snprintf(buf, sizeof(buf), " %-*.4f", Width(c), (r.*c.get)());
+          else std::snprintf(buf, sizeof(buf), " %-*s", Width(c), "");
+          out += buf;
+        }
     if (eval) {
       if (r.eval_samples() > 0) std::snprintf(buf, sizeof(buf), " %-10.4f", r.eval_loss());
       else std::snprintf(buf, sizeof(buf), " %-10s", "");
@@ -49,6 +98,7 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
 }
 
 std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
+  const bool preference = PreferenceJob(rows);
   std::string out;
   for (const auto& r : rows) {
     // dump() writes a NaN or infinite double as null: JSON has neither.
@@ -69,6 +119,11 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
     j["eval_loss"] = evaluated ? nlohmann::ordered_json(r.eval_loss()) : nlohmann::ordered_json(nullptr);
     j["eval_exact_match"] = evaluated && r.eval_exact_match() >= 0 ? nlohmann::ordered_json(r.eval_exact_match())
                                                                    : nlohmann::ordered_json(nullptr);
+    if (preference) {  // an SFT job's rows keep their shape
+      j["pairs"] = r.pairs();
+      for (const PreferenceColumn& c : kPreferenceColumns)
+        j[c.name] = r.pairs() > 0 ? nlohmann::ordered_json((r.*c.get)()) : nlohmann::ordered_json(nullptr);
+    }
     out += j.dump();
     out += "\n";
   }

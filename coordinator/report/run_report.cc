@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <utility>
 
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/report/svg_chart.h"
@@ -105,6 +106,20 @@ json FinalFigures(const RunReportInput& in) {
     f["mean_step_seconds"] = seconds / static_cast<double>(in.rows.size());
   }
   if (j.progress().mfu() > 0) f["mfu"] = j.progress().mfu();
+  // A preference: job: the last step's TRL metrics (an SFT job's figures
+  // keep their shape).
+  for (auto r = in.rows.rbegin(); r != in.rows.rend(); ++r) {
+    if (r->pairs() <= 0) continue;
+    const std::pair<const char*, double> last[] = {
+        {"rewards_chosen", r->rewards_chosen()},         {"rewards_rejected", r->rewards_rejected()},
+        {"rewards_accuracies", r->rewards_accuracies()}, {"rewards_margins", r->rewards_margins()},
+        {"logps_chosen", r->logps_chosen()},             {"logps_rejected", r->logps_rejected()},
+        {"nll", r->nll()}};
+    json p = {{"step", r->step()}, {"pairs", r->pairs()}};
+    for (const auto& [key, v] : last) p[key] = std::isfinite(v) ? json(v) : json(nullptr);
+    f["preference"] = p;
+    break;
+  }
   return f;
 }
 
@@ -132,6 +147,14 @@ std::string Cards(const json& f) {
   out += Card("last commit", f["last_committed_step"].get<int64_t>() < 0
                                  ? std::string("none") : "step " + std::to_string(f["last_committed_step"].get<int64_t>()));
   if (f.contains("mfu")) out += Card("MFU", num(f["mfu"].get<double>() * 100, " %"));
+  if (f.contains("preference")) {  // TRL's names, as TensorBoard and shardctl metrics say them
+    const json& p = f["preference"];
+    out += Card("rewards/accuracies", p["rewards_accuracies"].is_null()
+                                          ? std::string("-") : num(p["rewards_accuracies"].get<double>() * 100, " %"));
+    out += Card("rewards/margins", num(p["rewards_margins"]));
+    out += Card("rewards/chosen", num(p["rewards_chosen"]));
+    out += Card("rewards/rejected", num(p["rewards_rejected"]));
+  }
   return out + "</div>";
 }
 
@@ -159,6 +182,19 @@ std::string Charts(const json& m, const std::vector<v1::MetricRow>& rows) {
       eval.values.push_back(r.eval_loss());
     }
   if (!eval.steps.empty()) out += SvgLineChart(eval, commits, restarts);
+  if (m.contains("rewards_chosen")) {  // a preference: job (dashboard_api.h): the dashboard's charts
+    out += SvgLinesChart("rewards", "rewards (train)",
+                         {Series(m, "rewards_chosen", "", "chosen", "#17683a"),
+                          Series(m, "rewards_rejected", "", "rejected", "#c9302a"),
+                          Series(m, "rewards_margins", "", "margins", "#2a62c9")},
+                         commits, restarts);
+    out += SvgLineChart(Series(m, "rewards_accuracies", "rewards_accuracies", "reward accuracy (train)", "#8a4fd0"),
+                        commits, restarts);
+    out += SvgLinesChart("logps", "log-probs (train)",
+                         {Series(m, "logps_chosen", "", "chosen", "#17683a"),
+                          Series(m, "logps_rejected", "", "rejected", "#c9302a")},
+                         commits, restarts);
+  }
   out += SvgLineChart(Series(m, "tokens_per_s", "tokens_per_s", "tokens/s", "#8a4fd0"), commits, restarts);
   out += SvgLineChart(Series(m, "lr", "lr", "learning rate", "#c97a2a"), commits, restarts);
   out += SvgLineChart(Series(m, "grad_norm", "grad_norm", "gradient norm", "#2a9d8f", true), commits, restarts);

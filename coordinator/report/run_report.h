@@ -1,7 +1,9 @@
 // The run report: one self-contained HTML page (inline CSS and SVG, no
 // script, nothing fetched) written to <run dir>/report.html when a job ends
 // and by `shardctl report JOB`: the final figures, the loss and throughput
-// curves (plus lr, gradient norm and the loss scale when a scaler ran), the
+// curves (plus lr, gradient norm and the loss scale when a scaler ran; a
+// preference: job's rewards, reward accuracy and log-probs, and its last
+// step's rewards/* as final figures), the
 // restarts and checkpoint commits marked on them, the event timeline, the
 // committed checkpoints and the plan the job was admitted with.
 //

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace shardd {
 namespace {
@@ -47,20 +48,31 @@ std::string ShortNumber(double v) {
   return buf;
 }
 
-std::string SvgLineChart(const ChartSeries& s, const std::vector<int64_t>& commits,
-                         const std::vector<int64_t>& restarts) {
+namespace {
+
+// The chart both entry points draw: one line (named "" : no data-series, its
+// last value beside the title) or several.
+struct Line {
+  std::string name, color;
   std::vector<std::pair<double, double>> pts;
-  for (size_t i = 0; i < s.steps.size() && i < s.values.size(); ++i)
-    if (s.values[i] && std::isfinite(*s.values[i])) pts.emplace_back(static_cast<double>(s.steps[i]), *s.values[i]);
-  std::string svg = "<svg id=\"chart-" + HtmlEscape(s.id) + "\" viewBox=\"0 0 400 170\" preserveAspectRatio=\"none\" "
-                    "data-points=\"" + std::to_string(pts.size()) + "\">";
-  if (pts.empty())
-    return "<div class=\"chart\"><h3>" + HtmlEscape(s.title) + "</h3>" + svg +
+};
+
+std::string Chart(const std::string& id, const std::string& title, const std::vector<Line>& lines, bool log_scale,
+                  const std::vector<int64_t>& commits, const std::vector<int64_t>& restarts) {
+  size_t count = 0;
+  double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  for (const Line& l : lines)
+    for (const auto& p : l.pts) {
+      if (count++ == 0) x0 = x1 = p.first, y0 = y1 = p.second;
+      x0 = std::min(x0, p.first), x1 = std::max(x1, p.first);
+      y0 = std::min(y0, p.second), y1 = std::max(y1, p.second);
+    }
+  std::string svg = "<svg id=\"chart-" + HtmlEscape(id) + "\" viewBox=\"0 0 400 170\" preserveAspectRatio=\"none\" "
+                    "data-points=\"" + std::to_string(count) + "\">";
+  if (count == 0)
+    return "<div class=\"chart\"><h3>" + HtmlEscape(title) + "</h3>" + svg +
            "<text x=\"200\" y=\"85\" text-anchor=\"middle\">no data</text></svg></div>";
-  double x0 = pts.front().first, x1 = pts.back().first;
-  double y0 = pts[0].second, y1 = pts[0].second;
-  for (const auto& p : pts) y0 = std::min(y0, p.second), y1 = std::max(y1, p.second);
-  const bool log = s.log_scale && y0 > 0;
+  const bool log = log_scale && y0 > 0;
   if (log) y0 = std::log10(y0), y1 = std::log10(y1);
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 += std::fabs(y1) * 0.05 + 1e-9, y0 -= std::fabs(y0) * 0.05 + 1e-9;
@@ -79,15 +91,46 @@ std::string SvgLineChart(const ChartSeries& s, const std::vector<int64_t>& commi
   for (int64_t r : restarts)
     if (r >= x0 && r <= x1)
       svg += MarkLine("restart", tx(static_cast<double>(r)), "new attempt from step " + std::to_string(r));
-  std::string d;
-  d.reserve(pts.size() * 12);
-  for (const auto& p : pts) {
-    if (!d.empty()) d += ' ';
-    d += Fixed1(tx(p.first)) + "," + Fixed1(ty(p.second));
+  std::string legend;
+  for (const Line& l : lines) {
+    if (l.pts.empty()) continue;
+    std::string d;
+    d.reserve(l.pts.size() * 12);
+    for (const auto& p : l.pts) {
+      if (!d.empty()) d += ' ';
+      d += Fixed1(tx(p.first)) + "," + Fixed1(ty(p.second));
+    }
+    svg += "<polyline class=\"line\" stroke=\"" + HtmlEscape(l.color) + "\"" +
+           (l.name.empty() ? "" : " data-series=\"" + HtmlEscape(l.name) + "\"") + " points=\"" + d + "\"/>";
+    if (!legend.empty()) legend += " &middot; ";
+    legend += l.name.empty() ? ShortNumber(l.pts.back().second)
+                             : "<span style=\"color:" + HtmlEscape(l.color) + "\">" + HtmlEscape(l.name) + "</span> " +
+                                   ShortNumber(l.pts.back().second);
   }
-  svg += "<polyline class=\"line\" stroke=\"" + HtmlEscape(s.color) + "\" points=\"" + d + "\"/></svg>";
-  return "<div class=\"chart\"><h3>" + HtmlEscape(s.title) + " <span class=\"muted\">" +
-         ShortNumber(pts.back().second) + "</span></h3>" + svg + "</div>";
+  svg += "</svg>";
+  return "<div class=\"chart\"><h3>" + HtmlEscape(title) + " <span class=\"muted\">" + legend + "</span></h3>" + svg +
+         "</div>";
+}
+
+Line PointsOf(const ChartSeries& s, std::string name) {
+  Line l{std::move(name), s.color, {}};
+  for (size_t i = 0; i < s.steps.size() && i < s.values.size(); ++i)
+    if (s.values[i] && std::isfinite(*s.values[i])) l.pts.emplace_back(static_cast<double>(s.steps[i]), *s.values[i]);
+  return l;
+}
+
+}  // namespace
+
+std::string SvgLineChart(const ChartSeries& s, const std::vector<int64_t>& commits,
+                         const std::vector<int64_t>& restarts) {
+  return Chart(s.id, s.title, {PointsOf(s, "")}, s.log_scale, commits, restarts);
+}
+
+std::string SvgLinesChart(const std::string& id, const std::string& title, const std::vector<ChartSeries>& lines,
+                          const std::vector<int64_t>& commits, const std::vector<int64_t>& restarts) {
+  std::vector<Line> drawn;
+  for (const ChartSeries& s : lines) drawn.push_back(PointsOf(s, s.title));
+  return Chart(id, title, drawn, false, commits, restarts);
 }
 
 }  // namespace shardd

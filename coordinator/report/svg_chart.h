@@ -25,6 +25,14 @@ struct ChartSeries {
 std::string SvgLineChart(const ChartSeries& s, const std::vector<int64_t>& commits,
                          const std::vector<int64_t>& restarts);
 
+// Several lines on one y axis (the dashboard's linesChart()): the chart is
+// "chart-<id>" titled `title`; each line's title names it (data-series on its
+// <polyline>, and beside the chart's title in its colour with its last value);
+// data-points counts the points of all lines. A line's `id` and `log_scale`
+// are not used.
+std::string SvgLinesChart(const std::string& id, const std::string& title, const std::vector<ChartSeries>& lines,
+                          const std::vector<int64_t>& commits, const std::vector<int64_t>& restarts);
+
 // HTML text escaping (& < > " ').
 std::string HtmlEscape(const std::string& s);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <vector>
 
 #include "coordinator/jobs/job_manager.h"
 
@@ -102,30 +104,58 @@ json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
 
 json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                  int max_points) {
+  // The series every job has, then a preference: job's (rows with pairs;
+  // an SFT job's JSON keeps its shape).
+  struct Field {
+    const char* key;
+    double (v1::MetricRow::*get)() const;
+  };
+  static constexpr Field kBase[] = {{"loss", &v1::MetricRow::loss},
+                                    {"lr", &v1::MetricRow::lr},
+                                    {"grad_norm", &v1::MetricRow::grad_norm},
+                                    {"tokens_per_s", &v1::MetricRow::tokens_per_s},
+                                    {"loss_scale", &v1::MetricRow::loss_scale}};
+  static constexpr Field kPreference[] = {{"rewards_chosen", &v1::MetricRow::rewards_chosen},
+                                          {"rewards_rejected", &v1::MetricRow::rewards_rejected},
+                                          {"rewards_accuracies", &v1::MetricRow::rewards_accuracies},
+                                          {"rewards_margins", &v1::MetricRow::rewards_margins},
+                                          {"logps_chosen", &v1::MetricRow::logps_chosen},
+                                          {"logps_rejected", &v1::MetricRow::logps_rejected},
+                                          {"nll", &v1::MetricRow::nll}};
+  const bool preference = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.pairs() > 0; });
+  std::vector<Field> fields(std::begin(kBase), std::end(kBase));
+  if (preference) fields.insert(fields.end(), std::begin(kPreference), std::end(kPreference));
+  const size_t base = std::size(kBase);
+
   max_points = std::max(1, max_points);
   const size_t n = rows.size();
   const size_t per = n == 0 ? 1 : (n + max_points - 1) / max_points;  // rows per point
-  json steps = json::array(), loss = json::array(), lr = json::array(), gn = json::array(), tps = json::array(),
-       scale = json::array(), restarts = json::array(), commits = json::array();
+  std::vector<json> series(fields.size(), json::array());
+  json steps = json::array(), restarts = json::array(), commits = json::array();
   for (size_t start = 0; start < n; start += per) {
     const size_t end = std::min(n, start + per);
-    double sums[5] = {0, 0, 0, 0, 0};
-    int finite[5] = {0, 0, 0, 0, 0};
+    std::vector<double> sums(fields.size(), 0);
+    std::vector<int> finite(fields.size(), 0);
     for (size_t i = start; i < end; ++i) {
       const v1::MetricRow& r = rows[i];
-      const double v[5] = {r.loss(), r.lr(), r.grad_norm(), r.tokens_per_s(), r.loss_scale()};
-      for (int k = 0; k < 5; ++k)
-        if (std::isfinite(v[k])) sums[k] += v[k], ++finite[k];
+      for (size_t k = 0; k < fields.size(); ++k) {
+        if (k >= base && r.pairs() <= 0) continue;  // a row without pairs has no preference figures
+        const double v = (r.*fields[k].get)();
+        if (std::isfinite(v)) sums[k] += v, ++finite[k];
+      }
     }
-    json* series[5] = {&loss, &lr, &gn, &tps, &scale};
-    for (int k = 0; k < 5; ++k) series[k]->push_back(finite[k] ? Finite(sums[k] / finite[k]) : json(nullptr));
+    for (size_t k = 0; k < fields.size(); ++k)
+      series[k].push_back(finite[k] ? Finite(sums[k] / finite[k]) : json(nullptr));
     steps.push_back(rows[end - 1].step());
   }
   for (size_t i = 1; i < n; ++i)
     if (rows[i].attempt() != rows[i - 1].attempt()) restarts.push_back(rows[i].step());
   for (const auto& c : checkpoints) commits.push_back(c.step());
-  return {{"total_rows", n}, {"steps", steps}, {"loss", loss},  {"lr", lr},         {"grad_norm", gn},
-          {"tokens_per_s", tps}, {"loss_scale", scale}, {"restarts", restarts}, {"commits", commits}};
+  json out = {{"total_rows", n}, {"steps", steps}};
+  for (size_t k = 0; k < fields.size(); ++k) out[fields[k].key] = std::move(series[k]);
+  out["restarts"] = restarts;
+  out["commits"] = commits;
+  return out;
 }
 
 }  // namespace shardd

@@ -25,7 +25,10 @@ nlohmann::json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>
 // as x), so 100k steps cost the browser 2000 points. Also the steps where a
 // new attempt resumed (restarts) and where checkpoints were committed.
 // {"total_rows", "steps": [...], "loss": [...], "lr", "grad_norm",
-//  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]}
+//  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]};
+// a preference: job (rows with pairs) adds TRL's metrics as "rewards_chosen",
+// "rewards_rejected", "rewards_accuracies", "rewards_margins", "logps_chosen",
+// "logps_rejected" and "nll" (an SFT job's JSON has none of these keys).
 nlohmann::json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                            int max_points);
 

@@ -32,7 +32,9 @@ CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
   grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
   loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
-  eval_exact_match REAL NOT NULL DEFAULT -1, PRIMARY KEY(job_id, step));
+  eval_exact_match REAL NOT NULL DEFAULT -1, pairs INTEGER NOT NULL DEFAULT 0, rewards_chosen REAL,
+  rewards_rejected REAL, rewards_accuracies REAL, rewards_margins REAL, logps_chosen REAL, logps_rejected REAL,
+  nll REAL, PRIMARY KEY(job_id, step));
 CREATE TABLE IF NOT EXISTS job_resources(
   job_id TEXT PRIMARY KEY, demand TEXT NOT NULL, placement TEXT NOT NULL);
 )sql";
@@ -51,6 +53,14 @@ constexpr AddedColumn kAddedColumns[] = {
     {"metrics", "eval_samples", "INTEGER NOT NULL DEFAULT 0"},  // held-out evaluation (0: none)
     {"metrics", "eval_loss", "REAL"},
     {"metrics", "eval_exact_match", "REAL NOT NULL DEFAULT -1"},  // -1: not computed
+    {"metrics", "pairs", "INTEGER NOT NULL DEFAULT 0"},  // a preference: step's pairs (0: not one)
+    {"metrics", "rewards_chosen", "REAL"},                // TRL's metrics of that step
+    {"metrics", "rewards_rejected", "REAL"},
+    {"metrics", "rewards_accuracies", "REAL"},
+    {"metrics", "rewards_margins", "REAL"},
+    {"metrics", "logps_chosen", "REAL"},
+    {"metrics", "logps_rejected", "REAL"},
+    {"metrics", "nll", "REAL"},
 };
 
 // A prepared statement bound positionally; finalized on scope exit.
@@ -423,10 +433,14 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<shard
   for (const shard::StepMetrics& m : rows) {
     Status st = Stmt(db_,
                      "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
-                     "loss_scale,eval_samples,eval_loss,eval_exact_match) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                     "loss_scale,eval_samples,eval_loss,eval_exact_match,pairs,rewards_chosen,rewards_rejected,"
+                     "rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll) "
+                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
                     .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
                     .Bind(m.tokens).Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale)
                     .Bind(m.eval_samples).Bind(m.eval_loss).Bind(m.eval_exact_match)
+                    .Bind(m.pairs).Bind(m.rewards_chosen).Bind(m.rewards_rejected).Bind(m.rewards_accuracies)
+                    .Bind(m.rewards_margins).Bind(m.logps_chosen).Bind(m.logps_rejected).Bind(m.nll)
                     .Run();
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -441,13 +455,13 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
   // LIMIT -1 is no limit. "The last N" reads the newest N backwards and puts
   // them back in order; both forms walk the (job_id, step) key.
   const int64_t max_rows = q.max_rows > 0 ? q.max_rows : -1;
-  Stmt s(db_, q.last > 0 ? "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,"
-                           "eval_exact_match FROM "
-                           "(SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step DESC LIMIT ?) "
-                           "ORDER BY step LIMIT ?"
-                         : "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,"
-                           "eval_exact_match FROM metrics "
-                           "WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
+  const std::string columns =
+      "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,eval_exact_match,"
+      "pairs,rewards_chosen,rewards_rejected,rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll ";
+  const std::string sql = columns + (q.last > 0 ? "FROM (SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step "
+                                                  "DESC LIMIT ?) ORDER BY step LIMIT ?"
+                                                : "FROM metrics WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
+  Stmt s(db_, sql.c_str());
   s.Bind(job_id).Bind(q.after_step);
   if (q.last > 0) s.Bind(q.last);
   s.Bind(max_rows);
@@ -468,6 +482,16 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
     m.eval_samples = s.Int(9);
     m.eval_loss = m.eval_samples > 0 ? s.RealOrNaN(10) : 0;
     m.eval_exact_match = s.Real(11);
+    m.pairs = s.Int(12);  // 0 in a row from before these columns, or of an SFT step
+    if (m.pairs > 0) {    // NULL (a NaN on a skipped step) reads back as NaN
+      m.rewards_chosen = s.RealOrNaN(13);
+      m.rewards_rejected = s.RealOrNaN(14);
+      m.rewards_accuracies = s.RealOrNaN(15);
+      m.rewards_margins = s.RealOrNaN(16);
+      m.logps_chosen = s.RealOrNaN(17);
+      m.logps_rejected = s.RealOrNaN(18);
+      m.nll = s.RealOrNaN(19);
+    }
     out.push_back(m);
   }
   return out;

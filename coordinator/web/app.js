@@ -47,16 +47,27 @@ async function api(path) {
 
 // xs/ys: equal-length arrays (ys may hold nulls); marks: {restarts, commits} steps.
 function chart(id, title, color, xs, ys, marks, opts) {
+  return linesChart(id, title, xs, [{color, ys}], marks, opts);
+}
+
+// Several lines on one y axis (a preference job's rewards): lines are
+// [{name, color, ys}]; each named polyline carries data-series=<name> and
+// data-points on the <svg> counts the points of all lines.
+function linesChart(id, title, xs, lines, marks, opts) {
   const W = 400, H = 170, L = 46, R = 8, T = 8, B = 20;
-  const pts = [];
-  for (let i = 0; i < xs.length; i++) if (ys[i] !== null && isFinite(ys[i])) pts.push([xs[i], ys[i]]);
-  let svg = `<svg id="chart-${id}" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" data-points="${pts.length}">`;
-  if (pts.length === 0) {
+  const drawn = lines.map(line => {
+    const pts = [];
+    for (let i = 0; i < xs.length; i++) if (line.ys[i] !== null && line.ys[i] !== undefined && isFinite(line.ys[i])) pts.push([xs[i], line.ys[i]]);
+    return Object.assign({pts}, line);
+  });
+  const all = [].concat(...drawn.map(l => l.pts));
+  let svg = `<svg id="chart-${id}" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" data-points="${all.length}">`;
+  if (all.length === 0) {
     svg += `<text x="${W / 2}" y="${H / 2}" text-anchor="middle">no data yet</text></svg>`;
     return `<div class="chart"><h3>${esc(title)}</h3>${svg}</div>`;
   }
-  let x0 = pts[0][0], x1 = pts[pts.length - 1][0];
-  let y0 = Math.min(...pts.map(p => p[1])), y1 = Math.max(...pts.map(p => p[1]));
+  let x0 = Math.min(...all.map(p => p[0])), x1 = Math.max(...all.map(p => p[0]));
+  let y0 = Math.min(...all.map(p => p[1])), y1 = Math.max(...all.map(p => p[1]));
   const useLog = !!(opts && opts.log && y0 > 0);
   if (useLog) { y0 = Math.log10(y0); y1 = Math.log10(y1); }
   if (x1 === x0) x1 = x0 + 1;
@@ -73,9 +84,33 @@ function chart(id, title, color, xs, ys, marks, opts) {
     svg += `<line class="commit" x1="${tx(s)}" y1="${T}" x2="${tx(s)}" y2="${H - B}"><title>checkpoint ${s}</title></line>`;
   for (const s of marks.restarts) if (s >= x0 && s <= x1)
     svg += `<line class="restart" x1="${tx(s)}" y1="${T}" x2="${tx(s)}" y2="${H - B}"><title>new attempt from step ${s}</title></line>`;
-  const d = pts.map(p => `${tx(p[0]).toFixed(1)},${ty(p[1]).toFixed(1)}`).join(" ");
-  svg += `<polyline class="line" stroke="${color}" points="${d}"/></svg>`;
-  return `<div class="chart"><h3>${esc(title)} <span class="muted">${fmt(pts[pts.length - 1][1])}</span></h3>${svg}</div>`;
+  for (const l of drawn) {
+    if (l.pts.length === 0) continue;
+    const d = l.pts.map(p => `${tx(p[0]).toFixed(1)},${ty(p[1]).toFixed(1)}`).join(" ");
+    const name = l.name ? ` data-series="${esc(l.name)}"` : "";
+    svg += `<polyline class="line" stroke="${l.color}"${name} points="${d}"/>`;
+  }
+  svg += `</svg>`;
+  // One line: its last value beside the title; several: each line's name in its colour and last value.
+  const last = l => l.pts.length ? fmt(l.pts[l.pts.length - 1][1]) : "–";
+  const legend = drawn.length === 1 ? last(drawn[0])
+    : drawn.map(l => `<span style="color:${l.color}">${esc(l.name)}</span> ${last(l)}`).join(" · ");
+  return `<div class="chart"><h3>${esc(title)} <span class="muted">${legend}</span></h3>${svg}</div>`;
+}
+
+// A preference: job's charts (TRL's rewards/*, logps/*), only when the metrics carry them.
+function preferenceCharts(m, marks) {
+  if (!m.rewards_chosen) return "";
+  return [
+    linesChart("rewards", "Rewards (train)", m.steps, [
+      {name: "chosen", color: "#17683a", ys: m.rewards_chosen},
+      {name: "rejected", color: "#c9302a", ys: m.rewards_rejected},
+      {name: "margins", color: "#2a62c9", ys: m.rewards_margins}], marks),
+    chart("rewards_accuracies", "Reward accuracy (train)", "#8a4fd1", m.steps, m.rewards_accuracies, marks),
+    linesChart("logps", "Log-probs (train)", m.steps, [
+      {name: "chosen", color: "#17683a", ys: m.logps_chosen},
+      {name: "rejected", color: "#c9302a", ys: m.logps_rejected}], marks),
+  ].join("");
 }
 
 // ---- Pages -----------------------------------------------------------------
@@ -104,6 +139,7 @@ async function jobPage(id) {
   const card = (label, value) => `<div class="card"><span class="muted">${label}</span><b>${value}</b></div>`;
   const charts = [
     chart("loss", "Loss (train)", "#2a62c9", m.steps, m.loss, marks),
+    preferenceCharts(m, marks),
     chart("lr", "Learning rate", "#8a4fd1", m.steps, m.lr, marks),
     chart("grad_norm", "Gradient norm", "#d1622a", m.steps, m.grad_norm, marks),
     chart("tokens_per_s", "Tokens/s", "#17683a", m.steps, m.tokens_per_s, marks),

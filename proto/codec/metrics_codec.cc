@@ -16,6 +16,16 @@ v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
   s.set_eval_samples(m.eval_samples);
   s.set_eval_loss(m.eval_loss);
   s.set_eval_exact_match(m.eval_exact_match);
+  if (m.pairs > 0) {  // an SFT step leaves them unset: its message is as before
+    s.set_pairs(m.pairs);
+    s.set_rewards_chosen(m.rewards_chosen);
+    s.set_rewards_rejected(m.rewards_rejected);
+    s.set_rewards_accuracies(m.rewards_accuracies);
+    s.set_rewards_margins(m.rewards_margins);
+    s.set_logps_chosen(m.logps_chosen);
+    s.set_logps_rejected(m.logps_rejected);
+    s.set_nll(m.nll);
+  }
   return s;
 }
 
@@ -34,6 +44,16 @@ shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
   m.eval_samples = s.eval_samples();
   m.eval_loss = s.eval_loss();
   m.eval_exact_match = m.eval_samples > 0 ? s.eval_exact_match() : -1;
+  if (s.pairs() > 0) {  // the preference figures mean something only with pairs
+    m.pairs = s.pairs();
+    m.rewards_chosen = s.rewards_chosen();
+    m.rewards_rejected = s.rewards_rejected();
+    m.rewards_accuracies = s.rewards_accuracies();
+    m.rewards_margins = s.rewards_margins();
+    m.logps_chosen = s.logps_chosen();
+    m.logps_rejected = s.logps_rejected();
+    m.nll = s.nll();
+  }
   return m;
 }
 
@@ -52,6 +72,16 @@ v1::MetricRow ToMetricRow(const shard::StepMetrics& m) {
   r.set_eval_samples(m.eval_samples);
   r.set_eval_loss(m.eval_loss);
   r.set_eval_exact_match(m.eval_exact_match);
+  if (m.pairs > 0) {
+    r.set_pairs(m.pairs);
+    r.set_rewards_chosen(m.rewards_chosen);
+    r.set_rewards_rejected(m.rewards_rejected);
+    r.set_rewards_accuracies(m.rewards_accuracies);
+    r.set_rewards_margins(m.rewards_margins);
+    r.set_logps_chosen(m.logps_chosen);
+    r.set_logps_rejected(m.logps_rejected);
+    r.set_nll(m.nll);
+  }
   return r;
 }
 

@@ -31,8 +31,8 @@ struct StepMetrics {
   double eval_exact_match = -1;   // greedy exact-match rate of the last reply; -1 = not computed
   // A preference: step (docs/preference.md): loss is the mean pair loss, and
   // these are TRL's metrics (rewards/chosen, ...), means over the step's
-  // pairs; pairs 0 = not a preference step. Not yet on the wire or in the
-  // store (issue 31).
+  // pairs; pairs 0 = not a preference step. On the wire, in the store and in
+  // shardctl metrics, the dashboard and the run report only when pairs > 0.
   int64_t pairs = 0;
   double rewards_chosen = 0, rewards_rejected = 0, rewards_accuracies = 0, rewards_margins = 0;
   double logps_chosen = 0, logps_rejected = 0;

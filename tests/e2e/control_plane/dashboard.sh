@@ -54,6 +54,7 @@ points=$(grep -o 'id="chart-loss"[^>]*data-points="[0-9]*"' <<<"$dom" | grep -o 
 for chart in lr grad_norm tokens_per_s loss_scale; do
   grep -q "id=\"chart-$chart\"" <<<"$dom" || fail "no $chart chart"
 done
+grep -q 'id="chart-rewards' <<<"$dom" && fail "an SFT job's page has a rewards chart (preference: jobs only)"
 grep -q 'class="commit"' <<<"$dom" || fail "no checkpoint commit marked on the charts"
 grep -q 'class="restart"' <<<"$dom" || fail "the restart is not marked on the charts"
 grep -q "checkpoint_committed" <<<"$dom" || fail "the event timeline lacks checkpoint_committed"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # shardctl metrics after a tiny job: one row per step in order, the loss going
 # down, the loss scaler's scale carried from rank 0 through the coordinator;
-# --last N, the table's scale column, and an unknown job.
+# --last N, the table's scale column, no preference keys or columns (an SFT
+# job; a DPO job's: preference_metrics.sh), and an unknown job.
 source "$(dirname "$0")/lib.sh"
 start_shardd
 job=$(make_job met)
@@ -24,6 +25,7 @@ for r in rows:
     assert r["loss_scale"] == 65536 and r["skipped"] is False, r
     assert r["lr"] >= 0 and r["grad_norm"] > 0 and r["tokens"] > 0 and r["seconds"] > 0, r
     assert abs(r["tokens_per_s"] - r["tokens"] / r["seconds"]) <= 1e-6 * r["tokens_per_s"], r
+    assert not any(k.startswith(("rewards/", "logps/")) or k in ("pairs", "nll") for k in r), r  # SFT: no TRL keys
 assert rows[0]["lr"] > 0, rows[0]  # the cosine schedule ends at 0
 first = sum(r["loss"] for r in rows[:5]) / 5
 last = sum(r["loss"] for r in rows[-5:]) / 5
@@ -38,6 +40,7 @@ tail=$(ctl metrics "$id" --last 3 --json) || fail "metrics --last failed"
 table=$(ctl metrics "$id") || fail "metrics failed"
 echo "$table" | head -n 2
 echo "$table" | head -n 1 | grep -q "^STEP .*LOSS .*TOKENS/S .*SCALE .*SKIPPED$" || fail "no scale column: $table"
+echo "$table" | head -n 1 | grep -q "rewards/" && fail "an SFT job's table has preference columns: $table"
 [ "$(echo "$table" | wc -l)" -eq $((steps + 1)) ] || fail "the table is not a header and $steps rows"
 
 rc=0

@@ -1,5 +1,7 @@
 // shardctl metrics' output: the table shows the loss scaler's columns only
-// when a row was skipped or scaled, and JSON lines parse (NaN and inf as null).
+// when a row was skipped or scaled, a preference: job's TRL columns only for
+// that job (an SFT job's table and JSON are as before), and JSON lines parse
+// (NaN and inf as null).
 #include "coordinator/ctl/metrics_format.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +116,69 @@ TEST(MetricsFormatTest, EvaluatedStepsAddEvalColumns) {
   EXPECT_EQ(j["eval_exact_match"], 0.25);
   evaluated.set_eval_exact_match(-1);  // loss only: no EXACT_MATCH column
   EXPECT_EQ(Lines(MetricsTable({evaluated}))[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   EVAL_LOSS");
+}
+
+MetricRow DpoRow(int64_t step, double accuracy, double nll = 0) {
+  MetricRow r = Row(step, 0.6931, 1);
+  r.set_pairs(8);
+  r.set_rewards_chosen(0.125);
+  r.set_rewards_rejected(-0.25);
+  r.set_rewards_accuracies(accuracy);
+  r.set_rewards_margins(0.375);
+  r.set_logps_chosen(-12.5);
+  r.set_logps_rejected(-20.25);
+  r.set_nll(nll);
+  return r;
+}
+
+// A preference: job adds TRL's columns (nll only for ORPO, the one method
+// that reports it) after TOKENS/S.
+TEST(MetricsFormatTest, APreferenceJobAddsTrlsColumns) {
+  const auto lines = Lines(MetricsTable({DpoRow(1, 0.5), DpoRow(2, 0.875)}));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0],
+            "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   rewards/chosen rewards/rejected rewards/accuracies "
+            "rewards/margins logps/chosen logps/rejected");
+  EXPECT_EQ(lines[2],
+            "2          0.6931     3.000e-04   0.7500     2048       0.1250         -0.2500          0.8750             "
+            "0.3750          -12.5000     -20.2500");
+  const auto orpo = Lines(MetricsTable({DpoRow(1, 1, 1.5)}));
+  ASSERT_EQ(orpo.size(), 2u);
+  EXPECT_EQ(orpo[0].substr(orpo[0].size() - 18), "logps/rejected nll") << orpo[0];
+  EXPECT_EQ(orpo[1].substr(orpo[1].size() - 6), "1.5000") << orpo[1];
+}
+
+TEST(MetricsFormatTest, APreferenceJobsJsonCarriesTrlsKeys) {
+  MetricRow skipped = DpoRow(2, 0.5);
+  skipped.set_skipped(true);
+  skipped.set_rewards_chosen(std::nan(""));
+  const auto lines = Lines(MetricsJsonLines({DpoRow(1, 0.875), skipped}));
+  ASSERT_EQ(lines.size(), 2u);
+  const auto a = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(a["pairs"], 8);
+  EXPECT_EQ(a["rewards/chosen"], 0.125);
+  EXPECT_EQ(a["rewards/rejected"], -0.25);
+  EXPECT_EQ(a["rewards/accuracies"], 0.875);
+  EXPECT_EQ(a["rewards/margins"], 0.375);
+  EXPECT_EQ(a["logps/chosen"], -12.5);
+  EXPECT_EQ(a["logps/rejected"], -20.25);
+  EXPECT_EQ(a["nll"], 0);
+  EXPECT_EQ(a["loss"], 0.6931);
+  EXPECT_TRUE(nlohmann::json::parse(lines[1])["rewards/chosen"].is_null());
+}
+
+// An SFT job (no row has pairs) prints exactly what it printed before.
+TEST(MetricsFormatTest, AnSftJobHasNoPreferenceColumnsOrKeys) {
+  const std::vector<MetricRow> rows = {Row(1, 5.25, 1), Row(2, 4.5, 1)};
+  const auto lines = Lines(MetricsTable(rows));
+  EXPECT_EQ(lines[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S");
+  EXPECT_EQ(lines[1], "1          5.2500     3.000e-04   0.7500     2048");
+  const auto json = Lines(MetricsJsonLines(rows));
+  ASSERT_EQ(json.size(), 2u);
+  EXPECT_EQ(json[0],
+            R"({"step":1,"attempt":1,"loss":5.25,"lr":0.0003,"grad_norm":0.75,"tokens":1024,"seconds":0.5,)"
+            R"("tokens_per_s":2048.0,"skipped":false,"loss_scale":1.0,"eval_samples":0,"eval_loss":null,)"
+            R"("eval_exact_match":null})");
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // not skip) is not stored or counted and is said once per attempt as an
 // event, while the heartbeat that carried it still counts as a sign of life;
 // the token counter never wraps; a done report past the job's end is
-// refused; and a NaN final loss stays NaN in the job's status and reason.
+// refused; a NaN final loss stays NaN in the job's status and reason; and a
+// preference: job's rows keep TRL's metrics (pairs in range, figures finite).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -132,6 +133,49 @@ TEST_F(JobManagerReportsTest, DonePastTheJobsEndIsRefused) {
   EXPECT_EQ(Get(id).progress().step(), 150);
 }
 
+// A preference: job's rows reach the store with TRL's metrics; its batch
+// counts pairs (two rows each), so a step holds up to twice the SFT tokens.
+TEST_F(JobManagerReportsTest, APreferenceJobsRowsKeepTheirRewards) {
+  WriteBytes(workdir_ + "/data/pairs.jsonl", R"({"prompt": "rev ab=", "chosen": "ba", "rejected": "ab"})" "\n");
+  auto st = manager_->Submit(Spec(JobYaml("pref", "preference: {method: dpo}\n"),
+                                  {"data.tokens=", "data.jsonl=data/pairs.jsonl"}));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::string id = st->id();
+  manager_->Tick();
+  RegisterAll(id);
+  ASSERT_EQ(State(id), v1::RUNNING);
+  v1::StepMetric dpo = Row(1, 0.6931, 100);  // 4 pairs x 2 rows x 16 = 128 tokens at most
+  dpo.set_pairs(4);
+  dpo.set_rewards_chosen(0.125);
+  dpo.set_rewards_rejected(-0.25);
+  dpo.set_rewards_accuracies(0.75);
+  dpo.set_rewards_margins(0.375);
+  dpo.set_logps_chosen(-12.5);
+  dpo.set_logps_rejected(-20.25);
+  v1::StepMetric too_many = Row(2);
+  too_many.set_pairs(5);
+  v1::StepMetric bad_accuracy = dpo;
+  bad_accuracy.set_step(3);
+  bad_accuracy.set_rewards_accuracies(1.5);
+  ASSERT_TRUE(Heartbeat(id, 1, 0, 3, TokenOf(id, 1), {dpo, too_many, bad_accuracy}).ok());
+  auto r = manager_->Metrics(id, 0, 0, 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rows_size(), 1);
+  const v1::MetricRow& row = r->rows(0);
+  EXPECT_EQ(row.tokens(), 100);
+  EXPECT_EQ(row.pairs(), 4);
+  EXPECT_DOUBLE_EQ(row.rewards_chosen(), 0.125);
+  EXPECT_DOUBLE_EQ(row.rewards_rejected(), -0.25);
+  EXPECT_DOUBLE_EQ(row.rewards_accuracies(), 0.75);
+  EXPECT_DOUBLE_EQ(row.rewards_margins(), 0.375);
+  EXPECT_DOUBLE_EQ(row.logps_chosen(), -12.5);
+  EXPECT_DOUBLE_EQ(row.logps_rejected(), -20.25);
+  auto refused = EventsOfKind(id, "report_refused");
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_TRUE(Contains(refused[0].message(), "step 2: pairs 5 out of range 0..4 (train.global_batch)"))
+      << refused[0].message();
+}
+
 TEST(WorkerReportsTest, TheCounterSaturatesAndNeverGoesNegative) {
   EXPECT_EQ(AddToCounter(kMax - 10, 64), kMax);
   EXPECT_EQ(AddToCounter(kMax, kMax), kMax);
@@ -168,6 +212,24 @@ TEST(WorkerReportsTest, LimitsComeFromTheJobAndSaturate) {
   m = Row(3);
   m.set_loss_scale(-2);
   EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "loss_scale -2")) << CheckStepMetric(m, l).message();
+  // Pairs only in a preference: job, at most train.global_batch of them.
+  m = Row(3);
+  m.set_pairs(1);
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "pairs 1 out of range 0..0 (the job has no preference:)"))
+      << CheckStepMetric(m, l).message();
+  job.train.global_batch = 8;
+  job.data.seq_len = 128;
+  job.preference.method = shard::PreferenceMethod::kDpo;
+  l = StepReportLimitsFor(job);
+  EXPECT_EQ(l.max_tokens, 2048) << "8 pairs, two rows of 128 each";
+  EXPECT_EQ(l.max_pairs, 8);
+  m.set_tokens(2048);
+  EXPECT_TRUE(CheckStepMetric(m, l).ok()) << CheckStepMetric(m, l).message();
+  m.set_rewards_margins(kNaN);
+  EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "step 3: rewards_margins nan is not finite"))
+      << CheckStepMetric(m, l).message();
+  m.set_skipped(true);
+  EXPECT_TRUE(CheckStepMetric(m, l).ok()) << "a skipped step may hold NaN figures";
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The run report page: its embedded data parses back with the curves'
 // points (downsampled to the budget), the SVG charts draw exactly those
 // points, a message holding "</script>" or markup cannot break out of the
-// page, the loss-scale chart appears only when a scaler ran, and the final
-// figures come from the rows.
+// page, the loss-scale chart appears only when a scaler ran, a preference:
+// job's rewards, accuracy and log-prob charts and TRL figures appear only for
+// it, and the final figures come from the rows.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -119,6 +120,72 @@ TEST(RunReportTest, LongRunsAreDownsampledAndScalerShown) {
   EXPECT_EQ(DataPoints(html, "loss"), 2000);
   EXPECT_EQ(DataPoints(html, "loss_scale"), 2000);
   EXPECT_LT(html.size(), 600u << 10);
+}
+
+// A preference: job: the rewards chart (chosen, rejected, margins), the
+// accuracy and log-prob charts, and the last step's TRL figures.
+TEST(RunReportTest, APreferenceJobHasRewardsChartsAndFigures) {
+  RunReportInput in = Input(20);
+  for (int i = 0; i < 20; ++i) {
+    v1::MetricRow& r = in.rows[i];
+    r.set_pairs(8);
+    r.set_rewards_chosen(0.01 * i);
+    r.set_rewards_rejected(-0.02 * i);
+    r.set_rewards_margins(0.03 * i);
+    r.set_rewards_accuracies(i < 10 ? 0.5 : 0.875);
+    r.set_logps_chosen(-10 + 0.1 * i);
+    r.set_logps_rejected(-10 - 0.1 * i);
+  }
+  in.rows[4].set_rewards_chosen(std::numeric_limits<double>::quiet_NaN());  // a gap, not a 0
+  const std::string html = RunReportHtml(in);
+  EXPECT_EQ(DataPoints(html, "rewards"), 20 + 19 + 20) << "three lines, one NaN left out";
+  EXPECT_EQ(DataPoints(html, "rewards_accuracies"), 20);
+  EXPECT_EQ(DataPoints(html, "logps"), 40);
+  for (const char* series : {"data-series=\"chosen\"", "data-series=\"rejected\"", "data-series=\"margins\""})
+    EXPECT_NE(html.find(series), std::string::npos) << series;
+  const auto d = Data(html);
+  ASSERT_EQ(d["metrics"]["rewards_margins"].size(), 20u);
+  EXPECT_DOUBLE_EQ(d["metrics"]["rewards_margins"][19].get<double>(), 0.57);
+  EXPECT_TRUE(d["metrics"]["rewards_chosen"][4].is_null());
+  const auto p = d["final"]["preference"];
+  EXPECT_EQ(p["step"], 20);
+  EXPECT_EQ(p["pairs"], 8);
+  EXPECT_DOUBLE_EQ(p["rewards_accuracies"].get<double>(), 0.875);
+  EXPECT_DOUBLE_EQ(p["rewards_margins"].get<double>(), 0.57);
+  EXPECT_NE(html.find("<span class=\"muted\">rewards/accuracies</span><b>87.5 %</b>"), std::string::npos);
+
+  // An SFT job's report has none of it.
+  const std::string sft = RunReportHtml(Input(20));
+  EXPECT_EQ(DataPoints(sft, "rewards"), -1);
+  EXPECT_EQ(DataPoints(sft, "rewards_accuracies"), -1);
+  EXPECT_EQ(sft.find("rewards"), std::string::npos);
+  EXPECT_FALSE(Data(sft)["final"].contains("preference"));
+}
+
+// The one-line chart's markup, as it was before charts could hold several
+// lines (an SFT report draws exactly what it drew).
+TEST(SvgChartTest, OneLineMarkupIsUnchanged) {
+  ChartSeries s{"l", "loss", "#000", {1, 2}, {1.0, 2.0}};
+  EXPECT_EQ(SvgLineChart(s, {2}, {}),
+            "<div class=\"chart\"><h3>loss <span class=\"muted\">2</span></h3><svg id=\"chart-l\" "
+            "viewBox=\"0 0 400 170\" preserveAspectRatio=\"none\" data-points=\"2\"><line class=\"axis\" x1=\"46\" "
+            "y1=\"150\" x2=\"392\" y2=\"150\"/><line class=\"axis\" x1=\"46\" y1=\"8\" x2=\"46\" y2=\"150\"/>"
+            "<text x=\"42\" y=\"16\" text-anchor=\"end\">2</text><text x=\"42\" y=\"150\" text-anchor=\"end\">1"
+            "</text><text x=\"46\" y=\"164\">1</text><text x=\"392\" y=\"164\" text-anchor=\"end\">step 2</text>"
+            "<line class=\"commit\" x1=\"392.0\" y1=\"8.0\" x2=\"392.0\" y2=\"150.0\"><title>checkpoint 2</title>"
+            "</line><polyline class=\"line\" stroke=\"#000\" points=\"46.0,150.0 392.0,8.0\"/></svg></div>");
+}
+
+TEST(SvgChartTest, SeveralLinesShareOneAxisAndNameThemselves) {
+  ChartSeries up{"", "chosen", "#0a0", {1, 2, 3}, {0.0, 1.0, 2.0}};
+  ChartSeries down{"", "rejected", "#a00", {1, 2, 3}, {0.0, -1.0, std::nullopt}};
+  const std::string svg = SvgLinesChart("rewards", "rewards", {up, down}, {}, {});
+  EXPECT_NE(svg.find("id=\"chart-rewards\""), std::string::npos);
+  EXPECT_NE(svg.find("data-points=\"5\""), std::string::npos);
+  EXPECT_NE(svg.find(">2</text>"), std::string::npos) << "the top label is the highest of both lines";
+  EXPECT_NE(svg.find(">-1</text>"), std::string::npos) << "the bottom label is the lowest of both lines";
+  EXPECT_NE(svg.find("data-series=\"chosen\" points=\"46.0,102.7 219.0,55.3 392.0,8.0\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("<span style=\"color:#a00\">rejected</span> -1"), std::string::npos) << svg;
 }
 
 TEST(SvgChartTest, NonFiniteValuesAreGapsAndMarksStayInRange) {

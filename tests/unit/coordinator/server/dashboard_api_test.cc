@@ -1,5 +1,6 @@
 // The dashboard's JSON: downsampling keeps 100k steps to the point budget
-// with exact bucket means, restarts and commits are marked by step, and a job
+// with exact bucket means, restarts and commits are marked by step, a
+// preference: job adds TRL's series (an SFT job's keys are as before), and a job
 // carries its workers, events, checkpoints and admission plan.
 #include <gtest/gtest.h>
 
@@ -52,6 +53,36 @@ TEST(DashboardApiTest, FewRowsPassThroughAndNonFiniteValuesBecomeNull) {
   EXPECT_DOUBLE_EQ(j["loss"][2].get<double>(), 3);
   EXPECT_TRUE(j["restarts"].empty());
   EXPECT_EQ(MetricsJson({}, {}, 2000)["steps"].size(), 0u);
+}
+
+// A preference: job's rows (pairs > 0) add TRL's series, bucket-averaged as
+// the others; an SFT job's JSON has exactly the keys it had.
+TEST(DashboardApiTest, APreferenceJobAddsTheRewardsSeries) {
+  auto rows = Rows(4000);
+  for (int i = 0; i < 4000; ++i) {
+    rows[i].set_pairs(8);
+    rows[i].set_rewards_chosen(i % 2 ? 1.0 : 0.0);  // bucket means of 0.5
+    rows[i].set_rewards_rejected(-1);
+    rows[i].set_rewards_accuracies(0.75);
+    rows[i].set_rewards_margins(2);
+    rows[i].set_logps_chosen(-10);
+    rows[i].set_logps_rejected(-20);
+  }
+  rows[1].set_rewards_margins(std::nan(""));  // left out of its bucket's mean
+  const auto j = MetricsJson(rows, {}, 2000);
+  for (const char* key : {"rewards_chosen", "rewards_rejected", "rewards_accuracies", "rewards_margins",
+                          "logps_chosen", "logps_rejected", "nll"})
+    ASSERT_EQ(j[key].size(), 2000u) << key;
+  EXPECT_DOUBLE_EQ(j["rewards_chosen"][0].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["rewards_margins"][0].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(j["rewards_accuracies"][1999].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["logps_rejected"][3].get<double>(), -20);
+
+  const auto sft = MetricsJson(Rows(10), {}, 2000);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : sft.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"commits", "grad_norm", "loss", "loss_scale", "lr", "restarts", "steps",
+                                            "tokens_per_s", "total_rows"}));
 }
 
 TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {

@@ -1,8 +1,9 @@
 // The SQLite state store: every record kind round-trips (binary blobs
 // included: specs are serialized protobuf), writes replace by key, an event
 // and its job land together or not at all, everything survives a reopen,
-// metric queries select by step, and a database from an older version opens
-// with its rows and gains the columns added since.
+// metric queries select by step, a preference: step keeps TRL's metrics, and
+// a database from an older version opens with its rows and gains the columns
+// added since.
 #include "coordinator/state/state_store.h"
 
 #include <gtest/gtest.h>
@@ -289,6 +290,93 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
     ASSERT_EQ(jobs->size(), 1u);
     ExpectSameJob((*jobs)[0], job);
     EXPECT_EQ((*jobs)[0].join_token, "feedface");
+  }
+}
+
+// A preference: step keeps TRL's metrics; an SFT step reads back with none.
+TEST_F(StateStoreTest, PreferenceStepsKeepTheirRewardsAndLogps) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  shard::StepMetrics dpo{.step = 1, .attempt = 1, .loss = 0.6931, .lr = 1e-3, .grad_norm = 0.5, .tokens = 96};
+  dpo.pairs = 8;
+  dpo.rewards_chosen = 0.125;
+  dpo.rewards_rejected = -0.25;
+  dpo.rewards_accuracies = 0.875;
+  dpo.rewards_margins = 0.375;
+  dpo.logps_chosen = -12.5;
+  dpo.logps_rejected = -20.25;
+  dpo.nll = 1.5;
+  shard::StepMetrics skipped = dpo;  // the loss scaler's skipped step: NaN figures stay NaN
+  skipped.step = 2;
+  skipped.skipped = true;
+  skipped.rewards_chosen = std::nan("");
+  ASSERT_TRUE(s->PutMetrics("pref-1", {dpo, skipped}).ok());
+  ASSERT_TRUE(s->PutMetrics("sft-1", {{.step = 1, .attempt = 1, .loss = 3.0}}).ok());
+  auto m = s->LoadMetrics("pref-1");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 2u);
+  const shard::StepMetrics& a = (*m)[0];
+  EXPECT_EQ(a.pairs, 8);
+  EXPECT_DOUBLE_EQ(a.rewards_chosen, 0.125);
+  EXPECT_DOUBLE_EQ(a.rewards_rejected, -0.25);
+  EXPECT_DOUBLE_EQ(a.rewards_accuracies, 0.875);
+  EXPECT_DOUBLE_EQ(a.rewards_margins, 0.375);
+  EXPECT_DOUBLE_EQ(a.logps_chosen, -12.5);
+  EXPECT_DOUBLE_EQ(a.logps_rejected, -20.25);
+  EXPECT_DOUBLE_EQ(a.nll, 1.5);
+  EXPECT_TRUE(std::isnan((*m)[1].rewards_chosen)) << "a NaN must not come back as 0";
+  EXPECT_DOUBLE_EQ((*m)[1].rewards_margins, 0.375);
+  const shard::StepMetrics sft = s->LoadMetrics("sft-1")->front();
+  EXPECT_EQ(sft.pairs, 0);
+  EXPECT_EQ(sft.rewards_chosen, 0);
+  EXPECT_EQ(sft.nll, 0);
+}
+
+// A state database as the version before the preference columns created it
+// (eval columns, no pairs/rewards/logps/nll): the new daemon opens it, reads
+// its rows as SFT steps, and stores a preference step in it.
+TEST_F(StateStoreTest, DatabaseFromBeforeThePreferenceColumnsOpensAndTakesPreferenceSteps) {
+  fs::create_directories(Path("state"));
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((Path("state") + "/shardd.db").c_str(), &db), SQLITE_OK);
+    const char* old_schema = R"sql(
+      CREATE TABLE metrics(
+        job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
+        grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
+        loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
+        eval_exact_match REAL NOT NULL DEFAULT -1, PRIMARY KEY(job_id, step));
+      INSERT INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,loss_scale,eval_samples,eval_loss,
+                          eval_exact_match) VALUES(CAST('sft-2' AS BLOB), 1, 1, 4.5, 1e-3, 0.9, 512, 0.25, 1, 16, 4.0, 0.5);
+    )sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    auto old = s->LoadMetrics("sft-2");
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    ASSERT_EQ(old->size(), 1u);
+    EXPECT_DOUBLE_EQ((*old)[0].loss, 4.5);
+    EXPECT_EQ((*old)[0].eval_samples, 16);
+    EXPECT_DOUBLE_EQ((*old)[0].eval_exact_match, 0.5);
+    EXPECT_EQ((*old)[0].pairs, 0) << "an old row is not a preference step";
+    EXPECT_EQ((*old)[0].rewards_accuracies, 0);
+    if (open == 0) {
+      shard::StepMetrics dpo{.step = 1, .attempt = 1, .loss = 0.5};
+      dpo.pairs = 4;
+      dpo.rewards_accuracies = 0.75;
+      dpo.logps_chosen = -9.5;
+      ASSERT_TRUE(s->PutMetrics("pref-2", {dpo}).ok());
+    }
+    auto pref = s->LoadMetrics("pref-2");
+    ASSERT_TRUE(pref.ok()) << pref.status().ToString();
+    ASSERT_EQ(pref->size(), 1u);
+    EXPECT_EQ((*pref)[0].pairs, 4);
+    EXPECT_DOUBLE_EQ((*pref)[0].rewards_accuracies, 0.75);
+    EXPECT_DOUBLE_EQ((*pref)[0].logps_chosen, -9.5);
   }
 }
 
