@@ -41,7 +41,7 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   return r;
 }
 
-// peft: as the trainer builds it (Trainer::InitLora, InitRuntime): adapters
+// peft: as the trainer builds it (Trainer::InitRuntime, CreateLoraTrainable): adapters
 // on the targeted linears, the base frozen and held in the compute dtype's
 // shards, nothing offloaded; QLoRA's block linears in NF4 at the job's block
 // size.
