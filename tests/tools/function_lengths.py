@@ -6,7 +6,7 @@ shard, proto; .cu/.cuh and tests/ are left out), finds every function
 definition outside another function's body (free functions, member functions
 defined out of line or inside a class, lambdas at namespace scope) by brace
 matching that passes over comments, string and character literals (raw
-strings too) and preprocessor lines, and prints one row a function, longest
+strings too), preprocessor lines and `#if 0` blocks, and prints one row a function, longest
 first:
 
   LINES  path:line  signature line
@@ -76,6 +76,8 @@ def blank(text):
           j = n if end < 0 else end + 2
           continue
         j += 1
+      if re.match(r"#\s*if\s+0\b", text[i:j]):
+        j = _end_of_if0(text, j)  # dead code: its braces do not count
       wipe(i, j)
       i = j
       continue
@@ -111,6 +113,17 @@ def blank(text):
     else:
       i += 1
   return "".join(out)
+
+
+def _end_of_if0(text, j):
+  """The end of the `#endif` line that closes an `#if 0` whose line ends at j
+  (nested #if/#endif counted)."""
+  depth = 1
+  for m in re.finditer(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|endif)\b.*$", text[j:], re.M):
+    depth += -1 if m.group(1) == "endif" else 1
+    if depth == 0:
+      return j + m.end()
+  return len(text)
 
 
 def _ident_char(text, k):
