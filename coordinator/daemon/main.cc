@@ -41,7 +41,8 @@ void AddServerFlags(CLI::App& app, shardd::CoordinatorOptions* opts) {
   app.add_option("--tls-cert", opts->server.tls_cert, "PEM certificate (enables TLS)");
   app.add_option("--tls-key", opts->server.tls_key, "PEM private key");
   app.add_option("--tls-client-ca", opts->server.tls_client_ca, "PEM CA that client certificates must chain to");
-  app.add_option("--worker-tls-ca", opts->worker_tls_ca, "PEM workers verify the coordinator with (default: --tls-cert)");
+  app.add_option("--worker-tls-ca", opts->worker_tls_ca,
+                 "PEM workers verify the coordinator with (default: --tls-cert)");
   app.add_option("--worker-tls-cert", opts->worker_tls_cert,
                  "PEM client certificate the workers shardd launches present (required with --tls-client-ca)");
   app.add_option("--worker-tls-key", opts->worker_tls_key, "PEM private key of --worker-tls-cert");

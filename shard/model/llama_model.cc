@@ -419,7 +419,8 @@ StatusOr<double> LlamaModel::HeadBackward(const DeviceBatch& b, UnitAccess& acce
         i = j;
       }
     }
-    LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
+    LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab,
+                   scratch_d_.data() + r0 * d, g_head);
   }
   backend_->RmsNormBackward(scratch_d_.data(), BlockInput(c.num_layers, n), head_w_.vec(kFinalNorm),
                             final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
