@@ -2,19 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <utility>
 
+#include "shard/common/format_number.h"
+
 namespace shardd {
 namespace {
 
-std::string Num(double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string Num(double v) { return shard::FormatNumber("%g", v); }
 
 }  // namespace
 

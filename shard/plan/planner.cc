@@ -2,17 +2,12 @@
 
 #include "shard/plan/adapter_memory.h"
 #include "shard/spec/precision.h"
-
-#include <cstdio>
+#include "shard/common/format_number.h"
 
 namespace shard::plan {
 namespace {
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+std::string Fmt(const char* f, double v) { return FormatNumber(f, v); }
 
 // Reasons a workload cannot run on a cluster at all (memory aside).
 std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
@@ -41,7 +36,7 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   return r;
 }
 
-// peft: as the trainer builds it (Trainer::InitLora, InitRuntime): adapters
+// peft: as the trainer builds it (Trainer::InitRuntime, CreateLoraTrainable): adapters
 // on the targeted linears, the base frozen and held in the compute dtype's
 // shards, nothing offloaded; QLoRA's block linears in NF4 at the job's block
 // size.

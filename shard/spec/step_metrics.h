@@ -1,5 +1,5 @@
 // One training step's figures: the one record the trainer reports, the worker
-// sends (proto/metrics_codec.h maps it onto the wire's StepMetric), the
+// sends (proto/codec/metrics_codec.h maps it onto the wire's StepMetric), the
 // coordinator stores (coordinator/state/state_store.h) and the API serves
 // (MetricRow, through the same codec). Plain data; thread-compatible.
 #pragma once
