@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
 
 #include "shard/data/prepare_sft.h"
@@ -47,6 +48,7 @@ struct Case {
   std::string method;
   int world;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.method << " at " << c.world << " rank(s)"; }
 
 class PeftSftEval : public ::testing::TestWithParam<Case> {};
 
