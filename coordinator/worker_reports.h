@@ -11,7 +11,8 @@
 //   grad_norm     as loss
 //   tokens,       0..global_batch x seq_len (no global  else the row is refused
 //   positions     batch holds more positions)
-//   seconds, lr   finite and >= 0                       else the row is refused
+//   seconds, lr,  finite and >= 0                       else the row is refused
+//   compute_seconds (0: an older worker)
 //   loss_scale    finite and >= 0 (0: an older worker)  else the row is refused
 //   eval_samples  >= 0                                  else the row is refused
 // A refused row is not stored and not counted; the heartbeat that carried it
