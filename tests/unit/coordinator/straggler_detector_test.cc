@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ void Feed(StragglerDetector& d, int64_t from, int64_t to, const std::vector<doub
 
 // Feeds one step at a time and evaluates after each, as heartbeats would;
 // returns every change seen.
-std::vector<StragglerChange> Run(StragglerDetector& d, int64_t from, int64_t to, const std::vector<double>& per_rank) {
+std::vector<StragglerChange> Steps(StragglerDetector& d, int64_t from, int64_t to, const std::vector<double>& per_rank) {
   std::vector<StragglerChange> all;
   for (int64_t s = from; s <= to; ++s) {
     Feed(d, s, s, per_rank);
@@ -33,9 +34,9 @@ std::vector<StragglerChange> Run(StragglerDetector& d, int64_t from, int64_t to,
 TEST(StragglerDetectorTest, ASlowRankIsNamedOnceAtTheFirstFullWindow) {
   StragglerDetector d(3, {1.5, 20});
   // Rank 1 at ~40% speed: 2.4x the others' compute.
-  auto changes = Run(d, 1, 19, {0.17, 0.41, 0.17});
+  auto changes = Steps(d, 1, 19, {0.17, 0.41, 0.17});
   EXPECT_TRUE(changes.empty()) << "no window is complete before step 20";
-  changes = Run(d, 20, 60, {0.17, 0.41, 0.17});
+  changes = Steps(d, 20, 60, {0.17, 0.41, 0.17});
   ASSERT_EQ(changes.size(), 1u) << "one event per episode, not one per window";
   EXPECT_EQ(changes[0].rank, 1);
   EXPECT_TRUE(changes[0].straggler);
@@ -54,14 +55,14 @@ TEST(StragglerDetectorTest, TheMedianIsOfTheOtherRanks) {
   // Two ranks: with the median of all (itself included) the slow rank would
   // sit at 1.4x the midpoint of 0.1 and 0.25 and pass unnoticed.
   StragglerDetector d(2, {1.5, 5});
-  auto changes = Run(d, 1, 5, {0.1, 0.25});
+  auto changes = Steps(d, 1, 5, {0.1, 0.25});
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].rank, 1);
   EXPECT_NEAR(changes[0].median_s, 0.1, 1e-12);
   // Four ranks, two slow ones: the median of each slow rank's others
   // (0.1, 0.1, 0.3) is 0.1, so both are named; a fast rank's is 0.3.
   StragglerDetector e(4, {1.5, 5});
-  changes = Run(e, 1, 5, {0.1, 0.3, 0.1, 0.3});
+  changes = Steps(e, 1, 5, {0.1, 0.3, 0.1, 0.3});
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0].rank, 1);
   EXPECT_EQ(changes[1].rank, 3);
@@ -70,19 +71,19 @@ TEST(StragglerDetectorTest, TheMedianIsOfTheOtherRanks) {
 TEST(StragglerDetectorTest, TheRatioIsAStrictThreshold) {
   // Binary fractions: the means are exact.
   StragglerDetector at(3, {1.5, 4});
-  EXPECT_TRUE(Run(at, 1, 8, {0.25, 0.375, 0.25}).empty()) << "exactly 1.5x is not more than 1.5x";
+  EXPECT_TRUE(Steps(at, 1, 8, {0.25, 0.375, 0.25}).empty()) << "exactly 1.5x is not more than 1.5x";
   StragglerDetector past(3, {1.5, 4});
-  EXPECT_EQ(Run(past, 1, 8, {0.25, 0.390625, 0.25}).size(), 1u);
+  EXPECT_EQ(Steps(past, 1, 8, {0.25, 0.390625, 0.25}).size(), 1u);
   StragglerDetector lenient(3, {3, 4});
-  EXPECT_TRUE(Run(lenient, 1, 8, {0.25, 0.625, 0.25}).empty()) << "2.5x under a ratio of 3";
+  EXPECT_TRUE(Steps(lenient, 1, 8, {0.25, 0.625, 0.25}).empty()) << "2.5x under a ratio of 3";
 }
 
 TEST(StragglerDetectorTest, TheWindowAveragesOutASingleSlowStep) {
   StragglerDetector d(3, {1.5, 10});
-  Run(d, 1, 10, {0.1, 0.1, 0.1});
+  Steps(d, 1, 10, {0.1, 0.1, 0.1});
   // One step at 4x in a window of 10 raises the mean to 1.3x.
-  auto changes = Run(d, 11, 11, {0.1, 0.4, 0.1});
-  changes = Run(d, 12, 30, {0.1, 0.1, 0.1});
+  auto changes = Steps(d, 11, 11, {0.1, 0.4, 0.1});
+  changes = Steps(d, 12, 30, {0.1, 0.1, 0.1});
   EXPECT_TRUE(changes.empty());
   EXPECT_FALSE(d.straggler(1));
   // Slowed for good, it is named once the window's mean passes 1.5x: within
@@ -99,21 +100,21 @@ TEST(StragglerDetectorTest, TheWindowAveragesOutASingleSlowStep) {
 
 TEST(StragglerDetectorTest, RecoveryClearsTheFlagOnceAndANewEpisodeIsNamedAgain) {
   StragglerDetector d(3, {1.5, 5});
-  ASSERT_EQ(Run(d, 1, 10, {0.1, 0.3, 0.1}).size(), 1u);
-  auto changes = Run(d, 11, 30, {0.1, 0.1, 0.1});
+  ASSERT_EQ(Steps(d, 1, 10, {0.1, 0.3, 0.1}).size(), 1u);
+  auto changes = Steps(d, 11, 30, {0.1, 0.1, 0.1});
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].rank, 1);
   EXPECT_FALSE(changes[0].straggler);
   EXPECT_FALSE(d.straggler(1));
   EXPECT_EQ(StragglerDetector::Describe(changes[0]).rfind("rank 1 is no longer a straggler: ", 0), 0u);
-  changes = Run(d, 31, 40, {0.1, 0.3, 0.1});
+  changes = Steps(d, 31, 40, {0.1, 0.3, 0.1});
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_TRUE(changes[0].straggler);
 }
 
 TEST(StragglerDetectorTest, ARankAtTheThresholdDoesNotFlap) {
   StragglerDetector d(3, {1.5, 2});
-  ASSERT_EQ(Run(d, 1, 2, {0.1, 0.16, 0.1}).size(), 1u);
+  ASSERT_EQ(Steps(d, 1, 2, {0.1, 0.16, 0.1}).size(), 1u);
   // Hovering between 1.3x and 1.6x: flagged, and stays so until it is back
   // to 1.25x or less.
   std::vector<StragglerChange> all;
@@ -123,12 +124,12 @@ TEST(StragglerDetectorTest, ARankAtTheThresholdDoesNotFlap) {
   }
   EXPECT_TRUE(all.empty());
   EXPECT_TRUE(d.straggler(1));
-  EXPECT_EQ(Run(d, 41, 42, {0.1, 0.12, 0.1}).size(), 1u);
+  EXPECT_EQ(Steps(d, 41, 42, {0.1, 0.12, 0.1}).size(), 1u);
 }
 
 TEST(StragglerDetectorTest, AOneRankJobNeverFlags) {
   StragglerDetector d(1, {1.5, 1});
-  EXPECT_TRUE(Run(d, 1, 50, {5.0}).empty());
+  EXPECT_TRUE(Steps(d, 1, 50, {5.0}).empty());
   EXPECT_FALSE(d.straggler(0));
 }
 
@@ -171,11 +172,11 @@ TEST(StragglerDetectorTest, ResentStepsReplaceAndBadValuesAreIgnored) {
 
 TEST(StragglerDetectorTest, ResetStartsANewAttempt) {
   StragglerDetector d(3, {1.5, 3});
-  ASSERT_EQ(Run(d, 1, 3, {0.1, 0.3, 0.1}).size(), 1u);
+  ASSERT_EQ(Steps(d, 1, 3, {0.1, 0.3, 0.1}).size(), 1u);
   d.Reset(3, {1.5, 3});
   EXPECT_FALSE(d.straggler(1));
   // The new attempt resumes at step 31: its windows start there.
-  auto changes = Run(d, 31, 33, {0.1, 0.3, 0.1});
+  auto changes = Steps(d, 31, 33, {0.1, 0.3, 0.1});
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].first_step, 31);
 }
