@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.sh"
 export SHARDD_SLOW_RANK=1:2.5
 export SHARDD_STEP_GATE=$T/gate
 echo 10 > "$SHARDD_STEP_GATE"
-start_shardd
+start_shardd 0 --cpu-slots 3  # three CPU ranks on a two-core CI host
 job=$(make_job strag "health: {straggler_window: 10}")
 id=$(ctl submit "$job" --set parallel.world_size=3 --set train.global_batch=12 --set checkpoint.every_steps=20)
 
