@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
@@ -201,7 +202,9 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     cc.device_stream = backend_->native_stream();
     auto c = CreateCommunicator(cc);
     if (!c.ok()) return c.status().WithContext("rank " + std::to_string(dist_.rank) + " joining group " + group);
-    return c;
+    // Every collective this thread calls counts as waiting, not computing
+    // (StepMetrics::compute_seconds).
+    return WithWaitClock(std::move(*c));
   };
   const int S = shape.shard_size;
   shard_count_ = S;
