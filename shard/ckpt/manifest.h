@@ -59,6 +59,11 @@ struct Manifest {
   // empty — an unknown run.
   std::string run_fingerprint;
   std::map<std::string, std::string> run_keys;
+  // A dpo/ipo run's reference log-probs: the key of the file beside its
+  // prepared pairs (shard/train/preference_reference.cc), so a resumed full
+  // fine-tune, which never loads its starting weights again, finds the values
+  // its first attempt computed from them. Absent on disk: "" (none).
+  std::string reference;
 
   std::string ToJson() const;
   // allow_partial: accept fewer files than shard_count (a run-state base

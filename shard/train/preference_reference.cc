@@ -6,15 +6,18 @@
 // The reference file, <prepared prefix>.ref-<key>.f64, holds two doubles per
 // pair (the chosen and rejected replies' summed log-probs under the starting
 // weights); key hashes the data fingerprint (the pairs as prepared) and the
-// model's (preset or from_hf, init seed, precision, and under peft: the base
-// weights' hash). Every later attempt with the same key reads it back, so a
-// resumed run never recomputes it — and never could: its weights are no
-// longer the starting ones.
+// model's (ReferenceKey: a preset and its init seed, or the HF weights' values,
+// never their path; the precision). Every later attempt with the same key
+// reads it back, so a resumed run never recomputes it — and could not: its
+// weights are no longer the starting ones. Each checkpoint records the key
+// (Manifest::reference) for a resumed full fine-tune, which never loads (so
+// cannot hash) its starting weights.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
+#include "shard/ckpt/manifest.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
@@ -54,23 +57,51 @@ StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t
 
 }  // namespace
 
+// The pairs as prepared and the starting model: a preset by its name and init
+// seed; HF weights by their values and config, not their path (a copy
+// elsewhere is the same model, new weights at the same path are not); under
+// peft: the base without adapters. And the precision the pass computes in.
+std::string Trainer::ReferenceKey(const std::string& data_fingerprint) const {
+  const std::string model = job_.model.from_hf.empty()
+                                ? "preset " + job_.model.preset + "|seed " + std::to_string(job_.train.seed)
+                                : "hf weights " + HashToHex(base_weights_hash_) + "|" + model_->config().ToHfConfigJson();
+  const std::string text = data_fingerprint + "\n" + model + "|" + PrecisionName(precision_);
+  return HashToHex(Xxh64(text.data(), text.size()));
+}
+
 Status Trainer::PrepareReference() {
-  // The memory simulator (no data): its synthetic rows are not pairs, so it
-  // runs the SFT step (docs/preference.md: the planner does not price pairs yet).
-  if (!backend_->holds_data()) return OkStatus();
   preference_ = std::make_unique<PreferenceObjective>(job_.preference);
   if (!job_.preference.needs_reference()) return OkStatus();
+  // The memory simulator (no data) runs the preference step on synthetic
+  // pairs (2·micro_batch rows) against zero reference values. The pass itself
+  // is forward only on the same rows: it peaks below the step.
+  if (!backend_->holds_data()) {
+    reference_logps_.assign(static_cast<size_t>(2 * job_.train.global_batch), 0.0);
+    return OkStatus();
+  }
   const std::string prefix = SftPreparedPrefix(job_);
   PreparedDataset::OpenOptions quick;  // opened and verified by OpenBatchSource already
   quick.verify_contents = false;
   quick.verify_checksums = false;
   ASSIGN_OR_RETURN(PreparedDataset ds, PreparedDataset::Open(prefix, quick));
   const int64_t N = ds.header().num_pairs();
-  const std::string model_key = job_.model.preset + "|" + job_.model.from_hf + "|seed " +
-                                std::to_string(job_.train.seed) + "|" + PrecisionName(precision_) + "|base " +
-                                HashToHex(base_weights_hash_);
-  const std::string key_text = data_->Fingerprint() + "\n" + model_key;
-  const std::string path = prefix + ".ref-" + HashToHex(Xxh64(key_text.data(), key_text.size())) + ".f64";
+  // A resumed full fine-tune never loaded its starting weights (Init): its
+  // key is the one its first attempt recorded in the checkpoint.
+  const bool have_start = resume_.step_dir.empty();
+  std::string key;
+  if (!have_start) {
+    const std::string committed = resume_.step_dir + "/" + kCommittedFile;
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(committed));
+    ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, committed));
+    key = m.reference;
+  }
+  if (key.empty() && !have_start && !job_.model.from_hf.empty())
+    return FailedPrecondition(resume_.step_dir +
+                              " records no reference log-probs key and a resumed model.from_hf full fine-tune no "
+                              "longer holds its starting weights; start the run afresh (checkpoint.resume: none)");
+  if (key.empty()) key = ReferenceKey(data_->Fingerprint());
+  reference_key_ = key;
+  const std::string path = prefix + ".ref-" + key + ".f64";
 
   // Every rank must agree to read or to compute (the pass is collective).
   std::vector<double> stored;
@@ -88,6 +119,17 @@ Status Trainer::PrepareReference() {
     reference_logps_ = std::move(stored);
     if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs read from {}", N, path);
     return OkStatus();
+  }
+
+  if (!have_start) {
+    if (!job_.model.from_hf.empty())
+      return FailedPrecondition("reference log-probs " + path +
+                                " are missing or damaged and a resumed model.from_hf full fine-tune no longer holds "
+                                "its starting weights; restore the file or start afresh (checkpoint.resume: none)");
+    // A preset's starting weights are its deterministic init: scored again
+    // (Resume then overwrites every shard from the checkpoint).
+    if (dist_.rank == 0) LOG_WARN("reference log-probs {} are missing: scoring the initial weights again", path);
+    RETURN_IF_ERROR(LoadInitialWeights(nullptr));
   }
 
   // The pass: each rank its contiguous share of the pairs, micro_batch pairs

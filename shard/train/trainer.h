@@ -163,12 +163,15 @@ class Trainer {
   // starting weights (the base without adapters under peft:) and stored
   // beside the prepared pairs; read back on every later attempt.
   Status PrepareReference();
+  // The reference file's key for these pairs and the starting model.
+  std::string ReferenceKey(const std::string& data_fingerprint) const;
   // One micro-batch of pairs [first_pair, first_pair + pairs) of the step.
   StatusOr<double> PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs);
   // The step's preference metrics over all ranks into m (loss: the mean pair loss).
   Status FinishPreferenceStep(StepMetrics* m);
   std::unique_ptr<PreferenceObjective> preference_;
   std::vector<double> reference_logps_;  // two per pair (chosen, rejected); empty for orpo
+  std::string reference_key_;            // its file's key (16 hex digits), recorded in each checkpoint; "" = none
 
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.
@@ -180,7 +183,9 @@ class Trainer {
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<Trainable> trainable_;  // what is trained: the whole model, or LoRA adapters
-  uint64_t base_weights_hash_ = 0;      // a peft: job's HF base values (base_weights_hash.h), every rank's sum
+  // The HF weights' values (base_weights_hash.h), every rank's sum: a peft:
+  // job's base, or a dpo/ipo full fine-tune's starting weights; 0 otherwise.
+  uint64_t base_weights_hash_ = 0;
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks
