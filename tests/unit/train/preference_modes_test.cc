@@ -48,16 +48,16 @@ std::string Job(const std::string& jsonl, const std::string& ckpt, const std::st
          "resources: {device: cpu}\npreference: {method: dpo, beta: 0.5}\n" + extra;
 }
 
-struct Run {
+struct ModeRun {
   Status status;
   std::vector<double> losses;
   std::vector<std::vector<float>> params;  // rank 0's units after the run
 };
 
 // `world` ranks train the job; rank 0's losses and weights; every rank exports to export_dir when set.
-Run Train(const std::string& yaml, int world, std::vector<std::string> sets, const std::string& export_dir = "") {
+ModeRun Train(const std::string& yaml, int world, std::vector<std::string> sets, const std::string& export_dir = "") {
   sets.push_back("parallel.world_size=" + std::to_string(world));
-  Run out;
+  ModeRun out;
   std::vector<Status> st(world);
   std::mutex mu;
   out.status = testing_ranks::OnTrainerRanks(yaml, world, sets, [&](Trainer& tr, int r) {
@@ -80,7 +80,7 @@ Run Train(const std::string& yaml, int world, std::vector<std::string> sets, con
 TEST(PreferenceModes, DpoUnderEveryShardingStrategy) {
   const std::string dir = NewDir("pref_strategies");
   const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 32);
-  const Run one = Train(Job(jsonl, dir + "/one"), 1, {"train.micro_batch=8"});
+  const ModeRun one = Train(Job(jsonl, dir + "/one"), 1, {"train.micro_batch=8"});
   ASSERT_TRUE(one.status.ok()) << one.status.ToString();
   ASSERT_EQ(one.losses.size(), 4u);
   EXPECT_NEAR(one.losses[0], std::log(2.0), 1e-6);
@@ -89,7 +89,7 @@ TEST(PreferenceModes, DpoUnderEveryShardingStrategy) {
     SCOPED_TRACE(strategy);
     std::vector<std::string> sets = {"parallel.strategy=" + strategy};
     if (strategy == "hybrid_shard") sets.push_back("parallel.shard_group_size=2");
-    const Run r = Train(Job(jsonl, dir + "/" + strategy), world, sets);
+    const ModeRun r = Train(Job(jsonl, dir + "/" + strategy), world, sets);
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
     ASSERT_EQ(r.losses.size(), one.losses.size());
     EXPECT_NEAR(r.losses[0], std::log(2.0), 1e-6) << "the reference pass and the step disagree";
@@ -104,11 +104,11 @@ TEST(PreferenceModes, DpoUnderEveryShardingStrategy) {
 TEST(PreferenceModes, DpoUnderBf16Fp16AndActivationCheckpointing) {
   const std::string dir = NewDir("pref_precision");
   const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 32);
-  const Run fp32 = Train(Job(jsonl, dir + "/fp32"), 2, {"train.steps=8"});
+  const ModeRun fp32 = Train(Job(jsonl, dir + "/fp32"), 2, {"train.steps=8"});
   ASSERT_TRUE(fp32.status.ok()) << fp32.status.ToString();
   for (const char* precision : {"bf16", "fp16"}) {
     SCOPED_TRACE(precision);
-    const Run r = Train(Job(jsonl, dir + "/" + precision), 2,
+    const ModeRun r = Train(Job(jsonl, dir + "/" + precision), 2,
                         {"train.steps=8", std::string("train.precision=") + precision});
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
     ASSERT_EQ(r.losses.size(), 8u);
@@ -119,7 +119,7 @@ TEST(PreferenceModes, DpoUnderBf16Fp16AndActivationCheckpointing) {
     EXPECT_NEAR(r.losses.back(), fp32.losses.back(), 0.05);
   }
   // Activation checkpointing recomputes the same forward: the same steps.
-  const Run ac = Train(Job(jsonl, dir + "/ac"), 2, {"train.steps=8", "parallel.activation_checkpointing=true"});
+  const ModeRun ac = Train(Job(jsonl, dir + "/ac"), 2, {"train.steps=8", "parallel.activation_checkpointing=true"});
   ASSERT_TRUE(ac.status.ok()) << ac.status.ToString();
   ASSERT_EQ(ac.losses.size(), fp32.losses.size());
   for (size_t s = 0; s < ac.losses.size(); ++s)
@@ -134,8 +134,8 @@ TEST(PreferenceModes, DpoThroughLoraAndQlora) {
   for (const char* method : {"lora", "qlora"}) {
     SCOPED_TRACE(method);
     const std::string peft = std::string("peft: {method: ") + method + ", r: 4, alpha: 8, target_modules: all-linear}\n";
-    const Run one = Train(Job(jsonl, dir + "/" + method + "1", peft), 1, {"train.steps=8", "train.lr=1.0e-2"});
-    const Run two = Train(Job(jsonl, dir + "/" + method + "2", peft), 2, {"train.steps=8", "train.lr=1.0e-2"});
+    const ModeRun one = Train(Job(jsonl, dir + "/" + method + "1", peft), 1, {"train.steps=8", "train.lr=1.0e-2"});
+    const ModeRun two = Train(Job(jsonl, dir + "/" + method + "2", peft), 2, {"train.steps=8", "train.lr=1.0e-2"});
     ASSERT_TRUE(one.status.ok()) << one.status.ToString();
     ASSERT_TRUE(two.status.ok()) << two.status.ToString();
     // B = 0: the policy is the base, the reference (scored without adapters).
@@ -152,7 +152,7 @@ TEST(PreferenceModes, ExportsAfterADpoJob) {
   const std::string dir = NewDir("pref_export");
   const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 16);
   // Full: an HF folder that a next job starts from (the DPO run's weights).
-  const Run full = Train(Job(jsonl, dir + "/full"), 2, {"train.steps=2"}, dir + "/hf");
+  const ModeRun full = Train(Job(jsonl, dir + "/full"), 2, {"train.steps=2"}, dir + "/hf");
   ASSERT_TRUE(full.status.ok()) << full.status.ToString();
   for (const char* f : {"config.json", "model.safetensors"}) EXPECT_TRUE(fs::exists(dir + "/hf/" + f)) << f;
   std::vector<std::vector<float>> loaded;
@@ -166,11 +166,11 @@ TEST(PreferenceModes, ExportsAfterADpoJob) {
   EXPECT_EQ(MaxAbsDiff(loaded, full.params), 0.0) << "the export is not the DPO run's weights";
   // PEFT: the adapter folder, and merged into the base.
   const std::string peft = "peft: {method: lora, r: 4, alpha: 8, target_modules: all-linear}\n";
-  const Run lora = Train(Job(jsonl, dir + "/lora", peft), 2, {"train.steps=2"}, dir + "/adapter");
+  const ModeRun lora = Train(Job(jsonl, dir + "/lora", peft), 2, {"train.steps=2"}, dir + "/adapter");
   ASSERT_TRUE(lora.status.ok()) << lora.status.ToString();
   for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
     EXPECT_TRUE(fs::exists(dir + "/adapter/" + f)) << f;
-  const Run merged = Train(Job(jsonl, dir + "/merged", peft), 2, {"train.steps=2", "export.merge=true"}, dir + "/merged_hf");
+  const ModeRun merged = Train(Job(jsonl, dir + "/merged", peft), 2, {"train.steps=2", "export.merge=true"}, dir + "/merged_hf");
   ASSERT_TRUE(merged.status.ok()) << merged.status.ToString();
   EXPECT_TRUE(fs::exists(dir + "/merged_hf/model.safetensors"));
   fs::remove_all(dir);

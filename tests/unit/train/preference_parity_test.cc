@@ -138,7 +138,7 @@ TEST(PreferenceParity, AdamWStepsThroughLoraMatchAnIndependentReference) {
         const Reply& c = fx.replies[k].first;
         const Reply& r = fx.replies[k].second;
         const int sc = ReplyLogProb(tp, w, &leaves, c), sr = ReplyLogProb(tp, w, &leaves, r);
-        pair_losses.push_back({PairLoss(tp, me, sc, sr, c.count(), r.count(), ref_c[k], ref_r[k]), 1.0 / kPairs});
+        pair_losses.push_back({pref_tape::PairLoss(tp, me, sc, sr, c.count(), r.count(), ref_c[k], ref_r[k]), 1.0 / kPairs});
       }
       const int loss = tp.Lin(pair_losses);
       tp.Backward(loss);

@@ -340,15 +340,16 @@ inline int PairLoss(Tape& tp, const Method& me, int sc, int sr, int nc, int nr, 
   return tp.Lin({{ac, -1}, {NegLogSigmoid(tp, d), me.lambda}});
 }
 
-// PyTorch's AdamW on one parameter (decoupled decay first), step counted from 1.
+// PyTorch's AdamW on one parameter (decoupled decay first, where the
+// parameter's group decays), step counted from 1.
 struct AdamW {
-  double m = 0, v = 0;
-  void Step(double* p, double g, int step) {
-    *p -= kLr * kWd * *p;
+  double m = 0, v = 0, eps = kAdamEps, lr = kLr;
+  void Step(double* p, double g, int step, bool decay = true) {
+    if (decay) *p -= lr * kWd * *p;
     m = kB1 * m + (1 - kB1) * g;
     v = kB2 * v + (1 - kB2) * g * g;
     const double mh = m / (1 - std::pow(kB1, step)), vh = v / (1 - std::pow(kB2, step));
-    *p -= kLr * mh / (std::sqrt(vh) + kAdamEps);
+    *p -= lr * mh / (std::sqrt(vh) + eps);
   }
 };
 
