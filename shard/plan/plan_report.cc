@@ -130,8 +130,8 @@ std::string FormatPlanText(const Plan& p) {
 
   if (w.reference_pairs >= 0) {
     const ReferenceCost& rc = p.reference;
-    out += F("\nReference pass (dpo/ipo: once per data and model, before step 1)\n  %s per forward of %lld pairs",
-             Seconds(rc.forward_s).c_str(), static_cast<long long>(w.micro_batch / 2));
+    out += F("\nReference pass (dpo/ipo: once per data and model, before step 1)\n  %s per forward of %lld pair%s",
+             Seconds(rc.forward_s).c_str(), static_cast<long long>(w.micro_batch / 2), w.micro_batch == 2 ? "" : "s");
     out += rc.pairs > 0 ? F(" x %lld per rank = %s for %lld pairs (data.jsonl's rows)\n", static_cast<long long>(rc.forwards),
                             Seconds(rc.pass_s).c_str(), static_cast<long long>(rc.pairs))
                         : std::string(" (pairs unknown)\n");

@@ -210,5 +210,40 @@ TEST(PreferenceReferenceKey, IsTheStartingWeightsNotTheirPath) {
   fs::remove_all(dir);
 }
 
+// A resumed full fine-tune never loads its starting weights again (Init), so
+// it cannot hash them: the key comes from the checkpoint it resumes, and the
+// stored values are read back, not scored again from whatever the weights
+// hold before the checkpoint is loaded.
+TEST(PreferenceReferenceKey, AResumedFromHfRunReadsItsFirstAttemptsFile) {
+  const std::string dir = testing::TempDir() + "/preference_ref_resume." + std::to_string(::getpid());
+  std::mt19937 rng(9);
+  WriteHfModel(dir + "/m", RandomBase(rng));
+  WritePairs(dir + "/pairs.jsonl");
+  const std::string yaml = JobYaml(dir + "/m", dir + "/pairs.jsonl", dir + "/ckpt", "preference: {method: dpo}\n");
+  const std::vector<std::string> sets = {"train.steps=2", "checkpoint.every_steps=1", "checkpoint.async=false",
+                                         "checkpoint.resume=auto", "data.prepared=" + dir + "/prepared/pairs"};
+  std::vector<double> losses;
+  auto run = [&](int64_t stop) {
+    return testing_ranks::OnTrainerRanks(yaml, 1, sets, [&](Trainer& tr, int) {
+      while (tr.step() < stop) {
+        auto m = tr.Step();
+        ASSERT_TRUE(m.ok()) << m.status().ToString();
+        losses.push_back(m->loss);
+      }
+      ASSERT_TRUE(tr.checkpointer()->Wait().ok());
+    });
+  };
+  ASSERT_TRUE(run(1).ok());
+  auto refs = ReferenceFiles(dir + "/prepared/pairs");
+  ASSERT_EQ(refs.size(), 1u);
+  const auto written = fs::last_write_time(refs[0]);
+  ASSERT_TRUE(run(2).ok());
+  ASSERT_EQ(losses.size(), 2u) << "the second attempt did not resume at step 1";
+  EXPECT_EQ(ReferenceFiles(dir + "/prepared/pairs").size(), 1u) << "the resumed attempt scored under another key";
+  EXPECT_EQ(fs::last_write_time(refs[0]), written) << "the resumed attempt rewrote the reference";
+  EXPECT_LT(losses[1], losses[0]) << "step 2 trained against a wrong reference";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shard
