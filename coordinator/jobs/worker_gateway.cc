@@ -206,6 +206,9 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
                                                                           const std::string& token,
                                                                           RetentionTask* retain) {
   ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
+  // A rank that reports a checkpoint is alive, whatever its heartbeat thread's
+  // backoff (after a coordinator restart the report can come first).
+  j->ranks[req.id().rank()].last_heartbeat_ms = opts_.now_ms();
   ShardReport rep;
   rep.rank = req.id().rank();
   rep.step = req.step();

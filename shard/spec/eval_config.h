@@ -7,7 +7,9 @@
 // after the last) the ranks score it together — each its share of the samples
 // through the sharded weights — and the mean loss per target token (and the
 // greedy exact match of the last reply, when asked) is logged and stored with
-// that step's metrics (StepMetrics::eval_*).
+// that step's metrics (StepMetrics::eval_*). A preference: job's eval.data
+// holds pairs, scored with TRL's metrics (docs/preference.md, "Eval on
+// pairs"); max_samples then counts pairs and exact_match is refused.
 #pragma once
 
 #include <cstdint>

@@ -112,6 +112,9 @@ Status JobConfig::Validate() const {
     if (data.format != SftFormat::kAuto && data.format != SftFormat::kPreference)
       return InvalidArgument(std::string("data.format: ") + SftFormatName(data.format) +
                              ": a preference: job reads pairs (format auto or preference)");
+    if (eval.exact_match)
+      return InvalidArgument("eval.exact_match: a preference: job's eval scores held-out pairs (rewards, log-probs, "
+                             "loss), not greedy answers; remove it");
   } else if (data.format == SftFormat::kPreference) {
     return InvalidArgument("data.format: preference: pairs train only under a preference: section (method dpo, ipo "
                            "or orpo)");

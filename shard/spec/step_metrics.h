@@ -37,6 +37,14 @@ struct StepMetrics {
   double rewards_chosen = 0, rewards_rejected = 0, rewards_accuracies = 0, rewards_margins = 0;
   double logps_chosen = 0, logps_rejected = 0;
   double nll = 0;  // orpo: the chosen replies' mean token NLL
+  // eval: on a preference: job's held-out pairs (eval_samples counts the
+  // pairs, eval_loss is their mean pair loss): TRL's metrics on them, means
+  // over the pairs; eval_pairs 0 = none at this step. Worker-side only so
+  // far: not yet on the wire or in the store (issue 31).
+  int64_t eval_pairs = 0;
+  double eval_rewards_chosen = 0, eval_rewards_rejected = 0, eval_rewards_accuracies = 0, eval_rewards_margins = 0;
+  double eval_logps_chosen = 0, eval_logps_rejected = 0;
+  double eval_nll = 0;  // orpo
 };
 
 }  // namespace shard

@@ -132,8 +132,6 @@ StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int
     return InvalidArgument("data.jsonl " + job.data.jsonl + " holds preference pairs (prompt, chosen, rejected); "
                            "they train under a preference: section (method dpo, ipo or orpo), not as SFT samples");
   if (job.preference.enabled()) {
-    if (job.eval.enabled())
-      return Unimplemented("eval: on held-out pairs is not built yet for a preference: job (issue 31); remove eval:");
     if (!data->header().pairs)
       return InvalidArgument("data.jsonl " + job.data.jsonl + " holds SFT samples, not preference pairs (prompt, "
                              "chosen, rejected)");

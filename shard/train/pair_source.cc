@@ -39,14 +39,7 @@ class PairSource : public BatchSource {
       ids.push_back(plan_.pairs[i]);
     return ids;
   }
-  std::string Fingerprint() const override {
-    const PreparedHeader& h = data_.header();
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%016llx/%016llx", static_cast<unsigned long long>(h.source_hash),
-                  static_cast<unsigned long long>(h.tokenizer_hash));
-    return std::string("pairs:") + buf + "/" + h.chat_template + "/" + std::to_string(h.num_pairs()) + "/seq" +
-           std::to_string(h.seq_len) + "/" + h.overlong;
-  }
+  std::string Fingerprint() const override { return PairsFingerprint(data_.header()); }
   std::string Describe() const override {
     const PreparedHeader& h = data_.header();
     return std::to_string(h.num_pairs()) + " preference pairs (" + std::to_string(h.num_tokens) + " tokens, " +
@@ -62,6 +55,14 @@ class PairSource : public BatchSource {
 };
 
 }  // namespace
+
+std::string PairsFingerprint(const PreparedHeader& h) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%016llx/%016llx", static_cast<unsigned long long>(h.source_hash),
+                static_cast<unsigned long long>(h.tokenizer_hash));
+  return std::string("pairs:") + buf + "/" + h.chat_template + "/" + std::to_string(h.num_pairs()) + "/seq" +
+         std::to_string(h.seq_len) + "/" + h.overlong;
+}
 
 StatusOr<std::unique_ptr<BatchSource>> OpenPairSource(const JobConfig& job, PreparedDataset data) {
   auto source = std::make_unique<PairSource>(std::move(data), job);

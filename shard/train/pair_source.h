@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "shard/data/prepared_dataset.h"
 #include "shard/spec/job_config.h"
@@ -12,5 +13,10 @@
 namespace shard {
 
 StatusOr<std::unique_ptr<BatchSource>> OpenPairSource(const JobConfig& job, PreparedDataset data);
+
+// What identifies a prepared set of pairs (its source, tokenizer, template,
+// count, seq_len and overlong): the pair source's Fingerprint, and the data
+// half of the key of the reference log-probs stored beside it.
+std::string PairsFingerprint(const PreparedHeader& header);
 
 }  // namespace shard

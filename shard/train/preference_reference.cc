@@ -1,17 +1,17 @@
 // The trainer's side of a preference: job (docs/preference.md): the
 // reference pass, computed once per data and model and stored beside the
-// prepared pairs, and the step's micro-batches and metrics through
+// prepared pairs (the training pairs and eval:'s held-out pairs), and the step's micro-batches and metrics through
 // PreferenceObjective.
 //
 // The reference file, <prepared prefix>.ref-<key>.f64, holds two doubles per
 // pair (the chosen and rejected replies' summed log-probs under the starting
 // weights); key hashes the data fingerprint (the pairs as prepared) and the
-// model's (ReferenceKey: a preset and its init seed, or the HF weights' values,
-// never their path; the precision). Every later attempt with the same key
-// reads it back, so a resumed run never recomputes it — and could not: its
-// weights are no longer the starting ones. Each checkpoint records the key
-// (Manifest::reference) for a resumed full fine-tune, which never loads (so
-// cannot hash) its starting weights.
+// model's (ReferenceModel: a preset and its init seed, or the HF weights'
+// values, never their path; the precision). Every later attempt with the same
+// key reads it back, so a resumed run never recomputes it — and could not:
+// its weights are no longer the starting ones. Each checkpoint records the
+// model's part (Manifest::reference) for a resumed full fine-tune, which
+// never loads (so cannot hash) its starting weights.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -21,8 +21,8 @@
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
-#include "shard/data/pair_batcher.h"
-#include "shard/data/sampler.h"
+#include "shard/train/pair_scoring.h"
+#include "shard/train/pair_source.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -57,15 +57,25 @@ StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t
 
 }  // namespace
 
-// The pairs as prepared and the starting model: a preset by its name and init
-// seed; HF weights by their values and config, not their path (a copy
-// elsewhere is the same model, new weights at the same path are not); under
-// peft: the base without adapters. And the precision the pass computes in.
-std::string Trainer::ReferenceKey(const std::string& data_fingerprint) const {
+// The starting model: a preset by its name and init seed; HF weights by their
+// values and config, not their path (a copy elsewhere is the same model, new
+// weights at the same path are not); under peft: the base without adapters.
+// And the precision the pass computes in.
+StatusOr<std::string> Trainer::ReferenceModel() const {
+  if (!resume_.step_dir.empty()) {  // a resumed full fine-tune never loaded its starting weights (Init)
+    const std::string committed = resume_.step_dir + "/" + kCommittedFile;
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(committed));
+    ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, committed));
+    if (!m.reference.empty()) return m.reference;
+    if (!job_.model.from_hf.empty())
+      return FailedPrecondition(resume_.step_dir + " records no reference model and a resumed model.from_hf full "
+                                "fine-tune no longer holds its starting weights; start the run afresh "
+                                "(checkpoint.resume: none)");
+  }
   const std::string model = job_.model.from_hf.empty()
                                 ? "preset " + job_.model.preset + "|seed " + std::to_string(job_.train.seed)
                                 : "hf weights " + HashToHex(base_weights_hash_) + "|" + model_->config().ToHfConfigJson();
-  const std::string text = data_fingerprint + "\n" + model + "|" + PrecisionName(precision_);
+  const std::string text = model + "|" + PrecisionName(precision_);
   return HashToHex(Xxh64(text.data(), text.size()));
 }
 
@@ -79,29 +89,27 @@ Status Trainer::PrepareReference() {
     reference_logps_.assign(static_cast<size_t>(2 * job_.train.global_batch), 0.0);
     return OkStatus();
   }
+  ASSIGN_OR_RETURN(reference_model_, ReferenceModel());
   const std::string prefix = SftPreparedPrefix(job_);
   PreparedDataset::OpenOptions quick;  // opened and verified by OpenBatchSource already
   quick.verify_contents = false;
   quick.verify_checksums = false;
   ASSIGN_OR_RETURN(PreparedDataset ds, PreparedDataset::Open(prefix, quick));
-  const int64_t N = ds.header().num_pairs();
-  // A resumed full fine-tune never loaded its starting weights (Init): its
-  // key is the one its first attempt recorded in the checkpoint.
-  const bool have_start = resume_.step_dir.empty();
-  std::string key;
-  if (!have_start) {
-    const std::string committed = resume_.step_dir + "/" + kCommittedFile;
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(committed));
-    ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, committed));
-    key = m.reference;
+  ASSIGN_OR_RETURN(reference_logps_, ReferenceLogps(ds, prefix, data_->Fingerprint(), "data.jsonl"));
+  // The held-out pairs (eval:) get theirs in the same pass, beside their own
+  // prepared data: eval never holds a second model either.
+  if (eval_data_) {
+    ASSIGN_OR_RETURN(eval_reference_logps_, ReferenceLogps(*eval_data_, EvalPreparedPrefix(job_),
+                                                           PairsFingerprint(eval_data_->header()), "eval.data"));
   }
-  if (key.empty() && !have_start && !job_.model.from_hf.empty())
-    return FailedPrecondition(resume_.step_dir +
-                              " records no reference log-probs key and a resumed model.from_hf full fine-tune no "
-                              "longer holds its starting weights; start the run afresh (checkpoint.resume: none)");
-  if (key.empty()) key = ReferenceKey(data_->Fingerprint());
-  reference_key_ = key;
-  const std::string path = prefix + ".ref-" + key + ".f64";
+  return OkStatus();
+}
+
+StatusOr<std::vector<double>> Trainer::ReferenceLogps(const PreparedDataset& ds, const std::string& prefix,
+                                                      const std::string& data_fingerprint, const std::string& what) {
+  const int64_t N = ds.header().num_pairs();
+  const std::string key_text = data_fingerprint + "\n" + reference_model_;
+  const std::string path = prefix + ".ref-" + HashToHex(Xxh64(key_text.data(), key_text.size())) + ".f64";
 
   // Every rank must agree to read or to compute (the pass is collective).
   std::vector<double> stored;
@@ -116,68 +124,47 @@ Status Trainer::PrepareReference() {
   double have = stored.empty() ? 0.0 : 1.0;
   RETURN_IF_ERROR(runtime_->AllReduceSum(&have, 1));
   if (have == dist_.world) {
-    reference_logps_ = std::move(stored);
-    if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs read from {}", N, path);
-    return OkStatus();
+    if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs ({}) read from {}", N, what, path);
+    return stored;
   }
-
-  if (!have_start) {
-    if (!job_.model.from_hf.empty())
-      return FailedPrecondition("reference log-probs " + path +
-                                " are missing or damaged and a resumed model.from_hf full fine-tune no longer holds "
-                                "its starting weights; restore the file or start afresh (checkpoint.resume: none)");
-    // A preset's starting weights are its deterministic init: scored again
-    // (Resume then overwrites every shard from the checkpoint).
-    if (dist_.rank == 0) LOG_WARN("reference log-probs {} are missing: scoring the initial weights again", path);
-    RETURN_IF_ERROR(LoadInitialWeights(nullptr));
-  }
-
-  // The pass: each rank its contiguous share of the pairs, micro_batch pairs
-  // at a time, the same number of forwards on every rank (FSDP gathers are
-  // collective; a rank past its share computes and discards).
+  // A resumed full fine-tune holds the checkpoint's weights, never the
+  // starting ones (only a peft: job reloads its base): scoring now would
+  // store the wrong reference.
+  if (!resume_.step_dir.empty())
+    return FailedPrecondition(what + ": its reference log-probs are not stored at " + path + " and this attempt "
+                              "resumes from " + resume_.step_dir + ", whose weights are not the starting ones; "
+                              "restore the file or train again from the start");
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t micro = job_.train.micro_batch, T = job_.data.seq_len, world = dist_.world;
-  const int64_t share = (N + world - 1) / world, iters = (share + micro - 1) / micro;
-  const int64_t begin = std::min(N, dist_.rank * share), end = std::min(N, begin + share);
-  Sampler order(N, /*shuffle=*/false, 0);
-  PairBatcherOptions po;
-  po.global_batch = micro;
-  po.seq_len = T;
-  ASSIGN_OR_RETURN(PairBatcher batcher, PairBatcher::Create(&ds, &order, po));
-  const int64_t rows = 2 * micro * T;
-  std::vector<int32_t> tok(rows), tgt(rows), pos(rows), seg(rows);
-  ASSIGN_OR_RETURN(DeviceBuffer dt, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(DeviceBuffer dg, DeviceBuffer::Create(backend_.get(), rows));
-  ASSIGN_OR_RETURN(DeviceBuffer dp, DeviceBuffer::Create(backend_.get(), rows));
-  std::vector<double> ref(static_cast<size_t>(2 * N), 0.0);
-  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));  // the base without the adapters, as TRL/PEFT
-  for (int64_t it = 0; it < iters; ++it) {
-    const int64_t first = begin + it * micro;
-    const PairPlan plan = batcher.PlanGlobalBatch(first);
-    batcher.FillPairs(plan, 0, micro, tok.data(), tgt.data(), pos.data(), seg.data());
-    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
-    backend_->CopyToDevice(dt.data(), tok.data(), bytes);
-    backend_->CopyToDevice(dg.data(), tgt.data(), bytes);
-    backend_->CopyToDevice(dp.data(), pos.data(), bytes);
-    DeviceBatch b{2 * micro, T, dt.as_int(), dg.as_int(), dp.as_int(), nullptr};
-    runtime_->BeginMicroBatch();  // a pass outside the recorded training order
-    auto logps = ReplyLogps(*model_, *runtime_, b);
-    RETURN_IF_ERROR(runtime_->FinishMicroBatch());
-    if (!logps.ok()) return logps.status().WithContext("reference pass");
-    for (int64_t k = 0; k < micro && first + k < end; ++k) {
-      ref[2 * (first + k)] = (*logps)[2 * k];
-      ref[2 * (first + k) + 1] = (*logps)[2 * k + 1];
-    }
-  }
-  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
-  RETURN_IF_ERROR(runtime_->AllReduceSum(ref.data(), static_cast<int64_t>(ref.size())));
+  ASSIGN_OR_RETURN(std::vector<double> ref, ComputeReference(ds));
   if (dist_.rank == 0) {
     RETURN_IF_ERROR(WriteFileAtomic(path, EncodeReference(ref)));
-    LOG_INFO("reference log-probs of {} pairs computed in {:.2f} s and stored in {}", N,
+    LOG_INFO("reference log-probs of {} pairs ({}) computed in {:.2f} s and stored in {}", N, what,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), path);
   }
-  reference_logps_ = std::move(ref);
-  return OkStatus();
+  return ref;
+}
+
+// The pass: the ranks score the pairs together (pair_scoring.h), micro_batch
+// pairs per forward, with the starting weights — under peft: the base without
+// the adapters, as TRL/PEFT — and add their shares into every pair's values.
+StatusOr<std::vector<double>> Trainer::ComputeReference(const PreparedDataset& ds) {
+  PairScoringOptions o;
+  o.micro = job_.train.micro_batch;
+  o.seq_len = job_.data.seq_len;
+  o.rank = dist_.rank;
+  o.world = dist_.world;
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));
+  auto scored = ScorePairs(*model_, *runtime_, backend_.get(), ds, o);
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
+  if (!scored.ok()) return scored.status().WithContext("reference pass");
+  ++reference_passes_;
+  std::vector<double> ref(static_cast<size_t>(2 * ds.header().num_pairs()), 0.0);
+  for (size_t k = 0; k < scored->pairs.size(); ++k) {
+    ref[2 * scored->pairs[k]] = scored->logps[2 * k];
+    ref[2 * scored->pairs[k] + 1] = scored->logps[2 * k + 1];
+  }
+  RETURN_IF_ERROR(runtime_->AllReduceSum(ref.data(), static_cast<int64_t>(ref.size())));
+  return ref;
 }
 
 StatusOr<double> Trainer::PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs) {

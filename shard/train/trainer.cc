@@ -297,7 +297,7 @@ Manifest Trainer::RunState() const {
   m.loss_scale_good_steps = scaler_->good_steps();
   m.run_keys = run_keys_;
   m.run_fingerprint = RunFingerprint(run_keys_);
-  m.reference = reference_key_;
+  m.reference = reference_model_;
   return m;
 }
 
@@ -355,6 +355,18 @@ std::unique_ptr<TensorBoardWriter> OpenTensorBoard(const std::string& dir) {
   return std::move(*w);
 }
 
+// eval: on held-out pairs, as TRL's TensorBoard shows its eval metrics
+// (eval/loss, eval/rewards/chosen, ...); eval_loss is written as for SFT too.
+void AddPairEvalScalars(const StepMetrics& m, Scalars* s) {
+  for (const auto& [tag, v] : {std::pair{"eval/loss", m.eval_loss}, {"eval/rewards/chosen", m.eval_rewards_chosen},
+                               {"eval/rewards/rejected", m.eval_rewards_rejected},
+                               {"eval/rewards/accuracies", m.eval_rewards_accuracies},
+                               {"eval/rewards/margins", m.eval_rewards_margins},
+                               {"eval/logps/chosen", m.eval_logps_chosen}, {"eval/logps/rejected", m.eval_logps_rejected}})
+    s->push_back({tag, static_cast<float>(v)});
+  if (m.eval_nll != 0) s->push_back({"eval/nll", static_cast<float>(m.eval_nll)});
+}
+
 void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
   Scalars s = {{"loss", static_cast<float>(m.loss)},
                {"lr", static_cast<float>(m.lr)},
@@ -373,6 +385,7 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
       s.push_back({tag, static_cast<float>(v)});
     if (m.nll != 0) s.push_back({"nll", static_cast<float>(m.nll)});
   }
+  if (m.eval_pairs > 0) AddPairEvalScalars(m, &s);
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());

@@ -110,6 +110,10 @@ class Trainer {
   Checkpointer* checkpointer() { return checkpointer_.get(); }
   // What the job trains: the whole model, or adapters over a frozen base.
   Trainable& trainable() { return *trainable_; }
+  // Reference passes this Trainer made (preference: dpo/ipo): one per set of
+  // pairs (training, eval) whose log-probs were not stored yet; 0 on an
+  // attempt that read them all back.
+  int reference_passes() const { return reference_passes_; }
   // The LoRA adapters (peft: lora); null for full fine-tuning.
   LoraAdapters* lora() { return trainable_ ? trainable_->adapters() : nullptr; }
 
@@ -139,6 +143,9 @@ class Trainer {
   }
   // Scores eval.data with all ranks; fills m->eval_*.
   Status Evaluate(StepMetrics* m);
+  // trainer_eval.cc: a preference: job's eval.data, pairs: the mean pair
+  // loss and TRL's metrics on them (m->eval_pairs, eval_rewards_*, ...).
+  Status EvaluatePairs(StepMetrics* m);
   Manifest RunState() const;
   // Global rows [first_row, first_row + count) of the planned batch to the device.
   void LoadRows(int64_t first_row, int64_t count);
@@ -163,15 +170,26 @@ class Trainer {
   // starting weights (the base without adapters under peft:) and stored
   // beside the prepared pairs; read back on every later attempt.
   Status PrepareReference();
-  // The reference file's key for these pairs and the starting model.
-  std::string ReferenceKey(const std::string& data_fingerprint) const;
+  // The starting model's part of the reference files' keys (16 hex digits):
+  // a preset and its init seed, or the HF weights' values and config, and
+  // the precision; a resumed full fine-tune's comes from its checkpoint.
+  StatusOr<std::string> ReferenceModel() const;
+  // One prepared set of pairs' reference log-probs: read back from
+  // <prefix>.ref-<key>.f64, or computed (ComputeReference) and stored there.
+  // what names the set in logs and errors ("data.jsonl", "eval.data").
+  StatusOr<std::vector<double>> ReferenceLogps(const PreparedDataset& ds, const std::string& prefix,
+                                               const std::string& data_fingerprint, const std::string& what);
+  // The reference pass over ds: all ranks together, two values per pair.
+  StatusOr<std::vector<double>> ComputeReference(const PreparedDataset& ds);
   // One micro-batch of pairs [first_pair, first_pair + pairs) of the step.
   StatusOr<double> PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs);
   // The step's preference metrics over all ranks into m (loss: the mean pair loss).
   Status FinishPreferenceStep(StepMetrics* m);
   std::unique_ptr<PreferenceObjective> preference_;
-  std::vector<double> reference_logps_;  // two per pair (chosen, rejected); empty for orpo
-  std::string reference_key_;            // its file's key (16 hex digits), recorded in each checkpoint; "" = none
+  std::vector<double> reference_logps_;       // two per pair (chosen, rejected); empty for orpo
+  std::vector<double> eval_reference_logps_;  // the same for eval.data's pairs
+  int reference_passes_ = 0;                  // ComputeReference calls (reference_passes())
+  std::string reference_model_;               // ReferenceModel(), recorded in each checkpoint; "" = none
 
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.

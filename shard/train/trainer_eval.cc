@@ -1,12 +1,15 @@
 // The trainer's held-out evaluation (job file eval:, shard/spec/eval_config.h):
 // rank 0 prepares eval.data like data.jsonl, then every eval.every_steps
 // steps all ranks score it together through the sharded weights
-// (EvaluateSft with rank/world) and add their sums with one all-reduce.
+// (EvaluateSft with rank/world; a preference: job's pairs through
+// ScorePairs, against the reference stored by PrepareReference) and add
+// their sums with one all-reduce.
 #include <chrono>
 #include <filesystem>
 
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
+#include "shard/train/pair_scoring.h"
 #include "shard/train/sft_eval.h"
 #include "shard/train/trainer.h"
 
@@ -29,6 +32,16 @@ Status Trainer::PrepareEvalData() {
   if (failed != 0) return FailedPrecondition("rank 0 could not prepare eval.data " + po.input + " (its log says why)");
   auto data = PreparedDataset::Open(po.out);
   if (!data.ok()) return data.status().WithContext("eval.data " + po.input + " prepared as " + po.out);
+  // Pairs evaluate only a preference: job, and a preference: job only pairs.
+  if (data->header().pairs != job_.preference.enabled())
+    return InvalidArgument("eval.data " + po.input +
+                           (job_.preference.enabled()
+                                ? " holds SFT samples; a preference: job evaluates on held-out pairs (prompt, chosen, "
+                                  "rejected)"
+                                : " holds preference pairs (prompt, chosen, rejected); an SFT job evaluates on SFT "
+                                  "samples"));
+  if (job_.preference.enabled())
+    RETURN_IF_ERROR(data->CheckVocab(model_->config().vocab_size).WithContext("eval.data " + po.input));
   eval_data_ = std::make_unique<PreparedDataset>(std::move(*data));
   return OkStatus();
 }
@@ -40,6 +53,7 @@ bool Trainer::EvalDue(int64_t step) const {
 }
 
 Status Trainer::Evaluate(StepMetrics* m) {
+  if (preference_) return EvaluatePairs(m);
   const auto t0 = std::chrono::steady_clock::now();
   SftEvalOptions o;
   o.seq_len = job_.data.seq_len;
@@ -66,6 +80,42 @@ Status Trainer::Evaluate(StepMetrics* m) {
                                    : std::string(),
              secs);
   }
+  return OkStatus();
+}
+
+// The held-out pairs with the current weights (adapters included: a
+// forward-only pass applies no dropout), each pair's loss and TRL metrics
+// against the reference log-probs stored before the first step (orpo: none).
+Status Trainer::EvaluatePairs(StepMetrics* m) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PairScoringOptions o;
+  o.micro = job_.train.micro_batch;
+  o.seq_len = job_.data.seq_len;
+  o.max_pairs = job_.eval.max_samples;
+  o.rank = dist_.rank;
+  o.world = dist_.world;
+  auto scored = ScorePairs(*model_, *runtime_, backend_.get(), *eval_data_, o);
+  if (!scored.ok()) return scored.status().WithContext("eval on held-out pairs at step " + std::to_string(m->step));
+  ASSIGN_OR_RETURN(PreferenceSums mine, ScoredPairSums(job_.preference, *scored, eval_reference_logps_));
+  double s[PreferenceSums::kFields];
+  mine.ToArray(s);
+  RETURN_IF_ERROR(runtime_->AllReduceSum(s, PreferenceSums::kFields));
+  const PreferenceMetrics pm = MeanMetrics(PreferenceSums::FromArray(s));
+  m->eval_pairs = m->eval_samples = static_cast<int64_t>(s[0]);
+  m->eval_loss = pm.loss;
+  m->eval_exact_match = -1;
+  m->eval_rewards_chosen = pm.rewards_chosen;
+  m->eval_rewards_rejected = pm.rewards_rejected;
+  m->eval_rewards_accuracies = pm.rewards_accuracies;
+  m->eval_rewards_margins = pm.rewards_margins;
+  m->eval_logps_chosen = pm.logps_chosen;
+  m->eval_logps_rejected = pm.logps_rejected;
+  m->eval_nll = pm.nll;
+  if (dist_.rank == 0)
+    LOG_INFO("eval step {}: loss {:.4f} over {} pairs, rewards/accuracies {:.3f} rewards/margins {:.4f} "
+             "rewards/chosen {:.4f} rewards/rejected {:.4f} in {:.2f} s",
+             m->step, m->eval_loss, m->eval_pairs, pm.rewards_accuracies, pm.rewards_margins, pm.rewards_chosen,
+             pm.rewards_rejected, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return OkStatus();
 }
 

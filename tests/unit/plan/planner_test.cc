@@ -184,6 +184,8 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"llama3.2-1b-sft-from-hf.yaml", "1xA100-40GB-PCIe"},
       {"llama3-70b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
       {"llama3-70b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
+      {"llama3-70b-dpo-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"llama3-8b-dpo-full-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
   };
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.
@@ -191,7 +193,9 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
                                                          {"llama3.2-1b-sft-from-hf.yaml", "llama3.2-1b"},
                                                          // the LoRA demo adapts the SFT demo's export (preset tiny)
                                                          {"tiny-lora-cpu.yaml", "tiny"},
-                                                         {"tiny-qlora-cpu.yaml", "tiny"}};
+                                                         {"tiny-qlora-cpu.yaml", "tiny"},
+                                                         // the DPO demo starts from the same export
+                                                         {"tiny-dpo-cpu.yaml", "tiny"}};
   for (const auto& e : std::filesystem::directory_iterator(Root() + "/configs/jobs")) {
     const std::string name = e.path().filename().string();
     auto job = LoadJobConfig(e.path().string());

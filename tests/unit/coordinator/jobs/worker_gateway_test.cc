@@ -125,5 +125,26 @@ TEST_F(WorkerGatewayTest, ACheckpointOutsideTheJobIsRefused) {
   EXPECT_NE(resp.status().message().find("outside the job's"), std::string::npos) << resp.status().ToString();
 }
 
+// A checkpoint report proves its rank alive: after a coordinator restart a
+// rank's report can arrive before its backed-off heartbeat, and the heartbeat
+// deadline must not blame a rank that is reporting (seen in sched_queue.sh
+// under load: "rank 0 missed its heartbeat deadline" as it reported step 180).
+TEST_F(WorkerGatewayTest, ACheckpointReportIsProofOfLife) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  ASSERT_TRUE(Register(j->id, 0, token).ok());
+  now_ms_ += 4000;
+  v1::ReportCheckpointRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 0);
+  req.set_step(5);
+  req.set_step_dir(Path("elsewhere/step_00000005"));
+  (void)gateway_->ReportCheckpoint(req, token);
+  EXPECT_EQ(j->ranks[0].last_heartbeat_ms, now_ms_);
+  // ... but only with the rank's token.
+  now_ms_ += 4000;
+  EXPECT_EQ(gateway_->ReportCheckpoint(req, "not-the-token").status().code(), shard::StatusCode::kUnauthenticated);
+  EXPECT_EQ(j->ranks[0].last_heartbeat_ms, now_ms_ - 4000);
+}
+
 }  // namespace
 }  // namespace shardd::testing
