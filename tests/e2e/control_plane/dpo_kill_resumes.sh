@@ -44,7 +44,7 @@ wait_for 120 committed_at_least "$id" 10 || fail "no committed checkpoint at ste
 wait_for 60 step_at_least "$id" 14 || fail "never reached step 14"
 ref=$(ref_file dpo-vic) && [ -n "$ref" ] || fail "no reference file under $T/ckpt/dpo-vic/data: $(ls "$T/ckpt/dpo-vic/data")"
 before=$(stat -c '%i %y' "$ref")
-grep -q "reference log-probs of 48 pairs computed" <<< "$(ctl logs "$id" --rank 0)" || fail "attempt 1 did not compute the reference"
+grep -q "reference log-probs of 48 pairs (data.jsonl) computed" <<< "$(ctl logs "$id" --rank 0)" || fail "attempt 1 did not compute the reference"
 id_ref=$(ctl submit "$(dpo_job dpo-ref)")
 wait_for 20 state_is "$id_ref" QUEUED || fail "the second DPO job is not queued behind the first: $(ctl status "$id_ref")"
 pid=$(worker_pid "$id" 1)
@@ -59,7 +59,7 @@ ctl watch "$id_ref" > /dev/null || fail "the queued (uninterrupted) run failed"
 state_is "$id_ref" SUCCEEDED || fail "the queued (uninterrupted) run did not succeed: $(ctl status "$id_ref")"
 grep -q "resume from .*step_00000010" <<< "$out" || fail "attempt 2 did not resume from step 10: $out"
 log2=$(ctl logs "$id" --rank 0 --attempt 2)
-grep -q "reference log-probs of 48 pairs read from .*$(basename "$ref")" <<< "$log2" ||
+grep -q "reference log-probs of 48 pairs (data.jsonl) read from .*$(basename "$ref")" <<< "$log2" ||
   fail "attempt 2 did not read the stored reference: $(grep -i reference <<< "$log2")"
 if grep -q "reference log-probs of .* computed" <<< "$log2"; then fail "attempt 2 recomputed the reference"; fi
 [ "$(stat -c '%i %y' "$ref")" = "$before" ] || fail "the reference file was rewritten: $before -> $(stat -c '%i %y' "$ref")"
