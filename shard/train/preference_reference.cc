@@ -6,7 +6,7 @@
 // The reference file, <prepared prefix>.ref-<key>.f64, holds two doubles per
 // pair (the chosen and rejected replies' summed log-probs under the starting
 // weights); key hashes the data fingerprint (the pairs as prepared) and the
-// model's (ReferenceModel: a preset and its init seed, or the HF weights'
+// model's (ReferenceModelKey: a preset and its init seed, or the HF weights'
 // values, never their path; the precision). Every later attempt with the same
 // key reads it back, so a resumed run never recomputes it — and could not:
 // its weights are no longer the starting ones. Each checkpoint records the
@@ -55,29 +55,32 @@ StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t
   return v;
 }
 
-}  // namespace
-
-// The starting model: a preset by its name and init seed; HF weights by their
-// values and config, not their path (a copy elsewhere is the same model, new
-// weights at the same path are not); under peft: the base without adapters.
-// And the precision the pass computes in.
-StatusOr<std::string> Trainer::ReferenceModel() const {
-  if (!resume_.step_dir.empty()) {  // a resumed full fine-tune never loaded its starting weights (Init)
-    const std::string committed = resume_.step_dir + "/" + kCommittedFile;
+// The starting model's part of the reference files' keys (16 hex digits): a
+// preset by its name and init seed; HF weights by their values and config,
+// not their path (a copy elsewhere is the same model, new weights at the same
+// path are not); under peft: the base without adapters; and the precision the
+// pass computes in. A resumed run reads it from its checkpoint: a resumed full
+// fine-tune never loaded its starting weights.
+StatusOr<std::string> ReferenceModelKey(const JobConfig& job, const std::string& resume_step_dir,
+                                        uint64_t base_weights_hash, const LlamaConfig& config, Precision precision) {
+  if (!resume_step_dir.empty()) {
+    const std::string committed = resume_step_dir + "/" + kCommittedFile;
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(committed));
     ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, committed));
     if (!m.reference.empty()) return m.reference;
-    if (!job_.model.from_hf.empty())
-      return FailedPrecondition(resume_.step_dir + " records no reference model and a resumed model.from_hf full "
+    if (!job.model.from_hf.empty())
+      return FailedPrecondition(resume_step_dir + " records no reference model and a resumed model.from_hf full "
                                 "fine-tune no longer holds its starting weights; start the run afresh "
                                 "(checkpoint.resume: none)");
   }
-  const std::string model = job_.model.from_hf.empty()
-                                ? "preset " + job_.model.preset + "|seed " + std::to_string(job_.train.seed)
-                                : "hf weights " + HashToHex(base_weights_hash_) + "|" + model_->config().ToHfConfigJson();
-  const std::string text = model + "|" + PrecisionName(precision_);
+  const std::string model = job.model.from_hf.empty()
+                                ? "preset " + job.model.preset + "|seed " + std::to_string(job.train.seed)
+                                : "hf weights " + HashToHex(base_weights_hash) + "|" + config.ToHfConfigJson();
+  const std::string text = model + "|" + PrecisionName(precision);
   return HashToHex(Xxh64(text.data(), text.size()));
 }
+
+}  // namespace
 
 Status Trainer::PrepareReference() {
   preference_ = std::make_unique<PreferenceObjective>(job_.preference);
@@ -89,7 +92,8 @@ Status Trainer::PrepareReference() {
     reference_logps_.assign(static_cast<size_t>(2 * job_.train.global_batch), 0.0);
     return OkStatus();
   }
-  ASSIGN_OR_RETURN(reference_model_, ReferenceModel());
+  ASSIGN_OR_RETURN(reference_model_,
+                   ReferenceModelKey(job_, resume_.step_dir, base_weights_hash_, model_->config(), precision_));
   const std::string prefix = SftPreparedPrefix(job_);
   PreparedDataset::OpenOptions quick;  // opened and verified by OpenBatchSource already
   quick.verify_contents = false;
