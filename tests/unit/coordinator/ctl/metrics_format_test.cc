@@ -223,7 +223,7 @@ TEST(MetricsFormatTest, PairEvaluationAddsTrlsEvalColumns) {
       << lines[2];
   const auto orpo = Lines(MetricsTable({DpoEvalRow(1, 2.5)}));
   ASSERT_EQ(orpo.size(), 2u);
-  EXPECT_EQ(orpo[0].substr(orpo[0].size() - 29), "eval/logps/rejected eval/nll") << orpo[0];
+  EXPECT_EQ(orpo[0].substr(orpo[0].size() - 28), "eval/logps/rejected eval/nll") << orpo[0];
   EXPECT_EQ(orpo[1].substr(orpo[1].size() - 6), "2.5000") << orpo[1];
 }
 
