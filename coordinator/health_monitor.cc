@@ -1,16 +1,13 @@
 #include "coordinator/health_monitor.h"
 
 #include <algorithm>
-#include <cstdio>
+
+#include "shard/common/format_number.h"
 
 namespace shardd {
 namespace {
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  return buf;
-}
+std::string Seconds(double s) { return shard::FormatNumber("%.1f s", s); }
 
 }  // namespace
 

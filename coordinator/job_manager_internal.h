@@ -5,13 +5,11 @@
 #include <filesystem>
 #include <string>
 
+#include "shard/common/format_number.h"
+
 namespace shardd::internal {
 
-inline std::string Fmt(double v, const char* f = "%.4f") {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+inline std::string Fmt(double v, const char* f = "%.4f") { return shard::FormatNumber(f, v); }
 
 // Why a read-only JobManager (JobManagerOptions::read_only) refuses a change.
 inline constexpr const char* kReadOnly =

@@ -2,19 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <utility>
 
+#include "shard/common/format_number.h"
+
 namespace shardd {
 namespace {
 
-std::string Num(double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string Num(double v) { return shard::FormatNumber("%g", v); }
 
 }  // namespace
 
@@ -51,6 +48,8 @@ shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& l
     return shard::InvalidArgument(at + "positions " + std::to_string(m.positions()) + " out of range 0.." + most);
   if (!std::isfinite(m.seconds()) || m.seconds() < 0)
     return shard::InvalidArgument(at + "seconds " + Num(m.seconds()) + " is not a finite duration >= 0");
+  if (!std::isfinite(m.compute_seconds()) || m.compute_seconds() < 0)
+    return shard::InvalidArgument(at + "compute_seconds " + Num(m.compute_seconds()) + " is not a finite duration >= 0");
   if (!std::isfinite(m.lr()) || m.lr() < 0)
     return shard::InvalidArgument(at + "lr " + Num(m.lr()) + " is not a finite rate >= 0");
   if (!std::isfinite(m.loss_scale()) || m.loss_scale() < 0)

@@ -12,7 +12,8 @@
 //   tokens,       0..global_batch x seq_len (no global  else the row is refused
 //   positions     batch holds more positions; a preference: job's batch
 //                 counts pairs, two rows each: twice that)
-//   seconds, lr   finite and >= 0                       else the row is refused
+//   seconds, lr,  finite and >= 0                       else the row is refused
+//   compute_seconds (0: an older worker)
 //   loss_scale    finite and >= 0 (0: an older worker)  else the row is refused
 //   eval_samples  >= 0                                  else the row is refused
 //   pairs         0..global_batch with preference:, else 0  else the row is refused

@@ -66,14 +66,22 @@ class Heartbeater {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
-  void OnStep(const shard::StepMetrics& m, bool keep_metrics) {
+  void OnStep(const shard::StepMetrics& m, bool all_metrics) {
     std::lock_guard<std::mutex> lock(mu_);
     step_ = m.step;
     tokens_per_s_ = m.seconds > 0 ? m.tokens / m.seconds : 0;
     step_seconds_ = m.seconds;
     state_ = "training";
-    if (keep_metrics) {
+    if (all_metrics) {
       pending_.push_back(ToStepMetric(m));
+    } else {
+      // Every other rank: its step's timing only, for straggler detection
+      // (the coordinator records rank 0's rows alone).
+      v1::StepMetric t;
+      t.set_step(m.step);
+      t.set_seconds(m.seconds);
+      t.set_compute_seconds(m.compute_seconds);
+      pending_.push_back(t);
     }
   }
   void SetState(const std::string& s) {
@@ -326,7 +334,7 @@ class AgentSession {
                    opts_.reconnect_window_s);
     hb.Start();
     TrainerHooks hooks;
-    hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*keep_metrics=*/opts_.rank == 0); };
+    hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/opts_.rank == 0); };
     // Rank 0 tells the coordinator which checkpoint it resumed (an event).
     hooks.on_built = [&](const shard::Trainer& t) {
       if (opts_.rank == 0 && !t.resumed_from().empty())

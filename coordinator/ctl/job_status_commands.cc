@@ -52,9 +52,14 @@ shard::Status JobCommands::State::Status() {
     std::string where = w.hostname();
     if (!w.launcher_id().empty()) where += (where.empty() ? "" : ", ") + w.launcher_id();
     if (!w.devices().empty()) where += (where.empty() ? "" : ", ") + w.devices();
-    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s\n", w.rank(), w.pid(), w.state().c_str(),
+    // Straggler detection (docs/control-plane.md): its compute per step once a window is judged.
+    char compute[64] = "";
+    if (w.compute_seconds() > 0)
+      std::snprintf(compute, sizeof compute, "  compute %.3g s/step%s", w.compute_seconds(),
+                    w.straggler() ? " STRAGGLER" : "");
+    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s%s\n", w.rank(), w.pid(), w.state().c_str(),
                 static_cast<long long>(w.step()),
-                w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str(),
+                w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str(), compute,
                 where.empty() ? "" : "  on ", where.c_str());
   }
   return shard::OkStatus();

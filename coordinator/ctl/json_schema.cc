@@ -42,6 +42,8 @@ json JobObject(const shardd::v1::JobStatus& js) {
                        {"rss_bytes", w.rss_bytes()},
                        {"step_seconds", Num(w.step_seconds())},
                        {"tokens_per_s", Num(w.tokens_per_s())},
+                       {"compute_seconds", Num(w.compute_seconds())},
+                       {"straggler", w.straggler()},
                        {"launcher_id", w.launcher_id()},
                        {"devices", w.devices()}});
   return {{"id", js.id()},

@@ -67,28 +67,26 @@ shard::Status CheckTlsOptions(const CoordinatorOptions& opts) {
   return shard::OkStatus();
 }
 
-shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& opts) {
-  RETURN_IF_ERROR(CheckTlsOptions(opts));
-  std::unique_ptr<Coordinator> c(new Coordinator());
-  const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
-  if (!opts.read_only) {
-    std::string host;
-    int port = 0;
-    if (opts.server.listen.rfind("unix:", 0) != 0)
-      RETURN_IF_ERROR(ParseHostPort(opts.server.listen, "--listen", &host, &port));
-    if (!opts.http_listen.empty()) RETURN_IF_ERROR(ParseHostPort(opts.http_listen, "--http-listen", &host, &port));
-    // One coordinator per state dir and per port, settled before anything
-    // here adopts a worker or opens the database (read-only views take
-    // neither: they work beside a running daemon).
-    RETURN_IF_ERROR(SecureStateDir(state_dir));
-    ASSIGN_OR_RETURN(c->lock_, StateDirLock::Acquire(state_dir));
-    RETURN_IF_ERROR(CheckPortFree(opts.server.listen, "", "--listen"));
-    if (!opts.http_listen.empty()) RETURN_IF_ERROR(CheckPortFree(opts.http_listen, " for HTTP", "--http-listen"));
-  }
-  ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
-  ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
-  c->launcher_ = std::make_unique<LocalLauncher>();
-  c->slurm_ = std::make_unique<SlurmLauncher>();
+namespace {
+
+// One coordinator per state dir and per port, settled before anything adopts
+// a worker or opens the database (read-only views take neither: they work
+// beside a running daemon).
+shard::StatusOr<std::unique_ptr<StateDirLock>> ClaimStateDirAndPorts(const CoordinatorOptions& opts,
+                                                                      const std::string& state_dir) {
+  std::string host;
+  int port = 0;
+  if (opts.server.listen.rfind("unix:", 0) != 0)
+    RETURN_IF_ERROR(ParseHostPort(opts.server.listen, "--listen", &host, &port));
+  if (!opts.http_listen.empty()) RETURN_IF_ERROR(ParseHostPort(opts.http_listen, "--http-listen", &host, &port));
+  RETURN_IF_ERROR(SecureStateDir(state_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<StateDirLock> lock, StateDirLock::Acquire(state_dir));
+  RETURN_IF_ERROR(CheckPortFree(opts.server.listen, "", "--listen"));
+  if (!opts.http_listen.empty()) RETURN_IF_ERROR(CheckPortFree(opts.http_listen, " for HTTP", "--http-listen"));
+  return lock;
+}
+
+KubernetesLauncherOptions KubernetesOptions(const CoordinatorOptions& opts) {
   KubernetesLauncherOptions ko;
   ko.kubectl = opts.kubectl;
   ko.kubectl_args = opts.kubectl_args;
@@ -97,7 +95,45 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     auto ns = shard::ReadFileToString("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
     ko.adopt_namespaces = {ns.ok() && !ns->empty() ? *ns : std::string("default")};
   }
-  c->kubernetes_ = std::make_unique<KubernetesLauncher>(ko);
+  return ko;
+}
+
+// The CA the launched workers verify the coordinator with, and their client
+// certificate under mutual TLS.
+void SetWorkerTls(const CoordinatorOptions& opts, JobManagerOptions* jo) {
+  auto absolute = [](const std::string& p) { return fs::absolute(p).lexically_normal().string(); };
+  if (!opts.server.tls_cert.empty())
+    jo->worker_tls_ca = absolute(opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca);
+  if (opts.worker_tls_cert.empty()) return;
+  jo->worker_tls_cert = absolute(opts.worker_tls_cert);
+  jo->worker_tls_key = absolute(opts.worker_tls_key);
+  // Only the workers read these, and cluster workers may find them where
+  // this host does not: a file that is bad here is a warning, not a refusal.
+  for (auto [path, kind, name] : {std::tuple{jo->worker_tls_cert, kPemCertificate, "--worker-tls-cert"},
+                                  std::tuple{jo->worker_tls_key, kPemPrivateKey, "--worker-tls-key"}})
+    if (auto pem = ReadPem(path, kind, name); !pem.ok())
+      LOG_WARN("{} (workers on this host will fail to connect; others must find the file at that path)",
+               pem.status().message());
+}
+
+// The local scheduler's capacity: --gpus, or what the worker binary probes.
+shard::Status SetLocalCapacity(const CoordinatorOptions& opts, JobManagerOptions* jo) {
+  sched::CapacityOptions co;
+  co.cpu_slots = opts.cpu_slots;
+  if (!opts.gpus.empty()) {
+    ASSIGN_OR_RETURN(co.gpus, sched::ParseGpuList(opts.gpus));
+  } else {
+    std::string why;
+    co.probed_gpus = ProbedLocalGpuCount(jo->worker_bin, &why);
+    if (co.probed_gpus == 0) LOG_INFO("local scheduler: no GPU ({})", why);
+  }
+  jo->local_capacity = sched::MakeCapacity(co);
+  jo->starvation_ms = static_cast<int64_t>(opts.queue_starvation_s * 1000);
+  LOG_INFO("local scheduler: {}", jo->local_capacity->Describe());
+  return shard::OkStatus();
+}
+
+shard::StatusOr<JobManagerOptions> JobOptions(const CoordinatorOptions& opts, const std::string& state_dir) {
   JobManagerOptions jo;
   jo.state_dir = state_dir;
   jo.worker_bin = opts.worker_bin.empty() ? FindWorkerBinary() : opts.worker_bin;
@@ -109,35 +145,41 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
     for (const std::string& r : jo.allowed_roots) roots += (roots.empty() ? "" : ", ") + r;
     LOG_INFO("job paths confined to {}", roots);
   }
-  auto absolute = [](const std::string& p) { return fs::absolute(p).lexically_normal().string(); };
-  if (!opts.server.tls_cert.empty())
-    jo.worker_tls_ca = absolute(opts.worker_tls_ca.empty() ? opts.server.tls_cert : opts.worker_tls_ca);
-  if (!opts.worker_tls_cert.empty()) {
-    jo.worker_tls_cert = absolute(opts.worker_tls_cert);
-    jo.worker_tls_key = absolute(opts.worker_tls_key);
-    // Only the workers read these, and cluster workers may find them where
-    // this host does not: a file that is bad here is a warning, not a refusal.
-    for (auto [path, kind, name] : {std::tuple{jo.worker_tls_cert, kPemCertificate, "--worker-tls-cert"},
-                                    std::tuple{jo.worker_tls_key, kPemPrivateKey, "--worker-tls-key"}})
-      if (auto pem = ReadPem(path, kind, name); !pem.ok())
-        LOG_WARN("{} (workers on this host will fail to connect; others must find the file at that path)",
-                 pem.status().message());
-  }
+  SetWorkerTls(opts, &jo);
   jo.heartbeat_interval_s = opts.heartbeat_interval_s;
+  if (!opts.read_only) RETURN_IF_ERROR(SetLocalCapacity(opts, &jo));
+  return jo;
+}
+
+HttpServerOptions HttpOptions(const CoordinatorOptions& opts, const std::string& admin_token) {
+  HttpServerOptions ho;
+  ho.listen = opts.http_listen;
+  ho.allow_insecure = opts.server.allow_insecure;
+  ho.admin_token = admin_token;
+  ho.trust_loopback = opts.dashboard_trust_loopback;
+  ho.metrics_without_token = opts.metrics_without_token;
+  ho.hosts = opts.dashboard_hosts;
+  ho.limits.per_peer = opts.http_per_peer_connections;
+  ho.finished_grace_s = opts.metrics_finished_grace_s;
+  ho.version = SHARDD_VERSION;
+  return ho;
+}
+
+}  // namespace
+
+shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& opts) {
+  RETURN_IF_ERROR(CheckTlsOptions(opts));
+  std::unique_ptr<Coordinator> c(new Coordinator());
+  const std::string state_dir = fs::absolute(opts.state_dir).lexically_normal().string();
   if (!opts.read_only) {
-    sched::CapacityOptions co;
-    co.cpu_slots = opts.cpu_slots;
-    if (!opts.gpus.empty()) {
-      ASSIGN_OR_RETURN(co.gpus, sched::ParseGpuList(opts.gpus));
-    } else {
-      std::string why;
-      co.probed_gpus = ProbedLocalGpuCount(jo.worker_bin, &why);
-      if (co.probed_gpus == 0) LOG_INFO("local scheduler: no GPU ({})", why);
-    }
-    jo.local_capacity = sched::MakeCapacity(co);
-    jo.starvation_ms = static_cast<int64_t>(opts.queue_starvation_s * 1000);
-    LOG_INFO("local scheduler: {}", jo.local_capacity->Describe());
+    ASSIGN_OR_RETURN(c->lock_, ClaimStateDirAndPorts(opts, state_dir));
   }
+  ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
+  ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
+  c->launcher_ = std::make_unique<LocalLauncher>();
+  c->slurm_ = std::make_unique<SlurmLauncher>();
+  c->kubernetes_ = std::make_unique<KubernetesLauncher>(KubernetesOptions(opts));
+  ASSIGN_OR_RETURN(JobManagerOptions jo, JobOptions(opts, state_dir));
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   c->jobs_->AddLauncher(c->slurm_.get());
   c->jobs_->AddLauncher(c->kubernetes_.get());
@@ -152,17 +194,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   c->address_ = host + ":" + std::to_string(c->server_->port());
   c->jobs_->set_coordinator_address(opts.worker_address.empty() ? c->address_ : opts.worker_address);
   if (!opts.http_listen.empty() && !opts.read_only) {
-    HttpServerOptions ho;
-    ho.listen = opts.http_listen;
-    ho.allow_insecure = opts.server.allow_insecure;
-    ho.admin_token = c->token_;
-    ho.trust_loopback = opts.dashboard_trust_loopback;
-    ho.metrics_without_token = opts.metrics_without_token;
-    ho.hosts = opts.dashboard_hosts;
-    ho.limits.per_peer = opts.http_per_peer_connections;
-    ho.finished_grace_s = opts.metrics_finished_grace_s;
-    ho.version = SHARDD_VERSION;
-    ASSIGN_OR_RETURN(c->http_, HttpServer::Start(ho, c->jobs_.get()));
+    ASSIGN_OR_RETURN(c->http_, HttpServer::Start(HttpOptions(opts, c->token_), c->jobs_.get()));
     c->http_listen_ = opts.http_listen;
   }
   if (c->lock_) RETURN_IF_ERROR(c->lock_->Record(c->address_));

@@ -15,6 +15,7 @@
 #include "coordinator/checkpoint_committer.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/sched/host_allocator.h"
+#include "coordinator/straggler_detector.h"
 #include "coordinator/telemetry.h"
 #include "shard/spec/job_config.h"
 #include "shardd/v1/coordinator.pb.h"
@@ -42,6 +43,8 @@ struct JobRank {
   std::string devices;       // its hardware probe summary
   int64_t rss_bytes = 0;     // at its last heartbeat
   double step_seconds = 0;   // its last step
+  double compute_seconds = 0;   // mean compute per step over the last judged window (0: none yet)
+  bool straggler = false;       // StragglerDetector's verdict on that window
   std::string error;         // the failure it reported (ReportFailure), named when it exits
 };
 
@@ -77,6 +80,9 @@ struct Job {
   int resumed_event_attempt = 0;  // the attempt whose "resumed" event was emitted
   bool nothing_trained = false;   // rank 0 reported the attempt began at or past train.steps
   int refused_report_attempt = 0; // the attempt whose refused metrics row was announced (worker_reports.h)
+  // Every rank's compute per step (health:), for the attempt stragglers_attempt.
+  StragglerDetector stragglers;
+  int stragglers_attempt = 0;
   // A rank reported a failure that may be a symptom (a peer died): held
   // briefly so a rank's exit, the likely cause, is named instead.
   std::string pending_failure;

@@ -84,6 +84,8 @@ v1::JobStatus JobTable::StatusOf(const Job& j) const {
     w->set_rss_bytes(rk.rss_bytes);
     w->set_step_seconds(rk.step_seconds);
     w->set_tokens_per_s(rk.tokens_per_s);
+    w->set_compute_seconds(rk.compute_seconds);
+    w->set_straggler(rk.straggler);
   }
   return s;
 }

@@ -156,6 +156,24 @@ void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrFie
   table_->Publish(ev);
 }
 
+void WorkerGateway::NoteComputeTimes(Job& j, int rank,
+                                     const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics) {
+  if (j.stragglers_attempt != j.attempt) {
+    j.stragglers.Reset(static_cast<int>(j.ranks.size()),
+                       {j.config.health.straggler_ratio, j.config.health.straggler_window});
+    j.stragglers_attempt = j.attempt;
+  }
+  for (const v1::StepMetric& m : metrics)
+    if (m.compute_seconds() > 0 && m.step() <= j.config.train.steps)  // 0: a worker too old to say
+      j.stragglers.Observe(rank, m.step(), m.compute_seconds());
+  for (const StragglerChange& c : j.stragglers.Evaluate()) {
+    j.ranks[c.rank].straggler = c.straggler;
+    table_->Emit(j, c.straggler ? "straggler" : "straggler_cleared", StragglerDetector::Describe(c));
+  }
+  for (size_t r = 0; r < j.ranks.size(); ++r)
+    j.ranks[r].compute_seconds = std::max(0.0, j.stragglers.compute_seconds(static_cast<int>(r)));
+}
+
 StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
   auto lock = table_->Lock();
   ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
@@ -184,7 +202,9 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
                         ? " >= train.steps " + std::to_string(total) + ": already complete, nothing to train"
                         : " of " + std::to_string(total)));
   }
-  RecordMetrics(*j, req.metrics(), now);
+  // The job's metric rows are rank 0's; every rank's steps carry its compute time.
+  if (req.id().rank() == 0) RecordMetrics(*j, req.metrics(), now);
+  NoteComputeTimes(*j, req.id().rank(), req.metrics());
   return v1::HeartbeatResponse();
 }
 
@@ -236,7 +256,10 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
                                   rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
-  RecordMetrics(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
+  if (req.id().rank() == 0) {
+    RecordMetrics(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
+    NoteComputeTimes(*j, 0, req.metrics());
+  }
   j->first_report_ms.emplace(req.step(), opts_.now_ms());
   ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
   LOG_DEBUG("job {} attempt {}: rank {} reported checkpoint step {} ({}); {}", j->id, j->attempt, req.id().rank(),

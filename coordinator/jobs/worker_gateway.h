@@ -47,6 +47,10 @@ class WorkerGateway {
   // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
   // and updates the job's live progress for watchers. With the lock held.
   void RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
+  // Feeds rank `rank`'s compute seconds per step (every rank's heartbeat, rank
+  // 0's checkpoint report) to the job's StragglerDetector and announces each
+  // change as an event. With the lock held; a few microseconds per row.
+  void NoteComputeTimes(Job& j, int rank, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics);
 
   const JobManagerOptions& opts_;
   JobTable* table_;

@@ -121,6 +121,11 @@ void RenderRanks(std::ostringstream& o, const std::vector<JobTelemetry>& jobs) {
        [](const v1::WorkerInfo& w) { return w.step_seconds(); }},
       {"shardd_worker_resident_memory_bytes", "A worker's resident set size at its last heartbeat.",
        [](const v1::WorkerInfo& w) { return double(w.rss_bytes()); }},
+      {"shardd_worker_compute_seconds",
+       "A worker's mean compute per step (step time minus collective waits) over the last straggler window; 0: none yet.",
+       [](const v1::WorkerInfo& w) { return w.compute_seconds(); }},
+      {"shardd_worker_straggler", "1 while a worker is named a straggler (health.straggler_ratio), else 0.",
+       [](const v1::WorkerInfo& w) { return w.straggler() ? 1.0 : 0.0; }},
   };
   for (const PerRank& g : per_rank) {
     Family(o, g.name, "gauge", g.help);

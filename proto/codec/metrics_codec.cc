@@ -10,6 +10,7 @@ v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
   s.set_grad_norm(m.grad_norm);
   s.set_tokens(m.tokens);
   s.set_seconds(m.seconds);
+  s.set_compute_seconds(m.compute_seconds);
   s.set_skipped(m.skipped);
   s.set_loss_scale(m.loss_scale);
   s.set_positions(m.positions);
@@ -47,6 +48,7 @@ shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
   m.lr = s.lr();
   m.grad_norm = s.grad_norm();
   m.seconds = s.seconds();
+  m.compute_seconds = s.compute_seconds();
   m.tokens = s.tokens();
   m.skipped = s.skipped();
   m.loss_scale = s.loss_scale();  // 0 from workers too old to send it: "not reported"

@@ -95,6 +95,7 @@ std::string Manifest::ToJson() const {
   j["loss_scale"] = loss_scale;
   j["loss_scaler"] = {{"mode", loss_scale_mode}, {"good_steps", loss_scale_good_steps}};
   if (!run_fingerprint.empty()) j["run"] = {{"fingerprint", run_fingerprint}, {"keys", run_keys}};
+  if (!reference.empty()) j["reference"] = reference;
   return j.dump(2) + "\n";
 }
 
@@ -156,6 +157,9 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
         return DataLoss(source + ": run.fingerprint '" + m.run_fingerprint + "' is not 16 hex digits");
       m.run_keys = run.at("keys").get<std::map<std::string, std::string>>();
     }
+    m.reference = j.value("reference", std::string());
+    if (!m.reference.empty() && !HashFromHex(m.reference).ok())
+      return DataLoss(source + ": reference '" + m.reference + "' is not 16 hex digits");
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(source + ": malformed manifest: " + e.what());
   }

@@ -1,7 +1,6 @@
 #include "shard/ckpt/peft_adapter.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "shard/common/file_util.h"
 #include "shard/common/json_object.h"
 #include "shard/common/finite_scan.h"
+#include "shard/common/format_number.h"
 
 namespace shard {
 
@@ -105,11 +105,7 @@ bool PeftDefault(const nlohmann::json& v) {
          (v.is_string() && v.get_ref<const std::string&>().empty());
 }
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string Num(double v) { return FormatNumber("%g", v); }
 
 // A value for an error line: its JSON, cut to 60 characters.
 std::string Short(const nlohmann::json& v) {

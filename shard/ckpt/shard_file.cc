@@ -120,6 +120,32 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHea
   return out;
 }
 
+namespace {
+
+// One entry of the header's "units" (nlohmann's exceptions for a missing key
+// or a wrong type go to the caller, which names the file).
+StatusOr<ShardUnit> ParseShardUnit(const nlohmann::json& u, uint32_t version, const std::string& path) {
+  ShardUnit su;
+  su.name = u.at("name").get<std::string>();
+  su.numel = JsonInt<int64_t>(u.at("numel"));
+  su.begin = JsonInt<int64_t>(u.at("begin"));
+  su.count = JsonInt<int64_t>(u.at("count"));
+  su.offset = JsonInt<uint64_t>(u.at("offset"));
+  if (u.contains("dtype")) {
+    const std::string dt = u.at("dtype").get<std::string>();
+    if (dt != "bf16" || version != kShardFormatVersionBf16)
+      return DataLoss("checkpoint shard " + path + ": unit " + su.name + " has state dtype '" + dt +
+                      "' (format version " + std::to_string(version) + " holds fp32" +
+                      (version == kShardFormatVersionBf16 ? " or bf16)" : " only)"));
+    su.dtype = DType::kBF16;
+  }
+  if (su.begin < 0 || su.count < 0 || su.begin + su.count > su.numel)
+    return DataLoss("checkpoint shard " + path + ": unit " + su.name + " range is outside the unit");
+  return su;
+}
+
+}  // namespace
+
 StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
   ShardFileReader r;
   r.path_ = path;
@@ -170,22 +196,7 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path) {
     if (!hash.ok()) return hash.status().WithContext("checkpoint shard " + path + ": model_hash");
     h.model_hash = *hash;
     for (const auto& u : j.at("units")) {
-      ShardUnit su;
-      su.name = u.at("name").get<std::string>();
-      su.numel = JsonInt<int64_t>(u.at("numel"));
-      su.begin = JsonInt<int64_t>(u.at("begin"));
-      su.count = JsonInt<int64_t>(u.at("count"));
-      su.offset = JsonInt<uint64_t>(u.at("offset"));
-      if (u.contains("dtype")) {
-        const std::string dt = u.at("dtype").get<std::string>();
-        if (dt != "bf16" || version != kShardFormatVersionBf16)
-          return DataLoss("checkpoint shard " + path + ": unit " + su.name + " has state dtype '" + dt +
-                          "' (format version " + std::to_string(version) + " holds fp32" +
-                          (version == kShardFormatVersionBf16 ? " or bf16)" : " only)"));
-        su.dtype = DType::kBF16;
-      }
-      if (su.begin < 0 || su.count < 0 || su.begin + su.count > su.numel)
-        return DataLoss("checkpoint shard " + path + ": unit " + su.name + " range is outside the unit");
+      ASSIGN_OR_RETURN(ShardUnit su, ParseShardUnit(u, version, path));
       h.units.push_back(std::move(su));
     }
   } catch (const nlohmann::json::exception& e) {

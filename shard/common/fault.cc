@@ -42,4 +42,28 @@ void MaybeWaitAtStepGate(int64_t step) {
                static_cast<long long>(step));
 }
 
+void MaybeSlowRank(int rank, double compute_s) {
+  struct Slow {
+    int rank = -1;
+    double factor = 1;
+  };
+  static const Slow slow = [] {
+    Slow s;
+    const char* e = std::getenv("SHARDD_SLOW_RANK");
+    if (!e || !*e) return s;
+    int r = -1;
+    double f = 0;
+    char tail = 0;
+    if (std::sscanf(e, "%d:%lf%c", &r, &f, &tail) != 2 || r < 0 || !(f >= 1) || f > 1000) {
+      std::fprintf(stderr, "shardd: SHARDD_SLOW_RANK=%s is not RANK:FACTOR (FACTOR 1..1000); ignored\n", e);
+      return s;
+    }
+    s.rank = r;
+    s.factor = f;
+    return s;
+  }();
+  if (rank != slow.rank || !(compute_s > 0)) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>((slow.factor - 1) * compute_s));
+}
+
 }  // namespace shard

@@ -18,4 +18,12 @@ void MaybeFault(const char* point, int64_t step);
 // production), it costs one cached getenv.
 void MaybeWaitAtStepGate(int64_t step);
 
+// A rank slowed while alive, for the straggler tests: SHARDD_SLOW_RANK=R:F
+// (e.g. "1:2.5") makes rank R sleep (F - 1) x `compute_s` — the compute it
+// just did — so it computes at 1/F of its speed. The trainer calls it once
+// per step after the forward and backward passes. Malformed values are
+// reported once on stderr and ignored. Unset (always in production), it
+// costs one cached getenv.
+void MaybeSlowRank(int rank, double compute_s);
+
 }  // namespace shard

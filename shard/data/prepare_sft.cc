@@ -138,11 +138,72 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o) {
   return PrepareSftData(o, *tok);
 }
 
+namespace {
+
+// The header of what PrepareSftData writes, before any row is read.
+PreparedHeader NewHeader(const PrepareSftOptions& o, const Tokenizer& tok, const ChatFormat& tpl,
+                         std::string_view text, bool pairs) {
+  PreparedHeader h;
+  h.tokenizer_kind = tok.kind();
+  h.tokenizer_hash = tok.hash();
+  h.vocab_size = tok.vocab_size();
+  h.tokenizer_spec = o.tokenizer;
+  h.chat_template = tpl.Name();
+  h.train_on = TrainOnName(o.train_on);
+  h.seq_len = o.seq_len;
+  h.source_path = o.input;
+  h.source_bytes = static_cast<int64_t>(text.size());
+  h.source_hash = Xxh64(text.data(), text.size());
+  if (pairs) {
+    h.pairs = true;
+    h.overlong = OverlongName(o.overlong);
+  }
+  return h;
+}
+
+// The next kBatchLines non-blank lines of text from *pos on (a trailing CR dropped),
+// each with its 1-based line number; *line counts every line read.
+void NextLines(std::string_view text, size_t* pos, int64_t* line, std::vector<std::string_view>* lines,
+               std::vector<int64_t>* line_no) {
+  lines->clear();
+  line_no->clear();
+  while (*pos < text.size() && lines->size() < kBatchLines) {
+    size_t end = text.find('\n', *pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(*pos, end - *pos);
+    *pos = end + 1;
+    ++*line;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (l.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
+    lines->push_back(l);
+    line_no->push_back(*line);
+  }
+}
+
+// One tokenized row into the writer: a preference pair fitted to seq_len + 1
+// (or left out, counted), else the sample; rows longer than that counted.
+Status AddRow(const PrepareSftOptions& o, bool pairs, RowResult& row, PreparedHeader& h, PreparedWriter& writer) {
+  if (pairs) {
+    TokenizedPair pair{std::move(row.sample), std::move(row.rejected)};
+    const int64_t longest = static_cast<int64_t>(std::max(pair.chosen.tokens.size(), pair.rejected.tokens.size()));
+    if (longest > o.seq_len + 1) ++h.longer_than_seq_len;
+    if (!FitPair(&pair, o.seq_len, o.overlong)) {
+      ++h.overlong_pairs_dropped;
+      return OkStatus();
+    }
+    RETURN_IF_ERROR(writer.Add(pair.chosen));
+    return writer.Add(pair.rejected);
+  }
+  if (static_cast<int64_t>(row.sample.tokens.size()) > o.seq_len + 1) ++h.longer_than_seq_len;
+  return writer.Add(row.sample);
+}
+
+}  // namespace
+
 StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Tokenizer& tok) {
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(o.Validate());
   ASSIGN_OR_RETURN(ChatFormat tpl, ResolveChatFormat(o.chat_template, o.tokenizer));
-  const TrainOn on = o.train_on;
   RETURN_IF_ERROR(tpl.CheckTokens(tok));
   if (std::filesystem::exists(o.input) && std::filesystem::file_size(o.input) == 0)
     return InvalidArgument("prepare-data: " + o.input + " is empty");
@@ -157,23 +218,10 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
                          : format == SftFormat::kPromptResponse ? SftFormat::kMessages
                                                                : SftFormat::kAuto;
 
-  PrepareSftResult res;
-  PreparedHeader& h = res.header;
-  h.tokenizer_kind = tok.kind();
-  h.tokenizer_hash = tok.hash();
-  h.vocab_size = tok.vocab_size();
-  h.tokenizer_spec = o.tokenizer;
-  h.chat_template = tpl.Name();
-  h.train_on = TrainOnName(on);
-  h.seq_len = o.seq_len;
-  h.source_path = o.input;
-  h.source_bytes = static_cast<int64_t>(text.size());
-  h.source_hash = Xxh64(text.data(), text.size());
   const bool pairs = format == SftFormat::kPreference;
-  if (pairs) {
-    h.pairs = true;
-    h.overlong = OverlongName(o.overlong);
-  }
+  PrepareSftResult res;
+  res.header = NewHeader(o, tok, tpl, text, pairs);
+  PreparedHeader& h = res.header;
 
   ASSIGN_OR_RETURN(auto writer, PreparedWriter::Create(o.out));
   std::vector<std::string_view> lines;
@@ -182,20 +230,8 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
   int64_t line = 0;
   size_t pos = 0;
   while (pos < text.size()) {
-    lines.clear();
-    line_no.clear();
-    while (pos < text.size() && lines.size() < kBatchLines) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      std::string_view l = text.substr(pos, end - pos);
-      pos = end + 1;
-      ++line;
-      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-      if (l.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
-      lines.push_back(l);
-      line_no.push_back(line);
-    }
-    TokenizeBatch(lines, format, also, tpl, tok, on, threads, &results);
+    NextLines(text, &pos, &line, &lines, &line_no);
+    TokenizeBatch(lines, format, also, tpl, tok, o.train_on, threads, &results);
     for (size_t i = 0; i < lines.size(); ++i) {
       ++h.rows_read;
       if (!results[i].status.ok()) {
@@ -209,20 +245,7 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
         }
         continue;
       }
-      if (pairs) {
-        TokenizedPair pair{std::move(results[i].sample), std::move(results[i].rejected)};
-        const int64_t longest = static_cast<int64_t>(std::max(pair.chosen.tokens.size(), pair.rejected.tokens.size()));
-        if (longest > o.seq_len + 1) ++h.longer_than_seq_len;
-        if (!FitPair(&pair, o.seq_len, o.overlong)) {
-          ++h.overlong_pairs_dropped;
-          continue;
-        }
-        RETURN_IF_ERROR(writer->Add(pair.chosen));
-        RETURN_IF_ERROR(writer->Add(pair.rejected));
-        continue;
-      }
-      if (static_cast<int64_t>(results[i].sample.tokens.size()) > o.seq_len + 1) ++h.longer_than_seq_len;
-      RETURN_IF_ERROR(writer->Add(results[i].sample));
+      RETURN_IF_ERROR(AddRow(o, pairs, results[i], h, *writer));
     }
   }
   if (h.bad_rows_skipped > 0)

@@ -1,8 +1,12 @@
 #include "shard/fsdp/comm_thread.h"
 
+#include <optional>
+
+#include "shard/comm/comm_wait_clock.h"
+
 namespace shard {
 
-CommThread::CommThread() : thread_([this] { Loop(); }) {}
+CommThread::CommThread(Waits waits) : waits_(waits), thread_([this] { Loop(); }) {}
 
 CommThread::~CommThread() {
   {
@@ -23,6 +27,9 @@ CommThread::Ticket CommThread::Enqueue(std::function<Status()> task) {
 
 Status CommThread::Wait(Ticket t) {
   std::unique_lock<std::mutex> l(mu_);
+  if (completed_ >= t || !error_.ok()) return error_;
+  std::optional<ScopedCommWait> waiting;  // the caller is blocked from here on
+  if (waits_ == Waits::kCommunication) waiting.emplace();
   done_cv_.wait(l, [&] { return completed_ >= t || !error_.ok(); });
   return error_;
 }

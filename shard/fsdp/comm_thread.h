@@ -9,6 +9,11 @@
 // host worker, which waits for offloaded gradient copies and adds them on the
 // host (fsdp_runtime.h).
 //
+// A caller blocked in Wait or Drain of a communication queue is waiting for
+// its peers: that time goes on the caller's wait clock (shard/comm/
+// comm_wait_clock.h), which the trainer subtracts from the step to get its
+// compute time. The host worker's waits are local work and are not counted.
+//
 // Thread-safety: Enqueue and Wait may be called from any thread. After a task
 // fails, every later Wait returns that error (the attempt is over).
 #pragma once
@@ -27,7 +32,10 @@ namespace shard {
 class CommThread {
  public:
   using Ticket = int64_t;  // tasks complete in ticket order
-  CommThread();
+  // What a caller's blocked Wait is: waiting for peers (counted on its wait
+  // clock) or for this process's own work (not counted).
+  enum class Waits { kCommunication, kLocalWork };
+  explicit CommThread(Waits waits = Waits::kCommunication);
   ~CommThread();
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -43,6 +51,7 @@ class CommThread {
  private:
   void Loop();
 
+  const Waits waits_;
   std::mutex mu_;
   std::condition_variable cv_;       // new task or stop
   std::condition_variable done_cv_;  // a task finished

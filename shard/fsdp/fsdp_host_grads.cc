@@ -29,7 +29,7 @@ Status FsdpRuntime::AttachHostGrads(Backend* host, std::vector<float*> grads) {
   stage_ticket_.assign(kHostStages, 0);
   host_ticket_.assign(units_.size(), 0);
   next_stage_ = 0;
-  host_worker_ = std::make_unique<CommThread>();
+  host_worker_ = std::make_unique<CommThread>(CommThread::Waits::kLocalWork);
   return OkStatus();
 }
 

@@ -50,7 +50,7 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
       ASSIGN_OR_RETURN(x.nf4, Nf4ShardFormat::For(x.layout, options.nf4_units[u], options.nf4));
       for (int r = 0; r < rt->shard_size_; ++r) x.kept_runs.push_back(Nf4KeptRuns(x.layout, options.nf4_units[u], r));
       ASSIGN_OR_RETURN(x.params, DeviceBuffer::Create(backend, x.nf4.floats()));
-      backend->Fill(x.params.data(), x.nf4.floats(), 0.0f);  // decodes to zeros until WriteNf4Shard
+      backend->Fill(x.params.data(), x.nf4.floats(), 0.0f);  // decodes to zeros until WriteFrozenShard
       continue;
     }
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {

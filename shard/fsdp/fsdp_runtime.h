@@ -105,7 +105,7 @@ struct FsdpOptions {
   // QLoRA (frozen only): per unit, whether its shard is stored as NF4 and which
   // ranges stay unquantised (nf4_shard.h); empty = no unit is. A quantised
   // unit's layout is aligned to nf4.block_size; its shard is one packed record
-  // (WriteNf4Shard sets it), the all-gather moves the records, and the unit is
+  // (WriteFrozenShard sets it), the all-gather moves the records, and the unit is
   // dequantised into a compute copy (rounded to param_dtype; two-byte under
   // two_byte_compute_copy) on acquire
   // and freed on release like any gathered unit.

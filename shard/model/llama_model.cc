@@ -354,10 +354,7 @@ StatusOr<double> LlamaModel::ForwardBackward(const DeviceBatch& b, UnitAccess& a
 
 StatusOr<double> LlamaModel::HeadAndBackward(const DeviceBatch& b, UnitAccess& access, float grad_scale,
                                              const SpanLoss* spans) {
-  const auto& c = config_;
-  const int L = c.num_layers;
-  const int64_t n = b.rows(), d = c.hidden_size, vocab = c.vocab_size;
-  const int head = layout_.head_unit();
+  const int64_t n = b.rows(), d = config_.hidden_size;
   ASSIGN_OR_RETURN(const WeightRef w_head, HeadForward(b, access));
   // Span weights (ForwardBackwardSpans): each row's factor, decided from the
   // spans' losses before any gradient exists. The logits of a single chunk
@@ -368,56 +365,78 @@ StatusOr<double> LlamaModel::HeadAndBackward(const DeviceBatch& b, UnitAccess& a
     ASSIGN_OR_RETURN(row_scale, SpanRowScales(b, w_head, *spans));
     have_logits = chunk_rows_ >= n;
   }
+  ASSIGN_OR_RETURN(const double loss,
+                   HeadBackward(b, access, w_head, grad_scale, spans ? &row_scale : nullptr, have_logits));
+  RETURN_IF_ERROR(BlocksBackward(b, access));
+  if (lora_ != nullptr) return loss;  // LoRA: the embedding is frozen too
 
-  // Head, loss and head backward, loss_chunk_rows rows at a time so only one
-  // chunk's logits exist: logits = norm[chunk]·W^T, which CrossEntropy turns
-  // into dlogits in place (grad_scale already normalises over the global
-  // batch), then dX[chunk] = dlogits·W and dW += dlogits^T·norm[chunk]. With
-  // one chunk this is exactly the unchunked computation.
-  double loss = 0;
+  // Embedding: a scatter-add, no parameters needed.
+  ASSIGN_OR_RETURN(float* eg, access.GradBuffer(ParamLayout::kEmbedUnit));
+  backend_->EmbeddingBackward(b.tokens, n, grad_a_.data(), static_cast<int>(d), eg);
+  RETURN_IF_ERROR(access.GradsDone(ParamLayout::kEmbedUnit));
+  return loss;
+}
+
+// Head, loss and head backward, loss_chunk_rows rows at a time so only one
+// chunk's logits exist: logits = norm[chunk]·W^T, which CrossEntropy turns
+// into dlogits in place (grad_scale already normalises over the global
+// batch), then dX[chunk] = dlogits·W and dW += dlogits^T·norm[chunk]. With
+// one chunk this is exactly the unchunked computation.
+StatusOr<double> LlamaModel::HeadBackward(const DeviceBatch& b, UnitAccess& access, const WeightRef& w_head,
+                                          float grad_scale, const std::vector<float>* row_scale, bool have_logits) {
+  const auto& c = config_;
+  const int64_t n = b.rows(), d = c.hidden_size, vocab = c.vocab_size;
+  const int head = layout_.head_unit();
   const bool frozen = lora_ != nullptr;  // LoRA: no base gradients anywhere
-  {
-    // Nested: already held (and bound to head_w_) by HeadForward.
-    RETURN_IF_ERROR(access.AcquireParams(head).status());
-    const auto& ht = layout_.units[head].tensors;
-    float* hg = nullptr;
-    float* g_head = nullptr;
-    if (!frozen) {
-      ASSIGN_OR_RETURN(hg, access.GradBuffer(head));
-      if (c.tie_word_embeddings) {
-        ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));  // W_head is the embedding table
-      } else {
-        g_head = hg + ht[kLmHead].offset;
-      }
+  double loss = 0;
+  // Nested: already held (and bound to head_w_) by HeadForward.
+  RETURN_IF_ERROR(access.AcquireParams(head).status());
+  const auto& ht = layout_.units[head].tensors;
+  float* hg = nullptr;
+  float* g_head = nullptr;
+  if (!frozen) {
+    ASSIGN_OR_RETURN(hg, access.GradBuffer(head));
+    if (c.tie_word_embeddings) {
+      ASSIGN_OR_RETURN(g_head, access.GradBuffer(ParamLayout::kEmbedUnit));  // W_head is the embedding table
+    } else {
+      g_head = hg + ht[kLmHead].offset;
     }
-    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
-      const int64_t m = std::min(chunk_rows_, n - r0);
-      const float* xn = final_norm_.data() + r0 * d;
-      if (!have_logits) LinearForward(backend_, options_.matmul_dtype, xn, w_head, m, d, vocab, logits_.data());
-      if (!spans) {
-        loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
-                                       /*grad=*/true);
-      } else {
-        // One call per run of rows sharing a factor (a reply, or the rows between).
-        for (int64_t i = 0; i < m;) {
-          int64_t j = i + 1;
-          while (j < m && row_scale[r0 + j] == row_scale[r0 + i]) ++j;
-          loss += backend_->CrossEntropy(logits_.data() + i * vocab, b.targets + r0 + i, j - i,
-                                         static_cast<int>(vocab), row_scale[r0 + i], /*grad=*/true);
-          i = j;
-        }
-      }
-      LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab, scratch_d_.data() + r0 * d, g_head);
-    }
-    backend_->RmsNormBackward(scratch_d_.data(), BlockInput(L, n), head_w_.vec(kFinalNorm),
-                              final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
-                              frozen ? frozen_norm_dw_.data() : hg + ht[kFinalNorm].offset);
-    if (!frozen) RETURN_IF_ERROR(access.GradsDone(head));
-    RETURN_IF_ERROR(access.ReleaseParams(head));  // the nested acquisition
-    RETURN_IF_ERROR(ReleaseHead(access));         // HeadForward's
   }
-  // Blocks, last to first.
-  for (int l = L - 1; l >= 0; --l) {
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows_) {
+    const int64_t m = std::min(chunk_rows_, n - r0);
+    const float* xn = final_norm_.data() + r0 * d;
+    if (!have_logits) LinearForward(backend_, options_.matmul_dtype, xn, w_head, m, d, vocab, logits_.data());
+    if (!row_scale) {
+      loss += backend_->CrossEntropy(logits_.data(), b.targets + r0, m, static_cast<int>(vocab), grad_scale,
+                                     /*grad=*/true);
+    } else {
+      // One call per run of rows sharing a factor (a reply, or the rows between).
+      for (int64_t i = 0; i < m;) {
+        int64_t j = i + 1;
+        while (j < m && (*row_scale)[r0 + j] == (*row_scale)[r0 + i]) ++j;
+        loss += backend_->CrossEntropy(logits_.data() + i * vocab, b.targets + r0 + i, j - i,
+                                       static_cast<int>(vocab), (*row_scale)[r0 + i], /*grad=*/true);
+        i = j;
+      }
+    }
+    LinearBackward(backend_, options_.matmul_dtype, xn, w_head, logits_.data(), m, d, vocab,
+                   scratch_d_.data() + r0 * d, g_head);
+  }
+  backend_->RmsNormBackward(scratch_d_.data(), BlockInput(c.num_layers, n), head_w_.vec(kFinalNorm),
+                            final_rstd_.data(), n, static_cast<int>(d), grad_a_.data(),
+                            frozen ? frozen_norm_dw_.data() : hg + ht[kFinalNorm].offset);
+  if (!frozen) RETURN_IF_ERROR(access.GradsDone(head));
+  RETURN_IF_ERROR(access.ReleaseParams(head));  // the nested acquisition
+  RETURN_IF_ERROR(ReleaseHead(access));         // HeadForward's
+  return loss;
+}
+
+// The blocks' backward, last to first, from grad_a_ (the final norm's input
+// gradient) down to the embedding output's.
+Status LlamaModel::BlocksBackward(const DeviceBatch& b, UnitAccess& access) {
+  const int64_t n = b.rows();
+  const bool frozen = lora_ != nullptr;
+  for (int l = config_.num_layers - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
     RETURN_IF_ERROR(Bind(&block_w_, unit, w, access));
@@ -449,13 +468,7 @@ StatusOr<double> LlamaModel::HeadAndBackward(const DeviceBatch& b, UnitAccess& a
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(unit));
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
-  if (frozen) return loss;  // the embedding is frozen too
-
-  // Embedding: a scatter-add, no parameters needed.
-  ASSIGN_OR_RETURN(float* eg, access.GradBuffer(ParamLayout::kEmbedUnit));
-  backend_->EmbeddingBackward(b.tokens, n, grad_a_.data(), static_cast<int>(d), eg);
-  RETURN_IF_ERROR(access.GradsDone(ParamLayout::kEmbedUnit));
-  return loss;
+  return OkStatus();
 }
 
 StatusOr<double> LlamaModel::ForwardLoss(const DeviceBatch& b, UnitAccess& access) {

@@ -188,6 +188,13 @@ class LlamaModel {
   // After ForwardTrunk(keep): the head, the loss (grad_scale on every target,
   // or span factors) and the whole backward.
   StatusOr<double> HeadAndBackward(const DeviceBatch& b, UnitAccess& access, float grad_scale, const SpanLoss* spans);
+  // Its parts: the head and loss chunk by chunk (row_scale: the span factors
+  // per row, else grad_scale on every target; have_logits: a single chunk's
+  // logits are already in logits_) and the final norm's backward into
+  // grad_a_; then the blocks' backward.
+  StatusOr<double> HeadBackward(const DeviceBatch& b, UnitAccess& access, const WeightRef& w_head, float grad_scale,
+                                const std::vector<float>* row_scale, bool have_logits);
+  Status BlocksBackward(const DeviceBatch& b, UnitAccess& access);
   // The spans' CE sums (chunk by chunk, logits kept), passed through
   // spans.scales, spread to one factor per row.
   StatusOr<std::vector<float>> SpanRowScales(const DeviceBatch& b, const WeightRef& w_head, const SpanLoss& spans);

@@ -7,6 +7,7 @@
 #include "shard/plan/gather_sim.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/param_layout.h"
+#include "shard/common/format_number.h"
 
 namespace shard::plan {
 namespace {
@@ -23,11 +24,7 @@ std::string Num(int64_t n) {
   return std::string(out.rbegin(), out.rend());
 }
 
-std::string Fmt2(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f", v);
-  return buf;
-}
+std::string Fmt2(double v) { return FormatNumber("%.3f", v); }
 
 struct Items {
   std::vector<MemoryItem>* list;
@@ -166,23 +163,17 @@ int64_t GlooRingScratchBytes(const EstimateContext& x) {
   return 2 * rs * static_cast<int64_t>(DTypeSize(w.reduce)) + 2 * ar_replica * 4;
 }
 
-// The CPU engine: exactly the engine's buffers per rank (fp32 but for the
-// activations under bf16/fp16).
-void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEstimate& est) {
+// The CPU engine's state (everything fp32, exactly the engine's buffers for
+// one rank, but the gathered units under bf16/fp16: two bytes, as wire and
+// compute copy, FsdpOptions::two_byte_compute_copy): the shards, the
+// gathered units and LoRA's adapters.
+void AddCpuState(const EstimateContext& x, Items& dev) {
   const Workload& w = x.w;
   const LlamaConfig& c = x.c;
   const int S = x.S;
-  const int64_t shard = x.shard, rows = x.rows, logit_rows = x.logit_rows;
-  const ActivationElems& a = x.a;
+  const int64_t shard = x.shard, rows = x.rows;
   const std::string& shard_how = x.shard_how;
-  const std::string& logits_how = x.logits_how;
-  const bool keep_forward = x.keep_forward;
   const std::vector<int64_t>& numels = x.numels;
-  Items dev{&est.device}, host{&est.host};
-  // Everything fp32, exactly the engine's buffers (one rank), except under
-  // bf16/fp16 the kept activations (ActivationBytes) and the gathered units
-  // (wire and compute copy, FsdpOptions::two_byte_compute_copy): two bytes.
-  est.ranks_per_node = std::max(1, w.world);
   // LoRA: the base frozen (no gradient, no moments), adapters whole on every rank.
   const bool peft = w.method != Method::kFull;
   if (peft) {
@@ -211,7 +202,7 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   }
   if (S > 1) {
     GatherPeak g = SimulateGathers(ElementWeights(numels, S, !peft), c.num_layers, c.tie_word_embeddings,
-                                   w.prefetch, keep_forward);
+                                   w.prefetch, x.keep_forward);
     const int64_t cb = w.compute_bytes();
     dev.Add(cb == 4 ? "gathered parameters" : "gathered parameters (" + std::string(DTypeName(w.compute)) + ")",
             g.params * cb, Num(g.params) + " elements held at the worst moment x " + std::to_string(cb) + " B");
@@ -224,13 +215,22 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
         LoraActivations(c, w.lora_rank, w.lora_targets, rows, w.activation_checkpointing, w.lora_dropout > 0);
     dev.Add("LoRA path buffers", la.total() * 4, "saved x·Aᵀ per adapter, t, g (and the dropout buffers) x 4 B");
   }
+}
+
+// The CPU engine's working set for one micro-batch: activations (two bytes
+// kept under bf16/fp16, ActivationBytes), logits, scratch, GEMM roundings.
+void AddCpuWorkingSet(const EstimateContext& x, Items& dev) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
+  const int64_t rows = x.rows, logit_rows = x.logit_rows;
+  const ActivationElems& a = x.a;
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
   const std::string act = w.compute == DType::kF32 ? "" : std::string(" (") + DTypeName(w.compute) + ", fp32 working set)";
   dev.Add("activations" + act, ActivationBytes(c, w.micro_batch, w.seq_len, w.activation_checkpointing, w.compute),
           std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
               (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x " +
               std::to_string(DTypeSize(w.compute)) + " B");
-  dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, logits_how);
+  dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, x.logits_how);
   dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
   dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
   if (w.compute != DType::kF32) {
@@ -243,9 +243,16 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
     dev.Add("GEMM operands rounded (fp32 copies)", (a_max + b_max) * 4,
             "largest A and B operands of any GEMM x 4 B (grow-only scratch)");
   }
+}
+
+// What a CPU rank holds whatever the job: kernel scratch, Gloo's ring
+// buffers, the process's libraries. Returns their sum.
+int64_t AddCpuFixed(const EstimateContext& x, const ClusterSpec& cluster, int ranks_per_node, Items& dev) {
+  const Workload& w = x.w;
+  const LlamaConfig& c = x.c;
   // Attention tiles per pool thread (grow-only, kept for the process).
   const int64_t seq_pad = (w.seq_len + 15) / 16 * 16, hd_pad = (c.head_dim() + 7) / 8 * 8;
-  const int64_t threads = std::max(1, cluster.host.cpu_cores / est.ranks_per_node) + 1;
+  const int64_t threads = std::max(1, cluster.host.cpu_cores / ranks_per_node) + 1;
   const int64_t scratch = threads * (7 * seq_pad * hd_pad + 2 * c.head_dim() * seq_pad + seq_pad + 60 * seq_pad +
                                      30 * hd_pad) * 4;
   dev.Add("kernel scratch (per thread, persistent)", scratch, std::to_string(threads) + " threads x attention tiles");
@@ -255,7 +262,21 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   if (kCpuWorkerCudaLibBytes > 0)
     dev.Add("CUDA libraries the worker links (unused on CPU)", kCpuWorkerCudaLibBytes,
             "cuBLASLt's tables and code, NCCL, cudart: this build has the CUDA backend");
-  est.device_fixed = scratch + kCpuProcessBytes + kCpuWorkerCudaLibBytes;
+  return scratch + kCpuProcessBytes + kCpuWorkerCudaLibBytes;
+}
+
+// The CPU engine: exactly the engine's buffers per rank (fp32 but for the
+// activations under bf16/fp16).
+void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEstimate& est) {
+  const Workload& w = x.w;
+  const int64_t shard = x.shard;
+  const std::string& shard_how = x.shard_how;
+  Items dev{&est.device}, host{&est.host};
+  est.ranks_per_node = std::max(1, w.world);
+  AddCpuState(x, dev);
+  AddCpuWorkingSet(x, dev);
+  est.device_fixed = AddCpuFixed(x, cluster, est.ranks_per_node, dev);
+  const bool peft = w.method != Method::kFull;
   // As Checkpointer::Save holds it: kept by async saves, freed after a
   // synchronous one, none when a synchronous save writes offloaded state in place.
   const int64_t snap = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));  // p, m, v as held

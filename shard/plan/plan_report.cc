@@ -128,6 +128,17 @@ std::string FormatPlanText(const Plan& p) {
                          : std::string("  save time: unknown (no host.disk_write_gbs for this cluster)\n");
   }
 
+  if (w.reference_pairs >= 0) {
+    const ReferenceCost& rc = p.reference;
+    out += F("\nReference pass (dpo/ipo: once per data and model, before step 1)\n  %s per forward of %lld pair%s",
+             Seconds(rc.forward_s).c_str(), static_cast<long long>(w.micro_batch / 2), w.micro_batch == 2 ? "" : "s");
+    out += rc.pairs > 0 ? F(" x %lld per rank = %s for %lld pairs (data.jsonl's rows)\n", static_cast<long long>(rc.forwards),
+                            Seconds(rc.pass_s).c_str(), static_cast<long long>(rc.pairs))
+                        : std::string(" (pairs unknown)\n");
+    out += F("  stored: %s (8 B per reply) beside the prepared data, held by every rank\n",
+             rc.pairs > 0 ? FormatBytes(rc.file_bytes).c_str() : "16 B per pair");
+  }
+
   out += std::string("\nVerdict: ") + VerdictName(p.verdict) + "\n";
   for (const auto& r : p.reasons) out += "  - " + r + "\n";
   for (const auto& n : p.notes) out += "  note: " + n + "\n";
@@ -231,6 +242,15 @@ std::string PlanToJson(const Plan& p) {
                      {"bytes_per_node", p.checkpoint.bytes_per_node},
                      {"disk_write_gbs", p.checkpoint.disk_write_gbs},
                      {"save_s", p.checkpoint.save_s}};
+  if (w.rows_per_item == 2) {
+    j["workload"]["preference_pairs_per_micro_batch"] = w.micro_batch / 2;
+    if (w.reference_pairs >= 0)
+      j["reference"] = {{"pairs", p.reference.pairs},
+                        {"forwards_per_rank", p.reference.forwards},
+                        {"forward_s", p.reference.forward_s},
+                        {"pass_s", p.reference.pass_s},
+                        {"file_bytes", p.reference.file_bytes}};
+  }
   json recs = json::array();
   for (const auto& r : p.recommendations) {
     recs.push_back({{"change", r.change},

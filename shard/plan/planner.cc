@@ -2,17 +2,14 @@
 
 #include "shard/plan/adapter_memory.h"
 #include "shard/spec/precision.h"
+#include "shard/common/format_number.h"
 
-#include <cstdio>
+#include <fstream>
 
 namespace shard::plan {
 namespace {
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+std::string Fmt(const char* f, double v) { return FormatNumber(f, v); }
 
 // Reasons a workload cannot run on a cluster at all (memory aside).
 std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
@@ -41,7 +38,7 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   return r;
 }
 
-// peft: as the trainer builds it (Trainer::InitLora, InitRuntime): adapters
+// peft: as the trainer builds it (Trainer::InitRuntime, CreateLoraTrainable): adapters
 // on the targeted linears, the base frozen and held in the compute dtype's
 // shards, nothing offloaded; QLoRA's block linears in NF4 at the job's block
 // size.
@@ -62,6 +59,30 @@ void MapPeft(const JobConfig& job, JobWorkload* out) {
   if (w.method == Method::kQlora && w.cpu_engine)
     out->notes.push_back("peft.method qlora on the CPU engine: priced as LoRA's fp32 base, an upper bound (the NF4 "
                          "records hold " + Fmt("%.3f", w.qlora_bits) + " bits per block-linear weight)");
+}
+
+// preference: as the trainer runs it (docs/preference.md): each item a pair
+// of rows, so the step's memory and time are those of 2x the rows; dpo/ipo
+// first score the training pairs once (the reference pass), counted here
+// from data.jsonl's rows (an upper bound: bad and dropped rows are not
+// trained).
+void MapPreference(const JobConfig& job, JobWorkload* out) {
+  if (!job.preference.enabled()) return;
+  Workload& w = out->workload;
+  w.rows_per_item = 2;
+  w.micro_batch *= 2;
+  w.global_batch *= 2;
+  if (!job.preference.needs_reference()) return;
+  w.reference_pairs = 0;
+  std::ifstream f(job.data.jsonl);
+  if (!f) {
+    out->notes.push_back("data.jsonl " + job.data.jsonl + " is not readable here: the reference pass is priced per "
+                         "pair, not for the job's pairs");
+    return;
+  }
+  std::string line;
+  while (std::getline(f, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ++w.reference_pairs;
 }
 
 }  // namespace
@@ -115,6 +136,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
   w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
   MapPeft(job, &out);
+  MapPreference(job, &out);
 
   // The engine's rule (ResolveAutoPrecision), for the hardware planned for.
   const Precision asked = job.train.precision;
@@ -166,6 +188,7 @@ Plan PlanWorkload(const Workload& w, const ClusterSpec& cluster) {
   p.memory = EstimateMemory(w, cluster);
   p.time = EstimateStepTime(w, cluster);
   p.checkpoint = EstimateCheckpoint(w, cluster);
+  if (w.reference_pairs >= 0) p.reference = PriceReferencePass(w, p.time, w.reference_pairs);
   const std::vector<std::string> run = RunProblems(w, cluster);
   p.reasons = run;
 

@@ -19,6 +19,7 @@
 #include "shard/plan/checkpoint_cost.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/memory_model.h"
+#include "shard/plan/preference_cost.h"
 #include "shard/plan/step_time.h"
 #include "shard/plan/workload.h"
 #include "shard/spec/job_config.h"
@@ -52,6 +53,7 @@ struct Plan {
   MemoryEstimate memory;
   StepTime time;
   CheckpointCost checkpoint;
+  ReferenceCost reference;  // dpo/ipo (workload.reference_pairs >= 0); zero otherwise
   Verdict verdict = Verdict::kFits;
   std::vector<std::string> reasons;  // why it does not fit or cannot run
   std::vector<std::string> notes;    // assumptions and warnings that do not block

@@ -88,9 +88,11 @@ std::vector<Candidate> Variations(const Candidate& base, bool speed) {
         v.w.micro_batch = mb;
         const int64_t per = mb * std::max(1, v.w.world);
         if (v.w.global_batch % per != 0) continue;  // keep the global batch as it is
+        if (mb % v.w.rows_per_item != 0) continue;  // whole preference pairs (2 rows each)
+        const int64_t items = mb / v.w.rows_per_item;  // the job file's unit: sequences, or pairs
         v.changes.insert("mb");
-        v.describe.push_back("micro-batch " + std::to_string(mb));
-        v.sets.push_back("train.micro_batch=" + std::to_string(mb));
+        v.describe.push_back("micro-batch " + std::to_string(items));
+        v.sets.push_back("train.micro_batch=" + std::to_string(items));
         next.push_back(std::move(v));
       }
     }
@@ -179,7 +181,7 @@ Candidate WithWorld(Candidate c, int world) {
   const int64_t g = GlobalBatchFor(c.w);
   if (g != c.w.global_batch) {
     c.w.global_batch = g;
-    c.sets.push_back("train.global_batch=" + std::to_string(g));
+    c.sets.push_back("train.global_batch=" + std::to_string(g / c.w.rows_per_item));  // rows per pair
   }
   return c;
 }

@@ -31,6 +31,7 @@ std::string Workload::Describe() const {
   if (offload.optimizer) s += ", optimizer offload";
   if (offload.params) s += ", parameter offload";
   s += ", micro-batch " + std::to_string(micro_batch) + " x " + std::to_string(seq_len) + " tokens";
+  if (rows_per_item == 2) s += " (" + std::to_string(micro_batch / 2) + " preference pairs)";
   if (micro_batches_per_step() > 1) s += ", " + std::to_string(micro_batches_per_step()) + " micro-batches per step";
   return s;
 }

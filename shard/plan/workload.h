@@ -84,6 +84,12 @@ struct Workload {
   int64_t micro_batch = 1;   // sequences per forward/backward per rank
   int64_t seq_len = 2048;
   int64_t global_batch = 1;  // sequences per optimizer step, all ranks
+  // preference: jobs train on pairs of rows (chosen, rejected): 2, and
+  // micro_batch and global_batch above count rows (2 x the job file's pairs).
+  int rows_per_item = 1;
+  // dpo/ipo: the reference pass over this many training pairs before step 1
+  // (preference_cost.h); 0 = pairs unknown, -1 = no reference (not dpo/ipo).
+  int64_t reference_pairs = -1;
   int prefetch = 1;          // units all-gathered ahead of the one computing (0 = none)
   // 0: the engine's loss: fp32 logits for the whole micro-batch, turned into
   // their gradient in place. N: logits kept in `compute` and upcast N chunks

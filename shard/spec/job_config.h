@@ -11,6 +11,7 @@
 #include "shard/spec/data_config.h"
 #include "shard/spec/enum_names.h"
 #include "shard/spec/eval_config.h"
+#include "shard/spec/health_config.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/optim_config.h"
 #include "shard/spec/peft_config.h"
@@ -210,6 +211,7 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   ResourcesConfig resources;
   RestartConfig restart;
+  HealthConfig health;  // health: straggler detection
   ExportConfig export_;
   EvalConfig eval;
   PeftConfig peft;  // peft: (method none when absent: full fine-tuning)

@@ -281,6 +281,63 @@ Status ReadSlidingWindow(const nlohmann::json& j, const std::string& source, Lla
   return OkStatus();
 }
 
+std::string Where(const std::string& source, const char* key) { return source + ": " + key; }
+
+// model_type (the family), and the options shardd does not model refused.
+Status ReadFamily(const nlohmann::json& j, const std::string& source, LlamaConfig* c) {
+  if (j.contains("model_type") && !j["model_type"].is_null()) {
+    if (!j["model_type"].is_string()) return InvalidArgument(Where(source, "model_type") + " must be a string");
+    const std::string mt = j["model_type"];
+    auto family = ParseEnum(kModelFamilyNames, mt);
+    if (!family.ok())
+      return Unimplemented(Where(source, "model_type") + " '" + mt + "' is not supported (supported: " +
+                           EnumChoices(kModelFamilyNames) + ")");
+    c->family = *family;
+  }
+  for (const char* flag : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
+      return Unimplemented(Where(source, flag) +
+                           " = true is not supported (the only biases shardd models are qwen2's q/k/v)");
+  }
+  if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
+    return Unimplemented(Where(source, "hidden_act") + " = " + j["hidden_act"].get<std::string>() +
+                         " is not supported (expected silu)");
+  return OkStatus();
+}
+
+// rope_scaling: null, an object of type "default" (none), or a scaling with
+// its numbers; a present key of the wrong type is an error.
+Status ReadRopeScaling(const nlohmann::json& j, const std::string& source, LlamaConfig* c) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return OkStatus();
+  const auto& rs = j["rope_scaling"];
+  if (!rs.is_object()) return InvalidArgument(Where(source, "rope_scaling") + " must be an object or null");
+  const char* type_key = rs.contains("rope_type") ? "rope_type" : rs.contains("type") ? "type" : nullptr;
+  if (type_key && !rs[type_key].is_string())
+    return InvalidArgument(Where(source, "rope_scaling") + "." + type_key + " must be a string");
+  std::string type = type_key ? rs[type_key].get<std::string>() : "";
+  if (type != "default") {
+    c->rope_scaling.type = type;
+    // A present key of the wrong type is an error, not a silent default.
+    auto num = [&](const char* k, double* out) -> Status {
+      if (!rs.contains(k) || rs[k].is_null()) return OkStatus();
+      if (!rs[k].is_number())
+        return InvalidArgument(Where(source, "rope_scaling") + "." + k + " must be a number");
+      *out = rs[k].get<double>();
+      return OkStatus();
+    };
+    RETURN_IF_ERROR(num("factor", &c->rope_scaling.factor));
+    RETURN_IF_ERROR(num("low_freq_factor", &c->rope_scaling.low_freq_factor));
+    RETURN_IF_ERROR(num("high_freq_factor", &c->rope_scaling.high_freq_factor));
+    const char* ompe = "original_max_position_embeddings";
+    if (rs.contains(ompe) && !rs[ompe].is_null()) {
+      if (!rs[ompe].is_number_integer())
+        return InvalidArgument(Where(source, "rope_scaling") + "." + ompe + " must be an integer");
+      c->rope_scaling.original_max_position_embeddings = rs[ompe].get<int64_t>();
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::string& source) {
@@ -301,22 +358,7 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
     return OkStatus();
   };
   LlamaConfig c;
-  if (j.contains("model_type") && !j["model_type"].is_null()) {
-    if (!j["model_type"].is_string()) return InvalidArgument(where("model_type") + " must be a string");
-    const std::string mt = j["model_type"];
-    auto family = ParseEnum(kModelFamilyNames, mt);
-    if (!family.ok())
-      return Unimplemented(where("model_type") + " '" + mt + "' is not supported (supported: " +
-                           EnumChoices(kModelFamilyNames) + ")");
-    c.family = *family;
-  }
-  for (const char* flag : {"attention_bias", "mlp_bias"}) {
-    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
-      return Unimplemented(where(flag) + " = true is not supported (the only biases shardd models are qwen2's q/k/v)");
-  }
-  if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
-    return Unimplemented(where("hidden_act") + " = " + j["hidden_act"].get<std::string>() +
-                         " is not supported (expected silu)");
+  RETURN_IF_ERROR(ReadFamily(j, source, &c));
   int64_t layers = 0, heads = 0, kv = -1;
   RETURN_IF_ERROR(get_int("vocab_size", &c.vocab_size, true));
   RETURN_IF_ERROR(get_int("hidden_size", &c.hidden_size, true));
@@ -345,33 +387,7 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
     if (heads <= 0 || hd * heads != c.hidden_size) c.explicit_head_dim = static_cast<int>(hd);
   }
   RETURN_IF_ERROR(ReadSlidingWindow(j, source, &c));
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const auto& rs = j["rope_scaling"];
-    if (!rs.is_object()) return InvalidArgument(where("rope_scaling") + " must be an object or null");
-    const char* type_key = rs.contains("rope_type") ? "rope_type" : rs.contains("type") ? "type" : nullptr;
-    if (type_key && !rs[type_key].is_string())
-      return InvalidArgument(where("rope_scaling") + "." + type_key + " must be a string");
-    std::string type = type_key ? rs[type_key].get<std::string>() : "";
-    if (type != "default") {
-      c.rope_scaling.type = type;
-      // A present key of the wrong type is an error, not a silent default.
-      auto num = [&](const char* k, double* out) -> Status {
-        if (!rs.contains(k) || rs[k].is_null()) return OkStatus();
-        if (!rs[k].is_number()) return InvalidArgument(where("rope_scaling") + "." + k + " must be a number");
-        *out = rs[k].get<double>();
-        return OkStatus();
-      };
-      RETURN_IF_ERROR(num("factor", &c.rope_scaling.factor));
-      RETURN_IF_ERROR(num("low_freq_factor", &c.rope_scaling.low_freq_factor));
-      RETURN_IF_ERROR(num("high_freq_factor", &c.rope_scaling.high_freq_factor));
-      const char* ompe = "original_max_position_embeddings";
-      if (rs.contains(ompe) && !rs[ompe].is_null()) {
-        if (!rs[ompe].is_number_integer())
-          return InvalidArgument(where("rope_scaling") + "." + ompe + " must be an integer");
-        c.rope_scaling.original_max_position_embeddings = rs[ompe].get<int64_t>();
-      }
-    }
-  }
+  RETURN_IF_ERROR(ReadRopeScaling(j, source, &c));
   Status st = c.Validate();
   if (!st.ok()) return st.WithContext(source);
   return c;

@@ -1,17 +1,12 @@
 #include "shard/spec/run_fingerprint.h"
 
-#include <cstdio>
-
 #include "shard/common/checksum.h"
+#include "shard/common/format_number.h"
 
 namespace shard {
 namespace {
 
-std::string Num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.12g", v);
-  return buf;
-}
+std::string Num(double v) { return FormatNumber("%.12g", v); }
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // One training step's figures: the one record the trainer reports, the worker
-// sends (proto/metrics_codec.h maps it onto the wire's StepMetric), the
+// sends (proto/codec/metrics_codec.h maps it onto the wire's StepMetric), the
 // coordinator stores (coordinator/state/state_store.h) and the API serves
 // (MetricRow, through the same codec). Plain data; thread-compatible.
 #pragma once
@@ -15,6 +15,10 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;     // before clipping, with the loss scale divided out
   double seconds = 0;       // wall time of the step
+  // This rank's compute in the step: `seconds` minus the time its training
+  // thread waited on collectives (shard/comm/comm_wait_clock.h). Every rank
+  // reports its own (straggler detection); not stored with the metrics.
+  double compute_seconds = 0;
   int64_t tokens = 0;       // target tokens in the global batch
   // The loss scaler found an inf/NaN in this step's gradients or loss on some
   // rank: no rank applied an update (loss and grad_norm may then be inf/NaN).

@@ -6,15 +6,18 @@
 // The reference file, <prepared prefix>.ref-<key>.f64, holds two doubles per
 // pair (the chosen and rejected replies' summed log-probs under the starting
 // weights); key hashes the data fingerprint (the pairs as prepared) and the
-// model's (preset or from_hf, init seed, precision, and under peft: the base
-// weights' hash). Every later attempt with the same key reads it back, so a
-// resumed run never recomputes it — and never could: its weights are no
-// longer the starting ones.
+// model's (ReferenceModel: a preset and its init seed, or the HF weights'
+// values, never their path; the precision). Every later attempt with the same
+// key reads it back, so a resumed run never recomputes it — and could not:
+// its weights are no longer the starting ones. Each checkpoint records the
+// model's part (Manifest::reference) for a resumed full fine-tune, which
+// never loads (so cannot hash) its starting weights.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
+#include "shard/ckpt/manifest.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
@@ -54,12 +57,39 @@ StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t
 
 }  // namespace
 
+// The starting model: a preset by its name and init seed; HF weights by their
+// values and config, not their path (a copy elsewhere is the same model, new
+// weights at the same path are not); under peft: the base without adapters.
+// And the precision the pass computes in.
+StatusOr<std::string> Trainer::ReferenceModel() const {
+  if (!resume_.step_dir.empty()) {  // a resumed full fine-tune never loaded its starting weights (Init)
+    const std::string committed = resume_.step_dir + "/" + kCommittedFile;
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(committed));
+    ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, committed));
+    if (!m.reference.empty()) return m.reference;
+    if (!job_.model.from_hf.empty())
+      return FailedPrecondition(resume_.step_dir + " records no reference model and a resumed model.from_hf full "
+                                "fine-tune no longer holds its starting weights; start the run afresh "
+                                "(checkpoint.resume: none)");
+  }
+  const std::string model = job_.model.from_hf.empty()
+                                ? "preset " + job_.model.preset + "|seed " + std::to_string(job_.train.seed)
+                                : "hf weights " + HashToHex(base_weights_hash_) + "|" + model_->config().ToHfConfigJson();
+  const std::string text = model + "|" + PrecisionName(precision_);
+  return HashToHex(Xxh64(text.data(), text.size()));
+}
+
 Status Trainer::PrepareReference() {
-  // The memory simulator (no data): its synthetic rows are not pairs, so it
-  // runs the SFT step (docs/preference.md: the planner does not price pairs yet).
-  if (!backend_->holds_data()) return OkStatus();
   preference_ = std::make_unique<PreferenceObjective>(job_.preference);
   if (!job_.preference.needs_reference()) return OkStatus();
+  // The memory simulator (no data) runs the preference step on synthetic
+  // pairs (2·micro_batch rows) against zero reference values. The pass itself
+  // is forward only on the same rows: it peaks below the step.
+  if (!backend_->holds_data()) {
+    reference_logps_.assign(static_cast<size_t>(2 * job_.train.global_batch), 0.0);
+    return OkStatus();
+  }
+  ASSIGN_OR_RETURN(reference_model_, ReferenceModel());
   const std::string prefix = SftPreparedPrefix(job_);
   PreparedDataset::OpenOptions quick;  // opened and verified by OpenBatchSource already
   quick.verify_contents = false;
@@ -78,10 +108,7 @@ Status Trainer::PrepareReference() {
 StatusOr<std::vector<double>> Trainer::ReferenceLogps(const PreparedDataset& ds, const std::string& prefix,
                                                       const std::string& data_fingerprint, const std::string& what) {
   const int64_t N = ds.header().num_pairs();
-  const std::string model_key = job_.model.preset + "|" + job_.model.from_hf + "|seed " +
-                                std::to_string(job_.train.seed) + "|" + PrecisionName(precision_) + "|base " +
-                                HashToHex(base_weights_hash_);
-  const std::string key_text = data_fingerprint + "\n" + model_key;
+  const std::string key_text = data_fingerprint + "\n" + reference_model_;
   const std::string path = prefix + ".ref-" + HashToHex(Xxh64(key_text.data(), key_text.size())) + ".f64";
 
   // Every rank must agree to read or to compute (the pass is collective).

@@ -65,6 +65,7 @@ class SftEvaluator {
     mo.max_batch = B_;
     mo.max_seq = T_;
     ASSIGN_OR_RETURN(model_, LlamaModel::Create(config_, backend_, mo));
+    if (o_.lora) RETURN_IF_ERROR(BindAdapters(*o_.lora));
     ASSIGN_OR_RETURN(rows_, Rows::Create(backend_, B_ * T_));
     return OkStatus();
   }
@@ -77,6 +78,15 @@ class SftEvaluator {
   // Compares the decoded answers of the run with the samples' own.
   void Judge(const std::vector<int64_t>& samples, const std::vector<AnswerSpan>& spans,
              const std::vector<std::vector<int32_t>>& seqs, SftEvalResult* res) const;
+  // The trainer's adapters, read in place, bound without dropout or gradients:
+  // the forward-only passes here never apply dropout, and without it the model
+  // allocates no dropout scratch.
+  Status BindAdapters(const LoraBinding& trained) {
+    lora_ = trained;
+    lora_.dropout = 0.0f;
+    lora_.grads.assign(lora_.grads.size(), nullptr);
+    return model_->SetLora(&lora_).WithContext("sft eval: binding the LoRA adapters");
+  }
 
   const LlamaConfig& config_;
   Backend* backend_;
@@ -85,6 +95,7 @@ class SftEvaluator {
   const SftEvalOptions& o_;
   const int64_t n_, T_, B_, run_;  // samples; row length; rows per pass; items per collective pass
   std::unique_ptr<LlamaModel> model_;
+  LoraBinding lora_;  // the bound copy of o_.lora (when set)
   Rows rows_;
 };
 

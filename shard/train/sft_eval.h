@@ -47,6 +47,11 @@ struct SftEvalOptions {
   // the caller adds them over the ranks.
   int rank = 0;
   int world = 1;
+  // LoRA adapters to score through (a peft: job's, LoraAdapters::binding()):
+  // the model is the base in `params` plus these adapters, as trained, in
+  // eval mode (forward only: no dropout, no gradients). Null: `params` alone.
+  // Must outlive the call.
+  const LoraBinding* lora = nullptr;
 };
 
 struct SftAnswer {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
@@ -201,7 +202,9 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     cc.device_stream = backend_->native_stream();
     auto c = CreateCommunicator(cc);
     if (!c.ok()) return c.status().WithContext("rank " + std::to_string(dist_.rank) + " joining group " + group);
-    return c;
+    // Every collective this thread calls counts as waiting, not computing
+    // (StepMetrics::compute_seconds).
+    return WithWaitClock(std::move(*c));
   };
   const int S = shape.shard_size;
   shard_count_ = S;
@@ -238,9 +241,11 @@ Status Trainer::LoadInitialWeights(const HfWeights* hf) {
   for (int u = 0; u < layout.num_units(); ++u) largest = std::max(largest, runtime_->layout(u).shard_numel);
   ASSIGN_OR_RETURN(HostBuffer host, HostBuffer::Create(backend_.get(), largest));
   if (!backend_->holds_data()) return OkStatus();  // the simulator: the buffer's bytes are all it needs
-  // A peft: job's base is identified by its values (base_weights_hash.h):
-  // each rank hashes the shard it streams; one replica counts each shard once.
-  const bool hash_base = hf && job_.peft.enabled();
+  // A peft: job's base, and a dpo/ipo full fine-tune's starting model (its
+  // reference's key), are identified by their values (base_weights_hash.h),
+  // not by their path: each rank hashes the shard it streams; one replica
+  // counts each shard once.
+  const bool hash_base = hf && (job_.peft.enabled() || job_.preference.needs_reference());
   const bool first_replica = dist_.rank / shard_count_ == 0;
   uint64_t base_hash = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
@@ -295,6 +300,7 @@ Manifest Trainer::RunState() const {
   m.loss_scale_good_steps = scaler_->good_steps();
   m.run_keys = run_keys_;
   m.run_fingerprint = RunFingerprint(run_keys_);
+  m.reference = reference_model_;
   return m;
 }
 

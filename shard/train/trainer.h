@@ -170,6 +170,10 @@ class Trainer {
   // starting weights (the base without adapters under peft:) and stored
   // beside the prepared pairs; read back on every later attempt.
   Status PrepareReference();
+  // The starting model's part of the reference files' keys (16 hex digits):
+  // a preset and its init seed, or the HF weights' values and config, and
+  // the precision; a resumed full fine-tune's comes from its checkpoint.
+  StatusOr<std::string> ReferenceModel() const;
   // One prepared set of pairs' reference log-probs: read back from
   // <prefix>.ref-<key>.f64, or computed (ComputeReference) and stored there.
   // what names the set in logs and errors ("data.jsonl", "eval.data").
@@ -185,6 +189,7 @@ class Trainer {
   std::vector<double> reference_logps_;       // two per pair (chosen, rejected); empty for orpo
   std::vector<double> eval_reference_logps_;  // the same for eval.data's pairs
   int reference_passes_ = 0;                  // ComputeReference calls (reference_passes())
+  std::string reference_model_;               // ReferenceModel(), recorded in each checkpoint; "" = none
 
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.
@@ -196,7 +201,9 @@ class Trainer {
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<Trainable> trainable_;  // what is trained: the whole model, or LoRA adapters
-  uint64_t base_weights_hash_ = 0;      // a peft: job's HF base values (base_weights_hash.h), every rank's sum
+  // The HF weights' values (base_weights_hash.h), every rank's sum: a peft:
+  // job's base, or a dpo/ipo full fine-tune's starting weights; 0 otherwise.
+  uint64_t base_weights_hash_ = 0;
   int shard_count_ = 1;
   int64_t samples_seen_ = 0;  // global sampler cursor
   int64_t tokens_seen_ = 0;   // non-padding positions trained on, all ranks

@@ -3,7 +3,8 @@
 // steps all ranks score it together through the sharded weights
 // (EvaluateSft with rank/world; a preference: job's pairs through
 // ScorePairs, against the reference stored by PrepareReference) and add
-// their sums with one all-reduce.
+// their sums with one all-reduce. Under peft: both score the adapted model
+// (the frozen base plus the adapters as trained, without dropout).
 #include <chrono>
 #include <filesystem>
 
@@ -62,6 +63,7 @@ Status Trainer::Evaluate(StepMetrics* m) {
   o.exact_match = job_.eval.exact_match;
   o.rank = dist_.rank;
   o.world = dist_.world;
+  o.lora = lora() ? lora()->binding() : nullptr;  // peft: the base plus the adapters as trained
   runtime_->BeginMicroBatch();  // a pass outside the recorded training order
   ASSIGN_OR_RETURN(SftEvalResult r, EvaluateSft(model_->config(), backend_.get(), *runtime_, *eval_data_, o));
   RETURN_IF_ERROR(runtime_->FinishMicroBatch());  // frees what the pass left gathered

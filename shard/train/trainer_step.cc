@@ -2,10 +2,13 @@
 // batch, forward and backward over this rank's micro-batches, reduce the
 // gradients and agree on the loss, the stop vote and overflow, update what is
 // trained (Trainable), checkpoint when due, and report the step's metrics.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 
+#include "shard/comm/comm_wait_clock.h"
+#include "shard/common/fault.h"
 #include "shard/common/logging.h"
 #include "shard/data/sampler.h"
 #include "shard/spec/optim_config.h"
@@ -15,6 +18,13 @@ namespace shard {
 
 StatusOr<StepMetrics> Trainer::Step() {
   auto t0 = std::chrono::steady_clock::now();
+  // This thread's time blocked on peers (comm_wait_clock.h): the step minus
+  // it is the rank's compute, what straggler detection compares.
+  const double waited0 = ThisThreadCommWaitSeconds();
+  auto compute_so_far = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+           (ThisThreadCommWaitSeconds() - waited0);
+  };
   const auto& tc = job_.train;
   // Every rank plans the same global batch; the loss is normalised by its
   // target count whatever the accumulation or world size.
@@ -28,6 +38,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
   if (preference_) preference_->BeginStep(tc.global_batch, loss_scale);
   ASSIGN_OR_RETURN(double local_loss, ForwardBackward(grad_scale));
+  MaybeSlowRank(dist_.rank, compute_so_far());
   ASSIGN_OR_RETURN(StepSums sums, ReduceStep(local_loss, loss_scale));
   // Torch's GradScaler: an overflow skips the update on every rank (they all
   // saw the same sums) and backs the scale off. The batch is consumed and the
@@ -58,6 +69,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.samples = gb.consumed;
   if (preference_) RETURN_IF_ERROR(FinishPreferenceStep(&m));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.compute_seconds = std::max(0.0, m.seconds - (ThisThreadCommWaitSeconds() - waited0));
   return m;
 }
 

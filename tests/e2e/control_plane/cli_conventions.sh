@@ -67,12 +67,12 @@ grep -q "shardd.ns:7070" "$T/out" || fail "render --pod-coordinator not used"
 
 # shardd from SHARDD_* variables alone, logging debug lines as JSON.
 port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+from=$(log_size)
 SHARDD_STATE_DIR=$STATE SHARDD_LISTEN=127.0.0.1:$port SHARDD_HTTP_LISTEN=127.0.0.1:0 SHARDD_KILL_GRACE_S=2 \
   SHARDD_LOG_LEVEL=debug SHARDD_LOG_FORMAT=json "$SHARDD" >>"$T/shardd.log" 2>&1 &
 SHARDD_PID=$!
 disown "$SHARDD_PID"
-wait_for 20 grep -q "serving on 127.0.0.1:$port" "$T/shardd.log" || fail "shardd did not start from SHARDD_* variables"
-ADDR=127.0.0.1:$port
+wait_serving "$from" "$port"
 # shardctl from variables alone (no --coordinator/--state-dir).
 id=$(cd "$T" && SHARDD_COORDINATOR=$ADDR SHARDD_STATE_DIR=$STATE "$CTL_BIN" submit "$job") || fail "submit via SHARDD_*"
 expect_rc 0 ctl watch "$id"

@@ -79,7 +79,6 @@ stop_shardd() {
   kill "$SHARDD_PID"
   wait_for 20 bash -c "! kill -0 $SHARDD_PID" || fail "shardd did not stop"
   SHARDD_PID=""
-  mv "$T/shardd.log" "$T/shardd.log.$SECONDS"  # start_shardd reads the new address from a fresh log
 }
 stop_shardd
 start_shardd  # a good start: the backup now holds every job so far

@@ -40,19 +40,35 @@ YAML
   echo "$T/$name.yaml"
 }
 
+log_size() { [ -f "$T/shardd.log" ] && wc -c < "$T/shardd.log" || echo 0; }
+
+# wait_serving FROM [port]: until the daemon $SHARDD_PID logs "serving on"
+# after byte FROM of shardd.log (an earlier instance's line does not count),
+# on PORT when given; sets ADDR. Fails at once when the daemon exits first.
+wait_serving() {
+  local from=$1 port=${2:-0} addr end=$((SECONDS + 120))
+  while :; do
+    addr=$(tail -c +$((from + 1)) "$T/shardd.log" 2>/dev/null | grep -o 'serving on [0-9.:]*' | tail -n 1 \
+      | cut -d' ' -f3 || true)
+    if [ -n "$addr" ] && [ "${addr##*:}" != 0 ] && { [ "$port" = 0 ] || [ "${addr##*:}" = "$port" ]; }; then
+      ADDR=$addr
+      return 0
+    fi
+    kill -0 "$SHARDD_PID" 2>/dev/null || fail "shardd exited before serving"
+    [ $SECONDS -lt $end ] || fail "shardd did not say it serves within 120 s"
+    sleep 0.1
+  done
+}
+
 start_shardd() {  # start_shardd [port [more shardd flags...]]
-  local port=${1:-0}
+  local port=${1:-0} from
   shift || true
+  from=$(log_size)
   "$SHARDD" --state-dir "$STATE" --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --kill-grace-s 2 "$@" \
     >> "$T/shardd.log" 2>&1 &
   SHARDD_PID=$!
   disown "$SHARDD_PID"  # no "Killed" noise when a test or the cleanup kills it
-  for _ in $(seq 1 100); do
-    ADDR=$(grep -o 'serving on [0-9.:]*' "$T/shardd.log" | tail -n 1 | cut -d' ' -f3 || true)
-    [ -n "$ADDR" ] && [ "${ADDR##*:}" != "0" ] && { [ "$port" = 0 ] || [ "${ADDR##*:}" = "$port" ]; } && return 0
-    sleep 0.1
-  done
-  fail "shardd did not start"
+  wait_serving "$from" "$port"
 }
 
 ctl() { (cd "$T" && "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" "$@"); }

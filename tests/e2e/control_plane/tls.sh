@@ -9,16 +9,12 @@ echo "ok: $out"
 command -v openssl > /dev/null || { echo "SKIP: openssl is not installed"; exit 77; }
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
   -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$T/key.pem" -out "$T/cert.pem" 2>/dev/null
+from=$(log_size)
 "$SHARDD" --state-dir "$STATE" --listen 127.0.0.1:0 --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" --http-listen "" \
   --kill-grace-s 2 >> "$T/shardd.log" 2>&1 &
 SHARDD_PID=$!
 disown "$SHARDD_PID"
-for _ in $(seq 1 100); do
-  ADDR=$(grep -o 'serving on [0-9.:]*' "$T/shardd.log" | cut -d' ' -f3 || true)
-  [ -n "$ADDR" ] && break
-  sleep 0.1
-done
-[ -n "$ADDR" ] || fail "shardd with TLS did not start"
+wait_serving "$from"
 if ctl list > "$T/plain.log" 2>&1; then fail "a plaintext client was served by a TLS coordinator"; fi
 job=$(make_job tls)
 id=$(ctl --tls-ca "$T/cert.pem" submit "$job")

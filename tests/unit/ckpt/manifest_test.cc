@@ -104,6 +104,25 @@ TEST(ManifestTest, AnOlderManifestWithoutScalerFieldsLoads) {
   EXPECT_EQ(b->loss_scale_good_steps, 0);
 }
 
+// A dpo/ipo run's reference key travels in the manifest (a resumed full
+// fine-tune finds its first attempt's reference file by it); absent: none.
+TEST(ManifestTest, CarriesThePreferenceReferenceKey) {
+  Manifest m = Full();
+  m.reference = "0123456789abcdef";
+  auto b = Manifest::FromJson(m.ToJson(), "ref/COMMITTED");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->reference, "0123456789abcdef");
+  auto none = Manifest::FromJson(Full().ToJson(), "none/COMMITTED");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->reference, "");
+  EXPECT_EQ(nlohmann::json::parse(Full().ToJson()).count("reference"), 0u);
+  auto j = nlohmann::json::parse(m.ToJson());
+  j["reference"] = "not hex";
+  auto bad = Manifest::FromJson(j.dump(), "bad/COMMITTED");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("reference"), std::string::npos) << bad.status().ToString();
+}
+
 // Each case edits a good manifest's JSON; FromJson must refuse it with
 // DATA_LOSS naming the source and containing `needle`.
 struct Bad {

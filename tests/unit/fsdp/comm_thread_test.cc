@@ -1,7 +1,12 @@
-// The FSDP runtime's communication thread: jobs run in order, and a failure stops
-// the ones queued after it.
+// The FSDP runtime's communication thread: jobs run in order, a failure stops
+// the ones queued after it, and a caller blocked on a communication task is
+// charged on its wait clock (a host-work queue's callers are not).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
+#include "shard/comm/comm_wait_clock.h"
 #include "shard/fsdp/comm_thread.h"
 #include "shard/fsdp/fsdp_runtime.h"
 
@@ -21,6 +26,28 @@ TEST(CommThreadTest, RunsInOrderAndStopsAfterAFailure) {
     EXPECT_EQ(t.Drain().code(), StatusCode::kUnavailable);
   }  // joins the thread
   EXPECT_EQ(seen, (std::vector<int>{1, 2}));  // the task after the failure is skipped
+}
+
+TEST(CommThreadTest, ABlockedWaitIsChargedToTheWaiterOnlyForCommunication) {
+  for (auto kind : {CommThread::Waits::kCommunication, CommThread::Waits::kLocalWork}) {
+    CommThread t(kind);
+    const double before = ThisThreadCommWaitSeconds();
+    auto slow = t.Enqueue([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      return OkStatus();
+    });
+    ASSERT_TRUE(t.Wait(slow).ok());
+    const double charged = ThisThreadCommWaitSeconds() - before;
+    if (kind == CommThread::Waits::kCommunication) {
+      EXPECT_GT(charged, 0.1);
+      // A finished task costs nothing to wait for.
+      const double again = ThisThreadCommWaitSeconds();
+      ASSERT_TRUE(t.Wait(slow).ok());
+      EXPECT_EQ(ThisThreadCommWaitSeconds(), again);
+    } else {
+      EXPECT_EQ(charged, 0.0);
+    }
+  }
 }
 
 }  // namespace

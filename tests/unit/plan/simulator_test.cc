@@ -136,6 +136,46 @@ TEST(SimulatedRecipes, LoraAndQloraRecipesAgree) {
   }
 }
 
+// A dpo job (preference:) simulates its preference step: two rows (chosen,
+// rejected) per pair of micro_batch, so its peak is an SFT job's at
+// 2 x micro_batch, above one at micro_batch; and the plan (which prices the
+// same rows) agrees within 5%.
+TEST(SimulatedPreference, DpoStepRunsAtTwoRowsPerPair) {
+  auto job_of = [](const std::string& data, const std::string& extra, int64_t micro) {
+    const std::string yaml =
+        "name: sim\nmodel: {preset: llama3-8b}\ndata: {" + data + ", seq_len: 2048}\n"
+        "train: {steps: 10, global_batch: 16, micro_batch: " + std::to_string(micro) + ", lr: 1.0e-5, precision: auto}\n"
+        "parallel: {strategy: full_shard, world_size: 8, activation_checkpointing: true}\n"
+        "checkpoint: {dir: runs/sim, every_steps: 100, keep_last: 2, async: false}\n"
+        "resources: {device: cuda}\n" + extra;
+    auto job = ParseJobConfig(yaml, "sim.yaml");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : JobConfig{};
+  };
+  const std::string pairs = "jsonl: none.jsonl, tokenizer: byte, template: plain";
+  const JobConfig dpo = job_of(pairs, "preference: {method: dpo}\n", 1);
+  auto planned = plan::PlanJob(dpo, Catalog(), "8xA100-80GB-SXM");
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  auto sim = SimulatePlannedJob(dpo, *planned);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  std::printf("8b dpo: device sim %.2f GiB plan %.2f GiB (%+.1f%%)\n", plan::GiB(sim->simulated.device.bytes),
+              plan::GiB(sim->estimate_device_alloc), 100 * sim->device_drift());
+  EXPECT_LT(std::abs(sim->device_drift()), 0.05) << FormatSimulationText(*sim);
+  EXPECT_LT(std::abs(sim->host_drift()), 0.05) << FormatSimulationText(*sim);
+  SimulationOptions o;
+  o.precision = Precision::kBf16;
+  o.native_bf16 = true;
+  auto dpo_sim = SimulateJobMemory(dpo, o);
+  auto sft1 = SimulateJobMemory(job_of(pairs, "", 1), o);
+  auto sft2 = SimulateJobMemory(job_of(pairs, "", 2), o);
+  ASSERT_TRUE(dpo_sim.ok() && sft1.ok() && sft2.ok()) << dpo_sim.status().ToString();
+  std::printf("8b device peaks: dpo mb 1 %.3f GiB, sft mb 1 %.3f GiB, sft mb 2 %.3f GiB\n",
+              plan::GiB(dpo_sim->device.bytes), plan::GiB(sft1->device.bytes), plan::GiB(sft2->device.bytes));
+  EXPECT_GT(dpo_sim->device.bytes, sft1->device.bytes) << "the simulator did not run two rows per pair";
+  EXPECT_NEAR(static_cast<double>(dpo_sim->device.bytes), static_cast<double>(sft2->device.bytes),
+              0.01 * sft2->device.bytes);
+}
+
 // shardctl plan --simulate --json carries the four integer fields scripts read.
 TEST(SimulationJson, CarriesTheIntegerFields) {
   const JobConfig job = Job({"model.preset=llama3-8b"});

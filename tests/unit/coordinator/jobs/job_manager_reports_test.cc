@@ -75,9 +75,12 @@ TEST_F(JobManagerReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
   bad_positions.set_positions(kMax);
   v1::StepMetric bad_seconds = Row(6);
   bad_seconds.set_seconds(-1);
+  v1::StepMetric bad_compute = Row(6);
+  bad_compute.set_compute_seconds(kNaN);
   Advance(8);
   auto hb = Heartbeat(id, 1, 0, 7, TokenOf(id, 1),
-                      {Row(1), negative, absurd, nan_trained, past_end, before_start, bad_positions, bad_seconds, Row(7)});
+                      {Row(1), negative, absurd, nan_trained, past_end, before_start, bad_positions, bad_seconds,
+                       bad_compute, Row(7)});
   ASSERT_TRUE(hb.ok()) << "a bad row is refused, not the heartbeat: " << hb.status().ToString();
   EXPECT_DOUBLE_EQ(Get(id).workers(0).last_heartbeat_age_s(), 0) << "the heartbeat still counts as alive";
 

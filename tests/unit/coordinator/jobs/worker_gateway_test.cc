@@ -1,7 +1,9 @@
 // The worker gateway alone, over a job table with a begun attempt: register
 // starts the run once every rank has, heartbeats move a rank's clocks,
 // a stale attempt's calls are refused, done ends the job, a symptom-like
-// failure waits for its cause, and a checkpoint outside the job is refused.
+// failure waits for its cause, a checkpoint outside the job is refused, and
+// every rank's compute per step reaches straggler detection (rank 0's rows
+// alone are the job's metrics).
 #include "coordinator/jobs/worker_gateway.h"
 
 #include <gtest/gtest.h>
@@ -144,6 +146,88 @@ TEST_F(WorkerGatewayTest, ACheckpointReportIsProofOfLife) {
   now_ms_ += 4000;
   EXPECT_EQ(gateway_->ReportCheckpoint(req, "not-the-token").status().code(), shard::StatusCode::kUnauthenticated);
   EXPECT_EQ(j->ranks[0].last_heartbeat_ms, now_ms_ - 4000);
+}
+
+// Rank `rank`'s heartbeat carrying steps [from, to] at `compute_s` each.
+v1::HeartbeatRequest StepsHeartbeat(const v1::WorkerId& id, int64_t from, int64_t to, double compute_s) {
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = id;
+  hb.set_step(to);
+  hb.set_state("training");
+  for (int64_t s = from; s <= to; ++s) {
+    v1::StepMetric* m = hb.add_metrics();
+    m->set_step(s);
+    m->set_seconds(0.5);
+    m->set_compute_seconds(compute_s);
+  }
+  return hb;
+}
+
+TEST_F(WorkerGatewayTest, ASlowRankIsNamedOnceAndClearedOnceFromTheHeartbeats) {
+  Job& j = AddJob("slow", 3, "health: {straggler_window: 4}\n");
+  const std::string token = Begin(j).env.at("SHARDD_WORKER_TOKEN");
+  const std::vector<double> compute = {0.1, 0.25, 0.1};  // rank 1 at 40% speed
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Register(j.id, r, token).ok());
+    ASSERT_TRUE(gateway_->Heartbeat(StepsHeartbeat(Worker(j.id, 1, r), 1, 3, compute[r]), token).ok());
+  }
+  auto named = [&](const std::string& kind) {
+    int n = 0;
+    for (const EventRecord& e : Events(j.id)) n += e.kind == kind;
+    return n;
+  };
+  EXPECT_EQ(named("straggler"), 0) << "3 of a 4-step window";
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(gateway_->Heartbeat(StepsHeartbeat(Worker(j.id, 1, r), 4, 8, compute[r]), token).ok());
+  ASSERT_EQ(named("straggler"), 1);
+  // Judged on the newest window all three have reported once rank 2's
+  // heartbeat arrives: steps 5-8.
+  for (const EventRecord& e : Events(j.id))
+    if (e.kind == "straggler")
+      EXPECT_EQ(e.message,
+                "rank 1 is a straggler: 0.25 s of compute per step vs 0.1 s median of the other ranks (steps 5-8)");
+  v1::JobStatus st;
+  {
+    auto lock = table_->Lock();
+    st = table_->StatusOf(j);
+  }
+  ASSERT_EQ(st.workers_size(), 3);
+  EXPECT_TRUE(st.workers(1).straggler());
+  EXPECT_FALSE(st.workers(0).straggler());
+  EXPECT_NEAR(st.workers(1).compute_seconds(), 0.25, 1e-9);
+  EXPECT_NEAR(st.workers(2).compute_seconds(), 0.1, 1e-9);
+  // The job's metric rows are rank 0's alone.
+  auto rows = store_->LoadMetrics(j.id);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->size(), 8u);
+  // Back to speed: one more event, the flag goes.
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(gateway_->Heartbeat(StepsHeartbeat(Worker(j.id, 1, r), 9, 20, 0.1), token).ok());
+  EXPECT_EQ(named("straggler"), 1);
+  EXPECT_EQ(named("straggler_cleared"), 1);
+  EXPECT_FALSE(j.ranks[1].straggler);
+}
+
+TEST_F(WorkerGatewayTest, ANewAttemptForgetsTheLastOnesStragglers) {
+  Job& j = AddJob("slow", 2, "health: {straggler_window: 2}\n");
+  std::string token = Begin(j).env.at("SHARDD_WORKER_TOKEN");
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(gateway_->Heartbeat(StepsHeartbeat(Worker(j.id, 1, r), 1, 2, r == 1 ? 0.5 : 0.1), token).ok());
+  ASSERT_TRUE(j.ranks[1].straggler);
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "rank 0 exited with code 1", true);
+    j.state = v1::QUEUED;  // the backoff is over
+  }
+  now_ms_ += 10'000;
+  token = Begin(j).env.at("SHARDD_WORKER_TOKEN");
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_FALSE(j.ranks[1].straggler);
+  // One step of the new attempt: no window yet, nothing carried over.
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(gateway_->Heartbeat(StepsHeartbeat(Worker(j.id, 2, r), 1, 1, 0.1), token).ok());
+  EXPECT_FALSE(j.ranks[1].straggler);
+  EXPECT_EQ(j.ranks[1].compute_seconds, 0);
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ std::vector<JobTelemetry> TwoJobs() {
   w->set_last_heartbeat_age_s(0.25);
   w->set_rss_bytes(1 << 20);
   w->set_step_seconds(0.125);
+  w->set_compute_seconds(0.0625);
+  w->set_straggler(true);
   w->set_step(120);
   auto* never = a.add_workers();
   never->set_rank(0);
@@ -105,6 +107,8 @@ TEST(HttpMetricsTest, FollowsPrometheusConventions) {
   EXPECT_TRUE(Has(m, "shardd_worker_resident_memory_bytes{job_id=\"demo-1\",rank=\"1\"} 1048576")) << m;
   EXPECT_TRUE(Has(m, "shardd_worker_step_seconds{job_id=\"demo-1\",rank=\"1\"} 0.125")) << m;
   EXPECT_TRUE(Has(m, "shardd_worker_step{job_id=\"demo-1\",rank=\"1\"} 120")) << m;
+  EXPECT_TRUE(Has(m, "shardd_worker_compute_seconds{job_id=\"demo-1\",rank=\"1\"} 0.0625")) << m;
+  EXPECT_TRUE(Has(m, "shardd_worker_straggler{job_id=\"demo-1\",rank=\"1\"} 1")) << m;
   EXPECT_EQ(m.find("rank=\"0\""), std::string::npos) << "no rank 0 series: never heard from / job ended\n" << m;
 }
 

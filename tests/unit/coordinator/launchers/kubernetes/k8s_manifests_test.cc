@@ -311,15 +311,25 @@ TEST(K8sPodScript, TurnsSigtermIntoTheWorkersStopSignal) {
   {
     std::ofstream f(worker);
     f << "#!/bin/bash\ntrap 'echo got-usr1; exit 5' USR1\ntrap 'echo got-term; exit 42' TERM\n"
-         "while :; do sleep 0.05; done\n";
+         "touch " << ShellQuote((dir / "ready").string()) << "\nwhile :; do sleep 0.05; done\n";
   }
   fs::permissions(worker, fs::perms::owner_all);
-  // The pod script in the background; SIGTERM to it after a moment, as the
-  // kubelet sends to PID 1.
-  const std::string outer = "bash -c " + ShellQuote(PodScript(worker.string())) + " & p=$!; sleep 0.5; kill -TERM $p; wait $p";
+  // The pod script in the background; SIGTERM to it, as the kubelet sends to
+  // PID 1, once both sides are ready: the worker has set its traps (it
+  // touched `ready`) and the pod script has set its TERM trap (bit 15 of
+  // SigCgt in /proc/PID/status). A fixed nap instead lost the race on a
+  // loaded machine: a SIGTERM before the trap ends bash itself (exit 143).
+  const std::string outer =
+      "bash -c " + ShellQuote(PodScript(worker.string())) + " & p=$!\n" +
+      "until [ -e " + ShellQuote((dir / "ready").string()) +
+      " ] && (( 0x$(awk '/^SigCgt/ {print $2}' /proc/$p/status) & 0x4000 )); do\n"
+      "  kill -0 $p 2>/dev/null || { echo 'the pod script ended before SIGTERM'; exit 99; }\n"
+      "  sleep 0.02\n"
+      "done\n"
+      "kill -TERM $p; wait $p";
   CommandOptions co;
   co.env = {{"JOB_COMPLETION_INDEX", "0"}, {"SHARDD_NPROC_PER_NODE", "1"}, {"SHARDD_LOG_DIR", ""}};
-  co.timeout_s = 20;
+  co.timeout_s = 90;  // a backstop only: the script waits on events
   auto r = RunCommand({"bash", "-c", outer}, co);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->exit_code, 5) << r->out << r->err;

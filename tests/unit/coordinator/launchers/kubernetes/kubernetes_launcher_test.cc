@@ -47,7 +47,15 @@ class FakeApiServer {
                "--scenario", scen.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
-    for (int i = 0; i < 100 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Until the server wrote its port or exited: python3's start is slow on a
+    // loaded machine, and no fixed count of naps fits every load.
+    while (!fs::exists(port_file)) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     std::ifstream pf(port_file);
     pf >> port_;
     std::ofstream kc(dir_ / "kubeconfig");
@@ -67,8 +75,17 @@ class FakeApiServer {
     KubernetesLauncherOptions o;
     o.kubectl_args = {"--kubeconfig", (dir_ / "kubeconfig").string()};
     o.adopt_poll_interval_s = 0.2;
-    o.command_timeout_s = 20;
+    o.command_timeout_s = 90;  // a kubectl run on a loaded machine is slow, not hung
     return o;
+  }
+  // How many requests named a namespaced object so far (one or more per
+  // kubectl run; discovery requests are not counted).
+  size_t ObjectRequests() const {
+    std::ifstream f(dir_ / "requests.jsonl");
+    std::string line;
+    size_t n = 0;
+    while (std::getline(f, line)) n += line.find("/namespaces/") != std::string::npos;
+    return n;
   }
   // The requests so far, one JSON object each.
   std::vector<nlohmann::json> Requests() const {
@@ -110,23 +127,32 @@ LaunchRequest Request() {
   return r;
 }
 
+// Waits for `done` by the launcher's progress, not by the clock: it gives up
+// only once the stand-in API server has answered kRequestBudget requests for
+// objects since the wait began without `done` coming true (every scenario ends
+// within a few polls; the launcher polls every 0.2 s), so a slow kubectl on a
+// loaded machine only makes the wait longer. The clock is a last resort for a
+// launcher that stopped asking at all, below the test's 120 s timeout.
+constexpr size_t kRequestBudget = 60;
+
 template <typename F>
-bool WaitFor(F done, double seconds = 30) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
+bool WaitFor(const FakeApiServer& api, F done) {
+  const size_t limit = api.ObjectRequests() + kRequestBudget;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(100);
+  while (api.ObjectRequests() < limit && std::chrono::steady_clock::now() < end) {
     if (done()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return done();
 }
 
-std::vector<RankExit> WaitForExits(KubernetesLauncher& l, double seconds = 30) {
+std::vector<RankExit> WaitForExits(const FakeApiServer& api, KubernetesLauncher& l) {
   std::vector<RankExit> exits;
-  WaitFor([&] {
+  WaitFor(api, [&] {
     auto e = l.Poll();
     exits.insert(exits.end(), e.begin(), e.end());
     return !exits.empty();
-  }, seconds);
+  });
   return exits;
 }
 
@@ -146,7 +172,7 @@ TEST_F(KubernetesLauncherTest, AppliesWatchesReportsEvictionAndDeletes) {
   ASSERT_TRUE(pids.ok()) << pids.status().ToString();
   EXPECT_EQ(*pids, std::vector<int>(2, 0));
   EXPECT_EQ(l.Running("demo-1", 1), 2);
-  std::vector<RankExit> exits = WaitForExits(l);
+  std::vector<RankExit> exits = WaitForExits(api, l);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].rank, RankExit::kAllRanks);
   EXPECT_EQ(exits[0].job_id, "demo-1");
@@ -169,7 +195,7 @@ TEST_F(KubernetesLauncherTest, AppliesWatchesReportsEvictionAndDeletes) {
   // One pod still runs: the attempt is not over until it is gone.
   EXPECT_EQ(l.Running("demo-1", 1), 1);
   l.Terminate("demo-1", 1, /*force=*/true);
-  ASSERT_TRUE(WaitFor([&] { return l.Running("demo-1", 1) == 0; })) << "the attempt never looked gone";
+  ASSERT_TRUE(WaitFor(api, [&] { return l.Running("demo-1", 1) == 0; })) << "the attempt never looked gone";
   EXPECT_TRUE(api.Saw("DELETE", "/jobs/shardd-demo-1-a1", "\"propagationPolicy\":\"Foreground\""));
   EXPECT_TRUE(api.Saw("DELETE", "/services/shardd-demo-1-a1"));
   EXPECT_TRUE(api.Saw("DELETE", "/secrets/shardd-demo-1-a1"));
@@ -181,13 +207,13 @@ TEST_F(KubernetesLauncherTest, CompleteIsExitZero) {
   ASSERT_TRUE(api.up());
   KubernetesLauncher l(api.Options());
   ASSERT_TRUE(l.Launch(Request()).ok());
-  std::vector<RankExit> exits = WaitForExits(l);
+  std::vector<RankExit> exits = WaitForExits(api, l);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].exit_code, 0);
   EXPECT_EQ(exits[0].signal, 0);
-  EXPECT_TRUE(WaitFor([&] { return l.Running("demo-1", 1) == 0; }));  // pods Succeeded
+  EXPECT_TRUE(WaitFor(api, [&] { return l.Running("demo-1", 1) == 0; }));  // pods Succeeded
   // A finished attempt cleans up after itself: no Job or Secret with a dead token stays.
-  EXPECT_TRUE(WaitFor([&] { return api.Saw("DELETE", "/secrets/shardd-demo-1-a1"); }));
+  EXPECT_TRUE(WaitFor(api, [&] { return api.Saw("DELETE", "/secrets/shardd-demo-1-a1"); }));
 }
 
 // While no pod runs yet (scheduling, image pulls) the attempt is pending, so
@@ -198,7 +224,7 @@ TEST_F(KubernetesLauncherTest, PendingUntilAPodRuns) {
   KubernetesLauncher l(api.Options());
   ASSERT_TRUE(l.Launch(Request()).ok());
   EXPECT_TRUE(l.Pending("demo-1", 1)) << "nothing observed yet";
-  EXPECT_TRUE(WaitFor([&] { return !l.Pending("demo-1", 1); })) << "never left pending";
+  EXPECT_TRUE(WaitFor(api, [&] { return !l.Pending("demo-1", 1); })) << "never left pending";
   EXPECT_FALSE(l.Pending("demo-1", 7)) << "an unknown attempt is not pending";
 }
 
@@ -208,7 +234,7 @@ TEST_F(KubernetesLauncherTest, UnschedulablePodIsPendingWithTheSchedulersReason)
   ASSERT_TRUE(api.up());
   KubernetesLauncher l(api.Options());
   ASSERT_TRUE(l.Launch(Request()).ok());
-  ASSERT_TRUE(WaitFor([&] { return !l.PendingReason("demo-1", 1).empty(); })) << "no reason given";
+  ASSERT_TRUE(WaitFor(api, [&] { return !l.PendingReason("demo-1", 1).empty(); })) << "no reason given";
   EXPECT_TRUE(l.Pending("demo-1", 1));
   const std::string why = l.PendingReason("demo-1", 1);
   EXPECT_NE(why.find("shardd-demo-1-a1"), std::string::npos) << why;
@@ -220,7 +246,7 @@ TEST_F(KubernetesLauncherTest, BadInputIsExitCodeTwo) {
   ASSERT_TRUE(api.up());
   KubernetesLauncher l(api.Options());
   ASSERT_TRUE(l.Launch(Request()).ok());
-  std::vector<RankExit> exits = WaitForExits(l);
+  std::vector<RankExit> exits = WaitForExits(api, l);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].exit_code, 2);
   EXPECT_EQ(exits[0].signal, 0);
@@ -231,14 +257,14 @@ TEST_F(KubernetesLauncherTest, RefusedApplyIsANonRetryableExit) {
   ASSERT_TRUE(api.up());
   KubernetesLauncher l(api.Options());
   ASSERT_TRUE(l.Launch(Request()).ok());
-  std::vector<RankExit> exits = WaitForExits(l);
+  std::vector<RankExit> exits = WaitForExits(api, l);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].exit_code, 2);
   EXPECT_NE(exits[0].detail.find("is invalid"), std::string::npos) << exits[0].detail;
   EXPECT_EQ(l.Running("demo-1", 1), 0);
   // The Secret and Service that did get created go with Terminate.
   l.Terminate("demo-1", 1, false);
-  EXPECT_TRUE(WaitFor([&] { return api.Saw("DELETE", "/secrets/shardd-demo-1-a1"); }));
+  EXPECT_TRUE(WaitFor(api, [&] { return api.Saw("DELETE", "/secrets/shardd-demo-1-a1"); }));
 }
 
 TEST_F(KubernetesLauncherTest, PodsThatCannotPullTheirImageFailAfterTheGrace) {
@@ -248,7 +274,7 @@ TEST_F(KubernetesLauncherTest, PodsThatCannotPullTheirImageFailAfterTheGrace) {
   o.image_grace_s = 0.5;
   KubernetesLauncher l(o);
   ASSERT_TRUE(l.Launch(Request()).ok());
-  std::vector<RankExit> exits = WaitForExits(l);
+  std::vector<RankExit> exits = WaitForExits(api, l);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_NE(exits[0].detail.find("ImagePullBackOff"), std::string::npos) << exits[0].detail;
   EXPECT_NE(exits[0].detail.find("giving up"), std::string::npos) << exits[0].detail;
@@ -260,7 +286,7 @@ TEST_F(KubernetesLauncherTest, AdoptFindsTheJobByNameAfterARestart) {
   {
     KubernetesLauncher first(api.Options());
     ASSERT_TRUE(first.Launch(Request()).ok());
-    ASSERT_TRUE(WaitFor([&] { return api.Saw("PATCH", "/jobs/shardd-demo-1-a1"); }));
+    ASSERT_TRUE(WaitFor(api, [&] { return api.Saw("PATCH", "/jobs/shardd-demo-1-a1"); }));
   }  // the coordinator stops: the Job stays
   EXPECT_FALSE(api.Saw("DELETE", "/jobs/"));
   KubernetesLauncherOptions o = api.Options();
@@ -268,12 +294,12 @@ TEST_F(KubernetesLauncherTest, AdoptFindsTheJobByNameAfterARestart) {
   KubernetesLauncher second(o);
   second.Adopt("demo-1", 1, {0, 0});
   EXPECT_GT(second.Running("demo-1", 1), 0);
-  std::vector<RankExit> exits = WaitForExits(second);
+  std::vector<RankExit> exits = WaitForExits(api, second);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].exit_code, 0) << exits[0].detail;  // the scenario runs on to Complete
   // An attempt with no Job anywhere is reported gone.
   second.Adopt("demo-1", 7, {0});
-  exits = WaitForExits(second);
+  exits = WaitForExits(api, second);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].attempt, 7);
   EXPECT_NE(exits[0].detail.find("disappeared"), std::string::npos) << exits[0].detail;
