@@ -72,6 +72,29 @@ shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& l
     if (m.rewards_accuracies() < 0 || m.rewards_accuracies() > 1)
       return shard::InvalidArgument(at + "rewards_accuracies " + Num(m.rewards_accuracies()) + " is outside 0..1");
   }
+  if (m.eval_pairs() < 0)
+    return shard::InvalidArgument(at + "eval_pairs " + std::to_string(m.eval_pairs()) + " is negative");
+  if (m.eval_pairs() > 0 && limits.max_pairs == 0)
+    return shard::InvalidArgument(at + "eval_pairs " + std::to_string(m.eval_pairs()) +
+                                  " in a job with no preference: (an SFT eval has no pairs)");
+  if (m.eval_pairs() > 0 && m.eval_pairs() != m.eval_samples())
+    return shard::InvalidArgument(at + "eval_pairs " + std::to_string(m.eval_pairs()) + " but eval_samples " +
+                                  std::to_string(m.eval_samples()) + " (a preference: eval counts its pairs)");
+  if (m.eval_pairs() > 0) {  // an evaluation changes no weights: the loss scaler skips nothing in it
+    const std::pair<const char*, double> figures[] = {
+        {"eval_rewards_chosen", m.eval_rewards_chosen()},
+        {"eval_rewards_rejected", m.eval_rewards_rejected()},
+        {"eval_rewards_accuracies", m.eval_rewards_accuracies()},
+        {"eval_rewards_margins", m.eval_rewards_margins()},
+        {"eval_logps_chosen", m.eval_logps_chosen()},
+        {"eval_logps_rejected", m.eval_logps_rejected()},
+        {"eval_nll", m.eval_nll()}};
+    for (const auto& [name, v] : figures)
+      if (!std::isfinite(v)) return shard::InvalidArgument(at + name + " " + Num(v) + " is not finite");
+    if (m.eval_rewards_accuracies() < 0 || m.eval_rewards_accuracies() > 1)
+      return shard::InvalidArgument(at + "eval_rewards_accuracies " + Num(m.eval_rewards_accuracies()) +
+                                    " is outside 0..1");
+  }
   return shard::OkStatus();
 }
 

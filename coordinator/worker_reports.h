@@ -19,6 +19,11 @@
 //   pairs         0..global_batch with preference:, else 0  else the row is refused
 //   rewards_*,    finite (accuracies in 0..1) when pairs   else the row is refused
 //   logps_*, nll  > 0, unless the row is `skipped`
+//   eval_pairs    >= 0; 0 without preference:; else      else the row is refused
+//                 = eval_samples
+//   eval_rewards_*, finite (accuracies in 0..1) when      else the row is refused
+//   eval_logps_*,   eval_pairs > 0
+//   eval_nll
 // A refused row is not stored and not counted; the heartbeat that carried it
 // is still a sign of life. The token counter adds with saturation.
 // Pure functions; thread-compatible.

@@ -129,6 +129,22 @@ void WriteMetricsLine(std::ofstream& metrics, const shard::StepMetrics& m) {
       if (std::isfinite(v)) metrics << v; else metrics << "null";
     }
   }
+  if (m.eval_pairs > 0) {  // eval: on held-out pairs after this step: TRL's eval/ names
+    metrics << ",\"eval_pairs\":" << m.eval_pairs;
+    const std::pair<const char*, double> figures[] = {
+        {"eval_loss", m.eval_loss},
+        {"eval/rewards/chosen", m.eval_rewards_chosen},
+        {"eval/rewards/rejected", m.eval_rewards_rejected},
+        {"eval/rewards/accuracies", m.eval_rewards_accuracies},
+        {"eval/rewards/margins", m.eval_rewards_margins},
+        {"eval/logps/chosen", m.eval_logps_chosen},
+        {"eval/logps/rejected", m.eval_logps_rejected},
+        {"eval/nll", m.eval_nll}};
+    for (const auto& [name, v] : figures) {
+      metrics << ",\"" << name << "\":";
+      if (std::isfinite(v)) metrics << v; else metrics << "null";
+    }
+  }
   metrics << "}\n";
   metrics.flush();
 }

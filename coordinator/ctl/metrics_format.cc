@@ -24,6 +24,17 @@ constexpr PreferenceColumn kPreferenceColumns[] = {
     {"logps/rejected", &shardd::v1::MetricRow::logps_rejected},
     {"nll", &shardd::v1::MetricRow::nll, true},
 };
+// The same figures on the held-out pairs (eval: in a preference: job), under
+// TRL's eval/ names; on the steps with eval_pairs > 0.
+constexpr PreferenceColumn kEvalPreferenceColumns[] = {
+    {"eval/rewards/chosen", &shardd::v1::MetricRow::eval_rewards_chosen},
+    {"eval/rewards/rejected", &shardd::v1::MetricRow::eval_rewards_rejected},
+    {"eval/rewards/accuracies", &shardd::v1::MetricRow::eval_rewards_accuracies},
+    {"eval/rewards/margins", &shardd::v1::MetricRow::eval_rewards_margins},
+    {"eval/logps/chosen", &shardd::v1::MetricRow::eval_logps_chosen},
+    {"eval/logps/rejected", &shardd::v1::MetricRow::eval_logps_rejected},
+    {"eval/nll", &shardd::v1::MetricRow::eval_nll, true},
+};
 
 // As wide as the name, and at least as the other columns (10).
 int Width(const PreferenceColumn& c) { return std::max(10, static_cast<int>(std::strlen(c.name))); }
@@ -35,15 +46,24 @@ bool PreferenceJob(const std::vector<shardd::v1::MetricRow>& rows) {
   return false;
 }
 
+// Some step evaluated held-out pairs.
+bool PairEvalJob(const std::vector<shardd::v1::MetricRow>& rows) {
+  for (const auto& r : rows)
+    if (r.eval_pairs() > 0) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   bool scaler = false;
   bool eval = false, exact = false;  // columns only for jobs with an eval section
   const bool preference = PreferenceJob(rows);
-  bool orpo = false;                  // nll: only ORPO reports one
+  const bool pair_eval = PairEvalJob(rows);
+  bool orpo = false, eval_orpo = false;  // nll: only ORPO reports one
   for (const auto& r : rows) {
     orpo = orpo || (r.pairs() > 0 && r.nll() != 0);
+    eval_orpo = eval_orpo || (r.eval_pairs() > 0 && r.eval_nll() != 0);
     scaler = scaler || r.skipped() || (r.loss_scale() != 0 && r.loss_scale() != 1);
     eval = eval || r.eval_samples() > 0;
     exact = exact || (r.eval_samples() > 0 && r.eval_exact_match() >= 0);
@@ -65,6 +85,13 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
       }
   if (eval) out += " EVAL_LOSS ";
   if (exact) out += " EXACT_MATCH";
+  auto eval_shown = [&](const PreferenceColumn& c) { return !c.orpo_only || eval_orpo; };
+  if (pair_eval)
+    for (const PreferenceColumn& c : kEvalPreferenceColumns)
+      if (eval_shown(c)) {
+        std::snprintf(buf, sizeof(buf), " %-*s", Width(c), c.name);
+        out += buf;
+      }
   if (scaler) out += " SCALE      SKIPPED";
   end_line();
   for (const auto& r : rows) {
@@ -88,6 +115,13 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
       else std::snprintf(buf, sizeof(buf), " %-11s", "");
       out += buf;
     }
+    if (pair_eval)
+      for (const PreferenceColumn& c : kEvalPreferenceColumns)
+        if (eval_shown(c)) {
+          if (r.eval_pairs() > 0) std::snprintf(buf, sizeof(buf), " %-*.4f", Width(c), (r.*c.get)());
+          else std::snprintf(buf, sizeof(buf), " %-*s", Width(c), "");
+          out += buf;
+        }
     if (scaler) {
       std::snprintf(buf, sizeof(buf), " %-10g %s", r.loss_scale(), r.skipped() ? "yes" : "");
       out += buf;
@@ -99,6 +133,7 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
 
 std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
   const bool preference = PreferenceJob(rows);
+  const bool pair_eval = PairEvalJob(rows);
   std::string out;
   for (const auto& r : rows) {
     // dump() writes a NaN or infinite double as null: JSON has neither.
@@ -123,6 +158,11 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
       j["pairs"] = r.pairs();
       for (const PreferenceColumn& c : kPreferenceColumns)
         j[c.name] = r.pairs() > 0 ? nlohmann::ordered_json((r.*c.get)()) : nlohmann::ordered_json(nullptr);
+    }
+    if (pair_eval) {  // likewise the rows of a job that never evaluated pairs
+      j["eval_pairs"] = r.eval_pairs();
+      for (const PreferenceColumn& c : kEvalPreferenceColumns)
+        j[c.name] = r.eval_pairs() > 0 ? nlohmann::ordered_json((r.*c.get)()) : nlohmann::ordered_json(nullptr);
     }
     out += j.dump();
     out += "\n";

@@ -120,6 +120,22 @@ json FinalFigures(const RunReportInput& in) {
     f["preference"] = p;
     break;
   }
+  // eval: on held-out pairs: the last evaluation's TRL eval/ metrics.
+  for (auto r = in.rows.rbegin(); r != in.rows.rend(); ++r) {
+    if (r->eval_pairs() <= 0) continue;
+    const std::pair<const char*, double> last[] = {
+        {"eval_rewards_chosen", r->eval_rewards_chosen()},
+        {"eval_rewards_rejected", r->eval_rewards_rejected()},
+        {"eval_rewards_accuracies", r->eval_rewards_accuracies()},
+        {"eval_rewards_margins", r->eval_rewards_margins()},
+        {"eval_logps_chosen", r->eval_logps_chosen()},
+        {"eval_logps_rejected", r->eval_logps_rejected()},
+        {"eval_nll", r->eval_nll()}};
+    json p = {{"step", r->step()}, {"eval_pairs", r->eval_pairs()}};
+    for (const auto& [key, v] : last) p[key] = std::isfinite(v) ? json(v) : json(nullptr);
+    f["preference_eval"] = p;
+    break;
+  }
   return f;
 }
 
@@ -154,6 +170,13 @@ std::string Cards(const json& f) {
     out += Card("rewards/margins", num(p["rewards_margins"]));
     out += Card("rewards/chosen", num(p["rewards_chosen"]));
     out += Card("rewards/rejected", num(p["rewards_rejected"]));
+  }
+  if (f.contains("preference_eval")) {
+    const json& p = f["preference_eval"];
+    out += Card("eval/rewards/accuracies", p["eval_rewards_accuracies"].is_null()
+                                               ? std::string("-")
+                                               : num(p["eval_rewards_accuracies"].get<double>() * 100, " %"));
+    out += Card("eval/rewards/margins", num(p["eval_rewards_margins"]));
   }
   return out + "</div>";
 }
@@ -194,6 +217,29 @@ std::string Charts(const json& m, const std::vector<v1::MetricRow>& rows) {
                          {Series(m, "logps_chosen", "", "chosen", "#17683a"),
                           Series(m, "logps_rejected", "", "rejected", "#c9302a")},
                          commits, restarts);
+  }
+  // eval: on held-out pairs: TRL's eval/ rewards at the steps an evaluation
+  // ran, like the eval loss above.
+  auto eval_series = [&rows](double (v1::MetricRow::*get)() const, const char* id, const char* title,
+                             const char* color) {
+    ChartSeries s{id, title, color, {}, {}, false};
+    for (const v1::MetricRow& r : rows)
+      if (r.eval_pairs() > 0) {
+        s.steps.push_back(r.step());
+        const double v = (r.*get)();
+        s.values.push_back(std::isfinite(v) ? std::optional<double>(v) : std::nullopt);
+      }
+    return s;
+  };
+  if (std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_pairs() > 0; })) {
+    out += SvgLinesChart("eval_rewards", "rewards (eval, held out)",
+                         {eval_series(&v1::MetricRow::eval_rewards_chosen, "", "chosen", "#17683a"),
+                          eval_series(&v1::MetricRow::eval_rewards_rejected, "", "rejected", "#c9302a"),
+                          eval_series(&v1::MetricRow::eval_rewards_margins, "", "margins", "#2a62c9")},
+                         commits, restarts);
+    out += SvgLineChart(eval_series(&v1::MetricRow::eval_rewards_accuracies, "eval_rewards_accuracies",
+                                    "reward accuracy (eval, held out)", "#d0562a"),
+                        commits, restarts);
   }
   out += SvgLineChart(Series(m, "tokens_per_s", "tokens_per_s", "tokens/s", "#8a4fd0"), commits, restarts);
   out += SvgLineChart(Series(m, "lr", "lr", "learning rate", "#c97a2a"), commits, restarts);

@@ -3,7 +3,9 @@
 // and by `shardctl report JOB`: the final figures, the loss and throughput
 // curves (plus lr, gradient norm and the loss scale when a scaler ran; a
 // preference: job's rewards, reward accuracy and log-probs, and its last
-// step's rewards/* as final figures), the
+// step's rewards/* as final figures; with eval: on held-out pairs, their
+// rewards and reward accuracy at the evaluated steps and the last
+// evaluation's eval/rewards/* as final figures), the
 // restarts and checkpoint commits marked on them, the event timeline, the
 // committed checkpoints and the plan the job was admitted with.
 //

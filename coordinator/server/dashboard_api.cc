@@ -105,27 +105,40 @@ json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
 json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                  int max_points) {
   // The series every job has, then a preference: job's (rows with pairs;
-  // an SFT job's JSON keeps its shape).
+  // an SFT job's JSON keeps its shape), then its held-out pairs' (rows with
+  // eval_pairs: null where a point holds no evaluation).
   struct Field {
     const char* key;
     double (v1::MetricRow::*get)() const;
+    int64_t (v1::MetricRow::*rows_with)() const = nullptr;  // a row counts only where this is > 0
   };
   static constexpr Field kBase[] = {{"loss", &v1::MetricRow::loss},
                                     {"lr", &v1::MetricRow::lr},
                                     {"grad_norm", &v1::MetricRow::grad_norm},
                                     {"tokens_per_s", &v1::MetricRow::tokens_per_s},
                                     {"loss_scale", &v1::MetricRow::loss_scale}};
-  static constexpr Field kPreference[] = {{"rewards_chosen", &v1::MetricRow::rewards_chosen},
-                                          {"rewards_rejected", &v1::MetricRow::rewards_rejected},
-                                          {"rewards_accuracies", &v1::MetricRow::rewards_accuracies},
-                                          {"rewards_margins", &v1::MetricRow::rewards_margins},
-                                          {"logps_chosen", &v1::MetricRow::logps_chosen},
-                                          {"logps_rejected", &v1::MetricRow::logps_rejected},
-                                          {"nll", &v1::MetricRow::nll}};
+  constexpr auto kPairs = &v1::MetricRow::pairs;
+  static constexpr Field kPreference[] = {{"rewards_chosen", &v1::MetricRow::rewards_chosen, kPairs},
+                                          {"rewards_rejected", &v1::MetricRow::rewards_rejected, kPairs},
+                                          {"rewards_accuracies", &v1::MetricRow::rewards_accuracies, kPairs},
+                                          {"rewards_margins", &v1::MetricRow::rewards_margins, kPairs},
+                                          {"logps_chosen", &v1::MetricRow::logps_chosen, kPairs},
+                                          {"logps_rejected", &v1::MetricRow::logps_rejected, kPairs},
+                                          {"nll", &v1::MetricRow::nll, kPairs}};
+  constexpr auto kEvalPairs = &v1::MetricRow::eval_pairs;
+  static constexpr Field kPairEval[] = {{"eval_rewards_chosen", &v1::MetricRow::eval_rewards_chosen, kEvalPairs},
+                                        {"eval_rewards_rejected", &v1::MetricRow::eval_rewards_rejected, kEvalPairs},
+                                        {"eval_rewards_accuracies", &v1::MetricRow::eval_rewards_accuracies, kEvalPairs},
+                                        {"eval_rewards_margins", &v1::MetricRow::eval_rewards_margins, kEvalPairs},
+                                        {"eval_logps_chosen", &v1::MetricRow::eval_logps_chosen, kEvalPairs},
+                                        {"eval_logps_rejected", &v1::MetricRow::eval_logps_rejected, kEvalPairs},
+                                        {"eval_nll", &v1::MetricRow::eval_nll, kEvalPairs}};
   const bool preference = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.pairs() > 0; });
+  const bool pair_eval =
+      std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_pairs() > 0; });
   std::vector<Field> fields(std::begin(kBase), std::end(kBase));
   if (preference) fields.insert(fields.end(), std::begin(kPreference), std::end(kPreference));
-  const size_t base = std::size(kBase);
+  if (pair_eval) fields.insert(fields.end(), std::begin(kPairEval), std::end(kPairEval));
 
   max_points = std::max(1, max_points);
   const size_t n = rows.size();
@@ -139,7 +152,7 @@ json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::C
     for (size_t i = start; i < end; ++i) {
       const v1::MetricRow& r = rows[i];
       for (size_t k = 0; k < fields.size(); ++k) {
-        if (k >= base && r.pairs() <= 0) continue;  // a row without pairs has no preference figures
+        if (fields[k].rows_with && (r.*fields[k].rows_with)() <= 0) continue;  // e.g. no pairs: no rewards
         const double v = (r.*fields[k].get)();
         if (std::isfinite(v)) sums[k] += v, ++finite[k];
       }

@@ -28,7 +28,9 @@ nlohmann::json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>
 //  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]};
 // a preference: job (rows with pairs) adds TRL's metrics as "rewards_chosen",
 // "rewards_rejected", "rewards_accuracies", "rewards_margins", "logps_chosen",
-// "logps_rejected" and "nll" (an SFT job's JSON has none of these keys).
+// "logps_rejected" and "nll" (an SFT job's JSON has none of these keys); one
+// that evaluated held-out pairs (rows with eval_pairs) adds the same with an
+// "eval_" prefix, averaged over the evaluated rows of a point (null if none).
 nlohmann::json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                            int max_points);
 

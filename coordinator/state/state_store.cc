@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS metrics(
   loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
   eval_exact_match REAL NOT NULL DEFAULT -1, pairs INTEGER NOT NULL DEFAULT 0, rewards_chosen REAL,
   rewards_rejected REAL, rewards_accuracies REAL, rewards_margins REAL, logps_chosen REAL, logps_rejected REAL,
-  nll REAL, PRIMARY KEY(job_id, step));
+  nll REAL, eval_pairs INTEGER NOT NULL DEFAULT 0, eval_rewards_chosen REAL, eval_rewards_rejected REAL,
+  eval_rewards_accuracies REAL, eval_rewards_margins REAL, eval_logps_chosen REAL, eval_logps_rejected REAL,
+  eval_nll REAL, PRIMARY KEY(job_id, step));
 CREATE TABLE IF NOT EXISTS job_resources(
   job_id TEXT PRIMARY KEY, demand TEXT NOT NULL, placement TEXT NOT NULL);
 )sql";
@@ -61,6 +63,14 @@ constexpr AddedColumn kAddedColumns[] = {
     {"metrics", "logps_chosen", "REAL"},
     {"metrics", "logps_rejected", "REAL"},
     {"metrics", "nll", "REAL"},
+    {"metrics", "eval_pairs", "INTEGER NOT NULL DEFAULT 0"},  // eval: on held-out pairs (0: none)
+    {"metrics", "eval_rewards_chosen", "REAL"},                // TRL's eval/ metrics on them
+    {"metrics", "eval_rewards_rejected", "REAL"},
+    {"metrics", "eval_rewards_accuracies", "REAL"},
+    {"metrics", "eval_rewards_margins", "REAL"},
+    {"metrics", "eval_logps_chosen", "REAL"},
+    {"metrics", "eval_logps_rejected", "REAL"},
+    {"metrics", "eval_nll", "REAL"},
 };
 
 // A prepared statement bound positionally; finalized on scope exit.
@@ -434,13 +444,18 @@ Status StateStore::PutMetrics(const std::string& job_id, const std::vector<shard
     Status st = Stmt(db_,
                      "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
                      "loss_scale,eval_samples,eval_loss,eval_exact_match,pairs,rewards_chosen,rewards_rejected,"
-                     "rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll) "
-                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                     "rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll,eval_pairs,"
+                     "eval_rewards_chosen,eval_rewards_rejected,eval_rewards_accuracies,eval_rewards_margins,"
+                     "eval_logps_chosen,eval_logps_rejected,eval_nll) "
+                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
                     .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
                     .Bind(m.tokens).Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale)
                     .Bind(m.eval_samples).Bind(m.eval_loss).Bind(m.eval_exact_match)
                     .Bind(m.pairs).Bind(m.rewards_chosen).Bind(m.rewards_rejected).Bind(m.rewards_accuracies)
                     .Bind(m.rewards_margins).Bind(m.logps_chosen).Bind(m.logps_rejected).Bind(m.nll)
+                    .Bind(m.eval_pairs).Bind(m.eval_rewards_chosen).Bind(m.eval_rewards_rejected)
+                    .Bind(m.eval_rewards_accuracies).Bind(m.eval_rewards_margins).Bind(m.eval_logps_chosen)
+                    .Bind(m.eval_logps_rejected).Bind(m.eval_nll)
                     .Run();
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -457,7 +472,9 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
   const int64_t max_rows = q.max_rows > 0 ? q.max_rows : -1;
   const std::string columns =
       "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,eval_exact_match,"
-      "pairs,rewards_chosen,rewards_rejected,rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll ";
+      "pairs,rewards_chosen,rewards_rejected,rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll,"
+      "eval_pairs,eval_rewards_chosen,eval_rewards_rejected,eval_rewards_accuracies,eval_rewards_margins,"
+      "eval_logps_chosen,eval_logps_rejected,eval_nll ";
   const std::string sql = columns + (q.last > 0 ? "FROM (SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step "
                                                   "DESC LIMIT ?) ORDER BY step LIMIT ?"
                                                 : "FROM metrics WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
@@ -491,6 +508,16 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
       m.logps_chosen = s.RealOrNaN(17);
       m.logps_rejected = s.RealOrNaN(18);
       m.nll = s.RealOrNaN(19);
+    }
+    m.eval_pairs = s.Int(20);  // 0 in a row from before these columns, or with no eval on pairs
+    if (m.eval_pairs > 0) {
+      m.eval_rewards_chosen = s.RealOrNaN(21);
+      m.eval_rewards_rejected = s.RealOrNaN(22);
+      m.eval_rewards_accuracies = s.RealOrNaN(23);
+      m.eval_rewards_margins = s.RealOrNaN(24);
+      m.eval_logps_chosen = s.RealOrNaN(25);
+      m.eval_logps_rejected = s.RealOrNaN(26);
+      m.eval_nll = s.RealOrNaN(27);
     }
     out.push_back(m);
   }

@@ -110,6 +110,19 @@ function preferenceCharts(m, marks) {
     linesChart("logps", "Log-probs (train)", m.steps, [
       {name: "chosen", color: "#17683a", ys: m.logps_chosen},
       {name: "rejected", color: "#c9302a", ys: m.logps_rejected}], marks),
+    pairEvalCharts(m, marks),
+  ].join("");
+}
+
+// eval: on held-out pairs: the same rewards at the evaluated steps (the eval_* series are null elsewhere).
+function pairEvalCharts(m, marks) {
+  if (!m.eval_rewards_chosen) return "";
+  return [
+    linesChart("eval_rewards", "Rewards (eval)", m.steps, [
+      {name: "chosen", color: "#17683a", ys: m.eval_rewards_chosen},
+      {name: "rejected", color: "#c9302a", ys: m.eval_rewards_rejected},
+      {name: "margins", color: "#2a62c9", ys: m.eval_rewards_margins}], marks),
+    chart("eval_rewards_accuracies", "Reward accuracy (eval)", "#d0562a", m.steps, m.eval_rewards_accuracies, marks),
   ].join("");
 }
 

@@ -27,6 +27,16 @@ v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
     s.set_logps_rejected(m.logps_rejected);
     s.set_nll(m.nll);
   }
+  if (m.eval_pairs > 0) {  // no eval on pairs at this step: unset, as before
+    s.set_eval_pairs(m.eval_pairs);
+    s.set_eval_rewards_chosen(m.eval_rewards_chosen);
+    s.set_eval_rewards_rejected(m.eval_rewards_rejected);
+    s.set_eval_rewards_accuracies(m.eval_rewards_accuracies);
+    s.set_eval_rewards_margins(m.eval_rewards_margins);
+    s.set_eval_logps_chosen(m.eval_logps_chosen);
+    s.set_eval_logps_rejected(m.eval_logps_rejected);
+    s.set_eval_nll(m.eval_nll);
+  }
   return s;
 }
 
@@ -56,6 +66,16 @@ shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
     m.logps_rejected = s.logps_rejected();
     m.nll = s.nll();
   }
+  if (s.eval_pairs() > 0) {  // likewise the held-out pairs' figures
+    m.eval_pairs = s.eval_pairs();
+    m.eval_rewards_chosen = s.eval_rewards_chosen();
+    m.eval_rewards_rejected = s.eval_rewards_rejected();
+    m.eval_rewards_accuracies = s.eval_rewards_accuracies();
+    m.eval_rewards_margins = s.eval_rewards_margins();
+    m.eval_logps_chosen = s.eval_logps_chosen();
+    m.eval_logps_rejected = s.eval_logps_rejected();
+    m.eval_nll = s.eval_nll();
+  }
   return m;
 }
 
@@ -83,6 +103,16 @@ v1::MetricRow ToMetricRow(const shard::StepMetrics& m) {
     r.set_logps_chosen(m.logps_chosen);
     r.set_logps_rejected(m.logps_rejected);
     r.set_nll(m.nll);
+  }
+  if (m.eval_pairs > 0) {
+    r.set_eval_pairs(m.eval_pairs);
+    r.set_eval_rewards_chosen(m.eval_rewards_chosen);
+    r.set_eval_rewards_rejected(m.eval_rewards_rejected);
+    r.set_eval_rewards_accuracies(m.eval_rewards_accuracies);
+    r.set_eval_rewards_margins(m.eval_rewards_margins);
+    r.set_eval_logps_chosen(m.eval_logps_chosen);
+    r.set_eval_logps_rejected(m.eval_logps_rejected);
+    r.set_eval_nll(m.eval_nll);
   }
   return r;
 }

@@ -43,8 +43,9 @@ struct StepMetrics {
   double nll = 0;  // orpo: the chosen replies' mean token NLL
   // eval: on a preference: job's held-out pairs (eval_samples counts the
   // pairs, eval_loss is their mean pair loss): TRL's metrics on them, means
-  // over the pairs; eval_pairs 0 = none at this step. Worker-side only so
-  // far: not yet on the wire or in the store (issue 31).
+  // over the pairs; eval_pairs 0 = none at this step. On the wire, in the
+  // store and in shardctl metrics, the dashboard and the run report only when
+  // eval_pairs > 0.
   int64_t eval_pairs = 0;
   double eval_rewards_chosen = 0, eval_rewards_rejected = 0, eval_rewards_accuracies = 0, eval_rewards_margins = 0;
   double eval_logps_chosen = 0, eval_logps_rejected = 0;

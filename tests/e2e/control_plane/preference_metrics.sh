@@ -8,18 +8,24 @@
 # accuracy and log-prob charts and the last step's figures; the dashboard in
 # headless Chromium draws the rewards chart with its three lines (when
 # chromium is installed); and a standalone worker's --metrics line has the
-# same keys. SFT output without these: metrics.sh, dashboard.sh, run_report.sh.
+# same keys. With eval: on 8 held-out pairs every 4 steps, steps 4, 8 and 12
+# also carry TRL's eval/rewards/*, eval/logps/* (and eval_pairs) in the same
+# places: shardctl metrics' eval/ keys and columns, the report's eval rewards
+# charts and final figures, the dashboard's eval rewards chart, the worker's
+# --metrics line. SFT output without these: metrics.sh, dashboard.sh,
+# run_report.sh.
 source "$(dirname "$0")/lib.sh"
 mkdir -p "$T/data"
 # "rev abc=" -> chosen "cba", rejected the word as it was (tests/unit/train/preference_train_test.cc).
-python3 - "$T/data/pairs.jsonl" <<'PY'
+python3 - "$T/data/pairs.jsonl" "$T/data/eval_pairs.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(3)
-with open(sys.argv[1], "w") as f:
-    for _ in range(64):
-        s = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 6)))
-        rev = s[::-1]
-        f.write(json.dumps({"prompt": f"rev {s}=", "chosen": rev, "rejected": s + "a" if rev == s else s}) + "\n")
+for path, n in ((sys.argv[1], 64), (sys.argv[2], 8)):  # training pairs, then held-out ones
+    with open(path, "w") as f:
+        for _ in range(n):
+            s = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 6)))
+            rev = s[::-1]
+            f.write(json.dumps({"prompt": f"rev {s}=", "chosen": rev, "rejected": s + "a" if rev == s else s}) + "\n")
 PY
 cat > "$T/pref.yaml" <<YAML
 name: pref
@@ -31,6 +37,7 @@ checkpoint: {dir: ckpt, every_steps: 6, keep_last: 2, async: true}
 resources: {device: cpu}
 restart: {max_restarts: 1, backoff_s: 0.2, heartbeat_timeout_s: 4, hang_timeout_s: 60}
 preference: {method: dpo, beta: 0.5}
+eval: {data: data/eval_pairs.jsonl, every_steps: 4, max_samples: 8}
 YAML
 
 start_shardd
@@ -56,11 +63,28 @@ assert abs(first["loss"] - math.log(2)) < 1e-6 and abs(first["rewards/chosen"]) 
 assert last["rewards/margins"] > 0 and last["loss"] < math.log(2), ("DPO did not learn", last)
 print(f"rewards/margins {first['rewards/margins']:.4f} -> {last['rewards/margins']:.4f}, "
       f"rewards/accuracies {first['rewards/accuracies']:.3f} -> {last['rewards/accuracies']:.3f}")
+# eval: on the held-out pairs at steps 4, 8 and 12 (every_steps and the last step).
+eval_keys = tuple("eval/" + k for k in keys) + ("eval/nll",)
+for r in rows:
+    if r["step"] % 4:
+        assert r["eval_pairs"] == 0 and all(r[k] is None for k in eval_keys), r
+        continue
+    assert r["eval_pairs"] == 8 and r["eval_samples"] == 8 and isinstance(r["eval_loss"], float), r
+    assert all(isinstance(r[k], float) for k in eval_keys), r
+    assert 0 <= r["eval/rewards/accuracies"] <= 1 and r["eval/logps/chosen"] < 0 and r["eval/logps/rejected"] < 0, r
+    assert abs(r["eval/rewards/margins"] - (r["eval/rewards/chosen"] - r["eval/rewards/rejected"])) < 1e-9, r
+    assert r["eval/nll"] == 0, r
+ev = [r for r in rows if r["eval_pairs"]]
+assert [r["step"] for r in ev] == [4, 8, 12], [r["step"] for r in ev]
+print("eval/rewards/margins", [round(r["eval/rewards/margins"], 4) for r in ev],
+      "eval/rewards/accuracies", [r["eval/rewards/accuracies"] for r in ev])
 PY
 table=$(ctl metrics "$id") || fail "metrics failed"
 echo "$table" | head -n 2
 echo "$table" | head -n 1 | grep -q "TOKENS/S .*rewards/chosen .*rewards/rejected .*rewards/accuracies .*rewards/margins .*logps/chosen .*logps/rejected$" ||
   fail "the table lacks TRL's columns: $(echo "$table" | head -n 1)"
+echo "$table" | head -n 1 | grep -q "EVAL_LOSS  eval/rewards/chosen .*eval/rewards/accuracies .*eval/logps/rejected$" ||
+  fail "the table lacks TRL's eval/ columns: $(echo "$table" | head -n 1)"
 
 # The report shardd writes when the job ends.
 report=$T/ckpt/pref/report.html
@@ -80,6 +104,12 @@ for s in ("chosen", "rejected", "margins"):
 p = final["preference"]
 assert p["step"] == 12 and p["pairs"] == 8 and p["rewards_margins"] == m["rewards_margins"][-1], p
 print("report: rewards chart", points["rewards"], "points; final rewards/accuracies", p["rewards_accuracies"])
+assert points.get("eval_rewards") == 9 and points.get("eval_rewards_accuracies") == 3, points
+e = final["preference_eval"]
+assert e["step"] == 12 and e["eval_pairs"] == 8 and 0 <= e["eval_rewards_accuracies"] <= 1, e
+assert "eval/rewards/accuracies</span>" in page
+print("report: eval rewards chart", points["eval_rewards"], "points; final eval/rewards/accuracies",
+      e["eval_rewards_accuracies"])
 PY
 
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
@@ -97,6 +127,8 @@ if [ -n "$CHROMIUM" ]; then
   done
   grep -q 'id="chart-rewards_accuracies"[^>]*data-points="12"' <<<"$dom" || fail "no reward accuracy chart"
   grep -q 'id="chart-loss"' <<<"$dom" || fail "no loss chart beside the rewards"
+  grep -q 'id="chart-eval_rewards"[^>]*data-points="9"' <<<"$dom" || fail "no eval rewards chart (3 lines x 3 evals)"
+  grep -q 'id="chart-eval_rewards_accuracies"[^>]*data-points="3"' <<<"$dom" || fail "no eval reward accuracy chart"
   echo "dashboard: the rewards chart shows $points points"
 else
   echo "(chromium is not installed: the dashboard page is not checked here; dashboard.sh skips too)"
@@ -113,5 +145,10 @@ assert [r["step"] for r in rows] == [1, 2], rows
 for r in rows:
     assert r["pairs"] == 8 and 0 <= r["rewards/accuracies"] <= 1 and r["logps/chosen"] < 0, r
     assert all(k in r for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "logps/rejected", "nll")), r
+assert "eval_pairs" not in rows[0], rows[0]  # the last step (2) evaluates, step 1 does not
+e = rows[1]
+assert e["eval_pairs"] == 8 and 0 <= e["eval/rewards/accuracies"] <= 1 and e["eval/logps/chosen"] < 0, e
+assert all(k in e for k in ("eval_loss", "eval/rewards/chosen", "eval/rewards/rejected", "eval/rewards/margins",
+                            "eval/logps/rejected", "eval/nll")), e
 PY
 echo PASS

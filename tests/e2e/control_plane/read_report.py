@@ -71,9 +71,14 @@ def main():
             fail(f"no {k} event in {kinds}")
     if "worker(s)" not in job.get("plan", ""):
         fail("no admission plan")
-    for i in ("events", "checkpoints", "plan", "final", "eval-note"):
+    for i in ("events", "checkpoints", "plan", "final"):
         if i not in r.ids:
             fail(f"no element #{i}")
+    # A job without eval: says so; one with it draws the eval loss instead.
+    if final["eval_loss"] is None and "eval-note" not in r.ids:
+        fail("no element #eval-note (the job has no eval loss)")
+    if final["eval_loss"] is not None and not r.charts.get("eval_loss"):
+        fail(f"an eval loss ({final['eval_loss']}) but no eval loss chart")
     if not m["commits"]:
         fail("no checkpoint commits in the data")
     print(f"report ok: {len(steps)} points per curve, loss {m['loss'][0]:.4f} -> {final['final_loss']:.4f}, "

@@ -99,5 +99,75 @@ TEST(MetricsCodecTest, AnSftStepCarriesNoPreferenceFields) {
   EXPECT_EQ(FromStepMetric(stray, 1).rewards_margins, 0);
 }
 
+// eval: on held-out pairs after a DPO step: TRL's eval/ metrics.
+shard::StepMetrics DpoEvalStep() {
+  shard::StepMetrics m = DpoStep();
+  m.eval_samples = 4;
+  m.eval_loss = 0.625;
+  m.eval_pairs = 4;
+  m.eval_rewards_chosen = 0.0625;
+  m.eval_rewards_rejected = -0.125;
+  m.eval_rewards_accuracies = 0.75;
+  m.eval_rewards_margins = 0.1875;
+  m.eval_logps_chosen = -14.5;
+  m.eval_logps_rejected = -18.75;
+  m.eval_nll = 2.5;
+  return m;
+}
+
+TEST(MetricsCodecTest, APairEvaluationRoundTripsThroughTheWorkersMessage) {
+  const shard::StepMetrics m = DpoEvalStep();
+  v1::StepMetric parsed;
+  ASSERT_TRUE(parsed.ParseFromString(ToStepMetric(m).SerializeAsString()));
+  const shard::StepMetrics back = FromStepMetric(parsed, 2);
+  EXPECT_EQ(back.eval_samples, 4);
+  EXPECT_EQ(back.eval_loss, 0.625);
+  EXPECT_EQ(back.eval_pairs, 4);
+  EXPECT_EQ(back.eval_rewards_chosen, 0.0625);
+  EXPECT_EQ(back.eval_rewards_rejected, -0.125);
+  EXPECT_EQ(back.eval_rewards_accuracies, 0.75);
+  EXPECT_EQ(back.eval_rewards_margins, 0.1875);
+  EXPECT_EQ(back.eval_logps_chosen, -14.5);
+  EXPECT_EQ(back.eval_logps_rejected, -18.75);
+  EXPECT_EQ(back.eval_nll, 2.5);
+  ExpectSamePreference(back, m);
+
+  const v1::MetricRow row = ToMetricRow(back);
+  EXPECT_EQ(row.eval_pairs(), 4);
+  EXPECT_EQ(row.eval_rewards_chosen(), 0.0625);
+  EXPECT_EQ(row.eval_rewards_rejected(), -0.125);
+  EXPECT_EQ(row.eval_rewards_accuracies(), 0.75);
+  EXPECT_EQ(row.eval_rewards_margins(), 0.1875);
+  EXPECT_EQ(row.eval_logps_chosen(), -14.5);
+  EXPECT_EQ(row.eval_logps_rejected(), -18.75);
+  EXPECT_EQ(row.eval_nll(), 2.5);
+}
+
+// A step without an evaluation on pairs (an SFT eval, no eval at all, an
+// older worker) carries none of the eval/ fields: its message is as before.
+TEST(MetricsCodecTest, AStepWithoutPairEvaluationCarriesNoEvalPairFields) {
+  shard::StepMetrics sft_eval = SftStep();
+  sft_eval.eval_samples = 40;
+  sft_eval.eval_loss = 3.75;
+  sft_eval.eval_exact_match = 0.25;
+  const v1::StepMetric wire = ToStepMetric(sft_eval);
+  v1::StepMetric before = wire;  // what the message held before these fields
+  EXPECT_EQ(wire.SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(wire.eval_pairs(), 0);
+  EXPECT_EQ(ToStepMetric(DpoStep()).eval_pairs(), 0);
+  const shard::StepMetrics back = FromStepMetric(wire, 1);
+  EXPECT_EQ(back.eval_pairs, 0);
+  EXPECT_EQ(back.eval_samples, 40);
+  EXPECT_EQ(ToMetricRow(back).eval_pairs(), 0);
+  // Figures without eval pairs (no worker sends them) are not an evaluation on pairs.
+  v1::StepMetric stray = wire;
+  stray.set_eval_rewards_margins(4);
+  EXPECT_EQ(FromStepMetric(stray, 1).eval_rewards_margins, 0);
+  shard::StepMetrics no_pairs = sft_eval;
+  no_pairs.eval_rewards_accuracies = 0.5;  // eval_pairs 0: not sent
+  EXPECT_EQ(ToStepMetric(no_pairs).SerializeAsString(), wire.SerializeAsString());
+  EXPECT_EQ(ToMetricRow(no_pairs).eval_rewards_accuracies(), 0);
+}
+
 }  // namespace
 }  // namespace shardd

@@ -167,18 +167,86 @@ TEST(MetricsFormatTest, APreferenceJobsJsonCarriesTrlsKeys) {
   EXPECT_TRUE(nlohmann::json::parse(lines[1])["rewards/chosen"].is_null());
 }
 
-// An SFT job (no row has pairs) prints exactly what it printed before.
+// An SFT job (no row has pairs or eval pairs) prints exactly what it printed
+// before, an evaluated step included.
 TEST(MetricsFormatTest, AnSftJobHasNoPreferenceColumnsOrKeys) {
-  const std::vector<MetricRow> rows = {Row(1, 5.25, 1), Row(2, 4.5, 1)};
-  const auto lines = Lines(MetricsTable(rows));
-  EXPECT_EQ(lines[0], "STEP       LOSS       LR          GRAD_NORM  TOKENS/S");
-  EXPECT_EQ(lines[1], "1          5.2500     3.000e-04   0.7500     2048");
-  const auto json = Lines(MetricsJsonLines(rows));
-  ASSERT_EQ(json.size(), 2u);
-  EXPECT_EQ(json[0],
+  MetricRow evaluated = Row(2, 4.5, 1);
+  evaluated.set_eval_samples(40);
+  evaluated.set_eval_loss(3.75);
+  evaluated.set_eval_exact_match(-1);
+  const std::vector<MetricRow> rows = {Row(1, 5.25, 1), evaluated};
+  EXPECT_EQ(MetricsTable(rows),
+            "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   EVAL_LOSS\n"
+            "1          5.2500     3.000e-04   0.7500     2048\n"
+            "2          4.5000     3.000e-04   0.7500     2048       3.7500\n");
+  EXPECT_EQ(MetricsJsonLines(rows),
             R"({"step":1,"attempt":1,"loss":5.25,"lr":0.0003,"grad_norm":0.75,"tokens":1024,"seconds":0.5,)"
             R"("tokens_per_s":2048.0,"skipped":false,"loss_scale":1.0,"eval_samples":0,"eval_loss":null,)"
-            R"("eval_exact_match":null})");
+            R"("eval_exact_match":null})"
+            "\n"
+            R"({"step":2,"attempt":1,"loss":4.5,"lr":0.0003,"grad_norm":0.75,"tokens":1024,"seconds":0.5,)"
+            R"("tokens_per_s":2048.0,"skipped":false,"loss_scale":1.0,"eval_samples":40,"eval_loss":3.75,)"
+            R"("eval_exact_match":null})"
+            "\n");
+}
+
+// A DPO step that also evaluated 4 held-out pairs.
+MetricRow DpoEvalRow(int64_t step, double eval_nll = 0) {
+  MetricRow r = DpoRow(step, 0.875);
+  r.set_eval_samples(4);
+  r.set_eval_loss(0.625);
+  r.set_eval_exact_match(-1);
+  r.set_eval_pairs(4);
+  r.set_eval_rewards_chosen(0.0625);
+  r.set_eval_rewards_rejected(-0.125);
+  r.set_eval_rewards_accuracies(0.75);
+  r.set_eval_rewards_margins(0.1875);
+  r.set_eval_logps_chosen(-14.5);
+  r.set_eval_logps_rejected(-18.75);
+  r.set_eval_nll(eval_nll);
+  return r;
+}
+
+// Steps that evaluated held-out pairs add TRL's eval/ columns after
+// EVAL_LOSS (eval/nll only for ORPO); the other steps leave them blank.
+TEST(MetricsFormatTest, PairEvaluationAddsTrlsEvalColumns) {
+  const auto lines = Lines(MetricsTable({DpoRow(1, 0.5), DpoEvalRow(2)}));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0],
+            "STEP       LOSS       LR          GRAD_NORM  TOKENS/S   rewards/chosen rewards/rejected rewards/accuracies "
+            "rewards/margins logps/chosen logps/rejected EVAL_LOSS  eval/rewards/chosen eval/rewards/rejected "
+            "eval/rewards/accuracies eval/rewards/margins eval/logps/chosen eval/logps/rejected");
+  EXPECT_EQ(lines[1].find("0.6250"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("0.6250     0.0625              -0.1250               0.7500                  0.1875     "
+                          "          -14.5000          -18.7500"),
+            std::string::npos)
+      << lines[2];
+  const auto orpo = Lines(MetricsTable({DpoEvalRow(1, 2.5)}));
+  ASSERT_EQ(orpo.size(), 2u);
+  EXPECT_EQ(orpo[0].substr(orpo[0].size() - 28), "eval/logps/rejected eval/nll") << orpo[0];
+  EXPECT_EQ(orpo[1].substr(orpo[1].size() - 6), "2.5000") << orpo[1];
+}
+
+TEST(MetricsFormatTest, PairEvaluationJsonCarriesTrlsEvalKeys) {
+  const auto lines = Lines(MetricsJsonLines({DpoRow(1, 0.5), DpoEvalRow(2)}));
+  ASSERT_EQ(lines.size(), 2u);
+  const auto plain = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(plain["eval_pairs"], 0);
+  EXPECT_TRUE(plain["eval/rewards/accuracies"].is_null());
+  EXPECT_TRUE(plain["eval/nll"].is_null());
+  const auto j = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(j["eval_samples"], 4);
+  EXPECT_EQ(j["eval_loss"], 0.625);
+  EXPECT_EQ(j["eval_pairs"], 4);
+  EXPECT_EQ(j["eval/rewards/chosen"], 0.0625);
+  EXPECT_EQ(j["eval/rewards/rejected"], -0.125);
+  EXPECT_EQ(j["eval/rewards/accuracies"], 0.75);
+  EXPECT_EQ(j["eval/rewards/margins"], 0.1875);
+  EXPECT_EQ(j["eval/logps/chosen"], -14.5);
+  EXPECT_EQ(j["eval/logps/rejected"], -18.75);
+  EXPECT_EQ(j["eval/nll"], 0);
+  // A preference job that never evaluated pairs keeps a47ed99's shape.
+  EXPECT_FALSE(nlohmann::json::parse(Lines(MetricsJsonLines({DpoRow(1, 0.5)}))[0]).contains("eval_pairs"));
 }
 
 }  // namespace

@@ -235,5 +235,62 @@ TEST(WorkerReportsTest, LimitsComeFromTheJobAndSaturate) {
   EXPECT_TRUE(CheckStepMetric(m, l).ok()) << "a skipped step may hold NaN figures";
 }
 
+// eval: on held-out pairs: eval_pairs only in a preference: job and equal to
+// eval_samples, its eval/ figures finite (an evaluation skips nothing), the
+// accuracy a share.
+TEST(WorkerReportsTest, PairEvaluationsAreChecked) {
+  shard::JobConfig job;
+  job.train.steps = 30;
+  job.train.global_batch = 8;
+  job.data.seq_len = 128;
+  StepReportLimits sft = StepReportLimitsFor(job);
+  job.preference.method = shard::PreferenceMethod::kDpo;
+  const StepReportLimits pref = StepReportLimitsFor(job);
+  v1::StepMetric m = Row(3);
+  m.set_pairs(8);
+  m.set_eval_samples(4);
+  m.set_eval_loss(0.625);
+  m.set_eval_pairs(4);
+  m.set_eval_rewards_chosen(0.0625);
+  m.set_eval_rewards_rejected(-0.125);
+  m.set_eval_rewards_accuracies(0.75);
+  m.set_eval_rewards_margins(0.1875);
+  m.set_eval_logps_chosen(-14.5);
+  m.set_eval_logps_rejected(-18.75);
+  EXPECT_TRUE(CheckStepMetric(m, pref).ok()) << CheckStepMetric(m, pref).message();
+  auto refused = [&](const v1::StepMetric& bad, const StepReportLimits& l, const std::string& says) {
+    const shard::Status st = CheckStepMetric(bad, l);
+    EXPECT_TRUE(Contains(st.message(), says)) << st.message() << " should say " << says;
+  };
+  v1::StepMetric bad = m;
+  bad.set_eval_pairs(-1);
+  refused(bad, pref, "step 3: eval_pairs -1 is negative");
+  v1::StepMetric sft_eval = Row(3);  // an SFT eval: samples, no pairs
+  sft_eval.set_eval_samples(4);
+  sft_eval.set_eval_loss(3.5);
+  EXPECT_TRUE(CheckStepMetric(sft_eval, sft).ok());
+  sft_eval.set_eval_pairs(4);
+  refused(sft_eval, sft, "step 3: eval_pairs 4 in a job with no preference:");
+  bad = m;
+  bad.set_eval_samples(5);
+  refused(bad, pref, "step 3: eval_pairs 4 but eval_samples 5");
+  bad = m;
+  bad.set_eval_rewards_accuracies(1.25);
+  refused(bad, pref, "step 3: eval_rewards_accuracies 1.25 is outside 0..1");
+  bad.set_eval_rewards_accuracies(-0.5);
+  refused(bad, pref, "eval_rewards_accuracies -0.5 is outside 0..1");
+  bad = m;
+  bad.set_eval_logps_chosen(-std::numeric_limits<double>::infinity());
+  refused(bad, pref, "step 3: eval_logps_chosen -inf is not finite");
+  bad = m;
+  bad.set_eval_nll(kNaN);
+  bad.set_skipped(true);  // the step's own figures may be NaN then; the evaluation's not
+  refused(bad, pref, "step 3: eval_nll nan is not finite");
+  bad = m;
+  bad.set_eval_pairs(0);  // no evaluation on pairs: stray figures are not looked at (the codec drops them)
+  bad.set_eval_rewards_accuracies(7);
+  EXPECT_TRUE(CheckStepMetric(bad, pref).ok()) << CheckStepMetric(bad, pref).message();
+}
+
 }  // namespace
 }  // namespace shardd::testing

@@ -162,6 +162,42 @@ TEST(RunReportTest, APreferenceJobHasRewardsChartsAndFigures) {
   EXPECT_FALSE(Data(sft)["final"].contains("preference"));
 }
 
+// eval: on held-out pairs: the eval rewards and reward accuracy charts hold
+// the evaluated steps only (like the eval loss), and the last evaluation's
+// eval/ figures are final figures; a job without one has none of it.
+TEST(RunReportTest, PairEvaluationsHaveEvalRewardsChartsAndFigures) {
+  RunReportInput in = Input(20);
+  for (int i = 0; i < 20; ++i) in.rows[i].set_pairs(8);
+  const std::string none = RunReportHtml(in);
+  EXPECT_EQ(DataPoints(none, "eval_rewards"), -1);
+  EXPECT_EQ(none.find("eval/rewards"), std::string::npos);
+  EXPECT_FALSE(Data(none)["final"].contains("preference_eval"));
+  for (int i = 4; i < 20; i += 5) {  // steps 5, 10, 15, 20
+    v1::MetricRow& r = in.rows[i];
+    r.set_eval_samples(4);
+    r.set_eval_loss(0.6);
+    r.set_eval_pairs(4);
+    r.set_eval_rewards_chosen(0.1 * i);
+    r.set_eval_rewards_rejected(-0.1 * i);
+    r.set_eval_rewards_margins(0.2 * i);
+    r.set_eval_rewards_accuracies(i < 10 ? 0.5 : 0.75);
+    r.set_eval_logps_chosen(-9);
+    r.set_eval_logps_rejected(-11);
+  }
+  const std::string html = RunReportHtml(in);
+  EXPECT_EQ(DataPoints(html, "eval_loss"), 4);
+  EXPECT_EQ(DataPoints(html, "eval_rewards"), 3 * 4);
+  EXPECT_EQ(DataPoints(html, "eval_rewards_accuracies"), 4);
+  const auto p = Data(html)["final"]["preference_eval"];
+  EXPECT_EQ(p["step"], 20);
+  EXPECT_EQ(p["eval_pairs"], 4);
+  EXPECT_DOUBLE_EQ(p["eval_rewards_accuracies"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(p["eval_rewards_margins"].get<double>(), 0.2 * 19);
+  EXPECT_DOUBLE_EQ(p["eval_logps_rejected"].get<double>(), -11);
+  EXPECT_NE(html.find("<span class=\"muted\">eval/rewards/accuracies</span><b>75 %</b>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"muted\">eval/rewards/margins</span>"), std::string::npos);
+}
+
 // The one-line chart's markup, as it was before charts could hold several
 // lines (an SFT report draws exactly what it drew).
 TEST(SvgChartTest, OneLineMarkupIsUnchanged) {

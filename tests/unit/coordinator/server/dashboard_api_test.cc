@@ -85,6 +85,38 @@ TEST(DashboardApiTest, APreferenceJobAddsTheRewardsSeries) {
                                             "tokens_per_s", "total_rows"}));
 }
 
+// eval: on held-out pairs: the eval_ series average only the evaluated rows
+// of a point (null where a point holds none); a job that never evaluated
+// pairs has none of these keys.
+TEST(DashboardApiTest, PairEvaluationsAddTheEvalRewardsSeries) {
+  auto rows = Rows(40);
+  for (int i = 0; i < 40; ++i) rows[i].set_pairs(8);
+  const auto before = MetricsJson(rows, {}, 20);
+  EXPECT_FALSE(before.contains("eval_rewards_chosen"));
+  for (int i = 9; i < 40; i += 10) {  // steps 10, 20, 30, 40
+    rows[i].set_eval_pairs(4);
+    rows[i].set_eval_samples(4);
+    rows[i].set_eval_rewards_chosen(0.25 * (i / 10));
+    rows[i].set_eval_rewards_rejected(-0.5);
+    rows[i].set_eval_rewards_accuracies(0.75);
+    rows[i].set_eval_rewards_margins(1);
+    rows[i].set_eval_logps_chosen(-10);
+    rows[i].set_eval_logps_rejected(-12);
+  }
+  rows[0].set_eval_rewards_accuracies(0.125);  // a row without eval pairs: left out
+  const auto j = MetricsJson(rows, {}, 20);    // two rows a point: steps 9-10 hold one evaluation
+  for (const char* key : {"eval_rewards_chosen", "eval_rewards_rejected", "eval_rewards_accuracies",
+                          "eval_rewards_margins", "eval_logps_chosen", "eval_logps_rejected", "eval_nll"})
+    ASSERT_EQ(j[key].size(), 20u) << key;
+  EXPECT_TRUE(j["eval_rewards_accuracies"][0].is_null());
+  EXPECT_DOUBLE_EQ(j["eval_rewards_accuracies"][4].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["eval_rewards_chosen"][4].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["eval_rewards_chosen"][19].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["eval_logps_rejected"][9].get<double>(), -12);
+  EXPECT_TRUE(j["eval_rewards_margins"][5].is_null());
+  EXPECT_DOUBLE_EQ(j["rewards_chosen"][5].get<double>(), 0) << "the train series are as before";
+}
+
 TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {
   v1::JobStatus s;
   s.set_id("demo-1");

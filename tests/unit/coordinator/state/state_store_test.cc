@@ -1,7 +1,8 @@
 // The SQLite state store: every record kind round-trips (binary blobs
 // included: specs are serialized protobuf), writes replace by key, an event
 // and its job land together or not at all, everything survives a reopen,
-// metric queries select by step, a preference: step keeps TRL's metrics, and
+// metric queries select by step, a preference: step keeps TRL's metrics (and
+// eval/ metrics of an evaluation on held-out pairs), and
 // a database from an older version opens with its rows and gains the columns
 // added since.
 #include "coordinator/state/state_store.h"
@@ -377,6 +378,96 @@ TEST_F(StateStoreTest, DatabaseFromBeforeThePreferenceColumnsOpensAndTakesPrefer
     EXPECT_EQ((*pref)[0].pairs, 4);
     EXPECT_DOUBLE_EQ((*pref)[0].rewards_accuracies, 0.75);
     EXPECT_DOUBLE_EQ((*pref)[0].logps_chosen, -9.5);
+  }
+}
+
+// eval: on held-out pairs: the evaluated step keeps TRL's eval/ metrics;
+// other steps read back with none.
+TEST_F(StateStoreTest, PairEvaluationsKeepTheirEvalRewards) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  shard::StepMetrics plain{.step = 1, .attempt = 1, .loss = 0.6931, .lr = 1e-3, .grad_norm = 0.5, .tokens = 96};
+  plain.pairs = 8;
+  shard::StepMetrics evaluated = plain;
+  evaluated.step = 2;
+  evaluated.eval_samples = 4;
+  evaluated.eval_loss = 0.625;
+  evaluated.eval_pairs = 4;
+  evaluated.eval_rewards_chosen = 0.0625;
+  evaluated.eval_rewards_rejected = -0.125;
+  evaluated.eval_rewards_accuracies = 0.75;
+  evaluated.eval_rewards_margins = 0.1875;
+  evaluated.eval_logps_chosen = -14.5;
+  evaluated.eval_logps_rejected = -18.75;
+  evaluated.eval_nll = 2.5;
+  ASSERT_TRUE(s->PutMetrics("pref-e", {plain, evaluated}).ok());
+  auto m = s->LoadMetrics("pref-e");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].eval_pairs, 0);
+  EXPECT_EQ((*m)[0].eval_rewards_chosen, 0);
+  const shard::StepMetrics& e = (*m)[1];
+  EXPECT_EQ(e.eval_samples, 4);
+  EXPECT_DOUBLE_EQ(e.eval_loss, 0.625);
+  EXPECT_EQ(e.eval_pairs, 4);
+  EXPECT_DOUBLE_EQ(e.eval_rewards_chosen, 0.0625);
+  EXPECT_DOUBLE_EQ(e.eval_rewards_rejected, -0.125);
+  EXPECT_DOUBLE_EQ(e.eval_rewards_accuracies, 0.75);
+  EXPECT_DOUBLE_EQ(e.eval_rewards_margins, 0.1875);
+  EXPECT_DOUBLE_EQ(e.eval_logps_chosen, -14.5);
+  EXPECT_DOUBLE_EQ(e.eval_logps_rejected, -18.75);
+  EXPECT_DOUBLE_EQ(e.eval_nll, 2.5);
+}
+
+// A state database as the version before the eval-pair columns created it
+// (the preference columns, no eval_pairs/eval_rewards_*): the new daemon opens
+// it, reads its rows as steps without a pair evaluation, and stores one.
+TEST_F(StateStoreTest, DatabaseFromBeforeTheEvalPairColumnsOpensAndTakesPairEvaluations) {
+  fs::create_directories(Path("state"));
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((Path("state") + "/shardd.db").c_str(), &db), SQLITE_OK);
+    const char* old_schema = R"sql(
+      CREATE TABLE metrics(
+        job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
+        grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
+        loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
+        eval_exact_match REAL NOT NULL DEFAULT -1, pairs INTEGER NOT NULL DEFAULT 0, rewards_chosen REAL,
+        rewards_rejected REAL, rewards_accuracies REAL, rewards_margins REAL, logps_chosen REAL, logps_rejected REAL,
+        nll REAL, PRIMARY KEY(job_id, step));
+      INSERT INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,loss_scale,eval_samples,eval_loss,
+                          eval_exact_match,pairs,rewards_accuracies)
+        VALUES(CAST('pref-3' AS BLOB), 1, 1, 0.69, 1e-3, 0.9, 512, 0.25, 1, 4, 0.7, -1, 8, 0.5);
+    )sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    auto old = s->LoadMetrics("pref-3");
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    ASSERT_EQ(old->size(), 1u);
+    EXPECT_EQ((*old)[0].pairs, 8);
+    EXPECT_DOUBLE_EQ((*old)[0].rewards_accuracies, 0.5);
+    EXPECT_EQ((*old)[0].eval_samples, 4);
+    EXPECT_EQ((*old)[0].eval_pairs, 0) << "an old row has no eval/ figures";
+    EXPECT_EQ((*old)[0].eval_rewards_accuracies, 0);
+    if (open == 0) {
+      shard::StepMetrics dpo{.step = 1, .attempt = 1, .loss = 0.5};
+      dpo.pairs = 4;
+      dpo.eval_samples = dpo.eval_pairs = 2;
+      dpo.eval_rewards_accuracies = 1;
+      dpo.eval_logps_rejected = -7.25;
+      ASSERT_TRUE(s->PutMetrics("pref-4", {dpo}).ok());
+    }
+    auto pref = s->LoadMetrics("pref-4");
+    ASSERT_TRUE(pref.ok()) << pref.status().ToString();
+    ASSERT_EQ(pref->size(), 1u);
+    EXPECT_EQ((*pref)[0].eval_pairs, 2);
+    EXPECT_DOUBLE_EQ((*pref)[0].eval_rewards_accuracies, 1);
+    EXPECT_DOUBLE_EQ((*pref)[0].eval_logps_rejected, -7.25);
   }
 }
 
