@@ -159,13 +159,92 @@ std::string FormatPlanText(const Plan& p) {
   return out;
 }
 
+namespace {
+
+using nlohmann::json;
+
+json MemoryItemsJson(const std::vector<MemoryItem>& v) {
+  json a = json::array();
+  for (const auto& i : v) a.push_back({{"what", i.what}, {"bytes", i.bytes}, {"how", i.how}});
+  return a;
+}
+
+// What is trained and how: the model, method, precision, sharding, batch;
+// under peft: the adapters; for a preference job its pairs.
+json WorkloadJson(const Workload& w) {
+  json j = {{"model", w.model_name},
+            {"parameters", w.model.NumParams()},
+            {"family", w.model.family_name()},
+            {"method", MethodName(w.method)},
+            {"compute_dtype", w.cpu_engine ? "fp32" : DTypeName(w.compute)},
+            {"fp32_master", w.fp32_master},
+            {"strategy", StrategyName(w.strategy)},
+            {"world_size", w.world},
+            {"activation_checkpointing", w.activation_checkpointing},
+            {"offload_optimizer", w.offload.optimizer},
+            {"micro_batch", w.micro_batch},
+            {"seq_len", w.seq_len},
+            {"global_batch", w.global_batch},
+            {"summary", w.Describe()}};
+  if (w.method != Method::kFull) {
+    json targets = json::array();
+    for (LoraTarget t : w.lora_targets) targets.push_back(LoraTargetName(t));
+    // The dtype the frozen base is held in; QLoRA holds its block linears in NF4.
+    j["base_dtype"] = DTypeName(w.base_dtype());
+    j["peft"] = {{"r", w.lora_rank},
+                 {"target_modules", targets},
+                 {"trainable_parameters", LoraParams(w.model, w.lora_rank, w.lora_targets)},
+                 {"base_linear_format", w.method == Method::kQlora ? "nf4" : DTypeName(w.base_dtype())},
+                 {"nf4_bits_per_weight", w.method == Method::kQlora ? w.qlora_bits : 0.0}};
+  }
+  if (w.rows_per_item == 2) j["preference_pairs_per_micro_batch"] = w.micro_batch / 2;
+  return j;
+}
+
+json TimeJson(const StepTime& t) {
+  return {{"compute_s_per_micro_batch", t.compute_s},
+          {"comm_s_per_micro_batch", t.comm_s},
+          {"exposed_comm_s_per_micro_batch", t.exposed_comm_s},
+          {"step_comm_s", t.step_comm_s},
+          {"optimizer_s", t.optimizer_s},
+          {"offload_s", t.offload_s},
+          {"micro_batches_per_step", t.micro_batches},
+          {"step_s", t.step_s},
+          {"tokens_per_s", t.tokens_per_s},
+          {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
+          {"mfu", t.mfu},
+          {"hfu", t.hfu},
+          {"model_flops_per_token", t.model_flops_per_token},
+          {"peak_tflops", t.peak_tflops},
+          {"efficiency", t.efficiency},
+          {"collective_gbs", t.collective_gbs},
+          {"bottleneck", t.bottleneck},
+          {"from_kernels", t.from_kernels},
+          {"gemm_s_per_micro_batch", t.gemm_s},
+          {"attention_s_per_micro_batch", t.attention_s},
+          {"elementwise_s_per_micro_batch", t.elementwise_s}};
+}
+
+json RecommendationsJson(const std::vector<Recommendation>& v) {
+  json recs = json::array();
+  for (const auto& r : v) {
+    recs.push_back({{"change", r.change},
+                    {"set", r.sets},
+                    {"cluster", r.cluster},
+                    {"supported", r.supported},
+                    {"verdict", VerdictName(r.verdict)},
+                    {"device_bytes", r.device_bytes},
+                    {"host_bytes", r.host_bytes},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"mfu", r.mfu},
+                    {"note", r.note}});
+  }
+  return recs;
+}
+
+}  // namespace
+
 std::string PlanToJson(const Plan& p) {
-  using nlohmann::json;
-  auto items = [](const std::vector<MemoryItem>& v) {
-    json a = json::array();
-    for (const auto& i : v) a.push_back({{"what", i.what}, {"bytes", i.bytes}, {"how", i.how}});
-    return a;
-  };
   const Workload& w = p.workload;
   json j;
   j["job"] = p.job_file;
@@ -180,91 +259,29 @@ std::string PlanToJson(const Plan& p) {
                   {"nodes", p.cluster.nodes},
                   {"gpus_per_node", p.cluster.gpus_per_node},
                   {"host_ram_gib", p.cluster.host.ram_gib}};
-  j["workload"] = {{"model", w.model_name},
-                   {"parameters", w.model.NumParams()},
-                   {"family", w.model.family_name()},
-                   {"method", MethodName(w.method)},
-                   {"compute_dtype", w.cpu_engine ? "fp32" : DTypeName(w.compute)},
-                   {"fp32_master", w.fp32_master},
-                   {"strategy", StrategyName(w.strategy)},
-                   {"world_size", w.world},
-                   {"activation_checkpointing", w.activation_checkpointing},
-                   {"offload_optimizer", w.offload.optimizer},
-                   {"micro_batch", w.micro_batch},
-                   {"seq_len", w.seq_len},
-                   {"global_batch", w.global_batch},
-                   {"summary", w.Describe()}};
-  if (w.method != Method::kFull) {
-    nlohmann::json targets = nlohmann::json::array();
-    for (LoraTarget t : w.lora_targets) targets.push_back(LoraTargetName(t));
-    // The dtype the frozen base is held in; QLoRA holds its block linears in NF4.
-    j["workload"]["base_dtype"] = DTypeName(w.base_dtype());
-    j["workload"]["peft"] = {
-        {"r", w.lora_rank},
-        {"target_modules", targets},
-        {"trainable_parameters", LoraParams(w.model, w.lora_rank, w.lora_targets)},
-        {"base_linear_format", w.method == Method::kQlora ? "nf4" : DTypeName(w.base_dtype())},
-        {"nf4_bits_per_weight", w.method == Method::kQlora ? w.qlora_bits : 0.0}};
-  }
-  j["memory"] = {{"device", items(p.memory.device)},
+  j["workload"] = WorkloadJson(w);
+  j["memory"] = {{"device", MemoryItemsJson(p.memory.device)},
                  {"device_total_bytes", p.memory.device_total},
                  {"device_capacity_bytes", p.device_capacity_bytes()},
-                 {"host", items(p.memory.host)},
+                 {"host", MemoryItemsJson(p.memory.host)},
                  {"host_total_bytes", p.memory.host_total},
                  {"host_pinned_bytes", p.memory.host_pinned},
                  {"host_capacity_bytes", p.host_capacity_bytes()},
                  {"ranks_per_node", p.memory.ranks_per_node}};
-  const StepTime& t = p.time;
-  j["time"] = {{"compute_s_per_micro_batch", t.compute_s},
-               {"comm_s_per_micro_batch", t.comm_s},
-               {"exposed_comm_s_per_micro_batch", t.exposed_comm_s},
-               {"step_comm_s", t.step_comm_s},
-               {"optimizer_s", t.optimizer_s},
-               {"offload_s", t.offload_s},
-               {"micro_batches_per_step", t.micro_batches},
-               {"step_s", t.step_s},
-               {"tokens_per_s", t.tokens_per_s},
-               {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
-               {"mfu", t.mfu},
-               {"hfu", t.hfu},
-               {"model_flops_per_token", t.model_flops_per_token},
-               {"peak_tflops", t.peak_tflops},
-               {"efficiency", t.efficiency},
-               {"collective_gbs", t.collective_gbs},
-               {"bottleneck", t.bottleneck},
-               {"from_kernels", t.from_kernels},
-               {"gemm_s_per_micro_batch", t.gemm_s},
-               {"attention_s_per_micro_batch", t.attention_s},
-               {"elementwise_s_per_micro_batch", t.elementwise_s}};
+  j["time"] = TimeJson(p.time);
   j["checkpoint"] = {{"bytes_per_checkpoint", p.checkpoint.bytes_per_checkpoint},
                      {"keep_last", p.checkpoint.keep_last},
                      {"disk_bytes", p.checkpoint.disk_bytes},
                      {"bytes_per_node", p.checkpoint.bytes_per_node},
                      {"disk_write_gbs", p.checkpoint.disk_write_gbs},
                      {"save_s", p.checkpoint.save_s}};
-  if (w.rows_per_item == 2) {
-    j["workload"]["preference_pairs_per_micro_batch"] = w.micro_batch / 2;
-    if (w.reference_pairs >= 0)
-      j["reference"] = {{"pairs", p.reference.pairs},
-                        {"forwards_per_rank", p.reference.forwards},
-                        {"forward_s", p.reference.forward_s},
-                        {"pass_s", p.reference.pass_s},
-                        {"file_bytes", p.reference.file_bytes}};
-  }
-  json recs = json::array();
-  for (const auto& r : p.recommendations) {
-    recs.push_back({{"change", r.change},
-                    {"set", r.sets},
-                    {"cluster", r.cluster},
-                    {"supported", r.supported},
-                    {"verdict", VerdictName(r.verdict)},
-                    {"device_bytes", r.device_bytes},
-                    {"host_bytes", r.host_bytes},
-                    {"tokens_per_s", r.tokens_per_s},
-                    {"mfu", r.mfu},
-                    {"note", r.note}});
-  }
-  j["recommendations"] = recs;
+  if (w.rows_per_item == 2 && w.reference_pairs >= 0)
+    j["reference"] = {{"pairs", p.reference.pairs},
+                      {"forwards_per_rank", p.reference.forwards},
+                      {"forward_s", p.reference.forward_s},
+                      {"pass_s", p.reference.pass_s},
+                      {"file_bytes", p.reference.file_bytes}};
+  j["recommendations"] = RecommendationsJson(p.recommendations);
   return j.dump(2);
 }
 

@@ -159,9 +159,10 @@ TEST_F(StateStoreTest, CheckpointsAndMetricsRoundTrip) {
   ASSERT_TRUE(s->DeleteCheckpoint("tiny-1", 20).ok());
   EXPECT_EQ(s->LoadCheckpoints("tiny-1")->size(), 1u);
 
-  ASSERT_TRUE(s->PutMetrics("tiny-1", {{2, 1, 3.5, 1e-3, 0.7, 0.25, 512}, {1, 1, 4.0, 5e-4, 0.9, 0.5, 512}}).ok());
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {shard::StepMetrics{.step = 2, .attempt = 1, .loss = 3.5, .lr = 1e-3, .grad_norm = 0.7, .seconds = 0.25, .tokens = 512},
+                                       shard::StepMetrics{.step = 1, .attempt = 1, .loss = 4.0, .lr = 5e-4, .grad_norm = 0.9, .seconds = 0.5, .tokens = 512}}).ok());
   ASSERT_TRUE(s->PutMetrics("tiny-1", {}).ok());
-  ASSERT_TRUE(s->PutMetrics("tiny-1", {{2, 2, 3.25, 1e-3, 0.6, 0.3, 512}}).ok());  // attempt 2 redoes step 2
+  ASSERT_TRUE(s->PutMetrics("tiny-1", {shard::StepMetrics{.step = 2, .attempt = 2, .loss = 3.25, .lr = 1e-3, .grad_norm = 0.6, .seconds = 0.3, .tokens = 512}}).ok());  // attempt 2 redoes step 2
   auto m = s->LoadMetrics("tiny-1");
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->size(), 2u);
@@ -478,7 +479,7 @@ TEST_F(StateStoreTest, EverythingSurvivesAReopen) {
     ASSERT_TRUE(s->AppendEvent({"tiny-7", 1, 10, 0, "submitted", "ok", 1}, Job("tiny-7")).ok());
     ASSERT_TRUE(s->PutWorker({"tiny-7", 2, 0, 4242, "h", "registered"}).ok());
     ASSERT_TRUE(s->PutCheckpoint({"tiny-7", 5, 1, 1, 10, "/p", 1}).ok());
-    ASSERT_TRUE(s->PutMetrics("tiny-7", {{5, 2, 1.0, 0, 0, 0, 0}}).ok());
+    ASSERT_TRUE(s->PutMetrics("tiny-7", {shard::StepMetrics{.step = 5, .attempt = 2, .loss = 1.0, .lr = 0, .grad_norm = 0, .seconds = 0, .tokens = 0}}).ok());
   }
   auto s = Open();
   ASSERT_NE(s, nullptr);
