@@ -104,19 +104,24 @@ json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
 
 json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                  int max_points) {
-  // The series every job has, then a preference: job's (rows with pairs;
-  // an SFT job's JSON keeps its shape), then its held-out pairs' (rows with
-  // eval_pairs: null where a point holds no evaluation).
+  // The series every job has, then the held-out evaluation's loss and exact
+  // match (rows with eval_samples; a job without eval: keeps its shape), then
+  // a preference: job's (rows with pairs), then its held-out pairs' (rows with
+  // eval_pairs). An evaluated series is null where a point holds no evaluation.
   struct Field {
     const char* key;
     double (v1::MetricRow::*get)() const;
     int64_t (v1::MetricRow::*rows_with)() const = nullptr;  // a row counts only where this is > 0
+    bool negative_is_none = false;                          // eval_exact_match: -1 = not computed
   };
   static constexpr Field kBase[] = {{"loss", &v1::MetricRow::loss},
                                     {"lr", &v1::MetricRow::lr},
                                     {"grad_norm", &v1::MetricRow::grad_norm},
                                     {"tokens_per_s", &v1::MetricRow::tokens_per_s},
                                     {"loss_scale", &v1::MetricRow::loss_scale}};
+  constexpr auto kEvalSamples = &v1::MetricRow::eval_samples;
+  static constexpr Field kEval[] = {{"eval_loss", &v1::MetricRow::eval_loss, kEvalSamples},
+                                    {"eval_exact_match", &v1::MetricRow::eval_exact_match, kEvalSamples, true}};
   constexpr auto kPairs = &v1::MetricRow::pairs;
   static constexpr Field kPreference[] = {{"rewards_chosen", &v1::MetricRow::rewards_chosen, kPairs},
                                           {"rewards_rejected", &v1::MetricRow::rewards_rejected, kPairs},
@@ -133,10 +138,12 @@ json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::C
                                         {"eval_logps_chosen", &v1::MetricRow::eval_logps_chosen, kEvalPairs},
                                         {"eval_logps_rejected", &v1::MetricRow::eval_logps_rejected, kEvalPairs},
                                         {"eval_nll", &v1::MetricRow::eval_nll, kEvalPairs}};
+  const bool eval = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_samples() > 0; });
   const bool preference = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.pairs() > 0; });
   const bool pair_eval =
       std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_pairs() > 0; });
   std::vector<Field> fields(std::begin(kBase), std::end(kBase));
+  if (eval) fields.insert(fields.end(), std::begin(kEval), std::end(kEval));
   if (preference) fields.insert(fields.end(), std::begin(kPreference), std::end(kPreference));
   if (pair_eval) fields.insert(fields.end(), std::begin(kPairEval), std::end(kPairEval));
 
@@ -154,6 +161,7 @@ json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::C
       for (size_t k = 0; k < fields.size(); ++k) {
         if (fields[k].rows_with && (r.*fields[k].rows_with)() <= 0) continue;  // e.g. no pairs: no rewards
         const double v = (r.*fields[k].get)();
+        if (fields[k].negative_is_none && v < 0) continue;
         if (std::isfinite(v)) sums[k] += v, ++finite[k];
       }
     }

@@ -98,6 +98,15 @@ function linesChart(id, title, xs, lines, marks, opts) {
   return `<div class="chart"><h3>${esc(title)} <span class="muted">${legend}</span></h3>${svg}</div>`;
 }
 
+// The held-out evaluation's loss and greedy exact match (eval: in the job
+// file), only when the metrics carry them; null between evaluated steps.
+function evalCharts(m, marks) {
+  if (!m.eval_loss) return "";
+  const matched = (m.eval_exact_match || []).some(v => v !== null);
+  return chart("eval_loss", "Loss (eval)", "#17683a", m.steps, m.eval_loss, marks) +
+    (matched ? chart("eval_exact_match", "Exact match (eval)", "#8a4fd1", m.steps, m.eval_exact_match, marks) : "");
+}
+
 // A preference: job's charts (TRL's rewards/*, logps/*), only when the metrics carry them.
 function preferenceCharts(m, marks) {
   if (!m.rewards_chosen) return "";
@@ -152,6 +161,7 @@ async function jobPage(id) {
   const card = (label, value) => `<div class="card"><span class="muted">${label}</span><b>${value}</b></div>`;
   const charts = [
     chart("loss", "Loss (train)", "#2a62c9", m.steps, m.loss, marks),
+    evalCharts(m, marks),
     preferenceCharts(m, marks),
     chart("lr", "Learning rate", "#8a4fd1", m.steps, m.lr, marks),
     chart("grad_norm", "Gradient norm", "#d1622a", m.steps, m.grad_norm, marks),
@@ -174,7 +184,7 @@ async function jobPage(id) {
       ${card("Restarts", `${j.restarts}/${j.max_restarts}`)}${card("Committed", p.last_committed_step >= 0 ? p.last_committed_step : "none")}</div>
     <div class="legend">${m.total_rows} steps reported, ${m.steps.length} points drawn
       <i style="background:#2a9d55"></i>checkpoint committed <i style="background:#d33"></i>new attempt (restart or preemption)
-      · eval loss: none reported (no evaluation runs during training)</div>
+      · ${m.eval_loss ? "held-out evaluation: the eval charts" : "no held-out evaluation reported (eval: in the job file)"}</div>
     <div class="charts" id="charts">${charts}</div>
     <h2>Workers</h2><table id="workers"><tr><th>Rank</th><th>Host</th><th>PID</th><th>State</th><th>Step</th>
       <th>Heartbeat age</th><th>RSS</th><th>Step time (s)</th><th>Devices</th></tr>${workers}</table>

@@ -129,6 +129,8 @@ if [ -n "$CHROMIUM" ]; then
   grep -q 'id="chart-loss"' <<<"$dom" || fail "no loss chart beside the rewards"
   grep -q 'id="chart-eval_rewards"[^>]*data-points="9"' <<<"$dom" || fail "no eval rewards chart (3 lines x 3 evals)"
   grep -q 'id="chart-eval_rewards_accuracies"[^>]*data-points="3"' <<<"$dom" || fail "no eval reward accuracy chart"
+  grep -q 'id="chart-eval_loss"[^>]*data-points="3"' <<<"$dom" || fail "no eval loss chart (the pair loss at 3 evals)"
+  grep -q 'id="chart-eval_exact_match"' <<<"$dom" && fail "an exact match chart for pairs (never computed for them)"
   echo "dashboard: the rewards chart shows $points points"
 else
   echo "(chromium is not installed: the dashboard page is not checked here; dashboard.sh skips too)"

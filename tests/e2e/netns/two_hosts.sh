@@ -7,6 +7,12 @@
 # retryable code (like deploy/slurm/external-job.sbatch). Both hosts share this
 # machine's filesystem, as nodes share a checkpoint filesystem.
 #
+# The workers wait at a step gate (SHARDD_STEP_GATE) before step 31 until the
+# link is down, so the cut lands mid-run whatever the machine's speed (a
+# loaded machine once let the job finish before the test cut the link); the
+# gate opens right after the cut, so every rank is inside a collective when
+# the cut bites, as in a real run.
+#
 # Mid-run the link goes down: every worker of the attempt must be gone within
 # comm_timeout_s (plus the failure report's bounded try), the job restarts,
 # host B's workers wait to join; when the link comes back they join, the next
@@ -25,6 +31,9 @@ VA=shcA$$ VB=shcB$$
 IPA=10.213.0.1 IPB=10.213.0.2 PORT=7070
 COMM_TIMEOUT=6
 T=$(mktemp -d /tmp/shardd-netns.XXXXXX)
+GATE=$T/gate
+open_gate() { echo "$1" > "$GATE.tmp" && mv "$GATE.tmp" "$GATE"; }
+open_gate 30
 PIDS=""  # process groups this test started (shardd, the two host agents)
 cleanup() {
   for p in $PIDS; do kill -9 -- "-$p" 2>/dev/null || true; done
@@ -94,7 +103,7 @@ TOKEN=$(job_field "$JOB" "j.get('join_token','')")
 # exit (time, rank, code) in host_N.exits, start them again unless the job is
 # done (0) or can never run (2).
 start_host() {  # start_host NS IP FIRST_RANK N
-  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$TOKEN" SHARDD_NUM_THREADS=1 bash -c '
+  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$TOKEN" SHARDD_NUM_THREADS=1 SHARDD_STEP_GATE="$GATE" bash -c '
     worker=$1 addr=$2 job=$3 ip=$4 first=$5 exits=$6
     cd "$7"  # the job file'"'"'s relative paths: a shared filesystem, same layout
     for try in $(seq 1 8); do
@@ -124,6 +133,7 @@ hosts=$(job_field "$JOB" "sorted(set(w.get('hostname','') for w in j.get('worker
 
 t_down=$(now)
 ip -n "$NA" link set "$VA" down
+open_gate 1000000
 echo "link down at step $(job_field "$JOB" "j.get('progress',{}).get('step',0)")"
 # The coordinator ends the attempt (host B's heartbeats stop) ...
 wait_for 30 state_in RESTARTING LAUNCHING || fail "the coordinator did not end the attempt: $(ctl status "$JOB")"

@@ -5,6 +5,12 @@
 # the script starts the workers again, they join attempt 2 and resume from the
 # last committed checkpoint, and the job succeeds.
 source "$(dirname "$0")/lib.sh"
+# The workers (sbatch --export=ALL) wait at a step gate (SHARDD_STEP_GATE)
+# before step 21 until the kill, so it lands mid-run whatever the machine's
+# speed: a loaded machine once let the job finish before the test looked.
+export SHARDD_STEP_GATE=$T/gate
+open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
+open_gate 20
 start_slurm
 start_shardd
 job=$(make_job ext)
@@ -33,6 +39,7 @@ wait_for 60 committed_at_least "$id" 10 || fail "no committed checkpoint: $(ctl 
 pid=$(worker_pid "$id" 1)
 echo "kill -9 rank 1 (pid $pid)"
 kill -9 "$pid"
+open_gate 1000000
 ctl watch "$id" > "$T/watch.log" || true
 state_is "$id" SUCCEEDED || fail "job did not succeed: $(ctl status "$id"); $(cat "$T/watch.log"); $(cat "$T"/ext-*.log)"
 [ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"

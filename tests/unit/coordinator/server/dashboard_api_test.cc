@@ -117,6 +117,29 @@ TEST(DashboardApiTest, PairEvaluationsAddTheEvalRewardsSeries) {
   EXPECT_DOUBLE_EQ(j["rewards_chosen"][5].get<double>(), 0) << "the train series are as before";
 }
 
+// eval: the held-out loss and exact match average only the evaluated rows
+// of a point (null elsewhere); exact match -1 (not computed) is no value.
+TEST(DashboardApiTest, HeldOutEvaluationsAddTheEvalLossSeries) {
+  auto rows = Rows(40);
+  EXPECT_FALSE(MetricsJson(rows, {}, 20).contains("eval_loss"));
+  for (int i = 9; i < 40; i += 10) {  // steps 10, 20, 30, 40
+    rows[i].set_eval_samples(200);
+    rows[i].set_eval_loss(4.0 / (i / 10 + 1));
+    rows[i].set_eval_exact_match(i == 39 ? -1 : 0.25 * (i / 10));
+  }
+  rows[0].set_eval_loss(99);  // a row without evaluated samples: left out
+  const auto j = MetricsJson(rows, {}, 20);  // two rows a point: steps 9-10 hold one evaluation
+  ASSERT_EQ(j["eval_loss"].size(), 20u);
+  ASSERT_EQ(j["eval_exact_match"].size(), 20u);
+  EXPECT_TRUE(j["eval_loss"][0].is_null());
+  EXPECT_DOUBLE_EQ(j["eval_loss"][4].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(j["eval_loss"][19].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["eval_exact_match"][4].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["eval_exact_match"][14].get<double>(), 0.5);
+  EXPECT_TRUE(j["eval_exact_match"][19].is_null()) << "-1 = not computed";
+  EXPECT_FALSE(j.contains("rewards_chosen")) << "an SFT job has no preference series";
+}
+
 TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {
   v1::JobStatus s;
   s.set_id("demo-1");
