@@ -57,6 +57,10 @@ std::string ProgressLine(const std::string& id, const v1::Progress& p, int attem
                 static_cast<long long>(p.step()), static_cast<long long>(p.total_steps()), p.loss(),
                 p.tokens_per_s(), Duration(p.eta_s()).c_str(), attempt);
   std::string line = buf;
+  if (p.pairs() > 0) {  // a preference: step (TRL's rewards/accuracies and rewards/margins)
+    std::snprintf(buf, sizeof(buf), "  reward_acc %.3f margin %.4f", p.rewards_accuracies(), p.rewards_margins());
+    line += buf;
+  }
   if (p.eval_step() > 0) {  // the last held-out evaluation (job file eval:)
     std::snprintf(buf, sizeof(buf), "  eval_loss %.4f", p.eval_loss());
     line += buf;

@@ -13,7 +13,7 @@ using nlohmann::json;
 json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json ProgressObject(const shardd::v1::Progress& p) {
-  return {{"step", p.step()},
+  json o = {{"step", p.step()},
           {"total_steps", p.total_steps()},
           {"loss", Num(p.loss())},
           {"lr", Num(p.lr())},
@@ -25,7 +25,20 @@ json ProgressObject(const shardd::v1::Progress& p) {
           {"mfu", Num(p.mfu())},
           {"eta_s", Num(p.eta_s())},
           {"last_committed_step", p.last_committed_step()},
-          {"preemptions", p.preemptions()}};
+          {"preemptions", p.preemptions()},
+          // The last held-out evaluation (eval:), 0 / null before one.
+          {"eval_step", p.eval_step()},
+          {"eval_loss", p.eval_step() > 0 ? Num(p.eval_loss()) : json(nullptr)},
+          {"eval_exact_match",
+           p.eval_step() > 0 && p.eval_exact_match() >= 0 ? Num(p.eval_exact_match()) : json(nullptr)},
+          // A preference: job's last step (pairs 0: not one; the rewards are then null).
+          {"pairs", p.pairs()}};
+  for (auto [key, v] : {std::pair{"rewards_accuracies", p.rewards_accuracies()},
+                        {"rewards_margins", p.rewards_margins()},
+                        {"rewards_chosen", p.rewards_chosen()},
+                        {"rewards_rejected", p.rewards_rejected()}})
+    o[key] = p.pairs() > 0 ? Num(v) : json(nullptr);
+  return o;
 }
 
 }  // namespace

@@ -73,6 +73,18 @@ start_shardd() {  # start_shardd [port [more shardd flags...]]
 
 ctl() { (cd "$T" && "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" "$@"); }
 
+# prometheus_metrics: the daemon's /metrics page, read with the admin token.
+prometheus_metrics() {
+  local http
+  http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
+  [ -n "$http" ] || { echo "shardd did not report its HTTP port" >&2; return 1; }
+  python3 - "http://127.0.0.1:$http/metrics" "$(cat "$STATE/admin.token")" <<'PY'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+print(urllib.request.urlopen(req, timeout=5).read().decode())
+PY
+}
+
 job_field() {  # job_field JOB python-expression-on-j
   ctl status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }

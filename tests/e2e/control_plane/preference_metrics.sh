@@ -46,6 +46,15 @@ id=$(ctl submit pref.yaml)
 out=$(ctl watch "$id") || fail "watch failed: $out"
 state_is "$id" SUCCEEDED || fail "the DPO job did not succeed: $(ctl status "$id")"
 
+# The last step's reward accuracy and margin in the status line, its JSON and
+# /metrics (the job stays on /metrics for --metrics-finished-grace-s).
+ctl status "$id" | grep -q "reward_acc [0-9.]* margin -\?[0-9.]*" || fail "no rewards in the status line: $(ctl status "$id")"
+[ "$(job_field "$id" "j['progress']['pairs']")" = 8 ] || fail "status --json has no pairs: $(ctl status "$id" --json)"
+[ "$(job_field "$id" "j['progress']['eval_step']")" = 12 ] || fail "status --json has no eval_step 12"
+prom=$(prometheus_metrics) || fail "/metrics did not answer"
+for s in shardd_job_rewards_accuracies shardd_job_rewards_margins shardd_job_eval_loss; do
+  grep -q "^$s{job_id=\"$id\"} " <<<"$prom" || fail "/metrics lacks $s"
+done
 ctl metrics "$id" --json > "$T/metrics.jsonl" || fail "metrics --json failed"
 python3 - "$T/metrics.jsonl" <<'PY' || fail "metrics --json is wrong: $(head -n 3 "$T/metrics.jsonl")"
 import json, math, sys

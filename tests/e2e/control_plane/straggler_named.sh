@@ -31,14 +31,7 @@ slow, fast = w[1]["compute_seconds"], max(w[0]["compute_seconds"], w[2]["compute
 print(f"compute per step: rank 1 {slow:.4f} s, ranks 0/2 up to {fast:.4f} s ({slow / fast:.2f}x)")
 assert slow > 1.5 * fast, (slow, fast)
 PY
-http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
-[ -n "$http" ] || fail "shardd did not report its HTTP port"
-metrics=$(python3 - "http://127.0.0.1:$http/metrics" "$(cat "$STATE/admin.token")" <<'PY'
-import sys, urllib.request
-req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
-print(urllib.request.urlopen(req, timeout=5).read().decode())
-PY
-) || fail "/metrics did not answer"
+metrics=$(prometheus_metrics) || fail "/metrics did not answer"
 grep -q "^shardd_worker_straggler{job_id=\"$id\",rank=\"1\"} 1$" <<<"$metrics" || fail "/metrics does not flag rank 1: $metrics"
 grep -q "^shardd_worker_straggler{job_id=\"$id\",rank=\"0\"} 0$" <<<"$metrics" || fail "/metrics flags rank 0: $metrics"
 

@@ -27,8 +27,34 @@ TEST(JsonSchemaTest, ZeroValuedJobHasEveryField) {
   EXPECT_TRUE(j["state"].is_string());  // by name, never the enum number
   EXPECT_TRUE(j["restarts"].is_number_integer());
   EXPECT_EQ(j["progress"]["step"], 0);
-  EXPECT_EQ(Keys(j["progress"]).size(), 13u);
+  EXPECT_EQ(Keys(j["progress"]).size(), 21u);
+  EXPECT_TRUE(j["progress"]["eval_loss"].is_null()) << "no evaluation yet";
+  EXPECT_TRUE(j["progress"]["rewards_margins"].is_null()) << "not a preference step";
   EXPECT_TRUE(j["workers"].is_array());
+}
+
+// The last evaluation and a preference: step's rewards, as the status line
+// and /metrics show them; exact match -1 (not computed) is null.
+TEST(JsonSchemaTest, ProgressCarriesTheEvaluationAndThePreferenceFigures) {
+  shardd::v1::JobStatus js;
+  auto* p = js.mutable_progress();
+  p->set_eval_step(20);
+  p->set_eval_loss(0.5);
+  p->set_eval_exact_match(-1);
+  p->set_pairs(8);
+  p->set_rewards_accuracies(0.75);
+  p->set_rewards_margins(1.25);
+  p->set_rewards_chosen(0.5);
+  p->set_rewards_rejected(-0.75);
+  const auto j = nlohmann::json::parse(JobObject(js).dump())["progress"];
+  EXPECT_EQ(j["eval_step"], 20);
+  EXPECT_EQ(j["eval_loss"], 0.5);
+  EXPECT_TRUE(j["eval_exact_match"].is_null());
+  EXPECT_EQ(j["pairs"], 8);
+  EXPECT_EQ(j["rewards_accuracies"], 0.75);
+  EXPECT_EQ(j["rewards_margins"], 1.25);
+  EXPECT_EQ(j["rewards_chosen"], 0.5);
+  EXPECT_EQ(j["rewards_rejected"], -0.75);
 }
 
 TEST(JsonSchemaTest, SixtyFourBitNumbersStayExactNumbers) {

@@ -34,6 +34,12 @@ std::vector<JobTelemetry> TwoJobs() {
   p->set_mfu(-1);
   p->set_eta_s(42);
   p->set_last_committed_step(100);
+  p->set_eval_step(100);
+  p->set_eval_loss(0.75);
+  p->set_eval_exact_match(-1);  // not computed: no series
+  p->set_pairs(8);
+  p->set_rewards_accuracies(0.875);
+  p->set_rewards_margins(2.5);
   auto* w = a.add_workers();
   w->set_rank(1);
   w->set_last_heartbeat_age_s(0.25);
@@ -82,6 +88,14 @@ TEST(HttpMetricsTest, FollowsPrometheusConventions) {
   EXPECT_TRUE(Has(m, "shardd_job_loss_scale{job_id=\"demo-1\"} 1")) << m;
   EXPECT_TRUE(Has(m, "shardd_job_eta_seconds{job_id=\"demo-1\"} 42")) << m;
   EXPECT_TRUE(Has(m, "shardd_job_last_committed_step{job_id=\"demo-1\"} 100")) << m;
+  // The last held-out evaluation and a preference: step's rewards; none for a
+  // job without them (we"ird-2), none for an exact match never computed.
+  EXPECT_TRUE(Has(m, "shardd_job_eval_loss{job_id=\"demo-1\"} 0.75")) << m;
+  EXPECT_TRUE(Has(m, "shardd_job_rewards_accuracies{job_id=\"demo-1\"} 0.875")) << m;
+  EXPECT_TRUE(Has(m, "shardd_job_rewards_margins{job_id=\"demo-1\"} 2.5")) << m;
+  EXPECT_EQ(m.find("shardd_job_eval_exact_match_ratio{"), std::string::npos) << m;
+  EXPECT_EQ(m.find("shardd_job_eval_loss{job_id=\"we"), std::string::npos) << m;
+  EXPECT_EQ(m.find("shardd_job_rewards_margins{job_id=\"we"), std::string::npos) << m;
   // Counters.
   EXPECT_TRUE(Has(m, "# TYPE shardd_job_restarts_total counter")) << m;
   EXPECT_TRUE(Has(m, "shardd_job_restarts_total{job_id=\"demo-1\"} 1")) << m;
