@@ -3,8 +3,14 @@
 # three CPU jobs that need 2 slots each run one at a time, in priority order
 # (higher first), with no overlap of their workers' lifetimes. The
 # coordinator is killed mid-queue and restarted: the running (adopted) job
-# keeps its slots, the queue keeps its order, and the others follow.
+# keeps its slots, the queue keeps its order, and the others follow. The
+# workers wait at a step gate (SHARDD_STEP_GATE) before step 21 until the
+# coordinator is back, so a is still running when it is killed whatever the
+# machine's speed, and no job trains longer than the test needs.
 source "$(dirname "$0")/lib.sh"
+export SHARDD_STEP_GATE=$T/gate
+open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
+open_gate 20
 start_shardd 0 --cpu-slots 2
 
 # A sampler: every 0.1 s, which job's workers exist (ps), as "ms job" lines.
@@ -20,7 +26,7 @@ sample &
 SAMPLER=$!
 trap 'kill "$SAMPLER" 2>/dev/null || true; cleanup' EXIT
 
-a=$(ctl submit "$(make_job qa-$$ 'priority: 0')" --set train.steps=300) || fail "submit a"
+a=$(ctl submit "$(make_job qa-$$ 'priority: 0')" --set train.steps=60) || fail "submit a"
 wait_for 120 state_is "$a" RUNNING || fail "a never ran: $(ctl status "$a")"
 b=$(ctl submit "$(make_job qb-$$ 'priority: 1')" --set train.steps=30) || fail "submit b"
 c=$(ctl submit "$(make_job qc-$$ 'priority: 5')" --set train.steps=30) || fail "submit c"
@@ -46,6 +52,7 @@ start_shardd "$port" --cpu-slots 2
 wait_for 10 eval '[ "$(job_field "$c" "j.get(\"queue_position\",0)")" = 1 ]' || fail "c lost its place: $(ctl queue)"
 [ "$(job_field "$b" "j.get('queue_position',0)")" = 2 ] || fail "b lost its place: $(ctl queue)"
 ctl queue | tee "$T/queue_after"
+open_gate 1000000
 
 for id in "$a" "$c" "$b"; do
   wait_for 240 state_is "$id" SUCCEEDED || fail "$id did not succeed: $(ctl status "$id")"
