@@ -103,11 +103,15 @@ bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
 
 StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now) {
   const int world = static_cast<int>(j.ranks.size());
+  // A full-size attempt: every worker takes the rank it asked for (a second
+  // worker for a taken rank is told so by the caller, never given another).
+  if (world >= j.config.parallel.world_size) return rank;
   auto claimed = [&](const JobRank& r) { return r.claimed_ms > 0 && now - r.claimed_ms < kClaimHoldMs; };
-  if (rank < world && !claimed(j.ranks[rank])) return rank;
+  auto taken = [&](const JobRank& r) { return (r.registered && !r.exited) || claimed(r); };
+  if (rank < world && !taken(j.ranks[rank])) return rank;
   for (int r = 0; r < world; ++r) {
     JobRank& cand = j.ranks[r];
-    if (cand.registered || claimed(cand)) continue;
+    if (taken(cand)) continue;
     // Held for this worker's Register, so a second join meanwhile (or the
     // rank's own worker, asking for it by number) takes another.
     cand.claimed_ms = now;

@@ -42,10 +42,10 @@ bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempt
 // stand by. True when it ended the attempt.
 bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts);
 
-// The rank a joining worker takes in the current attempt: `rank` itself
-// when it is below the attempt's world size (and not handed to another
-// worker moments ago), else a free one below it; UNAVAILABLE (stand by)
-// when none is free.
+// The rank a joining worker takes in the current attempt: `rank` itself in a
+// full-size attempt; in a shrunk one, `rank` when it is below the attempt's
+// size and neither registered nor handed to another worker moments ago,
+// else a free one below it, else UNAVAILABLE (stand by).
 StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now);
 
 // The planner refused `world` (ControlLoop::RunLaunch): the next attempt runs
