@@ -50,6 +50,8 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
   if (j.attempt > 1) j.progress.set_step(resume_step);
   const int64_t now = opts_.now_ms();
+  j.attempt_began_ms = now;
+  j.standby.clear();  // standby workers ask again, for this attempt
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",

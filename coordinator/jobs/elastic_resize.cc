@@ -54,7 +54,9 @@ std::string DescribeShrink(const Job& j, int to, double waited_s) {
 }
 
 bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts) {
-  if (!IsExternal(j) || !shard::ElasticEnabled(j.config) || j.state != v1::LAUNCHING) return false;
+  // Restarts only: a job's first attempt waits for all its ranks (a slow
+  // start is not a lost host; the registration deadline judges it).
+  if (!IsExternal(j) || !shard::ElasticEnabled(j.config) || j.state != v1::LAUNCHING || j.attempt < 2) return false;
   const int have = Registered(j), world = static_cast<int>(j.ranks.size());
   if (have == 0 || have >= world) return false;
   // Join set every rank's launched_ms at the attempt's first join.
@@ -108,16 +110,25 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
   if (world >= j.config.parallel.world_size) return rank;
   auto claimed = [&](const JobRank& r) { return r.claimed_ms > 0 && now - r.claimed_ms < kClaimHoldMs; };
   auto taken = [&](const JobRank& r) { return (r.registered && !r.exited) || claimed(r); };
-  if (rank < world && !taken(j.ranks[rank])) return rank;
-  for (int r = 0; r < world; ++r) {
+  const std::string key = host + "/" + std::to_string(rank);
+  if (rank < world && !taken(j.ranks[rank])) {
+    j.standby.erase(key);
+    return rank;
+  }
+  // For elastic_wait_s after the attempt begins its ranks are kept for the
+  // workers that ask for them by number (the surviving host's, usually), so
+  // ranks move only when their own workers do not come.
+  const bool reserved = now < j.attempt_began_ms + static_cast<int64_t>(j.config.restart.elastic_wait_s * 1000);
+  for (int r = 0; r < world && !reserved; ++r) {
     JobRank& cand = j.ranks[r];
     if (taken(cand)) continue;
     // Held for this worker's Register, so a second join meanwhile (or the
     // rank's own worker, asking for it by number) takes another.
     cand.claimed_ms = now;
+    j.standby.erase(key);
     return r;
   }
-  j.standby[host + "/" + std::to_string(rank)] = now;
+  j.standby[key] = now;
   return shard::Unavailable("job " + j.id + " runs on " + std::to_string(world) + " of " +
                             std::to_string(j.config.parallel.world_size) + " ranks in attempt " +
                             std::to_string(j.attempt) + "; rank " + std::to_string(rank) +

@@ -1,13 +1,14 @@
 // Elastic restarts (restart.min_world_size, restart.elastic_wait_s;
 // docs/control-plane.md "Elastic restarts"), the coordinator's side:
 //
-//   shrink  an external attempt that has not gathered every rank within
-//           elastic_wait_s of its first join ends, and the next one runs on
+//   shrink  an external restart (attempt 2 on) that has not gathered every
+//           rank within elastic_wait_s of its first join ends, and the next one runs on
 //           the largest world size the joined ranks cover that the job
 //           allows (shard/spec/elastic_world.h); the planner checks it first
 //           (ControlLoop::RunLaunch, off the lock). Not charged as a restart.
 //   join    a shrunk attempt hands a worker that asks for a rank beyond it a
-//           free rank below it, or keeps it standing by (UNAVAILABLE: it asks
+//           free rank below it (after elastic_wait_s: first the ranks wait
+//           for their own workers), or keeps it standing by (UNAVAILABLE: it asks
 //           again) and counts it;
 //   grow    at the next committed checkpoint, standby workers that cover a
 //           larger allowed world end the attempt, and the next one runs on it.
@@ -45,7 +46,9 @@ bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts);
 // The rank a joining worker takes in the current attempt: `rank` itself in a
 // full-size attempt; in a shrunk one, `rank` when it is below the attempt's
 // size and neither registered nor handed to another worker moments ago,
-// else a free one below it, else UNAVAILABLE (stand by).
+// else (once elastic_wait_s has passed since the attempt began: until then
+// its ranks wait for their own workers) a free one below it, else
+// UNAVAILABLE (stand by).
 StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now);
 
 // The planner refused `world` (ControlLoop::RunLaunch): the next attempt runs

@@ -107,6 +107,7 @@ struct Job {
   std::string sched_reason;  // why it waits, as last announced
   // Elastic restarts (restart.min_world_size; coordinator/jobs/elastic_resize.h).
   int next_world = 0;              // the next attempt's ranks (0 = parallel.world_size)
+  int64_t attempt_began_ms = 0;    // when the current attempt began (Begin)
   std::vector<std::string> last_hosts;  // each rank's host in the previous attempt ("" = never registered)
   int elastic_refused_attempt = 0; // the attempt whose "cannot shrink" was announced
   int elastic_unfit = 0;           // the planner refused this world size (and so every smaller one)

@@ -84,7 +84,7 @@ parallel: {strategy: hybrid_shard, world_size: 4, shard_group_size: 2, comm_time
 checkpoint: {dir: ckpt, every_steps: 10, keep_last: 3, async: true}
 resources: {device: cpu, launcher: external}
 restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 4, hang_timeout_s: 60,
-          min_world_size: 2, elastic_wait_s: 3}
+          min_world_size: 2, elastic_wait_s: 5}
 YAML
 JOB=$(ctl submit "$T/elastic.yaml") || fail "submit failed"
 REF=$(ctl submit "$T/elastic.yaml" --set name=reference --set restart.min_world_size=0) || fail "submit of the reference failed"

@@ -60,10 +60,11 @@ class ElasticJobTest : public JobManagerTest {
         if (e.kind() == kind) out.push_back(e);
     return out;
   }
-  // Attempt 1 on hosts a (ranks 0, 1) and b (2, 3); b goes silent; attempt 2
-  // hears only from a for restart.elastic_wait_s.
-  std::string LoseHostB() {
-    const std::string id = SubmitElastic();
+  // Attempt 1 on hosts a (ranks 0, 1) and b (2, 3); b goes silent; of
+  // attempt 2's ranks only `rejoin` join and register.
+  std::string LoseHostB(std::vector<std::string> sets = {"restart.min_world_size=2"},
+                        std::initializer_list<int> rejoin = {0, 1}) {
+    const std::string id = SubmitElastic(std::move(sets));
     manager_->Tick();
     for (int r = 0; r < 4; ++r) EXPECT_TRUE(JoinAndRegister(id, r, r < 2 ? "a" : "b").ok());
     EXPECT_EQ(State(id), v1::RUNNING);
@@ -75,8 +76,7 @@ class ElasticJobTest : public JobManagerTest {
     manager_->Tick();
     EXPECT_EQ(Get(id).attempt(), 2);
     EXPECT_EQ(Get(id).attempt_world_size(), 4);
-    EXPECT_TRUE(JoinAndRegister(id, 0, "a").ok());
-    EXPECT_TRUE(JoinAndRegister(id, 1, "a").ok());
+    for (int r : rejoin) EXPECT_TRUE(JoinAndRegister(id, r, "a").ok());
     return id;
   }
   std::string StepDir(int64_t step) const { return workdir_ + "/ckpt/tiny/" + shard::StepDirName(step); }
@@ -197,36 +197,68 @@ TEST_F(ElasticJobTest, StandbyWorkersThatStoppedAskingAreNotCounted) {
   EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
 }
 
-TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksBelowItsSize) {
+TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksOnceItsOwnWorkersHadTheirTime) {
   const std::string id = LoseHostB();
   Advance(6);
   HeartbeatRanks(id, {0, 1});
   manager_->Tick();
   manager_->Tick();
   ASSERT_EQ(Get(id).attempt_world_size(), 2);
-  // Host b's worker comes first and asks for rank 3: it gets rank 0.
-  auto b3 = Join(id, 3, "b");
+  // Host b's workers come first: within elastic_wait_s ranks 0 and 1 wait
+  // for the workers that ask for them by number, so b's stand by.
+  for (int r : {3, 2}) {
+    auto early = Join(id, r, "b");
+    ASSERT_FALSE(early.ok());
+    EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << early.status().ToString();
+  }
+  // Host a never comes back: b's workers take ranks 0 and 1.
+  Advance(6);
+  auto b3 = JoinAndRegister(id, 3, "b");
   ASSERT_TRUE(b3.ok()) << b3.status().ToString();
-  EXPECT_EQ(b3->rank(), 0);
-  // Rank 0's own worker then gets the other free rank, not the one just handed out.
+  EXPECT_EQ(b3->world_size(), 2);
+  auto b2 = Join(id, 2, "b");
+  ASSERT_TRUE(b2.ok()) << b2.status().ToString();
+  EXPECT_EQ(b2->rank(), 1) << "rank 0 was handed out already";
+  v1::RegisterRequest req;
+  *req.mutable_id() = Worker(id, b2->attempt(), b2->rank());
+  req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  req.set_hostname("b");
+  ASSERT_TRUE(manager_->Register(req, b2->token()).ok());
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
+  // A late worker of host a now stands by ...
   auto a0 = Join(id, 0, "a");
-  ASSERT_TRUE(a0.ok()) << a0.status().ToString();
-  EXPECT_EQ(a0->rank(), 1);
-  auto a1 = Join(id, 1, "a");
-  ASSERT_FALSE(a1.ok());
-  EXPECT_EQ(a1.status().code(), StatusCode::kUnavailable) << a1.status().ToString();
+  ASSERT_FALSE(a0.ok());
+  EXPECT_EQ(a0.status().code(), StatusCode::kUnavailable) << a0.status().ToString();
+  // ... and b's workers, which stood by before they got their ranks, are not
+  // counted again: one standby worker (3 ranks) allows no larger world.
+  ASSERT_TRUE(CommitTwoRanks(id, 5).ok());
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
 }
 
-TEST_F(ElasticJobTest, TooFewRanksShrinkNothingAndSaySoOnce) {
+TEST_F(ElasticJobTest, TheFirstAttemptWaitsForAllItsRanks) {
   const std::string id = SubmitElastic();
   manager_->Tick();
   ASSERT_TRUE(JoinAndRegister(id, 0, "a").ok());
+  ASSERT_TRUE(JoinAndRegister(id, 1, "a").ok());
+  for (int i = 0; i < 3; ++i) {
+    Advance(6);
+    HeartbeatRanks(id, {0, 1});
+    manager_->Tick();
+  }
+  EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  EXPECT_EQ(Get(id).attempt(), 1);
+  EXPECT_TRUE(EventsOf(id, "elastic_shrink").empty());
+}
+
+TEST_F(ElasticJobTest, TooFewRanksShrinkNothingAndSaySoOnce) {
+  const std::string id = LoseHostB({"restart.min_world_size=2"}, {0});
   for (int i = 0; i < 3; ++i) {
     Advance(6);
     HeartbeatRanks(id, {0});
     manager_->Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
+  EXPECT_EQ(Get(id).attempt(), 2);
   const auto refused = EventsOf(id, "elastic_refused");
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].message(),
@@ -235,17 +267,14 @@ TEST_F(ElasticJobTest, TooFewRanksShrinkNothingAndSaySoOnce) {
 }
 
 TEST_F(ElasticJobTest, OffByDefault) {
-  const std::string id = SubmitElastic({});
-  manager_->Tick();
-  ASSERT_TRUE(JoinAndRegister(id, 0, "a").ok());
-  ASSERT_TRUE(JoinAndRegister(id, 1, "a").ok());
+  const std::string id = LoseHostB({});
   for (int i = 0; i < 5; ++i) {
     Advance(6);
     HeartbeatRanks(id, {0, 1});
     manager_->Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
-  EXPECT_EQ(Get(id).attempt(), 1);
+  EXPECT_EQ(Get(id).attempt(), 2);
   EXPECT_TRUE(EventsOf(id, "elastic_shrink").empty());
 }
 
