@@ -24,7 +24,10 @@ command -v ip >/dev/null || skip "no ip command (iproute2)"
 NA=shardd-el-a-$$ NB=shardd-el-b-$$
 VA=sheA$$ VB=sheB$$
 IPA=10.213.0.1 IPB=10.213.0.2 PORT=7070
+STEPS=60
 T=$(mktemp -d /tmp/shardd-elastic.XXXXXX)
+GATE=$T/gate  # SHARDD_STEP_GATE: the elastic job waits before step 26 until host B is gone
+echo 25 > "$GATE"
 PIDS=""  # process groups this test started (shardd, the host agents)
 cleanup() {
   for p in $PIDS; do kill -9 -- "-$p" 2>/dev/null || true; done
@@ -61,9 +64,9 @@ state_in() {  # state_in JOB STATE...
   local job=$1; shift
   [[ " $* " == *" $(job_field "$job" "j.get('state','')") "* ]]
 }
-committed_at_least() {
-  state_in "$JOB" FAILED CANCELLED && return 0
-  [ "$(job_field "$JOB" "int(j.get('progress',{}).get('last_committed_step',-1))")" -ge "$1" ]
+committed_at_least() {  # (one status call: the poll must not lag the run)
+  [ "$(job_field "$JOB" "99999 if j.get('state') in ('FAILED', 'CANCELLED') else
+                        int(j.get('progress',{}).get('last_committed_step',-1))")" -ge "$1" ]
 }
 
 setsid ip netns exec "$NA" "$BIN/coordinator/shardd" --state-dir "$T/state" --listen "$IPA:$PORT" --allow-insecure \
@@ -79,9 +82,9 @@ cat > "$T/elastic.yaml" <<YAML
 name: elastic
 model: {preset: tiny}
 data: {tokens: data/phrases.u32, seq_len: 32, shuffle: true}
-train: {steps: 40, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 5, seed: 7, log_every: 10}
+train: {steps: $STEPS, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 5, seed: 7, log_every: 10}
 parallel: {strategy: hybrid_shard, world_size: 4, shard_group_size: 2, comm_timeout_s: 5}
-checkpoint: {dir: ckpt, every_steps: 10, keep_last: 3, async: true}
+checkpoint: {dir: ckpt, every_steps: 20, keep_last: 3, async: true}
 resources: {device: cpu, launcher: external}
 restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 4, hang_timeout_s: 60,
           min_world_size: 2, elastic_wait_s: 5}
@@ -92,11 +95,11 @@ REF=$(ctl submit "$T/elastic.yaml" --set name=reference --set restart.min_world_
 # One agent per host and job: start ranks FIRST..FIRST+N-1, wait for them,
 # note each exit in host_NAME.exits, start them again unless the job is done
 # (0) or can never run (2).
-start_host() {  # start_host NS IP JOB FIRST N NAME
+start_host() {  # start_host NS IP JOB FIRST N NAME [GATE]
   local token
   token=$(job_field "$3" "j.get('join_token','')")
   [ ${#token} -ge 32 ] || fail "no join token for $3"
-  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$token" SHARDD_NUM_THREADS=1 bash -c '
+  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$token" SHARDD_NUM_THREADS=1 SHARDD_STEP_GATE="${7:-}" bash -c '
     worker=$1 addr=$2 job=$3 ip=$4 first=$5 n=$6 exits=$7
     cd "$8"
     for try in $(seq 1 8); do
@@ -115,20 +118,22 @@ start_host() {  # start_host NS IP JOB FIRST N NAME
     > "$T/host_$6.log" 2>&1 &
   PIDS="$PIDS $!"
 }
-start_host "$NA" "$IPA" "$JOB" 0 2 a
-start_host "$NB" "$IPB" "$JOB" 2 2 b
+start_host "$NA" "$IPA" "$JOB" 0 2 a "$GATE"
+start_host "$NB" "$IPB" "$JOB" 2 2 b "$GATE"
 start_host "$NA" "$IPA" "$REF" 0 4 ref
 
-wait_for 90 committed_at_least 10 && ! state_in "$JOB" FAILED CANCELLED ||
-  fail "no committed checkpoint at step 10: $(ctl status "$JOB")"
+wait_for 90 committed_at_least 20 && ! state_in "$JOB" FAILED CANCELLED ||
+  fail "no committed checkpoint at step 20: $(ctl status "$JOB")"
 [ "$(job_field "$JOB" "j.get('attempt')")" = 1 ] || fail "restarted before host B went: $(ctl status "$JOB")"
 
-# Host B goes for good: every process in it, then its link (B's end: A's
+# Host B goes for good while the job waits at the step gate (step 25, after
+# the step-20 commit): every process in it, then its link (B's end: A's
 # address, which the coordinator and A's ranks use, stays).
 for p in $(ip netns pids "$NB"); do kill -9 "$p" 2>/dev/null || true; done
 host_b_empty() { [ -z "$(ip netns pids "$NB")" ]; }
 wait_for 10 host_b_empty || fail "host B's processes survived kill -9: $(ip netns pids "$NB")"
 ip -n "$NB" link set "$VB" down
+echo 1000000 > "$GATE"  # host A's ranks go on (and find B gone)
 echo "host B removed at step $(job_field "$JOB" "j.get('progress',{}).get('step',0)")"
 
 wait_for 60 state_in "$JOB" SUCCEEDED FAILED CANCELLED || fail "the job did not end without host B: $(ctl status "$JOB")"
@@ -145,7 +150,7 @@ state_in "$REF" SUCCEEDED || fail "the reference job did not succeed: $(ctl stat
 # The loss curves: the elastic job's last word on each step against the reference's.
 ctl metrics "$JOB" --json > "$T/elastic.jsonl" || fail "no metrics for $JOB"
 ctl metrics "$REF" --json > "$T/reference.jsonl" || fail "no metrics for $REF"
-python3 - "$T/elastic.jsonl" "$T/reference.jsonl" <<'PY' || fail "the loss curve left the reference's by more than 1e-3 relative"
+python3 - "$T/elastic.jsonl" "$T/reference.jsonl" "$STEPS" <<'PY' || fail "the loss curve left the reference's by more than 1e-3 relative"
 import json, sys
 def curve(path):
     out = {}
@@ -154,12 +159,12 @@ def curve(path):
         if r["step"] not in out or r["attempt"] >= out[r["step"]][0]:
             out[r["step"]] = (r["attempt"], r["loss"])
     return {s: l for s, (a, l) in out.items()}
-el, ref = curve(sys.argv[1]), curve(sys.argv[2])
-if sorted(el) != list(range(1, 41)) or sorted(ref) != list(range(1, 41)):
+el, ref, steps = curve(sys.argv[1]), curve(sys.argv[2]), int(sys.argv[3])
+if sorted(el) != list(range(1, steps + 1)) or sorted(ref) != list(range(1, steps + 1)):
     sys.exit(f"steps missing: elastic {sorted(el)[:3]}..{len(el)}, reference {len(ref)}")
 worst = max(abs(el[s] - ref[s]) / abs(ref[s]) for s in ref)
 bad = [s for s in ref if abs(el[s] - ref[s]) / abs(ref[s]) >= 1e-3]
-print(f"  loss vs the uninterrupted run: worst relative difference {worst:.2e} over 40 steps")
+print(f"  loss vs the uninterrupted run: worst relative difference {worst:.2e} over {steps} steps")
 sys.exit(f"steps {bad} differ" if bad else 0)
 PY
 echo "PASS: host B lost for good -> continued on host A's 2 ranks, succeeded, loss curve within 1e-3 of the reference"
