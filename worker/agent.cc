@@ -16,6 +16,7 @@
 
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
+#include "shard/spec/elastic_world.h"
 #include "shard/train/trainer.h"
 #include "worker/peer_barrier.h"
 #include "worker/run_trainer.h"
@@ -217,6 +218,10 @@ class AgentSession {
  private:
   static constexpr int kContinue = -1;
 
+  // The rank this worker trains as: --rank, or the one an elastic attempt's
+  // join assigned (JoinResponse.rank).
+  int rank() const { return client_->id().rank(); }
+
   // Dials the coordinator; an external job's worker first joins its current attempt.
   int Connect() {
     ClientIdentity who;
@@ -265,9 +270,9 @@ class AgentSession {
     }
     reg_ = std::move(*reg);
     const int attempt = client_->id().attempt();
-    shard::SetLogContext(opts_.job_id, attempt, opts_.rank);
-    if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, opts_.rank);
-    LOG_DEBUG("registered with {} as rank {}: rendezvous prefix {}, resume from {}", opts_.coordinator, opts_.rank,
+    shard::SetLogContext(opts_.job_id, attempt, rank());
+    if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, rank());
+    LOG_DEBUG("registered with {} as rank {}: rendezvous prefix {}, resume from {}", opts_.coordinator, rank(),
               reg_.kv_prefix(), reg_.resume_from().empty() ? "auto" : reg_.resume_from());
     return kContinue;
   }
@@ -297,7 +302,7 @@ class AgentSession {
       pf->set_xxh64(f.xxh64);
     }
     const std::vector<v1::StepMetric> metrics =
-        opts_.rank == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
+        rank() == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
     for (const auto& m : metrics) *req.add_metrics() = m;
     shard::Status st =
         RetryUnavailable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
@@ -307,7 +312,7 @@ class AgentSession {
 
   shard::DistContext RankContext(Heartbeater& hb) {
     shard::DistContext dist;
-    dist.rank = opts_.rank;
+    dist.rank = rank();
     dist.world = reg_.world_size();
     dist.store = client_->kv_store();
     dist.prefix = "";  // the coordinator namespaces keys by job and attempt
@@ -327,22 +332,32 @@ class AgentSession {
     const v1::JobSpec& spec = reg_.spec();
     std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
     if (!reg_.resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg_.resume_from());
-    auto job = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
+    auto parsed = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
+    if (!parsed.ok()) return Fail(parsed.status());
+    // The world size is the coordinator's: fewer ranks than the job file's
+    // after an elastic restart, each running more micro-batches per step.
+    auto job = shard::JobAtWorldSize(*parsed, reg_.world_size());
     if (!job.ok()) return Fail(job.status());
+    if (reg_.world_size() != parsed->parallel.world_size && rank() == 0)
+      LOG_INFO("training on {} of {} ranks (restart.min_world_size {}): {} micro-batch(es) of {} per rank and step "
+               "instead of {}, global batch {} kept",
+               reg_.world_size(), parsed->parallel.world_size, shard::MinWorldSize(*parsed),
+               shard::MicroBatchesPerStep(*job, reg_.world_size()), job->train.micro_batch,
+               shard::MicroBatchesPerStep(*parsed, parsed->parallel.world_size), job->train.global_batch);
 
     Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
                    opts_.reconnect_window_s);
     hb.Start();
     TrainerHooks hooks;
-    hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/opts_.rank == 0); };
+    hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/rank() == 0); };
     // Rank 0 tells the coordinator which checkpoint it resumed (an event).
     hooks.on_built = [&](const shard::Trainer& t) {
-      if (opts_.rank == 0 && !t.resumed_from().empty())
+      if (rank() == 0 && !t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step());
     };
     // Every rank registered before any rendezvous (worker/peer_barrier.h).
     PeerBarrierOptions barrier;
-    barrier.rank = opts_.rank;
+    barrier.rank = rank();
     barrier.world = reg_.world_size();
     if (shard::Status ps = WaitForPeers(*client_->kv_store(), barrier); !ps.ok()) {
       hb.Stop();
@@ -376,10 +391,10 @@ class AgentSession {
       LOG_ERROR("{}", ds.ToString());
       return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
     }
-    if (opts_.rank == 0 && run.nothing_trained)
+    if (rank() == 0 && run.nothing_trained)
       LOG_INFO("already complete: {} is at step {} >= train.steps {}; nothing trained", run.resumed_from, run.step,
                run.total_steps);
-    else if (opts_.rank == 0)
+    else if (rank() == 0)
       LOG_INFO("done: {} steps, final loss {:.4f}", run.step, last_loss);
     return kExitOk;
   }

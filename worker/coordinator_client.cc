@@ -97,6 +97,7 @@ shard::Status CoordinatorClient::Join(int world_size, const std::string& hostnam
   ctx.set_wait_for_ready(true);
   RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &resp), "join job " + who_.id.job_id() + " at " + who_.address));
   who_.id.set_attempt(resp.attempt());
+  who_.id.set_rank(resp.rank());  // another one when an elastic attempt runs on fewer ranks
   who_.token = resp.token();
   return shard::OkStatus();
 }

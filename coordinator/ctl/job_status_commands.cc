@@ -31,6 +31,9 @@ shard::Status JobCommands::State::Status() {
   std::printf("job        %s (%s)\nstate      %s%s%s\nattempt    %d (restarts %d of %d)\n", js.id().c_str(),
               js.name().c_str(), shardd::JobStateName(js.state()).c_str(), js.reason().empty() ? "" : ": ",
               js.reason().c_str(), js.attempt(), js.restarts(), js.max_restarts());
+  if (js.attempt_world_size() > 0 && js.attempt_world_size() < js.world_size())
+    std::printf("ranks      %d of %d (restart.min_world_size: an elastic attempt on fewer ranks)\n",
+                js.attempt_world_size(), js.world_size());
   std::printf("launcher   %s%s\n", js.launcher().c_str(),
               js.progress().preemptions() > 0
                   ? (" (" + std::to_string(js.progress().preemptions()) + " preemption(s), not counted as restarts)").c_str()

@@ -67,6 +67,7 @@ json JobObject(const shardd::v1::JobStatus& js) {
           {"restarts", js.restarts()},
           {"max_restarts", js.max_restarts()},
           {"world_size", js.world_size()},
+          {"attempt_world_size", js.attempt_world_size()},
           {"launcher", js.launcher()},
           {"created_unix_ms", js.created_unix_ms()},
           {"updated_unix_ms", js.updated_unix_ms()},

@@ -25,7 +25,13 @@ std::string AttemptLifecycle::AttemptDir(const Job& j, int attempt) const {
 }
 
 bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* req) {
-  const int world = j.config.parallel.world_size;
+  // Fewer ranks after an elastic shrink (elastic_resize.h), else all of them.
+  const int full = j.config.parallel.world_size;
+  const int world = j.next_world > 0 && j.next_world < full ? j.next_world : full;
+  // Which host each rank was on, for the next shrink's "host b lost".
+  j.last_hosts.resize(full);
+  for (size_t r = 0; r < j.ranks.size() && r < j.last_hosts.size(); ++r)
+    if (j.ranks[r].registered && !j.ranks[r].hostname.empty()) j.last_hosts[r] = j.ranks[r].hostname;
   j.attempt += 1;
   j.first_report_ms.clear();  // an older attempt's uncommitted reports time nothing now
   j.previous_token_hash = j.token_hash;
@@ -44,10 +50,13 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
   if (j.attempt > 1) j.progress.set_step(resume_step);
   const int64_t now = opts_.now_ms();
+  j.attempt_began_ms = now;
+  j.standby.clear();  // standby workers ask again, for this attempt
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",
-                   std::to_string(world) + " worker(s), resume from " +
+                   std::to_string(world) + (world < full ? " of " + std::to_string(full) : std::string()) +
+                       " worker(s), resume from " +
                        (j.resume_from.empty() ? std::string("scratch") : j.resume_from));
 
   if (IsExternal(j)) {
@@ -132,6 +141,14 @@ void AttemptLifecycle::Fail(Job& j, const std::string& reason, bool retryable) {
   table_->SetState(j, v1::RESTARTING, "restarting",
                    reason + "; restart " + std::to_string(j.restarts) + " of " + std::to_string(max) + " in " +
                        Fmt(j.config.restart.backoff_s, "%.1f") + " s from the newest committed checkpoint");
+}
+
+void AttemptLifecycle::Resize(Job& j, int world, const std::string& kind, const std::string& what) {
+  End(j);
+  j.next_world = world < j.config.parallel.world_size ? world : 0;
+  j.standby.clear();
+  j.next_launch_ms = opts_.now_ms();
+  table_->SetState(j, v1::RESTARTING, kind, what);
 }
 
 void AttemptLifecycle::Preempt(Job& j, const std::string& reason) {

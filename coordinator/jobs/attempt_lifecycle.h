@@ -37,6 +37,10 @@ class AttemptLifecycle {
   // Every rank stopped on its launcher's signal after a checkpoint: a new
   // attempt resumes from it, and the restart budget is not charged.
   void Preempt(Job& j, const std::string& reason);
+  // Elastic restarts (elastic_resize.h): ends the attempt and starts the next
+  // at once on `world` ranks; not charged as a restart. `kind` and `what`
+  // are the event's.
+  void Resize(Job& j, int world, const std::string& kind, const std::string& what);
   void ApplyExit(Job& j, const RankExit& e);
   // <state_dir>/jobs/<id>/attempt_<n>: the attempt's rank logs.
   std::string AttemptDir(const Job& j, int attempt) const;

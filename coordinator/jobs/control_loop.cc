@@ -5,6 +5,10 @@
 #include <chrono>
 
 #include "coordinator/health_monitor.h"
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/elastic_resize.h"
+#include "coordinator/probed_cluster.h"
+#include "shard/plan/elastic_fit.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
 #include "shard/spec/run_fingerprint.h"
@@ -81,6 +85,8 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
   // deadline until the first one joins (Join then starts the clock).
   if (IsExternal(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; }))
     return;
+  // Some ranks never came within restart.elastic_wait_s: go on without them.
+  if (elastic::MaybeShrink(j, now, table_, attempts_)) return;
   // A cluster may queue the allocation for hours: the registration
   // clock starts when it does.
   auto pending = view.pending.find({j.id, j.attempt});
@@ -129,6 +135,12 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   plan.checkpoint_dir = CheckpointDirOf(j);
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+  if (j.next_world > 0) {
+    plan.world = j.next_world;
+    plan.config = j.config;
+    if (!plan.config.model.from_hf.empty())
+      plan.config.model.from_hf = internal::Resolve(j.spec.workdir(), plan.config.model.from_hf);
+  }
   if (!opts_.allowed_roots.empty()) {
     plan.src = j.spec.source_path().empty() ? "job.yaml" : j.spec.source_path();
     plan.workdir = j.spec.workdir();
@@ -149,6 +161,7 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
       attempts_->Fail(j, st.message() + " (checked again at launch; was a symlink made after submission?)", false);
     return;
   }
+  if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;
   if (plan.find_latest) {
     // Hashes every byte of the newest checkpoint: never under the lock.
@@ -175,6 +188,23 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
   StatusOr<std::vector<int>> pids = runner_->Launch(launcher, req, attempt);
   auto lock = table_->Lock();
   attempts_->FinishLaunch(plan.job_id, attempt, pids);
+}
+
+void ControlLoop::CheckElasticFit(const LaunchPlan& plan) {
+  // The same plan as at submission (JobSubmission::ValidateSpec), at the
+  // smaller size: each rank's shard grows as the ranks get fewer.
+  auto catalog = shard::plan::LoadDefaultHardwareCatalog();
+  if (!catalog.ok()) return;  // submission planned nothing either
+  std::string no_gpu;
+  auto probed = ProbedLocalCluster(*catalog, opts_.worker_bin, &no_gpu);
+  Status fits = shard::plan::CheckFitsAtWorldSize(plan.config, plan.world, *catalog, plan.config.resources.cluster,
+                                                  probed ? &*probed : nullptr);
+  if (fits.ok()) return;
+  auto lock = table_->Lock();
+  auto it = table_->jobs().find(plan.job_id);
+  if (it == table_->jobs().end()) return;
+  Job& j = *it->second;
+  if (j.attempt == plan.prev_attempt && j.next_world == plan.world) elastic::RefuseUnfit(j, plan.world, fits.message(), table_);
 }
 
 void ControlLoop::Start() {

@@ -42,6 +42,11 @@ struct LaunchPlan {
   // symlink made after submission must not lead outside the roots).
   std::string src, workdir;
   std::vector<JobPath> confine;
+  // An elastic attempt on fewer ranks (elastic_resize.h): its size, checked
+  // by the planner before it is used, and the job as the planner reads it
+  // (model.from_hf against the workdir). 0 = all ranks.
+  int world = 0;
+  shard::JobConfig config;
 };
 
 class ControlLoop {
@@ -66,6 +71,9 @@ class ControlLoop {
   LaunchPlan PlanLaunch(const Job& j) const;
   // Resolves the resume point, starts the attempt and launches it (takes the lock itself).
   void RunLaunch(const LaunchPlan& plan);
+  // An elastic attempt's size through the planner (off the lock); a refusal
+  // sends the attempt back to full size, said as an event.
+  void CheckElasticFit(const LaunchPlan& plan);
 
   const JobManagerOptions& opts_;
   JobTable* table_;

@@ -46,6 +46,7 @@ struct JobRank {
   double compute_seconds = 0;   // mean compute per step over the last judged window (0: none yet)
   bool straggler = false;       // StragglerDetector's verdict on that window
   std::string error;         // the failure it reported (ReportFailure), named when it exits
+  int64_t claimed_ms = 0;    // external: an elastic join handed this rank out (held briefly for its Register)
 };
 
 struct Job {
@@ -104,6 +105,15 @@ struct Job {
   bool placed = false;
   int queue_position = 0;  // 1 = next to start
   std::string sched_reason;  // why it waits, as last announced
+  // Elastic restarts (restart.min_world_size; coordinator/jobs/elastic_resize.h).
+  int next_world = 0;              // the next attempt's ranks (0 = parallel.world_size)
+  int64_t attempt_began_ms = 0;    // when the current attempt began (Begin)
+  std::vector<std::string> last_hosts;  // each rank's host in the previous attempt ("" = never registered)
+  int elastic_refused_attempt = 0; // the attempt whose "cannot shrink" was announced
+  int elastic_unfit = 0;           // the planner refused this world size (and so every smaller one)
+  // External workers beyond a shrunk attempt's ranks, by "host/rank": when
+  // each last asked to join. Enough of them grow the job back at its next commit.
+  std::map<std::string, int64_t> standby;
 };
 
 inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }

@@ -1,12 +1,14 @@
 // Recovery at start (job_recovery.h).
 #include "coordinator/jobs/job_recovery.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "coordinator/job_manager_internal.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
+#include "shard/spec/elastic_world.h"
 #include "shard/spec/run_fingerprint.h"
 
 namespace shardd {
@@ -103,7 +105,15 @@ Status JobRecovery::Resume(Job& ref, int64_t now) {
 
 Status JobRecovery::Adopt(Job& ref, int64_t now) {
   ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, table_->store()->LoadWorkers(ref.id, ref.attempt));
-  ref.ranks.assign(ref.config.parallel.world_size, JobRank{});
+  // A running external attempt of an elastic job may run on fewer ranks
+  // (elastic_resize.h): as many as registered with the previous coordinator.
+  int world = ref.config.parallel.world_size;
+  if (IsExternal(ref) && ref.state == v1::RUNNING && shard::ElasticEnabled(ref.config)) {
+    int seen = 0;
+    for (const WorkerRecord& w : workers) seen = std::max(seen, w.rank + 1);
+    if (seen > 0 && seen < world && shard::WhyNotWorldSize(ref.config, seen).empty()) world = ref.next_world = seen;
+  }
+  ref.ranks.assign(world, JobRank{});
   std::vector<int> pids(ref.ranks.size(), 0);
   for (const WorkerRecord& w : workers) {
     if (w.rank < 0 || w.rank >= static_cast<int>(ref.ranks.size())) continue;

@@ -61,6 +61,7 @@ v1::JobStatus JobTable::StatusOf(const Job& j) const {
   s.set_created_unix_ms(j.created_ms);
   s.set_updated_unix_ms(j.updated_ms);
   s.set_world_size(j.config.parallel.world_size);
+  if (j.attempt > 0) s.set_attempt_world_size(static_cast<int>(j.ranks.size()));
   s.set_job_dir((fs::path(opts_.state_dir) / "jobs" / j.id).string());
   s.set_checkpoint_dir(CheckpointDirOf(j));
   s.set_launcher(shard::LauncherName(j.config.resources.launcher));

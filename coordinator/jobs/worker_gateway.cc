@@ -7,6 +7,7 @@
 
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
+#include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/state/auth.h"
 #include "coordinator/worker_reports.h"
 #include "proto/codec/metrics_codec.h"
@@ -48,9 +49,12 @@ StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const
                                   std::to_string(world - 1) + ")");
   if (j->state != v1::LAUNCHING && j->state != v1::RUNNING)
     return shard::Unavailable("job " + j->id + " is " + JobStateName(j->state) + "; join again shortly");
-  JobRank& r = j->ranks[req.rank()];
+  // An attempt on fewer ranks (restart.min_world_size) hands out another
+  // rank, or keeps the worker standing by to grow the job back.
+  ASSIGN_OR_RETURN(const int rank, elastic::RankForJoin(*j, req.rank(), req.hostname(), opts_.now_ms()));
+  JobRank& r = j->ranks[rank];
   if (r.registered && !r.exited)
-    return shard::Unavailable("rank " + std::to_string(req.rank()) + " of job " + j->id + " attempt " +
+    return shard::Unavailable("rank " + std::to_string(rank) + " of job " + j->id + " attempt " +
                               std::to_string(j->attempt) + " is taken by " + r.hostname +
                               "; join again when that attempt ends");
   // The first join starts the registration clock for everyone else.
@@ -60,6 +64,7 @@ StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const
   v1::JoinResponse resp;
   resp.set_attempt(j->attempt);
   resp.set_token(ExternalWorkerToken(j->join_token, j->attempt));
+  resp.set_rank(rank);
   return resp;
 }
 
@@ -286,6 +291,8 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     table_->Emit(*j, "checkpoint_committed",
                "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
                    Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
+    // Workers standing by for a shrunk job: it grows back from this step.
+    elastic::MaybeGrow(*j, done->step, opts_.now_ms(), attempts_);
   }
   return resp;
 }

@@ -7,6 +7,7 @@
 
 #include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
+#include "shard/spec/elastic_world.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/yaml_enum.h"
 
@@ -83,6 +84,10 @@ Status RestartConfig::Validate() const {
   };
   RETURN_IF_ERROR(in("backoff_s", backoff_s, 0, false, 86400));
   RETURN_IF_ERROR(in("heartbeat_timeout_s", heartbeat_timeout_s, 0, true, 86400));
+  RETURN_IF_ERROR(in("elastic_wait_s", elastic_wait_s, 0, true, 86400));
+  if (min_world_size < 0)
+    return InvalidArgument("restart.min_world_size must be >= 1 (or 0: parallel.world_size), got " +
+                           std::to_string(min_world_size));
   return in("hang_timeout_s", hang_timeout_s, 0, true, 30 * 86400);
 }
 
@@ -140,7 +145,7 @@ Status JobConfig::Validate() const {
                            std::to_string(per_step));
   if (resources.launcher == Launcher::kSlurm) RETURN_IF_ERROR(resources.slurm.Validate(parallel.world_size));
   if (resources.launcher == Launcher::kKubernetes) RETURN_IF_ERROR(resources.kubernetes.Validate(parallel.world_size));
-  return OkStatus();
+  return CheckElasticConfig(*this);
 }
 
 int SlurmConfig::TasksPerNode(int world_size) const {
@@ -405,6 +410,8 @@ Status MapRestart(YamlMap& root, RestartConfig* r) {
   RETURN_IF_ERROR(m.Get("backoff_s", &r->backoff_s));
   RETURN_IF_ERROR(m.Get("heartbeat_timeout_s", &r->heartbeat_timeout_s));
   RETURN_IF_ERROR(m.Get("hang_timeout_s", &r->hang_timeout_s));
+  RETURN_IF_ERROR(m.Get("min_world_size", &r->min_world_size));
+  RETURN_IF_ERROR(m.Get("elastic_wait_s", &r->elastic_wait_s));
   return m.Finish();
 }
 

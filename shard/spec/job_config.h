@@ -181,6 +181,14 @@ struct RestartConfig {
   double backoff_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double hang_timeout_s = 300.0;
+  // Elastic restarts (docs/control-plane.md "Elastic restarts"): when an
+  // attempt cannot gather all parallel.world_size ranks within elastic_wait_s,
+  // the next one runs on the largest world size >= min_world_size that the
+  // sharding and the batch allow (shard/spec/elastic_world.h), keeping
+  // train.global_batch by more micro-batches per rank; it grows back at the
+  // next committed checkpoint once the ranks return. 0 = parallel.world_size (off).
+  int min_world_size = 0;
+  double elastic_wait_s = 60.0;
   // Bounds a typo cannot slip past: 0 would fail every worker at once, -1 or
   // NaN would restart forever or never, 1e300 s would overflow the clock.
   Status Validate() const;
