@@ -21,9 +21,9 @@ std::set<std::string> Keys(const nlohmann::json& j) {
 TEST(JsonSchemaTest, ZeroValuedJobHasEveryField) {
   const auto j = JobObject(shardd::v1::JobStatus());
   EXPECT_EQ(Keys(j), (std::set<std::string>{"id", "name", "state", "reason", "attempt", "restarts", "max_restarts",
-                                            "world_size", "attempt_world_size", "launcher", "created_unix_ms", "updated_unix_ms", "job_dir",
-                                            "checkpoint_dir", "join_token", "priority", "placement", "queue_position",
-                                            "demand", "progress", "workers"}));
+                                            "world_size", "attempt_world_size", "launcher", "created_unix_ms",
+                                            "updated_unix_ms", "job_dir", "checkpoint_dir", "join_token", "priority",
+                                            "placement", "queue_position", "demand", "progress", "workers"}));
   EXPECT_TRUE(j["state"].is_string());  // by name, never the enum number
   EXPECT_TRUE(j["restarts"].is_number_integer());
   EXPECT_EQ(j["progress"]["step"], 0);
