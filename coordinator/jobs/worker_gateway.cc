@@ -299,9 +299,9 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
                                        rep.step_dir, opts_.now_ms(), shard::CheckpointTierName(rep.tier)});
     if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
     table_->Emit(*j, "checkpoint_committed",
-               "step " + std::to_string(done->step) + " (" + shard::CheckpointTierName(rep.tier) +
-                   "): " + std::to_string(done->files.size()) + " shard(s), " +
-                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
+               "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
+                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir +
+                   (rep.tier == shard::CheckpointTier::kMemory ? " (memory tier)" : ""));
   }
   return resp;
 }

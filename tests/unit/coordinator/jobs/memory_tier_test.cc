@@ -121,7 +121,8 @@ TEST_F(MemoryTierTest, AMemoryStepCommitsLikeADiskStepAndIsRecordedWithItsTier) 
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ(stored->front().tier, "memory");
   EXPECT_EQ(stored->front().path, mem + "/" + shard::StepDirName(5));
-  EXPECT_TRUE(HasEvent(j.id, "checkpoint_committed", "step 5 (memory)"));
+  EXPECT_TRUE(HasEvent(j.id, "checkpoint_committed", "step 5: 2 shard(s)") &&
+              HasEvent(j.id, "checkpoint_committed", "(memory tier)"));
   EXPECT_EQ(j.progress.last_committed_step(), 5);
 }
 
