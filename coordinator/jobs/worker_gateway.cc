@@ -255,9 +255,11 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
   // ... where it leads now: a symlink made since submission must not take the
   // commit (or the shards) outside the allowed roots. The memory tier's
-  // folder is the coordinator's own rule (MemoryCheckpointJobDir), not a
-  // path of the job file's; the link checks below still hold for it.
-  if (!opts_.allowed_roots.empty() && rep.tier == shard::CheckpointTier::kDisk &&
+  // default root is the coordinator's own rule (MemoryCheckpointJobDir), not
+  // a path of the job file's; a memory.dir the job names is confined (the
+  // link checks below hold for both).
+  const bool confined = rep.tier == shard::CheckpointTier::kDisk || !j->config.checkpoint.memory.dir.empty();
+  if (!opts_.allowed_roots.empty() && confined &&
       std::none_of(opts_.allowed_roots.begin(), opts_.allowed_roots.end(),
                    [&](const std::string& root) { return IsInside(rep.step_dir, root); }))
     return shard::PermissionDenied("checkpoint report names " + rep.step_dir +
