@@ -11,7 +11,8 @@ namespace fs = std::filesystem;
 namespace shardd {
 
 shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const ShardReport& r) {
-  auto it = pending_.find(r.step);
+  const auto key = std::make_pair(r.tier, r.step);
+  auto it = pending_.find(key);
   if (it == pending_.end()) {
     ASSIGN_OR_RETURN(shard::Manifest base,
                      shard::Manifest::FromJson(r.manifest_base, "checkpoint report of rank " + std::to_string(r.rank),
@@ -20,7 +21,7 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
       return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + ": step " +
                                     std::to_string(r.step) + " but its manifest says " + std::to_string(base.step));
     if (base.shard_count < 1) return shard::InvalidArgument("checkpoint report: shard_count must be >= 1");
-    it = pending_.emplace(r.step, Pending{r.step_dir, std::move(base), {}}).first;
+    it = pending_.emplace(key, Pending{r.step_dir, std::move(base), r.tier, {}}).first;
   }
   Pending& p = it->second;
   if (r.step_dir != p.step_dir)
@@ -54,8 +55,10 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
   const std::string step_dir = p.step_dir;
   pending_.erase(it);
   RETURN_IF_ERROR(shard::WriteFileAtomic(step_dir + "/" + shard::kCommittedFile, m.ToJson()));
-  // Older partial steps can never complete now (writers go in step order).
-  for (auto old = pending_.begin(); old != pending_.end() && old->first < m.step;) old = pending_.erase(old);
+  // Older partial steps of this tier can never complete now (each tier's
+  // writers go in step order); the other tier's may (a disk save in flight).
+  for (auto old = pending_.begin(); old != pending_.end();)
+    old = old->first.first == r.tier && old->first.second < m.step ? pending_.erase(old) : std::next(old);
   return std::optional<shard::Manifest>(std::move(m));
 }
 

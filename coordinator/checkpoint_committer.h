@@ -3,7 +3,8 @@
 // the step arrives the committer checks the files on disk against the reports,
 // writes COMMITTED atomically, and applies retention. Reports are per attempt:
 // a new attempt starts with an empty table, so a dead attempt's half-reported
-// step never commits.
+// step never commits. The two tiers (checkpoint_tier.h) commit alike and
+// apart: a memory step completing never drops a disk step still in flight.
 //
 // Thread-safety: not thread-safe; the JobManager calls it under its lock.
 #pragma once
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/common/status.h"
 
@@ -23,6 +25,7 @@ struct ShardReport {
   std::string step_dir;
   std::string manifest_base;               // Manifest JSON (run state, no files)
   std::vector<shard::ManifestFile> files;  // empty for ranks that write no shard
+  shard::CheckpointTier tier = shard::CheckpointTier::kDisk;
 };
 
 class CheckpointCommitter {
@@ -46,10 +49,12 @@ class CheckpointCommitter {
   struct Pending {
     std::string step_dir;
     shard::Manifest base;
+    shard::CheckpointTier tier = shard::CheckpointTier::kDisk;
     std::map<int, shard::ManifestFile> shards;  // by shard rank
   };
   int keep_last_;
-  std::map<int64_t, Pending> pending_;
+  // By (tier, step): each tier's saves go in step order, the tiers' do not.
+  std::map<std::pair<shard::CheckpointTier, int64_t>, Pending> pending_;
 };
 
 }  // namespace shardd

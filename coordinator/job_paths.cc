@@ -19,6 +19,9 @@ std::vector<JobPath> JobPaths(const shard::JobConfig& c, const std::string& work
   add("data.prepared", c.data.prepared, false);
   if (c.data.sft() && c.data.tokenizer != "byte") add("data.tokenizer", c.data.tokenizer, true);
   add("checkpoint.dir", c.checkpoint.dir, false);
+  // A memory.dir the job names is confined like checkpoint.dir; the default
+  // root (/dev/shm/shardd) is the coordinator's own rule, not the job's path.
+  if (c.checkpoint.memory.enabled()) add("checkpoint.memory.dir", c.checkpoint.memory.dir, false);
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none") add("checkpoint.resume", c.checkpoint.resume, true);
   add("export.hf_dir", c.export_.hf_dir, false);
   add("eval.data", c.eval.data, true);

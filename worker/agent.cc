@@ -91,10 +91,11 @@ class Heartbeater {
   }
   // Rank 0: the checkpoint this attempt resumed from, sent with every heartbeat
   // (the coordinator records the first as an event).
-  void SetResumed(const std::string& step_dir, int64_t step) {
+  void SetResumed(const std::string& step_dir, int64_t step, const std::string& tier) {
     std::lock_guard<std::mutex> lock(mu_);
     resumed_from_ = step_dir;
     resumed_step_ = step;
+    resumed_tier_ = tier;
     step_ = step;
   }
   // Takes the pending metrics of steps up to `step` for a checkpoint report
@@ -142,6 +143,7 @@ class Heartbeater {
     if (!resumed_from_.empty()) {
       req.set_resumed_from(resumed_from_);
       req.set_resumed_step(resumed_step_);
+      req.set_resumed_tier(resumed_tier_);
     }
     for (auto& m : pending_) *req.add_metrics() = m;
     std::vector<v1::StepMetric> sent = std::move(pending_);
@@ -183,6 +185,7 @@ class Heartbeater {
   std::string state_ = "starting";       // guarded by mu_
   std::string resumed_from_;             // guarded by mu_
   int64_t resumed_step_ = 0;             // guarded by mu_
+  std::string resumed_tier_;             // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
@@ -289,9 +292,10 @@ class AgentSession {
   // Reports one checkpoint shard (the coordinator commits once every rank has);
   // rank 0's report carries the metrics of the steps up to it.
   shard::Status ReportCheckpoint(Heartbeater& hb, const shard::Manifest& base, const std::string& step_dir,
-                                 const std::vector<shard::ManifestFile>& files) {
+                                 const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
     v1::ReportCheckpointRequest req;
     req.set_step(base.step);
+    req.set_tier(shard::CheckpointTierName(tier));
     req.set_step_dir(std::filesystem::absolute(step_dir).lexically_normal().string());
     req.set_manifest_base(base.ToJson());
     for (const auto& f : files) {
@@ -320,9 +324,10 @@ class AgentSession {
     dist.stop_requested = StopRequested;
     dist.tensorboard = true;
     dist.report_checkpoint = [this, &hb](const shard::Manifest& base, const std::string& step_dir,
-                                         const std::vector<shard::ManifestFile>& files) {
-      return ReportCheckpoint(hb, base, step_dir, files);
+                                         const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
+      return ReportCheckpoint(hb, base, step_dir, files, tier);
     };
+    dist.memory_job_dir = reg_.memory_tier_dir();
     return dist;
   }
 
@@ -344,6 +349,9 @@ class AgentSession {
                reg_.world_size(), parsed->parallel.world_size, shard::MinWorldSize(*parsed),
                shard::MicroBatchesPerStep(*job, reg_.world_size()), job->train.micro_batch,
                shard::MicroBatchesPerStep(*parsed, parsed->parallel.world_size), job->train.global_batch);
+    // The coordinator commits memory steps only where it can see them (it
+    // says why not in an event): without its folder, this attempt has none.
+    if (reg_.memory_tier_dir().empty()) job->checkpoint.memory.every_steps = 0;
 
     Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
                    opts_.reconnect_window_s);
@@ -353,7 +361,8 @@ class AgentSession {
     // Rank 0 tells the coordinator which checkpoint it resumed (an event).
     hooks.on_built = [&](const shard::Trainer& t) {
       if (rank() == 0 && !t.resumed_from().empty())
-        hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step());
+        hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step(),
+                      shard::CheckpointTierName(t.resumed_tier()));
     };
     // Every rank registered before any rendezvous (worker/peer_barrier.h).
     PeerBarrierOptions barrier;

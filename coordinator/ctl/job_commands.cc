@@ -453,11 +453,12 @@ shard::Status JobCommands::Checkpoints(const std::string& job_id, bool json) {
     std::printf("%s\n", Json(resp).c_str());
     return shard::OkStatus();
   }
-  std::printf("%-10s %-8s %-6s %-6s %-12s %s\n", "STEP", "STATE", "WORLD", "FILES", "MB", "PATH");
+  std::printf("%-10s %-8s %-7s %-6s %-6s %-12s %s\n", "STEP", "STATE", "TIER", "WORLD", "FILES", "MB", "PATH");
   for (const auto& c : resp.checkpoints()) {
     const bool valid = c.problem().empty();
-    std::printf("%-10lld %-8s %-6d %-6d %-12.1f %s%s\n", static_cast<long long>(c.step()), valid ? "valid" : "invalid",
-                c.world(), c.files(), c.bytes() / 1e6, c.path().c_str(), valid ? "" : ("  (" + c.problem() + ")").c_str());
+    std::printf("%-10lld %-8s %-7s %-6d %-6d %-12.1f %s%s\n", static_cast<long long>(c.step()),
+                valid ? "valid" : "invalid", c.tier().empty() ? "disk" : c.tier().c_str(), c.world(), c.files(),
+                c.bytes() / 1e6, c.path().c_str(), valid ? "" : ("  (" + c.problem() + ")").c_str());
   }
   return shard::OkStatus();
 }

@@ -85,12 +85,12 @@ json JobObject(const shardd::v1::JobStatus& js) {
 json CheckpointObject(const CheckpointRow& c) {
   return {{"step", c.step},   {"state", c.state}, {"path", c.path},
           {"world", c.world}, {"files", c.files}, {"bytes", c.bytes},
-          {"committed_unix_ms", c.committed_unix_ms}, {"problem", c.problem}};
+          {"committed_unix_ms", c.committed_unix_ms}, {"problem", c.problem}, {"tier", c.tier}};
 }
 
 CheckpointRow FromCheckpointInfo(const shardd::v1::CheckpointInfo& c) {
   return {c.step(), c.problem().empty() ? "valid" : "invalid", c.path(), c.world(), c.files(), c.bytes(),
-          c.committed_unix_ms(), c.problem()};
+          c.committed_unix_ms(), c.problem(), c.tier().empty() ? "disk" : c.tier()};
 }
 
 json JobListObject(const shardd::v1::ListJobsResponse& resp) {

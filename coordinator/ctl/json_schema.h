@@ -26,6 +26,7 @@ struct CheckpointRow {
   int64_t bytes = 0;
   int64_t committed_unix_ms = 0;  // 0: unknown
   std::string problem;  // "" when valid
+  std::string tier = "disk";  // disk | memory (checkpoint.memory)
 };
 nlohmann::json CheckpointObject(const CheckpointRow& c);
 CheckpointRow FromCheckpointInfo(const shardd::v1::CheckpointInfo& c);

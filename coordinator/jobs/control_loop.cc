@@ -10,6 +10,7 @@
 #include "coordinator/probed_cluster.h"
 #include "shard/plan/elastic_fit.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/logging.h"
 #include "shard/spec/run_fingerprint.h"
 
@@ -25,6 +26,13 @@ void ControlLoop::Tick() {
     plans = Decide(view);
   }
   runner_->RunTerminates();
+  for (const std::string& dir : memory_to_remove_) {
+    if (Status st = shard::RemoveMemoryTier(dir); !st.ok())
+      LOG_WARN("{}", st.ToString());
+    else
+      LOG_INFO("removed the ended job's memory checkpoint tier {}", dir);
+  }
+  memory_to_remove_.clear();
   for (const LaunchPlan& plan : plans) {
     RunLaunch(plan);
     runner_->RunTerminates();  // a cancel that arrived during the launch reaches its workers now
@@ -53,6 +61,12 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
       } else if (now >= j.kill_at_ms) {
         runner_->QueueTerminate(j, j.draining_attempt, /*force=*/true);
       }
+    }
+    // The job is over and its last processes are gone: its memory tier goes
+    // (succeeded, failed or cancelled alike; the disk tier stays).
+    if (!IsActive(j) && j.draining_attempt == 0 && !j.memory_tier_removed) {
+      j.memory_tier_removed = true;
+      if (std::string dir = MemoryTierDirOf(j); !dir.empty()) memory_to_remove_.push_back(std::move(dir));
     }
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
       std::string why = std::move(j.pending_failure);
@@ -133,6 +147,7 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   // verify; nothing committed yet: start as the first attempt did.
   plan.find_latest = j.attempt > 0;
   plan.checkpoint_dir = CheckpointDirOf(j);
+  plan.memory_dir = MemoryTierDirOf(j);
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
   if (j.next_world > 0) {
@@ -164,12 +179,14 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
   if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;
   if (plan.find_latest) {
-    // Hashes every byte of the newest checkpoint: never under the lock.
-    auto latest = shard::FindLatestGoodStep(plan.checkpoint_dir, /*verify_checksums=*/true,
-                                            [&](const shard::Manifest& m) {
-                                              return shard::IsThisRunsStep(m.run_fingerprint, plan.run_fingerprint);
-                                            });
-    if (latest.ok() && !latest->empty()) resume = *latest;
+    // Hashes every byte of the newest checkpoint: never under the lock. The
+    // newest good step of either tier: a memory step newer than every disk step wins.
+    auto latest = shard::FindLatestGoodTieredStep(plan.checkpoint_dir, plan.memory_dir, /*verify_checksums=*/true,
+                                                  [&](const shard::Manifest& m) {
+                                                    return shard::IsThisRunsStep(m.run_fingerprint,
+                                                                                 plan.run_fingerprint);
+                                                  });
+    if (latest.ok() && !latest->dir.empty()) resume = latest->dir;
   }
   LaunchRequest req;
   Launcher* launcher = nullptr;

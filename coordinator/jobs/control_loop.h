@@ -34,6 +34,7 @@ struct LaunchPlan {
   int prev_attempt = 0;
   bool find_latest = false;  // resume from the newest good committed step (verified: slow)
   std::string checkpoint_dir;
+  std::string memory_dir;  // the memory tier's folder ("" = none): its newer steps win
   std::string fallback_resume;  // the job file's checkpoint.resume
   // Only this run's steps (or unknown ones) are resumed by a restart: another
   // run that shares the directory never is (shard/spec/run_fingerprint.h).
@@ -86,6 +87,9 @@ class ControlLoop {
   std::thread pulse_thread_;  // NoteAlive every stall_forgive_s / 4 (at most 1 s)
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
+  // Ended jobs' memory-tier folders, found in Decide, removed after it
+  // without the lock (Tick's thread only).
+  std::vector<std::string> memory_to_remove_;
   bool stop_ = false;  // guarded by stop_mu_
 };
 

@@ -114,12 +114,23 @@ struct Job {
   // External workers beyond a shrunk attempt's ranks, by "host/rank": when
   // each last asked to join. Enough of them grow the job back at its next commit.
   std::map<std::string, int64_t> standby;
+  bool memory_tier_removed = false;  // the ended job's memory-tier folder was removed (or there was none)
 };
 
 inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }
 inline bool IsExternal(const Job& j) { return j.config.resources.launcher == shard::Launcher::kExternal; }
 // The job's checkpoint directory (checkpoint.dir/<name>, against its workdir).
 std::string CheckpointDirOf(const Job& j);
+// The memory tier's job folder the coordinator commits in (checkpoint.memory;
+// shard::MemoryCheckpointJobDir against its workdir), "" when the job runs
+// without one: off in its file, or not a local job (MemoryTierOffReason).
+std::string MemoryTierDirOf(const Job& j);
+// Why a job whose file turns checkpoint.memory on runs without it ("" = it
+// does not). Every rank must be on the coordinator's host (the local
+// launcher): the coordinator reads the shard files' sizes, writes COMMITTED
+// in the tmpfs folder and removes it when the job ends; across hosts that
+// needs the partner copy, which is not built yet.
+std::string MemoryTierOffReason(const Job& j);
 // Rendezvous keys of an attempt live under this prefix.
 std::string AttemptKvPrefix(const v1::WorkerId& id);
 // A fresh random worker or join token.

@@ -14,6 +14,7 @@
 
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/step_listing.h"
 #include "shard/common/file_util.h"
 
@@ -54,33 +55,41 @@ std::vector<v1::JobStatus> JobQueries::List(bool include_finished) {
 }
 
 StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::string& job_id) {
-  std::string dir;
+  std::string disk_dir, memory_dir;
   {
     auto lock = table_->Lock();
     ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
-    dir = CheckpointDirOf(*j);
+    disk_dir = CheckpointDirOf(*j);
+    memory_dir = MemoryTierDirOf(*j);
   }
+  // Both tiers (checkpoint.memory), in step order.
   std::vector<v1::CheckpointInfo> out;
-  if (!fs::exists(dir)) return out;
-  ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
-  for (const shard::StepInfo& s : steps) {
-    if (!s.committed) continue;
-    // The same proof resume uses and the model config export reads (without
-    // re-reading checksums: a listing must stay cheap); a step that fails is
-    // listed with its problem, under its manifest's step.
-    const shard::StepListing l = shard::DescribeStep(s, /*verify_checksums=*/false);
-    v1::CheckpointInfo c;
-    c.set_step(l.step);
-    if (!l.valid) c.set_problem(l.problem);
-    c.set_world(l.world);
-    c.set_files(l.files);
-    c.set_bytes(l.manifest_bytes);
-    c.set_path(s.dir);
-    struct stat st;
-    if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)
-      c.set_committed_unix_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);
-    out.push_back(c);
+  for (const auto& [dir, tier] : {std::pair{disk_dir, shard::CheckpointTier::kDisk},
+                                  std::pair{memory_dir, shard::CheckpointTier::kMemory}}) {
+    if (dir.empty() || !fs::exists(dir)) continue;
+    ASSIGN_OR_RETURN(std::vector<shard::StepInfo> steps, shard::ListSteps(dir));
+    for (const shard::StepInfo& s : steps) {
+      if (!s.committed) continue;
+      // The same proof resume uses and the model config export reads (without
+      // re-reading checksums: a listing must stay cheap); a step that fails is
+      // listed with its problem, under its manifest's step.
+      const shard::StepListing l = shard::DescribeStep(s, /*verify_checksums=*/false);
+      v1::CheckpointInfo c;
+      c.set_step(l.step);
+      if (!l.valid) c.set_problem(l.problem);
+      c.set_world(l.world);
+      c.set_files(l.files);
+      c.set_bytes(l.manifest_bytes);
+      c.set_path(s.dir);
+      c.set_tier(shard::CheckpointTierName(tier));
+      struct stat st;
+      if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)
+        c.set_committed_unix_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);
+      out.push_back(c);
+    }
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) { return a.step() < b.step(); });
   return out;
 }
 

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "coordinator/job_manager_internal.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 #include "shard/spec/elastic_world.h"
@@ -144,37 +146,53 @@ Status JobRecovery::Adopt(Job& ref, int64_t now) {
 
 void JobRecovery::ReconcileCommits(Job& j) {
   // Reads only manifests and file sizes (no hashing): Recover runs before the
-  // coordinator serves anything.
-  auto steps = shard::ListSteps(CheckpointDirOf(j));
-  if (!steps.ok()) return;
+  // coordinator serves anything. Both tiers (checkpoint.memory): the newest
+  // whole step of this run newer than the last one recorded.
   const std::string fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
-    if (it->step <= j.progress.last_committed_step()) return;
-    if (!it->committed) continue;
-    auto text = shard::ReadFileToString(it->dir + "/" + shard::kCommittedFile);
-    if (!text.ok()) continue;
-    auto m = shard::Manifest::FromJson(*text, it->dir + "/" + shard::kCommittedFile);
-    if (!m.ok() || m->step != it->step || !shard::IsThisRunsStep(m->run_fingerprint, fingerprint)) continue;
+  struct Found {
+    shard::Manifest m;
+    std::string dir;
     int64_t bytes = 0;
-    bool whole = true;
-    for (const auto& f : m->files) {
-      std::error_code ec;
-      const uint64_t size = std::filesystem::file_size(it->dir + "/" + f.name, ec);
-      whole = whole && !ec && size == f.size;
-      bytes += static_cast<int64_t>(f.size);
+    shard::CheckpointTier tier = shard::CheckpointTier::kDisk;
+  };
+  std::optional<Found> best;
+  for (const auto& [dir, tier] : {std::pair{CheckpointDirOf(j), shard::CheckpointTier::kDisk},
+                                  std::pair{MemoryTierDirOf(j), shard::CheckpointTier::kMemory}}) {
+    if (dir.empty()) continue;
+    auto steps = shard::ListSteps(dir);
+    if (!steps.ok()) continue;
+    for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+      if (it->step <= j.progress.last_committed_step() || (best && it->step <= best->m.step)) break;
+      if (!it->committed) continue;
+      auto text = shard::ReadFileToString(it->dir + "/" + shard::kCommittedFile);
+      if (!text.ok()) continue;
+      auto m = shard::Manifest::FromJson(*text, it->dir + "/" + shard::kCommittedFile);
+      if (!m.ok() || m->step != it->step || !shard::IsThisRunsStep(m->run_fingerprint, fingerprint)) continue;
+      int64_t bytes = 0;
+      bool whole = true;
+      for (const auto& f : m->files) {
+        std::error_code ec;
+        const uint64_t size = std::filesystem::file_size(it->dir + "/" + f.name, ec);
+        whole = whole && !ec && size == f.size;
+        bytes += static_cast<int64_t>(f.size);
+      }
+      if (!whole) continue;  // resume skips it too (and falls back)
+      best = Found{std::move(*m), it->dir, bytes, tier};
+      break;
     }
-    if (!whole) continue;  // resume skips it too (and falls back)
-    j.progress.set_last_committed_step(m->step);
-    if (Status st = table_->store()->PutCheckpoint({j.id, m->step, m->world, static_cast<int>(m->files.size()), bytes,
-                                           it->dir, opts_.now_ms()});
-        !st.ok())
-      LOG_ERROR("job {}: {}", j.id, st.ToString());
-    table_->Emit(j, "checkpoint_committed",
-               "step " + std::to_string(m->step) + ": " + std::to_string(m->files.size()) + " shard(s), " +
-                   internal::Fmt(bytes / 1e6, "%.1f") + " MB in " + it->dir +
-                   " (its COMMITTED was written just before the previous coordinator stopped; recorded at restart)");
-    return;
   }
+  if (!best) return;
+  const shard::Manifest& m = best->m;
+  j.progress.set_last_committed_step(m.step);
+  if (Status st = table_->store()->PutCheckpoint({j.id, m.step, m.world, static_cast<int>(m.files.size()), best->bytes,
+                                                  best->dir, opts_.now_ms(), shard::CheckpointTierName(best->tier)});
+      !st.ok())
+    LOG_ERROR("job {}: {}", j.id, st.ToString());
+  table_->Emit(j, "checkpoint_committed",
+               "step " + std::to_string(m.step) + ": " + std::to_string(m.files.size()) + " shard(s), " +
+                   internal::Fmt(best->bytes / 1e6, "%.1f") + " MB in " + best->dir +
+                   (best->tier == shard::CheckpointTier::kMemory ? " (memory tier)" : "") +
+                   " (its COMMITTED was written just before the previous coordinator stopped; recorded at restart)");
 }
 
 }  // namespace shardd

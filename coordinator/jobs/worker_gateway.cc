@@ -12,6 +12,7 @@
 #include "coordinator/worker_reports.h"
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/logging.h"
 
 namespace fs = std::filesystem;
@@ -96,6 +97,7 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   resp.set_kv_prefix(AttemptKvPrefix(req.id()));
   resp.set_resume_from(j->resume_from);
   resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
+  resp.set_memory_tier_dir(MemoryTierDirOf(*j));
   return resp;
 }
 
@@ -206,8 +208,10 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     // checkpoint.resume: auto only they know), printed by run and watch.
     j->resumed_event_attempt = j->attempt;
     const int64_t total = j->config.train.steps;
+    const std::string tier = req.resumed_tier().empty() ? "disk" : req.resumed_tier();
     table_->Emit(*j, "resumed",
-               "resumed from " + req.resumed_from() + " at step " + std::to_string(req.resumed_step()) +
+               "resumed from step " + std::to_string(req.resumed_step()) + " (" + tier + "): " + req.resumed_from() +
+                   " at step " + std::to_string(req.resumed_step()) +
                    (req.resumed_step() >= total
                         ? " >= train.steps " + std::to_string(total) + ": already complete, nothing to train"
                         : " of " + std::to_string(total)));
@@ -228,6 +232,10 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpoint(const v1:
   if (retain.due) {
     if (Status st = CheckpointCommitter::Retain(retain.step_dir, retain.keep_last, retain.run_fingerprint); !st.ok())
       LOG_ERROR("checkpoint retention in {}: {}", fs::path(retain.step_dir).parent_path().string(), st.ToString());
+    // A committed disk step makes the memory steps older than it worthless.
+    if (!retain.memory_dir.empty() && retain.tier == shard::CheckpointTier::kDisk)
+      if (Status st = shard::DropMemoryStepsBefore(retain.memory_dir, retain.step, retain.run_fingerprint); !st.ok())
+        LOG_ERROR("{}", st.ToString());
   }
   return resp;
 }
@@ -244,13 +252,24 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   rep.step = req.step();
   rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
   rep.manifest_base = req.manifest_base();
-  // The step must be inside this job's checkpoint directory.
-  const std::string expected = CheckpointDirOf(*j);
+  if (!shard::ParseCheckpointTier(req.tier(), &rep.tier))
+    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(req.id().rank()) + ": tier " +
+                                  req.tier() + " is neither disk nor memory");
+  const std::string memory_dir = MemoryTierDirOf(*j);
+  if (rep.tier == shard::CheckpointTier::kMemory && memory_dir.empty())
+    return shard::FailedPrecondition("memory checkpoint report of rank " + std::to_string(req.id().rank()) +
+                                     ", but this job has no memory tier; not committed");
+  // The step must be inside this job's checkpoint directory (of its tier).
+  const std::string expected = rep.tier == shard::CheckpointTier::kMemory ? memory_dir : CheckpointDirOf(*j);
   if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
     return shard::InvalidArgument("checkpoint report names " + rep.step_dir + ", outside the job's " + expected);
   // ... where it leads now: a symlink made since submission must not take the
-  // commit (or the shards) outside the allowed roots.
-  if (!opts_.allowed_roots.empty() &&
+  // commit (or the shards) outside the allowed roots. The memory tier's
+  // default root is the coordinator's own rule (MemoryCheckpointJobDir), not
+  // a path of the job file's; a memory.dir the job names is confined (the
+  // link checks below hold for both).
+  const bool confined = rep.tier == shard::CheckpointTier::kDisk || !j->config.checkpoint.memory.dir.empty();
+  if (!opts_.allowed_roots.empty() && confined &&
       std::none_of(opts_.allowed_roots.begin(), opts_.allowed_roots.end(),
                    [&](const std::string& root) { return IsInside(rep.step_dir, root); }))
     return shard::PermissionDenied("checkpoint report names " + rep.step_dir +
@@ -277,7 +296,10 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   v1::ReportCheckpointResponse resp;
   if (done) {
     resp.set_committed(true);
-    *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint, j->committer->keep_last()};
+    const bool memory = rep.tier == shard::CheckpointTier::kMemory;
+    *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint,
+                            memory ? j->config.checkpoint.memory.keep_last : j->committer->keep_last(), rep.tier,
+                            done->step, memory_dir};
     ++j->checkpoints_committed;
     if (auto it = j->first_report_ms.find(done->step); it != j->first_report_ms.end())
       j->commit_hist.Observe((opts_.now_ms() - it->second) / 1000.0);
@@ -286,11 +308,12 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     int64_t bytes = 0;
     for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
     Status st = table_->store()->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
-                                       rep.step_dir, opts_.now_ms()});
+                                       rep.step_dir, opts_.now_ms(), shard::CheckpointTierName(rep.tier)});
     if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
     table_->Emit(*j, "checkpoint_committed",
                "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
-                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir);
+                   Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir +
+                   (rep.tier == shard::CheckpointTier::kMemory ? " (memory tier)" : ""));
     // Workers standing by for a shrunk job: it grows back from this step.
     elastic::MaybeGrow(*j, done->step, opts_.now_ms(), attempts_);
   }

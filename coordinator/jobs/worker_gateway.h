@@ -39,7 +39,10 @@ class WorkerGateway {
     bool due = false;
     std::string step_dir;
     std::string run_fingerprint;
-    int keep_last = 0;
+    int keep_last = 0;  // of the step's tier
+    shard::CheckpointTier tier = shard::CheckpointTier::kDisk;
+    int64_t step = 0;
+    std::string memory_dir;  // the job's memory tier ("" = none)
   };
   StatusOr<v1::ReportCheckpointResponse> ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
                                                                 const std::string& token, RetentionTask* retain);

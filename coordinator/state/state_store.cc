@@ -50,6 +50,7 @@ struct AddedColumn {
 };
 constexpr AddedColumn kAddedColumns[] = {
     {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
+    {"checkpoints", "tier", "TEXT NOT NULL DEFAULT 'disk'"},  // checkpoint.memory: disk | memory
     {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
     {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
     {"metrics", "eval_samples", "INTEGER NOT NULL DEFAULT 0"},  // held-out evaluation (0: none)
@@ -411,22 +412,23 @@ StatusOr<std::vector<EventRecord>> StateStore::LoadEvents(const std::string& job
 Status StateStore::PutCheckpoint(const CheckpointRecord& c) {
   std::lock_guard<std::mutex> lock(mu_);
   return Stmt(db_,
-              "INSERT OR REPLACE INTO checkpoints(job_id,step,world,files,bytes,path,committed_ms) "
-              "VALUES(?,?,?,?,?,?,?)")
+              "INSERT OR REPLACE INTO checkpoints(job_id,step,world,files,bytes,path,committed_ms,tier) "
+              "VALUES(?,?,?,?,?,?,?,?)")
       .Bind(c.job_id).Bind(c.step).Bind(c.world).Bind(c.files).Bind(c.bytes).Bind(c.path).Bind(c.committed_ms)
+      .Bind(c.tier.empty() ? std::string("disk") : c.tier)
       .Run();
 }
 
 StatusOr<std::vector<CheckpointRecord>> StateStore::LoadCheckpoints(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT step,world,files,bytes,path,committed_ms FROM checkpoints WHERE job_id=? ORDER BY step");
+  Stmt s(db_, "SELECT step,world,files,bytes,path,committed_ms,tier FROM checkpoints WHERE job_id=? ORDER BY step");
   s.Bind(job_id);
   std::vector<CheckpointRecord> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
     if (!row) break;
     out.push_back({job_id, s.Int(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(2)), s.Int(3), s.Text(4),
-                   s.Int(5)});
+                   s.Int(5), s.Text(6)});
   }
   return out;
 }

@@ -79,6 +79,7 @@ struct CheckpointRecord {
   int64_t bytes = 0;
   std::string path;
   int64_t committed_ms = 0;
+  std::string tier = "disk";  // disk | memory (checkpoint.memory)
 };
 
 // One training step as rank 0 reported it. A loss or gradient norm that was

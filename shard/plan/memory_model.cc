@@ -1,4 +1,5 @@
 #include "shard/plan/memory_model.h"
+#include "shard/plan/memory_tier_cost.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -283,7 +284,7 @@ void EstimateCpu(const EstimateContext& x, const ClusterSpec& cluster, MemoryEst
   // A LoRA checkpoint holds only the adapters (already counted).
   if (!peft && w.async_checkpoint)
     dev.Add("async checkpoint snapshot (p, m, v as held)", shard * snap, shard_how + " x " + std::to_string(snap) + " B");
-  else if (!peft && w.checkpoint_keep_last > 0 && !w.offload.optimizer)
+  else if (!peft && (w.checkpoint_keep_last > 0 || w.memory_tier_keep_last > 0) && !w.offload.optimizer)
     dev.Add("checkpoint snapshot while saving (fp32 p, m, v; freed after)", shard * 12, shard_how + " x 12 B");
   // model.from_hf: each rank reads its own byte ranges of the mapped files
   // into one unit-shard buffer (Trainer::InitRuntime), far below the
@@ -527,7 +528,8 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
   const bool peft = w.method != Method::kFull;
   const int writers = peft ? 1 : std::min(ranks, S);
   const bool snapshots =
-      w.method == Method::kFull && (w.async_checkpoint || (w.checkpoint_keep_last > 0 && !w.offload.optimizer));
+      w.method == Method::kFull &&
+      (w.async_checkpoint || ((w.checkpoint_keep_last > 0 || w.memory_tier_keep_last > 0) && !w.offload.optimizer));
   const int64_t snap_elem = 3 * static_cast<int64_t>(DTypeSize(w.optimizer_state));
   int64_t snapshot = snapshots ? writers * shard * snap_elem : 0;
   est.host_snapshot_per_writer = snapshots ? shard * snap_elem : 0;
@@ -557,11 +559,26 @@ void AddGpuHost(const EstimateContext& x, MemoryEstimate& est, int64_t host_stat
 
 }  // namespace
 
+// checkpoint.memory: the tier's tmpfs pages on the node of writer ranks 0..S-1.
+void AddMemoryTier(const EstimateContext& x, MemoryEstimate& est) {
+  const Workload& w = x.w;
+  if (w.method != Method::kFull) return;
+  const int ranks = std::max(1, est.ranks_per_node);
+  const MemoryTierCost c =
+      EstimateMemoryTier(w.memory_tier_keep_last, w.memory_tier_replicas, x.shard,
+                         3 * static_cast<int64_t>(DTypeSize(w.optimizer_state)), std::min(ranks, x.S),
+                         (std::max(1, w.world) + ranks - 1) / ranks);
+  if (c.bytes_per_node <= 0) return;
+  Items{&est.host}.Add("memory checkpoint tier (tmpfs: p, m, v as held)", c.bytes_per_node, c.how);
+  est.host_total = Sum(est.host);
+}
+
 MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   MemoryEstimate est;
   const EstimateContext x = MakeContext(w);
   if (w.cpu_engine) {
     EstimateCpu(x, cluster, est);
+    AddMemoryTier(x, est);
     return est;
   }
   est.ranks_per_node = std::min(std::max(1, w.world), cluster.gpus_per_node);
@@ -575,6 +592,7 @@ MemoryEstimate EstimateMemory(const Workload& w, const ClusterSpec& cluster) {
   est.device_total = Sum(est.device);
   AddGpuHost(x, est, host_state);
   est.host_total = Sum(est.host);
+  AddMemoryTier(x, est);
   return est;
 }
 

@@ -133,8 +133,11 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.loss_chunk_rows = job.train.loss_chunk_rows;
   w.seq_len = job.data.seq_len;
   w.global_batch = job.train.global_batch;
-  w.async_checkpoint = job.checkpoint.every_steps > 0 && job.checkpoint.async;
+  // Memory-tier saves go through the same snapshot as disk saves (Checkpointer::Save).
+  w.async_checkpoint = (job.checkpoint.every_steps > 0 || job.checkpoint.memory.enabled()) && job.checkpoint.async;
   w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
+  w.memory_tier_keep_last = job.checkpoint.memory.enabled() ? job.checkpoint.memory.keep_last : 0;
+  w.memory_tier_replicas = job.checkpoint.memory.replicas;
   MapPeft(job, &out);
   MapPreference(job, &out);
 

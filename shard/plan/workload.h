@@ -101,6 +101,10 @@ struct Workload {
   int64_t loss_chunk_rows = 0;
   bool async_checkpoint = false;  // periodic checkpoints snapshot the shard to host memory first
   int checkpoint_keep_last = 0;   // committed steps kept on disk (checkpoint.keep_last; 0 = no checkpoints)
+  // checkpoint.memory: committed steps kept in tmpfs (keep_last; 0 = no memory
+  // tier) and partner copies on another node (memory_tier_cost.h).
+  int memory_tier_keep_last = 0;
+  int memory_tier_replicas = 0;
   // fp32_master: the dtype of the master weights and AdamW moments
   // (optim.state_dtype). kBF16 is built for offloaded state: 2 B each on the
   // host, updated with stochastic rounding (shard/optim/bf16_state.h).

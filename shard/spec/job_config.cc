@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+
+#include <xxhash.h>
 
 #include "shard/common/file_util.h"
 #include "shard/common/yaml_config.h"
@@ -69,7 +72,7 @@ Status CheckpointConfig::Validate() const {
   if (every_steps < 0) return InvalidArgument("checkpoint.every_steps must be >= 0");
   if (keep_last < 1) return InvalidArgument("checkpoint.keep_last must be >= 1");
   if (resume.empty()) return InvalidArgument("checkpoint.resume must be auto, none or a step directory");
-  return OkStatus();
+  return memory.Validate();
 }
 
 Status RestartConfig::Validate() const {
@@ -136,6 +139,9 @@ Status JobConfig::Validate() const {
       return InvalidArgument("optim.state_dtype: only applies to full fine-tuning (a peft: job's frozen base has no "
                              "optimizer state)");
   }
+  if (checkpoint.memory.enabled() && peft.enabled())
+    return InvalidArgument("checkpoint.memory.every_steps: the memory tier holds full-training shards; a peft: job's "
+                           "adapter checkpoints are small enough for checkpoint.every_steps alone");
   if (export_.merge && !peft.enabled())
     return InvalidArgument("export.merge: only applies to a peft: job (full fine-tuning exports the whole model anyway)");
   const int64_t per_step = train.micro_batch * parallel.world_size;
@@ -338,6 +344,7 @@ Status MapCheckpoint(YamlMap& root, CheckpointConfig* c) {
   RETURN_IF_ERROR(m.Get("keep_last", &c->keep_last));
   RETURN_IF_ERROR(m.Get("async", &c->async));
   RETURN_IF_ERROR(m.Get("resume", &c->resume));
+  RETURN_IF_ERROR(MapMemoryTierSection(m, &c->memory));
   return m.Finish();
 }
 
@@ -467,6 +474,25 @@ std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir) {
   std::filesystem::path dir(job.checkpoint.dir);
   if (!workdir.empty() && !dir.empty() && dir.is_relative()) dir = (std::filesystem::path(workdir) / dir).lexically_normal();
   return (dir / job.name).string();
+}
+
+namespace {
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir) {
+  const std::string root = job.checkpoint.memory.dir.empty() ? kDefaultMemoryTierRoot : job.checkpoint.memory.dir;
+  std::error_code ec;
+  std::filesystem::path disk = std::filesystem::absolute(CheckpointJobDir(job, workdir), ec);
+  // weakly_canonical: a workdir reached through a link names the same folder.
+  if (!ec) disk = std::filesystem::weakly_canonical(disk, ec);
+  const std::string key = disk.lexically_normal().string();
+  return (std::filesystem::path(root) / (job.name + "-" + Hex16(XXH64(key.data(), key.size(), 0))))
+      .string();
 }
 
 StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides) {

@@ -13,6 +13,7 @@
 #include "shard/spec/eval_config.h"
 #include "shard/spec/health_config.h"
 #include "shard/spec/loss_scale.h"
+#include "shard/spec/memory_tier_config.h"
 #include "shard/spec/optim_config.h"
 #include "shard/spec/peft_config.h"
 #include "shard/spec/preference_config.h"
@@ -100,6 +101,7 @@ struct CheckpointConfig {
   // Where to start from: "auto" (the newest good committed step of this job in
   // dir, else from scratch), "none" (always from scratch), or a step directory.
   std::string resume = "auto";
+  MemoryTierConfig memory;  // checkpoint.memory: the in-memory tier (memory_tier_config.h)
   Status Validate() const;
 };
 
@@ -234,6 +236,13 @@ struct JobConfig {
 // checkpoint.dir taken relative to workdir ("" = the current directory). The
 // one rule every reader and writer of a job's checkpoints uses.
 std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir = "");
+// Where the job's memory-tier checkpoints live: <checkpoint.memory.dir, else
+// /dev/shm/shardd>/<name>-<16 hex digits of the hash of the disk folder's
+// absolute path>, so two jobs of one name in different workdirs (two e2e
+// tests, two users) never share a folder, and every process that knows the
+// disk folder finds the same one. The rule the workers, the coordinator and
+// shardctl share.
+std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir = "");
 
 // Loads a job file, applying `--set key=value` overrides first.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides = {});

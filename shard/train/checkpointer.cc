@@ -18,6 +18,10 @@ Checkpointer::~Checkpointer() { (void)Wait(); }
 
 std::string Checkpointer::job_dir() const { return CheckpointJobDir(job_); }
 
+std::string Checkpointer::tier_dir(CheckpointTier tier) const {
+  return tier == CheckpointTier::kMemory ? role_.memory_dir : job_dir();
+}
+
 Status Checkpointer::Wait() {
   if (thread_.joinable()) thread_.join();
   Status st = async_status_;
@@ -25,9 +29,22 @@ Status Checkpointer::Wait() {
   return st;
 }
 
-Status Checkpointer::Save(const Manifest& base) {
+Status Checkpointer::Save(const Manifest& base, CheckpointTier tier) {
   auto t0 = std::chrono::steady_clock::now();
+  if (tier == CheckpointTier::kMemory && role_.memory_dir.empty())
+    return FailedPrecondition("a memory-tier checkpoint was asked for but this job has no memory tier folder");
   RETURN_IF_ERROR(Wait().WithContext("the previous checkpoint save failed"));
+  // Counted when it returns, whichever way it does.
+  struct Stall {
+    Checkpointer* c;
+    CheckpointTier tier;
+    std::chrono::steady_clock::time_point t0;
+    ~Stall() {
+      if (tier != CheckpointTier::kMemory) return;
+      ++c->memory_saves_;
+      c->memory_stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  } stall{this, tier, t0};
   if (!role_.writer && !role_.committer) return OkStatus();
   if (!state_->device()->holds_data()) return SimulateSnapshot();
   const int sr = runtime_->shard_rank();
@@ -53,11 +70,11 @@ Status Checkpointer::Save(const Manifest& base) {
     }
   }
   if (job_.checkpoint.async) {
-    thread_ = std::thread([this, base, data] { async_status_ = WriteAndCommit(base, data); });
+    thread_ = std::thread([this, base, data, tier] { async_status_ = WriteAndCommit(base, data, tier); });
     stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return OkStatus();
   }
-  Status st = WriteAndCommit(base, data);
+  Status st = WriteAndCommit(base, data, tier);
   // A synchronous save keeps nothing: between saves the host holds no snapshot.
   std::vector<std::vector<uint8_t>>().swap(snapshot_);
   stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -85,8 +102,9 @@ Status Checkpointer::SimulateSnapshot() {
   return OkStatus();
 }
 
-Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host) {
-  const std::string step_dir = (fs::path(job_dir()) / StepDirName(base.step)).string();
+Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host,
+                                    CheckpointTier tier) {
+  const std::string step_dir = (fs::path(tier_dir(tier)) / StepDirName(base.step)).string();
   std::error_code ec;
   // Never through a link: a step folder linked to another run's step would
   // have that run's shard files and COMMITTED overwritten by this one's.
@@ -128,16 +146,26 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<Shar
       mf.shard_rank = sr;
       mf.size = wf.size;
       mf.xxh64 = wf.xxh64;
-      RETURN_IF_ERROR(role_.report(base, step_dir, {mf}).WithContext("reporting checkpoint step " +
-                                                                      std::to_string(base.step)));
+      RETURN_IF_ERROR(role_.report(base, step_dir, {mf}, tier)
+                          .WithContext(std::string("reporting ") + CheckpointTierName(tier) + " checkpoint step " +
+                                       std::to_string(base.step)));
     }
   }
   if (role_.committer) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
     RETURN_IF_ERROR(CommitStep(step_dir, base, timeout));
-    LOG_INFO("checkpoint step {} committed in {}", base.step, step_dir);
-    RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last, base.run_fingerprint));
+    LOG_INFO("checkpoint step {} ({}) committed in {}", base.step, CheckpointTierName(tier), step_dir);
+    RETURN_IF_ERROR(Retain(base, tier));
   }
+  return OkStatus();
+}
+
+Status Checkpointer::Retain(const Manifest& base, CheckpointTier tier) {
+  if (tier == CheckpointTier::kMemory)
+    return ApplyRetention(role_.memory_dir, job_.checkpoint.memory.keep_last, base.run_fingerprint);
+  RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last, base.run_fingerprint));
+  // A committed disk step makes every older memory step worthless.
+  if (!role_.memory_dir.empty()) return DropMemoryStepsBefore(role_.memory_dir, base.step, base.run_fingerprint);
   return OkStatus();
 }
 

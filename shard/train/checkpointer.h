@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "shard/fsdp/fsdp_runtime.h"
@@ -29,13 +30,15 @@ namespace shard {
 // Under the control plane the coordinator commits: each writer hands its
 // written file (and the run state) to this hook, which reports it over RPC.
 using CheckpointReportFn = std::function<Status(const Manifest& base, const std::string& step_dir,
-                                                const std::vector<ManifestFile>& files)>;
+                                                const std::vector<ManifestFile>& files, CheckpointTier tier)>;
 
 struct CheckpointRole {
   int rank = 0;
   bool writer = true;     // writes a shard (replica 0 of each shard)
   bool committer = true;  // commits (rank 0, standalone mode only)
   CheckpointReportFn report;  // set: writers report here instead of anyone committing
+  // The memory tier's job folder (checkpoint.memory; "" = no memory tier).
+  std::string memory_dir;
 };
 
 class Checkpointer {
@@ -47,17 +50,27 @@ class Checkpointer {
 
   // "<checkpoint.dir>/<job name>"
   std::string job_dir() const;
+  // The tier's job folder: job_dir() or the memory tier's.
+  std::string tier_dir(CheckpointTier tier) const;
   // Saves the current state as step `base.step` (base holds the run state:
-  // data cursor, schedule, model identity). Fails if the previous save failed.
-  Status Save(const Manifest& base);
+  // data cursor, schedule, model identity) into the tier's folder. Fails if
+  // the previous save failed. A memory step commits like a disk step; its
+  // retention keeps checkpoint.memory.keep_last, and a committed disk step
+  // drops the memory steps older than it.
+  Status Save(const Manifest& base, CheckpointTier tier = CheckpointTier::kDisk);
   // Waits for the save in flight; returns its result.
   Status Wait();
   // Seconds the training thread spent inside Save (the stall).
   double stall_seconds() const { return stall_seconds_; }
+  // The memory tier's share: its saves and their stall.
+  int memory_saves() const { return memory_saves_; }
+  double memory_stall_seconds() const { return memory_stall_seconds_; }
 
  private:
   // data: per unit, the owned shard's real part (params, m, v) in host memory.
-  Status WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& data);
+  Status WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& data, CheckpointTier tier);
+  // Committer: the tier's retention after `base` committed in it.
+  Status Retain(const Manifest& base, CheckpointTier tier);
   // Save on a backend that holds no data (Backend::holds_data): counts the snapshot only.
   Status SimulateSnapshot();
 
@@ -72,6 +85,8 @@ class Checkpointer {
   std::vector<HostBuffer> sim_snapshot_;      // the simulator's stand-in for snapshot_
   Status async_status_;
   double stall_seconds_ = 0;
+  int memory_saves_ = 0;
+  double memory_stall_seconds_ = 0;
 };
 
 }  // namespace shard

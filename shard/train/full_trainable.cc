@@ -20,7 +20,7 @@ class FullTrainable : public Trainable {
   Status Step(const OptimConfig& config, float lr, int64_t step, float grad_scale) override {
     return p_.optimizer->Step(p_.model->layout(), config, lr, step, grad_scale);
   }
-  Status Save(const Manifest& run) override { return p_.checkpointer->Save(run); }
+  Status Save(const Manifest& run, CheckpointTier tier) override { return p_.checkpointer->Save(run, tier); }
   Status Resume(ResumeState* state) override;
   Status Export(const std::string& dir, DType dtype) override;
   const char* checkpoint_prefix() const override { return ""; }

@@ -33,7 +33,7 @@ class LoraTrainable : public Trainable {
     lora_->Step(config, lr, step, grad_scale);
     return OkStatus();
   }
-  Status Save(const Manifest& run) override;
+  Status Save(const Manifest& run, CheckpointTier tier) override;
   Status Resume(ResumeState* state) override;
   Status Export(const std::string& dir, DType dtype) override;
   const char* checkpoint_prefix() const override { return "lora_"; }
@@ -49,7 +49,9 @@ class LoraTrainable : public Trainable {
   std::string base_hash_;  // the base's identity, saved with and checked against checkpoints
 };
 
-Status LoraTrainable::Save(const Manifest& run) {
+Status LoraTrainable::Save(const Manifest& run, CheckpointTier tier) {
+  // JobConfig::Validate refuses checkpoint.memory for a peft: job.
+  if (tier != CheckpointTier::kDisk) return FailedPrecondition("a peft: job has no memory checkpoint tier");
   if (p_.rank != 0) return OkStatus();  // every rank holds the same adapters
   LoraCheckpointState st;
   st.step = run.step;

@@ -3,7 +3,10 @@
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
 
+#include <filesystem>
+
 namespace shard {
+namespace fs = std::filesystem;
 namespace {
 
 StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
@@ -24,7 +27,8 @@ std::string OwnershipNote(const Manifest& m, const std::string& step_dir, const 
 
 }  // namespace
 
-StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine) {
+StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
+                                        const std::string& memory_dir) {
   ResumeChoice c;
   if (resume == "none") return c;
   if (resume != "auto") {
@@ -32,22 +36,33 @@ StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::st
     if (!m.ok()) return m.status().WithContext("resume from " + resume);
     c.step_dir = resume;
     c.note = OwnershipNote(*m, resume, mine);
+    if (!memory_dir.empty() && fs::path(resume).lexically_normal().parent_path() ==
+                                   fs::path(memory_dir).lexically_normal())
+      c.tier = CheckpointTier::kMemory;
     return c;
   }
-  ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
-  bool any_committed = false;
-  for (const auto& s : steps) any_committed |= s.committed;
+  bool any_committed = false, disk_committed = false;
+  for (const std::string& dir : {job_dir, memory_dir}) {
+    if (dir.empty()) continue;
+    ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(dir));
+    for (const auto& s : steps) (dir == job_dir ? disk_committed : any_committed) |= s.committed;
+  }
+  any_committed |= disk_committed;
   if (!any_committed) return c;  // a fresh run
   const std::string fp = RunFingerprint(mine);
-  auto mine_found = FindLatestGoodStep(job_dir, /*verify_checksums=*/true,
-                                       [&](const Manifest& m) { return IsThisRunsStep(m.run_fingerprint, fp); });
+  auto mine_found = FindLatestGoodTieredStep(job_dir, memory_dir, /*verify_checksums=*/true,
+                                             [&](const Manifest& m) { return IsThisRunsStep(m.run_fingerprint, fp); });
   if (mine_found.ok()) {
-    ASSIGN_OR_RETURN(Manifest m, ReadManifest(*mine_found));
-    c.step_dir = *mine_found;
+    ASSIGN_OR_RETURN(Manifest m, ReadManifest(mine_found->dir));
+    c.step_dir = mine_found->dir;
+    c.tier = mine_found->tier;
     c.verified = true;  // FindLatestGoodStep read every file's checksum
     c.note = OwnershipNote(m, c.step_dir, mine);
     return c;
   }
+  // Only another run's memory steps (a tmpfs folder left by a crash): they
+  // are replaced as this run writes its own; the disk tier alone decides.
+  if (!disk_committed) return c;
   // None of this run's: say whose the good ones are instead of resuming them.
   auto any = FindLatestGoodStep(job_dir, /*verify_checksums=*/false);
   if (any.ok()) {

@@ -7,6 +7,9 @@
 //             before fingerprints: resumed with a warning). If the directory
 //             holds only another run's steps, INVALID_ARGUMENT naming the
 //             differing keys and the ways out — never a silent resume.
+//             With a memory tier (memory_dir not ""), the newest such step of
+//             either tier (checkpoint_tier.h): a memory step newer than every
+//             disk step wins.
 //   STEP_DIR  that step, whoever wrote it: resuming another run's step on
 //             purpose is allowed (fine-tuning from a checkpoint); the note
 //             says so and names the differences.
@@ -14,6 +17,7 @@
 
 #include <string>
 
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/status.h"
 #include "shard/spec/run_fingerprint.h"
 
@@ -23,9 +27,13 @@ struct ResumeChoice {
   std::string step_dir;   // "" = from scratch
   bool verified = false;  // the step's checksums were read while choosing it
   std::string note;       // a warning to log ("" = none): an unknown or another run's step
+  CheckpointTier tier = CheckpointTier::kDisk;  // where step_dir is
 };
 
-StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine);
+// memory_dir: the memory tier's job folder ("" = no memory tier); a STEP_DIR
+// inside it is a memory step.
+StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
+                                        const std::string& memory_dir = "");
 
 
 }  // namespace shard

@@ -65,8 +65,9 @@ class Trainable {
   virtual StatusOr<double> ReduceGradsNormSquared() = 0;
   // One AdamW update of what is trained; grad_scale multiplies the gradients first.
   virtual Status Step(const OptimConfig& config, float lr, int64_t step, float grad_scale) = 0;
-  // A checkpoint of the step `run` describes (its counters and run keys).
-  virtual Status Save(const Manifest& run) = 0;
+  // A checkpoint of the step `run` describes (its counters and run keys),
+  // into the tier's folder (checkpoint_tier.h).
+  virtual Status Save(const Manifest& run, CheckpointTier tier) = 0;
   // Loads the checkpoint to resume from, if any; every rank agrees on it (a
   // collective even on a fresh start).
   virtual Status Resume(ResumeState* state) = 0;

@@ -65,8 +65,11 @@ Status Trainer::Init() {
   // 70B job must not touch 140 GB of safetensors again).
   // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
   // base is always loaded, so it never takes a full step here.
+  if (job_.checkpoint.memory.enabled())
+    memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
   if (!job_.peft.enabled()) {
-    ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_));
+    ASSIGN_OR_RETURN(resume_,
+                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_, memory_dir_));
   }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
@@ -226,6 +229,7 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.writer = dist_.rank / S == 0;
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
+  role.memory_dir = memory_dir_;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
 }
@@ -332,6 +336,7 @@ Status Trainer::Resume() {
   samples_seen_ = rs.counters.samples_seen;
   tokens_seen_ = rs.counters.tokens_seen;
   resumed_from_ = rs.resumed_from;
+  resumed_tier_ = resumed_from_.empty() ? CheckpointTier::kDisk : resume_.tier;
   return OkStatus();
 }
 
@@ -448,6 +453,9 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     }
   }
   RETURN_IF_ERROR(checkpointer_->Wait());
+  if (dist_.rank == 0 && checkpointer_->memory_saves() > 0)
+    LOG_INFO("memory tier: {} saves in {}, {:.1f} ms stalled per save", checkpointer_->memory_saves(), memory_dir_,
+             1000 * checkpointer_->memory_stall_seconds() / checkpointer_->memory_saves());
   if (!job_.export_.hf_dir.empty()) {
     RETURN_IF_ERROR(ExportHf(job_.export_.hf_dir, job_.export_.dtype));
     // The tokenizer the data was made with goes along (a token-stream job's:

@@ -45,6 +45,9 @@ struct DistContext {
   // Set under the control plane: checkpoint shards are reported here and the
   // coordinator commits them (otherwise rank 0 commits).
   CheckpointReportFn report_checkpoint;
+  // The memory tier's job folder as the coordinator commits it ("" = the
+  // job's own rule, MemoryCheckpointJobDir). Only read with checkpoint.memory on.
+  std::string memory_job_dir;
   // Rank 0 writes TensorBoard event files (tensorboard_writer.h) into the run
   // directory, <checkpoint.dir>/<name>. Off by default so library users and
   // tests leave no files behind; the worker turns it on.
@@ -93,6 +96,8 @@ class Trainer {
   bool stopped() const { return stopped_; }
   // The step directory Init resumed from ("" = none).
   const std::string& resumed_from() const { return resumed_from_; }
+  // The tier resumed_from() is in (disk when nothing was resumed).
+  CheckpointTier resumed_tier() const { return resumed_tier_; }
   // Run found the job already at (or past) train.steps: it trained nothing.
   bool nothing_trained() const { return nothing_trained_; }
   int64_t total_steps() const { return job_.train.steps; }
@@ -140,6 +145,11 @@ class Trainer {
   // checkpoint.every_steps says to save after `step` (and after the last step).
   bool CheckpointDue(int64_t step) const {
     return job_.checkpoint.every_steps > 0 && (step % job_.checkpoint.every_steps == 0 || step == job_.train.steps);
+  }
+  // checkpoint.memory.every_steps says to save to the memory tier after
+  // `step`, and no disk save is due then (a step due in both goes to disk).
+  bool MemoryCheckpointDue(int64_t step) const {
+    return !memory_dir_.empty() && step % job_.checkpoint.memory.every_steps == 0 && !CheckpointDue(step);
   }
   // Scores eval.data with all ranks; fills m->eval_*.
   Status Evaluate(StepMetrics* m);
@@ -213,6 +223,8 @@ class Trainer {
   RunKeys run_keys_;            // what defines this run (run_fingerprint.h)
   ResumeChoice resume_;         // checkpoint.resume resolved in Init ("" step_dir = from scratch)
   std::string resumed_from_;    // the step directory resumed from, "" = none
+  CheckpointTier resumed_tier_ = CheckpointTier::kDisk;
+  std::string memory_dir_;      // the memory tier's job folder ("" = no memory tier)
   bool nothing_trained_ = false;
   // Host staging and device copies of one micro-batch.
   std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;

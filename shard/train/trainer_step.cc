@@ -56,7 +56,11 @@ StatusOr<StepMetrics> Trainer::Step() {
   ++step_;
   samples_seen_ += gb.consumed;
   tokens_seen_ += gb.tokens;
-  if (CheckpointDue(step_) || (stop_agreed_ && step_ < tc.steps)) RETURN_IF_ERROR(trainable_->Save(RunState()));
+  if (CheckpointDue(step_) || (stop_agreed_ && step_ < tc.steps)) {
+    RETURN_IF_ERROR(trainable_->Save(RunState(), CheckpointTier::kDisk));
+  } else if (MemoryCheckpointDue(step_) && step_ < tc.steps) {
+    RETURN_IF_ERROR(trainable_->Save(RunState(), CheckpointTier::kMemory));
+  }
   StepMetrics m;
   m.step = step_;
   m.loss = sums.loss_sum / static_cast<double>(gb.target_tokens);

@@ -17,10 +17,13 @@ workers keep training and are adopted). At the end the soak checks that
   * no worker the soak saw (a frozen one included) outlives the job;
 
 and prints its figures. The full soak (docs/chaos.md) is --kills 100; CI runs
---kills 10 (ctest -R e2e_chaos_soak).
+--kills 10 (ctest -R e2e_chaos_soak). --memory-every M adds the memory
+checkpoint tier (checkpoint.memory.every_steps M, in /dev/shm): resumes then
+come from memory steps too, every check above covers both tiers, and the
+job's tmpfs folder must be gone once it has ended.
 
 usage: SHARDD_BIN_DIR=build SHARDD_SOURCE_DIR=. chaos_soak.py
-           [--kills N] [--steps S] [--seed X] [--world W] [--every E] [--keep]
+           [--kills N] [--steps S] [--seed X] [--world W] [--every E] [--memory-every M] [--keep]
 """
 import argparse
 import filecmp
@@ -119,13 +122,13 @@ class CommitWatcher(threading.Thread):
     between writing COMMITTED and recording the event leaves no event), that a
     resumed step had been committed."""
 
-    def __init__(self, ckpt_dir):
+    def __init__(self, patterns):
         super().__init__(daemon=True)
-        self.dir, self.seen, self.bad, self.stop = ckpt_dir, {}, [], threading.Event()
+        self.patterns, self.seen, self.bad, self.stop = patterns, {}, [], threading.Event()
 
     def run(self):
         while not self.stop.is_set():
-            for d in glob.glob(os.path.join(self.dir, "step_*")):
+            for d in [d for p in self.patterns for d in glob.glob(p)]:
                 step = int(os.path.basename(d)[5:])
                 if step in self.seen:
                     continue
@@ -149,15 +152,16 @@ def tail(path, n=30):
         return ""
 
 
-def write_job(tmp, name, steps, world, every):
+def write_job(tmp, name, steps, world, every, memory_every=0, memory_root=""):
     path = os.path.join(tmp, f"{name}.yaml")
+    memory = f", memory: {{every_steps: {memory_every}, keep_last: 2, dir: {memory_root}}}" if memory_every else ""
     with open(path, "w") as f:
         f.write(f"""name: {name}
 model: {{preset: tiny}}
 data: {{tokens: data/phrases.u32, seq_len: 32, shuffle: true}}
 train: {{steps: {steps}, global_batch: 8, micro_batch: 4, lr: 3.0e-3, warmup_steps: 5, seed: 7, log_every: 10}}
 parallel: {{strategy: full_shard, world_size: {world}, comm_timeout_s: 10}}
-checkpoint: {{dir: ckpt, every_steps: {every}, keep_last: 3, async: true}}
+checkpoint: {{dir: ckpt, every_steps: {every}, keep_last: 3, async: true{memory}}}
 resources: {{device: cpu}}
 restart: {{max_restarts: 1000, backoff_s: 0.1, heartbeat_timeout_s: 3, hang_timeout_s: 60}}
 export: {{hf_dir: out/{name}, dtype: fp32}}
@@ -240,7 +244,7 @@ def check_resumes(log, jobs_dir, job, watched):
         if m:
             s = int(m.group(1))
             committed[s] = min(committed.get(s, ts(line)), ts(line))
-        m = re.search(r"resumed: resumed from \S+ at step (\d+)", line)
+        m = re.search(r"resumed: resumed from (?:step \d+ \(\w+\): )?\S+ at step (\d+)", line)
         if m:
             events += 1
             s = int(m.group(1))
@@ -273,19 +277,21 @@ def soak(c, a, rng):
                     os.path.join(c.tmp, "data", "phrases.u32")], check=True, capture_output=True)
     c.start()
     print(f"chaos soak: seed {a.seed}, {a.kills} disruptions, {a.steps} steps, world {a.world}, checkpoint every "
-          f"{a.every} steps; dir {c.tmp}", flush=True)
+          f"{a.every} steps" + (f", memory tier every {a.memory_every} in {a.memory_root}" if a.memory_every else "") +
+          f"; dir {c.tmp}", flush=True)
     t0 = time.time()
-    ref = c.ctl("submit", write_job(c.tmp, "ref", a.steps, a.world, a.every)).strip()
+    ref = c.ctl("submit", write_job(c.tmp, "ref", a.steps, a.world, a.every, a.memory_every, a.memory_root)).strip()
     c.ctl("watch", ref)
     if c.status(ref).get("state") != "SUCCEEDED":
         raise SoakFailure("the uninterrupted run did not succeed: " + c.ctl("status", ref, check=False))
     ref_s = time.time() - t0
     print(f"uninterrupted run: {a.steps} steps in {ref_s:.0f} s", flush=True)
 
-    watcher = CommitWatcher(os.path.join(c.tmp, "ckpt", "soak"))
+    watcher = CommitWatcher([os.path.join(c.tmp, "ckpt", "soak", "step_*"),
+                             os.path.join(a.memory_root, "soak-*", "step_*")])
     watcher.start()
     c.open_gate(0)  # the soak job waits at its first step until disrupt() opens the gate
-    job = c.ctl("submit", write_job(c.tmp, "soak", a.steps, a.world, a.every)).strip()
+    job = c.ctl("submit", write_job(c.tmp, "soak", a.steps, a.world, a.every, a.memory_every, a.memory_root)).strip()
     counts = {"worker SIGKILL": 0, "coordinator SIGKILL": 0, "worker SIGSTOP": 0}
     seen, stopped, kills = set(), [], 0
     while kills < a.kills:
@@ -308,6 +314,11 @@ def soak(c, a, rng):
     events, ranks, commits, resume_problems = check_resumes(c.log, os.path.join(c.state, "jobs"), job, watcher.seen)
     problems += resume_problems + watcher.bad
     unlogged = sorted(set(watcher.seen) - logged_commits(c.log, job))
+    memory_left = glob.glob(os.path.join(a.memory_root, "soak-*")) if a.memory_every else []
+    if memory_left:  # the coordinator removes an ended job's tmpfs folder
+        problems.append(f"the ended job's memory tier is still there: {memory_left}")
+    resumes = [ln for ln in open(c.log, errors="replace") if f"job {job} [" in ln and "resumed: resumed from" in ln]
+    from_memory = sum(1 for ln in resumes if "(memory)" in ln)
     ref_loss = {r["step"]: r["loss"] for r in map(json.loads, c.ctl("metrics", ref, "--json").splitlines())}
     for r in map(json.loads, c.ctl("metrics", job, "--json").splitlines()):
         if ref_loss.get(r["step"]) != r["loss"]:
@@ -318,7 +329,7 @@ def soak(c, a, rng):
   disruptions:          {kills} ({counts['worker SIGKILL']} worker SIGKILL, {counts['coordinator SIGKILL']} coordinator SIGKILL + restart, {counts['worker SIGSTOP']} worker SIGSTOP)
   attempts:             {attempts} ({attempts - 1} restarts)
   coordinator restarts: {counts['coordinator SIGKILL']}
-  resumes:              {events} resumed events, {ranks} rank resumes; {len(resume_problems)} of an uncommitted step ({commits} steps committed)
+  resumes:              {events} resumed events ({from_memory} from a memory step), {ranks} rank resumes; {len(resume_problems)} of an uncommitted step ({commits} steps committed)
   commits without event: {len(unlogged)} {unlogged[:10]} (COMMITTED on disk, no checkpoint_committed event)
   steps:                {a.steps} (uninterrupted run {ref_s:.0f} s)
   wall time:            {wall:.0f} s
@@ -338,12 +349,16 @@ def main():
     ap.add_argument("--seed", type=int, default=int(os.environ.get("SHARDD_CHAOS_SEED", "0")) or random.randrange(1 << 30))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--every", type=int, default=5, help="checkpoint.every_steps")
+    ap.add_argument("--memory-every", type=int, default=0, help="checkpoint.memory.every_steps (0: no memory tier)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     a = ap.parse_args()
     a.steps = a.steps or a.kills * 15 + 60
     a.src = os.environ.get("SHARDD_SOURCE_DIR") or sys.exit("SHARDD_SOURCE_DIR must point at the source dir")
     bin_dir = os.environ.get("SHARDD_BIN_DIR") or sys.exit("SHARDD_BIN_DIR must point at the build dir")
     c = Cluster(os.path.abspath(bin_dir), tempfile.mkdtemp(prefix="shardd-chaos."))
+    # The memory tier's root: tmpfs when there is one, one per soak.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else c.tmp
+    a.memory_root = os.path.join(shm, f"shardd-chaos.{os.getpid()}")
     try:
         soak(c, a, random.Random(a.seed))
         print("PASS")
@@ -365,6 +380,7 @@ def main():
             print(f"kept {c.tmp}", file=sys.stderr)
         else:
             shutil.rmtree(c.tmp, ignore_errors=True)
+        shutil.rmtree(a.memory_root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,38 @@ TEST_F(CheckpointCommitterTest, ACommitDropsOlderPartialSteps) {
   EXPECT_EQ(c.pending_steps(), 0u);
 }
 
+// The tiers commit apart (checkpoint.memory): a memory step completing while a
+// disk step's shards are still arriving (each tier saves on its own schedule)
+// must not drop that disk step; a newer step of the same tier still does.
+TEST_F(CheckpointCommitterTest, AMemoryCommitKeepsTheDiskStepInFlight) {
+  CheckpointCommitter c(5);
+  WriteShards(200, 2);
+  ASSERT_TRUE(c.Add(Report(200, 0, 2)).ok());  // disk step 200: one shard of two so far
+  WriteShards(205, 2);
+  for (int sr = 0; sr < 2; ++sr) {
+    ShardReport r = Report(205, sr, 2);
+    r.tier = shard::CheckpointTier::kMemory;
+    auto done = c.Add(r);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->has_value(), sr == 1);
+  }
+  EXPECT_EQ(c.pending_steps(), 1u) << "the memory commit dropped the disk step in flight";
+  auto disk = c.Add(Report(200, 1, 2));
+  ASSERT_TRUE(disk.ok()) << disk.status().ToString();
+  EXPECT_TRUE(disk->has_value()) << "disk step 200 did not commit after its last shard";
+  EXPECT_TRUE(fs::exists(StepDir(200) + "/COMMITTED"));
+  // Same tier, same rule as before: a newer memory commit drops an older partial memory step.
+  ShardReport partial = Report(210, 0, 2);
+  partial.tier = shard::CheckpointTier::kMemory;
+  WriteShards(210, 2);
+  ASSERT_TRUE(c.Add(partial).ok());
+  WriteShards(215, 1);
+  ShardReport whole = Report(215, 0, 1);
+  whole.tier = shard::CheckpointTier::kMemory;
+  ASSERT_TRUE(c.Add(whole).ok());
+  EXPECT_EQ(c.pending_steps(), 0u);
+}
+
 TEST_F(CheckpointCommitterTest, RetentionKeepsTheNewestKeepLastSteps) {
   CheckpointCommitter c(2);
   // Add alone commits and deletes nothing: retention is the caller's, off its lock.

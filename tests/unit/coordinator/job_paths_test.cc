@@ -37,6 +37,8 @@ TEST_F(JobPathsTest, ListsEveryPathKeyResolvedAgainstTheWorkdir) {
   c.checkpoint.dir = "../ckpt";
   c.checkpoint.resume = "ckpt/job/step_00000010";
   c.export_.hf_dir = "out/hf";
+  c.checkpoint.memory.every_steps = 5;
+  c.checkpoint.memory.dir = "/dev/shm/mine";
   const std::vector<JobPath> paths = JobPaths(c, "/w/job");
   std::map<std::string, std::pair<std::string, bool>> got;
   for (const JobPath& p : paths) got[p.key] = {p.path, p.must_exist};
@@ -46,6 +48,7 @@ TEST_F(JobPathsTest, ListsEveryPathKeyResolvedAgainstTheWorkdir) {
       {"data.tokenizer", {"/w/job/tok/tokenizer.json", true}},
       {"data.prepared", {"/w/job/prep/sft", false}},
       {"checkpoint.dir", {"/w/ckpt", false}},
+      {"checkpoint.memory.dir", {"/dev/shm/mine", false}},  // named by the job: confined too
       {"checkpoint.resume", {"/w/job/ckpt/job/step_00000010", true}},
       {"export.hf_dir", {"/w/job/out/hf", false}},
   };

@@ -93,6 +93,9 @@ struct Opts {
   int stop_after = kSteps;    // the process "dies" after this many steps (of the whole run)
   int snapshot_at = -1;       // also capture the full state after this step
   int keep_last = 10;
+  int memory_every = 0;       // checkpoint.memory.every_steps (0 = no memory tier)
+  std::string memory_dir;     // checkpoint.memory.dir
+  int memory_keep_last = 2;
 };
 
 // A model's full state: unpadded params (gathered), Adam m and v per unit.
@@ -103,6 +106,7 @@ struct State {
 struct RunResult {
   std::map<int64_t, double> losses;  // step -> loss
   int64_t start_step = 0;
+  CheckpointTier start_tier = CheckpointTier::kDisk;
   State start, snapshot, final;
 };
 
@@ -131,6 +135,11 @@ RunResult Train(const Opts& o) {
                                    std::string("checkpoint.async=") + (o.async ? "true" : "false"),
                                    "checkpoint.every_steps=" + std::to_string(o.every), "checkpoint.keep_last=" + std::to_string(o.keep_last)};
   if (!o.ckpt_dir.empty()) sets.push_back("checkpoint.dir=" + o.ckpt_dir);
+  if (o.memory_every > 0) {
+    sets.push_back("checkpoint.memory.every_steps=" + std::to_string(o.memory_every));
+    sets.push_back("checkpoint.memory.dir=" + o.memory_dir);
+    sets.push_back("checkpoint.memory.keep_last=" + std::to_string(o.memory_keep_last));
+  }
   const std::string yaml = "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +
                            ", seq_len: 32, shuffle: true}\ntrain: {global_batch: 12, micro_batch: 2, lr: 3.0e-3, "
                            "warmup_steps: 2, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0, log_every: 1000}\n"
@@ -157,6 +166,7 @@ RunResult Train(const Opts& o) {
   const Status created = testing_ranks::OnTrainerRanks(yaml, o.world, sets, [&](Trainer& tr, int r) {
     size_state(tr);
     starts[r] = tr.step();
+    if (r == 0) out.start_tier = tr.resumed_tier();
     Capture(tr, &out.start);
     while (tr.step() < o.stop_after) {
       auto m = tr.Step();
@@ -362,6 +372,68 @@ TEST(ResumeDeterminismTest, RetentionDuringTrainingKeepsTheLastK) {
   std::vector<int64_t> left;
   for (const auto& s : *steps) left.push_back(s.step);
   EXPECT_EQ(left, (std::vector<int64_t>{5, 6}));
+}
+
+// The memory tier (checkpoint.memory) in the memory root `root`: the job's
+// folder there (<root>/t-<hash>, MemoryCheckpointJobDir) and its steps.
+std::vector<int64_t> MemorySteps(const std::string& root, std::string* job_dir = nullptr) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (job_dir) *job_dir = e.path().string();
+    auto steps = ListSteps(e.path().string());
+    EXPECT_TRUE(steps.ok());
+    for (const auto& s : *steps) out.push_back(s.step);
+  }
+  return out;
+}
+
+// A kill between memory steps: the restart takes the newest memory step (newer
+// than every disk step) and continues bitwise as the uninterrupted run.
+TEST(ResumeDeterminismTest, MemoryTierStepNewerThanDiskIsResumedBitwise) {
+  const RunResult straight = Train({.world = 2});
+  const std::string dir = NewCkptDir("mem_disk"), shm = NewCkptDir("mem_shm");
+  const Opts tiers = {.world = 2, .ckpt_dir = dir, .every = 4, .memory_every = 1, .memory_dir = shm};
+  Opts first = tiers;
+  first.stop_after = 3;  // dies after step 3: memory steps 2 and 3 (keep_last 2), no disk step yet
+  Train(first);
+  std::string mem_job;
+  EXPECT_EQ(MemorySteps(shm, &mem_job), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(fs::path(mem_job).filename().string().rfind("t-", 0), 0u) << mem_job;
+  EXPECT_TRUE(CheckpointReader::Open(mem_job + "/" + StepDirName(3), /*verify_checksums=*/true).ok())
+      << "a memory step has the disk tier's files, checksums and manifest";
+  auto disk = ListSteps(dir + "/t");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_TRUE(disk->empty());
+
+  Opts again = tiers;
+  again.resume = "auto";
+  const RunResult resumed = Train(again);
+  EXPECT_EQ(resumed.start_step, 3);
+  EXPECT_EQ(resumed.start_tier, CheckpointTier::kMemory);
+  ExpectSameLosses(straight, resumed, 3, /*bitwise=*/true, "W=2 resumed from memory step 3");
+  ExpectBitwise(straight.final, resumed.final, "memory tier resume");
+  // Disk steps 4 and 6 committed; each dropped the memory steps below it,
+  // and step 4 (due in both tiers) went to disk only.
+  EXPECT_TRUE(MemorySteps(shm).empty());
+  auto after = FindLatestGoodStep(dir + "/t", true);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(fs::path(*after).filename(), StepDirName(6));
+}
+
+// A step due in both tiers is written once, to disk; the memory steps below a
+// committed disk step are dropped, and a newer disk step wins a restart.
+TEST(ResumeDeterminismTest, DiskWinsAStepDueInBothTiers) {
+  const std::string dir = NewCkptDir("both_disk"), shm = NewCkptDir("both_shm");
+  Train({.world = 1, .ckpt_dir = dir, .every = 4, .stop_after = 4, .memory_every = 2, .memory_dir = shm});
+  EXPECT_TRUE(MemorySteps(shm).empty()) << "step 2 dropped by disk step 4; step 4 not written to memory";
+  auto latest = FindLatestGoodStep(dir + "/t", true);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(fs::path(*latest).filename(), StepDirName(4));
+  const RunResult resumed =
+      Train({.world = 1, .ckpt_dir = dir, .every = 4, .resume = "auto", .memory_every = 2, .memory_dir = shm});
+  EXPECT_EQ(resumed.start_step, 4);
+  EXPECT_EQ(resumed.start_tier, CheckpointTier::kDisk);
 }
 
 }  // namespace

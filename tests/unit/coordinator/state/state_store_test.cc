@@ -149,10 +149,14 @@ TEST_F(StateStoreTest, CheckpointsAndMetricsRoundTrip) {
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->PutCheckpoint({"tiny-1", 40, 2, 2, 9000, "/ck/tiny/step_00000040", 77}).ok());
   ASSERT_TRUE(s->PutCheckpoint({"tiny-1", 20, 2, 2, 8000, "/ck/tiny/step_00000020", 55}).ok());
+  ASSERT_TRUE(s->PutCheckpoint({"tiny-1", 45, 2, 2, 9000, "/dev/shm/shardd/tiny-0/step_00000045", 88, "memory"}).ok());
   auto c = s->LoadCheckpoints("tiny-1");
   ASSERT_TRUE(c.ok());
-  ASSERT_EQ(c->size(), 2u);
+  ASSERT_EQ(c->size(), 3u);
   EXPECT_EQ((*c)[0].step, 20);
+  EXPECT_EQ((*c)[0].tier, "disk");  // the tier is recorded: disk unless said
+  EXPECT_EQ((*c)[2].tier, "memory");
+  ASSERT_TRUE(s->DeleteCheckpoint("tiny-1", 45).ok());
   EXPECT_EQ((*c)[1].bytes, 9000);
   EXPECT_EQ((*c)[1].path, "/ck/tiny/step_00000040");
   EXPECT_EQ((*c)[1].committed_ms, 77);

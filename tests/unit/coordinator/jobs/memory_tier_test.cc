@@ -1,0 +1,256 @@
+// The coordinator's half of the memory checkpoint tier (checkpoint.memory),
+// over the parts and the fake launcher: Register hands the ranks the tier's
+// folder; a memory step commits like a disk step (every rank reported, files
+// checked) and is recorded with its tier; a report outside the folder or for
+// a job without the tier is refused; a committed disk step drops the memory
+// steps below it; the resumed event names the tier; a restart resumes from
+// the newer memory step; a non-local job says in one event that it runs
+// without the tier; the folder is removed once the ended job's processes are gone.
+#include <gtest/gtest.h>
+
+#include "coordinator/jobs/control_loop.h"
+#include "coordinator/jobs/worker_gateway.h"
+#include "shard/ckpt/catalog.h"
+#include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_file.h"
+#include "shard/spec/run_fingerprint.h"
+#include "tests/unit/coordinator/jobs/jobs_test_util.h"
+
+namespace shardd::testing {
+namespace {
+
+class MemoryTierTest : public JobPartsTest {
+ protected:
+  void SetUp() override {
+    JobPartsTest::SetUp();
+    gateway_ = std::make_unique<WorkerGateway>(opts_, table_.get(), attempts_.get(), runner_.get(), &rendezvous_);
+    loop_ = std::make_unique<ControlLoop>(opts_, table_.get(), runner_.get(), attempts_.get(), sched_.get(),
+                                          &rendezvous_);
+  }
+  // A local job of two ranks with the memory tier on (every 5 steps), not launched.
+  Job& MemoryJob() {
+    Job& j = AddJob();
+    j.config.checkpoint.memory.every_steps = 5;
+    j.config.checkpoint.memory.dir = Path("shm");
+    return j;
+  }
+  std::string Token(Job& j) { return Begin(j).env.at("SHARDD_WORKER_TOKEN"); }
+  // Writes step `step`'s two shard files in `dir` and reports them from both
+  // ranks in `tier`; returns the last report's result.
+  StatusOr<v1::ReportCheckpointResponse> ReportStep(Job& j, const std::string& token, const std::string& dir,
+                                                    int64_t step, const std::string& tier) {
+    shard::Manifest base;
+    base.job = j.name;
+    base.step = step;
+    base.world = 2;
+    base.strategy = "full_shard";
+    base.shard_count = 2;
+    base.samples_seen = step * 4;
+    base.global_batch = 4;
+    base.units = {{"embed", 10}};
+    base.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+    const std::string step_dir = dir + "/" + shard::StepDirName(step);
+    fs::create_directories(step_dir);
+    StatusOr<v1::ReportCheckpointResponse> last = shard::Internal("no report");
+    for (int r = 0; r < 2; ++r) {
+      // A real shard: half of the one unit, so a restart can prove the step complete.
+      shard::ShardHeader h;
+      h.step = step;
+      h.world = 2;
+      h.rank = r;
+      h.shard_rank = r;
+      h.shard_count = 2;
+      h.units.push_back({"embed", 10, 5 * r, 5, 0, shard::DType::kF32});
+      const std::vector<float> values(5, 0.5f * static_cast<float>(step + r));
+      auto wf = shard::WriteShardFile(step_dir, h, {{values.data(), values.data(), values.data()}});
+      if (!wf.ok()) return wf.status();
+      v1::ReportCheckpointRequest req;
+      *req.mutable_id() = Worker(j.id, j.attempt, r);
+      req.set_step(step);
+      req.set_step_dir(step_dir);
+      req.set_manifest_base(base.ToJson());
+      req.set_tier(tier);
+      v1::CheckpointFile* f = req.add_files();
+      f->set_name(wf->name);
+      f->set_shard_rank(r);
+      f->set_size(wf->size);
+      f->set_xxh64(wf->xxh64);
+      last = gateway_->ReportCheckpoint(req, token);
+      if (!last.ok()) return last;
+    }
+    return last;
+  }
+  bool HasEvent(const std::string& id, const std::string& kind, const std::string& text) {
+    for (const EventRecord& e : Events(id))
+      if (e.kind == kind && e.message.find(text) != std::string::npos) return true;
+    return false;
+  }
+  std::unique_ptr<WorkerGateway> gateway_;
+  std::unique_ptr<ControlLoop> loop_;
+};
+
+TEST_F(MemoryTierTest, RegisterHandsTheRanksTheTiersFolder) {
+  Job& j = MemoryJob();
+  const std::string token = Token(j);
+  v1::RegisterRequest req;
+  *req.mutable_id() = Worker(j.id, 1, 0);
+  req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  auto resp = gateway_->Register(req, token);
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(resp->memory_tier_dir(), MemoryTierDirOf(j));
+  EXPECT_EQ(resp->memory_tier_dir().rfind(Path("shm") + "/tiny-", 0), 0u) << resp->memory_tier_dir();
+  // Without the tier in the job file: no folder, so the ranks write none.
+  Job& plain = AddJob("plain");
+  const std::string t2 = Token(plain);
+  *req.mutable_id() = Worker(plain.id, 1, 0);
+  auto none = gateway_->Register(req, t2);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->memory_tier_dir(), "");
+}
+
+TEST_F(MemoryTierTest, AMemoryStepCommitsLikeADiskStepAndIsRecordedWithItsTier) {
+  Job& j = MemoryJob();
+  const std::string token = Token(j);
+  const std::string mem = MemoryTierDirOf(j);
+  auto resp = ReportStep(j, token, mem, 5, "memory");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_TRUE(resp->committed());
+  EXPECT_TRUE(fs::exists(mem + "/" + shard::StepDirName(5) + "/COMMITTED"));
+  auto stored = store_->LoadCheckpoints(j.id);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(stored->front().tier, "memory");
+  EXPECT_EQ(stored->front().path, mem + "/" + shard::StepDirName(5));
+  EXPECT_TRUE(HasEvent(j.id, "checkpoint_committed", "step 5: 2 shard(s)") &&
+              HasEvent(j.id, "checkpoint_committed", "(memory tier)"));
+  EXPECT_EQ(j.progress.last_committed_step(), 5);
+}
+
+TEST_F(MemoryTierTest, MemoryReportsOutsideTheFolderOrWithoutTheTierAreRefused) {
+  Job& j = MemoryJob();
+  const std::string token = Token(j);
+  // A memory step in the disk folder: not where the tier lives.
+  auto wrong = ReportStep(j, token, CheckpointDirOf(j), 5, "memory");
+  EXPECT_EQ(wrong.status().code(), shard::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("outside the job's " + MemoryTierDirOf(j)), std::string::npos)
+      << wrong.status().ToString();
+  auto bad_tier = ReportStep(j, token, MemoryTierDirOf(j), 5, "ram");
+  EXPECT_EQ(bad_tier.status().code(), shard::StatusCode::kInvalidArgument);
+  Job& plain = AddJob("plain");
+  const std::string t2 = Token(plain);
+  auto off = ReportStep(plain, t2, Path("shm/plain-0"), 5, "memory");
+  EXPECT_EQ(off.status().code(), shard::StatusCode::kFailedPrecondition) << off.status().ToString();
+}
+
+TEST_F(MemoryTierTest, ACommittedDiskStepDropsTheMemoryStepsBelowIt) {
+  Job& j = MemoryJob();
+  j.config.checkpoint.memory.keep_last = 5;
+  const std::string token = Token(j);
+  const std::string mem = MemoryTierDirOf(j);
+  for (int64_t s : {5, 10, 15}) ASSERT_TRUE(ReportStep(j, token, mem, s, "memory").ok());
+  ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 12, "disk").ok());
+  auto left = shard::ListSteps(mem);
+  ASSERT_TRUE(left.ok());
+  std::vector<int64_t> steps;
+  for (const auto& s : *left) steps.push_back(s.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{15}));
+  auto stored = store_->LoadCheckpoints(j.id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->back().tier, "memory");
+  EXPECT_EQ((*stored)[2].tier, "disk");  // 5, 10, 12, 15 by step
+}
+
+TEST_F(MemoryTierTest, MemoryKeepLastAppliesToTheMemoryTier) {
+  Job& j = MemoryJob();  // memory keep_last 2; disk keep_last 2 as well, counted apart
+  const std::string token = Token(j);
+  const std::string mem = MemoryTierDirOf(j);
+  ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 1, "disk").ok());
+  for (int64_t s : {5, 10, 15}) ASSERT_TRUE(ReportStep(j, token, mem, s, "memory").ok());
+  auto left = shard::ListSteps(mem);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 2u);
+  EXPECT_EQ(left->front().step, 10);
+  EXPECT_TRUE(fs::exists(CheckpointDirOf(j) + "/" + shard::StepDirName(1) + "/COMMITTED"));
+}
+
+TEST_F(MemoryTierTest, TheResumedEventNamesStepAndTier) {
+  Job& j = MemoryJob();
+  const std::string token = Token(j);
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = Worker(j.id, 1, 0);
+  hb.set_state("training");
+  hb.set_step(30);
+  hb.set_resumed_from("/dev/shm/shardd/tiny-0/step_00000030");
+  hb.set_resumed_step(30);
+  hb.set_resumed_tier("memory");
+  ASSERT_TRUE(gateway_->Heartbeat(hb, token).ok());
+  EXPECT_TRUE(HasEvent(j.id, "resumed", "resumed from step 30 (memory): /dev/shm/shardd/tiny-0/step_00000030"));
+}
+
+TEST_F(MemoryTierTest, ARestartResumesFromTheNewerMemoryStep) {
+  Job& j = MemoryJob();
+  j.launcher = &launcher_;
+  loop_->Tick();  // attempt 1
+  ASSERT_EQ(j.attempt, 1);
+  const std::string token = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 20, "disk").ok());
+  ASSERT_TRUE(ReportStep(j, token, MemoryTierDirOf(j), 25, "memory").ok());
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "rank 1 was killed", true);
+  }
+  launcher_.SetRunning(j.id, 1, 0);
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.resume_from, MemoryTierDirOf(j) + "/" + shard::StepDirName(25));
+  // The memory tier lost it (a reboot): the restart takes the disk step.
+  fs::remove_all(MemoryTierDirOf(j));
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "rank 0 was killed", true);
+  }
+  launcher_.SetRunning(j.id, 2, 0);
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 3);
+  EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
+}
+
+TEST_F(MemoryTierTest, ANonLocalJobRunsWithoutTheTierAndSaysSo) {
+  Job& j = MemoryJob();
+  j.config.resources.launcher = shard::Launcher::kSlurm;
+  EXPECT_EQ(MemoryTierDirOf(j), "");
+  const std::string why = MemoryTierOffReason(j);
+  EXPECT_NE(why.find("partner copy"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos);
+  j.launcher = &launcher_;
+  Begin(j);
+  EXPECT_TRUE(HasEvent(j.id, "memory_tier_off", "checkpoint.memory is off for this job"));
+}
+
+TEST_F(MemoryTierTest, TheFolderIsRemovedOnceTheEndedJobsProcessesAreGone) {
+  for (v1::JobState end : {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+    Job& j = MemoryJob();
+    j.launcher = &launcher_;
+    loop_->Tick();
+    const std::string mem = MemoryTierDirOf(j);
+    WriteBytes(mem + "/" + shard::StepDirName(5) + "/x", "shard");
+    {
+      auto lock = table_->Lock();
+      attempts_->End(j);
+      table_->SetState(j, end, "ended", "test");
+    }
+    loop_->Tick();
+    EXPECT_TRUE(fs::exists(mem)) << "removed while the attempt's processes may still write";
+    launcher_.SetRunning(j.id, 1, 0);
+    loop_->Tick();
+    EXPECT_FALSE(fs::exists(mem)) << JobStateName(end);
+    EXPECT_TRUE(fs::exists(Path("shm"))) << "only the job's folder goes";
+  }
+}
+
+}  // namespace
+}  // namespace shardd::testing
