@@ -1,6 +1,7 @@
 #include "coordinator/stall_diagnosis.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -45,7 +46,7 @@ bool Waiting(const CollectiveSeen& c) { return c.in_flight() || c.failed; }
 
 double WaitedS(const CollectiveSeen& c, int64_t now) { return ((c.in_flight() ? now : c.end_ms) - c.start_ms) / 1000.0; }
 
-std::string Died(const RankFlight& r) { return r.dead_how.empty() ? "it died" : "it died (" + r.dead_how + ")"; }
+std::string Died(const RankFlight& r) { return r.dead_how.empty() ? "it died" : "it " + r.dead_how; }
 
 // What rank r was last doing, as far as its recorder said.
 std::string LastDoing(const RankFlight& r, bool with_group, int64_t now) {
@@ -153,7 +154,7 @@ std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group
     return s;
   }
   auto detail = [&](int rank) {
-    const RankFlight& r = in.ranks[rank];
+    const RankFlight& r = *std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
     return (r.dead ? Died(r) + "; " : std::string()) + LastDoing(r, with_group, in.now_ms);
   };
   if (missing.size() == 1) return s + "; rank " + std::to_string(missing[0]) + " never entered it: " + detail(missing[0]);

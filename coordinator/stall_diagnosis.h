@@ -45,7 +45,7 @@ struct CollectiveSeen {
 struct RankFlight {
   int rank = 0;
   bool dead = false;       // exited, or silent past its heartbeat deadline
-  std::string dead_how;    // "killed by signal 9"; "" = "died"
+  std::string dead_how;    // what it did, after "it ": "was killed by signal 9"; "" = "died"
   int64_t heard_ms = 0;    // when `collectives` arrived (0: never)
   std::vector<CollectiveSeen> collectives;
 };

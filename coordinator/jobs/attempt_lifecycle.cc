@@ -2,6 +2,7 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "coordinator/state/auth.h"
@@ -209,7 +210,9 @@ void AttemptLifecycle::ApplyExit(Job& j, const RankExit& e) {
   else if (IsCollectiveTimeout(r.error))
     ExplainStall(table_, j, StallTrigger::kCollectiveTimeout, opts_.now_ms());
   else
-    ExplainStall(table_, j, StallTrigger::kRankDied, opts_.now_ms(), e.rank, e.Describe());
+    ExplainStall(table_, j, StallTrigger::kRankDied, opts_.now_ms(), e.rank,
+                 e.signal != 0 ? "was killed by signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")"
+                               : "exited with code " + std::to_string(e.exit_code));
   if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
   Fail(j, why, !bad_input);
 }

@@ -125,7 +125,7 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
   const HealthFinding bad = FindHealthProblem(health, limits, now);
   if (bad.problem == HealthProblem::kHung) ExplainStall(table_, j, StallTrigger::kHang, now);
   if (bad.problem == HealthProblem::kSilent)
-    ExplainStall(table_, j, StallTrigger::kRankDied, now, bad.rank, "silent past its heartbeat deadline");
+    ExplainStall(table_, j, StallTrigger::kRankDied, now, bad.rank, "went silent past its heartbeat deadline");
   if (bad.problem != HealthProblem::kNone) {
     attempts_->Fail(j, bad.reason, true);
     return;

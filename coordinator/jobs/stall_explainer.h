@@ -19,7 +19,8 @@
 
 namespace shardd {
 
-// `dead_rank` (-1: none) died as `dead_how` says ("killed by signal 9").
+// `dead_rank` (-1: none) died as `dead_how` says, after "it " ("was killed by
+// signal 9 (Killed)", "exited with code 1").
 // Ranks that exited without reporting an error count as dead too; a rank
 // that reported its error (a timeout) speaks through its records. Emits
 // nothing for a one-rank attempt, a second time in one attempt, or when no
