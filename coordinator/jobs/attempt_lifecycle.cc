@@ -205,14 +205,14 @@ void AttemptLifecycle::ApplyExit(Job& j, const RankExit& e) {
   why += CauseOfExit(j, e);
   // A rank that exited after reporting its collective's timeout is one of
   // the waiters; any other exit is a death its peers may be waiting on.
-  if (bad_input)
-    ;  // the job's inputs, not a stall
-  else if (IsCollectiveTimeout(r.error))
+  // (A bad input is the job's, not a stall.)
+  if (!bad_input && IsCollectiveTimeout(r.error)) {
     ExplainStall(table_, j, StallTrigger::kCollectiveTimeout, opts_.now_ms());
-  else
+  } else if (!bad_input) {
     ExplainStall(table_, j, StallTrigger::kRankDied, opts_.now_ms(), e.rank,
                  e.signal != 0 ? "was killed by signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")"
                                : "exited with code " + std::to_string(e.exit_code));
+  }
   if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
   Fail(j, why, !bad_input);
 }

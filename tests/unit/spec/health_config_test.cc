@@ -1,4 +1,4 @@
-// The job file's health: section: the defaults when absent, both keys read
+// The job file's health: section: the defaults when absent, every key read
 // (from the file and from --set), and every bad value a one-line error naming
 // the file and the key.
 #include <gtest/gtest.h>
