@@ -44,7 +44,9 @@ const CollectiveSeen* NewestOverall(const RankFlight& r) {
 
 bool Waiting(const CollectiveSeen& c) { return c.in_flight() || c.failed; }
 
-double WaitedS(const CollectiveSeen& c, int64_t now) { return ((c.in_flight() ? now : c.end_ms) - c.start_ms) / 1000.0; }
+double WaitedS(const CollectiveSeen& c, int64_t now) {
+  return ((c.in_flight() ? now : c.end_ms) - c.start_ms) / 1000.0;
+}
 
 std::string Died(const RankFlight& r) { return r.dead_how.empty() ? "it died" : "it " + r.dead_how; }
 
@@ -154,10 +156,12 @@ std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group
     return s;
   }
   auto detail = [&](int rank) {
-    const RankFlight& r = *std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
+    const RankFlight& r =
+        *std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
     return (r.dead ? Died(r) + "; " : std::string()) + LastDoing(r, with_group, in.now_ms);
   };
-  if (missing.size() == 1) return s + "; rank " + std::to_string(missing[0]) + " never entered it: " + detail(missing[0]);
+  if (missing.size() == 1)
+    return s + "; rank " + std::to_string(missing[0]) + " never entered it: " + detail(missing[0]);
   s += "; " + Who(missing) + " never entered it (";
   constexpr size_t kNamed = 4;
   for (size_t i = 0; i < missing.size() && i < kNamed; ++i)
@@ -216,9 +220,14 @@ std::string RankList(std::vector<int> ranks) {
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (!s.empty()) s += ",";
     if (j - i >= 2) {
-      s += std::to_string(ranks[i]) + "-" + std::to_string(ranks[j]);
+      s += std::to_string(ranks[i]);
+      s += '-';
+      s += std::to_string(ranks[j]);
     } else {
-      for (size_t k = i; k <= j; ++k) s += (k > i ? "," : "") + std::to_string(ranks[k]);
+      for (size_t k = i; k <= j; ++k) {
+        if (k > i) s += ',';
+        s += std::to_string(ranks[k]);
+      }
     }
     i = j + 1;
   }

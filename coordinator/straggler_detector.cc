@@ -89,7 +89,8 @@ StragglerDecision DecideStragglerAction(const std::vector<StragglerChange>& chan
   const auto it = std::find_if(changes.begin(), changes.end(), [](const StragglerChange& c) { return c.straggler; });
   if (it == changes.end()) return d;
   if (restarts >= max_restarts) {
-    d.message = StragglerDetector::Describe(*it) + "; health.straggler_action: restart is not taken: restart.max_restarts (" +
+    d.message = StragglerDetector::Describe(*it) +
+                "; health.straggler_action: restart is not taken: restart.max_restarts (" +
                 std::to_string(max_restarts) + ") is spent, so the job trains on with it";
     return d;
   }

@@ -61,8 +61,8 @@ shard::Status JobCommands::State::Status() {
     if (w.compute_seconds() > 0)
       std::snprintf(compute, sizeof compute, "  compute %.3g s/step%s", w.compute_seconds(),
                     w.straggler() ? " STRAGGLER" : "");
-    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s%s%s%s\n", w.rank(), w.pid(), w.state().c_str(),
-                static_cast<long long>(w.step()),
+    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s%s%s%s\n", w.rank(), w.pid(),
+                w.state().c_str(), static_cast<long long>(w.step()),
                 w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str(), compute,
                 where.empty() ? "" : "  on ", where.c_str(), w.collective().empty() ? "" : "  collective ",
                 w.collective().c_str());

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   const int64_t n = smoke ? 200'000 : 5'000'000;
   shard::FlightRecorder rec;
   const int g = rec.AddGroup("shard0", 8);
-  const double ring = NsPerCall(n, [&](int64_t i) { rec.End(rec.Begin(g, i + 1, shard::CollectiveOp::kAllGather, 3, 4096), true); });
+  const double ring =
+      NsPerCall(n, [&](int64_t i) { rec.End(rec.Begin(g, i + 1, shard::CollectiveOp::kAllGather, 3, 4096), true); });
   auto plain = shard::WithWaitClock(OneRank("bench/plain/"));
   auto recorded = shard::WithWaitClock(OneRank("bench/rec/"), std::make_shared<shard::FlightRecorder>(), "shard0");
   float x = 0;

@@ -95,7 +95,9 @@ TEST_F(StallExplainerTest, AHangNamesTheRankOutsideTheCollectiveBeforeTheRestart
     now_ms_ = t0 + t * 1000;
     RankOneStalled(*j, token, t);
     loop_->Tick();
-    if (t < 70) ASSERT_EQ(j->state, v1::RUNNING) << "t = " << t << ": " << j->reason;
+    if (t < 70) {
+      ASSERT_EQ(j->state, v1::RUNNING) << "t = " << t << ": " << j->reason;
+    }
   }
   ASSERT_EQ(j->state, v1::RESTARTING) << j->reason;
   const auto stall = Kind(j->id, "stall_cause");
