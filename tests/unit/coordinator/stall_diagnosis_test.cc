@@ -140,7 +140,7 @@ TEST(StallDiagnosisTest, RankListsUseRangesForRunsOfThree) {
 }
 
 TEST(StallDiagnosisTest, StatusDescribesARanksNewestCollective) {
-  EXPECT_EQ(DescribeLatest({C(40, "all_reduce", -1, 900, 800), C(41, "all_gather", 3, 2'100)}, kNow),
+  EXPECT_EQ(DescribeLatest({C(40, "all_reduce", -1, 2'500, 2'200), C(41, "all_gather", 3, 2'100)}, kNow),
             "in all_gather #41 (unit 3) for 2.1 s");
   EXPECT_EQ(DescribeLatest({C(40, "all_reduce", -1, 900, 300)}, kNow), "all_reduce #40 ended 0.3 s ago");
   EXPECT_EQ(DescribeLatest({}, kNow), "");
