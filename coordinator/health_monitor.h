@@ -36,6 +36,15 @@ struct HealthLimits {
 // The hang limit in seconds for the given limits (see the rules above).
 double HangLimitSeconds(const HealthLimits& limits);
 
+// What the first bad rank's rule found.
+enum class HealthProblem { kNone, kNotRegistered, kSilent, kHung };
+struct HealthFinding {
+  HealthProblem problem = HealthProblem::kNone;
+  int rank = -1;
+  std::string reason;  // "" for kNone
+};
+HealthFinding FindHealthProblem(const std::vector<RankHealth>& ranks, const HealthLimits& limits, int64_t now_ms);
+
 // "" when every rank is healthy, otherwise the reason naming the first bad rank.
 std::string CheckHealth(const std::vector<RankHealth>& ranks, const HealthLimits& limits, int64_t now_ms);
 

@@ -82,4 +82,21 @@ std::string StragglerDetector::Describe(const StragglerChange& c) {
          ")";
 }
 
+StragglerDecision DecideStragglerAction(const std::vector<StragglerChange>& changes, bool restart_action,
+                                        int restarts, int max_restarts) {
+  StragglerDecision d;
+  if (!restart_action) return d;
+  const auto it = std::find_if(changes.begin(), changes.end(), [](const StragglerChange& c) { return c.straggler; });
+  if (it == changes.end()) return d;
+  if (restarts >= max_restarts) {
+    d.message = StragglerDetector::Describe(*it) +
+                "; health.straggler_action: restart is not taken: restart.max_restarts (" +
+                std::to_string(max_restarts) + ") is spent, so the job trains on with it";
+    return d;
+  }
+  d.restart = true;
+  d.message = StragglerDetector::Describe(*it) + "; health.straggler_action: restart restarts the attempt";
+  return d;
+}
+
 }  // namespace shardd

@@ -84,4 +84,16 @@ class StragglerDetector {
   int64_t judged_ = 0;  // the last window's end step
 };
 
+// health.straggler_action: restart — what the coordinator does about one
+// judgement's changes. A rank that became a straggler restarts the attempt
+// (a fresh process often cures a sick one) while restart.max_restarts has
+// budget left; once it is spent the job keeps training with the straggler
+// (a slow job still finishes) and says so once.
+struct StragglerDecision {
+  bool restart = false;
+  std::string message;  // the restart's reason, or why none; "" = nothing to say
+};
+StragglerDecision DecideStragglerAction(const std::vector<StragglerChange>& changes, bool restart_action,
+                                        int restarts, int max_restarts);
+
 }  // namespace shardd

@@ -21,6 +21,7 @@
 #include "worker/peer_barrier.h"
 #include "worker/run_trainer.h"
 #include "worker/coordinator_client.h"
+#include "worker/flight_report.h"
 #include "worker/stop_signal.h"
 
 namespace shardd {
@@ -54,8 +55,9 @@ bool AttemptOver(const shard::Status& st) {
 // tells the two apart by the step number.
 class Heartbeater {
  public:
-  Heartbeater(CoordinatorClient* client, double interval_s, double reconnect_window_s)
-      : client_(client), interval_s_(interval_s), window_s_(reconnect_window_s) {}
+  Heartbeater(CoordinatorClient* client, double interval_s, double reconnect_window_s,
+              std::shared_ptr<const shard::FlightRecorder> recorder)
+      : client_(client), interval_s_(interval_s), window_s_(reconnect_window_s), recorder_(std::move(recorder)) {}
   ~Heartbeater() { Stop(); }
 
   void Start() { thread_ = std::thread([this] { Loop(); }); }
@@ -146,6 +148,7 @@ class Heartbeater {
       req.set_resumed_tier(resumed_tier_);
     }
     for (auto& m : pending_) *req.add_metrics() = m;
+    if (recorder_) AddCollectives(*recorder_, &req);
     std::vector<v1::StepMetric> sent = std::move(pending_);
     pending_.clear();
     lock.unlock();
@@ -175,6 +178,7 @@ class Heartbeater {
 
   CoordinatorClient* client_;
   double interval_s_, window_s_;
+  std::shared_ptr<const shard::FlightRecorder> recorder_;  // this rank's collectives (thread-safe)
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -323,6 +327,7 @@ class AgentSession {
     dist.gloo_hostname = opts_.hostname;
     dist.stop_requested = StopRequested;
     dist.tensorboard = true;
+    dist.flight_recorder = recorder_;
     dist.report_checkpoint = [this, &hb](const shard::Manifest& base, const std::string& step_dir,
                                          const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
       return ReportCheckpoint(hb, base, step_dir, files, tier);
@@ -354,7 +359,7 @@ class AgentSession {
     if (reg_.memory_tier_dir().empty()) job->checkpoint.memory.every_steps = 0;
 
     Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
-                   opts_.reconnect_window_s);
+                   opts_.reconnect_window_s, recorder_);
     hb.Start();
     TrainerHooks hooks;
     hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/rank() == 0); };
@@ -377,7 +382,13 @@ class AgentSession {
     shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
     hb.SetState(st.ok() ? "done" : "failed");
     hb.Stop();
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) {
+      // The failed collective reaches the coordinator before the failure
+      // does, so the stall it explains is the one that ended this rank.
+      hb.Flush();
+      LogFlightTail(*recorder_, 16);
+      return Fail(st);
+    }
     hb.Flush();  // one last heartbeat carries the final metrics before done
     return Finish(run);
   }
@@ -411,6 +422,9 @@ class AgentSession {
   const AgentOptions& opts_;
   std::unique_ptr<CoordinatorClient> client_;
   v1::RegisterResponse reg_;
+  // This rank's collectives: written by the trainer's communicators, read by
+  // the heartbeat thread (docs/control-plane.md, "The flight recorder").
+  std::shared_ptr<shard::FlightRecorder> recorder_ = std::make_shared<shard::FlightRecorder>();
 };
 
 }  // namespace

@@ -51,6 +51,10 @@ shard::Status JobCommands::State::Status() {
               js.progress().last_committed_step() < 0 ? "none"
                                                       : ("step " + std::to_string(js.progress().last_committed_step())).c_str(),
               js.checkpoint_dir().c_str(), js.job_dir().c_str());
+  // The flight recorder's account of the last stall (docs/control-plane.md).
+  if (!js.stall().text().empty())
+    std::printf("stall      attempt %d (%s): %s\n", js.stall().attempt(), js.stall().trigger().c_str(),
+                js.stall().text().c_str());
   for (const auto& w : js.workers()) {
     std::string where = w.hostname();
     if (!w.launcher_id().empty()) where += (where.empty() ? "" : ", ") + w.launcher_id();
@@ -60,10 +64,11 @@ shard::Status JobCommands::State::Status() {
     if (w.compute_seconds() > 0)
       std::snprintf(compute, sizeof compute, "  compute %.3g s/step%s", w.compute_seconds(),
                     w.straggler() ? " STRAGGLER" : "");
-    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s%s\n", w.rank(), w.pid(), w.state().c_str(),
-                static_cast<long long>(w.step()),
+    std::printf("  rank %d  pid %d  %-10s step %lld  heartbeat %s ago%s%s%s%s%s\n", w.rank(), w.pid(),
+                w.state().c_str(), static_cast<long long>(w.step()),
                 w.last_heartbeat_age_s() < 0 ? "never" : Duration(w.last_heartbeat_age_s()).c_str(), compute,
-                where.empty() ? "" : "  on ", where.c_str());
+                where.empty() ? "" : "  on ", where.c_str(), w.collective().empty() ? "" : "  collective ",
+                w.collective().c_str());
   }
   return shard::OkStatus();
 }

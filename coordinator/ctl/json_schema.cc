@@ -57,6 +57,7 @@ json JobObject(const shardd::v1::JobStatus& js) {
                        {"tokens_per_s", Num(w.tokens_per_s())},
                        {"compute_seconds", Num(w.compute_seconds())},
                        {"straggler", w.straggler()},
+                       {"collective", w.collective()},
                        {"launcher_id", w.launcher_id()},
                        {"devices", w.devices()}});
   return {{"id", js.id()},
@@ -79,6 +80,10 @@ json JobObject(const shardd::v1::JobStatus& js) {
           {"queue_position", js.queue_position()},
           {"demand", js.demand()},
           {"progress", ProgressObject(js.progress())},
+          {"stall", {{"text", js.stall().text()},
+                     {"attempt", js.stall().attempt()},
+                     {"unix_ms", js.stall().unix_ms()},
+                     {"trigger", js.stall().trigger()}}},
           {"workers", workers}};
 }
 

@@ -2,10 +2,12 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "coordinator/state/auth.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/rank_log.h"
 #include "shard/common/logging.h"
 
@@ -43,6 +45,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   j.queue_reason.clear();
   j.adopted = false;
   j.nothing_trained = false;
+  j.straggler_restart.clear();
   j.resume_from = resume;
   // The job's progress restarts where this attempt resumes.
   int64_t resume_step = 0;
@@ -219,6 +222,16 @@ void AttemptLifecycle::ApplyExit(Job& j, const RankExit& e) {
   std::string why = e.Describe();
   if (e.signal == 0 && e.exit_code == 0) why += " before reporting done";
   why += CauseOfExit(j, e);
+  // A rank that exited after reporting its collective's timeout is one of
+  // the waiters; any other exit is a death its peers may be waiting on.
+  // (A bad input is the job's, not a stall.)
+  if (!bad_input && IsCollectiveTimeout(r.error)) {
+    ExplainStall(table_, j, StallTrigger::kCollectiveTimeout, opts_.now_ms());
+  } else if (!bad_input) {
+    ExplainStall(table_, j, StallTrigger::kRankDied, opts_.now_ms(), e.rank,
+                 e.signal != 0 ? "was killed by signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")"
+                               : "exited with code " + std::to_string(e.exit_code));
+  }
   if (bad_input) why += " (bad input; see " + AttemptDir(j, j.attempt) + "/rank_" + std::to_string(e.rank) + ".log)";
   Fail(j, why, !bad_input);
 }

@@ -3,15 +3,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "coordinator/health_monitor.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_resize.h"
+#include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/probed_cluster.h"
-#include "shard/plan/elastic_fit.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/logging.h"
+#include "shard/plan/elastic_fit.h"
 #include "shard/spec/run_fingerprint.h"
 
 namespace shardd {
@@ -71,7 +73,12 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
       std::string why = std::move(j.pending_failure);
       j.pending_failure.clear();
-      if (j.state == v1::LAUNCHING || j.state == v1::RUNNING) attempts_->Fail(j, why, true);
+      if (j.state == v1::LAUNCHING || j.state == v1::RUNNING) {
+        // A peer's UNAVAILABLE with no exit seen: a rank died we cannot name.
+        ExplainStall(table_, j, IsCollectiveTimeout(why) ? StallTrigger::kCollectiveTimeout : StallTrigger::kRankDied,
+                     now);
+        attempts_->Fail(j, why, true);
+      }
     }
     switch (j.state) {
       case v1::QUEUED:
@@ -135,8 +142,16 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
     for (double s : j.step_seconds) sum += s;
     limits.recent_step_s = sum / j.step_seconds.size();
   }
-  std::string bad = CheckHealth(health, limits, now);
-  if (!bad.empty()) attempts_->Fail(j, bad, true);
+  const HealthFinding bad = FindHealthProblem(health, limits, now);
+  if (bad.problem == HealthProblem::kHung) ExplainStall(table_, j, StallTrigger::kHang, now);
+  if (bad.problem == HealthProblem::kSilent)
+    ExplainStall(table_, j, StallTrigger::kRankDied, now, bad.rank, "went silent past its heartbeat deadline");
+  if (bad.problem != HealthProblem::kNone) {
+    attempts_->Fail(j, bad.reason, true);
+    return;
+  }
+  // health.straggler_action: restart, decided on the heartbeat path.
+  if (!j.straggler_restart.empty()) attempts_->Fail(j, std::exchange(j.straggler_restart, ""), true);
 }
 
 LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {

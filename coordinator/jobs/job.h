@@ -15,6 +15,7 @@
 #include "coordinator/checkpoint_committer.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/sched/host_allocator.h"
+#include "coordinator/stall_diagnosis.h"
 #include "coordinator/straggler_detector.h"
 #include "coordinator/telemetry.h"
 #include "shard/spec/job_config.h"
@@ -47,6 +48,9 @@ struct JobRank {
   bool straggler = false;       // StragglerDetector's verdict on that window
   std::string error;         // the failure it reported (ReportFailure), named when it exits
   int64_t claimed_ms = 0;    // external: an elastic join handed this rank out (held briefly for its Register)
+  // Its flight recorder's summary at its last heartbeat (stall_diagnosis.h),
+  // on the coordinator's clock.
+  std::vector<CollectiveSeen> collectives;
 };
 
 struct Job {
@@ -84,6 +88,11 @@ struct Job {
   // Every rank's compute per step (health:), for the attempt stragglers_attempt.
   StragglerDetector stragglers;
   int stragglers_attempt = 0;
+  // health.straggler_action: restart decided on the heartbeat path; the
+  // control loop restarts the attempt with this reason ("" = none due).
+  std::string straggler_restart;
+  // The flight recorder's account of the last stall (one per attempt).
+  v1::StallCause stall;
   // A rank reported a failure that may be a symptom (a peer died): held
   // briefly so a rank's exit, the likely cause, is named instead.
   std::string pending_failure;

@@ -101,7 +101,9 @@ v1::JobStatus JobTable::StatusOf(const Job& j) const {
     w->set_tokens_per_s(rk.tokens_per_s);
     w->set_compute_seconds(rk.compute_seconds);
     w->set_straggler(rk.straggler);
+    w->set_collective(DescribeLatest(rk.collectives, now));
   }
+  if (!j.stall.text().empty()) *s.mutable_stall() = j.stall;
   return s;
 }
 

@@ -22,6 +22,26 @@ namespace shardd {
 using internal::Fmt;
 using internal::Resolve;
 
+namespace {
+
+// A record's ages (at the heartbeat's send) as times on this coordinator's
+// clock: no clock is compared across hosts, only the call's latency lost.
+CollectiveSeen FromCollectiveRecord(const v1::CollectiveRecord& c, int64_t now) {
+  CollectiveSeen s;
+  s.group = c.group();
+  s.group_size = c.group_size();
+  s.seq = c.seq();
+  s.op = c.op();
+  s.unit = c.unit();
+  s.bytes = c.bytes();
+  s.start_ms = now - static_cast<int64_t>(c.started_ago_s() * 1000);
+  s.end_ms = c.ended_ago_s() < 0 ? -1 : now - static_cast<int64_t>(c.ended_ago_s() * 1000);
+  s.failed = c.failed();
+  return s;
+}
+
+}  // namespace
+
 Status WorkerGateway::CheckWorker(const v1::WorkerId& id, const std::string& token) {
   auto lock = table_->Lock();
   return table_->CheckWorker(id, token).status();
@@ -178,10 +198,18 @@ void WorkerGateway::NoteComputeTimes(Job& j, int rank,
   for (const v1::StepMetric& m : metrics)
     if (m.compute_seconds() > 0 && m.step() <= j.config.train.steps)  // 0: a worker too old to say
       j.stragglers.Observe(rank, m.step(), m.compute_seconds());
-  for (const StragglerChange& c : j.stragglers.Evaluate()) {
+  const std::vector<StragglerChange> changes = j.stragglers.Evaluate();
+  for (const StragglerChange& c : changes) {
     j.ranks[c.rank].straggler = c.straggler;
     table_->Emit(j, c.straggler ? "straggler" : "straggler_cleared", StragglerDetector::Describe(c));
   }
+  // The control loop restarts the attempt (Fail needs the launcher's
+  // Terminate, which runs off this lock); a spent budget is said here, once.
+  const StragglerDecision d =
+      DecideStragglerAction(changes, j.config.health.straggler_action == shard::StragglerAction::kRestart,
+                            j.restarts, j.config.restart.max_restarts);
+  if (d.restart && j.straggler_restart.empty()) j.straggler_restart = d.message;
+  if (!d.restart && !d.message.empty()) table_->Emit(j, "straggler_action", d.message);
   for (size_t r = 0; r < j.ranks.size(); ++r)
     j.ranks[r].compute_seconds = std::max(0.0, j.stragglers.compute_seconds(static_cast<int>(r)));
 }
@@ -198,6 +226,8 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
   r.tokens_per_s = req.tokens_per_s();
   r.rss_bytes = req.rss_bytes();
   r.step_seconds = req.step_seconds();
+  r.collectives.clear();
+  for (const v1::CollectiveRecord& c : req.collectives()) r.collectives.push_back(FromCollectiveRecord(c, now));
   if (!r.done) r.state = req.state();
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;

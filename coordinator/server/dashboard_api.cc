@@ -77,8 +77,12 @@ json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
                        {"rss_bytes", w.rss_bytes()},
                        {"step_seconds", w.step_seconds()},
                        {"tokens_per_s", w.tokens_per_s()},
+                       {"compute_seconds", w.compute_seconds()},
+                       {"straggler", w.straggler()},
+                       {"collective", w.collective()},
                        {"devices", w.devices()}});
   out["workers"] = workers;
+  out["stall"] = {{"text", job.stall().text()}, {"attempt", job.stall().attempt()}, {"trigger", job.stall().trigger()}};
   json evs = json::array();
   for (const auto& e : events) {
     evs.push_back({{"seq", e.seq()},

@@ -168,15 +168,19 @@ async function jobPage(id) {
     chart("tokens_per_s", "Tokens/s", "#17683a", m.steps, m.tokens_per_s, marks),
     chart("loss_scale", "Loss scale", "#777", m.steps, m.loss_scale, marks, {log: true}),
   ].join("");
-  const workers = j.workers.map(w => `<tr><td class="num">${w.rank}</td><td>${esc(w.hostname)}</td><td class="num">${w.pid}</td>
-      <td>${esc(w.state)}</td><td class="num">${w.step}</td><td class="num">${w.heartbeat_age_s < 0 ? "never" : fmt(w.heartbeat_age_s, 1) + " s"}</td>
-      <td class="num">${bytes(w.rss_bytes)}</td><td class="num">${fmt(w.step_seconds)}</td><td>${esc(w.devices || "cpu")}</td></tr>`).join("");
+  // Straggler detection and the flight recorder (docs/control-plane.md): a flagged
+  // rank's row carries class="straggler" and a STRAGGLER badge.
+  const workers = j.workers.map(w => `<tr${w.straggler ? ' class="straggler"' : ""} data-rank="${w.rank}"><td class="num">${w.rank}</td><td>${esc(w.hostname)}</td><td class="num">${w.pid}</td>
+      <td>${esc(w.state)}${w.straggler ? ' <span class="badge">STRAGGLER</span>' : ""}</td><td class="num">${w.step}</td><td class="num">${w.heartbeat_age_s < 0 ? "never" : fmt(w.heartbeat_age_s, 1) + " s"}</td>
+      <td class="num">${bytes(w.rss_bytes)}</td><td class="num">${fmt(w.step_seconds)}</td><td class="num">${w.compute_seconds > 0 ? fmt(w.compute_seconds) : "–"}</td>
+      <td>${esc(w.collective || "–")}</td><td>${esc(w.devices || "cpu")}</td></tr>`).join("");
+  const stall = j.stall && j.stall.text ? `<div id="stall" class="stall"><b>Stall, attempt ${j.stall.attempt} (${esc(j.stall.trigger)}):</b> ${esc(j.stall.text)}</div>` : "";
   const events = j.events.slice().reverse().map(e => `<tr><td>${when(e.unix_ms)}</td><td class="num">${e.attempt}</td>
       <td>${esc(e.kind)}</td><td>${state(e.state)}</td><td>${esc(e.message)}</td></tr>`).join("");
   const ckpts = j.checkpoints.map(c => `<tr><td class="num">${c.step}</td><td class="num">${c.world}</td><td class="num">${c.files}</td>
       <td class="num">${bytes(c.bytes)}</td><td>${when(c.committed_unix_ms)}</td><td>${esc(c.path)}</td></tr>`).join("");
   document.getElementById("app").innerHTML = `<h1>${esc(j.id)} ${state(j.state)}</h1>
-    ${j.reason ? `<p class="muted">${esc(j.reason)}</p>` : ""}
+    ${j.reason ? `<p class="muted">${esc(j.reason)}</p>` : ""}${stall}
     <div class="cards">${card("Progress", bar(p.step, p.total_steps))}${card("Loss", fmt(p.loss))}
       ${card("LR", fmt(p.lr))}${card("Tokens/s", fmt(p.tokens_per_s, 0))}
       ${card("MFU", p.mfu >= 0 ? (100 * p.mfu).toFixed(1) + " %" : "unknown")}${card("Step time", fmt(p.step_seconds) + " s")}
@@ -187,7 +191,7 @@ async function jobPage(id) {
       · ${m.eval_loss ? "held-out evaluation: the eval charts" : "no held-out evaluation reported (eval: in the job file)"}</div>
     <div class="charts" id="charts">${charts}</div>
     <h2>Workers</h2><table id="workers"><tr><th>Rank</th><th>Host</th><th>PID</th><th>State</th><th>Step</th>
-      <th>Heartbeat age</th><th>RSS</th><th>Step time (s)</th><th>Devices</th></tr>${workers}</table>
+      <th>Heartbeat age</th><th>RSS</th><th>Step time (s)</th><th>Compute/step (s)</th><th>Collective</th><th>Devices</th></tr>${workers}</table>
     <h2>Events</h2><table id="events"><tr><th>Time</th><th>Attempt</th><th>Kind</th><th>State</th><th>Message</th></tr>${events}</table>
     <h2>Committed checkpoints</h2><table id="checkpoints"><tr><th>Step</th><th>World</th><th>Files</th><th>Size</th>
       <th>Committed</th><th>Path</th></tr>${ckpts || '<tr><td colspan="6" class="muted">none yet</td></tr>'}</table>

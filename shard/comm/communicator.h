@@ -62,6 +62,9 @@ struct CommOptions {
   // is queued too. It must stay alive until the call returns. Null: the
   // communicator records its own event at issue time. Others ignore it.
   void* ready_event = nullptr;
+  // The FSDP unit this call moves (-1: none): recorded by the flight
+  // recorder (flight_recorder.h) so a stall names it. Backends ignore it.
+  int unit = -1;
 };
 
 class Communicator {

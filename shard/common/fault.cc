@@ -66,4 +66,31 @@ void MaybeSlowRank(int rank, double compute_s) {
   std::this_thread::sleep_for(std::chrono::duration<double>((slow.factor - 1) * compute_s));
 }
 
+void MaybeStallRank(int rank, int64_t step) {
+  struct Stall {
+    int rank = -1;
+    long long step = -1;
+  };
+  static const Stall stall = [] {
+    Stall s;
+    const char* e = std::getenv("SHARDD_STALL_RANK");
+    if (!e || !*e) return s;
+    int r = -1;
+    long long at = -1;
+    char tail = 0;
+    if (std::sscanf(e, "%d@%lld%c", &r, &at, &tail) != 2 || r < 0 || at < 1) {
+      std::fprintf(stderr, "shardd: SHARDD_STALL_RANK=%s is not RANK@STEP; ignored\n", e);
+      return s;
+    }
+    s.rank = r;
+    s.step = at;
+    return s;
+  }();
+  if (rank != stall.rank || step != stall.step) return;
+  std::fprintf(stderr, "shardd: injected stall of rank %d before step %lld (SHARDD_STALL_RANK)\n", rank,
+               static_cast<long long>(step));
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::minutes(10));
+}
+
 }  // namespace shard

@@ -26,4 +26,12 @@ void MaybeWaitAtStepGate(int64_t step);
 // costs one cached getenv.
 void MaybeSlowRank(int rank, double compute_s);
 
+// A rank stuck outside collectives while its heartbeats go on, for the
+// flight recorder's tests: SHARDD_STALL_RANK=R@STEP (e.g. "2@5") makes rank
+// R's training thread sleep before it starts STEP, so its peers wait in that
+// step's first collective. The sleep ends after 10 minutes (nothing waits
+// forever). Malformed values are reported once on stderr and ignored. Unset
+// (always in production), it costs one cached getenv.
+void MaybeStallRank(int rank, int64_t step);
+
 }  // namespace shard

@@ -110,9 +110,10 @@ void FsdpRuntime::Track(int64_t delta) {
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
 }
 
-CommOptions FsdpRuntime::CallOptions(const BackendEvent& ready) const {
+CommOptions FsdpRuntime::CallOptions(const BackendEvent& ready, int unit) const {
   CommOptions o = options_.comm;
   o.ready_event = ready.native_handle();
+  o.unit = unit;
   return o;
 }
 
@@ -134,7 +135,7 @@ Status FsdpRuntime::StartGather(int u) {
     std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();
     x.gather_ticket = comm_->Enqueue([this, u, n, ready] {
       Unit& y = units_[u];
-      return shard_comm_->AllGather(y.params.data(), y.full_lp.data(), n, CallOptions(*ready))
+      return shard_comm_->AllGather(y.params.data(), y.full_lp.data(), n, CallOptions(*ready, u))
           .WithContext("NF4 all-gather of unit " + std::to_string(u));
     });
     return OkStatus();
@@ -155,7 +156,7 @@ Status FsdpRuntime::StartGather(int u) {
     x.gathered = true;
     std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
     x.gather_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
-      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, CallOptions(*ready))
+      return shard_comm_->AllGather(own, units_[u].full_lp.data(), n, dt, CallOptions(*ready, u))
           .WithContext(std::string(DTypeName(dt)) + " all-gather of unit " + std::to_string(u));
     });
     return OkStatus();
@@ -166,7 +167,7 @@ Status FsdpRuntime::StartGather(int u) {
   std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the allocation of `full`
   x.gather_ticket = comm_->Enqueue([this, u, ready] {
     Unit& y = units_[u];
-    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, CallOptions(*ready))
+    return shard_comm_->AllGather(y.params.data(), y.full.data(), y.layout.shard_numel, CallOptions(*ready, u))
         .WithContext("all-gather of unit " + std::to_string(u));
   });
   return OkStatus();
@@ -389,7 +390,7 @@ Status FsdpRuntime::GradsDone(int u) {
     x.grads_done = true;
     std::shared_ptr<BackendEvent> ready = backend_->RecordEvent();  // after the cast
     x.rs_ticket = comm_->Enqueue([this, u, own, n, dt, ready] {
-      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, CallOptions(*ready))
+      return shard_comm_->ReduceScatter(units_[u].grad_lp.data(), own, n, dt, ReduceOp::kSum, CallOptions(*ready, u))
           .WithContext(std::string(DTypeName(dt)) + " reduce-scatter of unit " + std::to_string(u));
     });
   } else {
@@ -402,7 +403,7 @@ Status FsdpRuntime::GradsDone(int u) {
     x.rs_ticket = comm_->Enqueue([this, u, ready] {
       Unit& y = units_[u];
       return shard_comm_
-          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, CallOptions(*ready))
+          ->ReduceScatter(y.full_grad.data(), y.rs_out.data(), y.layout.shard_numel, ReduceOp::kSum, CallOptions(*ready, u))
           .WithContext("reduce-scatter of unit " + std::to_string(u));
     });
   }

@@ -269,8 +269,9 @@ class FsdpRuntime : public UnitAccess {
   Status StartGather(int u);
   // options_.comm for a collective the comm thread runs: ordered (nccl) after
   // `ready`, recorded on the compute stream when the call was queued — not
-  // after the compute queued by the time the comm thread gets to it.
-  CommOptions CallOptions(const BackendEvent& ready) const;
+  // after the compute queued by the time the comm thread gets to it;
+  // tagged with the unit for the flight recorder.
+  CommOptions CallOptions(const BackendEvent& ready, int unit) const;
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
   void Track(int64_t delta_bytes);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "shard/common/yaml_config.h"
+#include "shard/spec/yaml_enum.h"
 
 namespace shard {
 
@@ -26,6 +27,7 @@ Status MapHealthSection(YamlMap& root, HealthConfig* h) {
   ASSIGN_OR_RETURN(YamlMap m, root.Sub("health"));
   RETURN_IF_ERROR(m.Get("straggler_ratio", &h->straggler_ratio));
   RETURN_IF_ERROR(m.Get("straggler_window", &h->straggler_window));
+  RETURN_IF_ERROR(GetEnum(m, "straggler_action", kStragglerActionNames, &h->straggler_action));
   return m.Finish();
 }
 

@@ -206,8 +206,8 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     auto c = CreateCommunicator(cc);
     if (!c.ok()) return c.status().WithContext("rank " + std::to_string(dist_.rank) + " joining group " + group);
     // Every collective this thread calls counts as waiting, not computing
-    // (StepMetrics::compute_seconds).
-    return WithWaitClock(std::move(*c));
+    // (StepMetrics::compute_seconds), and goes to the flight recorder.
+    return WithWaitClock(std::move(*c), dist_.flight_recorder, group);
   };
   const int S = shape.shard_size;
   shard_count_ = S;
@@ -417,6 +417,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
              tc.steps);
   while (step_ < tc.steps) {
     MaybeWaitAtStepGate(step_ + 1);
+    MaybeStallRank(dist_.rank, step_ + 1);
     ASSIGN_OR_RETURN(StepMetrics m, Step());
     if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
     window_seconds += m.seconds;

@@ -14,6 +14,7 @@
 
 #include "shard/backend/backend.h"
 #include "shard/ckpt/hf_weights.h"
+#include "shard/comm/flight_recorder.h"
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
 #include "shard/model/llama_model.h"
@@ -68,6 +69,9 @@ struct DistContext {
   // reading HF weights, preparing data (a synthetic batch of the job's shapes
   // stands in) and filling host buffers. Empty in production.
   std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
+  // Where this rank's collectives are recorded (flight_recorder.h); the
+  // worker's heartbeat reads it. Null: nothing is recorded.
+  std::shared_ptr<FlightRecorder> flight_recorder;
 };
 
 // Where eval.data is prepared: <checkpoint.dir>/<job name>/data/eval.

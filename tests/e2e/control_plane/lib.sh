@@ -105,3 +105,19 @@ committed_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('last_commi
 workers_of() { pgrep -f -- "[s]hardd-worker --coordinator .* --job $1 "; }
 no_workers() { ! workers_of "$1" > /dev/null; }
 worker_pid() { job_field "$1" "[w.get('pid',0) for w in j.get('workers',[]) if w.get('rank',0)==$2][0]"; }
+
+# dashboard_dom JOB: the job's dashboard page as headless Chromium renders it
+# (logged in with a one-time `shardctl dashboard` link, a fresh profile).
+# Returns 2 when Chromium is not installed (the caller says it skipped).
+dashboard_dom() {
+  local chromium http url
+  chromium=$(command -v chromium || command -v chromium-browser || true)
+  [ -n "$chromium" ] || return 2
+  http=$(grep -o 'metrics on http port [0-9]*' "$T/shardd.log" | tail -n 1 | awk '{print $NF}')
+  [ -n "$http" ] || return 1
+  url=$(ctl dashboard "$1" --url "http://127.0.0.1:$http/") || return 1
+  timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage \
+    --user-data-dir="$(mktemp -d "$T/chromium.XXXXXX")" --virtual-time-budget=6000 --dump-dom "$url" \
+    2>>"$T/chromium.log"
+}

@@ -5,7 +5,8 @@
 # by SHARDD_STEP_GATE, so the event, `shardctl status` and /metrics must say
 # so before any later step runs: paced by the job's steps, not by seconds.
 # Then the job runs to the end with that one event (the state never changes)
-# and no other rank named.
+# and no other rank named. The dashboard's job page (headless Chromium, when
+# installed) flags rank 1's row.
 source "$(dirname "$0")/lib.sh"
 export SHARDD_SLOW_RANK=1:2.5
 export SHARDD_STEP_GATE=$T/gate
@@ -34,6 +35,16 @@ PY
 metrics=$(prometheus_metrics) || fail "/metrics did not answer"
 grep -q "^shardd_worker_straggler{job_id=\"$id\",rank=\"1\"} 1$" <<<"$metrics" || fail "/metrics does not flag rank 1: $metrics"
 grep -q "^shardd_worker_straggler{job_id=\"$id\",rank=\"0\"} 0$" <<<"$metrics" || fail "/metrics flags rank 0: $metrics"
+# The dashboard's job page flags rank 1's row, and only it.
+rc=0
+dom=$(dashboard_dom "$id") || rc=$?
+if [ $rc = 2 ]; then
+  echo "dashboard check skipped: chromium is not installed"
+else
+  [ $rc = 0 ] || fail "chromium could not render the job page"
+  grep -q '<tr class="straggler" data-rank="1">' <<<"$dom" || fail "the job page does not flag rank 1"
+  [ "$(grep -o 'class="straggler"' <<<"$dom" | wc -l)" = 1 ] || fail "the job page flags more than rank 1"
+fi
 
 echo 1000 > "$SHARDD_STEP_GATE"
 out=$(ctl watch "$id") || fail "watch failed: $out"

@@ -1,4 +1,4 @@
-// The job file's health: section: the defaults when absent, both keys read
+// The job file's health: section: the defaults when absent, every key read
 // (from the file and from --set), and every bad value a one-line error naming
 // the file and the key.
 #include <gtest/gtest.h>
@@ -25,6 +25,16 @@ TEST(HealthConfigTest, AbsentMeansTheDefaults) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_DOUBLE_EQ(job->health.straggler_ratio, 1.5);
   EXPECT_EQ(job->health.straggler_window, 20);
+  EXPECT_EQ(job->health.straggler_action, StragglerAction::kNone);
+}
+
+TEST(HealthConfigTest, StragglerActionIsNoneOrRestart) {
+  auto job = ParseJobConfig(Job("health: {straggler_action: restart}\n"), "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->health.straggler_action, StragglerAction::kRestart);
+  job = ParseJobConfig(Job(), "job.yaml", {"health.straggler_action=none"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->health.straggler_action, StragglerAction::kNone);
 }
 
 TEST(HealthConfigTest, BothKeysAreRead) {
@@ -51,6 +61,7 @@ TEST(HealthConfigTest, BadValuesAreOneLineErrorsNamingTheKey) {
            {"health.straggler_window=-20", "health.straggler_window"},
            {"health.straggler_window=100001", "health.straggler_window"},
            {"health.straggler_window=2.5", "health.straggler_window"},
+           {"health.straggler_action=kill", "health.straggler_action"},
            {"health.straggler_windows=20", "health.straggler_windows"}}) {
     auto job = ParseJobConfig(Job(), "job.yaml", {set});
     ASSERT_FALSE(job.ok()) << set;

@@ -23,7 +23,9 @@ TEST(JsonSchemaTest, ZeroValuedJobHasEveryField) {
   EXPECT_EQ(Keys(j), (std::set<std::string>{"id", "name", "state", "reason", "attempt", "restarts", "max_restarts",
                                             "world_size", "attempt_world_size", "launcher", "created_unix_ms",
                                             "updated_unix_ms", "job_dir", "checkpoint_dir", "join_token", "priority",
-                                            "placement", "queue_position", "demand", "progress", "workers"}));
+                                            "placement", "queue_position", "demand", "progress", "stall", "workers"}));
+  EXPECT_EQ(Keys(j["stall"]), (std::set<std::string>{"text", "attempt", "unix_ms", "trigger"}));
+  EXPECT_EQ(j["stall"]["text"], "");
   EXPECT_TRUE(j["state"].is_string());  // by name, never the enum number
   EXPECT_TRUE(j["restarts"].is_number_integer());
   EXPECT_EQ(j["progress"]["step"], 0);

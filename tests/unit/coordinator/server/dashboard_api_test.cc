@@ -150,6 +150,11 @@ TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {
   w->set_rank(0);
   w->set_rss_bytes(12345);
   w->set_last_heartbeat_age_s(0.5);
+  w->set_straggler(true);
+  w->set_compute_seconds(0.41);
+  w->set_collective("in all_gather #41 (unit 3) for 2.1 s");
+  s.mutable_stall()->set_text("rank 1 never entered it");
+  s.mutable_stall()->set_attempt(2);
   std::vector<v1::JobEvent> events(2);
   events[0].set_kind("submitted");
   events[0].set_message("jobs/demo.yaml, 2 worker(s), 40 steps; plan: fits, 1.2 GB per rank");
@@ -163,6 +168,12 @@ TEST(DashboardApiTest, JobCarriesWorkersEventsCheckpointsAndPlan) {
   EXPECT_EQ(j["progress"]["step"], 7);
   EXPECT_EQ(j["progress"]["mfu"], -1);
   EXPECT_EQ(j["workers"][0]["rss_bytes"], 12345);
+  // Straggler detection and the flight recorder, for the job page.
+  EXPECT_EQ(j["workers"][0]["straggler"], true);
+  EXPECT_DOUBLE_EQ(j["workers"][0]["compute_seconds"].get<double>(), 0.41);
+  EXPECT_EQ(j["workers"][0]["collective"], "in all_gather #41 (unit 3) for 2.1 s");
+  EXPECT_EQ(j["stall"]["text"], "rank 1 never entered it");
+  EXPECT_EQ(j["stall"]["attempt"], 2);
   EXPECT_EQ(j["events"].size(), 2u);
   EXPECT_EQ(j["checkpoints"][0]["step"], 5);
   EXPECT_NE(j["plan"].get<std::string>().find("plan: fits"), std::string::npos);
