@@ -28,6 +28,6 @@ fi
 # Every file reader under libFuzzer (clang, ASan+UBSan) for a short while: its
 # own build dir (build-fuzz), seeded from tests/fuzz/corpus; fails on any crash,
 # leak or undefined behaviour. SHARDD_FUZZ_SECONDS per target (0 skips).
-if [ "${SHARDD_FUZZ_SECONDS:-15}" != 0 ]; then
-  bash tests/fuzz/run_fuzzers.sh "${SHARDD_FUZZ_SECONDS:-15}"
+if [ "${SHARDD_FUZZ_SECONDS:-8}" != 0 ]; then
+  bash tests/fuzz/run_fuzzers.sh "${SHARDD_FUZZ_SECONDS:-8}"
 fi
