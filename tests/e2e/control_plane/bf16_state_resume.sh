@@ -4,8 +4,13 @@
 # checkpoint and the job ends with the same final weights as an uninterrupted
 # run (stochastic rounding is seeded, so the resumed steps draw the same bits);
 # then the same job continued with fp32 state converts the bf16 checkpoint on
-# load and says so in its log.
+# load and says so in its log. The victim's workers wait at a step gate
+# (SHARDD_STEP_GATE) after step kill_at until the kill, so it lands mid-run
+# whatever the machine's speed (a loaded machine once let the job finish first).
 source "$(dirname "$0")/lib.sh"
+export SHARDD_STEP_GATE=$T/gate
+open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
+open_gate 1000000
 start_shardd
 bf16=(--set parallel.offload_optimizer=true --set optim.state_dtype=bf16 --set train.steps=60)
 ref=$(make_job ref "export: {hf_dir: out/ref, dtype: fp32}")
@@ -15,12 +20,14 @@ ctl watch "$id_ref" > /dev/null || fail "reference run failed"
 state_is "$id_ref" SUCCEEDED || fail "reference run did not succeed"
 ctl logs "$id_ref" --rank 0 | grep -q "offloaded (bf16 master, m, v" || fail "the run did not hold bf16 state"
 
-id=$(ctl submit "$victim" "${bf16[@]}")
 kill_at=$((12 + RANDOM % 20))
+open_gate "$kill_at"
+id=$(ctl submit "$victim" "${bf16[@]}")
 wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
 pid=$(worker_pid "$id" 1)
 echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
 kill -9 "$pid"
+open_gate 1000000
 out=$(ctl watch "$id") || fail "watch failed"
 state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
 [ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
