@@ -2,8 +2,12 @@
 # kill -9 a worker at a random step: the job resumes from the last committed
 # step and ends with the same final weights as an uninterrupted run; its stored
 # metrics match that run's losses, every step after the resume point the new
-# attempt's.
+# attempt's. The victim's workers wait at a step gate (SHARDD_STEP_GATE) after
+# step kill_at until the kill, so it lands mid-run whatever the machine's speed.
 source "$(dirname "$0")/lib.sh"
+export SHARDD_STEP_GATE=$T/gate
+open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
+open_gate 1000000
 start_shardd
 ref=$(make_job ref "export: {hf_dir: out/ref, dtype: fp32}")
 victim=$(make_job vic "export: {hf_dir: out/vic, dtype: fp32}")
@@ -11,12 +15,14 @@ id_ref=$(ctl submit "$ref" --set train.steps=120)
 ctl watch "$id_ref" > /dev/null || fail "reference run failed"
 state_is "$id_ref" SUCCEEDED || fail "reference run did not succeed"
 
-id=$(ctl submit "$victim" --set train.steps=120)
 kill_at=$((12 + RANDOM % 20))
+open_gate "$kill_at"
+id=$(ctl submit "$victim" --set train.steps=120)
 wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
 pid=$(worker_pid "$id" 1)
 echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
 kill -9 "$pid"
+open_gate 1000000
 out=$(ctl watch "$id") || fail "watch failed"
 echo "$out" | grep -E "restarting|launching" || true
 state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
