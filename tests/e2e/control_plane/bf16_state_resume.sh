@@ -9,7 +9,6 @@
 # whatever the machine's speed (a loaded machine once let the job finish first).
 source "$(dirname "$0")/lib.sh"
 export SHARDD_STEP_GATE=$T/gate
-open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
 open_gate 1000000
 start_shardd
 bf16=(--set parallel.offload_optimizer=true --set optim.state_dtype=bf16 --set train.steps=60)

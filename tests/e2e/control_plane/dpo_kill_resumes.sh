@@ -9,7 +9,6 @@
 # machine's speed.
 source "$(dirname "$0")/lib.sh"
 export SHARDD_STEP_GATE=$T/gate
-open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
 open_gate 14  # the victim trains to step 14 (checkpoint 10 committed) and waits before step 15
 start_shardd 0 --cpu-slots 2
 mkdir -p "$T/data"

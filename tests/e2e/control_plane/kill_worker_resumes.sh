@@ -6,7 +6,6 @@
 # step kill_at until the kill, so it lands mid-run whatever the machine's speed.
 source "$(dirname "$0")/lib.sh"
 export SHARDD_STEP_GATE=$T/gate
-open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
 open_gate 1000000
 start_shardd
 ref=$(make_job ref "export: {hf_dir: out/ref, dtype: fp32}")

@@ -73,6 +73,10 @@ start_shardd() {  # start_shardd [port [more shardd flags...]]
 
 ctl() { (cd "$T" && "$CTL_BIN" --coordinator "$ADDR" --state-dir "$STATE" "$@"); }
 
+# open_gate N: with SHARDD_STEP_GATE=$T/gate exported before the workers
+# start, they may begin steps up to N (shard/common/fault.h); written atomically.
+open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
+
 # prometheus_metrics: the daemon's /metrics page, read with the admin token.
 prometheus_metrics() {
   local http

@@ -13,7 +13,6 @@ MEM=""
 mem_cleanup() { [ -n "$MEM" ] && rm -rf "$MEM"; cleanup; }
 trap mem_cleanup EXIT
 export SHARDD_STEP_GATE=$T/gate
-open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
 open_gate 1000000
 start_shardd
 tiers="checkpoint: {dir: ckpt, every_steps: 200, keep_last: 3, async: true, memory: {every_steps: 5, keep_last: 2}}"

@@ -9,7 +9,6 @@
 # machine's speed, and no job trains longer than the test needs.
 source "$(dirname "$0")/lib.sh"
 export SHARDD_STEP_GATE=$T/gate
-open_gate() { echo "$1" > "$T/gate.tmp" && mv "$T/gate.tmp" "$T/gate"; }
 open_gate 20
 start_shardd 0 --cpu-slots 2
 
