@@ -20,71 +20,13 @@
 #
 # Skips (77) unless root with `ip netns`; always deletes its namespaces.
 set -euo pipefail
-BIN=${SHARDD_BIN_DIR:?SHARDD_BIN_DIR must point at the build dir}
-SRC=${SHARDD_SOURCE_DIR:?SHARDD_SOURCE_DIR must point at the source dir}
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null || skip "no ip command (iproute2)"
-
-NA=shardd-chaos-a-$$ NB=shardd-chaos-b-$$
-VA=shcA$$ VB=shcB$$
-IPA=10.213.0.1 IPB=10.213.0.2 PORT=7070
+source "$(dirname "$0")/lib.sh"
+netns_setup tw
 COMM_TIMEOUT=6
-T=$(mktemp -d /tmp/shardd-netns.XXXXXX)
-GATE=$T/gate
-open_gate() { echo "$1" > "$GATE.tmp" && mv "$GATE.tmp" "$GATE"; }
 open_gate 30
-PIDS=""  # process groups this test started (shardd, the two host agents)
-cleanup() {
-  for p in $PIDS; do kill -9 -- "-$p" 2>/dev/null || true; done
-  # Anything still inside our namespaces was started by this test.
-  for ns in "$NA" "$NB"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
-}
-trap cleanup EXIT
-ip netns add "$NA" 2>/dev/null || skip "ip netns add failed (no network namespaces here)"
-ip netns add "$NB"
-ip link add "$VA" netns "$NA" type veth peer name "$VB" netns "$NB"
-ip -n "$NA" addr add "$IPA/24" dev "$VA"
-ip -n "$NB" addr add "$IPB/24" dev "$VB"
-for ns in "$NA" "$NB"; do ip -n "$ns" link set lo up; done
-ip -n "$NA" link set "$VA" up
-ip -n "$NB" link set "$VB" up
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T/shardd.log" "$T"/host_*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
-  exit 1
-}
 now() { date +%s.%N; }
-in_a() { ip netns exec "$NA" "$@"; }
-ctl() { (cd "$T" && in_a "$BIN/coordinator/ctl/shardctl" --coordinator "$IPA:$PORT" --state-dir "$T/state" "$@"); }
-job_field() { ctl status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"; }
-wait_for() {  # wait_for SECONDS COMMAND...
-  local end=$((SECONDS + $1)); shift
-  while [ $SECONDS -lt $end ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  return 1
-}
-state_in() { [[ " $* " == *" $(job_field "$JOB" "j.get('state','')") "* ]]; }
-step_at_least() { [ "$(job_field "$JOB" "int(j.get('progress',{}).get('step',0))")" -ge "$1" ]; }
-committed_at_least() {
-  state_in FAILED CANCELLED && return 0
-  [ "$(job_field "$JOB" "int(j.get('progress',{}).get('last_committed_step',-1))")" -ge "$1" ]
-}
+start_shardd
 
-# The coordinator on host A, on A's address (plain gRPC: a private link).
-setsid ip netns exec "$NA" "$BIN/coordinator/shardd" --state-dir "$T/state" --listen "$IPA:$PORT" --allow-insecure \
-  --http-listen 127.0.0.1:0 --kill-grace-s 2 > "$T/shardd.log" 2>&1 &
-PIDS="$PIDS $!"
-wait_for 20 grep -q "serving on $IPA:$PORT" "$T/shardd.log" || fail "shardd did not start on $IPA:$PORT"
-ip netns exec "$NB" timeout 5 bash -c "exec 3<>/dev/tcp/$IPA/$PORT" ||
-  skip "host B cannot reach $IPA:$PORT over the veth pair here"
-
-mkdir -p "$T/data"
-python3 "$SRC/configs/data/make_tokens.py" "$T/data/phrases.u32" >/dev/null
 cat > "$T/twohost.yaml" <<YAML
 name: twohost
 model: {preset: tiny}
@@ -96,36 +38,10 @@ resources: {device: cpu, launcher: external}
 restart: {max_restarts: 4, backoff_s: 0.5, heartbeat_timeout_s: 4, hang_timeout_s: 60}
 YAML
 JOB=$(ctl submit "$T/twohost.yaml") || fail "submit failed"
-TOKEN=$(job_field "$JOB" "j.get('join_token','')")
-[ ${#TOKEN} -ge 32 ] || fail "no join token"
+start_host "$NA" "$IPA" "$JOB" 0 2 0 "$GATE"
+start_host "$NB" "$IPB" "$JOB" 2 2 2 "$GATE"
 
-# One agent per host: start this host's two ranks, wait for both, note each
-# exit (time, rank, code) in host_N.exits, start them again unless the job is
-# done (0) or can never run (2).
-start_host() {  # start_host NS IP FIRST_RANK N
-  setsid ip netns exec "$1" env SHARDD_WORKER_TOKEN="$TOKEN" SHARDD_NUM_THREADS=1 SHARDD_STEP_GATE="$GATE" bash -c '
-    worker=$1 addr=$2 job=$3 ip=$4 first=$5 exits=$6
-    cd "$7"  # the job file'"'"'s relative paths: a shared filesystem, same layout
-    for try in $(seq 1 8); do
-      pids=()
-      for r in $first $((first + 1)); do
-        ( "$worker" --coordinator "$addr" --job "$job" --rank "$r" --hostname "$ip"; rc=$?
-          echo "$(date +%s.%N) rank $r try $try exit $rc" >> "$exits"; exit $rc ) &
-        pids+=($!)
-      done
-      done_ok=1
-      for p in "${pids[@]}"; do wait "$p"; rc=$?; [ $rc -eq 0 ] || done_ok=0; [ $rc -eq 2 ] && exit 2; done
-      [ $done_ok -eq 1 ] && exit 0
-      sleep 1
-    done
-    exit 1' host "$BIN/worker/shardd-worker" "$IPA:$PORT" "$JOB" "$2" "$3" "$T/host_$3.exits" "$T" \
-    > "$T/host_$3.log" 2>&1 &
-  PIDS="$PIDS $!"
-}
-start_host "$NA" "$IPA" 0
-start_host "$NB" "$IPB" 2
-
-wait_for 120 committed_at_least 20 && ! state_in FAILED CANCELLED ||
+wait_for 120 committed_at_least 20 && ! state_in "$JOB" FAILED CANCELLED ||
   fail "no committed checkpoint at step 20: $(ctl status "$JOB")"
 [ "$(job_field "$JOB" "j.get('attempt')")" = 1 ] || fail "restarted before the link went down: $(ctl status "$JOB")"
 hosts=$(job_field "$JOB" "sorted(set(w.get('hostname','') for w in j.get('workers',[])))")
@@ -136,7 +52,7 @@ ip -n "$NA" link set "$VA" down
 open_gate 1000000
 echo "link down at step $(job_field "$JOB" "j.get('progress',{}).get('step',0)")"
 # The coordinator ends the attempt (host B's heartbeats stop) ...
-wait_for 30 state_in RESTARTING LAUNCHING || fail "the coordinator did not end the attempt: $(ctl status "$JOB")"
+wait_for 30 state_in "$JOB" RESTARTING LAUNCHING || fail "the coordinator did not end the attempt: $(ctl status "$JOB")"
 # ... and every attempt-1 worker, on both sides of the cut, is gone within
 # comm_timeout_s plus the failure report's one bounded try (3 s), plus slack
 # for a loaded machine.
@@ -164,8 +80,8 @@ sleep 6  # longer than comm_timeout_s: host A's ranks of attempt 2 wait for host
 t_up=$(now)
 ip -n "$NA" link set "$VA" up
 echo "link up after $(python3 -c "print(f'{$t_up - $t_down:.1f}')") s"
-wait_for 180 state_in SUCCEEDED FAILED CANCELLED || fail "the job did not end after the link came back: $(ctl status "$JOB")"
-state_in SUCCEEDED || fail "the job did not succeed: $(ctl status "$JOB")"
+wait_for 180 state_in "$JOB" SUCCEEDED FAILED CANCELLED || fail "the job did not end after the link came back: $(ctl status "$JOB")"
+state_in "$JOB" SUCCEEDED || fail "the job did not succeed: $(ctl status "$JOB")"
 attempt=$(job_field "$JOB" "j.get('attempt')")
 # One restart for the cut; the ranks that joined attempt 2 first waited for
 # host B without burning restarts on rendezvous timeouts.
