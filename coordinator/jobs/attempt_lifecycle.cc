@@ -10,6 +10,7 @@
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/rank_log.h"
 #include "shard/common/logging.h"
+#include "shard/spec/elastic_world.h"
 
 namespace fs = std::filesystem;
 
@@ -87,6 +88,9 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   }
   req->job_name = j.config.name;
   req->resources = j.config.resources;
+  // A resized attempt in the launcher's shape at its size (Slurm: fewer nodes).
+  if (world < full)
+    if (auto at = shard::JobAtWorldSize(j.config, world); at.ok()) req->resources = at->resources;
   sched_->AddPlacementEnv(j, req);
   return true;
 }
