@@ -46,6 +46,7 @@ wait "$watch_pid" || true
 state_is "$id" SUCCEEDED || fail "job did not succeed: $(ctl status "$id"); $(cat "$T/watch.log")"
 grep "elastic_grow: " "$T/watch.log" | grep -q "growing back to 2 of 2 ranks after step [0-9]*: 2 of 2 ranks placeable" \
   || fail "no grow back to 2 ranks: $(cat "$T/watch.log")"
+grep "elastic_grow: " "$T/watch.log"
 [ "$(job_field "$id" "j.get('attempt_world_size',0)")" = 2 ] || fail "the last attempt did not run on 2 ranks"
 [ "$(job_field "$id" "j.get('restarts',0)")" = 1 ] || fail "a resize was charged as a restart: $(ctl status "$id")"
 echo "PASS: shrank to 1 rank while slurm job $blocker held a CPU, grew back to 2, succeeded"

@@ -206,7 +206,7 @@ TEST_F(ElasticLaunchedTest, RoomForEveryRankOrAFirstAttemptShrinksNothing) {
   manager_->Tick();
   EXPECT_EQ(State(first), v1::LAUNCHING) << Reason(first);
   EXPECT_TRUE(slurm_.capacity_asks.empty());
-  ASSERT_TRUE(manager_->Cancel(first).ok());
+  ASSERT_TRUE(manager_->Cancel(first, "test").ok());
 
   // A restart with room for all 4 waits on (the cluster's queue order).
   const std::string id = RestartPending();
@@ -230,7 +230,7 @@ TEST_F(ElasticLaunchedTest, TooFewPlacesOrNoCountIsRefusedOnceAndTheRestartWaits
   EXPECT_TRUE(Contains(refused[0].message(), "1 of 4 ranks placeable (slurm launcher): 1 of 4 rank(s) available"))
       << refused[0].message();
 
-  ASSERT_TRUE(manager_->Cancel(id).ok());
+  ASSERT_TRUE(manager_->Cancel(id, "test").ok());
   const std::string other = RestartPending();
   slurm_.capacity = shard::Unavailable("scontrol show nodes exited with code 1: slurmctld is down");
   Advance(6);
