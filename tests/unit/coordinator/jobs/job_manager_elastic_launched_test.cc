@@ -6,7 +6,8 @@
 // on 2 (one node of 2 tasks instead of two), says why, is not charged as a
 // restart; at the next commit after the places return it grows back to 4.
 // A first attempt, a restart with room for every rank, and a launcher that
-// cannot count shrink nothing.
+// cannot count shrink nothing; a restarted coordinator adopts a shrunk
+// attempt at its size.
 #include <gtest/gtest.h>
 
 #include "coordinator/launchers/slurm/slurm_script.h"
@@ -240,6 +241,21 @@ TEST_F(ElasticLaunchedTest, TooFewPlacesOrNoCountIsRefusedOnceAndTheRestartWaits
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_TRUE(Contains(refused[0].message(), "the slurm launcher cannot say: scontrol show nodes"))
       << refused[0].message();
+}
+
+TEST_F(ElasticLaunchedTest, ARestartedCoordinatorAdoptsAShrunkAttemptAtItsSize) {
+  const std::string id = RunShrunk();
+  manager_.reset();
+  FakeLauncher second("slurm");
+  manager_ = NewManager(&launcher_);
+  manager_->AddLauncher(&second);
+  ASSERT_TRUE(manager_->Recover().ok());
+  v1::JobStatus s = Get(id);
+  EXPECT_EQ(s.state(), v1::RUNNING) << s.reason();
+  EXPECT_EQ(s.attempt(), 3);
+  EXPECT_EQ(s.attempt_world_size(), 2) << "adopted at the full size: its 2 workers would look lost";
+  ASSERT_EQ(second.adopts.size(), 1u);
+  EXPECT_EQ(second.adopts[0].pids.size(), 2u);
 }
 
 }  // namespace
