@@ -58,6 +58,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
   j.standby.clear();  // standby workers ask again, for this attempt
+  j.capacity_ranks = -1;  // a launcher's count is of one attempt (elastic_launched.h)
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",

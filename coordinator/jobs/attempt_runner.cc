@@ -68,7 +68,8 @@ LauncherView AttemptRunner::Observe(int64_t now) {
     if (launcher->Pending(job_id, attempt)) view.pending[{job_id, attempt}] = launcher->PendingReason(job_id, attempt);
   for (const auto& [launcher, job_id, attempt] : running_q)
     view.running[{job_id, attempt}] = launcher->Running(job_id, attempt);
-  for (const auto& [launcher, req] : capacity_q) view.capacity.emplace(std::make_pair(req.job_id, req.attempt), launcher->Capacity(req));
+  for (const auto& [launcher, req] : capacity_q)
+    view.capacity.emplace(std::make_pair(req.job_id, req.attempt), launcher->Capacity(req));
   return view;
 }
 

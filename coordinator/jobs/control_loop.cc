@@ -55,7 +55,8 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
   }
   for (const auto& [key, capacity] : view.capacity) {
     auto it = table_->jobs().find(key.first);
-    if (it != table_->jobs().end() && it->second->attempt == key.second) elastic::NoteCapacity(*it->second, capacity, now);
+    if (it != table_->jobs().end() && it->second->attempt == key.second)
+      elastic::NoteCapacity(*it->second, capacity, now);
   }
   sched_->Schedule(now);
   std::vector<LaunchPlan> plans;
@@ -113,7 +114,8 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
     return;
   // Some ranks never came (external) or cannot be placed (a launcher's
   // count) within restart.elastic_wait_s: go on without them.
-  if (elastic::MaybeShrink(j, now, table_, attempts_) || elastic::MaybeShrinkLaunched(j, now, table_, attempts_)) return;
+  if (elastic::MaybeShrink(j, now, table_, attempts_) || elastic::MaybeShrinkLaunched(j, now, table_, attempts_))
+    return;
   // A cluster may queue the allocation for hours: the registration
   // clock starts when it does.
   auto pending = view.pending.find({j.id, j.attempt});

@@ -83,7 +83,8 @@ bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle*
                 "cannot continue on fewer ranks: " + why + "; waiting for all " + std::to_string(world));
     return false;
   };
-  if (j.capacity_ranks < 0) return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
+  if (j.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
   // Room for every rank: the wait is the cluster's queue order or slow
   // workers, not a lack of places; the registration deadline judges it.
   if (j.capacity_ranks >= world) return false;

@@ -159,7 +159,8 @@ int PlaceableRanks(const std::vector<SlurmNode>& nodes, const std::map<std::stri
     if (auto it = held.find(n.name); it != held.end()) own = it->second;
     const int free_cpus = std::max(0, n.cpus - n.cpus_alloc + own.cpus);
     int tasks = free_cpus / cpt;
-    if (shape.gpus_per_task > 0) tasks = std::min(tasks, std::max(0, n.gpus - n.gpus_alloc + own.gpus) / shape.gpus_per_task);
+    if (shape.gpus_per_task > 0)
+      tasks = std::min(tasks, std::max(0, n.gpus - n.gpus_alloc + own.gpus) / shape.gpus_per_task);
     best = std::max(best, tasks);
     if (shape.unit > 0) sum += tasks / shape.unit * shape.unit;
   }

@@ -174,8 +174,9 @@ int SlurmLauncher::Running(const std::string& job_id, int attempt) {
 StatusOr<int> SlurmLauncher::Capacity(const LaunchRequest& req) {
   const auto now = std::chrono::steady_clock::now();
   auto it = capacity_.find(req.job_id);
-  if (it != capacity_.end() && now < it->second.next) return it->second.ranks;
+  if (it != capacity_.end() && it->second.attempt == req.attempt && now < it->second.next) return it->second.ranks;
   CapacityAnswer& a = capacity_[req.job_id];
+  a.attempt = req.attempt;
   a.ranks = AskCapacity(req);
   a.next = now + std::chrono::milliseconds(static_cast<int64_t>(req.resources.slurm.poll_interval_s * 1000));
   return a.ranks;

@@ -86,6 +86,7 @@ class SlurmLauncher : public Launcher {
   void Refresh(const Key& key, Attempt& a);
 
   struct CapacityAnswer {
+    int attempt = 0;  // the attempt whose places were counted as free
     std::chrono::steady_clock::time_point next;
     StatusOr<int> ranks = 0;
   };

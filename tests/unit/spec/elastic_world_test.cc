@@ -123,7 +123,8 @@ TEST(ElasticWorldTest, ValidationNamesTheKey) {
   EXPECT_TRUE(parse({"restart.min_world_size=4", "resources.launcher=slurm", "resources.slurm.gpus_per_node=4"}).ok());
   EXPECT_NE(parse({"restart.min_world_size=6", "resources.launcher=slurm", "resources.slurm.gpus_per_node=4"})
                 .message()
-                .find("no world size from 6 to 7 fits this job (resources.slurm runs 4 task(s) per node: a multiple of 4)"),
+                .find("no world size from 6 to 7 fits this job (resources.slurm runs 4 task(s) per node: a "
+                      "multiple of 4)"),
             std::string::npos);
 }
 
