@@ -10,6 +10,7 @@
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/rank_log.h"
 #include "shard/common/logging.h"
+#include "shard/spec/elastic_world.h"
 
 namespace fs = std::filesystem;
 
@@ -57,6 +58,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
   j.standby.clear();  // standby workers ask again, for this attempt
+  j.capacity_ranks = -1;  // a launcher's count is of one attempt (elastic_launched.h)
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",
@@ -87,6 +89,9 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   }
   req->job_name = j.config.name;
   req->resources = j.config.resources;
+  // A resized attempt in the launcher's shape at its size (Slurm: fewer nodes).
+  if (world < full)
+    if (auto at = shard::JobAtWorldSize(j.config, world); at.ok()) req->resources = at->resources;
   sched_->AddPlacementEnv(j, req);
   return true;
 }

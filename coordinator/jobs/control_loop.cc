@@ -7,6 +7,7 @@
 
 #include "coordinator/health_monitor.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/probed_cluster.h"
@@ -21,7 +22,7 @@ namespace shardd {
 void ControlLoop::Tick() {
   std::lock_guard<std::mutex> serial(runner_->serial());
   runner_->RunTerminates();  // queued by RPCs (a cancel) while the last Tick was busy
-  const LauncherView view = runner_->Observe();
+  const LauncherView view = runner_->Observe(opts_.now_ms());
   std::vector<LaunchPlan> plans;
   {
     auto lock = table_->Lock();
@@ -51,6 +52,11 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     Job& j = *it->second;
     if (e.attempt != j.attempt || !IsActive(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
     attempts_->ApplyExit(j, e);
+  }
+  for (const auto& [key, capacity] : view.capacity) {
+    auto it = table_->jobs().find(key.first);
+    if (it != table_->jobs().end() && it->second->attempt == key.second)
+      elastic::NoteCapacity(*it->second, capacity, now);
   }
   sched_->Schedule(now);
   std::vector<LaunchPlan> plans;
@@ -106,8 +112,10 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
   // deadline until the first one joins (Join then starts the clock).
   if (IsExternal(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; }))
     return;
-  // Some ranks never came within restart.elastic_wait_s: go on without them.
-  if (elastic::MaybeShrink(j, now, table_, attempts_)) return;
+  // Some ranks never came (external) or cannot be placed (a launcher's
+  // count) within restart.elastic_wait_s: go on without them.
+  if (elastic::MaybeShrink(j, now, table_, attempts_) || elastic::MaybeShrinkLaunched(j, now, table_, attempts_))
+    return;
   // A cluster may queue the allocation for hours: the registration
   // clock starts when it does.
   auto pending = view.pending.find({j.id, j.attempt});

@@ -123,6 +123,11 @@ struct Job {
   // External workers beyond a shrunk attempt's ranks, by "host/rank": when
   // each last asked to join. Enough of them grow the job back at its next commit.
   std::map<std::string, int64_t> standby;
+  // A launcher's count of the ranks it could place now (Launcher::Capacity,
+  // asked off the lock by the control loop; elastic_launched.h): -1 unknown.
+  int capacity_ranks = -1;
+  int64_t capacity_ms = 0;       // when it was asked
+  std::string capacity_error;    // why it could not say, when it could not
   bool memory_tier_removed = false;  // the ended job's memory-tier folder was removed (or there was none)
 };
 
