@@ -51,10 +51,13 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
   return out;
 }
 
-Status KeepNewestMemorySteps(const std::string& host_dir, int keep) {
+Status KeepNewestMemorySteps(const std::string& host_dir, int64_t current, int keep, bool drop_newer) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(host_dir));
-  const int drop = static_cast<int>(steps.size()) - std::max(1, keep);
-  for (int i = 0; i < drop; ++i) {  // ListSteps: oldest first
+  int upto = 0;  // steps[0, upto) are at or below `current` (ListSteps: oldest first)
+  while (upto < static_cast<int>(steps.size()) && steps[upto].step <= current) ++upto;
+  const int older = std::max(0, upto - std::max(1, keep));
+  for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+    if ((i >= older && i < upto) || (i >= upto && !drop_newer)) continue;
     std::error_code ec;
     if (fs::is_symlink(fs::symlink_status(steps[i].dir, ec))) {
       fs::remove(steps[i].dir, ec);

@@ -42,8 +42,13 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
                                                 std::chrono::milliseconds timeout);
 
 // The host's retention of a folder no coordinator reads: keeps the newest
-// `keep` step folders, deletes older ones (uncommitted first). Ranks of one
-// host may race here: a folder already gone is fine.
-Status KeepNewestMemorySteps(const std::string& host_dir, int keep);
+// `keep` step folders at or below step `current` and deletes the older ones
+// (uncommitted first). With drop_newer it also deletes every folder newer
+// than `current`: an attempt's start does this with the step it resumes
+// (leftovers of an attempt or run that got further are never resumable now,
+// and would crowd out this run's steps); during training a newer folder may
+// be a faster partner's fresh copy, so it stays. Ranks of one host may race
+// here: a folder already gone is fine.
+Status KeepNewestMemorySteps(const std::string& host_dir, int64_t current, int keep, bool drop_newer = false);
 
 }  // namespace shard

@@ -101,9 +101,12 @@ TEST_F(ShardCopyTest, AFileOnNoHostLeavesTheStepIncomplete) {
   EXPECT_FALSE(std::filesystem::exists(got->step_dir + "/" + kCommittedFile));
 }
 
-TEST_F(ShardCopyTest, HostRetentionKeepsTheNewestFolders) {
-  for (int64_t s : {5, 10, 15, 20}) MakeCommittedStep(HostA(), s, 1);
-  ASSERT_TRUE(KeepNewestMemorySteps(HostA(), 2).ok());
+TEST_F(ShardCopyTest, HostRetentionKeepsTheNewestFoldersAndDropsLaterLeftovers) {
+  // 90 and 95: an earlier run's (or attempt's) steps past the one just written.
+  for (int64_t s : {5, 10, 15, 20, 90, 95}) MakeCommittedStep(HostA(), s, 1);
+  ASSERT_TRUE(KeepNewestMemorySteps(HostA(), 20, 2).ok());  // training: a newer folder may be a fresh copy
+  ASSERT_EQ(ListSteps(HostA())->size(), 4u);
+  ASSERT_TRUE(KeepNewestMemorySteps(HostA(), 20, 2, /*drop_newer=*/true).ok());  // an attempt's start
   auto steps = ListSteps(HostA());
   ASSERT_TRUE(steps.ok());
   ASSERT_EQ(steps->size(), 2u);
