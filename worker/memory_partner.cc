@@ -119,12 +119,14 @@ int MemoryPartner::AfterMemorySave(const std::string& step_dir, const std::strin
 
 void MemoryPartner::RemoveHostFolder() {
   if (server_) server_->Stop();
-  if (auto st = shard::RemoveMemoryTier(host_dir_); !st.ok()) {
+  std::error_code ec;
+  shard::Status st = shard::RemoveMemoryTier(host_dir_);
+  if (!st.ok()) st = shard::RemoveMemoryTier(host_dir_);  // a rank of this host was removing it at the same time
+  if (!st.ok()) {
     LOG_WARN("{}", st.ToString());
     return;
   }
   LOG_INFO("removed this host's memory tier folder {}", host_dir_);
-  std::error_code ec;
   fs::remove(opts_.root, ec);  // the job's root too, once no host folder is left in it (only if empty)
 }
 

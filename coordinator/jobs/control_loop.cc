@@ -221,11 +221,14 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
     Job& j = *it->second;
     // Still the launch that was decided? A cancel meanwhile wins.
     if (j.attempt != plan.prev_attempt || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) return;
-    if (!attempts_->Begin(j, resume, &req)) return;
+    // Begin is false for external jobs too (nothing to launch: their
+    // workers join), after it began the attempt.
+    const bool launch = attempts_->Begin(j, resume, &req);
     // A per-host memory step newer than every good disk step: the workers
     // assemble it on their hosts (fetching what a replaced host lacks) and
     // fall back to `resume` together if some shard is on no host.
-    if (plan.find_latest && plan.memory_step > disk_step && plan.memory_step == j.memory_step) {
+    if (j.attempt == plan.prev_attempt + 1 && plan.find_latest && plan.memory_step > disk_step &&
+        plan.memory_step == j.memory_step) {
       j.resume_memory_manifest = j.memory_manifest;
       j.progress.set_step(j.memory_step);
       table_->Emit(j, "resume_plan",
@@ -233,6 +236,7 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
                        "disk step " + (disk_step >= 0 ? std::to_string(disk_step) : std::string("none")) +
                        " if some shard is on no host)");
     }
+    if (!launch) return;
     launcher = j.launcher;
     attempt = j.attempt;
   }

@@ -27,7 +27,7 @@ struct MemoryStepSource {
 struct MemoryStepAssembly {
   bool complete = false;
   std::string step_dir;
-  // "shard_0000_of_0002.bin from rank 0 on host 10.213.0.1", one per fetched file.
+  // "rank_00000-of-00002.shard from rank 0 on host 10.213.0.1", one per fetched file.
   std::vector<std::string> fetched;
   std::string missing;  // when !complete: the files no source had
 };

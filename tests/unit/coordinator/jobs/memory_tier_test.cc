@@ -11,6 +11,7 @@
 
 #include "coordinator/jobs/control_loop.h"
 #include "coordinator/jobs/worker_gateway.h"
+#include "coordinator/state/auth.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
@@ -341,6 +342,29 @@ TEST_F(PerHostMemoryTierTest, AReportOutsideTheHostFoldersIsRefused) {
   const std::string token = Token(j);
   auto wrong = ReportFromHosts(j, token, 5, {"../x", "b"}, {1, 0});
   EXPECT_EQ(wrong.status().code(), shard::StatusCode::kInvalidArgument) << wrong.status().ToString();
+}
+
+TEST_F(PerHostMemoryTierTest, AnExternalJobsRestartHandsTheRanksTheCommittedManifest) {
+  // External workers join: Begin launches nothing, the plan still applies.
+  Job& j = MemoryJob();
+  j.config.resources.launcher = shard::Launcher::kExternal;
+  j.join_token = NewJobToken();
+  loop_->Tick();  // attempt 1
+  ASSERT_EQ(j.attempt, 1);
+  const std::string token = ExternalWorkerToken(j.join_token, 1);
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "host b was lost", true);
+  }
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
+  EXPECT_NE(j.memory_manifest, "");
 }
 
 TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsTheFolders) {
