@@ -62,7 +62,10 @@ shard::StatusOr<MemoryResume> MemoryPartner::Resume(const std::string& manifest_
     ASSIGN_OR_RETURN(shard::Manifest m, shard::Manifest::FromJson(manifest_json, "the coordinator's memory step"));
     std::vector<shard::MemoryStepSource> sources;
     for (int r : shard::HostsToAsk(hosts_, opts_.rank)) sources.push_back({r, hosts_[r], addresses_[r]});
-    ASSIGN_OR_RETURN(shard::MemoryStepAssembly a, shard::AssembleMemoryStep(host_dir_, m, sources, opts_.timeout));
+    size_t local = 0;  // this rank's place among its host's ranks
+    for (int r = 0; r < opts_.rank; ++r) local += hosts_[r] == hosts_[opts_.rank];
+    ASSIGN_OR_RETURN(shard::MemoryStepAssembly a,
+                     shard::AssembleMemoryStep(host_dir_, m, sources, opts_.timeout, local));
     std::string mine;
     for (const std::string& f : a.fetched)
       mine += (mine.empty() ? "" : "; ") + ("rank " + std::to_string(opts_.rank) + " took " + f);

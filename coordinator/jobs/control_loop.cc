@@ -233,7 +233,7 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
       j.progress.set_step(j.memory_step);
       table_->Emit(j, "resume_plan",
                    "resuming from memory step " + std::to_string(j.memory_step) + " (committed on the ranks' hosts; " +
-                       "disk step " + (disk_step >= 0 ? std::to_string(disk_step) : std::string("none")) +
+                       (disk_step >= 0 ? "disk step " + std::to_string(disk_step) : std::string("from scratch")) +
                        " if some shard is on no host)");
     }
     if (!launch) return;

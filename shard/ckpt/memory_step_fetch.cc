@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 
 StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, const Manifest& manifest,
                                                 const std::vector<MemoryStepSource>& sources,
-                                                std::chrono::milliseconds timeout) {
+                                                std::chrono::milliseconds timeout, size_t first_file) {
   MemoryStepAssembly out;
   const std::string step_name = StepDirName(manifest.step);
   out.step_dir = (fs::path(host_dir) / step_name).string();
@@ -21,7 +21,9 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
     return FailedPrecondition("memory step folder " + out.step_dir + " is a symbolic link; not used");
   fs::create_directories(out.step_dir, ec);
   if (ec) return DataLoss("cannot create " + out.step_dir + ": " + ec.message());
-  for (const ManifestFile& f : manifest.files) {
+  const size_t n = manifest.files.size();
+  for (size_t k = 0; k < n; ++k) {
+    const ManifestFile& f = manifest.files[(first_file + k) % n];
     const std::string path = (fs::path(out.step_dir) / f.name).string();
     const uint64_t size = fs::file_size(path, ec);
     if (!ec && size == f.size) {

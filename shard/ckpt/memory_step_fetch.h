@@ -36,10 +36,13 @@ struct MemoryStepAssembly {
 // (every file with its size and xxh64); sources: whom to ask, in order.
 // Not complete (OK status) when some file is on no source; an error only for
 // a local failure (cannot write) — a source that cannot be reached is
-// skipped, its error kept in `missing`.
+// skipped, its error kept in `missing`. first_file: where in the manifest's
+// file list to start (the ranks of one host start at their local index, so
+// they mostly fetch different files: each is checked again just before it
+// would be fetched).
 StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, const Manifest& manifest,
                                                 const std::vector<MemoryStepSource>& sources,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout, size_t first_file = 0);
 
 // The host's retention of a folder no coordinator reads: keeps the newest
 // `keep` step folders at or below step `current` and deletes the older ones

@@ -51,6 +51,8 @@ start_host "$NA" "$IPA" "$JOB" 0 2 a "$GATE"
 start_host "$NB" "$IPB" "$JOB" 2 2 b "$GATE"
 wait_for 90 committed_at_least 30 || fail "memory step 30 never committed: $(ctl status "$JOB")"
 wait_for 60 step_at_least 32 || fail "the job never reached step 32: $(ctl status "$JOB")"
+ctl checkpoints "$JOB" | grep -E "^30 +valid +memory " > /dev/null ||
+  fail "memory step 30 is not listed: $(ctl checkpoints "$JOB")"
 MEMB=$(ls -d "$T"/shm/mpvic-*/host-"$IPB") || fail "no memory folder for host B in $T/shm: $(ls -R "$T/shm")"
 MEMA=${MEMB%/host-$IPB}/host-$IPA
 # Host B's ranks write no shard (hybrid_shard: host A holds replica 0 of
