@@ -48,7 +48,7 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
     }
   }
   if (!out.missing.empty()) return out;
-  RETURN_IF_ERROR(WriteFileAtomic(out.step_dir + "/" + kCommittedFile, manifest.ToJson()));
+  RETURN_IF_ERROR(WriteFileAtomicShared(out.step_dir + "/" + kCommittedFile, manifest.ToJson()));
   out.complete = true;
   return out;
 }

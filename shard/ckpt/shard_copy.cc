@@ -262,7 +262,7 @@ void ShardCopyServer::Handle(int fd) {
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  Status st = ec ? DataLoss("cannot create " + dir.string() + ": " + ec.message()) : WriteFileAtomic(path, data);
+  Status st = ec ? DataLoss("cannot create " + dir.string() + ": " + ec.message()) : WriteFileAtomicShared(path, data);
   if (!st.ok()) {
     LOG_WARN("partner copy: {}", st.ToString());
     (void)Reply(c, kError, st.message());
@@ -271,6 +271,18 @@ void ShardCopyServer::Handle(int fd) {
   ++received_;
   if (on_put_) on_put_(dir.string());
   (void)Reply(c, kOk, "");
+}
+
+Status WriteFileAtomicShared(const std::string& path, const std::string& data) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string mine = path + ".part" + std::to_string(::getpid()) + "." + std::to_string(++counter);
+  RETURN_IF_ERROR(WriteFileAtomic(mine, data));
+  if (::rename(mine.c_str(), path.c_str()) != 0) {
+    const std::string err = Err();
+    ::unlink(mine.c_str());
+    return DataLoss("rename " + mine + " -> " + path + " failed: " + err);
+  }
+  return FsyncDir(fs::path(path).parent_path().string());
 }
 
 Status PutShardFile(const std::string& addr, const std::string& step_name, const std::string& path,
@@ -310,7 +322,7 @@ StatusOr<bool> FetchShardFile(const std::string& addr, const std::string& step_n
   std::error_code ec;
   fs::create_directories(dest_dir, ec);
   if (ec) return DataLoss("cannot create " + dest_dir + ": " + ec.message());
-  RETURN_IF_ERROR(WriteFileAtomic((fs::path(dest_dir) / name).string(), data));
+  RETURN_IF_ERROR(WriteFileAtomicShared((fs::path(dest_dir) / name).string(), data));
   return true;
 }
 

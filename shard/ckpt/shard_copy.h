@@ -74,4 +74,9 @@ StatusOr<bool> FetchShardFile(const std::string& addr, const std::string& step_n
                               const std::string& dest_dir, uint64_t size, uint64_t xxh64,
                               std::chrono::milliseconds timeout);
 
+// WriteFileAtomic under a name unique to this thread, then renamed into
+// place: ranks of one host (processes, or threads in tests) may write the
+// same file at once; the same bytes land, and no writer's rename fails.
+Status WriteFileAtomicShared(const std::string& path, const std::string& data);
+
 }  // namespace shard
