@@ -53,8 +53,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   const std::string base = fs::path(j.resume_from).filename().string();
   if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
   if (j.attempt > 1) j.progress.set_step(resume_step);
-  if (j.attempt == 1)
-    if (std::string off = MemoryTierOffReason(j); !off.empty()) table_->Emit(j, "memory_tier_off", off);
+  j.resume_memory_manifest.clear();  // the control loop sets it after Begin when a memory step wins
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
   j.standby.clear();  // standby workers ask again, for this attempt

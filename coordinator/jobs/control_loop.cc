@@ -72,9 +72,11 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     }
     // The job is over and its last processes are gone: its memory tier goes
     // (succeeded, failed or cancelled alike; the disk tier stays).
+    // A per-host tier's folders are on the workers' hosts: they remove them.
     if (!IsActive(j) && j.draining_attempt == 0 && !j.memory_tier_removed) {
       j.memory_tier_removed = true;
-      if (std::string dir = MemoryTierDirOf(j); !dir.empty()) memory_to_remove_.push_back(std::move(dir));
+      if (std::string dir = MemoryTierDirOf(j); !dir.empty() && !MemoryTierPerHost(j))
+        memory_to_remove_.push_back(std::move(dir));
     }
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
       std::string why = std::move(j.pending_failure);
@@ -170,7 +172,9 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   // verify; nothing committed yet: start as the first attempt did.
   plan.find_latest = j.attempt > 0;
   plan.checkpoint_dir = CheckpointDirOf(j);
-  plan.memory_dir = MemoryTierDirOf(j);
+  // A per-host tier is not read here: its newest commit is in the job.
+  plan.memory_dir = MemoryTierPerHost(j) ? std::string() : MemoryTierDirOf(j);
+  if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
   if (j.next_world > 0) {
@@ -201,6 +205,7 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
   }
   if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;
+  int64_t disk_step = -1;
   if (plan.find_latest) {
     // Hashes every byte of the newest checkpoint: never under the lock. The
     // newest good step of either tier: a memory step newer than every disk step wins.
@@ -209,7 +214,10 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
                                                     return shard::IsThisRunsStep(m.run_fingerprint,
                                                                                  plan.run_fingerprint);
                                                   });
-    if (latest.ok() && !latest->dir.empty()) resume = latest->dir;
+    if (latest.ok() && !latest->dir.empty()) {
+      resume = latest->dir;
+      disk_step = latest->step;
+    }
   }
   LaunchRequest req;
   Launcher* launcher = nullptr;
@@ -221,7 +229,22 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
     Job& j = *it->second;
     // Still the launch that was decided? A cancel meanwhile wins.
     if (j.attempt != plan.prev_attempt || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) return;
-    if (!attempts_->Begin(j, resume, &req)) return;
+    // Begin is false for external jobs too (nothing to launch: their
+    // workers join), after it began the attempt.
+    const bool launch = attempts_->Begin(j, resume, &req);
+    // A per-host memory step newer than every good disk step: the workers
+    // assemble it on their hosts (fetching what a replaced host lacks) and
+    // fall back to `resume` together if some shard is on no host.
+    if (j.attempt == plan.prev_attempt + 1 && plan.find_latest && plan.memory_step > disk_step &&
+        plan.memory_step == j.memory_step) {
+      j.resume_memory_manifest = j.memory_manifest;
+      j.progress.set_step(j.memory_step);
+      table_->Emit(j, "resume_plan",
+                   "resuming from memory step " + std::to_string(j.memory_step) + " (committed on the ranks' hosts; " +
+                       (disk_step >= 0 ? "disk step " + std::to_string(disk_step) : std::string("from scratch")) +
+                       " if some shard is on no host)");
+    }
+    if (!launch) return;
     launcher = j.launcher;
     attempt = j.attempt;
   }
