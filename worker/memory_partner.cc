@@ -34,7 +34,7 @@ shard::StatusOr<std::unique_ptr<MemoryPartner>> MemoryPartner::Start(std::shared
       LOG_WARN("{}", st.ToString());
   });
   RETURN_IF_ERROR(p->server_->Start(opts.hostname, opts.timeout).WithContext("the memory tier's partner copy"));
-  RETURN_IF_ERROR(p->kv_->Set(AddrKey(opts.rank), opts.hostname + "\n" + p->server_->address()));
+  RETURN_IF_ERROR(p->kv_->Set(AddrKey(opts.rank), opts.hostname + "\n" + p->server_->endpoint()));
   std::vector<std::string> keys;
   for (int r = 0; r < opts.world; ++r) keys.push_back(AddrKey(r));
   RETURN_IF_ERROR(p->kv_->Wait(keys, opts.timeout).WithContext("waiting for the ranks' partner-copy addresses"));

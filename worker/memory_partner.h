@@ -3,7 +3,7 @@
 // The coordinator cannot read the hosts' tmpfs, so the workers
 //  * keep their host's steps in <memory root>/host-<hostname>;
 //  * serve that folder (shard/ckpt/shard_copy.h) at an address published in
-//    the attempt's rendezvous store ("memtier/addr/<rank>": host, address);
+//    the attempt's rendezvous store ("memtier/addr/<rank>": host, endpoint with its key);
 //  * send each memory shard they write to their partner on another host
 //    (shard/ckpt/partner_map.h) before reporting it;
 //  * on a resume from a memory step, assemble the step in their host's folder

@@ -21,7 +21,7 @@ namespace shard {
 struct MemoryStepSource {
   int rank = -1;
   std::string host;     // for what the result says
-  std::string address;  // its ShardCopyServer
+  std::string address;  // its ShardCopyServer's endpoint ("host:port#key")
 };
 
 struct MemoryStepAssembly {

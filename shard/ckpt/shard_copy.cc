@@ -5,7 +5,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,12 +26,46 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr char kMagic[4] = {'S', 'H', 'C', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the endpoint's key follows the version
 constexpr uint8_t kPut = 1, kGet = 2;
 constexpr uint8_t kOk = 0, kNotHere = 1, kError = 2;
 constexpr uint64_t kMaxFile = uint64_t{1} << 40;  // 1 TiB: a size beyond is a broken peer
 
 std::string Err() { return std::strerror(errno); }
+
+// "host:port#key" → host:port and key (an endpoint without a key has none).
+std::pair<std::string, std::string> SplitEndpoint(const std::string& endpoint) {
+  const size_t hash = endpoint.rfind('#');
+  if (hash == std::string::npos) return {endpoint, ""};
+  return {endpoint.substr(0, hash), endpoint.substr(hash + 1)};
+}
+
+StatusOr<std::string> RandomKey() {
+  unsigned char bytes[16];
+  if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes)))
+    return Internal("partner copy server: getrandom: " + Err());
+  static const char* kHex = "0123456789abcdef";
+  std::string key;
+  for (unsigned char b : bytes) key += {kHex[b >> 4], kHex[b & 15]};
+  return key;
+}
+
+// Compares without an early exit, so the time taken says nothing of the key.
+bool SameKey(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// Bytes free to an unprivileged writer in the filesystem that holds `path`
+// (its nearest existing ancestor: the step folder may not exist yet).
+uint64_t FreeBytes(fs::path path) {
+  std::error_code ec;
+  while (!path.empty() && !fs::exists(path, ec)) path = path.parent_path();
+  struct statvfs st{};
+  if (path.empty() || ::statvfs(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
 
 bool ValidStepName(const std::string& s) { return std::regex_match(s, std::regex("step_[0-9]{8}")); }
 bool ValidFileName(const std::string& s) {
@@ -134,9 +170,10 @@ StatusOr<std::unique_ptr<Conn>> Dial(const std::string& addr, std::chrono::milli
   return conn;
 }
 
-Status SendHeader(Conn& c, uint8_t op, const std::string& step, const std::string& name) {
+Status SendHeader(Conn& c, const std::string& key, uint8_t op, const std::string& step, const std::string& name) {
   RETURN_IF_ERROR(c.Send(kMagic, 4));
   RETURN_IF_ERROR(c.Put<uint32_t>(kVersion));
+  RETURN_IF_ERROR(c.PutString(key));
   RETURN_IF_ERROR(c.Put<uint8_t>(op));
   RETURN_IF_ERROR(c.PutString(step));
   return c.PutString(name);
@@ -156,6 +193,7 @@ ShardCopyServer::~ShardCopyServer() { Stop(); }
 
 Status ShardCopyServer::Start(const std::string& bind_host, std::chrono::milliseconds io_timeout) {
   io_timeout_ = io_timeout;
+  ASSIGN_OR_RETURN(key_, RandomKey());
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -222,7 +260,14 @@ void ShardCopyServer::Handle(int fd) {
   }();
   if (!version.ok()) return;
   if (*version != kVersion) {
-    (void)Reply(c, kError, "partner copy version " + std::to_string(*version) + " not spoken (this worker: 1)");
+    (void)Reply(c, kError, "partner copy version " + std::to_string(*version) + " not spoken (this worker: " +
+                               std::to_string(kVersion) + ")");
+    return;
+  }
+  auto key = c.GetString();
+  if (!key.ok()) return;
+  if (!SameKey(*key, key_)) {
+    (void)Reply(c, kError, "wrong partner-copy key (not from this attempt's rendezvous store)");
     return;
   }
   auto op = c.Get<uint8_t>();
@@ -254,6 +299,12 @@ void ShardCopyServer::Handle(int fd) {
   auto size = c.Get<uint64_t>();
   auto hash = size.ok() ? c.Get<uint64_t>() : StatusOr<uint64_t>(size.status());
   if (!hash.ok() || *size > kMaxFile) return;
+  // Refused before a byte is taken: tmpfs is the host's memory.
+  if (const uint64_t free = FreeBytes(dir); *size > free) {
+    (void)Reply(c, kError, "no room for " + *step + "/" + *name + ": " + std::to_string(*size) + " bytes, " +
+                               std::to_string(free) + " free under " + root_);
+    return;
+  }
   std::string data(*size, '\0');
   if (!c.Recv(data.data(), data.size()).ok()) return;
   if (Xxh64(data.data(), data.size()) != *hash) {
@@ -285,12 +336,13 @@ Status WriteFileAtomicShared(const std::string& path, const std::string& data) {
   return FsyncDir(fs::path(path).parent_path().string());
 }
 
-Status PutShardFile(const std::string& addr, const std::string& step_name, const std::string& path,
+Status PutShardFile(const std::string& endpoint, const std::string& step_name, const std::string& path,
                     std::chrono::milliseconds timeout) {
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
   const std::string name = fs::path(path).filename().string();
+  const auto [addr, key] = SplitEndpoint(endpoint);
   ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, timeout));
-  RETURN_IF_ERROR(SendHeader(*c, kPut, step_name, name));
+  RETURN_IF_ERROR(SendHeader(*c, key, kPut, step_name, name));
   RETURN_IF_ERROR(c->Put<uint64_t>(data.size()));
   RETURN_IF_ERROR(c->Put<uint64_t>(Xxh64(data.data(), data.size())));
   RETURN_IF_ERROR(c->Send(data.data(), data.size()));
@@ -300,11 +352,12 @@ Status PutShardFile(const std::string& addr, const std::string& step_name, const
   return OkStatus();
 }
 
-StatusOr<bool> FetchShardFile(const std::string& addr, const std::string& step_name, const std::string& name,
+StatusOr<bool> FetchShardFile(const std::string& endpoint, const std::string& step_name, const std::string& name,
                               const std::string& dest_dir, uint64_t size, uint64_t xxh64,
                               std::chrono::milliseconds timeout) {
+  const auto [addr, key] = SplitEndpoint(endpoint);
   ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, timeout));
-  RETURN_IF_ERROR(SendHeader(*c, kGet, step_name, name));
+  RETURN_IF_ERROR(SendHeader(*c, key, kGet, step_name, name));
   ASSIGN_OR_RETURN(uint8_t code, c->Get<uint8_t>());
   ASSIGN_OR_RETURN(std::string msg, c->GetString());
   if (code == kNotHere) return false;

@@ -10,13 +10,21 @@
 // at start-up from a peer that makes no matching call (the peer's server
 // answers). The cost: one more listening port per worker.
 //
-// Wire (version 1, little-endian): request "SHCP", u32 version, u8 op (1 PUT,
-// 2 GET), u16+bytes step folder name, u16+bytes file name, PUT: u64 size,
+// Wire (version 2, little-endian): request "SHCP", u32 version, u16+bytes
+// key, u8 op (1 PUT, 2 GET), u16+bytes step folder name, u16+bytes file name, PUT: u64 size,
 // u64 xxh64, the bytes. Reply: u8 code (0 ok, 1 not here, 2 error), u16+bytes
 // message, GET ok: u64 size, u64 xxh64, the bytes. Every socket call has a
 // timeout. Names are checked (a step folder "step_NNNNNNNN", a file name of
 // [A-Za-z0-9._-] not starting with '.'), so a peer never reaches outside the
 // served folder.
+//
+// Who may call: a server answers only requests that carry its key, 32 random
+// hex digits made at Start and published with its address in the attempt's
+// rendezvous store (the endpoint "host:port#key"), which only the job's
+// workers can read (the coordinator asks for the job's worker token). Nothing
+// else on the network can put files into a host's tmpfs or read its shards.
+// A PUT larger than the free space under the served folder is refused before
+// any byte is taken (tmpfs is the host's memory).
 //
 // Thread-safety: ShardCopyServer serves from its own thread; Start/Stop from
 // one thread. The client functions are safe from any thread.
@@ -44,7 +52,9 @@ class ShardCopyServer {
   // Listens on bind_host (an address of this host) at an ephemeral port.
   Status Start(const std::string& bind_host, std::chrono::milliseconds io_timeout);
   void Stop();
-  // "host:port" to publish; valid after Start.
+  // "host:port#key", what the clients dial: publish it (valid after Start).
+  std::string endpoint() const { return address_ + "#" + key_; }
+  // "host:port", for logs.
   std::string address() const { return address_; }
   int files_received() const { return received_.load(); }
 
@@ -57,20 +67,21 @@ class ShardCopyServer {
   std::chrono::milliseconds io_timeout_{30000};
   int listen_fd_ = -1;
   std::string address_;
+  std::string key_;
   std::atomic<bool> stop_{false};
   std::atomic<int> received_{0};
   std::thread thread_;
 };
 
-// Sends the file at `path` to the server at addr as <step_name>/<basename>;
+// Sends the file at `path` to the server at `endpoint` (its endpoint()) as <step_name>/<basename>;
 // OK once the peer stored it and its xxh64 matched. Errors name the peer.
-Status PutShardFile(const std::string& addr, const std::string& step_name, const std::string& path,
+Status PutShardFile(const std::string& endpoint, const std::string& step_name, const std::string& path,
                     std::chrono::milliseconds timeout);
 
-// Fetches <step_name>/<name> from the server at addr into dest_dir (created if
+// Fetches <step_name>/<name> from the server at `endpoint` into dest_dir (created if
 // missing), atomically, refusing bytes whose size or xxh64 differ from the
 // expected ones. false (and nothing written) when the peer does not have it.
-StatusOr<bool> FetchShardFile(const std::string& addr, const std::string& step_name, const std::string& name,
+StatusOr<bool> FetchShardFile(const std::string& endpoint, const std::string& step_name, const std::string& name,
                               const std::string& dest_dir, uint64_t size, uint64_t xxh64,
                               std::chrono::milliseconds timeout);
 

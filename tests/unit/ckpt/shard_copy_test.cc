@@ -4,7 +4,11 @@
 // folder was wiped (a replaced host) assembles the committed step from the
 // other host and opens it; a file on no host leaves the step incomplete.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "shard/ckpt/catalog.h"
@@ -40,7 +44,7 @@ TEST_F(ShardCopyTest, PutLandsAtThePartnerWithTheSameBytes) {
   ShardCopyServer b(HostB(), [&](const std::string& d) { put_steps.push_back(d); });
   ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
   const std::string src = HostA() + "/" + StepDirName(30) + "/" + m.files[0].name;
-  Status st = PutShardFile(b.address(), StepDirName(30), src, milliseconds(5000));
+  Status st = PutShardFile(b.endpoint(), StepDirName(30), src, milliseconds(5000));
   ASSERT_TRUE(st.ok()) << st.ToString();
   const std::string dst = HostB() + "/" + StepDirName(30) + "/" + m.files[0].name;
   auto h = Xxh64File(dst);
@@ -54,9 +58,73 @@ TEST_F(ShardCopyTest, NamesOutsideTheFolderAreRefused) {
   ShardCopyServer b(HostB());
   ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
   WriteBytes(Path("x.bin"), "abc");
-  EXPECT_FALSE(PutShardFile(b.address(), "../../x", Path("x.bin"), milliseconds(5000)).ok());
-  EXPECT_FALSE(PutShardFile(b.address(), "step_00000001/..", Path("x.bin"), milliseconds(5000)).ok());
+  EXPECT_FALSE(PutShardFile(b.endpoint(), "../../x", Path("x.bin"), milliseconds(5000)).ok());
+  EXPECT_FALSE(PutShardFile(b.endpoint(), "step_00000001/..", Path("x.bin"), milliseconds(5000)).ok());
   EXPECT_FALSE(std::filesystem::exists(HostB()));
+}
+
+TEST_F(ShardCopyTest, ACallerWithoutTheKeyIsRefused) {
+  const Manifest m = StepOnA(30);
+  ShardCopyServer a(HostA()), b(HostB());
+  ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
+  ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
+  ASSERT_NE(a.endpoint(), a.address() + "#");
+  const std::string src = HostA() + "/" + StepDirName(30) + "/" + m.files[0].name;
+  for (const std::string& wrong : {b.address(), b.address() + "#" + std::string(32, '0'), b.address() + "#"}) {
+    Status put = PutShardFile(wrong, StepDirName(30), src, milliseconds(5000));
+    EXPECT_FALSE(put.ok()) << wrong;
+    EXPECT_NE(put.message().find("wrong partner-copy key"), std::string::npos) << put.ToString();
+  }
+  EXPECT_FALSE(std::filesystem::exists(HostB()));
+  EXPECT_EQ(b.files_received(), 0);
+  // Nor can it read a shard: A's key does not open B, nor no key A.
+  auto got = FetchShardFile(a.address(), StepDirName(30), m.files[0].name, Path("stolen"), m.files[0].size,
+                            m.files[0].xxh64, milliseconds(5000));
+  EXPECT_FALSE(got.ok());
+  EXPECT_FALSE(std::filesystem::exists(Path("stolen")));
+}
+
+// A PUT announcing more bytes than the host has free is answered before a
+// byte is taken (the server never tries to hold 512 GiB).
+TEST_F(ShardCopyTest, APutLargerThanTheFreeSpaceIsRefusedUpFront) {
+  ShardCopyServer b(HostB());
+  ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
+  const std::string ep = b.endpoint(), key = ep.substr(ep.find('#') + 1);
+  const int port = std::stoi(b.address().substr(b.address().rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  std::string req = "SHCP";
+  auto put = [&](const void* p, size_t n) { req.append(static_cast<const char*>(p), n); };
+  auto put_string = [&](const std::string& v) {
+    const uint16_t n = static_cast<uint16_t>(v.size());
+    put(&n, 2);
+    req += v;
+  };
+  const uint32_t version = 2;
+  const uint8_t op = 1;
+  const uint64_t size = uint64_t{1} << 39, hash = 0;
+  put(&version, 4);
+  put_string(key);
+  put(&op, 1);
+  put_string(StepDirName(30));
+  put_string("rank_00000-of-00002.shard");
+  put(&size, 8);
+  put(&hash, 8);
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  char reply[512] = {0};
+  ssize_t got = 0, n = 0;
+  while ((n = ::recv(fd, reply + got, sizeof(reply) - 1 - got, 0)) > 0) got += n;
+  ::close(fd);
+  ASSERT_GE(got, 3);
+  EXPECT_EQ(reply[0], 2);  // error
+  const std::string msg(reply + 3, static_cast<size_t>(got - 3));
+  EXPECT_NE(msg.find("no room for step_00000030/rank_00000-of-00002.shard: 549755813888 bytes"), std::string::npos)
+      << msg;
+  EXPECT_EQ(b.files_received(), 0);
 }
 
 TEST_F(ShardCopyTest, AReplacedHostAssemblesTheStepFromTheOtherHost) {
@@ -64,7 +132,7 @@ TEST_F(ShardCopyTest, AReplacedHostAssemblesTheStepFromTheOtherHost) {
   ShardCopyServer a(HostA());
   ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
   // Host B's folder is empty (wiped); a dead source comes first and is skipped.
-  std::vector<MemoryStepSource> sources = {{7, "gone", "127.0.0.1:1"}, {0, "A", a.address()}};
+  std::vector<MemoryStepSource> sources = {{7, "gone", "127.0.0.1:1"}, {0, "A", a.endpoint()}};
   auto got = AssembleMemoryStep(HostB(), m, sources, milliseconds(5000));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_TRUE(got->complete) << got->missing;
@@ -83,7 +151,7 @@ TEST_F(ShardCopyTest, OwnCopiesStayAndOnlyTheMissingFileTravels) {
   std::filesystem::create_directories(HostB() + "/" + StepDirName(30));
   std::filesystem::copy_file(HostA() + "/" + StepDirName(30) + "/" + m.files[1].name,
                              HostB() + "/" + StepDirName(30) + "/" + m.files[1].name);
-  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.address()}}, milliseconds(5000));
+  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.endpoint()}}, milliseconds(5000));
   ASSERT_TRUE(got.ok() && got->complete);
   ASSERT_EQ(got->fetched.size(), 1u);
   EXPECT_EQ(got->fetched[0].substr(0, m.files[0].name.size()), m.files[0].name);
@@ -94,7 +162,7 @@ TEST_F(ShardCopyTest, AFileOnNoHostLeavesTheStepIncomplete) {
   std::filesystem::remove(HostA() + "/" + StepDirName(30) + "/" + m.files[1].name);
   ShardCopyServer a(HostA());
   ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
-  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.address()}}, milliseconds(5000));
+  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.endpoint()}}, milliseconds(5000));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_FALSE(got->complete);
   EXPECT_NE(got->missing.find(m.files[1].name), std::string::npos) << got->missing;
