@@ -24,7 +24,9 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
     it = pending_.emplace(key, Pending{r.step_dir, std::move(base), r.tier, {}}).first;
   }
   Pending& p = it->second;
-  if (r.step_dir != p.step_dir)
+  // Per-host folders: each host's step folder has its own path; the step's
+  // name is what the reports share.
+  if (r.remote ? fs::path(r.step_dir).filename() != fs::path(p.step_dir).filename() : r.step_dir != p.step_dir)
     return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + " names step dir " +
                                   r.step_dir + ", others " + p.step_dir);
   for (const shard::ManifestFile& f : r.files) {
@@ -33,13 +35,30 @@ shard::StatusOr<std::optional<shard::Manifest>> CheckpointCommitter::Add(const S
       return shard::InvalidArgument("checkpoint report of rank " + std::to_string(r.rank) + ": unexpected file " +
                                     f.name + " (shard " + std::to_string(f.shard_rank) + " of " +
                                     std::to_string(p.base.shard_count) + ")");
+    if (r.remote && r.partner_required) {
+      const size_t i = static_cast<size_t>(&f - r.files.data());
+      if (i >= r.partner_ranks.size() || r.partner_ranks[i] < 0) {
+        pending_.erase(it);
+        return shard::FailedPrecondition(
+            "memory step " + std::to_string(r.step) + ": rank " + std::to_string(r.rank) + "'s " + f.name +
+            " has no partner copy on another host (checkpoint.memory.replicas: 1); the step is not committed");
+      }
+    }
     p.shards[f.shard_rank] = f;
   }
   if (static_cast<int>(p.shards.size()) < p.base.shard_count) return std::optional<shard::Manifest>();
 
-  // Complete: trust the disk, not only the reports.
   shard::Manifest m = p.base;
   m.files.clear();
+  if (r.remote) {
+    // The reports are the proof: the coordinator cannot see those folders.
+    for (auto& [sr, f] : p.shards) m.files.push_back(f);
+    pending_.erase(it);
+    for (auto old = pending_.begin(); old != pending_.end();)
+      old = old->first.first == r.tier && old->first.second < m.step ? pending_.erase(old) : std::next(old);
+    return std::optional<shard::Manifest>(std::move(m));
+  }
+  // Complete: trust the disk, not only the reports.
   for (auto& [sr, f] : p.shards) {
     std::error_code ec;
     const fs::path path = fs::path(p.step_dir) / f.name;

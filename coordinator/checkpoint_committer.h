@@ -5,6 +5,12 @@
 // a new attempt starts with an empty table, so a dead attempt's half-reported
 // step never commits. The two tiers (checkpoint_tier.h) commit alike and
 // apart: a memory step completing never drops a disk step still in flight.
+// A memory step of a job whose ranks span hosts (per-host tmpfs folders the
+// coordinator cannot read) commits from the reports alone: every shard
+// reported with its size and xxh64 and, when the job runs on more than one
+// host, with its partner copy landed on another host; nothing is read or
+// written in those folders (the workers materialise COMMITTED on their host
+// when they resume from it).
 //
 // Thread-safety: not thread-safe; the JobManager calls it under its lock.
 #pragma once
@@ -26,6 +32,13 @@ struct ShardReport {
   std::string manifest_base;               // Manifest JSON (run state, no files)
   std::vector<shard::ManifestFile> files;  // empty for ranks that write no shard
   shard::CheckpointTier tier = shard::CheckpointTier::kDisk;
+  // Per-host memory tier (see above): commit from the reports.
+  bool remote = false;
+  // With remote: the job's ranks are on more than one host, so every shard
+  // needs its partner copy (checkpoint.memory.replicas: 1).
+  bool partner_required = false;
+  // Parallel to files: the rank holding the file's partner copy, -1 = none.
+  std::vector<int> partner_ranks;
 };
 
 class CheckpointCommitter {

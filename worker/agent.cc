@@ -22,6 +22,7 @@
 #include "worker/run_trainer.h"
 #include "worker/coordinator_client.h"
 #include "worker/flight_report.h"
+#include "worker/memory_partner.h"
 #include "worker/stop_signal.h"
 
 namespace shardd {
@@ -93,11 +94,12 @@ class Heartbeater {
   }
   // Rank 0: the checkpoint this attempt resumed from, sent with every heartbeat
   // (the coordinator records the first as an event).
-  void SetResumed(const std::string& step_dir, int64_t step, const std::string& tier) {
+  void SetResumed(const std::string& step_dir, int64_t step, const std::string& tier, const std::string& note) {
     std::lock_guard<std::mutex> lock(mu_);
     resumed_from_ = step_dir;
     resumed_step_ = step;
     resumed_tier_ = tier;
+    resumed_note_ = note;
     step_ = step;
   }
   // Takes the pending metrics of steps up to `step` for a checkpoint report
@@ -146,6 +148,7 @@ class Heartbeater {
       req.set_resumed_from(resumed_from_);
       req.set_resumed_step(resumed_step_);
       req.set_resumed_tier(resumed_tier_);
+      req.set_resumed_note(resumed_note_);
     }
     for (auto& m : pending_) *req.add_metrics() = m;
     if (recorder_) AddCollectives(*recorder_, &req);
@@ -190,6 +193,7 @@ class Heartbeater {
   std::string resumed_from_;             // guarded by mu_
   int64_t resumed_step_ = 0;             // guarded by mu_
   std::string resumed_tier_;             // guarded by mu_
+  std::string resumed_note_;             // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
@@ -297,6 +301,10 @@ class AgentSession {
   // rank 0's report carries the metrics of the steps up to it.
   shard::Status ReportCheckpoint(Heartbeater& hb, const shard::Manifest& base, const std::string& step_dir,
                                  const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
+    // A per-host memory step: the partner copy first (the commit needs it).
+    std::vector<int> partner(files.size(), -1);
+    if (tier == shard::CheckpointTier::kMemory && memory_)
+      for (size_t i = 0; i < files.size(); ++i) partner[i] = memory_->AfterMemorySave(step_dir, files[i].name, base.step);
     v1::ReportCheckpointRequest req;
     req.set_step(base.step);
     req.set_tier(shard::CheckpointTierName(tier));
@@ -308,6 +316,9 @@ class AgentSession {
       pf->set_shard_rank(f.shard_rank);
       pf->set_size(f.size);
       pf->set_xxh64(f.xxh64);
+      const int p = partner[&f - files.data()];
+      pf->set_partner_copy(p >= 0);
+      pf->set_partner_rank(p);
     }
     const std::vector<v1::StepMetric> metrics =
         rank() == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
@@ -332,7 +343,8 @@ class AgentSession {
                                          const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
       return ReportCheckpoint(hb, base, step_dir, files, tier);
     };
-    dist.memory_job_dir = reg_.memory_tier_dir();
+    dist.memory_job_dir = memory_ ? memory_->host_dir() : reg_.memory_tier_dir();
+    dist.memory_tier_per_host = memory_ != nullptr;
     return dist;
   }
 
@@ -367,7 +379,7 @@ class AgentSession {
     hooks.on_built = [&](const shard::Trainer& t) {
       if (rank() == 0 && !t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step(),
-                      shard::CheckpointTierName(t.resumed_tier()));
+                      shard::CheckpointTierName(t.resumed_tier()), memory_note_);
     };
     // Every rank registered before any rendezvous (worker/peer_barrier.h).
     PeerBarrierOptions barrier;
@@ -377,6 +389,11 @@ class AgentSession {
       hb.Stop();
       if (AttemptOver(ps)) return kExitAttemptOver;
       return Fail(ps);
+    }
+    if (shard::Status ms = StartMemoryTier(*job); !ms.ok()) {
+      hb.Stop();
+      if (AttemptOver(ms)) return kExitAttemptOver;
+      return Fail(ms);
     }
     TrainOutcome run;
     shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
@@ -391,6 +408,29 @@ class AgentSession {
     }
     hb.Flush();  // one last heartbeat carries the final metrics before done
     return Finish(run);
+  }
+
+  // The per-host memory tier (memory_partner.h): this rank's copy server,
+  // its partner, and the step this attempt resumes — the committed memory
+  // step when every host can assemble it, else the coordinator's disk choice.
+  shard::Status StartMemoryTier(shard::JobConfig& job) {
+    if (!reg_.memory_tier_per_host() || reg_.memory_tier_dir().empty() || !job.checkpoint.memory.enabled())
+      return shard::OkStatus();
+    MemoryPartnerOptions mo;
+    mo.rank = rank();
+    mo.world = reg_.world_size();
+    mo.hostname = opts_.hostname;
+    mo.root = reg_.memory_tier_dir();
+    mo.keep = job.checkpoint.memory.keep_last + 1;
+    mo.replicas = job.checkpoint.memory.replicas > 0;
+    mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(10.0, job.parallel.comm_timeout_s) * 1000));
+    ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
+    const std::string base = std::filesystem::path(reg_.resume_from()).filename().string();
+    const int64_t disk_step = base.rfind("step_", 0) == 0 ? std::atoll(base.c_str() + 5) : 0;
+    ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(reg_.resume_memory_manifest(), disk_step));
+    memory_note_ = mr.note;
+    if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;
+    return shard::OkStatus();
   }
 
   // Reports a stop on the launcher's signal (a new attempt resumes) or done.
@@ -411,6 +451,7 @@ class AgentSession {
       LOG_ERROR("{}", ds.ToString());
       return AttemptOver(ds) ? kExitAttemptOver : kExitFailed;
     }
+    if (memory_) memory_->RemoveHostFolder();  // the job is done on this host
     if (rank() == 0 && run.nothing_trained)
       LOG_INFO("already complete: {} is at step {} >= train.steps {}; nothing trained", run.resumed_from, run.step,
                run.total_steps);
@@ -425,6 +466,8 @@ class AgentSession {
   // This rank's collectives: written by the trainer's communicators, read by
   // the heartbeat thread (docs/control-plane.md, "The flight recorder").
   std::shared_ptr<shard::FlightRecorder> recorder_ = std::make_shared<shard::FlightRecorder>();
+  std::unique_ptr<MemoryPartner> memory_;  // the per-host memory tier (null: none, or one the coordinator reads)
+  std::string memory_note_;                // what the resume took from partners (rank 0's resumed event)
 };
 
 }  // namespace

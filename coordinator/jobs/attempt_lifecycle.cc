@@ -10,6 +10,7 @@
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/rank_log.h"
 #include "shard/common/logging.h"
+#include "shard/spec/elastic_world.h"
 
 namespace fs = std::filesystem;
 
@@ -52,11 +53,11 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   const std::string base = fs::path(j.resume_from).filename().string();
   if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
   if (j.attempt > 1) j.progress.set_step(resume_step);
-  if (j.attempt == 1)
-    if (std::string off = MemoryTierOffReason(j); !off.empty()) table_->Emit(j, "memory_tier_off", off);
+  j.resume_memory_manifest.clear();  // the control loop sets it after Begin when a memory step wins
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
   j.standby.clear();  // standby workers ask again, for this attempt
+  j.capacity_ranks = -1;  // a launcher's count is of one attempt (elastic_launched.h)
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",
@@ -87,6 +88,9 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   }
   req->job_name = j.config.name;
   req->resources = j.config.resources;
+  // A resized attempt in the launcher's shape at its size (Slurm: fewer nodes).
+  if (world < full)
+    if (auto at = shard::JobAtWorldSize(j.config, world); at.ok()) req->resources = at->resources;
   sched_->AddPlacementEnv(j, req);
   return true;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "coordinator/jobs/elastic_launched.h"
 #include "shard/common/logging.h"
 
 namespace shardd {
@@ -36,9 +37,10 @@ void AttemptRunner::TryRunTerminates() {
   if (tick.owns_lock()) RunTerminates();
 }
 
-LauncherView AttemptRunner::Observe() {
+LauncherView AttemptRunner::Observe(int64_t now) {
   // Which attempts to ask about, named under the job lock.
   std::vector<std::tuple<Launcher*, std::string, int>> running_q, pending_q;
+  std::vector<std::pair<Launcher*, LaunchRequest>> capacity_q;
   {
     auto lock = table_->Lock();
     for (const auto& [id, jp] : table_->jobs()) {
@@ -49,6 +51,7 @@ LauncherView AttemptRunner::Observe() {
       if (IsActive(j) && j.attempt > 0 && j.attempt != j.draining_attempt)
         running_q.emplace_back(j.launcher, j.id, j.attempt);
       if (j.state == v1::LAUNCHING) pending_q.emplace_back(j.launcher, j.id, j.attempt);
+      if (elastic::WantsCapacity(j, now)) capacity_q.emplace_back(j.launcher, elastic::CapacityRequest(j));
     }
   }
   LauncherView view;
@@ -65,6 +68,8 @@ LauncherView AttemptRunner::Observe() {
     if (launcher->Pending(job_id, attempt)) view.pending[{job_id, attempt}] = launcher->PendingReason(job_id, attempt);
   for (const auto& [launcher, job_id, attempt] : running_q)
     view.running[{job_id, attempt}] = launcher->Running(job_id, attempt);
+  for (const auto& [launcher, req] : capacity_q)
+    view.capacity.emplace(std::make_pair(req.job_id, req.attempt), launcher->Capacity(req));
   return view;
 }
 

@@ -25,6 +25,8 @@ struct LauncherView {
   std::vector<RankExit> exits;                          // signalled ones first
   std::map<std::pair<std::string, int>, int> running;   // (job, attempt) -> Running()
   std::map<std::pair<std::string, int>, std::string> pending;  // Pending() attempts -> PendingReason()
+  // Elastic jobs a resize may help (elastic_launched.h): (job, attempt) -> Capacity().
+  std::map<std::pair<std::string, int>, StatusOr<int>> capacity;
 };
 
 class AttemptRunner {
@@ -39,8 +41,9 @@ class AttemptRunner {
   std::mutex& serial() { return tick_mu_; }
 
   // ---- with serial() held, the table's lock not held ----
-  // Asks the launchers about exits and the attempts named under the table's lock.
-  LauncherView Observe();
+  // Asks the launchers about exits and the attempts named under the table's
+  // lock (`now` on the control loop's clock).
+  LauncherView Observe(int64_t now);
   // One launch (sbatch / kubectl apply / fork+exec).
   StatusOr<std::vector<int>> Launch(Launcher* launcher, const LaunchRequest& req, int attempt);
   // Makes the queued Terminate calls.

@@ -7,6 +7,7 @@
 
 #include "coordinator/health_monitor.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/probed_cluster.h"
@@ -21,7 +22,7 @@ namespace shardd {
 void ControlLoop::Tick() {
   std::lock_guard<std::mutex> serial(runner_->serial());
   runner_->RunTerminates();  // queued by RPCs (a cancel) while the last Tick was busy
-  const LauncherView view = runner_->Observe();
+  const LauncherView view = runner_->Observe(opts_.now_ms());
   std::vector<LaunchPlan> plans;
   {
     auto lock = table_->Lock();
@@ -52,6 +53,11 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     if (e.attempt != j.attempt || !IsActive(j) || j.state == v1::RESTARTING) continue;  // a drained attempt
     attempts_->ApplyExit(j, e);
   }
+  for (const auto& [key, capacity] : view.capacity) {
+    auto it = table_->jobs().find(key.first);
+    if (it != table_->jobs().end() && it->second->attempt == key.second)
+      elastic::NoteCapacity(*it->second, capacity, now);
+  }
   sched_->Schedule(now);
   std::vector<LaunchPlan> plans;
   for (auto& [id, jp] : table_->jobs()) {
@@ -66,9 +72,11 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     }
     // The job is over and its last processes are gone: its memory tier goes
     // (succeeded, failed or cancelled alike; the disk tier stays).
+    // A per-host tier's folders are on the workers' hosts: they remove them.
     if (!IsActive(j) && j.draining_attempt == 0 && !j.memory_tier_removed) {
       j.memory_tier_removed = true;
-      if (std::string dir = MemoryTierDirOf(j); !dir.empty()) memory_to_remove_.push_back(std::move(dir));
+      if (std::string dir = MemoryTierDirOf(j); !dir.empty() && !MemoryTierPerHost(j))
+        memory_to_remove_.push_back(std::move(dir));
     }
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
       std::string why = std::move(j.pending_failure);
@@ -106,8 +114,10 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
   // deadline until the first one joins (Join then starts the clock).
   if (IsExternal(j) && std::none_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; }))
     return;
-  // Some ranks never came within restart.elastic_wait_s: go on without them.
-  if (elastic::MaybeShrink(j, now, table_, attempts_)) return;
+  // Some ranks never came (external) or cannot be placed (a launcher's
+  // count) within restart.elastic_wait_s: go on without them.
+  if (elastic::MaybeShrink(j, now, table_, attempts_) || elastic::MaybeShrinkLaunched(j, now, table_, attempts_))
+    return;
   // A cluster may queue the allocation for hours: the registration
   // clock starts when it does.
   auto pending = view.pending.find({j.id, j.attempt});
@@ -163,7 +173,9 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   // verify; nothing committed yet: start as the first attempt did.
   plan.find_latest = j.attempt > 0;
   plan.checkpoint_dir = CheckpointDirOf(j);
-  plan.memory_dir = MemoryTierDirOf(j);
+  // A per-host tier is not read here: its newest commit is in the job.
+  plan.memory_dir = MemoryTierPerHost(j) ? std::string() : MemoryTierDirOf(j);
+  if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
   if (j.next_world > 0) {
@@ -194,6 +206,7 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
   }
   if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;
+  int64_t disk_step = -1;
   if (plan.find_latest) {
     // Hashes every byte of the newest checkpoint: never under the lock. The
     // newest good step of either tier: a memory step newer than every disk step wins.
@@ -202,7 +215,10 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
                                                     return shard::IsThisRunsStep(m.run_fingerprint,
                                                                                  plan.run_fingerprint);
                                                   });
-    if (latest.ok() && !latest->dir.empty()) resume = latest->dir;
+    if (latest.ok() && !latest->dir.empty()) {
+      resume = latest->dir;
+      disk_step = latest->step;
+    }
   }
   LaunchRequest req;
   Launcher* launcher = nullptr;
@@ -214,7 +230,22 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
     Job& j = *it->second;
     // Still the launch that was decided? A cancel meanwhile wins.
     if (j.attempt != plan.prev_attempt || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) return;
-    if (!attempts_->Begin(j, resume, &req)) return;
+    // Begin is false for external jobs too (nothing to launch: their
+    // workers join), after it began the attempt.
+    const bool launch = attempts_->Begin(j, resume, &req);
+    // A per-host memory step newer than every good disk step: the workers
+    // assemble it on their hosts (fetching what a replaced host lacks) and
+    // fall back to `resume` together if some shard is on no host.
+    if (j.attempt == plan.prev_attempt + 1 && plan.find_latest && plan.memory_step > disk_step &&
+        plan.memory_step == j.memory_step) {
+      j.resume_memory_manifest = j.memory_manifest;
+      j.progress.set_step(j.memory_step);
+      table_->Emit(j, "resume_plan",
+                   "resuming from memory step " + std::to_string(j.memory_step) + " (committed on the ranks' hosts; " +
+                       (disk_step >= 0 ? "disk step " + std::to_string(disk_step) : std::string("from scratch")) +
+                       " if some shard is on no host)");
+    }
+    if (!launch) return;
     launcher = j.launcher;
     attempt = j.attempt;
   }

@@ -35,6 +35,7 @@ struct LaunchPlan {
   bool find_latest = false;  // resume from the newest good committed step (verified: slow)
   std::string checkpoint_dir;
   std::string memory_dir;  // the memory tier's folder ("" = none): its newer steps win
+  int64_t memory_step = -1;  // a per-host tier's newest committed step (-1 = none)
   std::string fallback_resume;  // the job file's checkpoint.resume
   // Only this run's steps (or unknown ones) are resumed by a restart: another
   // run that shares the directory never is (shard/spec/run_fingerprint.h).

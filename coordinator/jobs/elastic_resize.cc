@@ -5,6 +5,7 @@
 #include <set>
 
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/elastic_launched.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
@@ -18,12 +19,6 @@ bool Present(const JobRank& r) { return r.registered || r.joined_ms > 0; }
 
 int CountPresent(const Job& j) { return static_cast<int>(std::count_if(j.ranks.begin(), j.ranks.end(), Present)); }
 
-std::string MicroBatchChange(const Job& j, int from, int to) {
-  return "micro-batches per step " + std::to_string(shard::MicroBatchesPerStep(j.config, from)) + " → " +
-         std::to_string(shard::MicroBatchesPerStep(j.config, to)) + " (global batch " +
-         std::to_string(j.config.train.global_batch) + " kept)";
-}
-
 std::string JoinList(const std::vector<std::string>& items) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
@@ -31,6 +26,12 @@ std::string JoinList(const std::vector<std::string>& items) {
 }
 
 }  // namespace
+
+std::string MicroBatchChange(const Job& j, int from, int to) {
+  return "micro-batches per step " + std::to_string(shard::MicroBatchesPerStep(j.config, from)) + " → " +
+         std::to_string(shard::MicroBatchesPerStep(j.config, to)) + " (global batch " +
+         std::to_string(j.config.train.global_batch) + " kept)";
+}
 
 std::string DescribeShrink(const Job& j, int to, double waited_s) {
   const int full = j.config.parallel.world_size, now = static_cast<int>(j.ranks.size());
@@ -84,6 +85,7 @@ bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempt
 }
 
 bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
+  if (!IsExternal(j)) return MaybeGrowLaunched(j, step, now, attempts);
   const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
   if (!IsExternal(j) || world >= full || !IsActive(j)) return false;
   int standing = 0;

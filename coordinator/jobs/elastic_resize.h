@@ -15,6 +15,9 @@
 //   grow    at the next committed checkpoint, standby workers that cover a
 //           larger allowed world end the attempt, and the next one runs on it.
 //
+// Jobs whose launcher starts the ranks (slurm) shrink and grow by the
+// launcher's count of free places instead: elastic_launched.h.
+//
 // The world size each attempt trains with is the ranks' count the coordinator
 // hands out (RegisterResponse.world_size); the worker derives its
 // micro-batches per step from it (shard::JobAtWorldSize).
@@ -56,6 +59,9 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
 // The planner refused `world` (ControlLoop::RunLaunch): the next attempt runs
 // at full size, and no smaller size is tried again for this job.
 void RefuseUnfit(Job& j, int world, const std::string& why, JobTable* table);
+
+// "micro-batches per step 1 → 2 (global batch 8 kept)". Pure.
+std::string MicroBatchChange(const Job& j, int from, int to);
 
 // "continuing on 2 of 4 ranks: host b lost (ranks 2, 3 did not join within
 // 3 s); micro-batches per step 1 → 2". Pure.

@@ -125,23 +125,35 @@ struct Job {
   // External workers beyond a shrunk attempt's ranks, by "host/rank": when
   // each last asked to join. Enough of them grow the job back at its next commit.
   std::map<std::string, int64_t> standby;
+  // A launcher's count of the ranks it could place now (Launcher::Capacity,
+  // asked off the lock by the control loop; elastic_launched.h): -1 unknown.
+  int capacity_ranks = -1;
+  int64_t capacity_ms = 0;       // when it was asked
+  std::string capacity_error;    // why it could not say, when it could not
   bool memory_tier_removed = false;  // the ended job's memory-tier folder was removed (or there was none)
+  // The per-host memory tier (MemoryTierPerHost): its newest committed step,
+  // as committed from the reports (Manifest JSON with every file), and the
+  // manifest the current attempt resumes from ("" = a disk step or none).
+  // In memory only: after a coordinator restart the next attempt takes disk.
+  std::string memory_manifest;
+  int64_t memory_step = -1;
+  std::string memory_step_dir;  // rank 0's host folder's copy, for events and the store
+  std::string resume_memory_manifest;
 };
 
 inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }
 inline bool IsExternal(const Job& j) { return j.config.resources.launcher == shard::Launcher::kExternal; }
 // The job's checkpoint directory (checkpoint.dir/<name>, against its workdir).
 std::string CheckpointDirOf(const Job& j);
-// The memory tier's job folder the coordinator commits in (checkpoint.memory;
-// shard::MemoryCheckpointJobDir against its workdir), "" when the job runs
-// without one: off in its file, or not a local job (MemoryTierOffReason).
+// The memory tier's job folder (checkpoint.memory; shard::MemoryCheckpointJobDir
+// against its workdir), "" when the job's file leaves the tier off.
 std::string MemoryTierDirOf(const Job& j);
-// Why a job whose file turns checkpoint.memory on runs without it ("" = it
-// does not). Every rank must be on the coordinator's host (the local
-// launcher): the coordinator reads the shard files' sizes, writes COMMITTED
-// in the tmpfs folder and removes it when the job ends; across hosts that
-// needs the partner copy, which is not built yet.
-std::string MemoryTierOffReason(const Job& j);
+// Whether the tier keeps one folder per host under MemoryTierDirOf (every
+// launcher but local: the ranks may span hosts). The coordinator then never
+// reads, writes or removes those folders: it commits memory steps from the
+// reports (with partner copies across hosts) and the workers keep, assemble
+// and remove their host's folder (docs/control-plane.md, "Checkpoint tiers").
+bool MemoryTierPerHost(const Job& j);
 // Rendezvous keys of an attempt live under this prefix.
 std::string AttemptKvPrefix(const v1::WorkerId& id);
 // A fresh random worker or join token.

@@ -56,14 +56,33 @@ std::vector<v1::JobStatus> JobQueries::List(bool include_finished) {
 
 StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::string& job_id) {
   std::string disk_dir, memory_dir;
+  std::vector<v1::CheckpointInfo> out;
   {
     auto lock = table_->Lock();
     ASSIGN_OR_RETURN(Job * j, table_->Find(job_id));
     disk_dir = CheckpointDirOf(*j);
     memory_dir = MemoryTierDirOf(*j);
+    // A per-host tier's folders are on the ranks' hosts: its newest commit,
+    // as committed from the reports (with rank 0's host's path).
+    if (MemoryTierPerHost(*j)) {
+      memory_dir.clear();
+      auto m = j->memory_manifest.empty() ? StatusOr<shard::Manifest>(shard::NotFound(""))
+                                          : shard::Manifest::FromJson(j->memory_manifest, "memory commit");
+      if (m.ok()) {
+        v1::CheckpointInfo c;
+        c.set_step(m->step);
+        c.set_world(m->world);
+        c.set_files(static_cast<int>(m->files.size()));
+        int64_t bytes = 0;
+        for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
+        c.set_bytes(bytes);
+        c.set_path(j->memory_step_dir);
+        c.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
+        out.push_back(c);
+      }
+    }
   }
   // Both tiers (checkpoint.memory), in step order.
-  std::vector<v1::CheckpointInfo> out;
   for (const auto& [dir, tier] : {std::pair{disk_dir, shard::CheckpointTier::kDisk},
                                   std::pair{memory_dir, shard::CheckpointTier::kMemory}}) {
     if (dir.empty() || !fs::exists(dir)) continue;

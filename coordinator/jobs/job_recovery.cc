@@ -109,10 +109,11 @@ Status JobRecovery::Resume(Job& ref, int64_t now) {
 
 Status JobRecovery::Adopt(Job& ref, int64_t now) {
   ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, table_->store()->LoadWorkers(ref.id, ref.attempt));
-  // A running external attempt of an elastic job may run on fewer ranks
-  // (elastic_resize.h): as many as registered with the previous coordinator.
+  // An attempt of an elastic job may run on fewer ranks (elastic_resize.h):
+  // as many as registered with the previous coordinator (external), or as
+  // its launcher started (elastic_launched.h: one record per rank launched).
   int world = ref.config.parallel.world_size;
-  if (IsExternal(ref) && ref.state == v1::RUNNING && shard::ElasticEnabled(ref.config)) {
+  if (shard::ElasticEnabled(ref.config) && (!IsExternal(ref) || ref.state == v1::RUNNING)) {
     int seen = 0;
     for (const WorkerRecord& w : workers) seen = std::max(seen, w.rank + 1);
     if (seen > 0 && seen < world && shard::WhyNotWorldSize(ref.config, seen).empty()) world = ref.next_world = seen;

@@ -28,17 +28,12 @@ bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED |
 
 std::string CheckpointDirOf(const Job& j) { return shard::CheckpointJobDir(j.config, j.spec.workdir()); }
 
-std::string MemoryTierOffReason(const Job& j) {
-  if (!j.config.checkpoint.memory.enabled() || j.config.resources.launcher == shard::Launcher::kLocal) return "";
-  return std::string("checkpoint.memory is off for this job: the memory tier needs every rank on the coordinator's "
-                     "host (launcher: local), and a ") +
-         shard::EnumToName(shard::kLauncherNames, j.config.resources.launcher) +
-         " job's ranks may span hosts, whose partner copy (checkpoint.memory.replicas) is not built yet; disk "
-         "checkpoints only";
+bool MemoryTierPerHost(const Job& j) {
+  return j.config.checkpoint.memory.enabled() && j.config.resources.launcher != shard::Launcher::kLocal;
 }
 
 std::string MemoryTierDirOf(const Job& j) {
-  if (!j.config.checkpoint.memory.enabled() || !MemoryTierOffReason(j).empty()) return "";
+  if (!j.config.checkpoint.memory.enabled()) return "";
   return shard::MemoryCheckpointJobDir(j.config, j.spec.workdir());
 }
 

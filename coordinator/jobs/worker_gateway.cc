@@ -120,6 +120,8 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   resp.set_resume_from(j->resume_from);
   resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
   resp.set_memory_tier_dir(MemoryTierDirOf(*j));
+  resp.set_memory_tier_per_host(MemoryTierPerHost(*j));
+  resp.set_resume_memory_manifest(j->resume_memory_manifest);
   return resp;
 }
 
@@ -240,7 +242,8 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     // checkpoint.resume: auto only they know), printed by run and watch.
     j->resumed_event_attempt = j->attempt;
     const int64_t total = j->config.train.steps;
-    const std::string tier = req.resumed_tier().empty() ? "disk" : req.resumed_tier();
+    const std::string tier = (req.resumed_tier().empty() ? "disk" : req.resumed_tier()) +
+                             (req.resumed_note().empty() ? "" : ", " + req.resumed_note());
     table_->Emit(*j, "resumed",
                "resumed from step " + std::to_string(req.resumed_step()) + " (" + tier + "): " + req.resumed_from() +
                    " at step " + std::to_string(req.resumed_step()) +
@@ -272,25 +275,9 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpoint(const v1:
   return resp;
 }
 
-StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
-                                                                          const std::string& token,
-                                                                          RetentionTask* retain) {
-  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
-  // A rank that reports a checkpoint is alive, whatever its heartbeat thread's
-  // backoff (after a coordinator restart the report can come first).
-  j->ranks[req.id().rank()].last_heartbeat_ms = opts_.now_ms();
-  ShardReport rep;
-  rep.rank = req.id().rank();
-  rep.step = req.step();
-  rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
-  rep.manifest_base = req.manifest_base();
-  if (!shard::ParseCheckpointTier(req.tier(), &rep.tier))
-    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(req.id().rank()) + ": tier " +
-                                  req.tier() + " is neither disk nor memory");
-  const std::string memory_dir = MemoryTierDirOf(*j);
-  if (rep.tier == shard::CheckpointTier::kMemory && memory_dir.empty())
-    return shard::FailedPrecondition("memory checkpoint report of rank " + std::to_string(req.id().rank()) +
-                                     ", but this job has no memory tier; not committed");
+Status WorkerGateway::CheckStepDir(const Job& job, const ShardReport& rep, const std::string& memory_dir,
+                                   int64_t step) const {
+  const Job* j = &job;
   // The step must be inside this job's checkpoint directory (of its tier).
   const std::string expected = rep.tier == shard::CheckpointTier::kMemory ? memory_dir : CheckpointDirOf(*j);
   if (fs::path(rep.step_dir).lexically_normal().parent_path() != fs::path(expected).lexically_normal())
@@ -313,25 +300,92 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   if (fs::is_symlink(fs::symlink_status(rep.step_dir, lec)))
     return shard::FailedPrecondition("checkpoint report names " + rep.step_dir +
                                      ", a symbolic link; a checkpoint is never committed through a link");
-  if (fs::path(rep.step_dir).filename() != shard::StepDirName(req.step()))
-    return shard::InvalidArgument("checkpoint report of step " + std::to_string(req.step()) + " names " +
-                                  rep.step_dir + ", not a " + shard::StepDirName(req.step()) + " directory");
+  if (fs::path(rep.step_dir).filename() != shard::StepDirName(step))
+    return shard::InvalidArgument("checkpoint report of step " + std::to_string(step) + " names " +
+                                  rep.step_dir + ", not a " + shard::StepDirName(step) + " directory");
+  return shard::OkStatus();
+}
+
+Status WorkerGateway::CheckPerHostStepDir(const Job& j, const std::string& step_dir, int64_t step, int rank) const {
+  // <memory root>/host-<name>/step_N: a host's folder of this job's tier.
+  const fs::path p = fs::path(step_dir).lexically_normal();
+  const std::string root = MemoryTierDirOf(j);
+  if (p.parent_path().parent_path() != fs::path(root).lexically_normal() ||
+      p.parent_path().filename().string().rfind("host-", 0) != 0)
+    return shard::InvalidArgument("memory checkpoint report of rank " + std::to_string(rank) + " names " + step_dir +
+                                  ", outside the job's host folders " + root + "/host-*");
+  if (p.filename() != shard::StepDirName(step))
+    return shard::InvalidArgument("checkpoint report of step " + std::to_string(step) + " names " + step_dir +
+                                  ", not a " + shard::StepDirName(step) + " directory");
+  return shard::OkStatus();
+}
+
+StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
+                                                                          const std::string& token,
+                                                                          RetentionTask* retain) {
+  ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
+  // A rank that reports a checkpoint is alive, whatever its heartbeat thread's
+  // backoff (after a coordinator restart the report can come first).
+  j->ranks[req.id().rank()].last_heartbeat_ms = opts_.now_ms();
+  ShardReport rep;
+  rep.rank = req.id().rank();
+  rep.step = req.step();
+  rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
+  rep.manifest_base = req.manifest_base();
+  if (!shard::ParseCheckpointTier(req.tier(), &rep.tier))
+    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(req.id().rank()) + ": tier " +
+                                  req.tier() + " is neither disk nor memory");
+  const std::string memory_dir = MemoryTierDirOf(*j);
+  if (rep.tier == shard::CheckpointTier::kMemory && memory_dir.empty())
+    return shard::FailedPrecondition("memory checkpoint report of rank " + std::to_string(req.id().rank()) +
+                                     ", but this job has no memory tier; not committed");
+  // A per-host memory tier: commit from the reports, never touch the folder
+  // (it is on the rank's host: MemoryTierPerHost).
+  rep.remote = rep.tier == shard::CheckpointTier::kMemory && MemoryTierPerHost(*j);
+  if (rep.remote) {
+    RETURN_IF_ERROR(CheckPerHostStepDir(*j, rep.step_dir, req.step(), req.id().rank()));
+  } else {
+    RETURN_IF_ERROR(CheckStepDir(*j, rep, memory_dir, req.step()));
+  }
+  if (rep.remote) {
+    // Across hosts every shard needs its partner copy (replicas: 1); the
+    // hosts are the ones the ranks registered with.
+    std::vector<std::string> hosts;
+    for (const JobRank& x : j->ranks) hosts.push_back(x.hostname);
+    rep.partner_required = j->config.checkpoint.memory.replicas > 0 &&
+                           std::any_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h != hosts[0]; });
+    for (const v1::CheckpointFile& f : req.files()) rep.partner_ranks.push_back(f.partner_copy() ? f.partner_rank() : -1);
+  }
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
   if (req.id().rank() == 0) {
     RecordMetrics(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
     NoteComputeTimes(*j, 0, req.metrics());
   }
   j->first_report_ms.emplace(req.step(), opts_.now_ms());
-  ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, j->committer->Add(rep));
+  auto added = j->committer->Add(rep);
+  if (!added.ok() && rep.remote && added.status().code() == shard::StatusCode::kFailedPrecondition) {
+    // A partner copy that did not land costs this memory step, not the run.
+    table_->Emit(*j, "memory_step_not_committed", added.status().message());
+    return v1::ReportCheckpointResponse();
+  }
+  ASSIGN_OR_RETURN(std::optional<shard::Manifest> done, std::move(added));
   LOG_DEBUG("job {} attempt {}: rank {} reported checkpoint step {} ({}); {}", j->id, j->attempt, req.id().rank(),
             req.step(), rep.step_dir, done ? "every rank has: commit written" : "commit waits for the other ranks");
   v1::ReportCheckpointResponse resp;
   if (done) {
     resp.set_committed(true);
     const bool memory = rep.tier == shard::CheckpointTier::kMemory;
-    *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint,
-                            memory ? j->config.checkpoint.memory.keep_last : j->committer->keep_last(), rep.tier,
-                            done->step, memory_dir};
+    // A per-host memory step: its folders are the workers' (they keep their
+    // host's steps); the next attempt may resume from it (control_loop.cc).
+    if (rep.remote) {
+      j->memory_manifest = done->ToJson();
+      j->memory_step = done->step;
+      j->memory_step_dir = rep.step_dir;
+    } else {
+      *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint,
+                              memory ? j->config.checkpoint.memory.keep_last : j->committer->keep_last(), rep.tier,
+                              done->step, MemoryTierPerHost(*j) ? std::string() : memory_dir};
+    }
     ++j->checkpoints_committed;
     if (auto it = j->first_report_ms.find(done->step); it != j->first_report_ms.end())
       j->commit_hist.Observe((opts_.now_ms() - it->second) / 1000.0);

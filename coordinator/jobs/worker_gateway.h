@@ -47,6 +47,12 @@ class WorkerGateway {
   StatusOr<v1::ReportCheckpointResponse> ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
                                                                 const std::string& token, RetentionTask* retain);
   Status ReportFailureLocked(const v1::ReportFailureRequest& req, const std::string& token);
+  // A report's step folder: inside the job's folder of its tier, not a link,
+  // confined to the allowed roots, named step_N.
+  Status CheckStepDir(const Job& j, const ShardReport& rep, const std::string& memory_dir, int64_t step) const;
+  // A per-host memory step's folder: <memory root>/host-*/step_N (only its
+  // path: the coordinator cannot see that host's tmpfs).
+  Status CheckPerHostStepDir(const Job& j, const std::string& step_dir, int64_t step, int rank) const;
   // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
   // and updates the job's live progress for watchers. With the lock held.
   void RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);

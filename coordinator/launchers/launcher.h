@@ -72,6 +72,15 @@ class Launcher {
   // While Pending: why, in the cluster's words ("slurm job 42 PENDING
   // (Resources)"), or "" when not known. Shown as an event when it changes.
   virtual std::string PendingReason(const std::string& job_id, int attempt) { return ""; }
+  // Elastic restarts (restart.min_world_size; coordinator/jobs/
+  // elastic_launched.h): how many of the job's ranks, req.world at most,
+  // could be placed now in the shape req.resources asks for (whole nodes of
+  // its tasks), counting what req.attempt holds as free (it ends before a
+  // resized attempt starts; 0: none). UNIMPLEMENTED where the launcher has no
+  // honest count; an error when the cluster could not be asked.
+  virtual StatusOr<int> Capacity(const LaunchRequest& req) {
+    return shard::Unimplemented(std::string("the ") + name() + " launcher cannot count free places");
+  }
   // Ranks of the attempt not yet seen to end.
   virtual int Running(const std::string& job_id, int attempt) = 0;
   // After a coordinator restart: watch ranks started by a previous coordinator

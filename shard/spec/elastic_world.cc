@@ -1,9 +1,19 @@
 #include "shard/spec/elastic_world.h"
 
+#include <algorithm>
+
 namespace shard {
 
 int MinWorldSize(const JobConfig& job) {
   return job.restart.min_world_size > 0 ? job.restart.min_world_size : job.parallel.world_size;
+}
+
+int ElasticRankUnit(const JobConfig& job) {
+  if (job.resources.launcher != Launcher::kSlurm) return 1;
+  const SlurmConfig& c = job.resources.slurm;
+  // One node of CPU workers: its task count is the world size.
+  if (c.tasks_per_node == 0 && c.gpus_per_node == 0 && c.nodes <= 1) return 1;
+  return std::max(1, c.TasksPerNode(job.parallel.world_size));
 }
 
 std::string WhyNotWorldSize(const JobConfig& job, int world) {
@@ -14,6 +24,8 @@ std::string WhyNotWorldSize(const JobConfig& job, int world) {
   const int g = job.parallel.shard_group_size;
   if (job.parallel.strategy == ShardStrategy::kHybridShard && g > 0 && world % g != 0)
     return "hybrid_shard needs a multiple of parallel.shard_group_size " + std::to_string(g);
+  if (const int unit = ElasticRankUnit(job); world % unit != 0)
+    return "resources.slurm runs " + std::to_string(unit) + " task(s) per node: a multiple of " + std::to_string(unit);
   const int64_t per_step = job.train.micro_batch * world;
   if (job.train.global_batch % per_step != 0)
     return "train.global_batch " + std::to_string(job.train.global_batch) + " is not a multiple of micro_batch " +
@@ -66,6 +78,10 @@ StatusOr<JobConfig> JobAtWorldSize(const JobConfig& job, int world) {
                            std::to_string(job.parallel.world_size) + " ranks: " + why);
   JobConfig at = job;
   at.parallel.world_size = world;
+  if (const int unit = ElasticRankUnit(job); job.resources.launcher == Launcher::kSlurm && unit > 1) {
+    at.resources.slurm.tasks_per_node = unit;
+    at.resources.slurm.nodes = world / unit;
+  }
   return at;
 }
 
@@ -75,12 +91,16 @@ Status CheckElasticConfig(const JobConfig& job) {
   if (min > full)
     return InvalidArgument("restart.min_world_size " + std::to_string(min) + " exceeds parallel.world_size " +
                            std::to_string(full));
-  // The coordinator shrinks an attempt to the ranks that joined it; the
-  // launchers that start ranks themselves are not resized yet.
-  if (job.resources.launcher != Launcher::kExternal)
-    return InvalidArgument(std::string("restart.min_world_size ") + std::to_string(min) +
-                           " < parallel.world_size needs resources.launcher: external (launcher " +
-                           LauncherName(job.resources.launcher) + " always starts all ranks)");
+  // External: the coordinator shrinks an attempt to the ranks that joined
+  // it. Slurm: to the ranks its partition can place (SlurmLauncher::Capacity).
+  if (job.resources.launcher == Launcher::kLocal)
+    return InvalidArgument("restart.min_world_size " + std::to_string(min) +
+                           " < parallel.world_size needs resources.launcher external or slurm (the local launcher "
+                           "keeps a job's devices through its restarts: a restart is never short of places)");
+  if (job.resources.launcher == Launcher::kKubernetes)
+    return InvalidArgument("restart.min_world_size " + std::to_string(min) +
+                           " < parallel.world_size needs resources.launcher external or slurm (Kubernetes says a pod "
+                           "is unschedulable, not how many would fit)");
   const std::vector<int> allowed = AllowedWorldSizes(job);
   if (allowed.size() < 2)
     return InvalidArgument("restart.min_world_size " + std::to_string(min) + ": no world size from " +

@@ -25,6 +25,12 @@ namespace shard {
 int MinWorldSize(const JobConfig& job);
 inline bool ElasticEnabled(const JobConfig& job) { return MinWorldSize(job) < job.parallel.world_size; }
 
+// The ranks a launcher adds or drops together: a Slurm node's tasks when the
+// job fixes them (tasks_per_node, gpus_per_node, or several nodes), else 1
+// (external workers; a one-node Slurm job of CPU workers, whose task count
+// is the world size).
+int ElasticRankUnit(const JobConfig& job);
+
 // "" when the job may run on `world` ranks, else why not (one phrase:
 // "hybrid_shard needs a multiple of parallel.shard_group_size 2").
 std::string WhyNotWorldSize(const JobConfig& job, int world);
@@ -40,13 +46,19 @@ struct ElasticDecision {
 };
 ElasticDecision DecideElasticWorld(const JobConfig& job, int available);
 
-// The job as it trains on `world` ranks: parallel.world_size set to it,
-// after checking it is allowed (InvalidArgument naming the rule otherwise).
-// The worker applies it to the world size its RegisterResponse carries.
+// The job as it trains on `world` ranks: parallel.world_size set to it, and
+// the launcher's shape with it (resources.slurm: world / ElasticRankUnit
+// nodes of the same tasks each), after checking it is allowed
+// (InvalidArgument naming the rule otherwise). The worker applies it to the
+// world size its RegisterResponse carries; the coordinator launches with its
+// resources.
 StatusOr<JobConfig> JobAtWorldSize(const JobConfig& job, int world);
 
 // JobConfig::Validate's part: min_world_size in [1, world_size], and below
-// world_size at least one smaller allowed size and a launcher that supports it.
+// world_size at least one smaller allowed size and a launcher that supports
+// it: external and slurm (the local launcher keeps a job's devices through
+// its restarts, so a restart is never short of places; Kubernetes gives no
+// count of the pods that would fit: docs/control-plane.md "Elastic restarts").
 Status CheckElasticConfig(const JobConfig& job);
 
 }  // namespace shard

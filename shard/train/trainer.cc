@@ -69,7 +69,9 @@ Status Trainer::Init() {
     memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
   if (!job_.peft.enabled()) {
     ASSIGN_OR_RETURN(resume_,
-                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_, memory_dir_));
+                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
+                                      dist_.memory_tier_per_host && job_.checkpoint.resume == "auto" ? ""
+                                                                                                     : memory_dir_));
   }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +

@@ -49,6 +49,10 @@ struct DistContext {
   // The memory tier's job folder as the coordinator commits it ("" = the
   // job's own rule, MemoryCheckpointJobDir). Only read with checkpoint.memory on.
   std::string memory_job_dir;
+  // memory_job_dir is this host's folder of a tier the coordinator cannot
+  // read (worker/memory_partner.h): its steps commit on no host, so
+  // checkpoint.resume: auto never looks there (the worker names the step).
+  bool memory_tier_per_host = false;
   // Rank 0 writes TensorBoard event files (tensorboard_writer.h) into the run
   // directory, <checkpoint.dir>/<name>. Off by default so library users and
   // tests leave no files behind; the worker turns it on.

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "coordinator/launchers/command.h"
+#include "coordinator/launchers/slurm/slurm_capacity.h"
 #include "coordinator/launchers/slurm/slurm_script.h"
 #include "coordinator/launchers/slurm/slurm_status.h"
 #include "shard/common/file_util.h"
@@ -168,6 +169,48 @@ int SlurmLauncher::Running(const std::string& job_id, int attempt) {
   if (it == attempts_.end() || it->second.ended) return 0;
   Refresh(it->first, it->second);  // rate-limited; an exit it finds waits for Poll
   return it->second.ended ? 0 : 1;
+}
+
+StatusOr<int> SlurmLauncher::Capacity(const LaunchRequest& req) {
+  const auto now = std::chrono::steady_clock::now();
+  auto it = capacity_.find(req.job_id);
+  if (it != capacity_.end() && it->second.attempt == req.attempt && now < it->second.next) return it->second.ranks;
+  CapacityAnswer& a = capacity_[req.job_id];
+  a.attempt = req.attempt;
+  a.ranks = AskCapacity(req);
+  a.next = now + std::chrono::milliseconds(static_cast<int64_t>(req.resources.slurm.poll_interval_s * 1000));
+  return a.ranks;
+}
+
+StatusOr<int> SlurmLauncher::AskCapacity(const LaunchRequest& req) {
+  const shard::SlurmConfig& c = req.resources.slurm;
+  CommandOptions co;
+  co.timeout_s = opts_.command_timeout_s;
+  auto ask = [&](const std::vector<std::string>& argv, const std::string& what) -> StatusOr<std::string> {
+    ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, co));
+    if (!r.ok()) return shard::Unavailable(r.Explain(what));
+    return r.out;
+  };
+  SlurmTaskShape shape;
+  const int tasks = c.TasksPerNode(req.world);
+  // The shape shard::ElasticRankUnit resizes in: one node of CPU workers,
+  // or whole nodes of `tasks` each.
+  shape.unit = c.tasks_per_node == 0 && c.gpus_per_node == 0 && c.nodes <= 1 ? 0 : tasks;
+  shape.cpus_per_task = c.cpus_per_task > 0 ? c.cpus_per_task : 1;
+  shape.gpus_per_task = c.gpus_per_node > 0 && tasks > 0 ? c.gpus_per_node / tasks : 0;
+  shape.partition = c.partition;
+  if (shape.partition.empty()) {
+    ASSIGN_OR_RETURN(std::string parts, ask({opts_.scontrol, "show", "partition", "-o"}, "scontrol show partition"));
+    shape.partition = DefaultPartition(parts);
+  }
+  ASSIGN_OR_RETURN(std::string text, ask({opts_.scontrol, "show", "nodes", "-o"}, "scontrol show nodes"));
+  ASSIGN_OR_RETURN(std::vector<SlurmNode> nodes, ParseScontrolNodes(text));
+  std::map<std::string, SlurmHeld> held;
+  if (auto own = attempts_.find({req.job_id, req.attempt}); own != attempts_.end() && !own->second.slurm_id.empty()) {
+    auto job = RunCommand({opts_.scontrol, "show", "job", "-o", own->second.slurm_id}, co);
+    if (job.ok() && job->ok()) held = ParseHeldByJob(job->out);
+  }
+  return PlaceableRanks(nodes, held, shape, req.world);
 }
 
 void SlurmLauncher::Adopt(const std::string& job_id, int attempt, const std::vector<int>&) {

@@ -58,6 +58,10 @@ class SlurmLauncher : public Launcher {
   bool Pending(const std::string& job_id, int attempt) override;
   std::string PendingReason(const std::string& job_id, int attempt) override;
   int Running(const std::string& job_id, int attempt) override;
+  // Free CPUs and GPUs of the partition's usable nodes, in the job's shape
+  // (slurm_capacity.h), with req.attempt's own allocation counted as free.
+  // Asked at most once per poll_interval_s per job.
+  StatusOr<int> Capacity(const LaunchRequest& req) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
 
   // The Slurm job id of an attempt ("" if unknown); for tests and status.
@@ -81,8 +85,16 @@ class SlurmLauncher : public Launcher {
   // Checks the attempt if its poll is due; an exit goes to pending_.
   void Refresh(const Key& key, Attempt& a);
 
+  struct CapacityAnswer {
+    int attempt = 0;  // the attempt whose places were counted as free
+    std::chrono::steady_clock::time_point next;
+    StatusOr<int> ranks = 0;
+  };
+  StatusOr<int> AskCapacity(const LaunchRequest& req);
+
   SlurmLauncherOptions opts_;
   std::map<Key, Attempt> attempts_;
+  std::map<std::string, CapacityAnswer> capacity_;  // by job id
   std::vector<RankExit> pending_;  // exits found, not yet returned by Poll
   CommandCheck available_{"slurm", "sbatch", {opts_.sbatch, "--version"}};  // CheckAvailable's cached answer
 };

@@ -92,6 +92,13 @@ class FakeLauncher : public Launcher {
     terminates.push_back({job_id, attempt, force});
   }
   bool Pending(const std::string& job_id, int attempt) override { return pending.count({job_id, attempt}) > 0; }
+  std::string PendingReason(const std::string& job_id, int attempt) override {
+    return pending.count({job_id, attempt}) ? pending_reason : "";
+  }
+  StatusOr<int> Capacity(const LaunchRequest& req) override {
+    capacity_asks.push_back(req);
+    return capacity;
+  }
   int Running(const std::string& job_id, int attempt) override {
     auto it = running.find({job_id, attempt});
     return it == running.end() ? 0 : it->second;
@@ -124,6 +131,9 @@ class FakeLauncher : public Launcher {
   std::vector<RankExit> pending_exits;
   std::map<std::pair<std::string, int>, int> running;
   std::set<std::pair<std::string, int>> pending;  // attempts whose allocation waits in a queue
+  std::string pending_reason;                      // what PendingReason says about them
+  StatusOr<int> capacity = shard::Unimplemented("the fake launcher counts no places");  // what Capacity answers
+  std::vector<LaunchRequest> capacity_asks;        // every Capacity call
   Status launch_error;
   Status available;  // what CheckAvailable answers
   int next_pid = 4000;

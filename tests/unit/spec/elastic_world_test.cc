@@ -111,8 +111,41 @@ TEST(ElasticWorldTest, ValidationNamesTheKey) {
   EXPECT_NE(parse({"restart.min_world_size=7"}).message().find("no world size from 7 to 7 fits"), std::string::npos);
   EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=local"})
                 .message()
-                .find("needs resources.launcher: external"),
+                .find("needs resources.launcher external or slurm (the local launcher keeps a job's devices"),
             std::string::npos);
+  EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=kubernetes", "resources.kubernetes.image=i",
+                   "resources.kubernetes.pvc=p"})
+                .message()
+                .find("needs resources.launcher external or slurm (Kubernetes says a pod is unschedulable"),
+            std::string::npos);
+  EXPECT_TRUE(parse({"restart.min_world_size=2", "resources.launcher=slurm"}).ok());
+  // Two nodes of 4 GPU tasks: whole nodes only, so 4 is the one smaller size.
+  EXPECT_TRUE(parse({"restart.min_world_size=4", "resources.launcher=slurm", "resources.slurm.gpus_per_node=4"}).ok());
+  EXPECT_NE(parse({"restart.min_world_size=6", "resources.launcher=slurm", "resources.slurm.gpus_per_node=4"})
+                .message()
+                .find("no world size from 6 to 7 fits this job (resources.slurm runs 4 task(s) per node: a "
+                      "multiple of 4)"),
+            std::string::npos);
+}
+
+TEST(ElasticWorldTest, SlurmResizesInWholeNodesOfTheJobsTasks) {
+  JobConfig gpus = Job({"resources.launcher=slurm", "resources.slurm.gpus_per_node=4"});
+  EXPECT_EQ(ElasticRankUnit(gpus), 4);
+  EXPECT_EQ(AllowedWorldSizes(gpus), (std::vector<int>{8, 4}));
+  EXPECT_EQ(DecideElasticWorld(gpus, 7).world, 4);
+  auto at = JobAtWorldSize(gpus, 4);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
+  EXPECT_EQ(at->resources.slurm.nodes, 1);
+  EXPECT_EQ(at->resources.slurm.tasks_per_node, 4);
+  EXPECT_TRUE(at->resources.slurm.Validate(4).ok());
+  // CPU workers on one node: any allowed size, the node's task count follows.
+  JobConfig one_node = Job({"resources.launcher=slurm"});
+  EXPECT_EQ(ElasticRankUnit(one_node), 1);
+  EXPECT_EQ(AllowedWorldSizes(one_node), (std::vector<int>{8, 4, 2}));
+  at = JobAtWorldSize(one_node, 2);
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(at->resources.slurm.nodes, 0);
+  EXPECT_EQ(at->resources.slurm.TasksPerNode(2), 2);
 }
 
 }  // namespace

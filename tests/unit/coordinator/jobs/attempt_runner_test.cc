@@ -35,6 +35,10 @@ class LockProbeLauncher : public FakeLauncher {
     Probe();
     return FakeLauncher::Running(job_id, attempt);
   }
+  StatusOr<int> Capacity(const LaunchRequest& req) override {
+    Probe();
+    return FakeLauncher::Capacity(req);
+  }
   // Joins the probes (one still waiting gets the lock once its caller lets go).
   void JoinAll() {
     for (std::thread& t : probes_) t.join();
@@ -95,13 +99,42 @@ TEST_F(AttemptRunnerTest, ObserveAsksAboutCurrentAndDrainingAttemptsWithTheLockF
   probe_.Exit(j.id, 2, 0, 1);            // exit code 1
   probe_.Exit(j.id, 2, 1, 0, /*signal=*/9);
   std::lock_guard<std::mutex> serial(runner_->serial());
-  const LauncherView view = runner_->Observe();
+  const LauncherView view = runner_->Observe(now_ms_);
   EXPECT_EQ(view.running.at({j.id, 1}), 2);
   EXPECT_EQ(view.running.at({j.id, 2}), 1);
   EXPECT_EQ(view.pending.count({j.id, 2}), 1u);
   ASSERT_EQ(view.exits.size(), 2u);
   EXPECT_EQ(view.exits[0].rank, 1);  // the signalled rank first: the likely cause
   EXPECT_GT(probe_.calls, 0);
+}
+
+TEST_F(AttemptRunnerTest, ObserveAsksForCapacityOnlyWhereAResizeMayHelp) {
+  Job& plain = AddJob("plain");
+  plain.launcher = &probe_;
+  Job& j = AddJob();
+  j.launcher = &probe_;
+  {
+    auto lock = table_->Lock();
+    j.config.resources.launcher = shard::Launcher::kSlurm;
+    j.config.restart.min_world_size = 1;
+    j.config.restart.elastic_wait_s = 5;
+  }
+  Begin(plain);
+  Begin(j);
+  probe_.capacity = 1;
+  std::lock_guard<std::mutex> serial(runner_->serial());
+  EXPECT_TRUE(runner_->Observe(now_ms_ + 60000).capacity.empty()) << "a first attempt is never resized";
+  {
+    auto lock = table_->Lock();
+    plain.attempt = j.attempt = 2;  // as if both were restarts
+  }
+  EXPECT_TRUE(runner_->Observe(now_ms_ + 4000).capacity.empty()) << "asked before restart.elastic_wait_s";
+  const LauncherView view = runner_->Observe(now_ms_ + 5000);
+  ASSERT_EQ(view.capacity.size(), 1u) << "only the elastic job's launcher is asked";
+  EXPECT_EQ(*view.capacity.at({j.id, 2}), 1);
+  ASSERT_EQ(probe_.capacity_asks.size(), 1u);
+  EXPECT_EQ(probe_.capacity_asks[0].world, 2);
+  EXPECT_EQ(probe_.capacity_asks[0].attempt, 2);
 }
 
 TEST_F(AttemptRunnerTest, QueuedTerminatesRunAfterTheLockIsLetGo) {

@@ -4,12 +4,14 @@
 // checked) and is recorded with its tier; a report outside the folder or for
 // a job without the tier is refused; a committed disk step drops the memory
 // steps below it; the resumed event names the tier; a restart resumes from
-// the newer memory step; a non-local job says in one event that it runs
-// without the tier; the folder is removed once the ended job's processes are gone.
+// the newer memory step; the folder is removed once the ended job's processes
+// are gone; a job of another launcher keeps one folder per host and commits
+// from the reports (PerHostMemoryTierTest).
 #include <gtest/gtest.h>
 
 #include "coordinator/jobs/control_loop.h"
 #include "coordinator/jobs/worker_gateway.h"
+#include "coordinator/state/auth.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
@@ -219,16 +221,201 @@ TEST_F(MemoryTierTest, ARestartResumesFromTheNewerMemoryStep) {
   EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
 }
 
-TEST_F(MemoryTierTest, ANonLocalJobRunsWithoutTheTierAndSaysSo) {
+// A job whose ranks may span hosts (here Slurm): one folder per host under
+// the tier's root, commits from the reports alone (every shard, and its
+// partner copy when the ranks are on two hosts), nothing read or written in
+// those folders, and the next attempt hands the ranks the committed manifest.
+class PerHostMemoryTierTest : public MemoryTierTest {
+ protected:
+  Job& SlurmMemoryJob() {
+    Job& j = MemoryJob();
+    j.config.resources.launcher = shard::Launcher::kSlurm;
+    j.launcher = &launcher_;
+    return j;
+  }
+  // Registers rank r on `host`.
+  StatusOr<v1::RegisterResponse> RegisterOn(Job& j, const std::string& token, int r, const std::string& host) {
+    v1::RegisterRequest req;
+    *req.mutable_id() = Worker(j.id, j.attempt, r);
+    req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    req.set_hostname(host);
+    return gateway_->Register(req, token);
+  }
+  // Both ranks report step `step` from their host's folder (no file is
+  // written: the coordinator must not look); partner[r] < 0 = no copy landed.
+  StatusOr<v1::ReportCheckpointResponse> ReportFromHosts(Job& j, const std::string& token, int64_t step,
+                                                         const std::vector<std::string>& hosts,
+                                                         const std::vector<int>& partner) {
+    shard::Manifest base;
+    base.job = j.name;
+    base.step = step;
+    base.world = 2;
+    base.strategy = "full_shard";
+    base.shard_count = 2;
+    base.units = {{"embed", 10}};
+    base.samples_seen = step * 4;
+    base.global_batch = 4;
+    base.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+    StatusOr<v1::ReportCheckpointResponse> last = shard::Internal("no report");
+    for (int r = 0; r < 2; ++r) {
+      v1::ReportCheckpointRequest req;
+      *req.mutable_id() = Worker(j.id, j.attempt, r);
+      req.set_step(step);
+      req.set_step_dir(MemoryTierDirOf(j) + "/host-" + hosts[r] + "/" + shard::StepDirName(step));
+      req.set_manifest_base(base.ToJson());
+      req.set_tier("memory");
+      v1::CheckpointFile* f = req.add_files();
+      f->set_name(shard::ShardFileName(r, 2));
+      f->set_shard_rank(r);
+      f->set_size(100 + r);
+      f->set_xxh64(0xabc0 + r);
+      f->set_partner_copy(partner[r] >= 0);
+      f->set_partner_rank(partner[r]);
+      last = gateway_->ReportCheckpoint(req, token);
+      if (!last.ok()) return last;
+    }
+    return last;
+  }
+};
+
+TEST_F(PerHostMemoryTierTest, EveryLauncherRunsTheTierAndRegisterSaysPerHost) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  EXPECT_TRUE(MemoryTierPerHost(j));
+  auto resp = RegisterOn(j, token, 0, "a");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(resp->memory_tier_dir(), MemoryTierDirOf(j));
+  EXPECT_TRUE(resp->memory_tier_per_host());
+  EXPECT_EQ(resp->resume_memory_manifest(), "");
+  Job& local = MemoryJob();
+  EXPECT_FALSE(MemoryTierPerHost(local));
+}
+
+TEST_F(PerHostMemoryTierTest, AStepCommitsFromTheReportsWithPartnerCopiesAcrossHosts) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  auto resp = ReportFromHosts(j, token, 5, {"a", "b"}, {1, 0});
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_TRUE(resp->committed());
+  EXPECT_FALSE(fs::exists(MemoryTierDirOf(j))) << "the coordinator wrote in a host's folder";
+  EXPECT_EQ(j.memory_step, 5);
+  auto m = shard::Manifest::FromJson(j.memory_manifest, "test");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->files.size(), 2u);
+  EXPECT_EQ(m->files[1].size, 101u);
+  EXPECT_EQ(m->files[1].xxh64, 0xabc1u);
+  auto stored = store_->LoadCheckpoints(j.id);
+  ASSERT_TRUE(stored.ok() && stored->size() == 1u);
+  EXPECT_EQ(stored->front().tier, "memory");
+  EXPECT_EQ(j.progress.last_committed_step(), 5);
+}
+
+TEST_F(PerHostMemoryTierTest, WithoutItsPartnerCopyAStepDoesNotCommit) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  auto resp = ReportFromHosts(j, token, 5, {"a", "b"}, {1, -1});
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_FALSE(resp->committed());
+  EXPECT_EQ(j.memory_step, -1);
+  EXPECT_TRUE(HasEvent(j.id, "memory_step_not_committed", "has no partner copy on another host"));
+  // The next step, with both copies, commits.
+  auto next = ReportFromHosts(j, token, 10, {"a", "b"}, {1, 0});
+  ASSERT_TRUE(next.ok() && next->committed());
+  EXPECT_EQ(j.memory_step, 10);
+}
+
+TEST_F(PerHostMemoryTierTest, OnOneHostNoPartnerCopyIsNeeded) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "a").ok());
+  auto resp = ReportFromHosts(j, token, 5, {"a", "a"}, {-1, -1});
+  ASSERT_TRUE(resp.ok() && resp->committed()) << resp.status().ToString();
+}
+
+TEST_F(PerHostMemoryTierTest, AReportOutsideTheHostFoldersIsRefused) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  auto wrong = ReportFromHosts(j, token, 5, {"../x", "b"}, {1, 0});
+  EXPECT_EQ(wrong.status().code(), shard::StatusCode::kInvalidArgument) << wrong.status().ToString();
+}
+
+TEST_F(PerHostMemoryTierTest, AnExternalJobsRestartHandsTheRanksTheCommittedManifest) {
+  // External workers join: Begin launches nothing, the plan still applies.
   Job& j = MemoryJob();
-  j.config.resources.launcher = shard::Launcher::kSlurm;
-  EXPECT_EQ(MemoryTierDirOf(j), "");
-  const std::string why = MemoryTierOffReason(j);
-  EXPECT_NE(why.find("partner copy"), std::string::npos) << why;
-  EXPECT_EQ(why.find('\n'), std::string::npos);
-  j.launcher = &launcher_;
-  Begin(j);
-  EXPECT_TRUE(HasEvent(j.id, "memory_tier_off", "checkpoint.memory is off for this job"));
+  j.config.resources.launcher = shard::Launcher::kExternal;
+  j.join_token = NewJobToken();
+  loop_->Tick();  // attempt 1
+  ASSERT_EQ(j.attempt, 1);
+  const std::string token = ExternalWorkerToken(j.join_token, 1);
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "host b was lost", true);
+  }
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
+  EXPECT_NE(j.memory_manifest, "");
+}
+
+TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsTheFolders) {
+  Job& j = SlurmMemoryJob();
+  loop_->Tick();  // attempt 1
+  ASSERT_EQ(j.attempt, 1);
+  const std::string token = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 20, "disk").ok());
+  ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
+  WriteBytes(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(25) + "/x", "a host's shard");
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "host b was lost", true);
+  }
+  launcher_.SetRunning(j.id, 1, 0);
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 2);
+  // The disk step stays the fallback; the memory step's manifest goes to the ranks.
+  EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
+  EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
+  EXPECT_TRUE(HasEvent(j.id, "resume_plan", "resuming from memory step 25"));
+  const std::string token2 = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  auto resp = RegisterOn(j, token2, 1, "b2");
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->resume_memory_manifest(), j.memory_manifest);
+  // A newer disk step wins over it at the next restart.
+  ASSERT_TRUE(ReportStep(j, token2, CheckpointDirOf(j), 30, "disk").ok());
+  {
+    auto lock = table_->Lock();
+    attempts_->Fail(j, "rank 0 was killed", true);
+  }
+  launcher_.SetRunning(j.id, 2, 0);
+  now_ms_ += 10000;
+  loop_->Tick();
+  loop_->Tick();
+  ASSERT_EQ(j.attempt, 3);
+  EXPECT_EQ(j.resume_memory_manifest, "");
+  // The job ends: the hosts' folders are the workers' to remove.
+  {
+    auto lock = table_->Lock();
+    attempts_->End(j);
+    table_->SetState(j, v1::CANCELLED, "ended", "test");
+  }
+  launcher_.SetRunning(j.id, 3, 0);
+  loop_->Tick();
+  loop_->Tick();
+  EXPECT_TRUE(fs::exists(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(25) + "/x"));
 }
 
 TEST_F(MemoryTierTest, TheFolderIsRemovedOnceTheEndedJobsProcessesAreGone) {

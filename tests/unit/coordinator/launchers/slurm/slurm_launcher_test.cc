@@ -365,5 +365,33 @@ TEST_F(SlurmLauncherTest, CheckAvailableRunsSbatchAndNamesItWhenMissing) {
   EXPECT_TRUE(Contains(b.message(), "Invalid user for SlurmUser")) << b.ToString();
 }
 
+TEST_F(SlurmLauncherTest, CapacityCountsThePartitionsFreeCpusOncePerPollInterval) {
+  SlurmLauncher l(opts_);
+  LaunchRequest r = Request(/*poll_interval_s=*/60);
+  r.world = 4;
+  r.attempt = 2;  // not launched here: nothing of the job's own is counted
+  r.resources.slurm.partition = "debug";
+  Answer("scontrol",
+         "NodeName=n1 CPUAlloc=3 CPUEfctv=4 CPUTot=4 State=MIXED Partitions=debug CfgTRES=cpu=4 AllocTRES=cpu=3\n"
+         "NodeName=n2 CPUAlloc=0 CPUEfctv=8 CPUTot=8 State=IDLE+DRAIN Partitions=debug CfgTRES=cpu=8 AllocTRES=\n"
+         "NodeName=n3 CPUAlloc=6 CPUEfctv=8 CPUTot=8 State=MIXED Partitions=debug CfgTRES=cpu=8 AllocTRES=cpu=6\n");
+  auto ranks = l.Capacity(r);
+  ASSERT_TRUE(ranks.ok()) << ranks.status().ToString();
+  EXPECT_EQ(*ranks, 2) << "one node of CPU workers: n3's 2 free CPUs (n2 is drained)";
+  EXPECT_NE(Calls("scontrol").find("argv: [show] [nodes] [-o]"), std::string::npos) << Calls("scontrol");
+  EXPECT_EQ(*l.Capacity(r), 2);
+  EXPECT_EQ(CountCalls("scontrol"), 1) << "asked again within poll_interval_s";
+  r.attempt = 3;  // another attempt's places: asked afresh
+  EXPECT_EQ(*l.Capacity(r), 2);
+  EXPECT_EQ(CountCalls("scontrol"), 2);
+  // An unreachable slurmctld is an error, not a count of 0.
+  Answer("scontrol", "", 1, "slurm_load_node error: Unable to contact slurm controller");
+  r.attempt = 4;
+  auto down = l.Capacity(r);
+  ASSERT_FALSE(down.ok());
+  EXPECT_NE(down.status().message().find("Unable to contact slurm controller"), std::string::npos)
+      << down.status().ToString();
+}
+
 }  // namespace
 }  // namespace shardd::testing

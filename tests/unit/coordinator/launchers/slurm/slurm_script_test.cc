@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "coordinator/launchers/command.h"
+#include "shard/spec/elastic_world.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {
@@ -212,6 +213,54 @@ TEST_F(SlurmScriptShellTest, WholeScriptPassesBashSyntaxCheck) {
   auto res = RunCommand({"bash", "-n", script});
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->exit_code, 0) << res->err << "\n" << ReadBytes(script);
+}
+
+}  // namespace
+}  // namespace shardd::testing
+
+namespace shardd::testing {
+namespace {
+
+// An elastic attempt on fewer ranks (restart.min_world_size): the request
+// carries the job's resources at that size (shard::JobAtWorldSize, as
+// AttemptLifecycle::Begin hands them over), and the script asks for fewer
+// whole nodes of the same tasks, GPUs and CPUs each.
+LaunchRequest ShrunkRequest(int full, int world, const shard::SlurmConfig& slurm) {
+  shard::JobConfig job;
+  job.parallel.world_size = full;
+  job.train.micro_batch = 1;
+  job.train.global_batch = 48;  // whole at 16, 8, 4, 3 and 2 ranks
+  job.restart.min_world_size = 1;
+  job.resources.launcher = shard::Launcher::kSlurm;
+  job.resources.slurm = slurm;
+  auto at = shard::JobAtWorldSize(job, world);
+  EXPECT_TRUE(at.ok()) << at.status().ToString();
+  LaunchRequest r = Request(world);
+  if (at.ok()) r.resources = at->resources;
+  return r;
+}
+
+TEST(SlurmScriptTest, AShrunkAttemptAsksForFewerNodesOfTheSameShape) {
+  shard::SlurmConfig gpus;
+  gpus.gpus_per_node = 8;
+  gpus.cpus_per_task = 6;
+  const std::string s = RenderSbatchScript(ShrunkRequest(16, 8, gpus));
+  EXPECT_TRUE(HasOption(s, "--nodes=1")) << s;
+  EXPECT_TRUE(HasOption(s, "--ntasks-per-node=8")) << s;
+  EXPECT_TRUE(HasOption(s, "--gpus-per-task=1")) << s;
+  EXPECT_TRUE(HasOption(s, "--cpus-per-task=6")) << s;
+  EXPECT_NE(s.find("(8 ranks)"), std::string::npos) << s;
+
+  shard::SlurmConfig two_nodes;  // CPU workers spread over nodes: 2 tasks each
+  two_nodes.nodes = 2;
+  const std::string c = RenderSbatchScript(ShrunkRequest(4, 2, two_nodes));
+  EXPECT_TRUE(HasOption(c, "--nodes=1")) << c;
+  EXPECT_TRUE(HasOption(c, "--ntasks-per-node=2")) << c;
+
+  shard::SlurmConfig one_node;  // CPU workers on one node: its task count shrinks
+  const std::string o = RenderSbatchScript(ShrunkRequest(4, 3, one_node));
+  EXPECT_TRUE(HasOption(o, "--nodes=1")) << o;
+  EXPECT_TRUE(HasOption(o, "--ntasks-per-node=3")) << o;
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// Elastic restarts of launcher-managed jobs (elastic_launched.h).
+#include "coordinator/jobs/elastic_launched.h"
+
+#include <algorithm>
+
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/elastic_resize.h"
+#include "shard/spec/elastic_world.h"
+
+namespace shardd::elastic {
+namespace {
+
+using internal::Fmt;
+
+bool Launched(const Job& j) { return j.launcher != nullptr && !IsExternal(j) && shard::ElasticEnabled(j.config); }
+
+bool AllRegistered(const Job& j) {
+  return std::all_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; });
+}
+
+int64_t WaitMs(const Job& j) { return static_cast<int64_t>(j.config.restart.elastic_wait_s * 1000); }
+
+// A restart that has waited elastic_wait_s without running on all its ranks.
+bool ShrinkDue(const Job& j, int64_t now) {
+  return j.state == v1::LAUNCHING && j.attempt >= 2 && !AllRegistered(j) && now - j.attempt_began_ms >= WaitMs(j);
+}
+
+bool Shrunk(const Job& j) {
+  return (j.state == v1::RUNNING || j.state == v1::LAUNCHING) &&
+         static_cast<int>(j.ranks.size()) < j.config.parallel.world_size;
+}
+
+std::string Placeable(const Job& j) {
+  return std::to_string(j.capacity_ranks) + " of " + std::to_string(j.config.parallel.world_size) +
+         " ranks placeable (" + j.launcher->name() + " launcher)";
+}
+
+}  // namespace
+
+bool WantsCapacity(const Job& j, int64_t now) { return Launched(j) && (ShrinkDue(j, now) || Shrunk(j)); }
+
+LaunchRequest CapacityRequest(const Job& j) {
+  LaunchRequest req;
+  req.job_id = j.id;
+  req.attempt = j.attempt;
+  req.world = j.config.parallel.world_size;
+  req.job_name = j.config.name;
+  req.resources = j.config.resources;
+  return req;
+}
+
+void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now) {
+  j.capacity_ms = now;
+  j.capacity_ranks = ranks.ok() ? *ranks : -1;
+  j.capacity_error = ranks.ok() ? "" : ranks.status().message();
+}
+
+std::string DescribeLaunchedShrink(const Job& j, int to, double waited_s) {
+  const int full = j.config.parallel.world_size, now = static_cast<int>(j.ranks.size());
+  std::string cause;
+  if (!j.queue_reason.empty()) {
+    cause = j.queue_reason + " for " + Fmt(waited_s, "%.0f") + " s";
+  } else {
+    std::string missing;
+    int n = 0;
+    for (int r = 0; r < now; ++r)
+      if (!j.ranks[r].registered) missing += (n++ ? ", " : "") + std::to_string(r);
+    cause = (n == 1 ? "rank " : "ranks ") + missing + " did not register within " + Fmt(waited_s, "%.0f") + " s";
+  }
+  return "continuing on " + std::to_string(to) + " of " + std::to_string(full) + " ranks: " + cause + "; " +
+         Placeable(j) + "; " + MicroBatchChange(j, now, to);
+}
+
+bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts) {
+  if (!Launched(j) || !ShrinkDue(j, now)) return false;
+  // Asked in this Tick (Observe), after the wait: an older count says nothing.
+  if (j.capacity_ms < j.attempt_began_ms + WaitMs(j) || now - j.capacity_ms > kCapacityFreshMs) return false;
+  const int world = static_cast<int>(j.ranks.size());
+  auto refuse = [&](const std::string& why) {
+    if (j.elastic_refused_attempt == j.attempt) return false;
+    j.elastic_refused_attempt = j.attempt;
+    table->Emit(j, "elastic_refused",
+                "cannot continue on fewer ranks: " + why + "; waiting for all " + std::to_string(world));
+    return false;
+  };
+  if (j.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
+  // Room for every rank: the wait is the cluster's queue order or slow
+  // workers, not a lack of places; the registration deadline judges it.
+  if (j.capacity_ranks >= world) return false;
+  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
+  if (d.world > 0 && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
+    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  if (d.world == 0) return refuse(Placeable(j) + ": " + d.refusal);
+  if (d.world >= world) return refuse(Placeable(j) + ", no smaller allowed world");
+  attempts->Resize(j, d.world, "elastic_shrink",
+                   DescribeLaunchedShrink(j, d.world, (now - j.attempt_began_ms) / 1000.0));
+  return true;
+}
+
+bool MaybeGrowLaunched(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
+  const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
+  if (!Launched(j) || j.state != v1::RUNNING || world >= full) return false;
+  if (step >= j.config.train.steps) return false;  // the last step: finishing beats regrowing
+  if (j.capacity_ranks < 0 || now - j.capacity_ms > kCapacityFreshMs) return false;
+  const shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
+  if (d.world <= world) return false;
+  attempts->Resize(j, d.world, "elastic_grow",
+                   "growing back to " + std::to_string(d.world) + " of " + std::to_string(full) + " ranks after step " +
+                       std::to_string(step) + ": " + Placeable(j) + "; " + MicroBatchChange(j, world, d.world));
+  return true;
+}
+
+}  // namespace shardd::elastic

@@ -1,0 +1,77 @@
+#include "shard/ckpt/memory_step_fetch.h"
+
+#include <filesystem>
+
+#include "shard/ckpt/catalog.h"
+#include "shard/ckpt/shard_copy.h"
+#include "shard/common/checksum.h"
+#include "shard/common/file_util.h"
+
+namespace shard {
+namespace fs = std::filesystem;
+
+StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, const Manifest& manifest,
+                                                const std::vector<MemoryStepSource>& sources,
+                                                std::chrono::milliseconds timeout, size_t first_file) {
+  MemoryStepAssembly out;
+  const std::string step_name = StepDirName(manifest.step);
+  out.step_dir = (fs::path(host_dir) / step_name).string();
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(out.step_dir, ec)))
+    return FailedPrecondition("memory step folder " + out.step_dir + " is a symbolic link; not used");
+  fs::create_directories(out.step_dir, ec);
+  if (ec) return DataLoss("cannot create " + out.step_dir + ": " + ec.message());
+  const size_t n = manifest.files.size();
+  for (size_t k = 0; k < n; ++k) {
+    const ManifestFile& f = manifest.files[(first_file + k) % n];
+    const std::string path = (fs::path(out.step_dir) / f.name).string();
+    const uint64_t size = fs::file_size(path, ec);
+    if (!ec && size == f.size) {
+      auto h = Xxh64File(path);
+      if (h.ok() && *h == f.xxh64) continue;  // this host's copy (own or a replica)
+    }
+    ec.clear();
+    bool got = false;
+    std::string why;
+    for (const MemoryStepSource& s : sources) {
+      auto fetched = FetchShardFile(s.address, step_name, f.name, out.step_dir, f.size, f.xxh64, timeout);
+      if (fetched.ok() && *fetched) {
+        out.fetched.push_back(f.name + " from rank " + std::to_string(s.rank) + " on host " + s.host);
+        got = true;
+        break;
+      }
+      why += "; rank " + std::to_string(s.rank) + ": " + (fetched.ok() ? "not there" : fetched.status().message());
+    }
+    if (!got) {
+      out.missing += (out.missing.empty() ? "" : ", ") + f.name + " (" +
+                     (sources.empty() ? std::string("no other host to ask") : why.substr(2)) + ")";
+    }
+  }
+  if (!out.missing.empty()) return out;
+  RETURN_IF_ERROR(WriteFileAtomicShared(out.step_dir + "/" + kCommittedFile, manifest.ToJson()));
+  out.complete = true;
+  return out;
+}
+
+Status KeepNewestMemorySteps(const std::string& host_dir, int64_t current, int keep, bool drop_newer) {
+  ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(host_dir));
+  int upto = 0;  // steps[0, upto) are at or below `current` (ListSteps: oldest first)
+  while (upto < static_cast<int>(steps.size()) && steps[upto].step <= current) ++upto;
+  const int older = std::max(0, upto - std::max(1, keep));
+  for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+    if ((i >= older && i < upto) || (i >= upto && !drop_newer)) continue;
+    std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(steps[i].dir, ec))) {
+      fs::remove(steps[i].dir, ec);
+      continue;
+    }
+    fs::remove(fs::path(steps[i].dir) / kCommittedFile, ec);
+    ec.clear();
+    fs::remove_all(steps[i].dir, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return DataLoss("memory tier: cannot delete " + steps[i].dir + ": " + ec.message());
+  }
+  return OkStatus();
+}
+
+}  // namespace shard

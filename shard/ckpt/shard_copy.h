@@ -1,0 +1,82 @@
+// The memory tier's partner copy between hosts (docs/control-plane.md,
+// "Checkpoint tiers"): a small TCP side channel, one server per worker,
+// serving its host's memory-tier folder. Its address is published in the
+// attempt's rendezvous store, so nothing else needs configuring.
+//
+// Why a side channel and not the communicator: the copy is host memory to
+// host memory (tmpfs), while an nccl communicator moves device buffers; it
+// runs on the checkpoint's background thread, while a communicator's calls
+// must stay ordered on the training thread; and a replaced host's rank fetches
+// at start-up from a peer that makes no matching call (the peer's server
+// answers). The cost: one more listening port per worker.
+//
+// Wire (version 1, little-endian): request "SHCP", u32 version, u8 op (1 PUT,
+// 2 GET), u16+bytes step folder name, u16+bytes file name, PUT: u64 size,
+// u64 xxh64, the bytes. Reply: u8 code (0 ok, 1 not here, 2 error), u16+bytes
+// message, GET ok: u64 size, u64 xxh64, the bytes. Every socket call has a
+// timeout. Names are checked (a step folder "step_NNNNNNNN", a file name of
+// [A-Za-z0-9._-] not starting with '.'), so a peer never reaches outside the
+// served folder.
+//
+// Thread-safety: ShardCopyServer serves from its own thread; Start/Stop from
+// one thread. The client functions are safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+class ShardCopyServer {
+ public:
+  // root: the host's memory-tier folder; a PUT lands in root/<step>/<file>.
+  // on_put (may be empty): called after each stored file with its step folder
+  // (the host's retention runs there).
+  ShardCopyServer(std::string root, std::function<void(const std::string& step_dir)> on_put = {});
+  ~ShardCopyServer();
+  // Listens on bind_host (an address of this host) at an ephemeral port.
+  Status Start(const std::string& bind_host, std::chrono::milliseconds io_timeout);
+  void Stop();
+  // "host:port" to publish; valid after Start.
+  std::string address() const { return address_; }
+  int files_received() const { return received_.load(); }
+
+ private:
+  void Serve();
+  void Handle(int fd);
+
+  std::string root_;
+  std::function<void(const std::string&)> on_put_;
+  std::chrono::milliseconds io_timeout_{30000};
+  int listen_fd_ = -1;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> received_{0};
+  std::thread thread_;
+};
+
+// Sends the file at `path` to the server at addr as <step_name>/<basename>;
+// OK once the peer stored it and its xxh64 matched. Errors name the peer.
+Status PutShardFile(const std::string& addr, const std::string& step_name, const std::string& path,
+                    std::chrono::milliseconds timeout);
+
+// Fetches <step_name>/<name> from the server at addr into dest_dir (created if
+// missing), atomically, refusing bytes whose size or xxh64 differ from the
+// expected ones. false (and nothing written) when the peer does not have it.
+StatusOr<bool> FetchShardFile(const std::string& addr, const std::string& step_name, const std::string& name,
+                              const std::string& dest_dir, uint64_t size, uint64_t xxh64,
+                              std::chrono::milliseconds timeout);
+
+// WriteFileAtomic under a name unique to this thread, then renamed into
+// place: ranks of one host (processes, or threads in tests) may write the
+// same file at once; the same bytes land, and no writer's rename fails.
+Status WriteFileAtomicShared(const std::string& path, const std::string& data);
+
+}  // namespace shard

@@ -1,0 +1,118 @@
+// The memory tier's partner copy and fetch (shard/ckpt/shard_copy.h,
+// memory_step_fetch.h), two "hosts" as two folders served on loopback: a
+// writer's shard lands at its partner with the same bytes; a host whose
+// folder was wiped (a replaced host) assembles the committed step from the
+// other host and opens it; a file on no host leaves the step incomplete.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "shard/ckpt/catalog.h"
+#include "shard/ckpt/memory_step_fetch.h"
+#include "shard/ckpt/shard_copy.h"
+#include "shard/common/checksum.h"
+#include "shard/common/file_util.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
+
+namespace shard::ckpt_testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+class ShardCopyTest : public ProtocolTest {
+ protected:
+  std::string HostA() const { return Path("shm/job/host-A"); }
+  std::string HostB() const { return Path("shm/job/host-B"); }
+  // A committed step of 2 shards in HostA; returns its manifest.
+  Manifest StepOnA(int64_t step) {
+    const std::string dir = MakeCommittedStep(HostA(), step, 2);
+    auto text = ReadFileToString(dir + "/" + kCommittedFile);
+    EXPECT_TRUE(text.ok());
+    auto m = Manifest::FromJson(*text, dir);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return *m;
+  }
+};
+
+TEST_F(ShardCopyTest, PutLandsAtThePartnerWithTheSameBytes) {
+  const Manifest m = StepOnA(30);
+  std::vector<std::string> put_steps;
+  ShardCopyServer b(HostB(), [&](const std::string& d) { put_steps.push_back(d); });
+  ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
+  const std::string src = HostA() + "/" + StepDirName(30) + "/" + m.files[0].name;
+  Status st = PutShardFile(b.address(), StepDirName(30), src, milliseconds(5000));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const std::string dst = HostB() + "/" + StepDirName(30) + "/" + m.files[0].name;
+  auto h = Xxh64File(dst);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(*h, m.files[0].xxh64);
+  EXPECT_EQ(b.files_received(), 1);
+  ASSERT_EQ(put_steps.size(), 1u);
+}
+
+TEST_F(ShardCopyTest, NamesOutsideTheFolderAreRefused) {
+  ShardCopyServer b(HostB());
+  ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
+  WriteBytes(Path("x.bin"), "abc");
+  EXPECT_FALSE(PutShardFile(b.address(), "../../x", Path("x.bin"), milliseconds(5000)).ok());
+  EXPECT_FALSE(PutShardFile(b.address(), "step_00000001/..", Path("x.bin"), milliseconds(5000)).ok());
+  EXPECT_FALSE(std::filesystem::exists(HostB()));
+}
+
+TEST_F(ShardCopyTest, AReplacedHostAssemblesTheStepFromTheOtherHost) {
+  const Manifest m = StepOnA(30);
+  ShardCopyServer a(HostA());
+  ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
+  // Host B's folder is empty (wiped); a dead source comes first and is skipped.
+  std::vector<MemoryStepSource> sources = {{7, "gone", "127.0.0.1:1"}, {0, "A", a.address()}};
+  auto got = AssembleMemoryStep(HostB(), m, sources, milliseconds(5000));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->complete) << got->missing;
+  ASSERT_EQ(got->fetched.size(), 2u);
+  EXPECT_NE(got->fetched[0].find("from rank 0 on host A"), std::string::npos) << got->fetched[0];
+  auto opened = CheckpointReader::Open(got->step_dir, /*verify_checksums=*/true);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->manifest().step, 30);
+}
+
+TEST_F(ShardCopyTest, OwnCopiesStayAndOnlyTheMissingFileTravels) {
+  const Manifest m = StepOnA(30);
+  ShardCopyServer a(HostA());
+  ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
+  // Host B holds shard 1 (its own copy); shard 0 is fetched.
+  std::filesystem::create_directories(HostB() + "/" + StepDirName(30));
+  std::filesystem::copy_file(HostA() + "/" + StepDirName(30) + "/" + m.files[1].name,
+                             HostB() + "/" + StepDirName(30) + "/" + m.files[1].name);
+  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.address()}}, milliseconds(5000));
+  ASSERT_TRUE(got.ok() && got->complete);
+  ASSERT_EQ(got->fetched.size(), 1u);
+  EXPECT_EQ(got->fetched[0].substr(0, m.files[0].name.size()), m.files[0].name);
+}
+
+TEST_F(ShardCopyTest, AFileOnNoHostLeavesTheStepIncomplete) {
+  const Manifest m = StepOnA(30);
+  std::filesystem::remove(HostA() + "/" + StepDirName(30) + "/" + m.files[1].name);
+  ShardCopyServer a(HostA());
+  ASSERT_TRUE(a.Start("127.0.0.1", milliseconds(5000)).ok());
+  auto got = AssembleMemoryStep(HostB(), m, {{0, "A", a.address()}}, milliseconds(5000));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_FALSE(got->complete);
+  EXPECT_NE(got->missing.find(m.files[1].name), std::string::npos) << got->missing;
+  EXPECT_FALSE(std::filesystem::exists(got->step_dir + "/" + kCommittedFile));
+}
+
+TEST_F(ShardCopyTest, HostRetentionKeepsTheNewestFoldersAndDropsLaterLeftovers) {
+  // 90 and 95: an earlier run's (or attempt's) steps past the one just written.
+  for (int64_t s : {5, 10, 15, 20, 90, 95}) MakeCommittedStep(HostA(), s, 1);
+  ASSERT_TRUE(KeepNewestMemorySteps(HostA(), 20, 2).ok());  // training: a newer folder may be a fresh copy
+  ASSERT_EQ(ListSteps(HostA())->size(), 4u);
+  ASSERT_TRUE(KeepNewestMemorySteps(HostA(), 20, 2, /*drop_newer=*/true).ok());  // an attempt's start
+  auto steps = ListSteps(HostA());
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0].step, 15);
+  EXPECT_EQ((*steps)[1].step, 20);
+}
+
+}  // namespace
+}  // namespace shard::ckpt_testing

@@ -1,0 +1,131 @@
+// The per-host memory tier's worker side (worker/memory_partner.h), ranks as
+// threads on two loopback "hosts" (127.0.0.1: ranks 0-1, 127.0.0.2: ranks
+// 2-3) with one in-memory rendezvous store: partners pair across the hosts,
+// a written shard lands at the partner, a wiped host assembles the committed
+// step from the other host and every rank takes it; when a shard is on no
+// host every rank takes the disk step instead.
+#include "worker/memory_partner.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "shard/ckpt/partner_map.h"
+#include "shard/common/checksum.h"
+#include "shard/common/kv_stores.h"
+
+namespace shardd {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kHosts = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"};
+
+class MemoryPartnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/memory_partner_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl + "/job-0123";
+  }
+  void TearDown() override { fs::remove_all(fs::path(root_).parent_path()); }
+  std::string HostDir(int r) const { return root_ + "/" + shard::MemoryHostFolder(kHosts[r]); }
+
+  // Four ranks' partners on one fresh store (an attempt), started together.
+  std::vector<std::unique_ptr<MemoryPartner>> StartAll() {
+    auto kv = std::make_shared<shard::InMemoryKvStore>();
+    std::vector<std::unique_ptr<MemoryPartner>> out(4);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 4; ++r)
+      ts.emplace_back([&, r] {
+        MemoryPartnerOptions o;
+        o.rank = r;
+        o.world = 4;
+        o.hostname = kHosts[r];
+        o.root = root_;
+        o.timeout = 5s;
+        auto p = MemoryPartner::Start(kv, o);
+        EXPECT_TRUE(p.ok()) << p.status().ToString();
+        if (p.ok()) out[r] = std::move(*p);
+      });
+    for (auto& t : ts) t.join();
+    return out;
+  }
+  // Every rank resumes at once; returns each rank's outcome.
+  std::vector<MemoryResume> ResumeAll(std::vector<std::unique_ptr<MemoryPartner>>& ps, const std::string& manifest) {
+    std::vector<MemoryResume> out(4);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 4; ++r)
+      ts.emplace_back([&, r] {
+        auto got = ps[r]->Resume(manifest, 20);
+        EXPECT_TRUE(got.ok()) << got.status().ToString();
+        if (got.ok()) out[r] = *got;
+      });
+    for (auto& t : ts) t.join();
+    return out;
+  }
+  // Host A's writers (ranks 0, 1) write and send memory step 30; returns its manifest.
+  std::string WriteStep30(std::vector<std::unique_ptr<MemoryPartner>>& ps) {
+    shard::Manifest m;
+    m.job = "job";
+    m.step = 30;
+    m.world = 4;
+    m.strategy = "hybrid_shard";
+    m.shard_count = 2;
+    m.units = {{"embed", 10}};
+    m.samples_seen = 240;
+    m.global_batch = 8;
+    const std::string step_dir = HostDir(0) + "/step_00000030";
+    fs::create_directories(step_dir);
+    for (int r = 0; r < 2; ++r) {
+      const std::string name = "rank_0000" + std::to_string(r) + "-of-00002.shard";
+      const std::string bytes = "shard " + std::to_string(r) + " of step 30";
+      std::ofstream(step_dir + "/" + name, std::ios::binary) << bytes;
+      m.files.push_back({name, r, bytes.size(), shard::Xxh64(bytes.data(), bytes.size())});
+      EXPECT_EQ(ps[r]->AfterMemorySave(step_dir, name, 30), r + 2) << "rank " << r << "'s copy did not land";
+    }
+    return m.ToJson();
+  }
+  std::string root_;
+};
+
+TEST_F(MemoryPartnerTest, ShardsLandAtPartnersAndAWipedHostFetchesThemBack) {
+  auto ps = StartAll();
+  ASSERT_TRUE(ps[3]);
+  EXPECT_EQ(ps[0]->partner_rank(), 2);
+  EXPECT_EQ(ps[3]->partner_rank(), 1);
+  const std::string manifest = WriteStep30(ps);
+  for (const char* f : {"rank_00000-of-00002.shard", "rank_00001-of-00002.shard"})
+    EXPECT_TRUE(fs::exists(HostDir(2) + "/step_00000030/" + f)) << f << " has no partner copy on host B";
+  ps.clear();
+
+  fs::remove_all(HostDir(2));  // host B replaced
+  auto next = StartAll();      // the next attempt
+  const auto got = ResumeAll(next, manifest);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r].step_dir, HostDir(r) + "/step_00000030") << "rank " << r;
+  EXPECT_NE(got[0].note.find("took rank_0000"), std::string::npos) << got[0].note;
+  EXPECT_NE(got[0].note.find("on host 127.0.0.1"), std::string::npos) << got[0].note;
+  EXPECT_TRUE(fs::exists(HostDir(2) + "/step_00000030/COMMITTED"));
+}
+
+TEST_F(MemoryPartnerTest, AShardOnNoHostSendsEveryRankToDisk) {
+  auto ps = StartAll();
+  ASSERT_TRUE(ps[3]);
+  const std::string manifest = WriteStep30(ps);
+  ps.clear();
+  for (int r : {0, 2}) fs::remove(HostDir(r) + "/step_00000030/rank_00001-of-00002.shard");
+  auto next = StartAll();
+  const auto got = ResumeAll(next, manifest);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r].step_dir, "") << "rank " << r << " took a step another rank lacks";
+  EXPECT_NE(got[0].note.find("memory step 30 not usable"), std::string::npos) << got[0].note;
+  // The attempt starts from disk step 20: the host's later folders go.
+  EXPECT_FALSE(fs::exists(HostDir(0) + "/step_00000030"));
+}
+
+}  // namespace
+}  // namespace shardd

@@ -1,0 +1,136 @@
+#include "worker/memory_partner.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "shard/ckpt/checkpoint_tier.h"
+#include "shard/ckpt/memory_step_fetch.h"
+#include "shard/ckpt/partner_map.h"
+#include "shard/common/logging.h"
+
+namespace shardd {
+namespace fs = std::filesystem;
+namespace {
+
+std::string AddrKey(int r) { return "memtier/addr/" + std::to_string(r); }
+std::string ResumeKey(int r) { return "memtier/resume/" + std::to_string(r); }
+
+int64_t StepOfDir(const std::string& dir) {
+  const std::string base = fs::path(dir).filename().string();
+  return base.rfind("step_", 0) == 0 ? std::atoll(base.c_str() + 5) : 0;
+}
+
+}  // namespace
+
+shard::StatusOr<std::unique_ptr<MemoryPartner>> MemoryPartner::Start(std::shared_ptr<shard::KvStore> kv,
+                                                                     const MemoryPartnerOptions& opts) {
+  std::unique_ptr<MemoryPartner> p(new MemoryPartner());
+  p->opts_ = opts;
+  p->kv_ = std::move(kv);
+  p->host_dir_ = (fs::path(opts.root) / shard::MemoryHostFolder(opts.hostname)).string();
+  MemoryPartner* self = p.get();
+  p->server_ = std::make_unique<shard::ShardCopyServer>(p->host_dir_, [self](const std::string& step_dir) {
+    if (auto st = shard::KeepNewestMemorySteps(self->host_dir_, StepOfDir(step_dir), self->opts_.keep); !st.ok())
+      LOG_WARN("{}", st.ToString());
+  });
+  RETURN_IF_ERROR(p->server_->Start(opts.hostname, opts.timeout).WithContext("the memory tier's partner copy"));
+  RETURN_IF_ERROR(p->kv_->Set(AddrKey(opts.rank), opts.hostname + "\n" + p->server_->address()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < opts.world; ++r) keys.push_back(AddrKey(r));
+  RETURN_IF_ERROR(p->kv_->Wait(keys, opts.timeout).WithContext("waiting for the ranks' partner-copy addresses"));
+  for (int r = 0; r < opts.world; ++r) {
+    ASSIGN_OR_RETURN(std::string v, p->kv_->Get(AddrKey(r), opts.timeout));
+    const size_t nl = v.find('\n');
+    p->hosts_.push_back(v.substr(0, nl));
+    p->addresses_.push_back(nl == std::string::npos ? "" : v.substr(nl + 1));
+  }
+  p->partner_ = opts.replicas ? shard::PartnerRanks(p->hosts_)[opts.rank] : -1;
+  LOG_INFO("memory tier: host folder {}, partner {}", p->host_dir_,
+           p->partner_ < 0 ? std::string("none (every rank on this host, or replicas 0)")
+                           : "rank " + std::to_string(p->partner_) + " on host " + p->hosts_[p->partner_]);
+  return p;
+}
+
+MemoryPartner::~MemoryPartner() {
+  if (server_) server_->Stop();
+}
+
+shard::StatusOr<MemoryResume> MemoryPartner::Resume(const std::string& manifest_json, int64_t resume_step) {
+  MemoryResume out;
+  int64_t current = resume_step;
+  if (!manifest_json.empty()) {
+    ASSIGN_OR_RETURN(shard::Manifest m, shard::Manifest::FromJson(manifest_json, "the coordinator's memory step"));
+    std::vector<shard::MemoryStepSource> sources;
+    for (int r : shard::HostsToAsk(hosts_, opts_.rank)) sources.push_back({r, hosts_[r], addresses_[r]});
+    size_t local = 0;  // this rank's place among its host's ranks
+    for (int r = 0; r < opts_.rank; ++r) local += hosts_[r] == hosts_[opts_.rank];
+    ASSIGN_OR_RETURN(shard::MemoryStepAssembly a,
+                     shard::AssembleMemoryStep(host_dir_, m, sources, opts_.timeout, local));
+    std::string mine;
+    for (const std::string& f : a.fetched)
+      mine += (mine.empty() ? "" : "; ") + ("rank " + std::to_string(opts_.rank) + " took " + f);
+    RETURN_IF_ERROR(kv_->Set(ResumeKey(opts_.rank), (a.complete ? "ok\n" + mine : "lost\n" + a.missing)));
+    // Every rank resumes the same step: one host without it sends all to disk.
+    std::vector<std::string> keys;
+    for (int r = 0; r < opts_.world; ++r) keys.push_back(ResumeKey(r));
+    RETURN_IF_ERROR(kv_->Wait(keys, opts_.timeout).WithContext("agreeing on memory step " + std::to_string(m.step)));
+    bool all = true;
+    std::string fetched, lost;
+    for (int r = 0; r < opts_.world; ++r) {
+      ASSIGN_OR_RETURN(std::string v, kv_->Get(ResumeKey(r), opts_.timeout));
+      const size_t nl = v.find('\n');
+      const std::string verdict = v.substr(0, nl), text = nl == std::string::npos ? "" : v.substr(nl + 1);
+      if (verdict != "ok") {
+        all = false;
+        if (lost.empty()) lost = "rank " + std::to_string(r) + " on host " + hosts_[r] + " lacks " + text;
+      } else if (!text.empty()) {
+        fetched += (fetched.empty() ? "" : "; ") + text;
+      }
+    }
+    if (all) {
+      out.step_dir = a.step_dir;
+      out.note = fetched;
+      current = m.step;
+    } else {
+      out.note = "memory step " + std::to_string(m.step) + " not usable (" + lost + "): resumed from disk";
+      LOG_WARN("{}", out.note);
+    }
+    for (const std::string& f : a.fetched) LOG_INFO("memory tier: fetched {}", f);
+  }
+  // Leftovers past the step this attempt starts from are never resumable now.
+  if (auto st = shard::KeepNewestMemorySteps(host_dir_, current, opts_.keep, /*drop_newer=*/true); !st.ok())
+    LOG_WARN("{}", st.ToString());
+  return out;
+}
+
+int MemoryPartner::AfterMemorySave(const std::string& step_dir, const std::string& file, int64_t step) {
+  int landed = -1;
+  if (partner_ >= 0) {
+    const std::string path = (fs::path(step_dir) / file).string();
+    shard::Status st =
+        shard::PutShardFile(addresses_[partner_], fs::path(step_dir).filename().string(), path, opts_.timeout);
+    if (st.ok()) {
+      landed = partner_;
+    } else {
+      LOG_WARN("memory step {}: the partner copy to rank {} on host {} failed: {}", step, partner_, hosts_[partner_],
+               st.ToString());
+    }
+  }
+  if (auto st = shard::KeepNewestMemorySteps(host_dir_, step, opts_.keep); !st.ok()) LOG_WARN("{}", st.ToString());
+  return landed;
+}
+
+void MemoryPartner::RemoveHostFolder() {
+  if (server_) server_->Stop();
+  std::error_code ec;
+  shard::Status st = shard::RemoveMemoryTier(host_dir_);
+  if (!st.ok()) st = shard::RemoveMemoryTier(host_dir_);  // a rank of this host was removing it at the same time
+  if (!st.ok()) {
+    LOG_WARN("{}", st.ToString());
+    return;
+  }
+  LOG_INFO("removed this host's memory tier folder {}", host_dir_);
+  fs::remove(opts_.root, ec);  // the job's root too, once no host folder is left in it (only if empty)
+}
+
+}  // namespace shardd

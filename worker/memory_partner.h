@@ -1,0 +1,80 @@
+// A worker's part of the per-host memory tier (checkpoint.memory for a job
+// whose ranks may span hosts; docs/control-plane.md, "Checkpoint tiers").
+// The coordinator cannot read the hosts' tmpfs, so the workers
+//  * keep their host's steps in <memory root>/host-<hostname>;
+//  * serve that folder (shard/ckpt/shard_copy.h) at an address published in
+//    the attempt's rendezvous store ("memtier/addr/<rank>": host, address);
+//  * send each memory shard they write to their partner on another host
+//    (shard/ckpt/partner_map.h) before reporting it;
+//  * on a resume from a memory step, assemble the step in their host's folder
+//    (fetching what a replaced host lacks) and agree, through the store
+//    ("memtier/resume/<rank>"), on taking it — or all take the disk step;
+//  * apply their host's retention and remove the folder when the job succeeds.
+//
+// Thread-safety: Start and Resume on the main thread before training;
+// AfterMemorySave from the checkpoint thread; the server runs on its own.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_copy.h"
+#include "shard/common/kv_store.h"
+
+namespace shardd {
+
+struct MemoryPartnerOptions {
+  int rank = 0;
+  int world = 1;
+  std::string hostname;  // the worker's --hostname: its host's name and the address it listens on
+  std::string root;      // the job's memory tier folder (RegisterResponse.memory_tier_dir)
+  int keep = 3;          // host-side retention: memory.keep_last + 1 (one more is written before the oldest goes)
+  bool replicas = true;  // checkpoint.memory.replicas > 0
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// What the ranks agreed to resume from.
+struct MemoryResume {
+  std::string step_dir;  // this host's copy of the memory step; "" = take the disk choice
+  std::string note;      // rank 0: what was fetched from partners, or why the step was not usable
+};
+
+class MemoryPartner {
+ public:
+  // Starts the server, publishes its address and waits for every rank's.
+  static shard::StatusOr<std::unique_ptr<MemoryPartner>> Start(std::shared_ptr<shard::KvStore> kv,
+                                                               const MemoryPartnerOptions& opts);
+  ~MemoryPartner();
+
+  const std::string& host_dir() const { return host_dir_; }
+  int partner_rank() const { return partner_; }
+
+  // manifest_json: the committed memory step to resume ("" = none: only the
+  // host's leftovers newer than resume_step are dropped).
+  shard::StatusOr<MemoryResume> Resume(const std::string& manifest_json, int64_t resume_step);
+
+  // After this rank wrote memory step `step_dir`'s `file`: copies it to the
+  // partner. Returns the partner's rank when it landed, -1 when there is none
+  // (one host, replicas 0) or the copy failed (logged; the step then does
+  // not commit). Then applies the host's retention.
+  int AfterMemorySave(const std::string& step_dir, const std::string& file, int64_t step);
+
+  // The job succeeded: stop serving and remove the host's folder.
+  void RemoveHostFolder();
+
+ private:
+  MemoryPartner() = default;
+
+  MemoryPartnerOptions opts_;
+  std::shared_ptr<shard::KvStore> kv_;
+  std::string host_dir_;
+  std::unique_ptr<shard::ShardCopyServer> server_;
+  std::vector<std::string> hosts_;      // per rank
+  std::vector<std::string> addresses_;  // per rank
+  int partner_ = -1;
+};
+
+}  // namespace shardd
