@@ -9,6 +9,11 @@ namespace {
 
 std::string Seconds(double s) { return shard::FormatNumber("%.1f s", s); }
 
+std::string HangReason(const std::string& who, const char* verb, double stuck_s, int64_t step, double limit_s) {
+  return who + " " + verb + " alive but made no progress for " + Seconds(stuck_s) + " at step " + std::to_string(step) +
+         " (hang limit " + Seconds(limit_s) + ")";
+}
+
 }  // namespace
 
 double HangLimitSeconds(const HealthLimits& l) {
@@ -38,12 +43,30 @@ HealthFinding FindHealthProblem(const std::vector<RankHealth>& ranks, const Heal
               who + " missed its heartbeat deadline: silent for " + Seconds(silent) + " (limit " +
                   Seconds(l.heartbeat_timeout_s) + ")"};
     double stuck = (now_ms - r.last_progress_ms) / 1000.0;
-    if (stuck > hang_limit)
-      return {HealthProblem::kHung, r.rank,
-              who + " is alive but made no progress for " + Seconds(stuck) + " at step " + std::to_string(r.step) +
-                  " (hang limit " + Seconds(hang_limit) + ")"};
+    if (stuck > hang_limit) return {HealthProblem::kHung, r.rank, HangReason(who, "is", stuck, r.step, hang_limit)};
   }
   return {};
+}
+
+HealthFinding BlameHang(const HealthFinding& found, const std::vector<RankHealth>& ranks, const HealthLimits& l,
+                        int64_t now_ms, const std::vector<int>& stalled) {
+  if (found.problem != HealthProblem::kHung) return found;
+  std::vector<const RankHealth*> named;
+  for (const RankHealth& r : ranks)
+    if (r.registered && !r.done && std::find(stalled.begin(), stalled.end(), r.rank) != stalled.end())
+      named.push_back(&r);
+  if (named.empty()) return found;
+  std::string who = named.size() == 1 ? "rank " : "ranks ";
+  int64_t since = named[0]->last_progress_ms, step = named[0]->step;
+  for (size_t i = 0; i < named.size(); ++i) {
+    who += (i ? "," : "") + std::to_string(named[i]->rank);
+    since = std::min(since, named[i]->last_progress_ms);
+    step = std::min(step, named[i]->step);
+  }
+  const std::string reason = HangReason(who, named.size() == 1 ? "is" : "are", (now_ms - since) / 1000.0, step,
+                                        HangLimitSeconds(l)) +
+                             "; the other ranks wait for " + (named.size() == 1 ? "it" : "them") + " in a collective";
+  return {HealthProblem::kHung, named[0]->rank, reason};
 }
 
 }  // namespace shardd

@@ -45,6 +45,14 @@ struct HealthFinding {
 };
 HealthFinding FindHealthProblem(const std::vector<RankHealth>& ranks, const HealthLimits& limits, int64_t now_ms);
 
+// A kHung finding names the first rank checked, but every rank of a group
+// stuck in a collective stops making progress: restated for `stalled` (the
+// ranks the others wait for, from the flight recorder's diagnosis) with their
+// own progress. `found` as is when it is not kHung or `stalled` names no
+// registered, unfinished rank.
+HealthFinding BlameHang(const HealthFinding& found, const std::vector<RankHealth>& ranks, const HealthLimits& limits,
+                        int64_t now_ms, const std::vector<int>& stalled);
+
 // "" when every rank is healthy, otherwise the reason naming the first bad rank.
 std::string CheckHealth(const std::vector<RankHealth>& ranks, const HealthLimits& limits, int64_t now_ms);
 

@@ -119,11 +119,17 @@ bool FindStuck(const StallInput& in, const std::set<std::string>& groups, Stuck*
   return found;
 }
 
-std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group) {
+// Who stands where around a stuck call: inside it (waiters), died inside
+// it, or short of it (missing: they never entered it).
+struct StuckParts {
   std::vector<int> waiters, died_inside, missing;
   const CollectiveSeen* call = nullptr;
   double waited = 0;
   bool all_failed = true;
+};
+
+StuckParts ClassifyStuck(const StallInput& in, const Stuck& st) {
+  StuckParts p;
   std::set<int> members;
   int size = 0;
   for (const RankFlight& r : in.ranks) {
@@ -132,26 +138,32 @@ std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group
     members.insert(r.rank);
     size = std::max(size, c->group_size);
     if (c->seq == st.seq && Waiting(*c) && !r.dead) {
-      waiters.push_back(r.rank);
-      waited = std::max(waited, WaitedS(*c, in.now_ms));
-      all_failed = all_failed && c->failed;
-      if (!call) call = c;
+      p.waiters.push_back(r.rank);
+      p.waited = std::max(p.waited, WaitedS(*c, in.now_ms));
+      p.all_failed = p.all_failed && c->failed;
+      if (!p.call) p.call = c;
     } else if (c->seq == st.seq && c->in_flight()) {
-      died_inside.push_back(r.rank);
+      p.died_inside.push_back(r.rank);
     } else if (c->seq < st.seq) {
-      missing.push_back(r.rank);
+      p.missing.push_back(r.rank);
     }
   }
   // A rank that never ran a collective at all belongs to the group when
   // the group is short of members.
   for (const RankFlight& r : in.ranks)
-    if (r.collectives.empty() && static_cast<int>(members.size()) < size) missing.push_back(r.rank);
-  std::sort(missing.begin(), missing.end());
-  std::string s = Who(waiters) + " waited " + Secs(waited) + " in " + What(*call, with_group) +
-                  (all_failed ? " until it failed" : "");
-  if (!died_inside.empty()) s += "; " + Who(died_inside) + " died inside it";
+    if (r.collectives.empty() && static_cast<int>(members.size()) < size) p.missing.push_back(r.rank);
+  std::sort(p.missing.begin(), p.missing.end());
+  return p;
+}
+
+std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group) {
+  const StuckParts p = ClassifyStuck(in, st);
+  const std::vector<int>& missing = p.missing;
+  std::string s = Who(p.waiters) + " waited " + Secs(p.waited) + " in " + What(*p.call, with_group) +
+                  (p.all_failed ? " until it failed" : "");
+  if (!p.died_inside.empty()) s += "; " + Who(p.died_inside) + " died inside it";
   if (missing.empty()) {
-    if (died_inside.empty())
+    if (p.died_inside.empty())
       s += "; no rank of the group is missing: the collective itself is stuck (the network or the backend)";
     return s;
   }
@@ -241,6 +253,20 @@ std::string DescribeLatest(const std::vector<CollectiveSeen>& collectives, int64
   if (!c) return "";
   if (c->in_flight()) return "in " + What(*c, false) + " for " + Secs((now_ms - c->start_ms) / 1000.0);
   return What(*c, false) + (c->failed ? " failed " : " ended ") + Secs((now_ms - c->end_ms) / 1000.0) + " ago";
+}
+
+std::vector<int> StalledRanks(const StallInput& in) {
+  std::set<std::string> groups;
+  for (const RankFlight& r : in.ranks)
+    for (const CollectiveSeen& c : r.collectives) groups.insert(c.group);
+  Stuck st;
+  if (groups.empty() || !Desync(in, groups.size() > 1).empty() || !FindStuck(in, groups, &st)) return {};
+  std::vector<int> live;
+  for (int rank : ClassifyStuck(in, st).missing) {
+    auto r = std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
+    if (r != in.ranks.end() && !r->dead) live.push_back(rank);
+  }
+  return live;
 }
 
 std::string DiagnoseStall(const StallInput& in) {

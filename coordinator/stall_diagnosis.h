@@ -62,6 +62,13 @@ struct StallInput {
 
 std::string DiagnoseStall(const StallInput& in);
 
+// The live ranks the stuck collective's waiters wait for (they never entered
+// it), as DiagnoseStall names them; empty for a desync, a stall outside
+// collectives, a collective stuck with no rank missing, or only dead ranks
+// missing. The hang watchdog blames these rather than whichever rank it
+// checked first (every rank of a stuck group stops making progress).
+std::vector<int> StalledRanks(const StallInput& in);
+
 // "0,1,3", "0-5,7": ranks in ascending order, runs of three or more as ranges.
 std::string RankList(std::vector<int> ranks);
 

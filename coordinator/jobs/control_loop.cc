@@ -152,7 +152,8 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
     for (double s : j.step_seconds) sum += s;
     limits.recent_step_s = sum / j.step_seconds.size();
   }
-  const HealthFinding bad = FindHealthProblem(health, limits, now);
+  HealthFinding bad = FindHealthProblem(health, limits, now);
+  if (bad.problem == HealthProblem::kHung) bad = BlameHang(bad, health, limits, now, StalledRanksOf(j, now));
   if (bad.problem == HealthProblem::kHung) ExplainStall(table_, j, StallTrigger::kHang, now);
   if (bad.problem == HealthProblem::kSilent)
     ExplainStall(table_, j, StallTrigger::kRankDied, now, bad.rank, "went silent past its heartbeat deadline");

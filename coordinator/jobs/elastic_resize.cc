@@ -13,9 +13,11 @@ namespace {
 
 using internal::Fmt;
 
-int Registered(const Job& j) {
-  return static_cast<int>(std::count_if(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; }));
-}
+// A rank whose worker joined this attempt is coming even before it
+// registers (starting up takes a while on a busy host): not a lost host.
+bool Present(const JobRank& r) { return r.registered || r.joined_ms > 0; }
+
+int CountPresent(const Job& j) { return static_cast<int>(std::count_if(j.ranks.begin(), j.ranks.end(), Present)); }
 
 std::string JoinList(const std::vector<std::string>& items) {
   std::string out;
@@ -36,7 +38,7 @@ std::string DescribeShrink(const Job& j, int to, double waited_s) {
   std::vector<std::string> missing;
   std::set<std::string> lost_hosts, live_hosts;
   for (int r = 0; r < now; ++r) {
-    if (j.ranks[r].registered) {
+    if (Present(j.ranks[r])) {
       live_hosts.insert(j.ranks[r].hostname);
       continue;
     }
@@ -58,7 +60,7 @@ bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempt
   // Restarts only: a job's first attempt waits for all its ranks (a slow
   // start is not a lost host; the registration deadline judges it).
   if (!IsExternal(j) || !shard::ElasticEnabled(j.config) || j.state != v1::LAUNCHING || j.attempt < 2) return false;
-  const int have = Registered(j), world = static_cast<int>(j.ranks.size());
+  const int have = CountPresent(j), world = static_cast<int>(j.ranks.size());
   if (have == 0 || have >= world) return false;
   // Join set every rank's launched_ms at the attempt's first join.
   int64_t first = now;

@@ -2,7 +2,9 @@
 // docs/control-plane.md "Elastic restarts"), the coordinator's side:
 //
 //   shrink  an external restart (attempt 2 on) that has not gathered every
-//           rank within elastic_wait_s of its first join ends, and the next one runs on
+//           rank within elastic_wait_s of its first join ends (a rank whose
+//           worker joined counts before it registers: it is starting up, and
+//           the registration deadline judges it), and the next one runs on
 //           the largest world size the joined ranks cover that the job
 //           allows (shard/spec/elastic_world.h); the planner checks it first
 //           (ControlLoop::RunLaunch, off the lock). Not charged as a restart.

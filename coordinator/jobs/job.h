@@ -48,6 +48,7 @@ struct JobRank {
   bool straggler = false;       // StragglerDetector's verdict on that window
   std::string error;         // the failure it reported (ReportFailure), named when it exits
   int64_t claimed_ms = 0;    // external: an elastic join handed this rank out (held briefly for its Register)
+  int64_t joined_ms = 0;     // external: a worker joined this attempt as this rank (0: none yet)
   // Its flight recorder's summary at its last heartbeat (stall_diagnosis.h),
   // on the coordinator's clock.
   std::vector<CollectiveSeen> collectives;
@@ -91,7 +92,8 @@ struct Job {
   // health.straggler_action: restart decided on the heartbeat path; the
   // control loop restarts the attempt with this reason ("" = none due).
   std::string straggler_restart;
-  // The flight recorder's account of the last stall (one per attempt).
+  // The flight recorder's account of the last stall (one per attempt); stored
+  // with the job (JobRecord::stall), so status shows it after a restart.
   v1::StallCause stall;
   // A rank reported a failure that may be a symptom (a peer died): held
   // briefly so a rank's exit, the likely cause, is named instead.

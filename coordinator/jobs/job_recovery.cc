@@ -61,6 +61,8 @@ std::unique_ptr<Job> JobRecovery::LoadJob(const JobRecord& rec) {
   j->reason = rec.reason;
   j->token_hash = rec.worker_token;  // StateStore::Open hashed any plaintext from older versions
   j->join_token = rec.join_token;
+  // shardctl status shows the last stall's account again before the next one.
+  if (!rec.stall.empty()) j->stall.ParseFromString(rec.stall);
   j->created_ms = rec.created_ms;
   j->updated_ms = rec.updated_ms;
   j->seq = rec.seq;

@@ -114,6 +114,7 @@ JobRecord JobTable::RecordOf(const Job& j) const {
   rec.progress = j.progress.SerializeAsString();
   rec.worker_token = j.token_hash;
   rec.join_token = j.join_token;
+  if (!j.stall.text().empty()) rec.stall = j.stall.SerializeAsString();
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
   rec.seq = j.seq;

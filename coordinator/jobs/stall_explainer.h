@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "coordinator/jobs/job_table.h"
 #include "coordinator/stall_diagnosis.h"
@@ -27,6 +28,11 @@ namespace shardd {
 // rank has reported a collective.
 void ExplainStall(JobTable* table, Job& j, StallTrigger trigger, int64_t now_ms, int dead_rank = -1,
                   const std::string& dead_how = "");
+
+// The live ranks the others wait for in a stuck collective (StalledRanks
+// over the job's records): whom the hang watchdog blames. Empty when the
+// records name none.
+std::vector<int> StalledRanksOf(const Job& j, int64_t now_ms);
 
 // A reported error that is a collective's timeout (DEADLINE_EXCEEDED).
 bool IsCollectiveTimeout(const std::string& error);

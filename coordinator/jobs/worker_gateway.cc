@@ -82,6 +82,8 @@ StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const
   const bool first = std::none_of(j->ranks.begin(), j->ranks.end(), [](const JobRank& x) { return x.registered; });
   if (first)
     for (JobRank& x : j->ranks) x.launched_ms = opts_.now_ms();
+  r.joined_ms = opts_.now_ms();
+  if (!r.registered) r.hostname = req.hostname();  // its Register says it again
   v1::JoinResponse resp;
   resp.set_attempt(j->attempt);
   resp.set_token(ExternalWorkerToken(j->join_token, j->attempt));

@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
   restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
   worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
-  seq INTEGER NOT NULL, number INTEGER NOT NULL, join_token TEXT NOT NULL DEFAULT '');
+  seq INTEGER NOT NULL, number INTEGER NOT NULL, join_token TEXT NOT NULL DEFAULT '',
+  stall BLOB NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS workers(
   job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
   hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
@@ -50,6 +51,7 @@ struct AddedColumn {
 };
 constexpr AddedColumn kAddedColumns[] = {
     {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
+    {"jobs", "stall", "BLOB NOT NULL DEFAULT ''"},          // the flight recorder's account (JobStatus.stall)
     {"checkpoints", "tier", "TEXT NOT NULL DEFAULT 'disk'"},  // checkpoint.memory: disk | memory
     {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
     {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
@@ -139,10 +141,10 @@ int64_t JobNumber(const std::string& id) {
 Status PutJobLocked(sqlite3* db, const JobRecord& j) {
   return Stmt(db,
               "INSERT OR REPLACE INTO jobs(id,name,state,attempt,restarts,reason,spec,progress,worker_token,"
-              "created_ms,updated_ms,seq,number,join_token) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+              "created_ms,updated_ms,seq,number,join_token,stall) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
       .Bind(j.id).Bind(j.name).Bind(j.state).Bind(j.attempt).Bind(j.restarts).Bind(j.reason).Bind(j.spec)
       .Bind(j.progress).Bind(j.worker_token).Bind(j.created_ms).Bind(j.updated_ms).Bind(j.seq)
-      .Bind(JobNumber(j.id)).Bind(j.join_token)
+      .Bind(JobNumber(j.id)).Bind(j.join_token).Bind(j.stall)
       .Run();
 }
 
@@ -310,7 +312,7 @@ StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
          "SELECT id,name,state,attempt,restarts,reason,spec,progress,worker_token,created_ms,updated_ms,seq,"
-         "join_token FROM jobs ORDER BY number");
+         "join_token,stall FROM jobs ORDER BY number");
   std::vector<JobRecord> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
@@ -329,6 +331,7 @@ StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
     j.updated_ms = s.Int(10);
     j.seq = s.Int(11);
     j.join_token = s.Text(12);
+    j.stall = s.Text(13);
     out.push_back(std::move(j));
   }
   return out;

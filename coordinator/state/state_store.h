@@ -39,6 +39,7 @@ struct JobRecord {
   std::string progress;     // serialized shardd.v1.Progress
   std::string worker_token; // the current attempt's token
   std::string join_token;   // launcher: external — what the user's workers join with
+  std::string stall;        // serialized shardd.v1.StallCause: the flight recorder's last account ("" = none)
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
   int64_t seq = 0;          // the newest event's number

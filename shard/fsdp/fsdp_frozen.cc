@@ -60,10 +60,10 @@ Status FsdpRuntime::GatherFrozenUnit(int u, std::vector<float>* out) {
     const int64_t words = x.quantized ? x.nf4.floats() * shard_size_ : (x.layout.padded + 1) / 2;
     ASSIGN_OR_RETURN(DeviceBuffer gathered, DeviceBuffer::Create(backend_, words));
     if (x.quantized)
-      return shard_comm_->AllGather(x.params.data(), gathered.data(), x.nf4.floats(), options_.comm)
+      return shard_comm_->AllGather(x.params.data(), gathered.data(), x.nf4.floats(), UnitOptions(u))
           .WithContext("export all-gather of NF4 unit " + std::to_string(u));
     return shard_comm_->AllGather(x.params.data(), gathered.data(), x.layout.shard_numel, options_.param_shard_dtype,
-                                  options_.comm)
+                                  UnitOptions(u))
         .WithContext("export all-gather of unit " + std::to_string(u));
   }
   out->resize(x.layout.numel);
@@ -71,7 +71,7 @@ Status FsdpRuntime::GatherFrozenUnit(int u, std::vector<float>* out) {
   if (x.quantized) {  // the dequantised base, as the model computes with it (fp32: no rounding)
     if (sharded()) {
       ASSIGN_OR_RETURN(DeviceBuffer records, DeviceBuffer::Create(backend_, x.nf4.floats() * shard_size_));
-      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), records.data(), x.nf4.floats(), options_.comm)
+      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), records.data(), x.nf4.floats(), UnitOptions(u))
                           .WithContext("export all-gather of NF4 unit " + std::to_string(u)));
       DecodeNf4(u, records.data(), full.data(), DType::kF32, DType::kF32);
     } else {
@@ -81,7 +81,7 @@ Status FsdpRuntime::GatherFrozenUnit(int u, std::vector<float>* out) {
     const DType dt = options_.param_shard_dtype;
     if (sharded()) {
       ASSIGN_OR_RETURN(DeviceBuffer lp, DeviceBuffer::Create(backend_, (x.layout.padded + 1) / 2));
-      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), lp.data(), x.layout.shard_numel, dt, options_.comm)
+      RETURN_IF_ERROR(shard_comm_->AllGather(x.params.data(), lp.data(), x.layout.shard_numel, dt, UnitOptions(u))
                           .WithContext("export all-gather of unit " + std::to_string(u)));
       backend_->CastToF32(lp.data(), full.data(), x.layout.padded, dt);
     } else {

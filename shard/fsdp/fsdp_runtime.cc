@@ -117,6 +117,12 @@ CommOptions FsdpRuntime::CallOptions(const BackendEvent& ready, int unit) const 
   return o;
 }
 
+CommOptions FsdpRuntime::UnitOptions(int unit) const {
+  CommOptions o = options_.comm;
+  o.unit = unit;
+  return o;
+}
+
 Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
   if (t == 0 || comm_->Done(t)) return comm_->Wait(t);
   auto t0 = std::chrono::steady_clock::now();
@@ -562,7 +568,7 @@ Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host
     send = staged.data();
   }
   ASSIGN_OR_RETURN(DeviceBuffer full, DeviceBuffer::Create(backend_, x.layout.padded));
-  RETURN_IF_ERROR(shard_comm_->AllGather(send, full.data(), x.layout.shard_numel, options_.comm)
+  RETURN_IF_ERROR(shard_comm_->AllGather(send, full.data(), x.layout.shard_numel, UnitOptions(u))
                       .WithContext("export all-gather of unit " + std::to_string(u)));
   if (out) backend_->CopyToHost(out->data(), full.data(), x.layout.numel * sizeof(float));
   return OkStatus();

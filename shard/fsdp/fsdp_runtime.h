@@ -272,6 +272,9 @@ class FsdpRuntime : public UnitAccess {
   // after the compute queued by the time the comm thread gets to it;
   // tagged with the unit for the flight recorder.
   CommOptions CallOptions(const BackendEvent& ready, int unit) const;
+  // options_.comm for a call on the caller's thread (export, checkpoint
+  // gathers): tagged with the unit for the flight recorder.
+  CommOptions UnitOptions(int unit) const;
   Status WaitTicket(CommThread::Ticket t);
   void FreeFull(int u);
   void Track(int64_t delta_bytes);

@@ -17,10 +17,13 @@ workers keep training and are adopted). At the end the soak checks that
   * no worker the soak saw (a frozen one included) outlives the job;
 
 and prints its figures. The full soak (docs/chaos.md) is --kills 100; CI runs
---kills 10 (ctest -R e2e_chaos_soak). --memory-every M adds the memory
-checkpoint tier (checkpoint.memory.every_steps M, in /dev/shm): resumes then
-come from memory steps too, every check above covers both tiers, and the
-job's tmpfs folder must be gone once it has ended.
+--kills 10 --memory-every 3 (ctest -R e2e_chaos_soak). --memory-every M adds
+the memory checkpoint tier (checkpoint.memory.every_steps M, in /dev/shm):
+every check above covers both tiers, the job's tmpfs folder must be gone once
+it has ended, and the worker SIGKILLs alternate between the tiers: each is
+paced by the step gate to land after a step committed in its tier and before
+the next commit (of either tier), and the next attempt must resume from that
+very step and tier ("resumed from step 33 (memory)").
 
 usage: SHARDD_BIN_DIR=build SHARDD_SOURCE_DIR=. chaos_soak.py
            [--kills N] [--steps S] [--seed X] [--world W] [--every E] [--memory-every M] [--keep]
@@ -55,12 +58,14 @@ class Cluster:
         self.log = os.path.join(tmp, "shardd.log")
         self.proc, self.addr, self.port = None, "", 0
         self.gate = os.path.join(tmp, "step_gate")
+        self.gate_at = 0
         self.open_gate(1 << 40)
         self.env = dict(os.environ, SHARDD_WORKER_BIN=os.path.join(bin_dir, "worker", "shardd-worker"),
                         SHARDD_NUM_THREADS="1", SHARDD_STEP_GATE=self.gate)
 
     def open_gate(self, step):
         """Lets the workers start steps up to `step` (atomically replaced)."""
+        self.gate_at = step
         with open(self.gate + ".tmp", "w") as f:
             f.write(f"{step}\n")
         os.replace(self.gate + ".tmp", self.gate)
@@ -183,8 +188,31 @@ def wait_until(limit_s, pred, what):
     raise SoakFailure(f"timed out after {limit_s} s waiting for {what}")
 
 
-def disrupt(c, job, rng, counts, seen, stopped, a, kills):
-    """One random disruption of a RUNNING job; returns once it is recovering."""
+def commit_tier(a, s):
+    """The tier step s is committed in: "disk", "memory", "both" or None."""
+    memory = bool(a.memory_every) and s % a.memory_every == 0
+    if s % a.every == 0:
+        return "both" if memory else "disk"
+    return "memory" if memory else None
+
+
+def tier_kill_window(a, lo, tier):
+    """The first step >= lo committed in `tier` alone (not a step of both),
+    and the last step before the next commit of either tier: a kill while the
+    gate holds the job in between resumes from exactly that step and tier."""
+    s = lo
+    while commit_tier(a, s) != tier:
+        s += 1
+    end = s + 1
+    while commit_tier(a, end) is None:
+        end += 1
+    return s, end - 1
+
+
+def disrupt(c, job, rng, counts, seen, stopped, a, kills, expected):
+    """One random disruption of a RUNNING job; returns once it is recovering.
+    With the memory tier, a worker SIGKILL aimed at a tier (alternately memory
+    and disk) appends (step, tier) to `expected`: the resume it must cause."""
     js = wait_until(180, lambda: (lambda j: j if j.get("state") in ("RUNNING", "SUCCEEDED", "FAILED") else None)(
         c.status(job)), f"job {job} to run again after {kills} disruptions")
     if js["state"] != "RUNNING":
@@ -198,14 +226,28 @@ def disrupt(c, job, rng, counts, seen, stopped, a, kills):
     # wait at the gate). Paced by the job's progress, not the machine's speed:
     # a fast machine cannot finish the job before the schedule does.
     cap = max(1, (a.steps - base - 4 * a.every - 20) // (a.kills - kills))
-    target = base + rng.randint(1, cap)
-    c.open_gate(target + rng.randint(0, 5))
+    kind = rng.random()
+    if a.memory_every and kills == a.kills - 1 and not any(t == "memory" for _, t in expected):
+        kind = 0.5  # the last disruption: a worker SIGKILL after a memory step, if none landed yet
+    aimed = None
+    if a.memory_every and 0.25 <= kind < 0.85:
+        # Past the gate the previous disruption opened too: the resumed job
+        # may still be training up to it.
+        memory_done = any(t == "memory" for _, t in expected)
+        aimed = "disk" if memory_done and counts["worker SIGKILL"] % 2 else "memory"
+        target, last = tier_kill_window(a, max(base, c.gate_at) + rng.randint(1, cap), aimed)
+        c.open_gate(rng.randint(target, last))
+    else:
+        target = base + rng.randint(1, cap)
+        c.open_gate(target + rng.randint(0, 5))
     js = wait_until(180, lambda: (lambda j: j if step_of(j) >= target or j.get("state") != "RUNNING" else None)(
         c.status(job)), f"job {job} to reach step {target}")
+    if aimed:  # its commit may still be on its way (async saves)
+        wait_until(60, lambda: (lambda j: int(j.get("progress", {}).get("last_committed_step", -1)) >= target or
+                                j.get("state") != "RUNNING")(c.status(job)), f"job {job} to commit step {target}")
     time.sleep(rng.uniform(0, 0.2))
     js = c.status(job) or js
     step = step_of(js)
-    kind = rng.random()
     now = datetime.now().strftime("%H:%M:%S.%f")[:-3]
     if kind < 0.25:
         pause = rng.uniform(0, 1.5)
@@ -222,8 +264,10 @@ def disrupt(c, job, rng, counts, seen, stopped, a, kills):
     seen.update(pids)
     pid = rng.choice(pids)
     stop = kind >= 0.85
-    print(f"{now} [{kills}] step ~{step} attempt {attempt}: {'SIGSTOP' if stop else 'SIGKILL'} worker pid {pid}",
-          flush=True)
+    print(f"{now} [{kills}] step ~{step} attempt {attempt}: {'SIGSTOP' if stop else 'SIGKILL'} worker pid {pid}" +
+          (f" (after {aimed} step {target})" if aimed else ""), flush=True)
+    if aimed:
+        expected.append((target, aimed))
     os.kill(pid, signal.SIGSTOP if stop else signal.SIGKILL)
     (stopped.append(pid) if stop else None)
     counts["worker SIGSTOP" if stop else "worker SIGKILL"] += 1
@@ -293,9 +337,9 @@ def soak(c, a, rng):
     c.open_gate(0)  # the soak job waits at its first step until disrupt() opens the gate
     job = c.ctl("submit", write_job(c.tmp, "soak", a.steps, a.world, a.every, a.memory_every, a.memory_root)).strip()
     counts = {"worker SIGKILL": 0, "coordinator SIGKILL": 0, "worker SIGSTOP": 0}
-    seen, stopped, kills = set(), [], 0
+    seen, stopped, kills, expected = set(), [], 0, []
     while kills < a.kills:
-        if disrupt(c, job, rng, counts, seen, stopped, a, kills) is not False:
+        if disrupt(c, job, rng, counts, seen, stopped, a, kills, expected) is not False:
             kills += 1
     c.open_gate(1 << 40)
     c.ctl("watch", job, check=False)
@@ -319,6 +363,13 @@ def soak(c, a, rng):
         problems.append(f"the ended job's memory tier is still there: {memory_left}")
     resumes = [ln for ln in open(c.log, errors="replace") if f"job {job} [" in ln and "resumed: resumed from" in ln]
     from_memory = sum(1 for ln in resumes if "(memory)" in ln)
+    said = {(int(m.group(1)), m.group(2)) for m in
+            (re.search(r"resumed from step (\d+) \((\w+)\)", ln) for ln in resumes) if m}
+    missed = [f"step {s} ({t})" for s, t in expected if (s, t) not in said]
+    if missed:
+        problems.append(f"worker kills after {', '.join(missed)} were not resumed from that step and tier")
+    if a.memory_every and not any(t == "memory" for _, t in expected):
+        problems.append("no worker SIGKILL landed after a memory step (raise --kills or change --seed)")
     ref_loss = {r["step"]: r["loss"] for r in map(json.loads, c.ctl("metrics", ref, "--json").splitlines())}
     for r in map(json.loads, c.ctl("metrics", job, "--json").splitlines()):
         if ref_loss.get(r["step"]) != r["loss"]:
@@ -330,6 +381,7 @@ def soak(c, a, rng):
   attempts:             {attempts} ({attempts - 1} restarts)
   coordinator restarts: {counts['coordinator SIGKILL']}
   resumes:              {events} resumed events ({from_memory} from a memory step), {ranks} rank resumes; {len(resume_problems)} of an uncommitted step ({commits} steps committed)
+  aimed kills:          {len(expected)} ({sum(t == 'memory' for _, t in expected)} after a memory step, {sum(t == 'disk' for _, t in expected)} after a disk step; {len(missed)} resumed elsewhere)
   commits without event: {len(unlogged)} {unlogged[:10]} (COMMITTED on disk, no checkpoint_committed event)
   steps:                {a.steps} (uninterrupted run {ref_s:.0f} s)
   wall time:            {wall:.0f} s

@@ -124,5 +124,32 @@ TEST(HealthMonitorTest, TheFirstBadRankIsNamed) {
   EXPECT_FALSE(Has(bad, "rank 2")) << bad;
 }
 
+TEST(HealthMonitorTest, AHangIsBlamedOnTheRanksTheOthersWaitFor) {
+  HealthLimits l = Limits();
+  l.hang_timeout_s = 60;
+  std::vector<RankHealth> ranks = {Healthy(0), Healthy(1), Healthy(2)};
+  for (RankHealth& r : ranks) r.last_heartbeat_ms = At(70);
+  ranks[1].last_progress_ms = At(-2);  // its last step ended a little earlier
+  ranks[1].step = 6;
+  const HealthFinding first = FindHealthProblem(ranks, l, At(70));
+  ASSERT_EQ(first.problem, HealthProblem::kHung);
+  EXPECT_EQ(first.rank, 0) << "the first rank checked";
+
+  const HealthFinding blamed = BlameHang(first, ranks, l, At(70), {1});
+  EXPECT_EQ(blamed.rank, 1);
+  EXPECT_EQ(blamed.reason,
+            "rank 1 is alive but made no progress for 72.0 s at step 6 (hang limit 60.0 s); the other ranks wait "
+            "for it in a collective");
+  EXPECT_EQ(BlameHang(first, ranks, l, At(70), {1, 2}).reason.rfind("ranks 1,2 are alive but made no progress for "
+                                                                    "72.0 s at step 6",
+                                                                    0),
+            0u);
+  EXPECT_EQ(BlameHang(first, ranks, l, At(70), {}).reason, first.reason) << "no diagnosis: as found";
+  ranks[1].done = true;
+  EXPECT_EQ(BlameHang(first, ranks, l, At(70), {1}).reason, first.reason) << "a finished rank is not blamed";
+  const HealthFinding silent{HealthProblem::kSilent, 0, "rank 0 missed its heartbeat deadline"};
+  EXPECT_EQ(BlameHang(silent, ranks, l, At(70), {2}).reason, silent.reason) << "only a hang is restated";
+}
+
 }  // namespace
 }  // namespace shardd

@@ -132,6 +132,23 @@ TEST(StallDiagnosisTest, NothingReportedIsNothingToSay) {
   EXPECT_EQ(DiagnoseStall(StallInput{}), "");
 }
 
+TEST(StallDiagnosisTest, TheStalledRanksAreTheLiveOnesThatNeverEntered) {
+  EXPECT_EQ(StalledRanks(RankTwoStalled(false)), std::vector<int>{2});
+  EXPECT_EQ(StalledRanks(RankTwoStalled(true)), std::vector<int>{2});
+  StallInput dead = RankTwoStalled(false);
+  dead.ranks[2].dead = true;
+  EXPECT_TRUE(StalledRanks(dead).empty()) << "a dead rank is not a hang's culprit";
+  EXPECT_TRUE(StalledRanks(Ranks(std::vector<std::vector<CollectiveSeen>>(4, {C(4121, "all_gather", 17, 62'000)})))
+                  .empty())
+      << "every rank inside: nobody to blame";
+  EXPECT_TRUE(StalledRanks(Ranks({{C(40, "all_reduce", -1, 12'500, 12'000)}, {C(39, "reduce_scatter", 5, 14'000, 13'000)}}))
+                  .empty())
+      << "outside collectives";
+  EXPECT_TRUE(StalledRanks(Ranks({{C(41, "all_gather", 3, 5'000)}, {C(41, "all_reduce", -1, 5'000)}})).empty())
+      << "a desync";
+  EXPECT_TRUE(StalledRanks(Ranks({{}, {}})).empty());
+}
+
 TEST(StallDiagnosisTest, RankListsUseRangesForRunsOfThree) {
   EXPECT_EQ(RankList({3, 0, 1}), "0,1,3");
   EXPECT_EQ(RankList({0, 1, 2, 3, 4, 5, 7}), "0-5,7");

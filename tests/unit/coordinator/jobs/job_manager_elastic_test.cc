@@ -182,6 +182,46 @@ TEST_F(ElasticJobTest, StandbyWorkersGrowTheJobBackAtTheNextCommit) {
   EXPECT_EQ(s.state(), v1::LAUNCHING) << s.reason();
 }
 
+TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
+  // Grown back to 4 (as above): host b's standby workers join and register
+  // at once; host a's, restarted when the shrunk attempt ended, join but
+  // are still starting up past restart.elastic_wait_s. They are coming, not
+  // lost: the attempt must not shrink to b's ranks.
+  const std::string id = LoseHostB();
+  Advance(6);
+  HeartbeatRanks(id, {0, 1});
+  manager_->Tick();
+  manager_->Tick();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
+  for (int r = 2; r < 4; ++r) ASSERT_FALSE(Join(id, r, "b").ok());
+  ASSERT_TRUE(CommitTwoRanks(id, 5).ok());
+  manager_->Tick();
+  ASSERT_EQ(Get(id).attempt(), 4);
+  ASSERT_EQ(Get(id).attempt_world_size(), 4);
+  for (int r = 2; r < 4; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "b").ok());
+  std::vector<v1::JoinResponse> joined;
+  for (int r = 0; r < 2; ++r) {
+    auto j = Join(id, r, "a");
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    joined.push_back(*j);
+  }
+  Advance(6);
+  HeartbeatRanks(id, {2, 3});
+  manager_->Tick();
+  v1::JobStatus s = Get(id);
+  ASSERT_EQ(s.state(), v1::LAUNCHING) << s.reason();
+  EXPECT_EQ(s.attempt(), 4);
+  EXPECT_EQ(EventsOf(id, "elastic_shrink").size(), 1u) << "only host b's loss shrank the job";
+  for (const v1::JoinResponse& j : joined) {
+    v1::RegisterRequest req;
+    *req.mutable_id() = Worker(id, j.attempt(), j.rank());
+    req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    req.set_hostname("a");
+    ASSERT_TRUE(manager_->Register(req, j.token()).ok());
+  }
+  EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
+}
+
 TEST_F(ElasticJobTest, StandbyWorkersThatStoppedAskingAreNotCounted) {
   const std::string id = LoseHostB();
   Advance(6);

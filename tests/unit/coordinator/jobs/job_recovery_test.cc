@@ -2,7 +2,8 @@
 // over the same store. A running attempt is adopted (the launcher watches its
 // pids again, its ranks get a heartbeat deadline); a spec that no longer
 // parses, or a launcher this coordinator lacks, fails the job with the reason;
-// a read-only view changes nothing; numbering continues after the stored jobs.
+// a read-only view changes nothing; numbering continues after the stored jobs;
+// the flight recorder's last account of a stall (JobStatus.stall) comes back.
 #include "coordinator/jobs/job_recovery.h"
 
 #include <gtest/gtest.h>
@@ -54,6 +55,30 @@ TEST_F(JobRecoveryTest, ARunningAttemptIsAdopted) {
   EXPECT_EQ(Events(id).back().kind, "adopting");
   auto lock = table_->Lock();
   EXPECT_EQ(table_->NewJobId("tiny"), "tiny-2");
+}
+
+TEST_F(JobRecoveryTest, TheLastStallsAccountSurvivesARestart) {
+  const std::string id = StoredRunning();
+  {
+    auto lock = table_->Lock();
+    Job& j = **table_->Find(id);
+    // As ExplainStall leaves it: the account, then its event (one transaction).
+    j.stall.set_text("ranks 0 waited 62 s in all_gather #41 (unit 3); rank 1 never entered it");
+    j.stall.set_attempt(1);
+    j.stall.set_unix_ms(now_ms_);
+    j.stall.set_trigger("hang");
+    table_->Emit(j, "stall_cause", j.stall.text());
+  }
+  now_ms_ += 60000;
+  ASSERT_TRUE(Restart().ok());
+  Job* j = Find(id);
+  ASSERT_NE(j, nullptr);
+  auto lock = table_->Lock();
+  const v1::JobStatus st = table_->StatusOf(*j);
+  ASSERT_TRUE(st.has_stall()) << "shardctl status lost the stall with the coordinator";
+  EXPECT_EQ(st.stall().text(), "ranks 0 waited 62 s in all_gather #41 (unit 3); rank 1 never entered it");
+  EXPECT_EQ(st.stall().attempt(), 1);
+  EXPECT_EQ(st.stall().trigger(), "hang");
 }
 
 TEST_F(JobRecoveryTest, ASpecThatNoLongerParsesFailsTheJob) {

@@ -100,6 +100,10 @@ TEST_F(StallExplainerTest, AHangNamesTheRankOutsideTheCollectiveBeforeTheRestart
     }
   }
   ASSERT_EQ(j->state, v1::RESTARTING) << j->reason;
+  // The failure reason blames the rank the others wait for, as the stall
+  // cause does, not rank 0 (the first rank the watchdog checks).
+  EXPECT_EQ(j->reason.rfind("rank 1 is alive but made no progress for ", 0), 0u) << j->reason;
+  EXPECT_NE(j->reason.find("the other ranks wait for it in a collective"), std::string::npos) << j->reason;
   const auto stall = Kind(j->id, "stall_cause");
   ASSERT_EQ(stall.size(), 1u);
   EXPECT_EQ(stall[0].message,

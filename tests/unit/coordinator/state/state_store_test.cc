@@ -61,6 +61,7 @@ void ExpectSameJob(const JobRecord& a, const JobRecord& b) {
   EXPECT_EQ(a.created_ms, b.created_ms);
   EXPECT_EQ(a.updated_ms, b.updated_ms);
   EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.stall, b.stall);
 }
 
 TEST_F(StateStoreTest, JobsRoundTripReplaceAndComeBackInNumberOrder) {
@@ -269,6 +270,7 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
   }
   JobRecord job = Job("tiny-4");
   job.join_token = "feedface";
+  job.stall = std::string("\x0a\x04rank\x00\x10\x02", 9);  // a blob, with a NUL inside
   for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
     auto s = Open();
     ASSERT_NE(s, nullptr);
@@ -296,6 +298,7 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
     ASSERT_EQ(jobs->size(), 1u);
     ExpectSameJob((*jobs)[0], job);
     EXPECT_EQ((*jobs)[0].join_token, "feedface");
+    EXPECT_EQ((*jobs)[0].stall, job.stall) << "the stall column, added to an older database";
   }
 }
 
