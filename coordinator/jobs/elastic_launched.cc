@@ -98,6 +98,39 @@ bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle*
   return true;
 }
 
+bool WantsCapacityBeforeLaunch(const Job& j) {
+  return Launched(j) && j.state == v1::RESTARTING && j.attempt > 0 && j.launcher->SizesRestartsBeforeLaunch();
+}
+
+int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table) {
+  NoteCapacity(j, ranks, now);
+  const int full = j.config.parallel.world_size;
+  const int planned = j.next_world > 0 && j.next_world < full ? j.next_world : full;
+  auto refuse = [&](const std::string& why) {
+    if (j.elastic_refused_attempt != j.attempt) {
+      j.elastic_refused_attempt = j.attempt;
+      table->Emit(j, "elastic_refused",
+                  "cannot size the restart: " + why + "; launching on " + std::to_string(planned) + " rank(s)");
+    }
+    return planned;
+  };
+  if (j.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
+  if (j.capacity_ranks == planned) return planned;
+  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
+  if (d.world > 0 && d.world < planned && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
+    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  if (d.world == 0) return j.capacity_ranks < planned ? refuse(Placeable(j) + ": " + d.refusal) : planned;
+  if (d.world == planned) return planned;
+  const bool grow = d.world > planned;
+  table->Emit(j, grow ? "elastic_grow" : "elastic_shrink",
+              (grow ? "growing back to " : "continuing on ") + std::to_string(d.world) + " of " +
+                  std::to_string(full) + " ranks at the restart: " + Placeable(j) + "; " +
+                  MicroBatchChange(j, planned, d.world));
+  j.next_world = d.world < full ? d.world : 0;
+  return d.world;
+}
+
 bool MaybeGrowLaunched(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
   const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
   if (!Launched(j) || j.state != v1::RUNNING || world >= full) return false;

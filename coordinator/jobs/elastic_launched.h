@@ -13,6 +13,10 @@
 //           free places cover (shard::DecideElasticWorld), planner-checked
 //           like an external shrink (ControlLoop::CheckElasticFit). Not
 //           charged as a restart.
+//   size    a launcher that can tell before launching (SizesRestartsBefore-
+//           Launch: the local launcher, whose GPUs may be gone) is asked
+//           before every restart of an elastic job; the restart launches at
+//           the largest allowed W' its count covers (shrunk, or grown back).
 //   grow    a shrunk attempt whose launcher could place a larger allowed
 //           world (its own places counted as free: they are released first)
 //           ends at the next committed checkpoint, and the next one runs on it.
@@ -46,6 +50,15 @@ void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now);
 // run on all its ranks within elastic_wait_s of its start and the launcher
 // can place fewer. True when it ended the attempt.
 bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts);
+
+// Before a restart's launch (RESTARTING, off the lock: the control loop asks
+// the launcher): whether to ask, and with what. The request carries what the
+// launch would (the placement's CUDA_VISIBLE_DEVICES: AddEnv fills it).
+bool WantsCapacityBeforeLaunch(const Job& j);
+// Records the answer and sets the restart's size (j.next_world) by it, with
+// an elastic_shrink / elastic_grow / elastic_refused event. Returns the world
+// the restart will launch at.
+int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table);
 
 // After the commit of `step`: grows a shrunk launcher-managed job back when
 // its launcher can place more. True when it ended the attempt.
