@@ -179,8 +179,7 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
     plan.config.model.from_hf = internal::Resolve(j.spec.workdir(), plan.config.model.from_hf);
   if (elastic::WantsCapacityBeforeLaunch(j)) {
     plan.capacity_launcher = j.launcher;
-    plan.capacity_req = elastic::CapacityRequest(j);
-    sched_->AddPlacementEnv(j, &plan.capacity_req);
+    plan.capacity_req = elastic::CapacityRequest(j, table_->allocator());
   }
   if (!opts_.allowed_roots.empty()) {
     plan.src = j.spec.source_path().empty() ? "job.yaml" : j.spec.source_path();

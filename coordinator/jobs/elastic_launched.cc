@@ -5,6 +5,7 @@
 
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_resize.h"
+#include "coordinator/sched/host_capacity.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
@@ -39,13 +40,15 @@ std::string Placeable(const Job& j) {
 
 bool WantsCapacity(const Job& j, int64_t now) { return Launched(j) && (ShrinkDue(j, now) || Shrunk(j)); }
 
-LaunchRequest CapacityRequest(const Job& j) {
+LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc) {
   LaunchRequest req;
   req.job_id = j.id;
   req.attempt = j.attempt;
   req.world = j.config.parallel.world_size;
   req.job_name = j.config.name;
   req.resources = j.config.resources;
+  if (const sched::Placement* p = alloc && j.placed && j.demand ? alloc->HeldBy(j.id) : nullptr)
+    for (const auto& [k, v] : sched::PlacementEnv(*p, *j.demand, j.config.parallel.world_size)) req.env[k] = v;
   return req;
 }
 

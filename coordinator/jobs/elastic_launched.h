@@ -30,6 +30,7 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_table.h"
+#include "coordinator/sched/host_allocator.h"
 
 namespace shardd::elastic {
 
@@ -41,8 +42,10 @@ inline constexpr int64_t kCapacityFreshMs = 15000;
 // a restart waiting past elastic_wait_s, or an attempt running shrunk.
 bool WantsCapacity(const Job& j, int64_t now);
 // What Capacity() is asked: the full world in the job's own shape, its
-// current attempt's places counted as free.
-LaunchRequest CapacityRequest(const Job& j);
+// current attempt's places counted as free, and the environment its
+// placement on this host gives a launch (the local launcher's GPUs; alloc
+// null or the job not placed: none).
+LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc);
 // Records the answer.
 void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now);
 

@@ -81,6 +81,12 @@ TEST_F(ElasticLocalTest, RestartRunsOnTheGpusStillThereAndGrowsBackWhenTheyRetur
   EXPECT_EQ(shrinks[0].message(),
             "continuing on 3 of 4 ranks at the restart: 3 of 4 ranks placeable (local launcher); micro-batches per "
             "step 3 → 4 (global batch 12 kept)");
+  // Running shrunk, the launcher is asked each Tick with the job's devices
+  // (what a grow at a commit needs, a restarted coordinator's question too).
+  manager_->Tick();
+  ASSERT_EQ(launcher_.capacity_asks.size(), 2u);
+  EXPECT_EQ(launcher_.capacity_asks[1].attempt, 2);
+  EXPECT_EQ(launcher_.capacity_asks[1].env.at("CUDA_VISIBLE_DEVICES"), "0,1,2,3");
 
   // Only 1 left: below min_world_size, the restart keeps its size and says why once.
   launcher_.capacity = 1;
