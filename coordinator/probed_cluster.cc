@@ -40,6 +40,15 @@ int ProbedLocalGpuCount(const std::string& worker_bin, std::string* why) {
   return static_cast<int>(probe->size());
 }
 
+shard::StatusOr<std::vector<std::string>> ProbedLocalGpuIds(const std::string& worker_bin, bool fresh) {
+  shard::StatusOr<std::vector<shard::plan::ProbedGpu>> probe =
+      fresh ? RunProbe(worker_bin) : CachedProbe(worker_bin);
+  if (!probe.ok()) return probe.status();
+  std::vector<std::string> ids;
+  for (const shard::plan::ProbedGpu& g : *probe) ids.push_back(g.pci_bus_id);
+  return ids;
+}
+
 std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
                                                            const std::string& worker_bin, std::string* why) {
   const auto& probe = CachedProbe(worker_bin);

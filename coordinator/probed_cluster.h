@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shard/plan/hardware.h"
 
@@ -18,6 +19,11 @@ namespace shardd {
 // How many GPUs the probe saw (0 with *why set when none or it failed): the
 // local scheduler's GPU capacity when --gpus is not given.
 int ProbedLocalGpuCount(const std::string& worker_bin, std::string* why);
+
+// The GPUs by PCI bus id, in CUDA ordinal order: the probe made once per
+// process (fresh = false: the coordinator's start), or a new one (fresh:
+// which are still here; the local launcher's elastic restarts).
+shard::StatusOr<std::vector<std::string>> ProbedLocalGpuIds(const std::string& worker_bin, bool fresh);
 
 std::optional<shard::plan::ClusterSpec> ProbedLocalCluster(const shard::plan::HardwareCatalog& catalog,
                                                            const std::string& worker_bin, std::string* why);

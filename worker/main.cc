@@ -48,6 +48,7 @@ std::string ProbedGpusJson(const shard::HardwareProbe& hw) {
     shard::plan::ProbedGpu p;
     p.name = g.name;
     p.memory_gib = static_cast<double>(g.total_bytes) / (1024.0 * 1024.0 * 1024.0);
+    p.pci_bus_id = g.pci_bus_id;
     for (const shard::PeerLink& l : hw.links)
       if (l.a == g.index && l.kind == "nvlink") p.nvlink_to_peers = true;
     gpus.push_back(p);

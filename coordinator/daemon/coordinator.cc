@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <tuple>
@@ -176,10 +177,20 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   }
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(state_dir));
   ASSIGN_OR_RETURN(c->token_, LoadOrCreateAdminToken(state_dir));
-  c->launcher_ = std::make_unique<LocalLauncher>();
+  ASSIGN_OR_RETURN(JobManagerOptions jo, JobOptions(opts, state_dir));
+  // Which of a job's GPUs are left at a restart: the devices at start (PCI
+  // ids by ordinal) against a fresh probe, at most every 10 s.
+  const std::string worker_bin = jo.worker_bin;
+  c->launcher_ = std::make_unique<LocalLauncher>(std::make_unique<LocalGpuWatch>(
+      opts.read_only ? shard::StatusOr<std::vector<std::string>>(shard::Unavailable("read-only: launches nothing"))
+                     : ProbedLocalGpuIds(worker_bin, /*fresh=*/false), [worker_bin] { return ProbedLocalGpuIds(worker_bin, true); },
+      [] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+      }));
   c->slurm_ = std::make_unique<SlurmLauncher>();
   c->kubernetes_ = std::make_unique<KubernetesLauncher>(KubernetesOptions(opts));
-  ASSIGN_OR_RETURN(JobManagerOptions jo, JobOptions(opts, state_dir));
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
   c->jobs_->AddLauncher(c->slurm_.get());
   c->jobs_->AddLauncher(c->kubernetes_.get());

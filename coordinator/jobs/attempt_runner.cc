@@ -51,7 +51,8 @@ LauncherView AttemptRunner::Observe(int64_t now) {
       if (IsActive(j) && j.attempt > 0 && j.attempt != j.draining_attempt)
         running_q.emplace_back(j.launcher, j.id, j.attempt);
       if (j.state == v1::LAUNCHING) pending_q.emplace_back(j.launcher, j.id, j.attempt);
-      if (elastic::WantsCapacity(j, now)) capacity_q.emplace_back(j.launcher, elastic::CapacityRequest(j));
+      if (elastic::WantsCapacity(j, now))
+        capacity_q.emplace_back(j.launcher, elastic::CapacityRequest(j, table_->allocator()));
     }
   }
   LauncherView view;

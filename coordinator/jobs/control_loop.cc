@@ -178,11 +178,13 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
-  if (j.next_world > 0) {
-    plan.world = j.next_world;
-    plan.config = j.config;
-    if (!plan.config.model.from_hf.empty())
-      plan.config.model.from_hf = internal::Resolve(j.spec.workdir(), plan.config.model.from_hf);
+  if (j.next_world > 0) plan.world = j.next_world;
+  plan.config = j.config;
+  if (!plan.config.model.from_hf.empty())
+    plan.config.model.from_hf = internal::Resolve(j.spec.workdir(), plan.config.model.from_hf);
+  if (elastic::WantsCapacityBeforeLaunch(j)) {
+    plan.capacity_launcher = j.launcher;
+    plan.capacity_req = elastic::CapacityRequest(j, table_->allocator());
   }
   if (!opts_.allowed_roots.empty()) {
     plan.src = j.spec.source_path().empty() ? "job.yaml" : j.spec.source_path();
@@ -193,7 +195,7 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   return plan;
 }
 
-void ControlLoop::RunLaunch(const LaunchPlan& plan) {
+void ControlLoop::RunLaunch(LaunchPlan plan) {
   // Paths are judged where they lead now, not where they led at submission.
   if (Status st = CheckConfined(plan.src, plan.workdir, plan.confine, opts_.allowed_roots); !st.ok()) {
     auto lock = table_->Lock();
@@ -203,6 +205,17 @@ void ControlLoop::RunLaunch(const LaunchPlan& plan) {
     if (j.attempt == plan.prev_attempt && (j.state == v1::QUEUED || j.state == v1::RESTARTING))
       attempts_->Fail(j, st.message() + " (checked again at launch; was a symlink made after submission?)", false);
     return;
+  }
+  if (plan.capacity_launcher) {
+    // Off the lock: the launcher may probe its devices (a CUDA start).
+    const StatusOr<int> capacity = plan.capacity_launcher->Capacity(plan.capacity_req);
+    auto lock = table_->Lock();
+    auto it = table_->jobs().find(plan.job_id);
+    if (it == table_->jobs().end()) return;
+    Job& j = *it->second;
+    if (j.attempt != plan.prev_attempt || j.state != v1::RESTARTING) return;
+    const int world = elastic::SizeRestart(j, capacity, opts_.now_ms(), table_);
+    plan.world = world < j.config.parallel.world_size ? world : 0;
   }
   if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;

@@ -49,6 +49,10 @@ struct LaunchPlan {
   // (model.from_hf against the workdir). 0 = all ranks.
   int world = 0;
   shard::JobConfig config;
+  // An elastic restart sized by its launcher first (elastic_launched.h
+  // SizeRestart): asked off the lock, with what the launch would carry.
+  Launcher* capacity_launcher = nullptr;
+  LaunchRequest capacity_req;
 };
 
 class ControlLoop {
@@ -72,7 +76,7 @@ class ControlLoop {
   void CheckRunning(Job& j, const LauncherView& view, int64_t now);
   LaunchPlan PlanLaunch(const Job& j) const;
   // Resolves the resume point, starts the attempt and launches it (takes the lock itself).
-  void RunLaunch(const LaunchPlan& plan);
+  void RunLaunch(LaunchPlan plan);
   // An elastic attempt's size through the planner (off the lock); a refusal
   // sends the attempt back to full size, said as an event.
   void CheckElasticFit(const LaunchPlan& plan);

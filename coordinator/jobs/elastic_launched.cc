@@ -5,6 +5,7 @@
 
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_resize.h"
+#include "coordinator/sched/host_capacity.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
@@ -39,13 +40,15 @@ std::string Placeable(const Job& j) {
 
 bool WantsCapacity(const Job& j, int64_t now) { return Launched(j) && (ShrinkDue(j, now) || Shrunk(j)); }
 
-LaunchRequest CapacityRequest(const Job& j) {
+LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc) {
   LaunchRequest req;
   req.job_id = j.id;
   req.attempt = j.attempt;
   req.world = j.config.parallel.world_size;
   req.job_name = j.config.name;
   req.resources = j.config.resources;
+  if (const sched::Placement* p = alloc && j.placed && j.demand ? alloc->HeldBy(j.id) : nullptr)
+    for (const auto& [k, v] : sched::PlacementEnv(*p, *j.demand, j.config.parallel.world_size)) req.env[k] = v;
   return req;
 }
 
@@ -96,6 +99,39 @@ bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle*
   attempts->Resize(j, d.world, "elastic_shrink",
                    DescribeLaunchedShrink(j, d.world, (now - j.attempt_began_ms) / 1000.0));
   return true;
+}
+
+bool WantsCapacityBeforeLaunch(const Job& j) {
+  return Launched(j) && j.state == v1::RESTARTING && j.attempt > 0 && j.launcher->SizesRestartsBeforeLaunch();
+}
+
+int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table) {
+  NoteCapacity(j, ranks, now);
+  const int full = j.config.parallel.world_size;
+  const int planned = j.next_world > 0 && j.next_world < full ? j.next_world : full;
+  auto refuse = [&](const std::string& why) {
+    if (j.elastic_refused_attempt != j.attempt) {
+      j.elastic_refused_attempt = j.attempt;
+      table->Emit(j, "elastic_refused",
+                  "cannot size the restart: " + why + "; launching on " + std::to_string(planned) + " rank(s)");
+    }
+    return planned;
+  };
+  if (j.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
+  if (j.capacity_ranks == planned) return planned;
+  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
+  if (d.world > 0 && d.world < planned && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
+    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  if (d.world == 0) return j.capacity_ranks < planned ? refuse(Placeable(j) + ": " + d.refusal) : planned;
+  if (d.world == planned) return planned;
+  const bool grow = d.world > planned;
+  table->Emit(j, grow ? "elastic_grow" : "elastic_shrink",
+              (grow ? "growing back to " : "continuing on ") + std::to_string(d.world) + " of " +
+                  std::to_string(full) + " ranks at the restart: " + Placeable(j) + "; " +
+                  MicroBatchChange(j, planned, d.world));
+  j.next_world = d.world < full ? d.world : 0;
+  return d.world;
 }
 
 bool MaybeGrowLaunched(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {

@@ -13,6 +13,10 @@
 //           free places cover (shard::DecideElasticWorld), planner-checked
 //           like an external shrink (ControlLoop::CheckElasticFit). Not
 //           charged as a restart.
+//   size    a launcher that can tell before launching (SizesRestartsBefore-
+//           Launch: the local launcher, whose GPUs may be gone) is asked
+//           before every restart of an elastic job; the restart launches at
+//           the largest allowed W' its count covers (shrunk, or grown back).
 //   grow    a shrunk attempt whose launcher could place a larger allowed
 //           world (its own places counted as free: they are released first)
 //           ends at the next committed checkpoint, and the next one runs on it.
@@ -26,6 +30,7 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_table.h"
+#include "coordinator/sched/host_allocator.h"
 
 namespace shardd::elastic {
 
@@ -37,8 +42,10 @@ inline constexpr int64_t kCapacityFreshMs = 15000;
 // a restart waiting past elastic_wait_s, or an attempt running shrunk.
 bool WantsCapacity(const Job& j, int64_t now);
 // What Capacity() is asked: the full world in the job's own shape, its
-// current attempt's places counted as free.
-LaunchRequest CapacityRequest(const Job& j);
+// current attempt's places counted as free, and the environment its
+// placement on this host gives a launch (the local launcher's GPUs; alloc
+// null or the job not placed: none).
+LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc);
 // Records the answer.
 void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now);
 
@@ -46,6 +53,15 @@ void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now);
 // run on all its ranks within elastic_wait_s of its start and the launcher
 // can place fewer. True when it ended the attempt.
 bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts);
+
+// Before a restart's launch (RESTARTING, off the lock: the control loop asks
+// the launcher): whether to ask, and with what. The request carries what the
+// launch would (the placement's CUDA_VISIBLE_DEVICES: AddEnv fills it).
+bool WantsCapacityBeforeLaunch(const Job& j);
+// Records the answer and sets the restart's size (j.next_world) by it, with
+// an elastic_shrink / elastic_grow / elastic_refused event. Returns the world
+// the restart will launch at.
+int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table);
 
 // After the commit of `step`: grows a shrunk launcher-managed job back when
 // its launcher can place more. True when it ended the attempt.

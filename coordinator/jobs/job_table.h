@@ -32,6 +32,7 @@ class JobTable {
   std::unique_lock<std::mutex> Lock() { return std::unique_lock<std::mutex>(mu_); }
   // The local scheduler's allocator, for the placement in StatusOf (null: none).
   void set_allocator(const sched::HostAllocator* alloc) { alloc_ = alloc; }
+  const sched::HostAllocator* allocator() const { return alloc_; }
   StateStore* store() const { return store_; }
 
   // ---- with the lock held ----

@@ -81,6 +81,10 @@ class Launcher {
   virtual StatusOr<int> Capacity(const LaunchRequest& req) {
     return shard::Unimplemented(std::string("the ") + name() + " launcher cannot count free places");
   }
+  // True where Capacity can tell before a restart's launch that fewer ranks
+  // fit (the local launcher: a GPU gone is seen before a rank fails on it):
+  // the JobManager then sizes every elastic restart by it before launching.
+  virtual bool SizesRestartsBeforeLaunch() const { return false; }
   // Ranks of the attempt not yet seen to end.
   virtual int Running(const std::string& job_id, int attempt) = 0;
   // After a coordinator restart: watch ranks started by a previous coordinator

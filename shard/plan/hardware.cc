@@ -361,8 +361,10 @@ StatusOr<GpuSpec> MatchProbedGpu(const HardwareCatalog& catalog, const ProbedGpu
 
 std::string ProbedGpusToJson(const std::vector<ProbedGpu>& gpus) {
   nlohmann::json list = nlohmann::json::array();
-  for (const ProbedGpu& g : gpus)
+  for (const ProbedGpu& g : gpus) {
     list.push_back({{"name", g.name}, {"memory_gib", g.memory_gib}, {"nvlink_to_peers", g.nvlink_to_peers}});
+    if (!g.pci_bus_id.empty()) list.back()["pci_bus_id"] = g.pci_bus_id;
+  }
   return nlohmann::json{{"gpus", list}}.dump();
 }
 
@@ -380,6 +382,7 @@ StatusOr<std::vector<ProbedGpu>> ProbedGpusFromJson(const std::string& text) {
     p.name = g["name"].get<std::string>();
     p.memory_gib = g["memory_gib"].get<double>();
     p.nvlink_to_peers = g.value("nvlink_to_peers", false);
+    if (g.contains("pci_bus_id") && g["pci_bus_id"].is_string()) p.pci_bus_id = g["pci_bus_id"].get<std::string>();
     gpus.push_back(std::move(p));
   }
   return gpus;

@@ -119,6 +119,7 @@ struct ProbedGpu {
   std::string name;          // "NVIDIA A100-SXM4-80GB"
   double memory_gib = 0;
   bool nvlink_to_peers = false;
+  std::string pci_bus_id;   // "0000:1b:00.0": which device it is across probes ("" = not said)
 };
 
 // The catalog GPU a probed device is: the entries whose family (the key up to

@@ -93,10 +93,15 @@ Status CheckElasticConfig(const JobConfig& job) {
                            std::to_string(full));
   // External: the coordinator shrinks an attempt to the ranks that joined
   // it. Slurm: to the ranks its partition can place (SlurmLauncher::Capacity).
-  if (job.resources.launcher == Launcher::kLocal)
+  // Local: to the job's GPUs still on the host (LocalLauncher::Capacity).
+  if (job.resources.launcher == Launcher::kLocal && job.resources.device.is_cpu())
     return InvalidArgument("restart.min_world_size " + std::to_string(min) +
-                           " < parallel.world_size needs resources.launcher external or slurm (the local launcher "
-                           "keeps a job's devices through its restarts: a restart is never short of places)");
+                           " < parallel.world_size: CPU ranks of the local launcher keep their slots through "
+                           "restarts and are never short of places (resources.device cpu)");
+  if (job.resources.launcher == Launcher::kLocal && job.resources.device.index >= 0)
+    return InvalidArgument("restart.min_world_size " + std::to_string(min) + " < parallel.world_size: every rank "
+                           "shares resources.device " + job.resources.device.ToString() +
+                           ", so fewer ranks need no fewer GPUs");
   if (job.resources.launcher == Launcher::kKubernetes)
     return InvalidArgument("restart.min_world_size " + std::to_string(min) +
                            " < parallel.world_size needs resources.launcher external or slurm (Kubernetes says a pod "

@@ -56,9 +56,10 @@ StatusOr<JobConfig> JobAtWorldSize(const JobConfig& job, int world);
 
 // JobConfig::Validate's part: min_world_size in [1, world_size], and below
 // world_size at least one smaller allowed size and a launcher that supports
-// it: external and slurm (the local launcher keeps a job's devices through
-// its restarts, so a restart is never short of places; Kubernetes gives no
-// count of the pods that would fit: docs/control-plane.md "Elastic restarts").
+// it: external, slurm, and local GPU ranks (a GPU of the job may be gone at a
+// restart; CPU ranks and a pinned cuda:N are never short of places;
+// Kubernetes gives no count of the pods that would fit: docs/control-plane.md
+// "Elastic restarts").
 Status CheckElasticConfig(const JobConfig& job);
 
 }  // namespace shard

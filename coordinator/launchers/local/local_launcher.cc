@@ -19,7 +19,38 @@ LocalLauncher::Attempt& LocalLauncher::Find(const std::string& job_id, int attem
   return attempts_.back();
 }
 
+StatusOr<std::vector<int>> LocalLauncher::JobGpus(const LaunchRequest& req) const {
+  if (auto it = req.env.find("CUDA_VISIBLE_DEVICES"); it != req.env.end()) return ParseDeviceList(it->second);
+  if (auto it = job_gpus_.find(req.job_id); it != job_gpus_.end()) return it->second;
+  return shard::NotFound("job " + req.job_id + " was not launched by this coordinator: its GPUs are not known");
+}
+
+StatusOr<int> LocalLauncher::Capacity(const LaunchRequest& req) {
+  ASSIGN_OR_RETURN(const std::vector<int> gpus, JobGpus(req));
+  if (gpus.empty())
+    return shard::Unimplemented("job " + req.job_id + " runs on CPU ranks, which have no placement limit");
+  if (!gpus_) return shard::Unimplemented("the local launcher has no GPU probe");
+  ASSIGN_OR_RETURN(const std::vector<int> left, gpus_->Surviving(gpus));
+  return std::min<int>(req.world, static_cast<int>(left.size()));
+}
+
 StatusOr<std::vector<int>> LocalLauncher::Launch(const LaunchRequest& req) {
+  std::map<std::string, std::string> env = req.env;
+  if (auto gpus = JobGpus(req); gpus.ok() && !gpus->empty()) {
+    job_gpus_[req.job_id] = *gpus;
+    // Fewer ranks than devices: an elastic attempt on the ones still here.
+    if (gpus_ && req.world < static_cast<int>(gpus->size())) {
+      auto left = gpus_->Surviving(*gpus);
+      if (!left.ok()) return shard::Unavailable("cannot place " + std::to_string(req.world) + " rank(s) of job " +
+                                                req.job_id + ": " + left.status().message());
+      if (static_cast<int>(left->size()) < req.world)
+        return shard::Unavailable("cannot place " + std::to_string(req.world) + " rank(s) of job " + req.job_id +
+                                  ": only " + std::to_string(left->size()) + " of its GPUs " + DeviceList(*gpus) +
+                                  " are left");
+      left->resize(req.world);
+      env["CUDA_VISIBLE_DEVICES"] = DeviceList(*left);
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(req.log_dir, ec);
   if (ec) return shard::Internal("cannot create log dir " + req.log_dir + ": " + ec.message());
@@ -33,7 +64,7 @@ StatusOr<std::vector<int>> LocalLauncher::Launch(const LaunchRequest& req) {
     // req.env replaces an inherited value; the coordinator's own secrets are
     // not inherited.
     o.env.unset.assign(std::begin(kCoordinatorOnlyEnv), std::end(kCoordinatorOnlyEnv));
-    o.env.set = req.env;
+    o.env.set = env;
     o.cwd = req.workdir;
     o.log_path = (std::filesystem::path(req.log_dir) / ("rank_" + std::to_string(r) + ".log")).string();
     // No die_with_parent: a restarted coordinator adopts its running workers.

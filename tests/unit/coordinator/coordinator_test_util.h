@@ -99,6 +99,7 @@ class FakeLauncher : public Launcher {
     capacity_asks.push_back(req);
     return capacity;
   }
+  bool SizesRestartsBeforeLaunch() const override { return sizes_restarts; }
   int Running(const std::string& job_id, int attempt) override {
     auto it = running.find({job_id, attempt});
     return it == running.end() ? 0 : it->second;
@@ -134,6 +135,7 @@ class FakeLauncher : public Launcher {
   std::string pending_reason;                      // what PendingReason says about them
   StatusOr<int> capacity = shard::Unimplemented("the fake launcher counts no places");  // what Capacity answers
   std::vector<LaunchRequest> capacity_asks;        // every Capacity call
+  bool sizes_restarts = false;                     // what SizesRestartsBeforeLaunch answers (the local launcher's true)
   Status launch_error;
   Status available;  // what CheckAvailable answers
   int next_pid = 4000;

@@ -171,13 +171,20 @@ TEST(ProbedGpuTest, ClusterFromProbeCountsGpusAndLinks) {
 // What `shardd-worker --probe --json` prints is what the coordinator reads
 // back: the daemon plans for its workers' GPUs without loading CUDA.
 TEST(ProbedGpuTest, TheWorkersProbeRoundTripsThroughJson) {
-  const std::vector<ProbedGpu> gpus = {{"NVIDIA H200", 139.8, true}, {"NVIDIA H200", 139.8, true}};
+  // The PCI bus id tells devices apart across probes (the local launcher's elastic restarts).
+  const std::vector<ProbedGpu> gpus = {{"NVIDIA H200", 139.8, true, "0000:1b:00.0"},
+                                       {"NVIDIA H200", 139.8, true, "0000:43:00.0"}};
   auto back = ProbedGpusFromJson(ProbedGpusToJson(gpus));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_EQ(back->size(), 2u);
   EXPECT_EQ((*back)[1].name, "NVIDIA H200");
   EXPECT_DOUBLE_EQ((*back)[1].memory_gib, 139.8);
   EXPECT_TRUE((*back)[1].nvlink_to_peers);
+  EXPECT_EQ((*back)[1].pci_bus_id, "0000:43:00.0");
+  // An older worker's probe says none: still read.
+  auto old = ProbedGpusFromJson("{\"gpus\": [{\"name\": \"NVIDIA H200\", \"memory_gib\": 139.8}]}");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ((*old)[0].pci_bus_id, "");
   auto none = ProbedGpusFromJson("{\"gpus\": []}");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());

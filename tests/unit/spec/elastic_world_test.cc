@@ -109,9 +109,18 @@ TEST(ElasticWorldTest, ValidationNamesTheKey) {
   EXPECT_NE(parse({"restart.elastic_wait_s=0"}).message().find("restart.elastic_wait_s"), std::string::npos);
   // 7 ranks or more: only 8 itself is allowed, nothing to shrink to.
   EXPECT_NE(parse({"restart.min_world_size=7"}).message().find("no world size from 7 to 7 fits"), std::string::npos);
-  EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=local"})
+  // Local GPU ranks may lose a device (LocalLauncher::Capacity); CPU ranks
+  // and one pinned device for every rank never lack places.
+  EXPECT_TRUE(parse({"restart.min_world_size=2", "resources.launcher=local"}).ok());
+  EXPECT_TRUE(parse({"restart.min_world_size=2", "resources.launcher=local", "resources.device=cuda"}).ok());
+  EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=local", "resources.device=cpu"})
                 .message()
-                .find("needs resources.launcher external or slurm (the local launcher keeps a job's devices"),
+                .find("CPU ranks of the local launcher keep their slots through restarts and are never short of "
+                      "places (resources.device cpu)"),
+            std::string::npos);
+  EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=local", "resources.device=cuda:1"})
+                .message()
+                .find("every rank shares resources.device cuda:1, so fewer ranks need no fewer GPUs"),
             std::string::npos);
   EXPECT_NE(parse({"restart.min_world_size=2", "resources.launcher=kubernetes", "resources.kubernetes.image=i",
                    "resources.kubernetes.pvc=p"})

@@ -248,5 +248,119 @@ TEST_F(LocalLauncherTest, AdoptedProcessesAreWatchedByLiveness) {
   EXPECT_EQ(l.Running("tiny-1", 3), 0);
 }
 
+// Elastic restarts (restart.min_world_size) on one host: which of the job's
+// GPUs a fresh probe still sees, by PCI bus id, and a launch on fewer ranks
+// runs on exactly those, by their ordinals after the loss renumbered them.
+class LocalLauncherGpusTest : public LocalLauncherTest {
+ protected:
+  // 8 GPUs at the start, gpu-0 .. gpu-7; `now_ids` is what the probe sees now.
+  std::unique_ptr<LocalGpuWatch> Watch() {
+    std::vector<std::string> start;
+    for (int g = 0; g < 8; ++g) start.push_back("gpu-" + std::to_string(g));
+    now_ids_ = start;
+    return std::make_unique<LocalGpuWatch>(
+        start,
+        [this]() -> StatusOr<std::vector<std::string>> {
+          ++probes_;
+          if (!probe_error_.ok()) return probe_error_;
+          return now_ids_;
+        },
+        [this] { return now_ms_; }, /*min_interval_ms=*/10000);
+  }
+  void Vanish(const std::string& id) { std::erase(now_ids_, id); }
+  // The job holds GPUs 4-7 (its placement, as AddPlacementEnv passes it).
+  LaunchRequest GpuRequest(int world, int attempt = 1) {
+    LaunchRequest req = Request("echo \"devices=$CUDA_VISIBLE_DEVICES\"", world, attempt);
+    req.env["CUDA_VISIBLE_DEVICES"] = "4,5,6,7";
+    return req;
+  }
+  std::vector<std::string> now_ids_;
+  Status probe_error_;
+  int probes_ = 0;
+  int64_t now_ms_ = 1'000'000;
+};
+
+TEST_F(LocalLauncherGpusTest, ShrunkLaunchRunsOnTheSurvivingDevicesByTheirOrdinalsNow) {
+  LocalLauncher l(Watch());
+  // GPU 5 of the job fell off the bus: the runtime now numbers gpu-6 as 5, gpu-7 as 6.
+  Vanish("gpu-5");
+  auto cap = l.Capacity(GpuRequest(4, 1));
+  ASSERT_TRUE(cap.ok()) << cap.status().ToString();
+  EXPECT_EQ(*cap, 3);
+  auto pids = l.Launch(GpuRequest(3, 2));
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  ASSERT_EQ(pids->size(), 3u);
+  PollExits(l, 3);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(Contains(ReadBytes(Path("logs/attempt_2/rank_" + std::to_string(r) + ".log")), "devices=4,5,6\n"))
+        << "rank " << r;
+  EXPECT_EQ(probes_, 1);  // the launch used the count asked for just before (rate-limited)
+}
+
+TEST_F(LocalLauncherGpusTest, GrowsBackWhenTheProbeSeesTheDeviceAgainAndProbesAtMostEveryInterval) {
+  LocalLauncher l(Watch());
+  ASSERT_TRUE(l.Launch(GpuRequest(4, 1)).ok());  // a full launch: no probe, devices as placed
+  EXPECT_EQ(probes_, 0);
+  PollExits(l, 4);
+  EXPECT_TRUE(Contains(ReadBytes(Path("logs/attempt_1/rank_3.log")), "devices=4,5,6,7\n"));
+  Vanish("gpu-7");
+  // The control loop's question has no environment: the job's devices are the last launch's.
+  LaunchRequest ask;
+  ask.job_id = "tiny-1";
+  ask.attempt = 1;
+  ask.world = 4;
+  EXPECT_EQ(*l.Capacity(ask), 3);
+  now_ids_.push_back("gpu-7");  // back (the last ordinal again)
+  now_ms_ += 5000;
+  EXPECT_EQ(*l.Capacity(ask), 3);  // within 10 s: the last probe's answer
+  EXPECT_EQ(probes_, 1);
+  now_ms_ += 5000;
+  EXPECT_EQ(*l.Capacity(ask), 4);
+  EXPECT_EQ(probes_, 2);
+}
+
+TEST_F(LocalLauncherGpusTest, TooFewLeftRefusesTheLaunchNamingTheDevices) {
+  LocalLauncher l(Watch());
+  for (const char* g : {"gpu-4", "gpu-5", "gpu-6"}) Vanish(g);
+  EXPECT_EQ(*l.Capacity(GpuRequest(4)), 1);
+  auto pids = l.Launch(GpuRequest(2, 2));
+  ASSERT_FALSE(pids.ok());
+  EXPECT_EQ(pids.status().code(), shard::StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(pids.status().message(), "cannot place 2 rank(s) of job tiny-1: only 1 of its GPUs 4,5,6,7 are left"))
+      << pids.status().ToString();
+  probe_error_ = shard::Unavailable("shardd-worker --probe: no CUDA device");
+  now_ms_ += 10000;
+  auto failed = l.Capacity(GpuRequest(4));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_TRUE(Contains(failed.status().message(), "GPU probe failed: shardd-worker --probe: no CUDA device"));
+}
+
+TEST_F(LocalLauncherGpusTest, CpuRanksHaveNoPlacementLimitAndLaunchUnchanged) {
+  LocalLauncher l(Watch());
+  LaunchRequest req = Request("echo \"devices=[$CUDA_VISIBLE_DEVICES]\"", 2);
+  req.env["CUDA_VISIBLE_DEVICES"] = "";  // a CPU job's placement
+  auto cap = l.Capacity(req);
+  ASSERT_FALSE(cap.ok());
+  EXPECT_EQ(cap.status().code(), shard::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(cap.status().message(), "job tiny-1 runs on CPU ranks, which have no placement limit"));
+  req.world = 1;
+  ASSERT_TRUE(l.Launch(req).ok());
+  PollExits(l, 1);
+  EXPECT_TRUE(Contains(ReadBytes(Path("logs/attempt_1/rank_0.log")), "devices=[]\n"));
+  EXPECT_EQ(probes_, 0);
+  // Without a probe the launcher cannot count GPUs either.
+  LocalLauncher plain;
+  EXPECT_EQ(plain.Capacity(GpuRequest(4)).status().code(), shard::StatusCode::kUnimplemented);
+}
+
+TEST(LocalGpusTest, SurvivorsAreFoundByIdNotByOrdinal) {
+  const std::vector<std::string> start = {"a", "b", "c", "d"};
+  EXPECT_EQ(SurvivingOrdinals({0, 1, 2, 3}, start, {"a", "c", "d"}), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(SurvivingOrdinals({2, 3}, start, {"a", "c", "d"}), (std::vector<int>{1, 2}));
+  EXPECT_EQ(SurvivingOrdinals({1}, start, {"a", "c", "d"}), (std::vector<int>{}));
+  EXPECT_EQ(*ParseDeviceList("4,5,6"), (std::vector<int>{4, 5, 6}));
+  EXPECT_FALSE(ParseDeviceList("GPU-1234").ok());
+}
+
 }  // namespace
 }  // namespace shardd::testing
