@@ -264,16 +264,25 @@ void ShardCopyServer::Handle(int fd) {
                                std::to_string(kVersion) + ")");
     return;
   }
+  // The whole header is read before any answer: closing a socket with bytes
+  // unread resets the connection, and the caller would lose the answer.
   auto key = c.GetString();
-  if (!key.ok()) return;
+  auto op = key.ok() ? c.Get<uint8_t>() : StatusOr<uint8_t>(key.status());
+  auto step = op.ok() ? c.GetString() : StatusOr<std::string>(op.status());
+  auto name = step.ok() ? c.GetString() : StatusOr<std::string>(step.status());
+  if (!name.ok()) return;
+  uint64_t size = 0, hash = 0;
+  if (*op == kPut) {
+    auto sz = c.Get<uint64_t>();
+    auto h = sz.ok() ? c.Get<uint64_t>() : StatusOr<uint64_t>(sz.status());
+    if (!h.ok()) return;
+    size = *sz;
+    hash = *h;
+  }
   if (!SameKey(*key, key_)) {
     (void)Reply(c, kError, "wrong partner-copy key (not from this attempt's rendezvous store)");
     return;
   }
-  auto op = c.Get<uint8_t>();
-  auto step = op.ok() ? c.GetString() : StatusOr<std::string>(op.status());
-  auto name = step.ok() ? c.GetString() : StatusOr<std::string>(step.status());
-  if (!name.ok()) return;
   if (!ValidStepName(*step) || !ValidFileName(*name)) {
     (void)Reply(c, kError, "refused name " + *step + "/" + *name);
     return;
@@ -296,18 +305,17 @@ void ShardCopyServer::Handle(int fd) {
     (void)Reply(c, kError, "unknown operation " + std::to_string(*op));
     return;
   }
-  auto size = c.Get<uint64_t>();
-  auto hash = size.ok() ? c.Get<uint64_t>() : StatusOr<uint64_t>(size.status());
-  if (!hash.ok() || *size > kMaxFile) return;
-  // Refused before a byte is taken: tmpfs is the host's memory.
-  if (const uint64_t free = FreeBytes(dir); *size > free) {
-    (void)Reply(c, kError, "no room for " + *step + "/" + *name + ": " + std::to_string(*size) + " bytes, " +
+  // Refused before a byte is taken (tmpfs is the host's memory); the caller
+  // sends the bytes only after this go-ahead.
+  if (const uint64_t free = std::min(FreeBytes(dir), kMaxFile); size > free) {
+    (void)Reply(c, kError, "no room for " + *step + "/" + *name + ": " + std::to_string(size) + " bytes, " +
                                std::to_string(free) + " free under " + root_);
     return;
   }
-  std::string data(*size, '\0');
+  if (!Reply(c, kOk, "").ok()) return;
+  std::string data(size, '\0');
   if (!c.Recv(data.data(), data.size()).ok()) return;
-  if (Xxh64(data.data(), data.size()) != *hash) {
+  if (Xxh64(data.data(), data.size()) != hash) {
     (void)Reply(c, kError, "the bytes of " + *step + "/" + *name + " arrived damaged (xxh64 mismatch)");
     return;
   }
@@ -345,11 +353,14 @@ Status PutShardFile(const std::string& endpoint, const std::string& step_name, c
   RETURN_IF_ERROR(SendHeader(*c, key, kPut, step_name, name));
   RETURN_IF_ERROR(c->Put<uint64_t>(data.size()));
   RETURN_IF_ERROR(c->Put<uint64_t>(Xxh64(data.data(), data.size())));
-  RETURN_IF_ERROR(c->Send(data.data(), data.size()));
-  ASSIGN_OR_RETURN(uint8_t code, c->Get<uint8_t>());
-  ASSIGN_OR_RETURN(std::string msg, c->GetString());
-  if (code != kOk) return Unavailable("partner copy of " + step_name + "/" + name + " to " + addr + ": " + msg);
-  return OkStatus();
+  // Two answers: the go-ahead (key, names, room), then whether it landed.
+  for (bool sent = false;; sent = true) {
+    ASSIGN_OR_RETURN(uint8_t code, c->Get<uint8_t>());
+    ASSIGN_OR_RETURN(std::string msg, c->GetString());
+    if (code != kOk) return Unavailable("partner copy of " + step_name + "/" + name + " to " + addr + ": " + msg);
+    if (sent) return OkStatus();
+    RETURN_IF_ERROR(c->Send(data.data(), data.size()));
+  }
 }
 
 StatusOr<bool> FetchShardFile(const std::string& endpoint, const std::string& step_name, const std::string& name,

@@ -11,12 +11,16 @@
 // answers). The cost: one more listening port per worker.
 //
 // Wire (version 2, little-endian): request "SHCP", u32 version, u16+bytes
-// key, u8 op (1 PUT, 2 GET), u16+bytes step folder name, u16+bytes file name, PUT: u64 size,
-// u64 xxh64, the bytes. Reply: u8 code (0 ok, 1 not here, 2 error), u16+bytes
-// message, GET ok: u64 size, u64 xxh64, the bytes. Every socket call has a
-// timeout. Names are checked (a step folder "step_NNNNNNNN", a file name of
-// [A-Za-z0-9._-] not starting with '.'), so a peer never reaches outside the
-// served folder.
+// key, u8 op (1 PUT, 2 GET), u16+bytes step folder name, u16+bytes file name,
+// PUT: u64 size, u64 xxh64. A reply is u8 code (0 ok, 1 not here, 2 error) and
+// u16+bytes message. GET: one reply, then on ok u64 size, u64 xxh64 and the
+// bytes. PUT: a first reply (the go-ahead: key, names and room checked), and
+// only on ok the bytes, then a second reply (stored, xxh64 checked). The
+// server reads a whole header before it answers, so a refusal never meets
+// unread bytes (a close would reset the connection and lose the answer).
+// Every socket call has a timeout. Names are checked (a step folder
+// "step_NNNNNNNN", a file name of [A-Za-z0-9._-] not starting with '.'), so
+// a peer never reaches outside the served folder.
 //
 // Who may call: a server answers only requests that carry its key, 32 random
 // hex digits made at Start and published with its address in the attempt's

@@ -58,8 +58,12 @@ TEST_F(ShardCopyTest, NamesOutsideTheFolderAreRefused) {
   ShardCopyServer b(HostB());
   ASSERT_TRUE(b.Start("127.0.0.1", milliseconds(5000)).ok());
   WriteBytes(Path("x.bin"), "abc");
-  EXPECT_FALSE(PutShardFile(b.endpoint(), "../../x", Path("x.bin"), milliseconds(5000)).ok());
-  EXPECT_FALSE(PutShardFile(b.endpoint(), "step_00000001/..", Path("x.bin"), milliseconds(5000)).ok());
+  // The refusal is the answer the caller reads (the server reads the whole
+  // header first, so the connection is not reset under it).
+  for (const std::string step : {"../../x", "step_00000001/.."}) {
+    Status put = PutShardFile(b.endpoint(), step, Path("x.bin"), milliseconds(5000));
+    EXPECT_NE(put.message().find("refused name " + step + "/x.bin"), std::string::npos) << put.ToString();
+  }
   EXPECT_FALSE(std::filesystem::exists(HostB()));
 }
 

@@ -21,6 +21,8 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/state/state_store.h"
+#include "shard/ckpt/manifest.h"
+#include "shard/ckpt/shard_file.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"
 
@@ -280,6 +282,50 @@ class JobManagerTest : public ScratchTest {
     req.set_step(step);
     req.set_final_loss(1.25);
     return manager_->ReportDone(req, token);
+  }
+
+  // The job's events of `kind`, oldest first.
+  std::vector<v1::JobEvent> EventsOf(const std::string& id, const std::string& kind) {
+    std::vector<v1::JobEvent> out;
+    auto all = manager_->Events(id, 0);
+    EXPECT_TRUE(all.ok()) << all.status().ToString();
+    if (all.ok())
+      for (const v1::JobEvent& e : *all)
+        if (e.kind() == kind) out.push_back(e);
+    return out;
+  }
+  // Ranks 0 and 1 of a 2-rank attempt of the "tiny" job write and report
+  // `step` (a 100-byte shard each under <workdir>/ckpt/tiny): the commit.
+  // The first refusal, else the last answer.
+  StatusOr<v1::ReportCheckpointResponse> ReportTwoRankStep(const std::string& id, int64_t step,
+                                                           const std::string& token) {
+    const std::string dir = workdir_ + "/ckpt/tiny/" + shard::StepDirName(step);
+    StatusOr<v1::ReportCheckpointResponse> last = shard::Internal("no report");
+    for (int rank = 0; rank < 2; ++rank) {
+      WriteBytes(dir + "/" + shard::ShardFileName(rank, 2), std::string(100, 'a'));
+      shard::Manifest base;
+      base.job = "tiny";
+      base.step = step;
+      base.world = 2;
+      base.strategy = "full_shard";
+      base.shard_count = 2;
+      base.total_steps = 100;
+      base.global_batch = 8;
+      base.units = {{"embed", 10}};
+      v1::ReportCheckpointRequest req;
+      *req.mutable_id() = Worker(id, Get(id).attempt(), rank);
+      req.set_step(step);
+      req.set_step_dir(dir);
+      req.set_manifest_base(base.ToJson());
+      v1::CheckpointFile* f = req.add_files();
+      f->set_name(shard::ShardFileName(rank, 2));
+      f->set_shard_rank(rank);
+      f->set_size(100);
+      f->set_xxh64(0x1000 + rank);
+      last = manager_->ReportCheckpoint(req, token);
+      if (!last.ok()) return last;
+    }
+    return last;
   }
 
   static constexpr double kKillGraceS = 5;

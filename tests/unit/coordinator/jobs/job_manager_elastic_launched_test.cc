@@ -65,42 +65,10 @@ class ElasticLaunchedTest : public JobManagerTest {
     slurm_.pending.insert({id, 2});
     return id;
   }
-  std::vector<v1::JobEvent> EventsOf(const std::string& id, const std::string& kind) {
-    std::vector<v1::JobEvent> out;
-    auto all = manager_->Events(id, 0);
-    EXPECT_TRUE(all.ok()) << all.status().ToString();
-    if (all.ok())
-      for (const v1::JobEvent& e : *all)
-        if (e.kind() == kind) out.push_back(e);
-    return out;
-  }
   // Both ranks of a 2-rank attempt report `step`: the commit.
   void CommitTwoRanks(const std::string& id, int64_t step) {
-    const std::string dir = workdir_ + "/ckpt/tiny/" + shard::StepDirName(step);
-    for (int rank = 0; rank < 2; ++rank) {
-      WriteBytes(dir + "/" + shard::ShardFileName(rank, 2), std::string(100, 'a'));
-      shard::Manifest base;
-      base.job = "tiny";
-      base.step = step;
-      base.world = 2;
-      base.strategy = "full_shard";
-      base.shard_count = 2;
-      base.total_steps = 100;
-      base.global_batch = 8;
-      base.units = {{"embed", 10}};
-      v1::ReportCheckpointRequest req;
-      *req.mutable_id() = Worker(id, Get(id).attempt(), rank);
-      req.set_step(step);
-      req.set_step_dir(dir);
-      req.set_manifest_base(base.ToJson());
-      v1::CheckpointFile* f = req.add_files();
-      f->set_name(shard::ShardFileName(rank, 2));
-      f->set_shard_rank(rank);
-      f->set_size(100);
-      f->set_xxh64(0x1000 + rank);
-      auto resp = manager_->ReportCheckpoint(req, Token());
-      ASSERT_TRUE(resp.ok()) << resp.status().ToString();
-    }
+    auto resp = ReportTwoRankStep(id, step, Token());
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
   }
   // RestartPending, then the shrink to 2 and attempt 3 running on them.
   std::string RunShrunk() {

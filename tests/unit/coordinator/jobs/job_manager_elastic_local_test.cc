@@ -47,15 +47,6 @@ class ElasticLocalTest : public JobManagerTest {
     }
     ASSERT_EQ(Get(id).attempt(), attempt + 1);
   }
-  std::vector<v1::JobEvent> EventsOf(const std::string& id, const std::string& kind) {
-    std::vector<v1::JobEvent> out;
-    auto all = manager_->Events(id, 0);
-    EXPECT_TRUE(all.ok()) << all.status().ToString();
-    if (all.ok())
-      for (const v1::JobEvent& e : *all)
-        if (e.kind() == kind) out.push_back(e);
-    return out;
-  }
 };
 
 TEST_F(ElasticLocalTest, RestartRunsOnTheGpusStillThereAndGrowsBackWhenTheyReturn) {

@@ -51,15 +51,6 @@ class ElasticJobTest : public JobManagerTest {
   void HeartbeatRanks(const std::string& id, std::initializer_list<int> ranks) {
     for (int r : ranks) ASSERT_TRUE(Heartbeat(id, Get(id).attempt(), r, 0, token_).ok());
   }
-  std::vector<v1::JobEvent> EventsOf(const std::string& id, const std::string& kind) {
-    std::vector<v1::JobEvent> out;
-    auto all = manager_->Events(id, 0);
-    EXPECT_TRUE(all.ok()) << all.status().ToString();
-    if (all.ok())
-      for (const v1::JobEvent& e : *all)
-        if (e.kind() == kind) out.push_back(e);
-    return out;
-  }
   // Attempt 1 on hosts a (ranks 0, 1) and b (2, 3); b goes silent; of
   // attempt 2's ranks only `rejoin` join and register.
   std::string LoseHostB(std::vector<std::string> sets = {"restart.min_world_size=2"},
@@ -79,35 +70,9 @@ class ElasticJobTest : public JobManagerTest {
     for (int r : rejoin) EXPECT_TRUE(JoinAndRegister(id, r, "a").ok());
     return id;
   }
-  std::string StepDir(int64_t step) const { return workdir_ + "/ckpt/tiny/" + shard::StepDirName(step); }
   // Both ranks of a 2-rank attempt report `step`: the commit.
   StatusOr<v1::ReportCheckpointResponse> CommitTwoRanks(const std::string& id, int64_t step) {
-    StatusOr<v1::ReportCheckpointResponse> last = shard::Internal("no report");
-    for (int rank = 0; rank < 2; ++rank) {
-      WriteBytes(StepDir(step) + "/" + shard::ShardFileName(rank, 2), std::string(100, 'a'));
-      shard::Manifest base;
-      base.job = "tiny";
-      base.step = step;
-      base.world = 2;
-      base.strategy = "full_shard";
-      base.shard_count = 2;
-      base.total_steps = 100;
-      base.global_batch = 8;
-      base.units = {{"embed", 10}};
-      v1::ReportCheckpointRequest req;
-      *req.mutable_id() = Worker(id, Get(id).attempt(), rank);
-      req.set_step(step);
-      req.set_step_dir(StepDir(step));
-      req.set_manifest_base(base.ToJson());
-      v1::CheckpointFile* f = req.add_files();
-      f->set_name(shard::ShardFileName(rank, 2));
-      f->set_shard_rank(rank);
-      f->set_size(100);
-      f->set_xxh64(0x1000 + rank);
-      last = manager_->ReportCheckpoint(req, token_);
-      if (!last.ok()) return last;
-    }
-    return last;
+    return ReportTwoRankStep(id, step, token_);
   }
   std::string token_;
 };

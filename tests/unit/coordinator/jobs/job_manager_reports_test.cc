@@ -45,15 +45,6 @@ class JobManagerReportsTest : public JobManagerTest {
       for (const auto& row : r->rows()) out.push_back(row.step());
     return out;
   }
-  std::vector<v1::JobEvent> EventsOfKind(const std::string& id, const std::string& kind) {
-    auto evs = manager_->Events(id, 0);
-    EXPECT_TRUE(evs.ok()) << evs.status().ToString();
-    std::vector<v1::JobEvent> out;
-    if (evs.ok())
-      for (const auto& e : *evs)
-        if (e.kind() == kind) out.push_back(e);
-    return out;
-  }
   Status Done(const std::string& id, int rank, int64_t step, double loss, bool nothing_trained = false) {
     v1::ReportDoneRequest req;
     *req.mutable_id() = Worker(id, 1, rank);
@@ -90,11 +81,11 @@ TEST_F(JobManagerReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
   EXPECT_EQ(p.step(), 7);
   EXPECT_DOUBLE_EQ(p.loss(), 2.0);
   // Said once per attempt, naming the first refused row's field.
-  auto refused = EventsOfKind(id, "report_refused");
+  auto refused = EventsOf(id, "report_refused");
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_TRUE(Contains(refused[0].message(), "step 2: tokens -1000000 out of range 0..64")) << refused[0].message();
   ASSERT_TRUE(Heartbeat(id, 1, 0, 8, TokenOf(id, 1), {Row(8, 2.0, -5)}).ok());
-  EXPECT_EQ(EventsOfKind(id, "report_refused").size(), 1u);
+  EXPECT_EQ(EventsOf(id, "report_refused").size(), 1u);
   EXPECT_EQ(Get(id).progress().tokens_total(), 128);
 }
 
@@ -107,7 +98,7 @@ TEST_F(JobManagerReportsTest, ASkippedStepKeepsItsNonFiniteLossAsTheTruth) {
   ASSERT_TRUE(Heartbeat(id, 1, 0, 2, TokenOf(id, 1), {Row(1, 3.0), skipped}).ok());
   EXPECT_EQ(StoredSteps(id), (std::vector<int64_t>{1, 2}));
   EXPECT_TRUE(std::isnan(Get(id).progress().loss())) << "the last step's loss, not the finite one before it";
-  EXPECT_TRUE(EventsOfKind(id, "report_refused").empty());
+  EXPECT_TRUE(EventsOf(id, "report_refused").empty());
 }
 
 TEST_F(JobManagerReportsTest, ANaNFinalLossNeverReadsAsAFiniteFigure) {
@@ -173,7 +164,7 @@ TEST_F(JobManagerReportsTest, APreferenceJobsRowsKeepTheirRewards) {
   EXPECT_DOUBLE_EQ(row.rewards_margins(), 0.375);
   EXPECT_DOUBLE_EQ(row.logps_chosen(), -12.5);
   EXPECT_DOUBLE_EQ(row.logps_rejected(), -20.25);
-  auto refused = EventsOfKind(id, "report_refused");
+  auto refused = EventsOf(id, "report_refused");
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_TRUE(Contains(refused[0].message(), "step 2: pairs 5 out of range 0..4 (train.global_batch)"))
       << refused[0].message();

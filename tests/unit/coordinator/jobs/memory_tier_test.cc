@@ -82,6 +82,19 @@ class MemoryTierTest : public JobPartsTest {
     }
     return last;
   }
+  // The attempt fails for `why`, its processes are gone, and after the
+  // backoff the next attempt begins.
+  void FailAndRestart(Job& j, const std::string& why) {
+    const int attempt = j.attempt;
+    {
+      auto lock = table_->Lock();
+      attempts_->Fail(j, why, true);
+    }
+    launcher_.SetRunning(j.id, attempt, 0);
+    now_ms_ += 10000;
+    loop_->Tick();
+    loop_->Tick();
+  }
   bool HasEvent(const std::string& id, const std::string& kind, const std::string& text) {
     for (const EventRecord& e : Events(id))
       if (e.kind == kind && e.message.find(text) != std::string::npos) return true;
@@ -197,26 +210,12 @@ TEST_F(MemoryTierTest, ARestartResumesFromTheNewerMemoryStep) {
   const std::string token = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
   ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 20, "disk").ok());
   ASSERT_TRUE(ReportStep(j, token, MemoryTierDirOf(j), 25, "memory").ok());
-  {
-    auto lock = table_->Lock();
-    attempts_->Fail(j, "rank 1 was killed", true);
-  }
-  launcher_.SetRunning(j.id, 1, 0);
-  now_ms_ += 10000;
-  loop_->Tick();
-  loop_->Tick();
+  FailAndRestart(j, "rank 1 was killed");
   ASSERT_EQ(j.attempt, 2);
   EXPECT_EQ(j.resume_from, MemoryTierDirOf(j) + "/" + shard::StepDirName(25));
   // The memory tier lost it (a reboot): the restart takes the disk step.
   fs::remove_all(MemoryTierDirOf(j));
-  {
-    auto lock = table_->Lock();
-    attempts_->Fail(j, "rank 0 was killed", true);
-  }
-  launcher_.SetRunning(j.id, 2, 0);
-  now_ms_ += 10000;
-  loop_->Tick();
-  loop_->Tick();
+  FailAndRestart(j, "rank 0 was killed");
   ASSERT_EQ(j.attempt, 3);
   EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
 }
@@ -355,13 +354,7 @@ TEST_F(PerHostMemoryTierTest, AnExternalJobsRestartHandsTheRanksTheCommittedMani
   ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
   ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
   ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
-  {
-    auto lock = table_->Lock();
-    attempts_->Fail(j, "host b was lost", true);
-  }
-  now_ms_ += 10000;
-  loop_->Tick();
-  loop_->Tick();
+  FailAndRestart(j, "host b was lost");
   ASSERT_EQ(j.attempt, 2);
   EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
   EXPECT_NE(j.memory_manifest, "");
@@ -377,14 +370,7 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsT
   ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 20, "disk").ok());
   ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
   WriteBytes(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(25) + "/x", "a host's shard");
-  {
-    auto lock = table_->Lock();
-    attempts_->Fail(j, "host b was lost", true);
-  }
-  launcher_.SetRunning(j.id, 1, 0);
-  now_ms_ += 10000;
-  loop_->Tick();
-  loop_->Tick();
+  FailAndRestart(j, "host b was lost");
   ASSERT_EQ(j.attempt, 2);
   // The disk step stays the fallback; the memory step's manifest goes to the ranks.
   EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
@@ -396,14 +382,7 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsT
   EXPECT_EQ(resp->resume_memory_manifest(), j.memory_manifest);
   // A newer disk step wins over it at the next restart.
   ASSERT_TRUE(ReportStep(j, token2, CheckpointDirOf(j), 30, "disk").ok());
-  {
-    auto lock = table_->Lock();
-    attempts_->Fail(j, "rank 0 was killed", true);
-  }
-  launcher_.SetRunning(j.id, 2, 0);
-  now_ms_ += 10000;
-  loop_->Tick();
-  loop_->Tick();
+  FailAndRestart(j, "rank 0 was killed");
   ASSERT_EQ(j.attempt, 3);
   EXPECT_EQ(j.resume_memory_manifest, "");
   // The job ends: the hosts' folders are the workers' to remove.
