@@ -79,21 +79,13 @@ bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle*
   // Asked in this Tick (Observe), after the wait: an older count says nothing.
   if (j.capacity_ms < j.attempt_began_ms + WaitMs(j) || now - j.capacity_ms > kCapacityFreshMs) return false;
   const int world = static_cast<int>(j.ranks.size());
-  auto refuse = [&](const std::string& why) {
-    if (j.elastic_refused_attempt == j.attempt) return false;
-    j.elastic_refused_attempt = j.attempt;
-    table->Emit(j, "elastic_refused",
-                "cannot continue on fewer ranks: " + why + "; waiting for all " + std::to_string(world));
-    return false;
-  };
+  auto refuse = [&](const std::string& why) { return RefuseShrinkOnce(j, why, world, table); };
   if (j.capacity_ranks < 0)
     return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
   // Room for every rank: the wait is the cluster's queue order or slow
   // workers, not a lack of places; the registration deadline judges it.
   if (j.capacity_ranks >= world) return false;
-  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
-  if (d.world > 0 && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
-    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  const shard::ElasticDecision d = DecideFitWorld(j, j.capacity_ranks);
   if (d.world == 0) return refuse(Placeable(j) + ": " + d.refusal);
   if (d.world >= world) return refuse(Placeable(j) + ", no smaller allowed world");
   attempts->Resize(j, d.world, "elastic_shrink",
@@ -121,8 +113,7 @@ int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table
     return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
   if (j.capacity_ranks == planned) return planned;
   shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
-  if (d.world > 0 && d.world < planned && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
-    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  if (d.world > 0 && d.world < planned) d = DecideFitWorld(j, j.capacity_ranks);  // a shrink: not to a refused size
   if (d.world == 0) return j.capacity_ranks < planned ? refuse(Placeable(j) + ": " + d.refusal) : planned;
   if (d.world == planned) return planned;
   const bool grow = d.world > planned;

@@ -56,6 +56,21 @@ std::string DescribeShrink(const Job& j, int to, double waited_s) {
          MicroBatchChange(j, now, to);
 }
 
+shard::ElasticDecision DecideFitWorld(const Job& j, int available) {
+  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, available);
+  if (d.world > 0 && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
+    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
+  return d;
+}
+
+bool RefuseShrinkOnce(Job& j, const std::string& why, int world, JobTable* table) {
+  if (j.elastic_refused_attempt == j.attempt) return false;
+  j.elastic_refused_attempt = j.attempt;
+  table->Emit(j, "elastic_refused",
+              "cannot continue on fewer ranks: " + why + "; waiting for all " + std::to_string(world));
+  return false;
+}
+
 bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts) {
   // Restarts only: a job's first attempt waits for all its ranks (a slow
   // start is not a lost host; the registration deadline judges it).
@@ -67,19 +82,11 @@ bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempt
   for (const JobRank& r : j.ranks) first = std::min(first, r.launched_ms);
   const double waited_s = (now - first) / 1000.0;
   if (waited_s < j.config.restart.elastic_wait_s) return false;
-  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, have);
-  if (d.world > 0 && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
-    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
-  if (d.world == 0 || d.world >= world) {
-    if (j.elastic_refused_attempt != j.attempt) {
-      j.elastic_refused_attempt = j.attempt;
-      table->Emit(j, "elastic_refused",
-                  "cannot continue on fewer ranks: " +
-                      (d.world == 0 ? d.refusal : "the " + std::to_string(have) + " joined rank(s) allow no smaller world") +
-                      "; waiting for all " + std::to_string(world));
-    }
-    return false;
-  }
+  const shard::ElasticDecision d = DecideFitWorld(j, have);
+  if (d.world == 0 || d.world >= world)
+    return RefuseShrinkOnce(
+        j, d.world == 0 ? d.refusal : "the " + std::to_string(have) + " joined rank(s) allow no smaller world", world,
+        table);
   attempts->Resize(j, d.world, "elastic_shrink", DescribeShrink(j, d.world, waited_s));
   return true;
 }

@@ -31,6 +31,7 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_table.h"
+#include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
 
@@ -62,6 +63,14 @@ void RefuseUnfit(Job& j, int world, const std::string& why, JobTable* table);
 
 // "micro-batches per step 1 → 2 (global batch 8 kept)". Pure.
 std::string MicroBatchChange(const Job& j, int from, int to);
+
+// shard::DecideElasticWorld for `available` ranks, less the sizes the planner
+// refused for this job already (RefuseUnfit: that size and every smaller one).
+shard::ElasticDecision DecideFitWorld(const Job& j, int available);
+
+// Says once per attempt (an elastic_refused event) that the attempt cannot
+// continue on fewer ranks, and why; it waits for all `world`. False.
+bool RefuseShrinkOnce(Job& j, const std::string& why, int world, JobTable* table);
 
 // "continuing on 2 of 4 ranks: host b lost (ranks 2, 3 did not join within
 // 3 s); micro-batches per step 1 → 2". Pure.
