@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "shard/ckpt/catalog.h"
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
 #include "shard/spec/elastic_world.h"
@@ -425,8 +426,8 @@ class AgentSession {
     mo.replicas = job.checkpoint.memory.replicas > 0;
     mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(10.0, job.parallel.comm_timeout_s) * 1000));
     ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
-    const std::string base = std::filesystem::path(reg_.resume_from()).filename().string();
-    const int64_t disk_step = base.rfind("step_", 0) == 0 ? std::atoll(base.c_str() + 5) : 0;
+    const int64_t disk_step =
+        shard::StepOfDirName(std::filesystem::path(reg_.resume_from()).filename().string()).value_or(0);
     ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(reg_.resume_memory_manifest(), disk_step));
     memory_note_ = mr.note;
     if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;

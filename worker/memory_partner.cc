@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/memory_step_fetch.h"
 #include "shard/ckpt/partner_map.h"
@@ -15,10 +16,7 @@ namespace {
 std::string AddrKey(int r) { return "memtier/addr/" + std::to_string(r); }
 std::string ResumeKey(int r) { return "memtier/resume/" + std::to_string(r); }
 
-int64_t StepOfDir(const std::string& dir) {
-  const std::string base = fs::path(dir).filename().string();
-  return base.rfind("step_", 0) == 0 ? std::atoll(base.c_str() + 5) : 0;
-}
+int64_t StepOfDir(const std::string& dir) { return shard::StepOfDirName(fs::path(dir).filename().string()).value_or(0); }
 
 }  // namespace
 

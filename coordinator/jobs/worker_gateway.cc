@@ -342,18 +342,16 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   // A per-host memory tier: commit from the reports, never touch the folder
   // (it is on the rank's host: MemoryTierPerHost).
   rep.remote = rep.tier == shard::CheckpointTier::kMemory && MemoryTierPerHost(*j);
-  if (rep.remote) {
-    RETURN_IF_ERROR(CheckPerHostStepDir(*j, rep.step_dir, req.step(), req.id().rank()));
-  } else {
+  if (!rep.remote) {
     RETURN_IF_ERROR(CheckStepDir(*j, rep, memory_dir, req.step()));
-  }
-  if (rep.remote) {
+  } else {
+    RETURN_IF_ERROR(CheckPerHostStepDir(*j, rep.step_dir, req.step(), req.id().rank()));
     // Across hosts every shard needs its partner copy (replicas: 1); the
     // hosts are the ones the ranks registered with.
-    std::vector<std::string> hosts;
-    for (const JobRank& x : j->ranks) hosts.push_back(x.hostname);
+    const std::string& first = j->ranks[0].hostname;
     rep.partner_required = j->config.checkpoint.memory.replicas > 0 &&
-                           std::any_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h != hosts[0]; });
+                           std::any_of(j->ranks.begin(), j->ranks.end(),
+                                       [&](const JobRank& x) { return x.hostname != first; });
     for (const v1::CheckpointFile& f : req.files()) rep.partner_ranks.push_back(f.partner_copy() ? f.partner_rank() : -1);
   }
   for (const v1::CheckpointFile& f : req.files()) rep.files.push_back({f.name(), f.shard_rank(), f.size(), f.xxh64()});
