@@ -68,10 +68,17 @@ Status Trainer::Init() {
   if (job_.checkpoint.memory.enabled())
     memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
   if (!job_.peft.enabled()) {
-    ASSIGN_OR_RETURN(resume_,
-                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
-                                      dist_.memory_tier_per_host && job_.checkpoint.resume == "auto" ? ""
-                                                                                                     : memory_dir_));
+    std::string resume_memory = dist_.memory_tier_per_host && job_.checkpoint.resume == "auto" ? "" : memory_dir_;
+    // Never resume from a memory folder that is not the user's own (a link,
+    // another user's, writable by others: owned_dir.h).
+    if (!resume_memory.empty()) {
+      auto own = OpenMemoryTierDir(resume_memory, dist_.memory_tier_per_host ? 2 : 1, /*create=*/false);
+      if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
+        LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
+        resume_memory.clear();
+      }
+    }
+    ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_, resume_memory));
   }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
@@ -232,6 +239,8 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
   role.memory_dir = memory_dir_;
+  role.memory_depth = dist_.memory_tier_per_host ? 2 : 1;
+  role.memory_skipped = dist_.memory_step_skipped;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
 }
