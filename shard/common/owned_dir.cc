@@ -217,12 +217,12 @@ Status CheckOwnableDir(const std::string& path) {
       return PermissionDenied("cannot create files in " + path + ": " + std::strerror(errno));
     return OkStatus();
   }
-  if (errno != ENOENT) return PermissionDenied("cannot inspect " + path + ": " + std::strerror(errno));
+  if (errno != ENOENT && errno != ENOTDIR) return PermissionDenied("cannot inspect " + path + ": " + std::strerror(errno));
   std::string up = path;
   while (up.size() > 1) {
     up = up.substr(0, std::max<size_t>(1, up.rfind('/')));
     if (::stat(up.c_str(), &st) != 0) {
-      if (errno == ENOENT) continue;
+      if (errno == ENOENT || errno == ENOTDIR) continue;
       return PermissionDenied(path + " cannot be created: " + up + ": " + std::strerror(errno));
     }
     if (!S_ISDIR(st.st_mode)) return FailedPrecondition(path + " cannot be created: " + up + " is not a directory");

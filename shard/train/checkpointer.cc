@@ -215,8 +215,12 @@ Status Checkpointer::Retain(const Manifest& base, CheckpointTier tier) {
   if (tier == CheckpointTier::kMemory)
     return ApplyMemoryRetention(role_.memory_dir, job_.checkpoint.memory.keep_last, base.run_fingerprint);
   RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last, base.run_fingerprint));
-  // A committed disk step makes every older memory step worthless.
-  if (!role_.memory_dir.empty()) return DropMemoryStepsBefore(role_.memory_dir, base.step, base.run_fingerprint);
+  // A committed disk step makes every older memory step worthless. A memory
+  // folder that cannot be pruned (refused, not a folder) costs tmpfs, never
+  // the disk step.
+  if (!role_.memory_dir.empty())
+    if (Status st = DropMemoryStepsBefore(role_.memory_dir, base.step, base.run_fingerprint); !st.ok())
+      LOG_WARN("after disk step {}: {}", base.step, st.ToString());
   return OkStatus();
 }
 

@@ -167,5 +167,32 @@ TEST_F(OwnedDirTest, RemoveDeletesInsideTheOpenedFolderNeverThroughALink) {
   EXPECT_TRUE(fs::exists(base_ + "/victim/sub/keep")) << "deleted outside the opened folder";
 }
 
+// Submission's check of memory.dir: nothing is created, and a path that is
+// not (and cannot become) a folder the user owns and writes is refused with
+// one line naming it.
+TEST_F(OwnedDirTest, CheckOwnableDirRefusesWhatOpenWouldRefuseAndCreatesNothing) {
+  EXPECT_TRUE(CheckOwnableDir(base_ + "/not/made/yet").ok());
+  EXPECT_FALSE(fs::exists(base_ + "/not"));
+  ASSERT_TRUE(OwnedDir::Open(base_ + "/mine", "", true).ok());
+  EXPECT_TRUE(CheckOwnableDir(base_ + "/mine").ok());
+  auto null = CheckOwnableDir("/dev/null");
+  EXPECT_EQ(null.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(null.message(), "/dev/null is not a directory");
+  { std::ofstream(base_ + "/file") << "x"; }
+  EXPECT_EQ(CheckOwnableDir(base_ + "/file/below").message(),
+            base_ + "/file/below cannot be created: " + base_ + "/file is not a directory");
+  fs::create_directory_symlink(base_ + "/mine", base_ + "/link");
+  EXPECT_NE(CheckOwnableDir(base_ + "/link").message().find("is a symbolic link"), std::string::npos);
+  fs::create_directories(base_ + "/open");
+  ::chmod((base_ + "/open").c_str(), 0777);
+  EXPECT_NE(CheckOwnableDir(base_ + "/open").message().find("writable by group or others"), std::string::npos);
+  EXPECT_FALSE(CheckOwnableDir("relative").ok());
+  if (::geteuid() == 0) {
+    ::chmod((base_ + "/open").c_str(), 0700);
+    ASSERT_EQ(::chown((base_ + "/open").c_str(), 65534, 65534), 0);
+    EXPECT_NE(CheckOwnableDir(base_ + "/open").message().find("belongs to uid 65534"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace shard

@@ -44,7 +44,7 @@ std::string Tokens() {
 std::string NewDir(const std::string& name) {
   std::string tmpl = testing::TempDir() + "/memory_skip_" + name + "_XXXXXX";
   EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
+  return fs::path(tmpl).lexically_normal().string();  // as the tier names it in its messages
 }
 
 const std::string& Yaml() {
@@ -66,7 +66,7 @@ struct Outcome {
 };
 
 // Trains both ranks to `stop_after` (the run "dies" there when short of kSteps).
-Outcome Run(const std::string& disk, const std::string& memory_root, int stop_after = kSteps) {
+Outcome Train(const std::string& disk, const std::string& memory_root, int stop_after = kSteps) {
   Outcome out;
   out.skips.assign(2, -1);
   std::mutex mu;
@@ -123,7 +123,7 @@ TEST(MemoryTierSkipTest, AFileAsTheRootSkipsMemoryStepsNotTheRun) {
   const std::string disk = NewDir("file_disk"), base = NewDir("file_root");
   const std::string file = base + "/a-file";
   std::ofstream(file) << "not a folder";
-  const Outcome o = Run(disk, file);
+  const Outcome o = Train(disk, file);
   ExpectEverySkipped(o, file + " is not a directory");
   EXPECT_EQ(DiskSteps(disk), (std::vector<int64_t>{4, 8}));
 }
@@ -134,7 +134,7 @@ TEST(MemoryTierSkipTest, AnotherUsersRootIsRefusedAndNothingIsWrittenThere) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to hand a folder to nobody";
   const std::string disk = NewDir("other_disk"), root = NewDir("other_root");
   ASSERT_EQ(::chown(root.c_str(), 65534, 65534), 0);
-  const Outcome o = Run(disk, root);
+  const Outcome o = Train(disk, root);
   ExpectEverySkipped(o, root + " belongs to uid 65534");
   EXPECT_TRUE(fs::is_empty(root)) << "written into another user's folder";
   EXPECT_EQ(DiskSteps(disk), (std::vector<int64_t>{4, 8}));
@@ -150,7 +150,7 @@ TEST(MemoryTierSkipTest, ALinkedJobFolderIsNeverWrittenOrPrunedThrough) {
   fs::create_directories(victim + "/" + StepDirName(1));
   std::ofstream(victim + "/" + StepDirName(1) + "/keep") << "the victim's";
   fs::create_directory_symlink(victim, job_dir);
-  const Outcome o = Run(disk, root);
+  const Outcome o = Train(disk, root);
   ExpectEverySkipped(o, job_dir + " is a symbolic link");
   EXPECT_TRUE(fs::exists(victim + "/" + StepDirName(1) + "/keep"));
   int entries = 0;
@@ -163,7 +163,7 @@ TEST(MemoryTierSkipTest, ALinkedJobFolderIsNeverWrittenOrPrunedThrough) {
 TEST(MemoryTierSkipTest, MemoryFoldersAre0700AndFiles0600) {
   const std::string disk = NewDir("mode_disk"), base = NewDir("mode_root");
   const std::string root = base + "/shardd-test";  // made by the tier
-  const Outcome o = Run(disk, root, /*stop_after=*/3);  // memory steps 2 and 3 kept, no disk step yet
+  const Outcome o = Train(disk, root, /*stop_after=*/3);  // memory steps 2 and 3 kept, no disk step yet
   EXPECT_EQ(o.skips, (std::vector<int>{0, 0}));
   EXPECT_TRUE(o.skipped.empty());
   auto job = ParseJobConfig(Yaml(), "job.yaml", Sets(disk, root));
