@@ -158,6 +158,9 @@ class Trainer {
   bool CheckpointDue(int64_t step) const {
     return job_.checkpoint.every_steps > 0 && (step % job_.checkpoint.every_steps == 0 || step == job_.train.steps);
   }
+  // The memory tier's folder a resume may read: "" for none, for a per-host
+  // tier under resume: auto, and for a folder owned_dir.h refuses (a warning).
+  std::string ResumeMemoryDir() const;
   // checkpoint.memory.every_steps says to save to the memory tier after
   // `step`, and no disk save is due then (a step due in both goes to disk).
   bool MemoryCheckpointDue(int64_t step) const {
