@@ -100,11 +100,15 @@ Status DropMemoryStepsBefore(const std::string& memory_dir, int64_t floor, const
 
 Status RemoveMemoryTier(const std::string& memory_dir) {
   if (memory_dir.empty()) return OkStatus();
-  const fs::path p = fs::path(memory_dir).lexically_normal();
-  auto root = OwnedDir::Open(p.parent_path().string(), "", /*create=*/false);
+  std::string p = memory_dir;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  if (slash == std::string::npos || slash == 0)
+    return InvalidArgument("memory tier folder " + memory_dir + ": not <root>/<folder>");
+  auto root = OwnedDir::Open(p.substr(0, slash), "", /*create=*/false);
   if (!root.ok() && root.status().code() == StatusCode::kNotFound) return OkStatus();
   if (!root.ok()) return root.status().WithContext("memory tier: " + memory_dir + " not removed");
-  return root->Remove(p.filename().string()).WithContext("memory tier");
+  return root->Remove(p.substr(slash + 1)).WithContext("memory tier");
 }
 
 }  // namespace shard

@@ -217,7 +217,8 @@ Status CheckOwnableDir(const std::string& path) {
       return PermissionDenied("cannot create files in " + path + ": " + std::strerror(errno));
     return OkStatus();
   }
-  if (errno != ENOENT && errno != ENOTDIR) return PermissionDenied("cannot inspect " + path + ": " + std::strerror(errno));
+  if (errno != ENOENT && errno != ENOTDIR)
+    return PermissionDenied("cannot inspect " + path + ": " + std::strerror(errno));
   std::string up = path;
   while (up.size() > 1) {
     up = up.substr(0, std::max<size_t>(1, up.rfind('/')));
