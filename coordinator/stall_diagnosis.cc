@@ -122,7 +122,9 @@ bool FindStuck(const StallInput& in, const std::set<std::string>& groups, Stuck*
 // Who stands where around a stuck call: inside it (waiters), died inside
 // it, or short of it (missing: they never entered it).
 struct StuckParts {
-  std::vector<int> waiters, died_inside, missing;
+  // gone: dead ranks of the group past the call (their record, last heard,
+  // shows it finished or never reached): its peers wait on a rank that left.
+  std::vector<int> waiters, died_inside, missing, gone;
   const CollectiveSeen* call = nullptr;
   double waited = 0;
   bool all_failed = true;
@@ -146,6 +148,8 @@ StuckParts ClassifyStuck(const StallInput& in, const Stuck& st) {
       p.died_inside.push_back(r.rank);
     } else if (c->seq < st.seq) {
       p.missing.push_back(r.rank);
+    } else if (r.dead) {
+      p.gone.push_back(r.rank);
     }
   }
   // A rank that never ran a collective at all belongs to the group when
@@ -161,15 +165,27 @@ std::string StuckSentence(const StallInput& in, const Stuck& st, bool with_group
   const std::vector<int>& missing = p.missing;
   std::string s = Who(p.waiters) + " waited " + Secs(p.waited) + " in " + What(*p.call, with_group) +
                   (p.all_failed ? " until it failed" : "");
-  if (!p.died_inside.empty()) s += "; " + Who(p.died_inside) + " died inside it";
+  auto flight = [&](int rank) -> const RankFlight& {
+    return *std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
+  };
+  // Dead ranks are named with what they did (their exit, their error).
+  auto deaths = [&](const std::vector<int>& ranks, const std::string& where) {
+    std::string t = "; " + Who(ranks) + " " + where, hows;
+    for (int r : ranks)
+      if (const RankFlight& f = flight(r); !f.dead_how.empty())
+        hows += (hows.empty() ? "" : "; ") + (ranks.size() > 1 ? "rank " + std::to_string(r) + ": " : "") + Died(f);
+    if (hows.empty()) return t;
+    return ranks.size() == 1 ? t + ": " + hows : t + " (" + hows + ")";
+  };
+  if (!p.died_inside.empty()) s += deaths(p.died_inside, "died inside it");
   if (missing.empty()) {
-    if (p.died_inside.empty())
+    if (!p.gone.empty()) s += deaths(p.gone, "is gone from the group");
+    else if (p.died_inside.empty())
       s += "; no rank of the group is missing: the collective itself is stuck (the network or the backend)";
     return s;
   }
   auto detail = [&](int rank) {
-    const RankFlight& r =
-        *std::find_if(in.ranks.begin(), in.ranks.end(), [&](const RankFlight& x) { return x.rank == rank; });
+    const RankFlight& r = flight(rank);
     return (r.dead ? Died(r) + "; " : std::string()) + LastDoing(r, with_group, in.now_ms);
   };
   if (missing.size() == 1)

@@ -330,6 +330,19 @@ class AgentSession {
     return st;
   }
 
+  // A memory step this rank could not write: the coordinator says it in an
+  // event. Training goes on whatever this answer is (the next report or
+  // heartbeat meets a coordinator that is gone).
+  void ReportMemorySkip(int64_t step, const std::string& reason) {
+    v1::ReportCheckpointRequest req;
+    req.set_step(step);
+    req.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
+    req.set_memory_skipped(reason.empty() ? "unknown" : reason);
+    shard::Status st =
+        RetryUnavailable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
+    if (!st.ok()) LOG_WARN("could not report skipped memory step {}: {}", step, st.ToString());
+  }
+
   shard::DistContext RankContext(Heartbeater& hb) {
     shard::DistContext dist;
     dist.rank = rank();
@@ -344,6 +357,7 @@ class AgentSession {
                                          const std::vector<shard::ManifestFile>& files, shard::CheckpointTier tier) {
       return ReportCheckpoint(hb, base, step_dir, files, tier);
     };
+    dist.memory_step_skipped = [this](int64_t step, const std::string& reason) { ReportMemorySkip(step, reason); };
     dist.memory_job_dir = memory_ ? memory_->host_dir() : reg_.memory_tier_dir();
     dist.memory_tier_per_host = memory_ != nullptr;
     return dist;

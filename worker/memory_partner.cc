@@ -26,6 +26,11 @@ shard::StatusOr<std::unique_ptr<MemoryPartner>> MemoryPartner::Start(std::shared
   p->opts_ = opts;
   p->kv_ = std::move(kv);
   p->host_dir_ = (fs::path(opts.root) / shard::MemoryHostFolder(opts.hostname)).string();
+  // The tier's root, the job's folder and this host's: the user's own, 0700,
+  // never links (owned_dir.h). A refused or unwritable one costs the memory
+  // steps (each skipped with an event, the copies refused), not the run.
+  if (auto own = shard::OpenMemoryTierDir(p->host_dir_, 2, /*create=*/true); !own.ok())
+    LOG_WARN("memory tier: {}; this host's memory steps are skipped", own.status().message());
   MemoryPartner* self = p.get();
   p->server_ = std::make_unique<shard::ShardCopyServer>(p->host_dir_, [self](const std::string& step_dir) {
     if (auto st = shard::KeepNewestMemorySteps(self->host_dir_, StepOfDir(step_dir), self->opts_.keep); !st.ok())

@@ -139,6 +139,9 @@ struct Job {
   int64_t memory_step = -1;
   std::string memory_step_dir;  // rank 0's host folder's copy, for events and the store
   std::string resume_memory_manifest;
+  // The newest memory step a rank reported skipped (memory_step_skipped
+  // event): each skipped step is said once, whichever ranks skip it.
+  int64_t memory_skipped_step = -1;
 };
 
 inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }

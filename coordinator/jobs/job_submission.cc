@@ -9,6 +9,7 @@
 #include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
 #include "coordinator/sched/host_capacity.h"
+#include "shard/common/owned_dir.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
@@ -49,6 +50,15 @@ Status JobSubmission::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* co
   RETURN_IF_ERROR(CheckConfined(src, spec.workdir(), paths, opts_.allowed_roots));
   for (const JobPath& p : paths)
     if (p.must_exist && !fs::exists(p.path)) return shard::NotFound(src + ": " + p.key + ": " + p.path + " does not exist");
+  // The memory tier's root, where the local launcher's ranks (all on this
+  // host, this user) will write it: a folder they can own and create files
+  // in, or none at all (/dev/null, a file, another user's folder). Elsewhere
+  // a host that cannot write it skips its memory steps (events), not the run.
+  if (c.checkpoint.memory.enabled() && c.resources.launcher == shard::Launcher::kLocal) {
+    const std::string root = c.checkpoint.memory.dir.empty() ? shard::DefaultMemoryTierRoot() : c.checkpoint.memory.dir;
+    if (Status st = shard::CheckOwnableDir(root); !st.ok())
+      return Status(st.code(), src + ": checkpoint.memory.dir: " + st.message());
+  }
   // The model's config.json, read where the workers will read it: sizes past
   // sane bounds (num_hidden_layers: 10000000) are an error here, not a
   // bad_alloc in the planner or a failed attempt later.

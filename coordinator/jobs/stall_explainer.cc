@@ -8,6 +8,12 @@ bool IsCollectiveTimeout(const std::string& error) { return error.find("DEADLINE
 
 namespace {
 
+// A worker's error, as much as one sentence of a stall account holds.
+std::string Bounded(const std::string& error) {
+  constexpr size_t kMax = 240;
+  return error.size() <= kMax ? error : error.substr(0, kMax) + "…";
+}
+
 StallInput InputOf(const Job& j, StallTrigger trigger, int64_t now_ms, int dead_rank, const std::string& dead_how) {
   StallInput in;
   in.trigger = trigger;
@@ -16,8 +22,16 @@ StallInput InputOf(const Job& j, StallTrigger trigger, int64_t now_ms, int dead_
     const JobRank& rk = j.ranks[r];
     RankFlight f;
     f.rank = static_cast<int>(r);
-    f.dead = static_cast<int>(r) == dead_rank || (rk.exited && !rk.done && rk.error.empty());
-    if (static_cast<int>(r) == dead_rank) f.dead_how = dead_how;
+    // A rank that failed by itself (its report is not a collective's
+    // timeout: a full disk, a bad file) is a cause its peers wait on, named
+    // with its error; one that reported a timeout is one of the waiters.
+    const bool failed_itself = !rk.error.empty() && !IsCollectiveTimeout(rk.error);
+    f.dead = static_cast<int>(r) == dead_rank || (rk.exited && !rk.done && rk.error.empty()) || failed_itself;
+    const std::string error = failed_itself ? Bounded(rk.error) : "";
+    if (static_cast<int>(r) == dead_rank)
+      f.dead_how = dead_how + (error.empty() ? "" : " after reporting: " + error);
+    else if (failed_itself)
+      f.dead_how = "failed: " + error;
     f.heard_ms = rk.last_heartbeat_ms;
     f.collectives = rk.collectives;
     in.ranks.push_back(std::move(f));

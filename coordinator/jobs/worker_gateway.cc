@@ -265,7 +265,11 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpoint(const v1:
     return ReportCheckpointLocked(req, token, &retain);
   }();
   if (retain.due) {
-    if (Status st = CheckpointCommitter::Retain(retain.step_dir, retain.keep_last, retain.run_fingerprint); !st.ok())
+    // A memory step's retention deletes only inside the opened, checked job folder.
+    const bool memory = retain.tier == shard::CheckpointTier::kMemory && !retain.memory_dir.empty();
+    if (Status st = memory ? shard::ApplyMemoryRetention(retain.memory_dir, retain.keep_last, retain.run_fingerprint)
+                           : CheckpointCommitter::Retain(retain.step_dir, retain.keep_last, retain.run_fingerprint);
+        !st.ok())
       LOG_ERROR("checkpoint retention in {}: {}", fs::path(retain.step_dir).parent_path().string(), st.ToString());
     // A committed disk step makes the memory steps older than it worthless.
     if (!retain.memory_dir.empty() && retain.tier == shard::CheckpointTier::kDisk)
@@ -320,6 +324,26 @@ Status WorkerGateway::CheckPerHostStepDir(const Job& j, const std::string& step_
   return shard::OkStatus();
 }
 
+StatusOr<v1::ReportCheckpointResponse> WorkerGateway::MemoryStepSkipped(Job& j, const v1::ReportCheckpointRequest& req,
+                                                                        shard::CheckpointTier tier) {
+  if (tier != shard::CheckpointTier::kMemory)
+    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(req.id().rank()) +
+                                  ": only a memory step may be skipped, not a " + shard::CheckpointTierName(tier) +
+                                  " step");
+  // One event per step, however many ranks skip it; the step stays pending
+  // and is dropped when a newer memory step commits.
+  if (req.step() > j.memory_skipped_step) {
+    j.memory_skipped_step = req.step();
+    constexpr size_t kMaxReason = 300;  // a worker's text, bounded before it is stored
+    std::string why = req.memory_skipped().substr(0, kMaxReason);
+    if (req.memory_skipped().size() > kMaxReason) why += "…";
+    table_->Emit(j, "memory_step_skipped",
+                 "step " + std::to_string(req.step()) + ": " + why + " (rank " + std::to_string(req.id().rank()) +
+                     "); training and disk checkpoints go on");
+  }
+  return v1::ReportCheckpointResponse();
+}
+
 StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(const v1::ReportCheckpointRequest& req,
                                                                           const std::string& token,
                                                                           RetentionTask* retain) {
@@ -339,6 +363,7 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   if (rep.tier == shard::CheckpointTier::kMemory && memory_dir.empty())
     return shard::FailedPrecondition("memory checkpoint report of rank " + std::to_string(req.id().rank()) +
                                      ", but this job has no memory tier; not committed");
+  if (!req.memory_skipped().empty()) return MemoryStepSkipped(*j, req, rep.tier);
   // A per-host memory tier: commit from the reports, never touch the folder
   // (it is on the rank's host: MemoryTierPerHost).
   rep.remote = rep.tier == shard::CheckpointTier::kMemory && MemoryTierPerHost(*j);

@@ -53,6 +53,10 @@ class WorkerGateway {
   // A per-host memory step's folder: <memory root>/host-*/step_N (only its
   // path: the coordinator cannot see that host's tmpfs).
   Status CheckPerHostStepDir(const Job& j, const std::string& step_dir, int64_t step, int rank) const;
+  // A rank's report that it skipped a memory step (could not write it): one
+  // memory_step_skipped event per step. Called with the table lock held.
+  StatusOr<v1::ReportCheckpointResponse> MemoryStepSkipped(Job& j, const v1::ReportCheckpointRequest& req,
+                                                           shard::CheckpointTier tier);
   // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
   // and updates the job's live progress for watchers. With the lock held.
   void RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/common/owned_dir.h"
 #include "shard/common/status.h"
 
 namespace shard {
@@ -37,13 +38,33 @@ struct TieredStep {
 StatusOr<TieredStep> FindLatestGoodTieredStep(const std::string& disk_dir, const std::string& memory_dir,
                                               bool verify_checksums, const StepFilter& accept = {});
 
+// Every deletion below opens the tier's folder first (shard/common/owned_dir.h:
+// the user's own, no link, writable by nobody else; memory_dir's parent is
+// taken as the root) and deletes only inside that opened folder. A folder
+// that is refused is named in the error and nothing in it is touched.
+
+// Opens memory_dir, `depth` folders below the tier's root (1: <root>/<job>;
+// 2: <root>/<job>/host-<name>), checking the root and each folder below it;
+// with `create`, missing ones are made 0700.
+StatusOr<OwnedDir> OpenMemoryTierDir(const std::string& memory_dir, int depth, bool create);
+
+// The memory tier's retention: ApplyRetention (committer.h) inside the
+// opened memory_dir. A missing folder is fine.
+Status ApplyMemoryRetention(const std::string& memory_dir, int keep_last, const std::string& run_fingerprint);
+
 // The memory tier's retention beyond keep_last: deletes the run's steps
 // (committed or not) older than `floor` — the newest committed disk step —
 // from memory_dir, uncommitting each first. Another run's steps stay.
 Status DropMemoryStepsBefore(const std::string& memory_dir, int64_t floor, const std::string& run_fingerprint);
 
 // When the job ends: removes the memory tier's job folder and everything in it
-// (never through a link). A missing folder is fine.
+// (never through a link), from inside its opened parent. A missing folder is fine.
 Status RemoveMemoryTier(const std::string& memory_dir);
+
+// Deletes the step folder `name` of the opened folder `dir_fd` (`path`
+// names it in messages): uncommitted first (COMMITTED goes, so a crash
+// mid-delete leaves garbage, never a broken step), then emptied and removed,
+// never through a link (a link is removed as a link). Missing is fine.
+Status DeleteStepAt(int dir_fd, const std::string& name, const std::string& path);
 
 }  // namespace shard

@@ -1,13 +1,19 @@
 #include "shard/ckpt/committer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/checksum.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
@@ -85,7 +91,7 @@ Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milli
   return WriteFileAtomic(step_dir + "/" + kCommittedFile, base.ToJson());
 }
 
-Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint) {
+Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint, int dir_fd) {
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(job_dir));
   // Only this run's committed steps count and may go: another run's steps in
   // the same directory are never deleted. A manifest that does not parse is
@@ -117,25 +123,22 @@ Status ApplyRetention(const std::string& job_dir, int keep_last, const std::stri
       break;
     }
   }
+  // Deleted inside the opened folder: a job_dir swapped for a link meanwhile
+  // leads nowhere else.
+  const int own_fd = dir_fd >= 0 ? -1 : ::open(job_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 && own_fd < 0) return DataLoss("retention: cannot open " + job_dir + ": " + std::strerror(errno));
+  const int at = dir_fd >= 0 ? dir_fd : own_fd;
+  Status out = OkStatus();
   for (const auto& s : steps) {
     if (s.step >= newest || keep_step.count(s.step)) continue;
     MaybeFault("ckpt_during_retention", newest);
     // A link is removed as a link, never through it: its target is a step
     // folder of this directory listed (and kept or deleted) on its own.
-    std::error_code ec;
-    const fs::file_status st = fs::symlink_status(s.dir, ec);
-    if (st.type() == fs::file_type::not_found) continue;  // gone already
-    ec.clear();
-    if (fs::is_symlink(st)) {
-      fs::remove(s.dir, ec);
-    } else {
-      // Uncommit first: once COMMITTED is gone the directory is no longer a
-      // checkpoint, so a crash mid-delete leaves garbage, never a broken step.
-      fs::remove(fs::path(s.dir) / kCommittedFile, ec);
-      if (!ec) fs::remove_all(s.dir, ec);
-    }
-    if (ec) return DataLoss("retention: cannot delete " + s.dir + ": " + ec.message());
+    out = DeleteStepAt(at, fs::path(s.dir).filename().string(), s.dir).WithContext("retention");
+    if (!out.ok()) break;
   }
+  if (own_fd >= 0) ::close(own_fd);
+  RETURN_IF_ERROR(out);
   return FsyncDir(job_dir);
 }
 

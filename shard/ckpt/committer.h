@@ -30,7 +30,9 @@ Status CommitStep(const std::string& step_dir, Manifest base, std::chrono::milli
 // committed step, never a step newer than it (a save may be in flight), and
 // never a step of another run that shares the directory. Never follows a
 // link: a step folder that links out of job_dir is not one of its steps
-// (ListSteps), and one that links inside is removed as a link.
-Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint = "");
+// (ListSteps), and one that links inside is removed as a link. Deletes
+// inside the opened folder `dir_fd` (-1: job_dir, opened here).
+Status ApplyRetention(const std::string& job_dir, int keep_last, const std::string& run_fingerprint = "",
+                      int dir_fd = -1);
 
 }  // namespace shard

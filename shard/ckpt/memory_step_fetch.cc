@@ -3,9 +3,11 @@
 #include <filesystem>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/shard_copy.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/common/owned_dir.h"
 
 namespace shard {
 namespace fs = std::filesystem;
@@ -16,11 +18,10 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
   MemoryStepAssembly out;
   const std::string step_name = StepDirName(manifest.step);
   out.step_dir = (fs::path(host_dir) / step_name).string();
+  // The host's folder and the step's: the user's own, 0700, never a link (owned_dir.h).
+  ASSIGN_OR_RETURN(OwnedDir host, OwnedDir::OpenUnderParent(host_dir, /*create=*/true));
+  RETURN_IF_ERROR(host.Sub(step_name, /*create=*/true).status());
   std::error_code ec;
-  if (fs::is_symlink(fs::symlink_status(out.step_dir, ec)))
-    return FailedPrecondition("memory step folder " + out.step_dir + " is a symbolic link; not used");
-  fs::create_directories(out.step_dir, ec);
-  if (ec) return DataLoss("cannot create " + out.step_dir + ": " + ec.message());
   const size_t n = manifest.files.size();
   for (size_t k = 0; k < n; ++k) {
     const ManifestFile& f = manifest.files[(first_file + k) % n];
@@ -54,22 +55,18 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
 }
 
 Status KeepNewestMemorySteps(const std::string& host_dir, int64_t current, int keep, bool drop_newer) {
+  // Deleted only inside the opened host folder (the user's own: owned_dir.h).
+  auto dir = OwnedDir::OpenUnderParent(host_dir, /*create=*/false);
+  if (!dir.ok() && dir.status().code() == StatusCode::kNotFound) return OkStatus();
+  if (!dir.ok()) return dir.status().WithContext("memory tier: no step deleted");
   ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListSteps(host_dir));
   int upto = 0;  // steps[0, upto) are at or below `current` (ListSteps: oldest first)
   while (upto < static_cast<int>(steps.size()) && steps[upto].step <= current) ++upto;
   const int older = std::max(0, upto - std::max(1, keep));
   for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
     if ((i >= older && i < upto) || (i >= upto && !drop_newer)) continue;
-    std::error_code ec;
-    if (fs::is_symlink(fs::symlink_status(steps[i].dir, ec))) {
-      fs::remove(steps[i].dir, ec);
-      continue;
-    }
-    fs::remove(fs::path(steps[i].dir) / kCommittedFile, ec);
-    ec.clear();
-    fs::remove_all(steps[i].dir, ec);
-    if (ec && ec != std::errc::no_such_file_or_directory)
-      return DataLoss("memory tier: cannot delete " + steps[i].dir + ": " + ec.message());
+    RETURN_IF_ERROR(DeleteStepAt(dir->fd(), fs::path(steps[i].dir).filename().string(), steps[i].dir)
+                        .WithContext("memory tier"));
   }
   return OkStatus();
 }

@@ -18,6 +18,7 @@
 
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
+#include "shard/common/owned_dir.h"
 #include "shard/common/logging.h"
 
 namespace shard {
@@ -319,9 +320,10 @@ void ShardCopyServer::Handle(int fd) {
     (void)Reply(c, kError, "the bytes of " + *step + "/" + *name + " arrived damaged (xxh64 mismatch)");
     return;
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  Status st = ec ? DataLoss("cannot create " + dir.string() + ": " + ec.message()) : WriteFileAtomicShared(path, data);
+  // The host's folder and the step's: the user's own, 0700, never a link (owned_dir.h).
+  auto host = OwnedDir::OpenUnderParent(root_, /*create=*/true);
+  Status st = host.ok() ? host->Sub(dir.filename().string(), /*create=*/true).status() : host.status();
+  if (st.ok()) st = WriteFileAtomicShared(path, data);
   if (!st.ok()) {
     LOG_WARN("partner copy: {}", st.ToString());
     (void)Reply(c, kError, st.message());

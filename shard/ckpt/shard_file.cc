@@ -14,6 +14,7 @@
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
 #include "shard/common/json_int.h"
+#include "shard/common/owned_dir.h"
 
 namespace shard {
 namespace {
@@ -81,7 +82,8 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& step_dir, const ShardHea
   const std::string path = step_dir + "/" + out.name;
   const std::string tmp = path + ".tmp";
   MaybeFault("ckpt_before_write", h.step);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // 0600 in the memory tier's private folders (owned_dir.h), 0644 elsewhere.
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, NewFileMode(step_dir));
   if (fd < 0) return DataLoss("cannot create checkpoint shard " + tmp + ": " + Errno());
   Xxh64Stream hash;
   auto fail = [&](Status s) {

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "shard/common/owned_dir.h"
+
 namespace shard {
 
 StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel, int flags, unsigned mode) {
@@ -88,7 +90,8 @@ Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {
   fs::path p(path);
   std::string dir = p.parent_path().empty() ? "." : p.parent_path().string();
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A private folder's files are private (the memory tier's: owned_dir.h).
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, NewFileMode(dir));
   if (fd < 0) return NotFound("cannot create " + tmp + ": " + Errno());
   const char* ptr = static_cast<const char*>(data);
   size_t left = size;

@@ -570,6 +570,8 @@ void AddMemoryTier(const EstimateContext& x, MemoryEstimate& est) {
                          (std::max(1, w.world) + ranks - 1) / ranks);
   if (c.bytes_per_node <= 0) return;
   Items{&est.host}.Add("memory checkpoint tier (tmpfs: p, m, v as held)", c.bytes_per_node, c.how);
+  est.memory_tier_bytes = c.bytes_per_node;
+  est.memory_tier_how = c.how;
   est.host_total = Sum(est.host);
 }
 

@@ -63,6 +63,10 @@ struct MemoryEstimate {
   // offloaded state and staging, and the larger of its checkpoint snapshot
   // and its weight-loading buffer, which never coexist), allowances excluded.
   int64_t host_writer_alloc = 0;
+  // checkpoint.memory: the tier's bytes per node (part of host_total) and how
+  // they were counted; 0 without the tier.
+  int64_t memory_tier_bytes = 0;
+  std::string memory_tier_how;
 };
 
 // ---- Pieces (exposed for tests and the validation) -------------------------

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shard::plan {
 
@@ -27,5 +28,18 @@ struct MemoryTierCost {
 // every unit; state_bytes: 3 x the size of the state as held (p, m, v).
 MemoryTierCost EstimateMemoryTier(int keep_last, int replicas, int64_t shard_numel, int64_t state_bytes,
                                   int writers_per_node, int nodes);
+
+// The tier's bytes per node against the free space of the folder they go to
+// (tmpfs has a size of its own, often half the RAM, apart from the host
+// memory counted above): more than `free_bytes` is a reason (the plan does
+// not fit), more than 80% of it a note. free_bytes < 0 (unknown): nothing.
+// Pure; `root` and `how` only name things in the lines.
+void JudgeMemoryTierSpace(int64_t tier_bytes, const std::string& how, const std::string& root, int64_t free_bytes,
+                          std::vector<std::string>* reasons, std::vector<std::string>* notes);
+
+// The bytes this user may still write in `path`'s file system (statvfs of
+// `path`, or of its nearest existing ancestor when it is not made yet); -1
+// when that cannot be read.
+int64_t FreeBytesAt(const std::string& path);
 
 }  // namespace shard::plan

@@ -1,6 +1,7 @@
 #include "shard/plan/planner.h"
 
 #include "shard/plan/adapter_memory.h"
+#include "shard/plan/memory_tier_cost.h"
 #include "shard/spec/precision.h"
 #include "shard/common/format_number.h"
 
@@ -239,6 +240,15 @@ StatusOr<Plan> PlanJob(const JobConfig& job, const HardwareCatalog& catalog, con
   Plan p = PlanWorkload(jw.workload, cluster);
   p.job_file = job.source;
   p.notes.insert(p.notes.begin(), jw.notes.begin(), jw.notes.end());
+  // Planned for this host's local launcher: the tier's folder is here, so its
+  // free space is known (tmpfs is sized apart from the RAM counted above).
+  if (cluster_name.empty() && job.resources.launcher == Launcher::kLocal && p.memory.memory_tier_bytes > 0) {
+    const std::string root = job.checkpoint.memory.dir.empty() ? DefaultMemoryTierRoot() : job.checkpoint.memory.dir;
+    const size_t had = p.reasons.size();
+    JudgeMemoryTierSpace(p.memory.memory_tier_bytes, p.memory.memory_tier_how, root, FreeBytesAt(root), &p.reasons,
+                         &p.notes);
+    if (p.reasons.size() > had && p.verdict != Verdict::kCannotRun) p.verdict = Verdict::kDoesNotFit;
+  }
   if (cluster.cpu_only && cluster_name.empty() && job.resources.device.is_auto())
     p.notes.push_back("resources.device auto: planned for this host's CPU engine; pass --cluster NAME to plan for GPUs");
   if (!cluster.cpu_only && !p.workload.cpu_engine) {

@@ -485,7 +485,7 @@ std::string Hex16(uint64_t v) {
 }  // namespace
 
 std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir) {
-  const std::string root = job.checkpoint.memory.dir.empty() ? kDefaultMemoryTierRoot : job.checkpoint.memory.dir;
+  const std::string root = job.checkpoint.memory.dir.empty() ? DefaultMemoryTierRoot() : job.checkpoint.memory.dir;
   std::error_code ec;
   std::filesystem::path disk = std::filesystem::absolute(CheckpointJobDir(job, workdir), ec);
   // weakly_canonical: a workdir reached through a link names the same folder.

@@ -237,7 +237,7 @@ struct JobConfig {
 // one rule every reader and writer of a job's checkpoints uses.
 std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir = "");
 // Where the job's memory-tier checkpoints live: <checkpoint.memory.dir, else
-// /dev/shm/shardd>/<name>-<16 hex digits of the hash of the disk folder's
+// DefaultMemoryTierRoot(): /dev/shm/shardd-<uid>>/<name>-<16 hex digits of the hash of the disk folder's
 // absolute path>, so two jobs of one name in different workdirs (two e2e
 // tests, two users) never share a folder, and every process that knows the
 // disk folder finds the same one. The rule the workers, the coordinator and

@@ -1,5 +1,7 @@
 #include "shard/spec/memory_tier_config.h"
 
+#include <unistd.h>
+
 #include <string>
 
 #include "shard/common/yaml_config.h"
@@ -10,6 +12,8 @@ namespace {
 constexpr int kMaxMemoryKeepLast = 100;
 constexpr int kMaxReplicas = 1;
 }  // namespace
+
+std::string DefaultMemoryTierRoot() { return "/dev/shm/shardd-" + std::to_string(::geteuid()); }
 
 Status MemoryTierConfig::Validate() const {
   if (every_steps < 0)

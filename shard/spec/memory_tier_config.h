@@ -19,18 +19,25 @@ namespace shard {
 
 class YamlMap;
 
-// The default root of memory-tier folders: tmpfs on Linux.
-inline constexpr const char* kDefaultMemoryTierRoot = "/dev/shm/shardd";
+// The default root of memory-tier folders: tmpfs on Linux, one per user
+// ("/dev/shm/shardd-<effective uid>"), created 0700: /dev/shm is anyone's, so
+// a shared root could be pre-created or linked by another user
+// (shard/common/owned_dir.h refuses such a folder).
+std::string DefaultMemoryTierRoot();
 
 struct MemoryTierConfig {
   int64_t every_steps = 0;  // 0 = no memory tier
-  // The root of the tier's job folders; "" = kDefaultMemoryTierRoot. The
-  // job's folder is <dir>/<name>-<hash of its disk folder> (MemoryCheckpointJobDir).
+  // The root of the tier's job folders; "" = DefaultMemoryTierRoot(). The
+  // job's folder is one level below it (MemoryCheckpointJobDir). The root and
+  // every folder below it must be the job user's own, not links, and
+  // writable by nobody else (shard/common/owned_dir.h); they are made 0700.
   std::string dir;
   int keep_last = 2;  // committed memory steps kept (the disk tier keeps its own checkpoint.keep_last)
-  // Copies of each shard sent to a partner rank on another host. Not built
-  // yet: a job whose ranks span hosts runs without the memory tier (said in
-  // an event); on one host a copy would share the host's fate, so none is made.
+  // Copies of each shard sent to a partner rank on another host (0 or 1):
+  // when the job's ranks span hosts each writer sends its memory shard to
+  // its partner (shard/ckpt/partner_map.h, shard/ckpt/shard_copy.h) and a
+  // step commits only when every copy landed; on one host a copy would share
+  // the host's fate, so none is made.
   int replicas = 1;
 
   bool enabled() const { return every_steps > 0; }

@@ -6,6 +6,7 @@
 #include "shard/ckpt/committer.h"
 #include "shard/ckpt/shard_file.h"
 #include "shard/common/logging.h"
+#include "shard/common/owned_dir.h"
 
 namespace shard {
 namespace fs = std::filesystem;
@@ -102,9 +103,15 @@ Status Checkpointer::SimulateSnapshot() {
   return OkStatus();
 }
 
-Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host,
-                                    CheckpointTier tier) {
-  const std::string step_dir = (fs::path(tier_dir(tier)) / StepDirName(base.step)).string();
+StatusOr<std::string> Checkpointer::MakeStepDir(int64_t step, CheckpointTier tier) const {
+  if (tier == CheckpointTier::kMemory) {
+    // The root and every folder down to the step's: the user's own, never a
+    // link, writable by nobody else, created 0700 (owned_dir.h).
+    ASSIGN_OR_RETURN(OwnedDir dir, OpenMemoryTierDir(role_.memory_dir, role_.memory_depth, /*create=*/true));
+    ASSIGN_OR_RETURN(OwnedDir step_dir, dir.Sub(StepDirName(step), /*create=*/true));
+    return step_dir.path();
+  }
+  const std::string step_dir = (fs::path(job_dir()) / StepDirName(step)).string();
   std::error_code ec;
   // Never through a link: a step folder linked to another run's step would
   // have that run's shard files and COMMITTED overwritten by this one's.
@@ -114,58 +121,106 @@ Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<Shar
                               "); shardd never writes a checkpoint through a link: remove it (rm " + step_dir + ")");
   fs::create_directories(step_dir, ec);
   if (ec) return DataLoss("cannot create checkpoint directory " + step_dir + ": " + ec.message());
+  return step_dir;
+}
+
+Status Checkpointer::WriteShard(const Manifest& base, const std::vector<ShardUnitData>& host,
+                                const std::string& step_dir, CheckpointTier tier, bool* reported) {
+  const int sr = runtime_->shard_rank();
+  ShardHeader h;
+  h.step = base.step;
+  h.world = base.world;
+  h.rank = role_.rank;
+  h.shard_rank = sr;
+  h.shard_count = base.shard_count;
+  h.model_hash = base.model_hash;
+  std::vector<ShardUnitData> data;
+  for (int u = 0; u < runtime_->num_units(); ++u) {
+    const ShardLayout& sl = runtime_->layout(u);
+    ShardUnit su;
+    su.name = layout_.units[u].name;
+    su.numel = sl.numel;
+    su.begin = std::min(sl.begin(sr), sl.numel);
+    su.count = sl.real_in(sr);
+    su.dtype = state_->state_dtype();  // the state as held
+    h.units.push_back(su);
+    data.push_back(host[u]);
+  }
+  // A crashed earlier attempt at this step may have left this shard's report:
+  // drop it first, so the committer does not take it for this attempt's.
+  std::error_code ec;
+  fs::remove(fs::path(step_dir) / (ShardFileName(sr, base.shard_count) + ".report"), ec);
+  ASSIGN_OR_RETURN(WrittenFile wf, WriteShardFile(step_dir, h, data));
+  RETURN_IF_ERROR(WriteShardReport(step_dir, wf, sr));
+  if (!role_.report) return OkStatus();
+  *reported = true;
+  ManifestFile mf;
+  mf.name = wf.name;
+  mf.shard_rank = sr;
+  mf.size = wf.size;
+  mf.xxh64 = wf.xxh64;
+  return role_.report(base, step_dir, {mf}, tier)
+      .WithContext(std::string("reporting ") + CheckpointTierName(tier) + " checkpoint step " +
+                   std::to_string(base.step));
+}
+
+void Checkpointer::SkipMemoryStep(int64_t step, const Status& why) {
+  ++memory_skips_;
+  LOG_WARN("memory_step_skipped: step {}: {}; training and disk checkpoints go on", step, why.message());
+  if (role_.memory_skipped) role_.memory_skipped(step, why.message());
+}
+
+Status Checkpointer::WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& host,
+                                    CheckpointTier tier) {
+  // A memory step that cannot be written or committed here (a full tmpfs, a
+  // folder that is a file or refused) costs that memory step only; a failed
+  // report is the coordinator's answer and stays an error.
+  const bool memory = tier == CheckpointTier::kMemory;
+  auto step_dir = MakeStepDir(base.step, tier);
+  if (!step_dir.ok() && memory) {
+    SkipMemoryStep(base.step, step_dir.status());
+    return OkStatus();
+  }
+  RETURN_IF_ERROR(step_dir.status());
   if (role_.writer) {
-    const int sr = runtime_->shard_rank();
-    ShardHeader h;
-    h.step = base.step;
-    h.world = base.world;
-    h.rank = role_.rank;
-    h.shard_rank = sr;
-    h.shard_count = base.shard_count;
-    h.model_hash = base.model_hash;
-    std::vector<ShardUnitData> data;
-    for (int u = 0; u < runtime_->num_units(); ++u) {
-      const ShardLayout& sl = runtime_->layout(u);
-      ShardUnit su;
-      su.name = layout_.units[u].name;
-      su.numel = sl.numel;
-      su.begin = std::min(sl.begin(sr), sl.numel);
-      su.count = sl.real_in(sr);
-      su.dtype = state_->state_dtype();  // the state as held
-      h.units.push_back(su);
-      data.push_back(host[u]);
+    bool reported = false;
+    Status st = WriteShard(base, host, *step_dir, tier, &reported);
+    if (!st.ok() && memory && !reported) {
+      SkipMemoryStep(base.step, st);
+      return OkStatus();
     }
-    // A crashed earlier attempt at this step may have left this shard's report:
-    // drop it first, so the committer does not take it for this attempt's.
-    fs::remove(fs::path(step_dir) / (ShardFileName(sr, base.shard_count) + ".report"), ec);
-    ASSIGN_OR_RETURN(WrittenFile wf, WriteShardFile(step_dir, h, data));
-    RETURN_IF_ERROR(WriteShardReport(step_dir, wf, sr));
-    if (role_.report) {
-      ManifestFile mf;
-      mf.name = wf.name;
-      mf.shard_rank = sr;
-      mf.size = wf.size;
-      mf.xxh64 = wf.xxh64;
-      RETURN_IF_ERROR(role_.report(base, step_dir, {mf}, tier)
-                          .WithContext(std::string("reporting ") + CheckpointTierName(tier) + " checkpoint step " +
-                                       std::to_string(base.step)));
-    }
+    RETURN_IF_ERROR(st);
   }
   if (role_.committer) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
-    RETURN_IF_ERROR(CommitStep(step_dir, base, timeout));
-    LOG_INFO("checkpoint step {} ({}) committed in {}", base.step, CheckpointTierName(tier), step_dir);
-    RETURN_IF_ERROR(Retain(base, tier));
+    Status st = CommitStep(*step_dir, base, timeout);
+    if (!st.ok() && memory) {
+      SkipMemoryStep(base.step, st);
+      return OkStatus();
+    }
+    RETURN_IF_ERROR(st);
+    LOG_INFO("checkpoint step {} ({}) committed in {}", base.step, CheckpointTierName(tier), *step_dir);
+    st = Retain(base, tier);
+    // The memory step is committed; its retention failing costs tmpfs, not the run.
+    if (!st.ok() && memory) {
+      LOG_WARN("memory tier retention after step {}: {}", base.step, st.ToString());
+      return OkStatus();
+    }
+    RETURN_IF_ERROR(st);
   }
   return OkStatus();
 }
 
 Status Checkpointer::Retain(const Manifest& base, CheckpointTier tier) {
   if (tier == CheckpointTier::kMemory)
-    return ApplyRetention(role_.memory_dir, job_.checkpoint.memory.keep_last, base.run_fingerprint);
+    return ApplyMemoryRetention(role_.memory_dir, job_.checkpoint.memory.keep_last, base.run_fingerprint);
   RETURN_IF_ERROR(ApplyRetention(job_dir(), job_.checkpoint.keep_last, base.run_fingerprint));
-  // A committed disk step makes every older memory step worthless.
-  if (!role_.memory_dir.empty()) return DropMemoryStepsBefore(role_.memory_dir, base.step, base.run_fingerprint);
+  // A committed disk step makes every older memory step worthless. A memory
+  // folder that cannot be pruned (refused, not a folder) costs tmpfs, never
+  // the disk step.
+  if (!role_.memory_dir.empty())
+    if (Status st = DropMemoryStepsBefore(role_.memory_dir, base.step, base.run_fingerprint); !st.ok())
+      LOG_WARN("after disk step {}: {}", base.step, st.ToString());
   return OkStatus();
 }
 

@@ -11,6 +11,7 @@
 // Thread-safety: called from the training thread only.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,9 @@ namespace shard {
 // written file (and the run state) to this hook, which reports it over RPC.
 using CheckpointReportFn = std::function<Status(const Manifest& base, const std::string& step_dir,
                                                 const std::vector<ManifestFile>& files, CheckpointTier tier)>;
+// A memory step this rank could not write (a full tmpfs, a refused folder):
+// called once with the step and why; training and disk checkpoints go on.
+using MemorySkipFn = std::function<void(int64_t step, const std::string& reason)>;
 
 struct CheckpointRole {
   int rank = 0;
@@ -39,6 +43,11 @@ struct CheckpointRole {
   CheckpointReportFn report;  // set: writers report here instead of anyone committing
   // The memory tier's job folder (checkpoint.memory; "" = no memory tier).
   std::string memory_dir;
+  // How many folders memory_dir lies below the tier's root: 1 for <root>/<job>,
+  // 2 for a per-host <root>/<job>/host-<name>. Each is opened and checked
+  // (shard/common/owned_dir.h) before a memory step is written.
+  int memory_depth = 1;
+  MemorySkipFn memory_skipped;  // set: told of each skipped memory step
 };
 
 class Checkpointer {
@@ -64,11 +73,23 @@ class Checkpointer {
   double stall_seconds() const { return stall_seconds_; }
   // The memory tier's share: its saves and their stall.
   int memory_saves() const { return memory_saves_; }
+  // Memory steps this rank could not write and skipped (each said once in
+  // the log and to memory_skipped): a memory tier that cannot be written
+  // never fails a run whose disk tier works.
+  int memory_skips() const { return memory_skips_.load(); }
   double memory_stall_seconds() const { return memory_stall_seconds_; }
 
  private:
   // data: per unit, the owned shard's real part (params, m, v) in host memory.
   Status WriteAndCommit(const Manifest& base, const std::vector<ShardUnitData>& data, CheckpointTier tier);
+  // The step's folder, created: a disk step's under job_dir(), a memory
+  // step's in the opened and checked memory folders (0700).
+  StatusOr<std::string> MakeStepDir(int64_t step, CheckpointTier tier) const;
+  // Writes this rank's shard and its report file; then reports it (role_.report).
+  Status WriteShard(const Manifest& base, const std::vector<ShardUnitData>& host, const std::string& step_dir,
+                    CheckpointTier tier, bool* reported);
+  // A memory step that could not be written or committed: said once, counted.
+  void SkipMemoryStep(int64_t step, const Status& why);
   // Committer: the tier's retention after `base` committed in it.
   Status Retain(const Manifest& base, CheckpointTier tier);
   // Save on a backend that holds no data (Backend::holds_data): counts the snapshot only.
@@ -86,6 +107,7 @@ class Checkpointer {
   Status async_status_;
   double stall_seconds_ = 0;
   int memory_saves_ = 0;
+  std::atomic<int> memory_skips_{0};  // written by the save thread
   double memory_stall_seconds_ = 0;
 };
 

@@ -52,6 +52,19 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
   return t;
 }
 
+std::string Trainer::ResumeMemoryDir() const {
+  // A per-host tier's steps commit on no host: the worker names the step.
+  if (memory_dir_.empty() || (dist_.memory_tier_per_host && job_.checkpoint.resume == "auto")) return "";
+  // Never resume from a memory folder that is not the user's own (a link,
+  // another user's, writable by others: owned_dir.h).
+  auto own = OpenMemoryTierDir(memory_dir_, dist_.memory_tier_per_host ? 2 : 1, /*create=*/false);
+  if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
+    LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
+    return "";
+  }
+  return memory_dir_;
+}
+
 Status Trainer::Init() {
   LlamaConfig config;
   if (!job_.model.from_hf.empty()) {
@@ -69,9 +82,7 @@ Status Trainer::Init() {
     memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
   if (!job_.peft.enabled()) {
     ASSIGN_OR_RETURN(resume_,
-                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
-                                      dist_.memory_tier_per_host && job_.checkpoint.resume == "auto" ? ""
-                                                                                                     : memory_dir_));
+                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_, ResumeMemoryDir()));
   }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
@@ -232,6 +243,8 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
   role.memory_dir = memory_dir_;
+  role.memory_depth = dist_.memory_tier_per_host ? 2 : 1;
+  role.memory_skipped = dist_.memory_step_skipped;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
 }

@@ -53,6 +53,10 @@ struct DistContext {
   // read (worker/memory_partner.h): its steps commit on no host, so
   // checkpoint.resume: auto never looks there (the worker names the step).
   bool memory_tier_per_host = false;
+  // Set under the control plane: each memory step this rank skipped (it
+  // could not be written) is told here, and the coordinator says it in a
+  // memory_step_skipped event. Standalone: the log line only.
+  MemorySkipFn memory_step_skipped;
   // Rank 0 writes TensorBoard event files (tensorboard_writer.h) into the run
   // directory, <checkpoint.dir>/<name>. Off by default so library users and
   // tests leave no files behind; the worker turns it on.
@@ -154,6 +158,9 @@ class Trainer {
   bool CheckpointDue(int64_t step) const {
     return job_.checkpoint.every_steps > 0 && (step % job_.checkpoint.every_steps == 0 || step == job_.train.steps);
   }
+  // The memory tier's folder a resume may read: "" for none, for a per-host
+  // tier under resume: auto, and for a folder owned_dir.h refuses (a warning).
+  std::string ResumeMemoryDir() const;
   // checkpoint.memory.every_steps says to save to the memory tier after
   // `step`, and no disk save is due then (a step due in both goes to disk).
   bool MemoryCheckpointDue(int64_t step) const {

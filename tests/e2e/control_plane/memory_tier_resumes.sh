@@ -40,7 +40,14 @@ assert not [c for c in steps if c["tier"] == "disk"], steps  # every_steps 200: 
 print(os.path.dirname(mem[0]["path"]))
 PY
 ) || fail "memory step 30 is not listed with its tier: $listing"
-case "$MEM" in /dev/shm/shardd/memvic-*) ;; *) fail "the memory tier is not in tmpfs: $MEM" ;; esac
+case "$MEM" in /dev/shm/shardd-"$(id -u)"/memvic-*) ;; *) fail "the memory tier is not in this user's tmpfs root: $MEM" ;; esac
+# The tier's folders and shards are this user's alone (0700 / 0600).
+for d in "$(dirname "$MEM")" "$MEM" "$MEM/step_00000030"; do
+  [ "$(stat -c %a "$d")" = 700 ] || fail "$d is mode $(stat -c %a "$d"), not 700"
+done
+for f in "$MEM"/step_00000030/*.shard; do
+  [ "$(stat -c %a "$f")" = 600 ] || fail "$f is mode $(stat -c %a "$f"), not 600"
+done
 ctl checkpoints "$id" | grep -E "^30 +valid +memory " > /dev/null || fail "no TIER column: $(ctl checkpoints "$id")"
 pid=$(worker_pid "$id" 1)
 echo "kill -9 rank 1 (pid $pid) waiting before step 33; memory tier $MEM"

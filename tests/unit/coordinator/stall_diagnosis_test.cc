@@ -90,6 +90,21 @@ TEST(StallDiagnosisTest, ARankThatDiedInsideTheCollectiveIsNotMissing) {
   EXPECT_EQ(DiagnoseStall(in), "rank 0 waited 3.0 s in all_gather #7 (unit 1); rank 1 died inside it");
 }
 
+// A rank that failed by itself (a full disk, not a collective's timeout) is
+// named with its error, never "the collective itself is stuck".
+TEST(StallDiagnosisTest, ARankThatFailedIsNamedWithItsError) {
+  auto in = Ranks({{C(7, "all_gather", 1, 3'000)}, {C(7, "all_gather", 1, 3'100)}}, StallTrigger::kRankDied);
+  in.ranks[1].dead = true;
+  in.ranks[1].dead_how = "failed: DATA_LOSS: cannot create /dev/shm/x: No space left on device";
+  EXPECT_EQ(DiagnoseStall(in), "rank 0 waited 3.0 s in all_gather #7 (unit 1); rank 1 died inside it: it failed: "
+                               "DATA_LOSS: cannot create /dev/shm/x: No space left on device");
+  // Its record says it finished the call the others wait in: it left them.
+  in.ranks[1].collectives = {C(7, "all_gather", 1, 3'100, 2'900)};
+  in.ranks[1].dead_how = "exited with code 1";
+  EXPECT_EQ(DiagnoseStall(in),
+            "rank 0 waited 3.0 s in all_gather #7 (unit 1); rank 1 is gone from the group: it exited with code 1");
+}
+
 TEST(StallDiagnosisTest, EveryRankInsideMeansTheCollectiveItselfIsStuck) {
   std::vector<std::vector<CollectiveSeen>> all(4, {C(4121, "all_gather", 17, 62'000)});
   EXPECT_EQ(DiagnoseStall(Ranks(all)),

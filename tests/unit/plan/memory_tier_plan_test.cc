@@ -56,5 +56,45 @@ TEST(MemoryTierPlanTest, TheTierIsHostMemoryAndA70bTierDoesNotFit) {
   EXPECT_NE(tier.reasons[0].find("host memory"), std::string::npos) << tier.reasons[0];
 }
 
+// The tier's folder has a size of its own (tmpfs): more bytes than it has
+// free refuse the plan, above 80% is a note, unknown free space says nothing.
+TEST(MemoryTierPlanTest, TheTierIsComparedWithItsFoldersFreeSpace) {
+  std::vector<std::string> reasons, notes;
+  JudgeMemoryTierSpace(3000, "2 writer ranks x 3 steps x 500 B", "/dev/shm/shardd-0", 2000, &reasons, &notes);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_TRUE(notes.empty());
+  EXPECT_NE(reasons[0].find("/dev/shm/shardd-0, which has"), std::string::npos) << reasons[0];
+  EXPECT_NE(reasons[0].find("2 writer ranks x 3 steps"), std::string::npos) << reasons[0];
+  reasons.clear();
+  JudgeMemoryTierSpace(900, "how", "/r", 1000, &reasons, &notes);
+  EXPECT_TRUE(reasons.empty());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("above 80%"), std::string::npos) << notes[0];
+  notes.clear();
+  JudgeMemoryTierSpace(100, "how", "/r", 1000, &reasons, &notes);
+  JudgeMemoryTierSpace(100, "how", "/r", -1, &reasons, &notes);
+  EXPECT_TRUE(reasons.empty() && notes.empty());
+  // The free space of a folder not made yet is its nearest ancestor's.
+  EXPECT_GT(FreeBytesAt(testing::TempDir()), 0);
+  EXPECT_EQ(FreeBytesAt(testing::TempDir() + "/not/made/yet"), FreeBytesAt(testing::TempDir()));
+}
+
+// shardctl plan and submission on this host: a tier larger than its folder's
+// free space does not fit, with the line that says so.
+TEST(MemoryTierPlanTest, ATierLargerThanItsFolderDoesNotFit) {
+  auto job = LoadJobConfig(Root() + "/configs/jobs/tiny-cpu.yaml",
+                           {"checkpoint.memory.every_steps=5", "checkpoint.memory.keep_last=100",
+                            "checkpoint.memory.dir=" + testing::TempDir()});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto p = PlanJob(*job, Catalog(), "");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_GT(p->memory.memory_tier_bytes, 0);
+  const int64_t free = FreeBytesAt(testing::TempDir());
+  bool said = false;
+  for (const std::string& r : p->reasons) said |= r.find("the memory checkpoint tier needs") != std::string::npos;
+  EXPECT_EQ(said, p->memory.memory_tier_bytes > free) << FormatPlanText(*p);
+  if (said) EXPECT_EQ(p->verdict, Verdict::kDoesNotFit);
+}
+
 }  // namespace
 }  // namespace shard::plan

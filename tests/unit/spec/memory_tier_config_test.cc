@@ -2,6 +2,7 @@
 // key read, each bad value a one-line error naming the key, and the job
 // folder rule (one folder per disk folder, stable, under the configured root).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -74,8 +75,11 @@ TEST(MemoryTierConfigTest, JobFolderIsPerDiskFolderAndStable) {
   auto job = ParseJobConfig(Job(), "job.yaml", {"checkpoint.memory.every_steps=5"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const std::string a = MemoryCheckpointJobDir(*job, "/tmp/work_a");
-  EXPECT_EQ(a.rfind("/dev/shm/shardd/tune-", 0), 0u) << a;
-  EXPECT_EQ(a.size(), std::string("/dev/shm/shardd/tune-").size() + 16) << a;
+  // The default root is the user's own (another user's /dev/shm/shardd is never shared).
+  const std::string root = "/dev/shm/shardd-" + std::to_string(::geteuid());
+  EXPECT_EQ(DefaultMemoryTierRoot(), root);
+  EXPECT_EQ(a.rfind(root + "/tune-", 0), 0u) << a;
+  EXPECT_EQ(a.size(), (root + "/tune-").size() + 16) << a;
   EXPECT_EQ(MemoryCheckpointJobDir(*job, "/tmp/work_a"), a);
   EXPECT_EQ(MemoryCheckpointJobDir(*job, "/tmp/work_a/"), a);
   EXPECT_NE(MemoryCheckpointJobDir(*job, "/tmp/work_b"), a);

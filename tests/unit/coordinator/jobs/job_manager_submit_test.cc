@@ -3,6 +3,10 @@
 // job is QUEUED and launched by the next Tick with one process per rank and
 // its attempt token in the environment.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "shard/spec/llama_config.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -29,6 +33,36 @@ TEST_F(JobManagerTest, MissingTokenFileIsNotFoundNamingTheResolvedPath) {
   EXPECT_EQ(st.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(Contains(st.status().message(), workdir_ + "/data/missing.u32")) << st.status().ToString();
   EXPECT_TRUE(Contains(st.status().message(), "data.tokens")) << st.status().ToString();
+}
+
+// checkpoint.memory.dir must be a folder the job can own and create files
+// in: /dev/null, a file or another user's folder is refused at submission
+// with one line naming it (not every attempt dying with DATA_LOSS); a folder
+// not made yet is fine.
+TEST_F(JobManagerTest, AMemoryDirTheJobCannotWriteIsRefused) {
+  const std::string file = Path("a-file");
+  std::ofstream(file) << "x";
+  for (const auto& [dir, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/null", "/dev/null is not a directory"},
+           {file, file + " is not a directory"},
+           {file + "/below", file + "/below cannot be created: " + file + " is not a directory"}}) {
+    auto st = manager_->Submit(Spec(JobYaml(), {"checkpoint.memory.every_steps=5", "checkpoint.memory.dir=" + dir}));
+    ASSERT_FALSE(st.ok()) << dir;
+    EXPECT_EQ(st.status().message(), "jobs/tiny.yaml: checkpoint.memory.dir: " + why);
+  }
+  if (::geteuid() == 0) {
+    const std::string theirs = Path("theirs");
+    fs::create_directories(theirs);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    auto st = manager_->Submit(Spec(JobYaml(), {"checkpoint.memory.every_steps=5", "checkpoint.memory.dir=" + theirs}));
+    ASSERT_FALSE(st.ok());
+    EXPECT_TRUE(Contains(st.status().message(), theirs + " belongs to uid 65534")) << st.status().ToString();
+  }
+  EXPECT_TRUE(manager_->List(true).empty());
+  auto fine = manager_->Submit(
+      Spec(JobYaml(), {"checkpoint.memory.every_steps=5", "checkpoint.memory.dir=" + Path("shm/not-yet")}));
+  EXPECT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_FALSE(fs::exists(Path("shm"))) << "submission creates nothing";
 }
 
 TEST_F(JobManagerTest, SlurmLauncherIsUnimplemented) {

@@ -104,6 +104,39 @@ class MemoryTierTest : public JobPartsTest {
   std::unique_ptr<ControlLoop> loop_;
 };
 
+// A rank that could not write a memory step (a full tmpfs) says so; the
+// coordinator says it once per step, whichever ranks skip it, and the job
+// runs on. Only a memory step may be skipped.
+TEST_F(MemoryTierTest, ASkippedMemoryStepIsOneEventAndTheJobRunsOn) {
+  Job& j = MemoryJob();
+  const std::string token = Token(j);
+  auto skip = [&](int rank, int64_t step, const std::string& why, const std::string& tier = "memory") {
+    v1::ReportCheckpointRequest req;
+    *req.mutable_id() = Worker(j.id, j.attempt, rank);
+    req.set_step(step);
+    req.set_tier(tier);
+    req.set_memory_skipped(why);
+    return gateway_->ReportCheckpoint(req, token);
+  };
+  const std::string full = "cannot create checkpoint shard /dev/shm/x/step_00000005/rank_00000-of-00002.shard.tmp: "
+                           "No space left on device";
+  ASSERT_TRUE(skip(0, 5, full).ok());
+  ASSERT_TRUE(skip(1, 5, full).ok());
+  ASSERT_TRUE(skip(1, 10, std::string(5000, 'x')).ok());
+  std::vector<std::string> said;
+  for (const EventRecord& e : Events(j.id))
+    if (e.kind == "memory_step_skipped") said.push_back(e.message);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0], "step 5: " + full + " (rank 0); training and disk checkpoints go on");
+  EXPECT_EQ(said[1].rfind("step 10: xxx", 0), 0u) << said[1];
+  EXPECT_LT(said[1].size(), 400u) << "a worker's text is bounded before it is stored";
+  EXPECT_TRUE(j.state == v1::LAUNCHING || j.state == v1::RUNNING) << j.reason;
+  auto disk = skip(0, 20, full, "disk");
+  ASSERT_FALSE(disk.ok());
+  EXPECT_NE(disk.status().message().find("only a memory step may be skipped"), std::string::npos)
+      << disk.status().message();
+}
+
 TEST_F(MemoryTierTest, RegisterHandsTheRanksTheTiersFolder) {
   Job& j = MemoryJob();
   const std::string token = Token(j);

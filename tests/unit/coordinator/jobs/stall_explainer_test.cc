@@ -157,6 +157,31 @@ TEST_F(StallExplainerTest, ADeadRankIsNamedWithItsLastCollectiveOnce) {
   EXPECT_EQ(Status(*j).stall().trigger(), "rank_died");
 }
 
+// A rank that failed by itself (a memory save's DATA_LOSS) while its last
+// heartbeat had it inside the call its peers wait in: named with its error,
+// not "the collective itself is stuck".
+TEST_F(StallExplainerTest, ARankThatReportedItsOwnFailureIsNamedWithItsError) {
+  Job* j = nullptr;
+  const std::string token = Running(&j);
+  for (int r : {0, 1, 2}) Beat(*j, token, r, {Rec(42, "all_gather", 3, 4)});
+  v1::ReportFailureRequest req;
+  *req.mutable_id() = Worker(j->id, 1, 1);
+  req.set_error("DATA_LOSS: cannot create checkpoint shard /dev/shm/x/rank_1.tmp: No space left on device");
+  req.set_retryable(true);
+  ASSERT_TRUE(gateway_->ReportFailure(req, token).ok());
+  now_ms_ += 2000;  // its exit never seen (an external launcher): the pending failure's deadline passes
+  loop_->Tick();
+  ASSERT_EQ(j->state, v1::RESTARTING) << j->reason;
+  const auto stall = Kind(j->id, "stall_cause");
+  ASSERT_EQ(stall.size(), 1u);
+  EXPECT_EQ(stall[0].message.find("itself is stuck"), std::string::npos) << stall[0].message;
+  EXPECT_NE(stall[0].message.find("rank 1 died inside it: it failed: DATA_LOSS: cannot create checkpoint shard "
+                                  "/dev/shm/x/rank_1.tmp: No space left on device"),
+            std::string::npos)
+      << stall[0].message;
+  EXPECT_EQ(stall[0].message.rfind("ranks 0,2 waited", 0), 0u) << stall[0].message;
+}
+
 TEST_F(StallExplainerTest, NoCollectivesReportedMeansNoAccount) {
   Job* j = nullptr;
   Running(&j);
