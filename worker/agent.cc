@@ -103,6 +103,12 @@ class Heartbeater {
     resumed_note_ = note;
     step_ = step;
   }
+  // Rank 0: the resume's fallbacks (skipped steps, a start from step 0),
+  // sent with every heartbeat like the resume point.
+  void SetResumeEvents(std::vector<std::string> events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    resume_events_ = std::move(events);
+  }
   // Takes the pending metrics of steps up to `step` for a checkpoint report
   // to carry, so a failure right after the commit cannot lose them; PutBack
   // returns them when the report could not be delivered.
@@ -151,6 +157,7 @@ class Heartbeater {
       req.set_resumed_tier(resumed_tier_);
       req.set_resumed_note(resumed_note_);
     }
+    for (const std::string& e : resume_events_) req.add_resume_events(e);
     for (auto& m : pending_) *req.add_metrics() = m;
     if (recorder_) AddCollectives(*recorder_, &req);
     std::vector<v1::StepMetric> sent = std::move(pending_);
@@ -195,6 +202,7 @@ class Heartbeater {
   int64_t resumed_step_ = 0;             // guarded by mu_
   std::string resumed_tier_;             // guarded by mu_
   std::string resumed_note_;             // guarded by mu_
+  std::vector<std::string> resume_events_;  // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
@@ -378,9 +386,19 @@ class AgentSession {
     hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/rank() == 0); };
     // Rank 0 tells the coordinator which checkpoint it resumed (an event).
     hooks.on_built = [&](const shard::Trainer& t) {
-      if (rank() == 0 && !t.resumed_from().empty())
+      if (rank() != 0) return;
+      if (!t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step(),
                       shard::CheckpointTierName(t.resumed_tier()), memory_note_);
+      // The memory steps the hosts could not assemble, then the trainer's own
+      // fallbacks; every one skipped and nothing resumed: from step 0, said.
+      std::vector<std::string> events = memory_events_;
+      events.insert(events.end(), t.resume_events().begin(), t.resume_events().end());
+      if (!memory_events_.empty() && t.resumed_from().empty() &&
+          (events.empty() || events.back().rfind("starting from step 0", 0) != 0))
+        events.push_back("starting from step 0: no committed memory step could be assembled on every host and "
+                         "the disk tier holds no committed step of this run");
+      if (!events.empty()) hb.SetResumeEvents(std::move(events));
     };
     // Every rank registered before any rendezvous (worker/peer_barrier.h).
     PeerBarrierOptions barrier;
@@ -428,8 +446,12 @@ class AgentSession {
     ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
     const int64_t disk_step =
         shard::StepOfDirName(std::filesystem::path(reg_.resume_from()).filename().string()).value_or(0);
-    ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(reg_.resume_memory_manifest(), disk_step));
+    std::vector<std::string> manifests;  // newest first
+    if (!reg_.resume_memory_manifest().empty()) manifests.push_back(reg_.resume_memory_manifest());
+    manifests.insert(manifests.end(), reg_.resume_memory_fallbacks().begin(), reg_.resume_memory_fallbacks().end());
+    ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(manifests, disk_step));
     memory_note_ = mr.note;
+    memory_events_ = mr.events;
     if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;
     return shard::OkStatus();
   }
@@ -469,6 +491,7 @@ class AgentSession {
   std::shared_ptr<shard::FlightRecorder> recorder_ = std::make_shared<shard::FlightRecorder>();
   std::unique_ptr<MemoryPartner> memory_;  // the per-host memory tier (null: none, or one the coordinator reads)
   std::string memory_note_;                // what the resume took from partners (rank 0's resumed event)
+  std::vector<std::string> memory_events_;  // the memory steps the hosts skipped (rank 0's resume events)
 };
 
 }  // namespace

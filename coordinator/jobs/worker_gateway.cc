@@ -122,6 +122,7 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   resp.set_memory_tier_dir(MemoryTierDirOf(*j));
   resp.set_memory_tier_per_host(MemoryTierPerHost(*j));
   resp.set_resume_memory_manifest(j->resume_memory_manifest);
+  for (const std::string& m : j->resume_memory_fallbacks) resp.add_resume_memory_fallbacks(m);
   return resp;
 }
 
@@ -236,6 +237,14 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;
     table_->Emit(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
+  }
+  if (req.id().rank() == 0 && req.resume_events_size() > 0 && j->resume_events_attempt != j->attempt) {
+    // The workers' resume fallbacks (a per-host memory step no host set
+    // could assemble, a damaged step): each said, before what was resumed.
+    j->resume_events_attempt = j->attempt;
+    for (const std::string& line : req.resume_events())
+      table_->Emit(*j, line.rfind("starting from step 0", 0) == 0 ? "resume_from_scratch" : "resume_skipped",
+                   line.substr(0, 1000));
   }
   if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
     // Once per attempt: which checkpoint the workers actually loaded (for
@@ -376,6 +385,11 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     // A per-host memory step: its folders are the workers' (they keep their
     // host's steps); the next attempt may resume from it (control_loop.cc).
     if (rep.remote) {
+      if (j->memory_step >= 0 && j->memory_step < done->step) {
+        j->memory_fallbacks.insert(j->memory_fallbacks.begin(), {j->memory_step, j->memory_manifest});
+        const size_t keep = static_cast<size_t>(std::max(0, j->config.checkpoint.memory.keep_last));
+        if (j->memory_fallbacks.size() > keep) j->memory_fallbacks.resize(keep);
+      }
       j->memory_manifest = done->ToJson();
       j->memory_step = done->step;
       j->memory_step_dir = rep.step_dir;

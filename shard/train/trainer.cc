@@ -72,6 +72,8 @@ Status Trainer::Init() {
                      ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
                                       dist_.memory_tier_per_host && job_.checkpoint.resume == "auto" ? ""
                                                                                                      : memory_dir_));
+    if (dist_.rank == 0)
+      for (const std::string& e : resume_.events) LOG_WARN("resume: {}", e);
   }
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +

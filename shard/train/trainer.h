@@ -106,6 +106,9 @@ class Trainer {
   const std::string& resumed_from() const { return resumed_from_; }
   // The tier resumed_from() is in (disk when nothing was resumed).
   CheckpointTier resumed_tier() const { return resumed_tier_; }
+  // The resume's fallbacks, one line each ("skipping step 530 (memory): …",
+  // "starting from step 0: …"; ResumeChoice::events): rank 0 reports them.
+  const std::vector<std::string>& resume_events() const { return resume_.events; }
   // Run found the job already at (or past) train.steps: it trained nothing.
   bool nothing_trained() const { return nothing_trained_; }
   int64_t total_steps() const { return job_.train.steps; }
