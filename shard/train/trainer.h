@@ -138,6 +138,8 @@ class Trainer {
   // job_ (precision auto -> fp32) that the coordinator never sees resolved.
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist), run_keys_(RunKeysOf(job)) {}
   Status Init();
+  // Resolves checkpoint.resume (and the memory tier's folder) into resume_.
+  Status ChooseResume();
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
   // The initial weights of this rank's shards (no resume): from the HF
