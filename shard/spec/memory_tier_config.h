@@ -25,7 +25,8 @@ inline constexpr const char* kDefaultMemoryTierRoot = "/dev/shm/shardd";
 struct MemoryTierConfig {
   int64_t every_steps = 0;  // 0 = no memory tier
   // The root of the tier's job folders; "" = kDefaultMemoryTierRoot. The
-  // job's folder is <dir>/<name>-<hash of its disk folder> (MemoryCheckpointJobDir).
+  // job's folder is <dir>/<job id>-<hash> under a coordinator, one per job
+  // (MemoryCheckpointJobDir).
   std::string dir;
   int keep_last = 2;  // committed memory steps kept (the disk tier keeps its own checkpoint.keep_last)
   // Copies of each shard sent to a partner rank on another host. Not built
