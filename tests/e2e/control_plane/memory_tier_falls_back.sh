@@ -49,6 +49,7 @@ grep -q "skipping step 30 (memory): .*rank_00001-of-00002.shard fails its checks
   fail "no skip event for the damaged step 30: $(grep -E 'resum|skipp' <<< "$out")"
 grep -q "resumed from step 25 (memory): $MEM/step_00000025" <<< "$out" ||
   fail "attempt 2 did not resume from memory step 25: $(grep -E 'resum|skipp' <<< "$out")"
+grep -E "skipping step 30|resumed from step 25" <<< "$out"
 grep -q "starting from step 0" <<< "$out" && fail "a start from step 0 although memory step 25 was intact"
 wait_for 30 test ! -e "$MEM" || fail "the ended job's memory tier $MEM is still there"
 ended=$(ctl watch "$id") || fail "watch of the ended job failed"
