@@ -201,6 +201,7 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   // A per-host tier is not read here: its newest commit is in the job.
   plan.memory_dir = MemoryTierPerHost(j) ? std::string() : MemoryTierDirOf(j);
   if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
+  plan.memory_per_host = MemoryTierPerHost(j);
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
   if (j.next_world > 0) plan.world = j.next_world;
@@ -310,9 +311,13 @@ void ControlLoop::SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::
   if (plan.memory_step >= 0) return;
   table_->Emit(j, "resume_from_scratch",
                "starting from step 0: " +
-                   (skipped.empty() ? std::string("no step of this run was committed before the failure")
-                                    : "every committed step of this run failed its checks (" +
-                                          std::to_string(skipped.size()) + " skipped, above)"));
+                   (!skipped.empty() ? "every committed step of this run failed its checks (" +
+                                           std::to_string(skipped.size()) + " skipped, above)"
+                    : plan.memory_per_host
+                        ? std::string("no disk step of this run is committed, and this coordinator holds no "
+                                      "commit of the hosts' memory tier (it keeps them in memory only: a restart "
+                                      "of the coordinator forgets them)")
+                        : std::string("no step of this run was committed before the failure")));
 }
 
 void ControlLoop::CheckElasticFit(const LaunchPlan& plan) {

@@ -36,6 +36,7 @@ struct LaunchPlan {
   std::string checkpoint_dir;
   std::string memory_dir;  // the memory tier's folder ("" = none): its newer steps win
   int64_t memory_step = -1;  // a per-host tier's newest committed step (-1 = none)
+  bool memory_per_host = false;  // the job's memory tier is per host (its commits are in the job only)
   std::string fallback_resume;  // the job file's checkpoint.resume
   // Only this run's steps (or unknown ones) are resumed by a restart: another
   // run that shares the directory never is (shard/spec/run_fingerprint.h).

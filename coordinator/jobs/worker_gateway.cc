@@ -242,9 +242,12 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     // The workers' resume fallbacks (a per-host memory step no host set
     // could assemble, a damaged step): each said, before what was resumed.
     j->resume_events_attempt = j->attempt;
-    for (const std::string& line : req.resume_events())
+    constexpr int kMaxLines = 32;  // a worker's fallbacks are bounded by the steps kept; so is what is stored
+    for (int i = 0; i < std::min(req.resume_events_size(), kMaxLines); ++i) {
+      const std::string& line = req.resume_events(i);
       table_->Emit(*j, line.rfind("starting from step 0", 0) == 0 ? "resume_from_scratch" : "resume_skipped",
                    line.substr(0, 1000));
+    }
   }
   if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
     // Once per attempt: which checkpoint the workers actually loaded (for
