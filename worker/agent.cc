@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
+#include "shard/ckpt/partner_map.h"
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
 #include "shard/spec/elastic_world.h"
@@ -435,6 +437,9 @@ class AgentSession {
   shard::Status StartMemoryTier(shard::JobConfig& job) {
     if (!reg_.memory_tier_per_host() || reg_.memory_tier_dir().empty() || !job.checkpoint.memory.enabled())
       return shard::OkStatus();
+    // Ended jobs' folders on this host (each job has its own, so no later
+    // job shares and drops them): this host's part of each goes.
+    for (const std::string& dir : reg_.ended_memory_dirs()) RemoveEndedHostFolder(dir);
     MemoryPartnerOptions mo;
     mo.rank = rank();
     mo.world = reg_.world_size();
@@ -454,6 +459,17 @@ class AgentSession {
     memory_events_ = mr.events;
     if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;
     return shard::OkStatus();
+  }
+
+  // <dir>/host-<this host>, and <dir> once empty; another rank of this host
+  // may be removing it at the same time (said at debug level only).
+  void RemoveEndedHostFolder(const std::string& dir) {
+    const std::string host_dir = (std::filesystem::path(dir) / shard::MemoryHostFolder(opts_.hostname)).string();
+    shard::Status st = shard::RemoveMemoryTier(host_dir);
+    if (!st.ok()) st = shard::RemoveMemoryTier(host_dir);
+    if (!st.ok()) LOG_DEBUG("{}", st.ToString());
+    std::error_code ec;
+    std::filesystem::remove(dir, ec);  // only if empty
   }
 
   // Reports a stop on the launcher's signal (a new attempt resumes) or done.

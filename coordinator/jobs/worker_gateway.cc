@@ -123,7 +123,28 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   resp.set_memory_tier_per_host(MemoryTierPerHost(*j));
   resp.set_resume_memory_manifest(j->resume_memory_manifest);
   for (const std::string& m : j->resume_memory_fallbacks) resp.add_resume_memory_fallbacks(m);
+  if (MemoryTierPerHost(*j))
+    for (const std::string& dir : EndedPerHostMemoryDirs(*j)) resp.add_ended_memory_dirs(dir);
   return resp;
+}
+
+std::vector<std::string> WorkerGateway::EndedPerHostMemoryDirs(const Job& j) const {
+  // The newest 16 by when they ended: a host that ran none of them finds
+  // nothing to remove; one that ran older ones keeps them until it reboots.
+  constexpr size_t kMax = 16;
+  const std::string root = fs::path(MemoryTierDirOf(j)).parent_path().string();
+  std::vector<std::pair<int64_t, std::string>> ended;
+  for (const auto& [id, other] : table_->jobs()) {
+    if (IsActive(*other) || !MemoryTierPerHost(*other)) continue;
+    const std::string dir = MemoryTierDirOf(*other);
+    if (fs::path(dir).parent_path().string() == root && dir != MemoryTierDirOf(j))
+      ended.emplace_back(other->updated_ms, dir);
+  }
+  std::sort(ended.begin(), ended.end(), std::greater<>());
+  if (ended.size() > kMax) ended.resize(kMax);
+  std::vector<std::string> out;
+  for (auto& e : ended) out.push_back(std::move(e.second));
+  return out;
 }
 
 void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,

@@ -489,6 +489,26 @@ TEST_F(PerHostMemoryTierTest, AStartFromStepZeroTheWorkersReportIsAnEvent) {
   EXPECT_TRUE(HasEvent(j.id, "resume_from_scratch", "starting from step 0: no committed memory step"));
 }
 
+// Each job has its own folder, so no later job shares and drops an ended
+// per-host job's host folders: Register names the ended ones (never a live
+// job's) for the workers to remove their host's part.
+TEST_F(PerHostMemoryTierTest, RegisterNamesEndedPerHostJobsFoldersForTheHostsToRemove) {
+  Job& ended = SlurmMemoryJob();
+  Job& live_other = SlurmMemoryJob();
+  Job& j = SlurmMemoryJob();
+  {
+    auto lock = table_->Lock();
+    table_->SetState(ended, v1::FAILED, "failed", "test");
+  }
+  const std::string token = Token(j);
+  auto resp = RegisterOn(j, token, 0, "a");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  ASSERT_EQ(resp->ended_memory_dirs_size(), 1);
+  EXPECT_EQ(resp->ended_memory_dirs(0), MemoryTierDirOf(ended));
+  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(live_other));
+  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(j));
+}
+
 TEST_F(MemoryTierTest, TheFolderIsRemovedOnceTheEndedJobsProcessesAreGone) {
   for (v1::JobState end : {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
     Job& j = MemoryJob();
