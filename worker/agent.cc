@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/checkpoint_tier.h"
+#include "shard/ckpt/partner_map.h"
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
 #include "shard/spec/elastic_world.h"
@@ -103,6 +105,12 @@ class Heartbeater {
     resumed_note_ = note;
     step_ = step;
   }
+  // Rank 0: the resume's fallbacks (skipped steps, a start from step 0),
+  // sent with every heartbeat like the resume point.
+  void SetResumeEvents(std::vector<std::string> events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    resume_events_ = std::move(events);
+  }
   // Takes the pending metrics of steps up to `step` for a checkpoint report
   // to carry, so a failure right after the commit cannot lose them; PutBack
   // returns them when the report could not be delivered.
@@ -151,6 +159,7 @@ class Heartbeater {
       req.set_resumed_tier(resumed_tier_);
       req.set_resumed_note(resumed_note_);
     }
+    for (const std::string& e : resume_events_) req.add_resume_events(e);
     for (auto& m : pending_) *req.add_metrics() = m;
     if (recorder_) AddCollectives(*recorder_, &req);
     std::vector<v1::StepMetric> sent = std::move(pending_);
@@ -195,6 +204,7 @@ class Heartbeater {
   int64_t resumed_step_ = 0;             // guarded by mu_
   std::string resumed_tier_;             // guarded by mu_
   std::string resumed_note_;             // guarded by mu_
+  std::vector<std::string> resume_events_;  // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
 };
@@ -392,9 +402,19 @@ class AgentSession {
     hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/rank() == 0); };
     // Rank 0 tells the coordinator which checkpoint it resumed (an event).
     hooks.on_built = [&](const shard::Trainer& t) {
-      if (rank() == 0 && !t.resumed_from().empty())
+      if (rank() != 0) return;
+      if (!t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step(),
                       shard::CheckpointTierName(t.resumed_tier()), memory_note_);
+      // The memory steps the hosts could not assemble, then the trainer's own
+      // fallbacks; every one skipped and nothing resumed: from step 0, said.
+      std::vector<std::string> events = memory_events_;
+      events.insert(events.end(), t.resume_events().begin(), t.resume_events().end());
+      if (!memory_events_.empty() && t.resumed_from().empty() &&
+          (events.empty() || events.back().rfind("starting from step 0", 0) != 0))
+        events.push_back("starting from step 0: no committed memory step could be assembled on every host and "
+                         "the disk tier holds no committed step of this run");
+      if (!events.empty()) hb.SetResumeEvents(std::move(events));
     };
     // Every rank registered before any rendezvous (worker/peer_barrier.h).
     PeerBarrierOptions barrier;
@@ -431,6 +451,9 @@ class AgentSession {
   shard::Status StartMemoryTier(shard::JobConfig& job) {
     if (!reg_.memory_tier_per_host() || reg_.memory_tier_dir().empty() || !job.checkpoint.memory.enabled())
       return shard::OkStatus();
+    // Ended jobs' folders on this host (each job has its own, so no later
+    // job shares and drops them): this host's part of each goes.
+    for (const std::string& dir : reg_.ended_memory_dirs()) RemoveEndedHostFolder(dir);
     MemoryPartnerOptions mo;
     mo.rank = rank();
     mo.world = reg_.world_size();
@@ -442,10 +465,25 @@ class AgentSession {
     ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
     const int64_t disk_step =
         shard::StepOfDirName(std::filesystem::path(reg_.resume_from()).filename().string()).value_or(0);
-    ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(reg_.resume_memory_manifest(), disk_step));
+    std::vector<std::string> manifests;  // newest first
+    if (!reg_.resume_memory_manifest().empty()) manifests.push_back(reg_.resume_memory_manifest());
+    manifests.insert(manifests.end(), reg_.resume_memory_fallbacks().begin(), reg_.resume_memory_fallbacks().end());
+    ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(manifests, disk_step));
     memory_note_ = mr.note;
+    memory_events_ = mr.events;
     if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;
     return shard::OkStatus();
+  }
+
+  // <dir>/host-<this host>, and <dir> once empty; another rank of this host
+  // may be removing it at the same time (said at debug level only).
+  void RemoveEndedHostFolder(const std::string& dir) {
+    const std::string host_dir = (std::filesystem::path(dir) / shard::MemoryHostFolder(opts_.hostname)).string();
+    shard::Status st = shard::RemoveMemoryTier(host_dir);
+    if (!st.ok()) st = shard::RemoveMemoryTier(host_dir);
+    if (!st.ok()) LOG_DEBUG("{}", st.ToString());
+    std::error_code ec;
+    std::filesystem::remove(dir, ec);  // only if empty
   }
 
   // Reports a stop on the launcher's signal (a new attempt resumes) or done.
@@ -483,6 +521,7 @@ class AgentSession {
   std::shared_ptr<shard::FlightRecorder> recorder_ = std::make_shared<shard::FlightRecorder>();
   std::unique_ptr<MemoryPartner> memory_;  // the per-host memory tier (null: none, or one the coordinator reads)
   std::string memory_note_;                // what the resume took from partners (rank 0's resumed event)
+  std::vector<std::string> memory_events_;  // the memory steps the hosts skipped (rank 0's resume events)
 };
 
 }  // namespace

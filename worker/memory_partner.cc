@@ -58,47 +58,55 @@ MemoryPartner::~MemoryPartner() {
   if (server_) server_->Stop();
 }
 
-shard::StatusOr<MemoryResume> MemoryPartner::Resume(const std::string& manifest_json, int64_t resume_step) {
+shard::StatusOr<bool> MemoryPartner::TryStep(const shard::Manifest& m, std::string* step_dir, std::string* note,
+                                             std::string* why) {
+  std::vector<shard::MemoryStepSource> sources;
+  for (int r : shard::HostsToAsk(hosts_, opts_.rank)) sources.push_back({r, hosts_[r], addresses_[r]});
+  size_t local = 0;  // this rank's place among its host's ranks
+  for (int r = 0; r < opts_.rank; ++r) local += hosts_[r] == hosts_[opts_.rank];
+  ASSIGN_OR_RETURN(shard::MemoryStepAssembly a, shard::AssembleMemoryStep(host_dir_, m, sources, opts_.timeout, local));
+  for (const std::string& f : a.fetched) LOG_INFO("memory tier: fetched {}", f);
+  std::string mine;
+  for (const std::string& f : a.fetched)
+    mine += (mine.empty() ? "" : "; ") + ("rank " + std::to_string(opts_.rank) + " took " + f);
+  // Every rank resumes the same step: one host without it sends all to the
+  // next one. The keys name the step, so the tries of several steps keep apart.
+  auto key = [&](int r) { return ResumeKey(r) + "/" + std::to_string(m.step); };
+  RETURN_IF_ERROR(kv_->Set(key(opts_.rank), (a.complete ? "ok\n" + mine : "lost\n" + a.missing)));
+  std::vector<std::string> keys;
+  for (int r = 0; r < opts_.world; ++r) keys.push_back(key(r));
+  RETURN_IF_ERROR(kv_->Wait(keys, opts_.timeout).WithContext("agreeing on memory step " + std::to_string(m.step)));
+  bool all = true;
+  for (int r = 0; r < opts_.world; ++r) {
+    ASSIGN_OR_RETURN(std::string v, kv_->Get(key(r), opts_.timeout));
+    const size_t nl = v.find('\n');
+    const std::string verdict = v.substr(0, nl), text = nl == std::string::npos ? "" : v.substr(nl + 1);
+    if (verdict != "ok") {
+      if (all) *why = "rank " + std::to_string(r) + " on host " + hosts_[r] + " lacks " + text;
+      all = false;
+    } else if (!text.empty()) {
+      *note += (note->empty() ? "" : "; ") + text;
+    }
+  }
+  if (all) *step_dir = a.step_dir;
+  return all;
+}
+
+shard::StatusOr<MemoryResume> MemoryPartner::Resume(const std::vector<std::string>& manifests, int64_t resume_step) {
   MemoryResume out;
   int64_t current = resume_step;
-  if (!manifest_json.empty()) {
-    ASSIGN_OR_RETURN(shard::Manifest m, shard::Manifest::FromJson(manifest_json, "the coordinator's memory step"));
-    std::vector<shard::MemoryStepSource> sources;
-    for (int r : shard::HostsToAsk(hosts_, opts_.rank)) sources.push_back({r, hosts_[r], addresses_[r]});
-    size_t local = 0;  // this rank's place among its host's ranks
-    for (int r = 0; r < opts_.rank; ++r) local += hosts_[r] == hosts_[opts_.rank];
-    ASSIGN_OR_RETURN(shard::MemoryStepAssembly a,
-                     shard::AssembleMemoryStep(host_dir_, m, sources, opts_.timeout, local));
-    std::string mine;
-    for (const std::string& f : a.fetched)
-      mine += (mine.empty() ? "" : "; ") + ("rank " + std::to_string(opts_.rank) + " took " + f);
-    RETURN_IF_ERROR(kv_->Set(ResumeKey(opts_.rank), (a.complete ? "ok\n" + mine : "lost\n" + a.missing)));
-    // Every rank resumes the same step: one host without it sends all to disk.
-    std::vector<std::string> keys;
-    for (int r = 0; r < opts_.world; ++r) keys.push_back(ResumeKey(r));
-    RETURN_IF_ERROR(kv_->Wait(keys, opts_.timeout).WithContext("agreeing on memory step " + std::to_string(m.step)));
-    bool all = true;
-    std::string fetched, lost;
-    for (int r = 0; r < opts_.world; ++r) {
-      ASSIGN_OR_RETURN(std::string v, kv_->Get(ResumeKey(r), opts_.timeout));
-      const size_t nl = v.find('\n');
-      const std::string verdict = v.substr(0, nl), text = nl == std::string::npos ? "" : v.substr(nl + 1);
-      if (verdict != "ok") {
-        all = false;
-        if (lost.empty()) lost = "rank " + std::to_string(r) + " on host " + hosts_[r] + " lacks " + text;
-      } else if (!text.empty()) {
-        fetched += (fetched.empty() ? "" : "; ") + text;
-      }
-    }
-    if (all) {
-      out.step_dir = a.step_dir;
-      out.note = fetched;
+  for (const std::string& json : manifests) {
+    ASSIGN_OR_RETURN(shard::Manifest m, shard::Manifest::FromJson(json, "the coordinator's memory step"));
+    std::string step_dir, note, why;
+    ASSIGN_OR_RETURN(bool taken, TryStep(m, &step_dir, &note, &why));
+    if (taken) {
+      out.step_dir = step_dir;
+      out.note = note;
       current = m.step;
-    } else {
-      out.note = "memory step " + std::to_string(m.step) + " not usable (" + lost + "): resumed from disk";
-      LOG_WARN("{}", out.note);
+      break;
     }
-    for (const std::string& f : a.fetched) LOG_INFO("memory tier: fetched {}", f);
+    out.events.push_back(shard::SkippedStepLine(m.step, shard::CheckpointTier::kMemory, why));
+    LOG_WARN("{}", out.events.back());
   }
   // Leftovers past the step this attempt starts from are never resumable now.
   if (auto st = shard::KeepNewestMemorySteps(host_dir_, current, opts_.keep, /*drop_newer=*/true); !st.ok())

@@ -39,7 +39,10 @@ struct MemoryPartnerOptions {
 // What the ranks agreed to resume from.
 struct MemoryResume {
   std::string step_dir;  // this host's copy of the memory step; "" = take the disk choice
-  std::string note;      // rank 0: what was fetched from partners, or why the step was not usable
+  std::string note;      // what was fetched from partners for the step taken
+  // Each committed memory step passed over, newest first: "skipping step 530
+  // (memory): rank 1 on host b lacks rank_00001-of-00002.shard (…)".
+  std::vector<std::string> events;
 };
 
 class MemoryPartner {
@@ -52,9 +55,11 @@ class MemoryPartner {
   const std::string& host_dir() const { return host_dir_; }
   int partner_rank() const { return partner_; }
 
-  // manifest_json: the committed memory step to resume ("" = none: only the
-  // host's leftovers newer than resume_step are dropped).
-  shard::StatusOr<MemoryResume> Resume(const std::string& manifest_json, int64_t resume_step);
+  // manifests: the committed memory steps to try, newest first (Manifest
+  // JSON each; none: only the host's leftovers newer than resume_step are
+  // dropped). Each is assembled on every host and agreed on in the store; the
+  // first every host holds is taken, each one before it is an event.
+  shard::StatusOr<MemoryResume> Resume(const std::vector<std::string>& manifests, int64_t resume_step);
 
   // After this rank wrote memory step `step_dir`'s `file`: copies it to the
   // partner. Returns the partner's rank when it landed, -1 when there is none
@@ -67,6 +72,11 @@ class MemoryPartner {
 
  private:
   MemoryPartner() = default;
+  // Assembles one committed step on this host and agrees on it with every
+  // rank: true when every host holds it (*note: what was fetched), else false
+  // with *why naming a rank, its host and the files it lacks.
+  shard::StatusOr<bool> TryStep(const shard::Manifest& m, std::string* step_dir, std::string* note,
+                                std::string* why);
 
   MemoryPartnerOptions opts_;
   std::shared_ptr<shard::KvStore> kv_;

@@ -54,6 +54,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
   if (j.attempt > 1) j.progress.set_step(resume_step);
   j.resume_memory_manifest.clear();  // the control loop sets it after Begin when a memory step wins
+  j.resume_memory_fallbacks.clear();
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
   j.standby.clear();  // standby workers ask again, for this attempt

@@ -29,13 +29,7 @@ void ControlLoop::Tick() {
     plans = Decide(view);
   }
   runner_->RunTerminates();
-  for (const std::string& dir : memory_to_remove_) {
-    if (Status st = shard::RemoveMemoryTier(dir); !st.ok())
-      LOG_WARN("{}", st.ToString());
-    else
-      LOG_INFO("removed the ended job's memory checkpoint tier {}", dir);
-  }
-  memory_to_remove_.clear();
+  RemoveEndedMemoryTiers();
   for (const LaunchPlan& plan : plans) {
     RunLaunch(plan);
     runner_->RunTerminates();  // a cancel that arrived during the launch reaches its workers now
@@ -74,9 +68,9 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     // (succeeded, failed or cancelled alike; the disk tier stays).
     // A per-host tier's folders are on the workers' hosts: they remove them.
     if (!IsActive(j) && j.draining_attempt == 0 && !j.memory_tier_removed) {
-      j.memory_tier_removed = true;
+      j.memory_tier_removed = true;  // recorded once it is done (RemoveEndedMemoryTiers)
       if (std::string dir = MemoryTierDirOf(j); !dir.empty() && !MemoryTierPerHost(j))
-        memory_to_remove_.push_back(std::move(dir));
+        memory_to_remove_.push_back({j.id, std::move(dir), LiveJobUsing(MemoryTierDirOf(j))});
     }
     if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
       std::string why = std::move(j.pending_failure);
@@ -165,6 +159,37 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
   if (!j.straggler_restart.empty()) attempts_->Fail(j, std::exchange(j.straggler_restart, ""), true);
 }
 
+std::string ControlLoop::LiveJobUsing(const std::string& dir) const {
+  // Folders are unique per job (the id is in the name); this guards against
+  // a memory.dir that names a folder inside (or above) another job's.
+  for (const auto& [id, other] : table_->jobs()) {
+    if (!IsActive(*other)) continue;
+    const std::string theirs = MemoryTierDirOf(*other);
+    if (!theirs.empty() && (IsInside(theirs, dir) || IsInside(dir, theirs))) return id;
+  }
+  return "";
+}
+
+void ControlLoop::RemoveEndedMemoryTiers() {
+  // Off the lock (a large folder takes a while), then recorded with an event
+  // in the state store: a coordinator restart does not remove it again.
+  for (MemoryRemoval& r : memory_to_remove_) {
+    std::string what;
+    if (!r.live_job.empty()) {
+      what = "kept the ended job's memory checkpoint tier " + r.dir + ": job " + r.live_job +
+             ", which has not ended, keeps its memory steps there";
+    } else if (Status st = shard::RemoveMemoryTier(r.dir); !st.ok()) {
+      what = st.message() + " (not tried again)";
+    } else {
+      what = "removed the ended job's memory checkpoint tier " + r.dir;
+    }
+    auto lock = table_->Lock();
+    auto it = table_->jobs().find(r.job_id);
+    if (it != table_->jobs().end()) table_->Emit(*it->second, "memory_tier_removed", what);
+  }
+  memory_to_remove_.clear();
+}
+
 LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   LaunchPlan plan;
   plan.job_id = j.id;
@@ -176,6 +201,7 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   // A per-host tier is not read here: its newest commit is in the job.
   plan.memory_dir = MemoryTierPerHost(j) ? std::string() : MemoryTierDirOf(j);
   if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
+  plan.memory_per_host = MemoryTierPerHost(j);
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
   if (j.next_world > 0) plan.world = j.next_world;
@@ -220,14 +246,15 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
   if (plan.world > 0) CheckElasticFit(plan);
   std::string resume = plan.fallback_resume;
   int64_t disk_step = -1;
+  std::vector<std::string> skipped;  // the fallbacks, each an event (issue 39 item 6)
   if (plan.find_latest) {
     // Hashes every byte of the newest checkpoint: never under the lock. The
-    // newest good step of either tier: a memory step newer than every disk step wins.
-    auto latest = shard::FindLatestGoodTieredStep(plan.checkpoint_dir, plan.memory_dir, /*verify_checksums=*/true,
-                                                  [&](const shard::Manifest& m) {
-                                                    return shard::IsThisRunsStep(m.run_fingerprint,
-                                                                                 plan.run_fingerprint);
-                                                  });
+    // newest good step of either tier: a memory step newer than every disk
+    // step wins; a damaged one falls back step by step, said in `skipped`.
+    auto latest = shard::FindLatestGoodTieredStep(
+        plan.checkpoint_dir, plan.memory_dir, /*verify_checksums=*/true,
+        [&](const shard::Manifest& m) { return shard::IsThisRunsStep(m.run_fingerprint, plan.run_fingerprint); },
+        &skipped);
     if (latest.ok() && !latest->dir.empty()) {
       resume = latest->dir;
       disk_step = latest->step;
@@ -246,15 +273,20 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
     // Begin is false for external jobs too (nothing to launch: their
     // workers join), after it began the attempt.
     const bool launch = attempts_->Begin(j, resume, &req);
+    if (j.attempt == plan.prev_attempt + 1) SayResumeFallbacks(j, plan, skipped, disk_step);
     // A per-host memory step newer than every good disk step: the workers
     // assemble it on their hosts (fetching what a replaced host lacks) and
     // fall back to `resume` together if some shard is on no host.
     if (j.attempt == plan.prev_attempt + 1 && plan.find_latest && plan.memory_step > disk_step &&
         plan.memory_step == j.memory_step) {
       j.resume_memory_manifest = j.memory_manifest;
+      for (const auto& [step, manifest] : j.memory_fallbacks)
+        if (step > disk_step) j.resume_memory_fallbacks.push_back(manifest);
       j.progress.set_step(j.memory_step);
+      const size_t older = j.resume_memory_fallbacks.size();
       table_->Emit(j, "resume_plan",
                    "resuming from memory step " + std::to_string(j.memory_step) + " (committed on the ranks' hosts; " +
+                       (older > 0 ? "then the " + std::to_string(older) + " older memory step(s), then " : "") +
                        (disk_step >= 0 ? "disk step " + std::to_string(disk_step) : std::string("from scratch")) +
                        " if some shard is on no host)");
     }
@@ -265,6 +297,27 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
   StatusOr<std::vector<int>> pids = runner_->Launch(launcher, req, attempt);
   auto lock = table_->Lock();
   attempts_->FinishLaunch(plan.job_id, attempt, pids);
+}
+
+void ControlLoop::SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::vector<std::string>& skipped,
+                                     int64_t found_step) {
+  for (const std::string& line : skipped) table_->Emit(j, "resume_skipped", line);
+  if (!plan.find_latest || found_step >= 0) return;
+  // A restart that found nothing to resume: from the job file's choice. A
+  // step folder named there resumes that; otherwise it starts over — said.
+  const std::string& f = plan.fallback_resume;
+  if (!f.empty() && f != "auto" && f != "none") return;
+  // A per-host memory step is judged by the workers (they say why if not).
+  if (plan.memory_step >= 0) return;
+  table_->Emit(j, "resume_from_scratch",
+               "starting from step 0: " +
+                   (!skipped.empty() ? "every committed step of this run failed its checks (" +
+                                           std::to_string(skipped.size()) + " skipped, above)"
+                    : plan.memory_per_host
+                        ? std::string("no disk step of this run is committed, and this coordinator holds no "
+                                      "commit of the hosts' memory tier (it keeps them in memory only: a restart "
+                                      "of the coordinator forgets them)")
+                        : std::string("no step of this run was committed before the failure")));
 }
 
 void ControlLoop::CheckElasticFit(const LaunchPlan& plan) {

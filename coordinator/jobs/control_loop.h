@@ -36,6 +36,7 @@ struct LaunchPlan {
   std::string checkpoint_dir;
   std::string memory_dir;  // the memory tier's folder ("" = none): its newer steps win
   int64_t memory_step = -1;  // a per-host tier's newest committed step (-1 = none)
+  bool memory_per_host = false;  // the job's memory tier is per host (its commits are in the job only)
   std::string fallback_resume;  // the job file's checkpoint.resume
   // Only this run's steps (or unknown ones) are resumed by a restart: another
   // run that shares the directory never is (shard/spec/run_fingerprint.h).
@@ -75,8 +76,17 @@ class ControlLoop {
   std::vector<LaunchPlan> Decide(const LauncherView& view);
   void CheckRunning(Job& j, const LauncherView& view, int64_t now);
   LaunchPlan PlanLaunch(const Job& j) const;
+  // The id of a job not ended whose memory folder is `dir`, inside it or
+  // above it ("" = none). Under the lock.
+  std::string LiveJobUsing(const std::string& dir) const;
+  // Removes the folders Decide found and records each (Tick, off the lock).
+  void RemoveEndedMemoryTiers();
   // Resolves the resume point, starts the attempt and launches it (takes the lock itself).
   void RunLaunch(LaunchPlan plan);
+  // The resume's fallbacks as events: each step skipped, and a restart that
+  // starts from step 0 with the reason. Under the lock, once per attempt.
+  void SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::vector<std::string>& skipped,
+                          int64_t found_step);
   // An elastic attempt's size through the planner (off the lock); a refusal
   // sends the attempt back to full size, said as an event.
   void CheckElasticFit(const LaunchPlan& plan);
@@ -93,8 +103,13 @@ class ControlLoop {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   // Ended jobs' memory-tier folders, found in Decide, removed after it
-  // without the lock (Tick's thread only).
-  std::vector<std::string> memory_to_remove_;
+  // without the lock (Tick's thread only), each recorded with an event.
+  struct MemoryRemoval {
+    std::string job_id;
+    std::string dir;
+    std::string live_job;  // a job not ended whose folder is this one, inside it or above it: kept
+  };
+  std::vector<MemoryRemoval> memory_to_remove_;
   bool stop_ = false;  // guarded by stop_mu_
 };
 

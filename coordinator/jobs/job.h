@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/checkpoint_committer.h"
@@ -130,7 +131,13 @@ struct Job {
   int capacity_ranks = -1;
   int64_t capacity_ms = 0;       // when it was asked
   std::string capacity_error;    // why it could not say, when it could not
-  bool memory_tier_removed = false;  // the ended job's memory-tier folder was removed (or there was none)
+  // The ended job's memory-tier folder was removed (or there was none):
+  // recorded in the state store, so a coordinator restart removes it once only.
+  bool memory_tier_removed = false;
+  // The memory tier's job folder as stored with the job ("" = computed by
+  // MemoryTierDirOf's rule; a job stored before folders carried the job id
+  // keeps the name-and-workdir folder it had, set at recovery).
+  std::string memory_dir;
   // The per-host memory tier (MemoryTierPerHost): its newest committed step,
   // as committed from the reports (Manifest JSON with every file), and the
   // manifest the current attempt resumes from ("" = a disk step or none).
@@ -138,10 +145,16 @@ struct Job {
   std::string memory_manifest;
   int64_t memory_step = -1;
   std::string memory_step_dir;  // rank 0's host folder's copy, for events and the store
+  // The committed memory steps before memory_manifest, newest first (step,
+  // Manifest JSON; at most memory.keep_last): a restart's fallbacks when the
+  // newest cannot be assembled on every host (issue 39 item 6).
+  std::vector<std::pair<int64_t, std::string>> memory_fallbacks;
   std::string resume_memory_manifest;
   // The newest memory step a rank reported skipped (memory_step_skipped
   // event): each skipped step is said once, whichever ranks skip it.
   int64_t memory_skipped_step = -1;
+  std::vector<std::string> resume_memory_fallbacks;  // the current attempt's, newest first
+  int resume_events_attempt = 0;  // the attempt whose workers' resume events were emitted
 };
 
 inline bool IsActive(const Job& j) { return !IsTerminal(j.state); }

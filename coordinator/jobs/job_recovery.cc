@@ -34,6 +34,9 @@ Status JobRecovery::Recover() {
       continue;
     }
     j->config = *config;
+    // Stored before folders carried the job's id: it keeps the folder it has.
+    if (j->memory_dir.empty() && j->config.checkpoint.memory.enabled())
+      j->memory_dir = shard::MemoryCheckpointJobDir(j->config, j->spec.workdir());
     j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
     j->launcher = runner_->Find(shard::LauncherName(j->config.resources.launcher));
     Job& ref = table_->Insert(std::move(j));
@@ -66,6 +69,8 @@ std::unique_ptr<Job> JobRecovery::LoadJob(const JobRecord& rec) {
   j->created_ms = rec.created_ms;
   j->updated_ms = rec.updated_ms;
   j->seq = rec.seq;
+  j->memory_dir = rec.memory_dir;
+  j->memory_tier_removed = rec.memory_tier_removed;
   return j;
 }
 

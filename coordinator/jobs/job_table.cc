@@ -34,7 +34,8 @@ bool MemoryTierPerHost(const Job& j) {
 
 std::string MemoryTierDirOf(const Job& j) {
   if (!j.config.checkpoint.memory.enabled()) return "";
-  return shard::MemoryCheckpointJobDir(j.config, j.spec.workdir());
+  if (!j.memory_dir.empty()) return j.memory_dir;
+  return shard::MemoryCheckpointJobDir(j.config, j.spec.workdir(), j.id, j.created_ms);
 }
 
 std::string AttemptKvPrefix(const v1::WorkerId& id) { return id.job_id() + "/" + std::to_string(id.attempt()) + "/"; }
@@ -118,6 +119,8 @@ JobRecord JobTable::RecordOf(const Job& j) const {
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
   rec.seq = j.seq;
+  rec.memory_dir = MemoryTierDirOf(j);
+  rec.memory_tier_removed = j.memory_tier_removed;
   return rec;
 }
 

@@ -122,7 +122,29 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   resp.set_memory_tier_dir(MemoryTierDirOf(*j));
   resp.set_memory_tier_per_host(MemoryTierPerHost(*j));
   resp.set_resume_memory_manifest(j->resume_memory_manifest);
+  for (const std::string& m : j->resume_memory_fallbacks) resp.add_resume_memory_fallbacks(m);
+  if (MemoryTierPerHost(*j))
+    for (const std::string& dir : EndedPerHostMemoryDirs(*j)) resp.add_ended_memory_dirs(dir);
   return resp;
+}
+
+std::vector<std::string> WorkerGateway::EndedPerHostMemoryDirs(const Job& j) const {
+  // The newest 16 by when they ended: a host that ran none of them finds
+  // nothing to remove; one that ran older ones keeps them until it reboots.
+  constexpr size_t kMax = 16;
+  const std::string root = fs::path(MemoryTierDirOf(j)).parent_path().string();
+  std::vector<std::pair<int64_t, std::string>> ended;
+  for (const auto& [id, other] : table_->jobs()) {
+    if (IsActive(*other) || !MemoryTierPerHost(*other)) continue;
+    const std::string dir = MemoryTierDirOf(*other);
+    if (fs::path(dir).parent_path().string() == root && dir != MemoryTierDirOf(j))
+      ended.emplace_back(other->updated_ms, dir);
+  }
+  std::sort(ended.begin(), ended.end(), std::greater<>());
+  if (ended.size() > kMax) ended.resize(kMax);
+  std::vector<std::string> out;
+  for (auto& e : ended) out.push_back(std::move(e.second));
+  return out;
 }
 
 void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics,
@@ -236,6 +258,17 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;
     table_->Emit(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
+  }
+  if (req.id().rank() == 0 && req.resume_events_size() > 0 && j->resume_events_attempt != j->attempt) {
+    // The workers' resume fallbacks (a per-host memory step no host set
+    // could assemble, a damaged step): each said, before what was resumed.
+    j->resume_events_attempt = j->attempt;
+    constexpr int kMaxLines = 32;  // a worker's fallbacks are bounded by the steps kept; so is what is stored
+    for (int i = 0; i < std::min(req.resume_events_size(), kMaxLines); ++i) {
+      const std::string& line = req.resume_events(i);
+      table_->Emit(*j, line.rfind("starting from step 0", 0) == 0 ? "resume_from_scratch" : "resume_skipped",
+                   line.substr(0, 1000));
+    }
   }
   if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
     // Once per attempt: which checkpoint the workers actually loaded (for
@@ -401,6 +434,11 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     // A per-host memory step: its folders are the workers' (they keep their
     // host's steps); the next attempt may resume from it (control_loop.cc).
     if (rep.remote) {
+      if (j->memory_step >= 0 && j->memory_step < done->step) {
+        j->memory_fallbacks.insert(j->memory_fallbacks.begin(), {j->memory_step, j->memory_manifest});
+        const size_t keep = static_cast<size_t>(std::max(0, j->config.checkpoint.memory.keep_last));
+        if (j->memory_fallbacks.size() > keep) j->memory_fallbacks.resize(keep);
+      }
       j->memory_manifest = done->ToJson();
       j->memory_step = done->step;
       j->memory_step_dir = rep.step_dir;

@@ -60,6 +60,9 @@ class WorkerGateway {
   // Stores rank 0's per-step metrics (from a heartbeat or a checkpoint report)
   // and updates the job's live progress for watchers. With the lock held.
   void RecordMetrics(Job& j, const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics, int64_t now);
+  // The memory folders of ended per-host jobs under j's memory root, newest
+  // first, at most 16 (RegisterResponse.ended_memory_dirs). Under the lock.
+  std::vector<std::string> EndedPerHostMemoryDirs(const Job& j) const;
   // Feeds rank `rank`'s compute seconds per step (every rank's heartbeat, rank
   // 0's checkpoint report) to the job's StragglerDetector and announces each
   // change as an event. With the lock held; a few microseconds per row.

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
   worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
   seq INTEGER NOT NULL, number INTEGER NOT NULL, join_token TEXT NOT NULL DEFAULT '',
-  stall BLOB NOT NULL DEFAULT '');
+  stall BLOB NOT NULL DEFAULT '', memory_dir TEXT NOT NULL DEFAULT '',
+  memory_tier_removed INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS workers(
   job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
   hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
@@ -52,6 +53,11 @@ struct AddedColumn {
 constexpr AddedColumn kAddedColumns[] = {
     {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
     {"jobs", "stall", "BLOB NOT NULL DEFAULT ''"},          // the flight recorder's account (JobStatus.stall)
+    // The memory tier's job folder ('' in an older database: the job keeps the
+    // name-and-workdir folder of that version) and whether the ended job's
+    // folder was removed (0: an ended job's is removed once more, at most).
+    {"jobs", "memory_dir", "TEXT NOT NULL DEFAULT ''"},
+    {"jobs", "memory_tier_removed", "INTEGER NOT NULL DEFAULT 0"},
     {"checkpoints", "tier", "TEXT NOT NULL DEFAULT 'disk'"},  // checkpoint.memory: disk | memory
     {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
     {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
@@ -141,10 +147,12 @@ int64_t JobNumber(const std::string& id) {
 Status PutJobLocked(sqlite3* db, const JobRecord& j) {
   return Stmt(db,
               "INSERT OR REPLACE INTO jobs(id,name,state,attempt,restarts,reason,spec,progress,worker_token,"
-              "created_ms,updated_ms,seq,number,join_token,stall) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+              "created_ms,updated_ms,seq,number,join_token,stall,memory_dir,memory_tier_removed) "
+              "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
       .Bind(j.id).Bind(j.name).Bind(j.state).Bind(j.attempt).Bind(j.restarts).Bind(j.reason).Bind(j.spec)
       .Bind(j.progress).Bind(j.worker_token).Bind(j.created_ms).Bind(j.updated_ms).Bind(j.seq)
-      .Bind(JobNumber(j.id)).Bind(j.join_token).Bind(j.stall)
+      .Bind(JobNumber(j.id)).Bind(j.join_token).Bind(j.stall).Bind(j.memory_dir)
+      .Bind(static_cast<int64_t>(j.memory_tier_removed ? 1 : 0))
       .Run();
 }
 
@@ -312,7 +320,7 @@ StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
          "SELECT id,name,state,attempt,restarts,reason,spec,progress,worker_token,created_ms,updated_ms,seq,"
-         "join_token,stall FROM jobs ORDER BY number");
+         "join_token,stall,memory_dir,memory_tier_removed FROM jobs ORDER BY number");
   std::vector<JobRecord> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
@@ -332,6 +340,8 @@ StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
     j.seq = s.Int(11);
     j.join_token = s.Text(12);
     j.stall = s.Text(13);
+    j.memory_dir = s.Text(14);
+    j.memory_tier_removed = s.Int(15) != 0;
     out.push_back(std::move(j));
   }
   return out;

@@ -43,6 +43,8 @@ struct JobRecord {
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
   int64_t seq = 0;          // the newest event's number
+  std::string memory_dir;   // the memory tier's job folder ("" = none, or stored before it was recorded)
+  bool memory_tier_removed = false;  // the ended job's memory folder was removed (done once)
 };
 
 struct WorkerRecord {

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "shard/ckpt/committer.h"
 #include "shard/common/file_util.h"
+#include "shard/common/logging.h"
 #include "shard/common/owned_dir.h"
 
 namespace shard {
@@ -28,26 +30,61 @@ bool ParseCheckpointTier(const std::string& name, CheckpointTier* tier) {
   return false;
 }
 
+std::string SkippedStepLine(int64_t step, CheckpointTier tier, const std::string& why) {
+  return "skipping step " + std::to_string(step) + " (" + CheckpointTierName(tier) + "): " + why;
+}
+
 StatusOr<TieredStep> FindLatestGoodTieredStep(const std::string& disk_dir, const std::string& memory_dir,
-                                              bool verify, const StepFilter& accept) {
-  TieredStep mem;
-  if (!memory_dir.empty()) {
-    auto found = FindLatestGoodStep(memory_dir, verify, accept);
-    if (found.ok()) {
-      auto m = CheckpointReader::Open(*found, /*verify_checksums=*/false);
-      if (m.ok()) mem = {*found, m->manifest().step, CheckpointTier::kMemory};
+                                              bool verify, const StepFilter& accept,
+                                              std::vector<std::string>* skipped) {
+  struct Candidate {
+    StepInfo info;
+    CheckpointTier tier;
+  };
+  std::vector<Candidate> all;
+  Status disk_listed = OkStatus();
+  for (CheckpointTier tier : {CheckpointTier::kDisk, CheckpointTier::kMemory}) {
+    const std::string& dir = tier == CheckpointTier::kDisk ? disk_dir : memory_dir;
+    if (dir.empty()) continue;
+    auto steps = ListSteps(dir);
+    if (!steps.ok()) {
+      if (tier == CheckpointTier::kDisk) disk_listed = steps.status();
+      continue;  // a memory tier that is gone (a reboot) holds nothing
     }
+    for (StepInfo& s : *steps)
+      if (s.committed) all.push_back({std::move(s), tier});
   }
-  // Only a disk step newer than the memory step can win: older ones are not
-  // opened (a verify reads every byte of the step).
-  auto newer = [&](const Manifest& m) { return m.step > mem.step && (!accept || accept(m)); };
-  auto disk = FindLatestGoodStep(disk_dir, verify, newer);
-  if (disk.ok()) {
-    auto m = CheckpointReader::Open(*disk, /*verify_checksums=*/false);
-    if (m.ok()) return TieredStep{*disk, m->manifest().step, CheckpointTier::kDisk};
+  // Newest first; of one number, the memory step first (cheap on tmpfs).
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    return a.info.step != b.info.step ? a.info.step > b.info.step : a.tier > b.tier;
+  });
+  int other_run = 0;
+  std::string newest_problem;
+  for (const Candidate& c : all) {
+    if (accept) {
+      // The manifest alone decides whose step it is; a manifest that does not
+      // parse is left to Open below, which names the damage.
+      auto text = ReadFileToString(c.info.dir + "/" + kCommittedFile);
+      auto m = text.ok() ? Manifest::FromJson(*text, c.info.dir) : StatusOr<Manifest>(text.status());
+      if (m.ok() && !accept(*m)) {
+        ++other_run;
+        continue;
+      }
+    }
+    auto r = CheckpointReader::Open(c.info.dir, verify);
+    if (r.ok()) return TieredStep{c.info.dir, r->manifest().step, c.tier};
+    LOG_WARN("skipping checkpoint {}: {}", c.info.dir, r.status().message());
+    if (newest_problem.empty()) newest_problem = r.status().message();
+    if (skipped) skipped->push_back(SkippedStepLine(c.info.step, c.tier, r.status().message()));
   }
-  if (!mem.dir.empty()) return mem;
-  return disk.ok() ? NotFound("no usable committed checkpoint in " + disk_dir) : disk.status();
+  if (!disk_listed.ok() && all.empty()) return disk_listed;
+  const std::string others =
+      other_run > 0 ? " (" + std::to_string(other_run) + " committed step(s) of another run were not considered)" : "";
+  const size_t rejected = all.size() - static_cast<size_t>(other_run);
+  if (rejected == 0) return NotFound("no committed checkpoint in " + disk_dir + others);
+  return NotFound("no usable committed checkpoint in " + disk_dir +
+                  (memory_dir.empty() ? std::string() : " or " + memory_dir) + ": all " + std::to_string(rejected) +
+                  " committed steps are damaged; the newest: " + newest_problem + others);
 }
 
 Status DeleteStepAt(int dir_fd, const std::string& name, const std::string& path) {

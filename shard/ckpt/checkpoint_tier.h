@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/owned_dir.h"
@@ -31,12 +32,19 @@ struct TieredStep {
 };
 
 // The newest committed step that opens (and verifies) in either tier: the
-// memory tier's when it is newer than every good disk step, else the disk's.
-// memory_dir "" = no memory tier. A disk step is only opened when it is newer
-// than the memory step found (the memory step is read first: cheap on tmpfs).
+// committed steps of both tiers that `accept` takes, newest first (the memory
+// step first of two of one number), each opened until one is good; older
+// steps are not opened (a verify reads every byte of the step). memory_dir ""
+// = no memory tier. Each step passed over because it does not open or verify
+// adds one line to *skipped (when given): "skipping step 530 (memory):
+// <why>" — the resume's fallback events (issue 39 item 6).
 // NOT_FOUND when neither tier holds one (the disk tier's message).
 StatusOr<TieredStep> FindLatestGoodTieredStep(const std::string& disk_dir, const std::string& memory_dir,
-                                              bool verify_checksums, const StepFilter& accept = {});
+                                              bool verify_checksums, const StepFilter& accept = {},
+                                              std::vector<std::string>* skipped = nullptr);
+
+// "skipping step N (tier): why" — one fallback of a resume, as events say it.
+std::string SkippedStepLine(int64_t step, CheckpointTier tier, const std::string& why);
 
 // Every deletion below opens the tier's folder first (shard/common/owned_dir.h:
 // the user's own, no link, writable by nobody else; memory_dir's parent is

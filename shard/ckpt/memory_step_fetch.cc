@@ -27,13 +27,16 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
     const ManifestFile& f = manifest.files[(first_file + k) % n];
     const std::string path = (fs::path(out.step_dir) / f.name).string();
     const uint64_t size = fs::file_size(path, ec);
+    std::string why;  // "; "-separated: what this host holds, then each source's answer
     if (!ec && size == f.size) {
       auto h = Xxh64File(path);
       if (h.ok() && *h == f.xxh64) continue;  // this host's copy (own or a replica)
+      why = "; this host's copy fails its checksum";
+    } else if (!ec) {
+      why = "; this host's copy has " + std::to_string(size) + " bytes, not " + std::to_string(f.size);
     }
     ec.clear();
     bool got = false;
-    std::string why;
     for (const MemoryStepSource& s : sources) {
       auto fetched = FetchShardFile(s.address, step_name, f.name, out.step_dir, f.size, f.xxh64, timeout);
       if (fetched.ok() && *fetched) {
@@ -44,8 +47,8 @@ StatusOr<MemoryStepAssembly> AssembleMemoryStep(const std::string& host_dir, con
       why += "; rank " + std::to_string(s.rank) + ": " + (fetched.ok() ? "not there" : fetched.status().message());
     }
     if (!got) {
-      out.missing += (out.missing.empty() ? "" : ", ") + f.name + " (" +
-                     (sources.empty() ? std::string("no other host to ask") : why.substr(2)) + ")";
+      if (sources.empty()) why += "; no other host to ask";
+      out.missing += (out.missing.empty() ? "" : ", ") + f.name + " (" + why.substr(2) + ")";
     }
   }
   if (!out.missing.empty()) return out;

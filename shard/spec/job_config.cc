@@ -484,14 +484,20 @@ std::string Hex16(uint64_t v) {
 }
 }  // namespace
 
-std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir) {
+std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir, const std::string& job_id,
+                                   int64_t submitted_ms) {
   const std::string root = job.checkpoint.memory.dir.empty() ? DefaultMemoryTierRoot() : job.checkpoint.memory.dir;
   std::error_code ec;
   std::filesystem::path disk = std::filesystem::absolute(CheckpointJobDir(job, workdir), ec);
   // weakly_canonical: a workdir reached through a link names the same folder.
   if (!ec) disk = std::filesystem::weakly_canonical(disk, ec);
-  const std::string key = disk.lexically_normal().string();
-  return (std::filesystem::path(root) / (job.name + "-" + Hex16(XXH64(key.data(), key.size(), 0))))
+  std::string key = disk.lexically_normal().string();
+  // A coordinator's job: its id and submission time too, so a later job of
+  // the same name and workdir (or another coordinator's job of the same id)
+  // never shares the folder (issue 39 item 4).
+  if (!job_id.empty()) key += "\n" + job_id + "\n" + std::to_string(submitted_ms);
+  return (std::filesystem::path(root) /
+          ((job_id.empty() ? job.name : job_id) + "-" + Hex16(XXH64(key.data(), key.size(), 0))))
       .string();
 }
 

@@ -239,10 +239,15 @@ std::string CheckpointJobDir(const JobConfig& job, const std::string& workdir = 
 // Where the job's memory-tier checkpoints live: <checkpoint.memory.dir, else
 // DefaultMemoryTierRoot(): /dev/shm/shardd-<uid>>/<name>-<16 hex digits of the hash of the disk folder's
 // absolute path>, so two jobs of one name in different workdirs (two e2e
-// tests, two users) never share a folder, and every process that knows the
-// disk folder finds the same one. The rule the workers, the coordinator and
-// shardctl share.
-std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir = "");
+// tests, two users) never share a folder. A coordinator's job passes its id
+// and submission time: <root>/<job id>-<16 hex of the hash of the disk folder,
+// the id and the time>, so two jobs of one name and workdir never share one
+// either (issue 39 item 4). The one rule: the coordinator computes a job's
+// folder with it (coordinator/jobs/job.h MemoryTierDirOf, stored with the job)
+// and hands it to the workers at registration; a standalone shardd-worker run
+// (no coordinator, no job id) uses it without the id.
+std::string MemoryCheckpointJobDir(const JobConfig& job, const std::string& workdir = "",
+                                   const std::string& job_id = "", int64_t submitted_ms = 0);
 
 // Loads a job file, applying `--set key=value` overrides first.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides = {});

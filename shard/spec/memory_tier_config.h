@@ -28,9 +28,10 @@ std::string DefaultMemoryTierRoot();
 struct MemoryTierConfig {
   int64_t every_steps = 0;  // 0 = no memory tier
   // The root of the tier's job folders; "" = DefaultMemoryTierRoot(). The
-  // job's folder is one level below it (MemoryCheckpointJobDir). The root and
-  // every folder below it must be the job user's own, not links, and
-  // writable by nobody else (shard/common/owned_dir.h); they are made 0700.
+  // job's folder is <dir>/<job id>-<hash> under a coordinator, one per job
+  // (MemoryCheckpointJobDir). The root and every folder below it must be the
+  // job user's own, not links, and writable by nobody else
+  // (shard/common/owned_dir.h); they are made 0700.
   std::string dir;
   int keep_last = 2;  // committed memory steps kept (the disk tier keeps its own checkpoint.keep_last)
   // Copies of each shard sent to a partner rank on another host (0 or 1):

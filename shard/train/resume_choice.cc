@@ -27,6 +27,11 @@ std::string OwnershipNote(const Manifest& m, const std::string& step_dir, const 
 
 }  // namespace
 
+std::string StartingOverLine(size_t skipped, const std::string& memory_dir) {
+  return "starting from step 0: the " + std::to_string(skipped) + " committed memory step(s) of this run in " +
+         memory_dir + " failed their checks (above) and the disk tier holds no committed step";
+}
+
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
                                         const std::string& memory_dir) {
   ResumeChoice c;
@@ -50,8 +55,9 @@ StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::st
   any_committed |= disk_committed;
   if (!any_committed) return c;  // a fresh run
   const std::string fp = RunFingerprint(mine);
-  auto mine_found = FindLatestGoodTieredStep(job_dir, memory_dir, /*verify_checksums=*/true,
-                                             [&](const Manifest& m) { return IsThisRunsStep(m.run_fingerprint, fp); });
+  auto mine_found = FindLatestGoodTieredStep(
+      job_dir, memory_dir, /*verify_checksums=*/true,
+      [&](const Manifest& m) { return IsThisRunsStep(m.run_fingerprint, fp); }, &c.events);
   if (mine_found.ok()) {
     ASSIGN_OR_RETURN(Manifest m, ReadManifest(mine_found->dir));
     c.step_dir = mine_found->dir;
@@ -60,9 +66,14 @@ StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::st
     c.note = OwnershipNote(m, c.step_dir, mine);
     return c;
   }
-  // Only another run's memory steps (a tmpfs folder left by a crash): they
-  // are replaced as this run writes its own; the disk tier alone decides.
-  if (!disk_committed) return c;
+  // Only memory steps: this run's all damaged (said, never silent), or
+  // another run's (a tmpfs folder left by a crash: replaced as this run
+  // writes its own). The disk tier holds none: a fresh start.
+  if (!disk_committed) {
+    if (!c.events.empty())
+      c.events.push_back(StartingOverLine(c.events.size(), memory_dir));
+    return c;
+  }
   // None of this run's: say whose the good ones are instead of resuming them.
   auto any = FindLatestGoodStep(job_dir, /*verify_checksums=*/false);
   if (any.ok()) {

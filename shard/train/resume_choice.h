@@ -9,13 +9,17 @@
 //             differing keys and the ways out — never a silent resume.
 //             With a memory tier (memory_dir not ""), the newest such step of
 //             either tier (checkpoint_tier.h): a memory step newer than every
-//             disk step wins.
+//             disk step wins; a damaged one falls back step by step through
+//             the older memory steps, then disk, each fallback in `events`.
+//             If every step of this run is damaged and the disk tier has none
+//             of another run's either, from scratch, saying why in `events`.
 //   STEP_DIR  that step, whoever wrote it: resuming another run's step on
 //             purpose is allowed (fine-tuning from a checkpoint); the note
 //             says so and names the differences.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/status.h"
@@ -28,10 +32,18 @@ struct ResumeChoice {
   bool verified = false;  // the step's checksums were read while choosing it
   std::string note;       // a warning to log ("" = none): an unknown or another run's step
   CheckpointTier tier = CheckpointTier::kDisk;  // where step_dir is
+  // Each fallback, as the job's events say it (issue 39 item 6): "skipping
+  // step 530 (memory): <why>" for every newer step of this run that did not
+  // open or verify, and "starting from step 0: <why>" when committed steps of
+  // this run existed but none was usable. Empty when nothing was skipped.
+  std::vector<std::string> events;
 };
 
 // memory_dir: the memory tier's job folder ("" = no memory tier); a STEP_DIR
 // inside it is a memory step.
+// The event of a fresh start after `skipped` damaged memory steps.
+std::string StartingOverLine(size_t skipped, const std::string& memory_dir);
+
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
                                         const std::string& memory_dir = "");
 

@@ -65,6 +65,19 @@ std::string Trainer::ResumeMemoryDir() const {
   return memory_dir_;
 }
 
+Status Trainer::ChooseResume() {
+  if (job_.checkpoint.memory.enabled())
+    memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
+  // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
+  // base is always loaded, so it never takes a full step here.
+  if (job_.peft.enabled()) return OkStatus();
+  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
+                                             ResumeMemoryDir()));
+  if (dist_.rank == 0)
+    for (const std::string& e : resume_.events) LOG_WARN("resume: {}", e);
+  return OkStatus();
+}
+
 Status Trainer::Init() {
   LlamaConfig config;
   if (!job_.model.from_hf.empty()) {
@@ -76,14 +89,7 @@ Status Trainer::Init() {
   // overwrites every shard from the checkpoint, so it reads config.json only
   // and never opens, maps or reads the HF weights (an automatic restart of a
   // 70B job must not touch 140 GB of safetensors again).
-  // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
-  // base is always loaded, so it never takes a full step here.
-  if (job_.checkpoint.memory.enabled())
-    memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
-  if (!job_.peft.enabled()) {
-    ASSIGN_OR_RETURN(resume_,
-                     ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_, ResumeMemoryDir()));
-  }
+  RETURN_IF_ERROR(ChooseResume());
   if (job_.data.seq_len > config.max_position_embeddings)
     return InvalidArgument("data.seq_len " + std::to_string(job_.data.seq_len) +
                            " exceeds the model's max_position_embeddings " +

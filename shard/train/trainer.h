@@ -110,6 +110,9 @@ class Trainer {
   const std::string& resumed_from() const { return resumed_from_; }
   // The tier resumed_from() is in (disk when nothing was resumed).
   CheckpointTier resumed_tier() const { return resumed_tier_; }
+  // The resume's fallbacks, one line each ("skipping step 530 (memory): …",
+  // "starting from step 0: …"; ResumeChoice::events): rank 0 reports them.
+  const std::vector<std::string>& resume_events() const { return resume_.events; }
   // Run found the job already at (or past) train.steps: it trained nothing.
   bool nothing_trained() const { return nothing_trained_; }
   int64_t total_steps() const { return job_.train.steps; }
@@ -139,6 +142,8 @@ class Trainer {
   // job_ (precision auto -> fp32) that the coordinator never sees resolved.
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist), run_keys_(RunKeysOf(job)) {}
   Status Init();
+  // Resolves checkpoint.resume (and the memory tier's folder) into resume_.
+  Status ChooseResume();
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
   // The initial weights of this rank's shards (no resume): from the HF

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "shard/ckpt/catalog.h"
 #include "shard/ckpt/partner_map.h"
 #include "shard/common/checksum.h"
 #include "shard/common/kv_stores.h"
@@ -57,37 +58,39 @@ class MemoryPartnerTest : public ::testing::Test {
     return out;
   }
   // Every rank resumes at once; returns each rank's outcome.
-  std::vector<MemoryResume> ResumeAll(std::vector<std::unique_ptr<MemoryPartner>>& ps, const std::string& manifest) {
+  // `manifests`: newest first, as the coordinator hands them.
+  std::vector<MemoryResume> ResumeAll(std::vector<std::unique_ptr<MemoryPartner>>& ps,
+                                      const std::vector<std::string>& manifests) {
     std::vector<MemoryResume> out(4);
     std::vector<std::thread> ts;
     for (int r = 0; r < 4; ++r)
       ts.emplace_back([&, r] {
-        auto got = ps[r]->Resume(manifest, 20);
+        auto got = ps[r]->Resume(manifests, 20);
         EXPECT_TRUE(got.ok()) << got.status().ToString();
         if (got.ok()) out[r] = *got;
       });
     for (auto& t : ts) t.join();
     return out;
   }
-  // Host A's writers (ranks 0, 1) write and send memory step 30; returns its manifest.
-  std::string WriteStep30(std::vector<std::unique_ptr<MemoryPartner>>& ps) {
+  // Host A's writers (ranks 0, 1) write and send memory step `step`; returns its manifest.
+  std::string WriteStep30(std::vector<std::unique_ptr<MemoryPartner>>& ps, int64_t step = 30) {
     shard::Manifest m;
     m.job = "job";
-    m.step = 30;
+    m.step = step;
     m.world = 4;
     m.strategy = "hybrid_shard";
     m.shard_count = 2;
     m.units = {{"embed", 10}};
     m.samples_seen = 240;
     m.global_batch = 8;
-    const std::string step_dir = HostDir(0) + "/step_00000030";
+    const std::string step_dir = HostDir(0) + "/" + shard::StepDirName(step);
     fs::create_directories(step_dir);
     for (int r = 0; r < 2; ++r) {
       const std::string name = "rank_0000" + std::to_string(r) + "-of-00002.shard";
-      const std::string bytes = "shard " + std::to_string(r) + " of step 30";
+      const std::string bytes = "shard " + std::to_string(r) + " of step " + std::to_string(step);
       std::ofstream(step_dir + "/" + name, std::ios::binary) << bytes;
       m.files.push_back({name, r, bytes.size(), shard::Xxh64(bytes.data(), bytes.size())});
-      EXPECT_EQ(ps[r]->AfterMemorySave(step_dir, name, 30), r + 2) << "rank " << r << "'s copy did not land";
+      EXPECT_EQ(ps[r]->AfterMemorySave(step_dir, name, step), r + 2) << "rank " << r << "'s copy did not land";
     }
     return m.ToJson();
   }
@@ -106,8 +109,9 @@ TEST_F(MemoryPartnerTest, ShardsLandAtPartnersAndAWipedHostFetchesThemBack) {
 
   fs::remove_all(HostDir(2));  // host B replaced
   auto next = StartAll();      // the next attempt
-  const auto got = ResumeAll(next, manifest);
+  const auto got = ResumeAll(next, {manifest});
   for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r].step_dir, HostDir(r) + "/step_00000030") << "rank " << r;
+  EXPECT_TRUE(got[0].events.empty());
   EXPECT_NE(got[0].note.find("took rank_0000"), std::string::npos) << got[0].note;
   EXPECT_NE(got[0].note.find("on host 127.0.0.1"), std::string::npos) << got[0].note;
   EXPECT_TRUE(fs::exists(HostDir(2) + "/step_00000030/COMMITTED"));
@@ -120,11 +124,48 @@ TEST_F(MemoryPartnerTest, AShardOnNoHostSendsEveryRankToDisk) {
   ps.clear();
   for (int r : {0, 2}) fs::remove(HostDir(r) + "/step_00000030/rank_00001-of-00002.shard");
   auto next = StartAll();
-  const auto got = ResumeAll(next, manifest);
+  const auto got = ResumeAll(next, {manifest});
   for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r].step_dir, "") << "rank " << r << " took a step another rank lacks";
-  EXPECT_NE(got[0].note.find("memory step 30 not usable"), std::string::npos) << got[0].note;
+  ASSERT_EQ(got[0].events.size(), 1u);
+  EXPECT_EQ(got[0].events[0].rfind("skipping step 30 (memory): rank ", 0), 0u) << got[0].events[0];
+  EXPECT_NE(got[0].events[0].find("lacks rank_00001-of-00002.shard"), std::string::npos) << got[0].events[0];
+  EXPECT_EQ(got[0].note, "") << "no 'resumed from disk' when nothing was resumed";
   // The attempt starts from disk step 20: the host's later folders go.
   EXPECT_FALSE(fs::exists(HostDir(0) + "/step_00000030"));
+}
+
+// Issue 39 item 6: the newest memory step damaged (one flipped byte in the
+// only copy of a shard: its partner's host was wiped) falls back to the
+// previous memory step, which every host can assemble — never to disk or to
+// step 0 while an intact memory step exists — and the skip is an event.
+TEST_F(MemoryPartnerTest, ADamagedNewestStepFallsBackToThePreviousMemoryStep) {
+  auto ps = StartAll();
+  ASSERT_TRUE(ps[3]);
+  const std::string m30 = WriteStep30(ps, 30);
+  const std::string m40 = WriteStep30(ps, 40);
+  ps.clear();
+  fs::remove_all(HostDir(2));  // host B replaced
+  {
+    const std::string path = HostDir(0) + "/step_00000040/rank_00001-of-00002.shard";
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    char c = 0;
+    f.seekg(2);
+    f.read(&c, 1);
+    c ^= 0x20;
+    f.seekp(2);
+    f.write(&c, 1);
+  }
+  auto next = StartAll();
+  const auto got = ResumeAll(next, {m40, m30});
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r].step_dir, HostDir(r) + "/step_00000030") << "rank " << r;
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(got[r].events.size(), 1u) << "rank " << r;
+    EXPECT_EQ(got[r].events[0].rfind("skipping step 40 (memory): rank ", 0), 0u) << got[r].events[0];
+    EXPECT_NE(got[r].events[0].find("lacks rank_00001-of-00002.shard (this host's copy fails its checksum"),
+              std::string::npos)
+        << got[r].events[0];
+  }
+  EXPECT_FALSE(fs::exists(HostDir(0) + "/step_00000040")) << "the skipped newer step is not resumable any more";
 }
 
 }  // namespace

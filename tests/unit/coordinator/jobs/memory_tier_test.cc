@@ -253,6 +253,36 @@ TEST_F(MemoryTierTest, ARestartResumesFromTheNewerMemoryStep) {
   EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
 }
 
+// Issue 39 item 6, the local tier: a damaged newest memory step falls back to
+// the previous one (an event names the step skipped and why); every step
+// damaged and nothing on disk starts from step 0 with an event saying why.
+TEST_F(MemoryTierTest, ADamagedMemoryStepIsSkippedWithAnEventAndStepZeroIsSaid) {
+  Job& j = MemoryJob();
+  j.launcher = &launcher_;
+  loop_->Tick();  // attempt 1
+  const std::string token = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  const std::string mem = MemoryTierDirOf(j);
+  ASSERT_TRUE(ReportStep(j, token, mem, 25, "memory").ok());
+  ASSERT_TRUE(ReportStep(j, token, mem, 30, "memory").ok());
+  auto flip = [](const std::string& path) {
+    std::string b = ReadBytes(path);
+    b[b.size() - 3] ^= 0x10;
+    WriteBytes(path, b);
+  };
+  flip(mem + "/" + shard::StepDirName(30) + "/" + shard::ShardFileName(1, 2));
+  FailAndRestart(j, "rank 1 was killed");
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.resume_from, mem + "/" + shard::StepDirName(25));
+  EXPECT_TRUE(HasEvent(j.id, "resume_skipped", "skipping step 30 (memory): "));
+  EXPECT_FALSE(HasEvent(j.id, "resume_from_scratch", ""));
+  flip(mem + "/" + shard::StepDirName(25) + "/" + shard::ShardFileName(0, 2));
+  FailAndRestart(j, "rank 0 was killed");
+  ASSERT_EQ(j.attempt, 3);
+  EXPECT_TRUE(HasEvent(j.id, "resume_skipped", "skipping step 25 (memory): "));
+  EXPECT_TRUE(HasEvent(j.id, "resume_from_scratch",
+                       "starting from step 0: every committed step of this run failed its checks (2 skipped"));
+}
+
 // A job whose ranks may span hosts (here Slurm): one folder per host under
 // the tier's root, commits from the reports alone (every shard, and its
 // partner copy when the ranks are on two hosts), nothing read or written in
@@ -428,6 +458,88 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsT
   loop_->Tick();
   loop_->Tick();
   EXPECT_TRUE(fs::exists(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(25) + "/x"));
+}
+
+// Issue 39 item 6, per host: a restart hands the ranks the older committed
+// memory steps too (newest first, at most memory.keep_last, none older than
+// the disk step), and the fallbacks the workers report become events once.
+TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheOlderMemoryStepsAsFallbacks) {
+  Job& j = SlurmMemoryJob();  // memory.keep_last 2
+  loop_->Tick();
+  const std::string token = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  ASSERT_TRUE(RegisterOn(j, token, 0, "a").ok());
+  ASSERT_TRUE(RegisterOn(j, token, 1, "b").ok());
+  ASSERT_TRUE(ReportStep(j, token, CheckpointDirOf(j), 12, "disk").ok());
+  std::map<int64_t, std::string> manifests;
+  for (int64_t step : {15, 20, 25}) {
+    ASSERT_TRUE(ReportFromHosts(j, token, step, {"a", "b"}, {1, 0}).ok());
+    manifests[step] = j.memory_manifest;
+  }
+  FailAndRestart(j, "host b was lost");
+  ASSERT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.resume_memory_manifest, manifests[25]);
+  ASSERT_EQ(j.resume_memory_fallbacks.size(), 2u);
+  EXPECT_EQ(j.resume_memory_fallbacks[0], manifests[20]);
+  EXPECT_EQ(j.resume_memory_fallbacks[1], manifests[15]);
+  EXPECT_TRUE(HasEvent(j.id, "resume_plan", "resuming from memory step 25 (committed on the ranks' hosts; then the 2 "
+                                            "older memory step(s), then disk step 12"));
+  const std::string token2 = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
+  auto resp = RegisterOn(j, token2, 1, "b2");
+  ASSERT_TRUE(resp.ok());
+  ASSERT_EQ(resp->resume_memory_fallbacks_size(), 2);
+  EXPECT_EQ(resp->resume_memory_fallbacks(0), manifests[20]);
+  // Rank 0 says what the hosts skipped (every heartbeat): one event each, once.
+  for (int beat = 0; beat < 2; ++beat) {
+    v1::HeartbeatRequest hb;
+    *hb.mutable_id() = Worker(j.id, 2, 0);
+    hb.set_state("training");
+    hb.set_step(20);
+    hb.set_resumed_from(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(20));
+    hb.set_resumed_step(20);
+    hb.set_resumed_tier("memory");
+    hb.add_resume_events("skipping step 25 (memory): rank 0 on host a lacks rank_00001-of-00002.shard (rank 1: "
+                         "not there)");
+    ASSERT_TRUE(gateway_->Heartbeat(hb, token2).ok());
+  }
+  int skipped = 0;
+  for (const EventRecord& e : Events(j.id)) skipped += e.kind == "resume_skipped";
+  EXPECT_EQ(skipped, 1);
+  EXPECT_TRUE(HasEvent(j.id, "resume_skipped", "skipping step 25 (memory): rank 0 on host a lacks"));
+  EXPECT_TRUE(HasEvent(j.id, "resumed", "resumed from step 20 (memory)"));
+}
+
+TEST_F(PerHostMemoryTierTest, AStartFromStepZeroTheWorkersReportIsAnEvent) {
+  Job& j = SlurmMemoryJob();
+  const std::string token = Token(j);
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = Worker(j.id, 1, 0);
+  hb.set_state("training");
+  hb.add_resume_events("skipping step 530 (memory): rank 0 on host a lacks rank_00001-of-00002.shard (…)");
+  hb.add_resume_events("starting from step 0: no committed memory step could be assembled on every host and the "
+                       "disk tier holds no committed step of this run");
+  ASSERT_TRUE(gateway_->Heartbeat(hb, token).ok());
+  EXPECT_TRUE(HasEvent(j.id, "resume_skipped", "skipping step 530 (memory)"));
+  EXPECT_TRUE(HasEvent(j.id, "resume_from_scratch", "starting from step 0: no committed memory step"));
+}
+
+// Each job has its own folder, so no later job shares and drops an ended
+// per-host job's host folders: Register names the ended ones (never a live
+// job's) for the workers to remove their host's part.
+TEST_F(PerHostMemoryTierTest, RegisterNamesEndedPerHostJobsFoldersForTheHostsToRemove) {
+  Job& ended = SlurmMemoryJob();
+  Job& live_other = SlurmMemoryJob();
+  Job& j = SlurmMemoryJob();
+  {
+    auto lock = table_->Lock();
+    table_->SetState(ended, v1::FAILED, "failed", "test");
+  }
+  const std::string token = Token(j);
+  auto resp = RegisterOn(j, token, 0, "a");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  ASSERT_EQ(resp->ended_memory_dirs_size(), 1);
+  EXPECT_EQ(resp->ended_memory_dirs(0), MemoryTierDirOf(ended));
+  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(live_other));
+  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(j));
 }
 
 TEST_F(MemoryTierTest, TheFolderIsRemovedOnceTheEndedJobsProcessesAreGone) {
