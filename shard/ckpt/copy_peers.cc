@@ -32,38 +32,49 @@ std::map<uint64_t, CopyConnections::Conn>::iterator CopyConnections::OldestUnkey
   return conns_.end();
 }
 
+void CopyConnections::Forget(std::map<uint64_t, Conn>::iterator it) {
+  if (it->second.keyed) {
+    --keyed_;
+  } else {
+    --unkeyed_;
+    if (--unkeyed_per_peer_[it->second.peer] == 0) unkeyed_per_peer_.erase(it->second.peer);
+  }
+  conns_.erase(it);
+}
+
 CopyConnections::Admission CopyConnections::Admit(const std::string& peer, int fd) {
   Admission a;
   auto victim = conns_.end();
-  if (per_peer_[peer] >= max_per_peer_) {
+  if (auto it = unkeyed_per_peer_.find(peer); it != unkeyed_per_peer_.end() && it->second >= max_per_peer_) {
     victim = OldestUnkeyed(peer);
-    if (victim == conns_.end()) return a;  // every slot of this peer is a keyed transfer
-  } else if (static_cast<int>(conns_.size()) >= max_total_) {
+  } else if (unkeyed_ >= max_total_) {
     victim = OldestUnkeyed("");
-    if (victim == conns_.end()) return a;
   }
   if (victim != conns_.end()) {
     a.evict_fd = victim->second.fd;
-    --per_peer_[victim->second.peer];
-    conns_.erase(victim);
+    Forget(victim);
     ++evicted_;
   }
-  a.admitted = true;
   a.id = next_id_++;
   conns_[a.id] = Conn{peer, fd, false};
-  ++per_peer_[peer];
+  ++unkeyed_;
+  ++unkeyed_per_peer_[peer];
   return a;
 }
 
-void CopyConnections::MarkKeyed(uint64_t id) {
-  if (auto it = conns_.find(id); it != conns_.end()) it->second.keyed = true;
+bool CopyConnections::MarkKeyed(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end() || keyed_ >= max_keyed_) return false;
+  if (it->second.keyed) return true;
+  --unkeyed_;
+  if (--unkeyed_per_peer_[it->second.peer] == 0) unkeyed_per_peer_.erase(it->second.peer);
+  it->second.keyed = true;
+  ++keyed_;
+  return true;
 }
 
 void CopyConnections::Release(uint64_t id) {
-  auto it = conns_.find(id);
-  if (it == conns_.end()) return;  // evicted earlier: already forgotten
-  if (--per_peer_[it->second.peer] == 0) per_peer_.erase(it->second.peer);
-  conns_.erase(it);
+  if (auto it = conns_.find(id); it != conns_.end()) Forget(it);  // an evicted one is already forgotten
 }
 
 }  // namespace shard

@@ -233,7 +233,8 @@ Status ShardCopyServer::Start(const std::string& bind_host, std::chrono::millise
 Status ShardCopyServer::Start(const std::string& bind_host, const ShardCopyServerOptions& options) {
   io_timeout_ = options.io_timeout;
   header_timeout_ = options.header_timeout;
-  conns_ = CopyConnections(options.max_connections, options.max_per_peer);
+  max_copies_ = options.max_copies;
+  conns_ = CopyConnections(options.max_connections, options.max_per_peer, options.max_copies);
   ASSIGN_OR_RETURN(key_, RandomKey());
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -354,13 +355,6 @@ void ShardCopyServer::Serve() {
     const std::string peer = CopyPeerOf(from);
     std::unique_lock<std::mutex> lock(mu_);
     const CopyConnections::Admission a = conns_.Admit(peer, fd);
-    if (!a.admitted) {
-      lock.unlock();
-      LOG_WARN("partner copy server {}: turned away a connection from {}: every slot is a copy in progress", address_,
-               peer);
-      ::close(fd);
-      continue;
-    }
     if (a.evict_fd >= 0) ::shutdown(a.evict_fd, SHUT_RDWR);  // its thread sees EOF, closes and leaves
     ++active_;
     lock.unlock();
@@ -390,9 +384,14 @@ void ShardCopyServer::Handle(int fd, uint64_t id, const std::string& peer) {
     (void)Reply(c, kError, "wrong partner-copy key (not from this attempt's rendezvous store)");
     return;
   }
+  bool keyed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    conns_.MarkKeyed(id);
+    keyed = conns_.MarkKeyed(id);
+  }
+  if (!keyed) {
+    (void)Reply(c, kError, "partner copy server busy: " + std::to_string(max_copies_) + " copies in progress");
+    return;
   }
   c.SetDeadline(Clock::now() + io_timeout_);
   if (!ValidCopyStepName(h.step) || !ValidCopyFileName(h.name)) {

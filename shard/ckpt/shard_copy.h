@@ -22,13 +22,14 @@
 // "step_NNNNNNNN", a file name of [A-Za-z0-9._-] not starting with '.'), so
 // a peer never reaches outside the served folder.
 //
-// Who may not stall it: every connection is served on a thread of its own,
-// at most max_connections at once and max_per_peer from one peer (all of
-// 127/8 and ::1 are one peer; copy_peers.h). A connection must send its
-// whole header, key included, within header_timeout (seconds), else it is
-// closed; a newcomer over a cap evicts the oldest connection still sending
-// its header. Only a connection whose key checked out gets io_timeout for its
-// bytes. So an idle socket, or many, cost a stranger's slot, never a copy's.
+// Who may not stall it: every connection is served on a thread of its own.
+// A connection must send its whole header, key included, within
+// header_timeout (seconds), else it is closed; at most max_connections are
+// sending their header at once, max_per_peer from one peer (all of 127/8
+// and ::1 are one peer; copy_peers.h), and a newcomer over a cap evicts the
+// oldest of them. Only a connection whose key checked out gets io_timeout
+// for its bytes (at most max_copies at once). So idle sockets, however many,
+// only push out each other, never a copy.
 //
 // Who may call: a server answers only requests that carry its key, 32 random
 // hex digits made at Start and published with its address in the attempt's
@@ -60,8 +61,9 @@ namespace shard {
 struct ShardCopyServerOptions {
   std::chrono::milliseconds io_timeout{30000};     // a keyed request's bytes, after its header
   std::chrono::milliseconds header_timeout{4000};  // the whole header (key included), from accept
-  int max_connections = 8;                         // served at once
+  int max_connections = 8;                         // still sending their header, at once
   int max_per_peer = 4;                            // of those, from one peer (127/8 and ::1: one peer)
+  int max_copies = 32;                             // keyed copies in progress at once (beyond: refused)
 };
 
 class ShardCopyServer {
@@ -93,7 +95,8 @@ class ShardCopyServer {
   std::chrono::milliseconds io_timeout_{30000};
   std::chrono::milliseconds header_timeout_{4000};
   mutable std::mutex mu_;  // conns_, active_
-  CopyConnections conns_{8, 4};
+  CopyConnections conns_{8, 4, 32};
+  int max_copies_ = 32;
   int active_ = 0;  // serving threads not yet finished
   std::condition_variable idle_;
   std::mutex put_mu_;

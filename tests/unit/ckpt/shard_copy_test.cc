@@ -310,22 +310,27 @@ TEST(CopyPeersTest, LoopbackIsOnePeerAndKeyedConnectionsAreNeverEvicted) {
   EXPECT_EQ(v4("10.1.2.3"), "10.1.2.3");
   EXPECT_EQ(v6("fd00::5"), "fd00::5");
 
-  CopyConnections c(/*max_total=*/3, /*max_per_peer=*/2);
+  // Caps count connections still sending their header; keyed copies apart.
+  CopyConnections c(/*max_total=*/3, /*max_per_peer=*/2, /*max_keyed=*/2);
   auto a1 = c.Admit("A", 11), a2 = c.Admit("A", 12);
-  c.MarkKeyed(a1.id);
-  c.MarkKeyed(a2.id);
-  EXPECT_FALSE(c.Admit("A", 13).admitted) << "a peer whose slots are all keyed copies: the newcomer waits out";
-  auto b1 = c.Admit("B", 21);
-  ASSERT_TRUE(b1.admitted);
-  auto c1 = c.Admit("C", 31);  // the server is full: B's idle connection goes
-  ASSERT_TRUE(c1.admitted);
-  EXPECT_EQ(c1.evict_fd, 21);
-  c.MarkKeyed(c1.id);
-  EXPECT_FALSE(c.Admit("D", 41).admitted) << "every slot is a keyed copy";
-  c.Release(b1.id);  // the evicted one's thread ends: nothing to release twice
+  EXPECT_EQ(a2.evict_fd, -1);
+  ASSERT_TRUE(c.MarkKeyed(a1.id));
+  ASSERT_TRUE(c.MarkKeyed(a2.id));
+  auto a3 = c.Admit("A", 13), a4 = c.Admit("A", 14);
+  EXPECT_EQ(a4.evict_fd, -1) << "keyed copies do not count against the peer's cap";
+  auto a5 = c.Admit("A", 15);  // A has 2 idle connections: its oldest goes
+  EXPECT_EQ(a5.evict_fd, 13);
+  EXPECT_FALSE(c.MarkKeyed(a3.id)) << "an evicted connection";
+  auto b1 = c.Admit("B", 21);  // 3 idle in all
+  auto d1 = c.Admit("D", 41);  // over max_total: the oldest idle of anyone (A's 14) goes
+  EXPECT_EQ(d1.evict_fd, 14);
+  EXPECT_EQ(b1.evict_fd, -1);
+  EXPECT_FALSE(c.MarkKeyed(b1.id)) << "max_keyed copies in progress";
   c.Release(a1.id);
-  EXPECT_TRUE(c.Admit("D", 42).admitted);
-  EXPECT_EQ(c.evicted(), 1);
+  EXPECT_TRUE(c.MarkKeyed(b1.id));
+  c.Release(a3.id);  // evicted earlier: nothing to release twice
+  EXPECT_EQ(c.evicted(), 2);
+  EXPECT_EQ(c.open(), 4);  // a2, a5, b1, d1
 }
 
 TEST(CopyHeaderTest, EveryPrefixNeedsMoreAndTheWholeRoundTrips) {
