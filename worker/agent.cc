@@ -462,6 +462,7 @@ class AgentSession {
     mo.keep = job.checkpoint.memory.keep_last + 1;
     mo.replicas = job.checkpoint.memory.replicas > 0;
     mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(10.0, job.parallel.comm_timeout_s) * 1000));
+    mo.copy_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.parallel.comm_timeout_s * 500));
     ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
     const int64_t disk_step =
         shard::StepOfDirName(std::filesystem::path(reg_.resume_from()).filename().string()).value_or(0);

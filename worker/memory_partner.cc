@@ -36,7 +36,9 @@ shard::StatusOr<std::unique_ptr<MemoryPartner>> MemoryPartner::Start(std::shared
     if (auto st = shard::KeepNewestMemorySteps(self->host_dir_, StepOfDir(step_dir), self->opts_.keep); !st.ok())
       LOG_WARN("{}", st.ToString());
   });
-  RETURN_IF_ERROR(p->server_->Start(opts.hostname, opts.timeout).WithContext("the memory tier's partner copy"));
+  shard::ShardCopyServerOptions so;  // a short header deadline and caps: a stranger's idle socket stalls nothing
+  so.io_timeout = opts.timeout;
+  RETURN_IF_ERROR(p->server_->Start(opts.hostname, so).WithContext("the memory tier's partner copy"));
   RETURN_IF_ERROR(p->kv_->Set(AddrKey(opts.rank), opts.hostname + "\n" + p->server_->endpoint()));
   std::vector<std::string> keys;
   for (int r = 0; r < opts.world; ++r) keys.push_back(AddrKey(r));
@@ -119,7 +121,7 @@ int MemoryPartner::AfterMemorySave(const std::string& step_dir, const std::strin
   if (partner_ >= 0) {
     const std::string path = (fs::path(step_dir) / file).string();
     shard::Status st =
-        shard::PutShardFile(addresses_[partner_], fs::path(step_dir).filename().string(), path, opts_.timeout);
+        shard::PutShardFile(addresses_[partner_], fs::path(step_dir).filename().string(), path, opts_.copy_timeout);
     if (st.ok()) {
       landed = partner_;
     } else {

@@ -33,7 +33,13 @@ struct MemoryPartnerOptions {
   std::string root;      // the job's memory tier folder (RegisterResponse.memory_tier_dir)
   int keep = 3;          // host-side retention: memory.keep_last + 1 (one more is written before the oldest goes)
   bool replicas = true;  // checkpoint.memory.replicas > 0
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // rendezvous waits, fetches, the server's io
+  // One partner copy (AfterMemorySave), start to end. The checkpoint thread
+  // makes it, and the training thread waits for that thread at its next save
+  // at most this long: keep it below parallel.comm_timeout_s (the worker
+  // takes half of it), so the other ranks' collectives never time out over a
+  // stalled copy; the copy that overran costs its memory step only.
+  std::chrono::milliseconds copy_timeout{std::chrono::seconds(30)};
 };
 
 // What the ranks agreed to resume from.
@@ -63,8 +69,9 @@ class MemoryPartner {
 
   // After this rank wrote memory step `step_dir`'s `file`: copies it to the
   // partner. Returns the partner's rank when it landed, -1 when there is none
-  // (one host, replicas 0) or the copy failed (logged; the step then does
-  // not commit). Then applies the host's retention.
+  // (one host, replicas 0) or the copy failed or overran copy_timeout
+  // (logged; the coordinator then records memory_step_not_committed and the
+  // run goes on). Then applies the host's retention.
   int AfterMemorySave(const std::string& step_dir, const std::string& file, int64_t step);
 
   // The job succeeded: stop serving and remove the host's folder.

@@ -13,9 +13,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <vector>
 
+#include "shard/ckpt/copy_header.h"
+#include "shard/ckpt/copy_peers.h"
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/owned_dir.h"
@@ -26,9 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr char kMagic[4] = {'S', 'H', 'C', 'P'};
-constexpr uint32_t kVersion = 2;  // 2: the endpoint's key follows the version
-constexpr uint8_t kPut = 1, kGet = 2;
+constexpr uint8_t kPut = kCopyPut, kGet = kCopyGet;
 constexpr uint8_t kOk = 0, kNotHere = 1, kError = 2;
 constexpr uint64_t kMaxFile = uint64_t{1} << 40;  // 1 TiB: a size beyond is a broken peer
 
@@ -68,10 +67,9 @@ uint64_t FreeBytes(fs::path path) {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-bool ValidStepName(const std::string& s) { return std::regex_match(s, std::regex("step_[0-9]{8}")); }
-bool ValidFileName(const std::string& s) {
-  return !s.empty() && s.size() < 200 && s[0] != '.' && std::regex_match(s, std::regex("[A-Za-z0-9._-]+"));
-}
+// A client waits this long at most for the server's first answer (the
+// server reads a header within its header deadline, then answers at once).
+constexpr auto kClientHandshake = std::chrono::seconds(10);
 
 // One socket with a deadline for everything done on it.
 class Conn {
@@ -79,6 +77,18 @@ class Conn {
   Conn(int fd, Clock::time_point deadline, std::string peer) : fd_(fd), deadline_(deadline), peer_(std::move(peer)) {}
   ~Conn() {
     if (fd_ >= 0) ::close(fd_);
+  }
+  void SetDeadline(Clock::time_point d) { deadline_ = d; }
+  // Up to `size` bytes, as many as one recv gives (at least one).
+  StatusOr<size_t> RecvSome(void* data, size_t size) {
+    while (true) {
+      RETURN_IF_ERROR(Wait(POLLIN));
+      const ssize_t n = ::recv(fd_, data, size, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n == 0) return Unavailable("partner copy with " + peer_ + ": the peer closed the connection");
+      if (n < 0) return Unavailable("partner copy with " + peer_ + ": recv: " + Err());
+      return static_cast<size_t>(n);
+    }
   }
   Status Wait(short events) {
     while (true) {
@@ -171,13 +181,36 @@ StatusOr<std::unique_ptr<Conn>> Dial(const std::string& addr, std::chrono::milli
   return conn;
 }
 
-Status SendHeader(Conn& c, const std::string& key, uint8_t op, const std::string& step, const std::string& name) {
-  RETURN_IF_ERROR(c.Send(kMagic, 4));
-  RETURN_IF_ERROR(c.Put<uint32_t>(kVersion));
-  RETURN_IF_ERROR(c.PutString(key));
-  RETURN_IF_ERROR(c.Put<uint8_t>(op));
-  RETURN_IF_ERROR(c.PutString(step));
-  return c.PutString(name);
+Status SendHeader(Conn& c, const std::string& key, uint8_t op, const std::string& step, const std::string& name,
+                  uint64_t size = 0, uint64_t xxh64 = 0) {
+  CopyHeader h;
+  h.key = key;
+  h.op = op;
+  h.step = step;
+  h.name = name;
+  h.size = size;
+  h.xxh64 = xxh64;
+  const std::string bytes = EncodeCopyHeader(h);
+  return c.Send(bytes.data(), bytes.size());
+}
+
+// Reads one request header within the connection's deadline (the header
+// deadline: a stranger's idle socket is closed after it).
+StatusOr<CopyHeaderParse> ReadHeader(Conn& c) {
+  std::string buf;
+  char chunk[512];
+  while (true) {
+    const size_t room = std::min(sizeof(chunk), kMaxCopyHeader - buf.size());
+    ASSIGN_OR_RETURN(size_t n, c.RecvSome(chunk, std::max<size_t>(room, 1)));
+    buf.append(chunk, n);
+    CopyHeaderParse p = ParseCopyHeader(buf);
+    if (p.state == CopyHeaderParse::kDone && p.used != buf.size()) {
+      p.state = CopyHeaderParse::kBad;
+      p.error = "bytes after the request header, before the go-ahead";
+    }
+    if (p.state != CopyHeaderParse::kNeedMore) return p;
+    if (buf.size() >= kMaxCopyHeader) return InvalidArgument("partner copy header longer than its cap");
+  }
 }
 
 Status Reply(Conn& c, uint8_t code, const std::string& msg) {
@@ -193,7 +226,16 @@ ShardCopyServer::ShardCopyServer(std::string root, std::function<void(const std:
 ShardCopyServer::~ShardCopyServer() { Stop(); }
 
 Status ShardCopyServer::Start(const std::string& bind_host, std::chrono::milliseconds io_timeout) {
-  io_timeout_ = io_timeout;
+  ShardCopyServerOptions o;
+  o.io_timeout = io_timeout;
+  return Start(bind_host, o);
+}
+
+Status ShardCopyServer::Start(const std::string& bind_host, const ShardCopyServerOptions& options) {
+  io_timeout_ = options.io_timeout;
+  header_timeout_ = options.header_timeout;
+  max_copies_ = options.max_copies;
+  conns_ = CopyConnections(options.max_connections, options.max_per_peer, options.max_copies);
   ASSIGN_OR_RETURN(key_, RandomKey());
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -234,91 +276,38 @@ Status ShardCopyServer::Start(const std::string& bind_host, std::chrono::millise
   return OkStatus();
 }
 
-void ShardCopyServer::Stop() {
-  stop_ = true;
-  if (thread_.joinable()) thread_.join();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  listen_fd_ = -1;
+namespace {
+
+void ServeGet(Conn& c, const CopyHeader& h, const std::string& root) {
+  const std::string path = (fs::path(root) / h.step / h.name).string();
+  auto data = ReadFileToString(path);
+  if (!data.ok()) {
+    (void)Reply(c, kNotHere, path + " is not on this host");
+    return;
+  }
+  if (!Reply(c, kOk, "").ok() || !c.Put<uint64_t>(data->size()).ok() ||
+      !c.Put<uint64_t>(Xxh64(data->data(), data->size())).ok())
+    return;
+  (void)c.Send(data->data(), data->size());
 }
 
-void ShardCopyServer::Serve() {
-  while (!stop_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    Handle(fd);  // one at a time: copies are few and each has a deadline
-  }
-}
-
-void ShardCopyServer::Handle(int fd) {
-  Conn c(fd, Clock::now() + io_timeout_, "a peer");
-  char magic[4];
-  auto version = [&]() -> StatusOr<uint32_t> {
-    RETURN_IF_ERROR(c.Recv(magic, 4));
-    if (std::memcmp(magic, kMagic, 4) != 0) return InvalidArgument("not a partner copy request");
-    return c.Get<uint32_t>();
-  }();
-  if (!version.ok()) return;
-  if (*version != kVersion) {
-    (void)Reply(c, kError, "partner copy version " + std::to_string(*version) + " not spoken (this worker: " +
-                               std::to_string(kVersion) + ")");
-    return;
-  }
-  // The whole header is read before any answer: closing a socket with bytes
-  // unread resets the connection, and the caller would lose the answer.
-  auto key = c.GetString();
-  auto op = key.ok() ? c.Get<uint8_t>() : StatusOr<uint8_t>(key.status());
-  auto step = op.ok() ? c.GetString() : StatusOr<std::string>(op.status());
-  auto name = step.ok() ? c.GetString() : StatusOr<std::string>(step.status());
-  if (!name.ok()) return;
-  uint64_t size = 0, hash = 0;
-  if (*op == kPut) {
-    auto sz = c.Get<uint64_t>();
-    auto h = sz.ok() ? c.Get<uint64_t>() : StatusOr<uint64_t>(sz.status());
-    if (!h.ok()) return;
-    size = *sz;
-    hash = *h;
-  }
-  if (!SameKey(*key, key_)) {
-    (void)Reply(c, kError, "wrong partner-copy key (not from this attempt's rendezvous store)");
-    return;
-  }
-  if (!ValidStepName(*step) || !ValidFileName(*name)) {
-    (void)Reply(c, kError, "refused name " + *step + "/" + *name);
-    return;
-  }
-  const fs::path dir = fs::path(root_) / *step;
-  const std::string path = (dir / *name).string();
-  if (*op == kGet) {
-    auto data = ReadFileToString(path);
-    if (!data.ok()) {
-      (void)Reply(c, kNotHere, path + " is not on this host");
-      return;
-    }
-    if (!Reply(c, kOk, "").ok() || !c.Put<uint64_t>(data->size()).ok() ||
-        !c.Put<uint64_t>(Xxh64(data->data(), data->size())).ok())
-      return;
-    (void)c.Send(data->data(), data->size());
-    return;
-  }
-  if (*op != kPut) {
-    (void)Reply(c, kError, "unknown operation " + std::to_string(*op));
-    return;
-  }
+// true once the file is stored (the caller sends the last answer).
+bool ServePut(Conn& c, const CopyHeader& h, const std::string& root) {
+  const fs::path dir = fs::path(root) / h.step;
+  const std::string path = (dir / h.name).string();
   // Refused before a byte is taken (tmpfs is the host's memory); the caller
   // sends the bytes only after this go-ahead.
-  if (const uint64_t free = std::min(FreeBytes(dir), kMaxFile); size > free) {
-    (void)Reply(c, kError, "no room for " + *step + "/" + *name + ": " + std::to_string(size) + " bytes, " +
-                               std::to_string(free) + " free under " + root_);
-    return;
+  if (const uint64_t free = std::min(FreeBytes(dir), kMaxFile); h.size > free) {
+    (void)Reply(c, kError, "no room for " + h.step + "/" + h.name + ": " + std::to_string(h.size) + " bytes, " +
+                               std::to_string(free) + " free under " + root);
+    return false;
   }
-  if (!Reply(c, kOk, "").ok()) return;
-  std::string data(size, '\0');
-  if (!c.Recv(data.data(), data.size()).ok()) return;
-  if (Xxh64(data.data(), data.size()) != hash) {
-    (void)Reply(c, kError, "the bytes of " + *step + "/" + *name + " arrived damaged (xxh64 mismatch)");
-    return;
+  if (!Reply(c, kOk, "").ok()) return false;
+  std::string data(h.size, '\0');
+  if (!c.Recv(data.data(), data.size()).ok()) return false;
+  if (Xxh64(data.data(), data.size()) != h.xxh64) {
+    (void)Reply(c, kError, "the bytes of " + h.step + "/" + h.name + " arrived damaged (xxh64 mismatch)");
+    return false;
   }
   // The host's folder and the step's: the user's own, 0700, never a link (owned_dir.h).
   auto host = OwnedDir::OpenUnderParent(root_, /*create=*/true);
@@ -327,12 +316,103 @@ void ShardCopyServer::Handle(int fd) {
   if (!st.ok()) {
     LOG_WARN("partner copy: {}", st.ToString());
     (void)Reply(c, kError, st.message());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void ShardCopyServer::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  // Wake every connection still served and wait for their threads.
+  std::unique_lock<std::mutex> lock(mu_);
+  conns_.ForEachFd([](int fd) { ::shutdown(fd, SHUT_RDWR); });
+  idle_.wait(lock, [this] { return active_ == 0; });
+}
+
+int ShardCopyServer::evicted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conns_.evicted();
+}
+
+int ShardCopyServer::open_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conns_.open();
+}
+
+// Accepts, admits under the caps (copy_peers.h) and serves each connection
+// on a thread of its own: a slow or idle one never holds up the next.
+void ShardCopyServer::Serve() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    sockaddr_storage from{};
+    socklen_t len = sizeof(from);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    const std::string peer = CopyPeerOf(from);
+    std::unique_lock<std::mutex> lock(mu_);
+    const CopyConnections::Admission a = conns_.Admit(peer, fd);
+    if (a.evict_fd >= 0) ::shutdown(a.evict_fd, SHUT_RDWR);  // its thread sees EOF, closes and leaves
+    ++active_;
+    lock.unlock();
+    std::thread([this, fd, id = a.id, peer] {
+      Handle(fd, id, peer);
+      std::lock_guard<std::mutex> done(mu_);
+      conns_.Release(id);
+      ::close(fd);
+      --active_;
+      idle_.notify_all();  // under the lock: Stop may destroy *this once it sees active_ == 0
+    }).detach();
+  }
+}
+
+void ShardCopyServer::Handle(int fd, uint64_t id, const std::string& peer) {
+  const int own = ::dup(fd);  // Conn closes its own; the serving thread closes fd after Release
+  if (own < 0) return;
+  Conn c(own, Clock::now() + std::min(header_timeout_, io_timeout_), peer);
+  auto parsed = ReadHeader(c);
+  if (!parsed.ok()) return;  // idle past the header deadline, closed, or evicted
+  if (parsed->state == CopyHeaderParse::kBad) {
+    if (parsed->answer) (void)Reply(c, kError, parsed->error);
     return;
   }
+  const CopyHeader& h = parsed->header;
+  if (!SameKey(h.key, key_)) {
+    (void)Reply(c, kError, "wrong partner-copy key (not from this attempt's rendezvous store)");
+    return;
+  }
+  bool keyed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keyed = conns_.MarkKeyed(id);
+  }
+  if (!keyed) {
+    (void)Reply(c, kError, "partner copy server busy: " + std::to_string(max_copies_) + " copies in progress");
+    return;
+  }
+  c.SetDeadline(Clock::now() + io_timeout_);
+  if (!ValidCopyStepName(h.step) || !ValidCopyFileName(h.name)) {
+    (void)Reply(c, kError, "refused name " + h.step + "/" + h.name);
+    return;
+  }
+  if (h.op == kGet) {
+    ServeGet(c, h, root_);
+    return;
+  }
+  if (!ServePut(c, h, root_)) return;
   ++received_;
-  if (on_put_) on_put_(dir.string());
+  if (on_put_) {
+    std::lock_guard<std::mutex> lock(put_mu_);  // the host's retention: one at a time
+    on_put_((fs::path(root_) / h.step).string());
+  }
   (void)Reply(c, kOk, "");
 }
+
 
 Status WriteFileAtomicShared(const std::string& path, const std::string& data) {
   static std::atomic<uint64_t> counter{0};
@@ -351,16 +431,16 @@ Status PutShardFile(const std::string& endpoint, const std::string& step_name, c
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
   const std::string name = fs::path(path).filename().string();
   const auto [addr, key] = SplitEndpoint(endpoint);
-  ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, timeout));
-  RETURN_IF_ERROR(SendHeader(*c, key, kPut, step_name, name));
-  RETURN_IF_ERROR(c->Put<uint64_t>(data.size()));
-  RETURN_IF_ERROR(c->Put<uint64_t>(Xxh64(data.data(), data.size())));
+  const auto end = Clock::now() + timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, std::min<std::chrono::milliseconds>(timeout, kClientHandshake)));
+  RETURN_IF_ERROR(SendHeader(*c, key, kPut, step_name, name, data.size(), Xxh64(data.data(), data.size())));
   // Two answers: the go-ahead (key, names, room), then whether it landed.
   for (bool sent = false;; sent = true) {
     ASSIGN_OR_RETURN(uint8_t code, c->Get<uint8_t>());
     ASSIGN_OR_RETURN(std::string msg, c->GetString());
     if (code != kOk) return Unavailable("partner copy of " + step_name + "/" + name + " to " + addr + ": " + msg);
     if (sent) return OkStatus();
+    c->SetDeadline(end);
     RETURN_IF_ERROR(c->Send(data.data(), data.size()));
   }
 }
@@ -369,10 +449,12 @@ StatusOr<bool> FetchShardFile(const std::string& endpoint, const std::string& st
                               const std::string& dest_dir, uint64_t size, uint64_t xxh64,
                               std::chrono::milliseconds timeout) {
   const auto [addr, key] = SplitEndpoint(endpoint);
-  ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, timeout));
+  const auto end = Clock::now() + timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, Dial(addr, std::min<std::chrono::milliseconds>(timeout, kClientHandshake)));
   RETURN_IF_ERROR(SendHeader(*c, key, kGet, step_name, name));
   ASSIGN_OR_RETURN(uint8_t code, c->Get<uint8_t>());
   ASSIGN_OR_RETURN(std::string msg, c->GetString());
+  c->SetDeadline(end);
   if (code == kNotHere) return false;
   if (code != kOk) return Unavailable("fetching " + step_name + "/" + name + " from " + addr + ": " + msg);
   ASSIGN_OR_RETURN(uint64_t got_size, c->Get<uint64_t>());

@@ -22,6 +22,15 @@
 // "step_NNNNNNNN", a file name of [A-Za-z0-9._-] not starting with '.'), so
 // a peer never reaches outside the served folder.
 //
+// Who may not stall it: every connection is served on a thread of its own.
+// A connection must send its whole header, key included, within
+// header_timeout (seconds), else it is closed; at most max_connections are
+// sending their header at once, max_per_peer from one peer (all of 127/8
+// and ::1 are one peer; copy_peers.h), and a newcomer over a cap evicts the
+// oldest of them. Only a connection whose key checked out gets io_timeout
+// for its bytes (at most max_copies at once). So idle sockets, however many,
+// only push out each other, never a copy.
+//
 // Who may call: a server answers only requests that carry its key, 32 random
 // hex digits made at Start and published with its address in the attempt's
 // rendezvous store (the endpoint "host:port#key"), which only the job's
@@ -30,21 +39,32 @@
 // A PUT larger than the free space under the served folder is refused before
 // any byte is taken (tmpfs is the host's memory).
 //
-// Thread-safety: ShardCopyServer serves from its own thread; Start/Stop from
-// one thread. The client functions are safe from any thread.
+// Thread-safety: ShardCopyServer accepts on its own thread and serves each
+// connection on one more (on_put calls are serialised); Start/Stop from one
+// thread; Stop waits for every connection's thread. The client functions are safe from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "shard/ckpt/copy_peers.h"
 #include "shard/common/status.h"
 
 namespace shard {
+
+struct ShardCopyServerOptions {
+  std::chrono::milliseconds io_timeout{30000};     // a keyed request's bytes, after its header
+  std::chrono::milliseconds header_timeout{4000};  // the whole header (key included), from accept
+  int max_connections = 8;                         // still sending their header, at once
+  int max_per_peer = 4;                            // of those, from one peer (127/8 and ::1: one peer)
+  int max_copies = 32;                             // keyed copies in progress at once (beyond: refused)
+};
 
 class ShardCopyServer {
  public:
@@ -54,21 +74,32 @@ class ShardCopyServer {
   ShardCopyServer(std::string root, std::function<void(const std::string& step_dir)> on_put = {});
   ~ShardCopyServer();
   // Listens on bind_host (an address of this host) at an ephemeral port.
-  Status Start(const std::string& bind_host, std::chrono::milliseconds io_timeout);
+  Status Start(const std::string& bind_host, const ShardCopyServerOptions& options);
+  Status Start(const std::string& bind_host, std::chrono::milliseconds io_timeout);  // other options default
   void Stop();
   // "host:port#key", what the clients dial: publish it (valid after Start).
   std::string endpoint() const { return address_ + "#" + key_; }
   // "host:port", for logs.
   std::string address() const { return address_; }
   int files_received() const { return received_.load(); }
+  // Connections turned out to admit a newcomer (copy_peers.h), and those open now.
+  int evicted() const;
+  int open_connections() const;
 
  private:
   void Serve();
-  void Handle(int fd);
+  void Handle(int fd, uint64_t id, const std::string& peer);
 
   std::string root_;
   std::function<void(const std::string&)> on_put_;
   std::chrono::milliseconds io_timeout_{30000};
+  std::chrono::milliseconds header_timeout_{4000};
+  mutable std::mutex mu_;  // conns_, active_
+  CopyConnections conns_{8, 4, 32};
+  int max_copies_ = 32;
+  int active_ = 0;  // serving threads not yet finished
+  std::condition_variable idle_;
+  std::mutex put_mu_;
   int listen_fd_ = -1;
   std::string address_;
   std::string key_;
@@ -79,6 +110,7 @@ class ShardCopyServer {
 
 // Sends the file at `path` to the server at `endpoint` (its endpoint()) as <step_name>/<basename>;
 // OK once the peer stored it and its xxh64 matched. Errors name the peer.
+// The whole copy ends within `timeout`; the peer's go-ahead within 10 s of it.
 Status PutShardFile(const std::string& endpoint, const std::string& step_name, const std::string& path,
                     std::chrono::milliseconds timeout);
 

@@ -10,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "shard/common/owned_dir.h"
@@ -65,15 +63,67 @@ Status CheckPlainName(const std::string& key, const std::string& name, size_t ma
 }
 namespace {
 std::string Errno() { return std::strerror(errno); }
+
+// "a FIFO", "a directory", ...: what a path that is not a regular file is.
+std::string KindOf(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Opens `path` for reading without blocking (a FIFO opened O_RDONLY would
+// wait for a writer) and checks it is a regular file; its size in *size.
+StatusOr<int> OpenRegular(const std::string& path, bool follow_links, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow_links ? 0 : O_NOFOLLOW));
+  if (fd < 0) {
+    const int err = errno;
+    struct stat ls {};
+    if (!follow_links && err == ELOOP && ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode))
+      return PermissionDenied(path + " is a symbolic link; not followed");
+    return NotFound("cannot open " + path + ": " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = Errno();
+    ::close(fd);
+    return DataLoss("cannot stat " + path + ": " + err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(path + " is not a regular file (it is " + KindOf(st.st_mode) + ")");
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
 }  // namespace
 
-StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path + ": " + Errno());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return DataLoss("read error on " + path);
-  return ss.str();
+StatusOr<std::string> ReadFileToString(const std::string& path, const ReadFileOptions& options) {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(int fd, OpenRegular(path, options.follow_links, &size));
+  if (options.expected_size >= 0 && size != static_cast<uint64_t>(options.expected_size)) {
+    ::close(fd);
+    return DataLoss(path + " has " + std::to_string(size) + " bytes, " + std::to_string(options.expected_size) +
+                    " expected");
+  }
+  std::string out(size, '\0');
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, out.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = n < 0 ? Errno() : "the file shrank while read";
+      ::close(fd);
+      return DataLoss("read error on " + path + ": " + err);
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return out;
 }
 
 Status FsyncDir(const std::string& dir) {
@@ -139,21 +189,11 @@ MappedFile::~MappedFile() {
 }
 
 StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFound("cannot open " + path + ": " + Errno());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    std::string err = Errno();
-    ::close(fd);
-    return DataLoss("cannot stat " + path + ": " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + " is not a regular file");
-  }
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(int fd, OpenRegular(path, /*follow_links=*/true, &size));
   MappedFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
+  f.size_ = static_cast<size_t>(size);
   if (f.size_ > 0) {
     void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -9,7 +9,18 @@
 
 namespace shard {
 
-StatusOr<std::string> ReadFileToString(const std::string& path);
+// Every reader here reads regular files only: a FIFO, a device (/dev/zero),
+// a directory or a socket is refused with one line naming the path, and
+// never blocked on (the file is opened O_NONBLOCK, then fstat'ed). A reader
+// reads the size fstat gave, no more (a file that grows meanwhile is read to
+// that size; one that shrinks is DATA_LOSS). No caller reads /proc or a pipe
+// through these; such a caller would need a reader of its own.
+struct ReadFileOptions {
+  bool follow_links = true;    // false: a symbolic link at the last component is refused (O_NOFOLLOW)
+  int64_t expected_size = -1;  // >= 0: a file of any other size is refused (DATA_LOSS) before a byte is read
+};
+StatusOr<std::string> ReadFileToString(const std::string& path, const ReadFileOptions& options);
+inline StatusOr<std::string> ReadFileToString(const std::string& path) { return ReadFileToString(path, {}); }
 
 // Writes `data` to `path` so that a crash leaves either the old file or the new
 // one, never a mix: temp file in the same directory, fsync, rename, fsync dir.
@@ -36,7 +47,8 @@ StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel, int f
 // fsyncs a directory so a rename inside it is durable.
 Status FsyncDir(const std::string& dir);
 
-// A read-only memory mapping of a whole file. Not copyable; movable.
+// A read-only memory mapping of a whole regular file (refused otherwise, as
+// ReadFileToString, without blocking on a FIFO). Not copyable; movable.
 // Thread-safe for concurrent reads.
 class MappedFile {
  public:

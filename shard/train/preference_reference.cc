@@ -13,6 +13,7 @@
 // model's part (Manifest::reference) for a resumed full fine-tune, which
 // never loads (so cannot hash) its starting weights.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 #include "shard/common/logging.h"
+#include "shard/data/reference_file.h"
 #include "shard/train/pair_scoring.h"
 #include "shard/train/pair_source.h"
 #include "shard/train/trainer.h"
@@ -28,31 +30,13 @@
 namespace shard {
 namespace {
 
-constexpr char kRefMagic[8] = {'S', 'H', 'D', 'R', 'E', 'F', '0', '1'};
+// A stored value and the starting weights' own may differ by fp32 noise
+// (another world size scores the same pairs in other runs); a forged or stale
+// file differs by far more.
+constexpr double kReferenceTolerance = 1e-3;
 
-std::string EncodeReference(const std::vector<double>& v) {
-  std::string out(kRefMagic, sizeof(kRefMagic));
-  const uint64_t n = v.size();
-  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
-  const uint64_t h = Xxh64(v.data(), v.size() * sizeof(double));
-  out.append(reinterpret_cast<const char*>(&h), sizeof(h));
-  return out;
-}
-
-// DATA_LOSS when the file is not a whole reference of `count` values.
-StatusOr<std::vector<double>> DecodeReference(const std::string& bytes, uint64_t count, const std::string& path) {
-  const size_t want = sizeof(kRefMagic) + 8 + count * sizeof(double) + 8;
-  if (bytes.size() != want || std::memcmp(bytes.data(), kRefMagic, sizeof(kRefMagic)) != 0)
-    return DataLoss(path + ": not a reference log-prob file of " + std::to_string(count) + " values");
-  uint64_t n = 0, h = 0;
-  std::memcpy(&n, bytes.data() + sizeof(kRefMagic), 8);
-  std::vector<double> v(count);
-  std::memcpy(v.data(), bytes.data() + sizeof(kRefMagic) + 8, count * sizeof(double));
-  std::memcpy(&h, bytes.data() + want - 8, 8);
-  if (n != count || h != Xxh64(v.data(), v.size() * sizeof(double)))
-    return DataLoss(path + ": checksum or count mismatch");
-  return v;
+bool SameReference(double stored, double own) {
+  return std::abs(stored - own) <= kReferenceTolerance * std::max(1.0, std::abs(own));
 }
 
 // The starting model's part of the reference files' keys (16 hex digits): a
@@ -117,16 +101,25 @@ StatusOr<std::vector<double>> Trainer::ReferenceLogps(const PreparedDataset& ds,
 
   // Every rank must agree to read or to compute (the pass is collective).
   std::vector<double> stored;
-  if (auto bytes = ReadFileToString(path); bytes.ok()) {
-    auto v = DecodeReference(*bytes, static_cast<uint64_t>(2 * N), path);
-    if (v.ok()) {
-      stored = std::move(*v);
-    } else {
-      LOG_WARN("recomputing the reference log-probs: {}", v.status().message());
-    }
+  if (auto v = ReadReferenceFile(path, static_cast<uint64_t>(2 * N)); v.ok()) {
+    stored = std::move(*v);
+  } else if (v.status().code() != StatusCode::kNotFound) {
+    LOG_WARN("recomputing the reference log-probs: {}", v.status().message());
   }
   double have = stored.empty() ? 0.0 : 1.0;
   RETURN_IF_ERROR(runtime_->AllReduceSum(&have, 1));
+  // On a fresh start the policy is the reference: the stored values of the
+  // first pairs must be the starting weights' own (step 1's rewards are 0).
+  if (have == dist_.world && resume_.step_dir.empty()) {
+    ASSIGN_OR_RETURN(bool same, StoredReferenceHolds(ds, stored));
+    if (!same) {
+      if (dist_.rank == 0)
+        LOG_WARN("recomputing the reference log-probs: {} does not hold the starting weights' own log-probs "
+                 "(its first pairs differ by more than {}; a stale or altered file)",
+                 path, kReferenceTolerance);
+      have = 0;
+    }
+  }
   if (have == dist_.world) {
     if (dist_.rank == 0) LOG_INFO("reference log-probs of {} pairs ({}) read from {}", N, what, path);
     return stored;
@@ -141,11 +134,33 @@ StatusOr<std::vector<double>> Trainer::ReferenceLogps(const PreparedDataset& ds,
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::vector<double> ref, ComputeReference(ds));
   if (dist_.rank == 0) {
-    RETURN_IF_ERROR(WriteFileAtomic(path, EncodeReference(ref)));
+    RETURN_IF_ERROR(WriteFileAtomic(path, EncodeReferenceFile(ref)));
     LOG_INFO("reference log-probs of {} pairs ({}) computed in {:.2f} s and stored in {}", N, what,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), path);
   }
   return ref;
+}
+
+// Scores the first pairs (one global batch: a forward only, as the pass
+// does) with the starting weights and compares them with `stored`. A
+// collective; every rank returns the same answer.
+StatusOr<bool> Trainer::StoredReferenceHolds(const PreparedDataset& ds, const std::vector<double>& stored) {
+  PairScoringOptions o;
+  o.micro = job_.train.micro_batch;
+  o.seq_len = job_.data.seq_len;
+  o.max_pairs = std::min<int64_t>(ds.header().num_pairs(), job_.train.global_batch);
+  o.rank = dist_.rank;
+  o.world = dist_.world;
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(nullptr));
+  auto scored = ScorePairs(*model_, *runtime_, backend_.get(), ds, o);
+  if (lora()) RETURN_IF_ERROR(model_->SetLora(lora()->binding()));
+  if (!scored.ok()) return scored.status().WithContext("checking the stored reference");
+  double differ = 0;
+  for (size_t k = 0; k < scored->pairs.size(); ++k)
+    for (int side = 0; side < 2; ++side)
+      differ += SameReference(stored[2 * scored->pairs[k] + side], scored->logps[2 * k + side]) ? 0 : 1;
+  RETURN_IF_ERROR(runtime_->AllReduceSum(&differ, 1));
+  return differ == 0;
 }
 
 // The pass: the ranks score the pairs together (pair_scoring.h), micro_batch

@@ -208,6 +208,9 @@ class Trainer {
   // The reference pass over ds: all ranks together, two values per pair.
   StatusOr<std::vector<double>> ComputeReference(const PreparedDataset& ds);
   // One micro-batch of pairs [first_pair, first_pair + pairs) of the step.
+  // On a fresh start: whether `stored` holds the starting weights' own
+  // log-probs of the first pairs (else the file is recomputed).
+  StatusOr<bool> StoredReferenceHolds(const PreparedDataset& ds, const std::vector<double>& stored);
   StatusOr<double> PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs);
   // The step's preference metrics over all ranks into m (loss: the mean pair loss).
   Status FinishPreferenceStep(StepMetrics* m);

@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "shard/ckpt/copy_header.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/safetensors.h"
 #include "shard/ckpt/shard_file.h"
 #include "shard/common/file_util.h"
 #include "shard/data/prepared_dataset.h"
+#include "shard/data/reference_file.h"
 #include "shard/spec/llama_config.h"
 
 namespace fs = std::filesystem;
@@ -97,6 +99,16 @@ int main(int argc, char** argv) {
   Put(out, "fuzz_jsonl_row", "pair-messages.json",
       R"({"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello!"}], )"
       R"("rejected": [{"role": "assistant", "content": "Go away."}]})");
+
+  // A partner copy's PUT and GET headers, and a reference file of 3 pairs.
+  CopyHeader put;
+  put.key = "0123456789abcdef0123456789abcdef", put.op = kCopyPut, put.step = "step_00000030";
+  put.name = "rank_00000_of_00002.shard", put.size = 4096, put.xxh64 = 0x1234abcdULL;
+  Put(out, "fuzz_copy_header", "put.bin", EncodeCopyHeader(put));
+  CopyHeader get = put;
+  get.op = kCopyGet;
+  Put(out, "fuzz_copy_header", "get.bin", EncodeCopyHeader(get));
+  Put(out, "fuzz_reference_file", "three-pairs.f64", EncodeReferenceFile({-12.5, -14.25, -3.0, -3.5, -40.0, -39.0}));
   fs::remove_all(tmp);
   return 0;
 }

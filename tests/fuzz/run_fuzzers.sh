@@ -15,7 +15,8 @@ cd "$(dirname "$0")/../.."
 secs=${1:-20}
 shift || true
 all=(fuzz_job_file fuzz_config_json fuzz_safetensors fuzz_hf_index fuzz_manifest fuzz_shard_file
-     fuzz_tokenizer_json fuzz_jsonl_row fuzz_prepared_header fuzz_jinja fuzz_chat_messages)
+     fuzz_tokenizer_json fuzz_jsonl_row fuzz_prepared_header fuzz_jinja fuzz_chat_messages
+     fuzz_copy_header fuzz_reference_file)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 build=${SHARDD_FUZZ_BUILD:-build-fuzz}

@@ -6,13 +6,22 @@
 // bitwise), and ORPO (no reference) reports its NLL.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
 
+#include "shard/common/file_util.h"
+#include "shard/data/reference_file.h"
 #include "tests/unit/train/sft_test_util.h"
 #include "tests/unit/train/trainer_ranks.h"
 
@@ -170,6 +179,49 @@ TEST(PreferenceTrain, ReferenceIsComputedOnceAndResumeIsBitwise) {
   EXPECT_EQ(ReferenceFiles(dir + "/stop/pref/data").size(), 1u);
   for (int64_t s = 3; s <= 6; ++s) EXPECT_EQ(resumed.steps.at(s).loss, straight.steps.at(s).loss) << "step " << s;
   EXPECT_EQ(MaxAbsDiff(straight.params, resumed.params), 0.0);
+  fs::remove_all(dir);
+}
+
+// Issue 39 item 8: values changed with the checksum recomputed were used on a
+// fresh start (step-1 DPO loss 0.9741, not log 2); a FIFO at the path hung
+// the attempt. Now the first pairs are checked against the starting weights
+// (the file is recomputed, with a warning), and the reader refuses a FIFO.
+TEST(PreferenceTrain, AForgedOrFifoReferenceIsRecomputedAndStepOneIsLog2) {
+  const std::string dir = NewDir("pref_forged");
+  const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 24);
+  const std::string yaml = Job(jsonl, dir + "/ckpt", "preference: {method: dpo, beta: 0.5}\n");
+  const std::vector<std::string> fresh = {"train.steps=1", "checkpoint.resume=none"};
+  PrefRun first = Train(yaml, 1, fresh);
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  auto refs = ReferenceFiles(dir + "/ckpt/pref/data");
+  ASSERT_EQ(refs.size(), 1u);
+  const fs::path file = refs[0];
+  auto bytes = ReadFileToString(file.string());
+  ASSERT_TRUE(bytes.ok());
+  const std::string original = *bytes;
+  std::vector<double> v((original.size() - 24) / 8);
+  std::memcpy(v.data(), original.data() + 16, v.size() * 8);
+  for (size_t k = 0; k < v.size(); k += 2) v[k] -= 1.0;  // every chosen reply: a consistent forgery
+  ASSERT_TRUE(WriteFileAtomic(file.string(), EncodeReferenceFile(v)).ok());
+  PrefRun forged = Train(yaml, 1, fresh);
+  ASSERT_TRUE(forged.status.ok()) << forged.status.ToString();
+  EXPECT_NEAR(forged.steps.at(1).loss, std::log(2.0), 1e-6) << "the forged reference was used";
+  EXPECT_NEAR(forged.steps.at(1).rewards_chosen, 0, 1e-6);
+  EXPECT_TRUE(*ReadFileToString(file.string()) == original) << "the reference was not recomputed";
+
+  // A FIFO at the path: refused without blocking, then recomputed in its place.
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  auto run = std::async(std::launch::async, [&] { return Train(yaml, 1, fresh); });
+  if (run.wait_for(std::chrono::seconds(300)) != std::future_status::ready) {
+    ADD_FAILURE() << "the trainer blocked on a FIFO at " << file;
+    const int w = ::open(file.c_str(), O_WRONLY);  // let the blocked reader see EOF
+    if (w >= 0) ::close(w);
+  }
+  PrefRun fifo = run.get();
+  ASSERT_TRUE(fifo.status.ok()) << fifo.status.ToString();
+  EXPECT_NEAR(fifo.steps.at(1).loss, std::log(2.0), 1e-6);
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(file)));
   fs::remove_all(dir);
 }
 

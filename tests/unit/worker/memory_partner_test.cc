@@ -6,8 +6,12 @@
 // host every rank takes the disk step instead.
 #include "worker/memory_partner.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -166,6 +170,41 @@ TEST_F(MemoryPartnerTest, ADamagedNewestStepFallsBackToThePreviousMemoryStep) {
         << got[r].events[0];
   }
   EXPECT_FALSE(fs::exists(HostDir(0) + "/step_00000040")) << "the skipped newer step is not resumable any more";
+}
+
+// Issue 39 item 3: a partner whose server never answers (here a socket that
+// listens but never accepts) costs the copy, within the copy's own deadline
+// (copy_timeout, far below the rendezvous timeout), never a hung checkpoint
+// thread: AfterMemorySave reports no partner copy, and the coordinator then
+// records memory_step_not_committed.
+TEST_F(MemoryPartnerTest, ACopyToAStalledPartnerEndsWithinItsOwnDeadline) {
+  const int stalled = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+  ASSERT_EQ(::bind(stalled, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(stalled, 4), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(stalled, reinterpret_cast<sockaddr*>(&a), &len);
+  auto kv = std::make_shared<shard::InMemoryKvStore>();
+  ASSERT_TRUE(kv->Set("memtier/addr/1", "127.0.0.2\n127.0.0.2:" + std::to_string(ntohs(a.sin_port)) +
+                                            "#0123456789abcdef0123456789abcdef")
+                  .ok());
+  MemoryPartnerOptions o;
+  o.rank = 0;
+  o.world = 2;
+  o.hostname = "127.0.0.1";
+  o.root = root_;
+  o.timeout = 600s;  // what a hung copy would have waited before
+  o.copy_timeout = 1s;
+  auto p = MemoryPartner::Start(kv, o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ((*p)->partner_rank(), 1);
+  const std::string step_dir = (*p)->host_dir() + "/" + shard::StepDirName(10);
+  fs::create_directories(step_dir);
+  std::ofstream(step_dir + "/rank_00000.shard") << "bytes";
+  EXPECT_EQ((*p)->AfterMemorySave(step_dir, "rank_00000.shard", 10), -1);
+  ::close(stalled);
 }
 
 }  // namespace
