@@ -118,6 +118,10 @@ Status Trainer::Init() {
   // activations); fp32 precision stays fp32 throughout.
   mo.activation_dtype = precision.param_dtype;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
+  if (config.is_moe() && job_.peft.enabled())
+    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
+                         " (mixture of experts) is not built yet (docs/moe.md)");
+  moe_aux_coef_ = job_.moe.AuxLossCoef(config);
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,
