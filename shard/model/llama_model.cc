@@ -66,10 +66,6 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& conf
     return InvalidArgument("model: loss_chunk_rows must be >= 0 (0 = auto), got " +
                            std::to_string(options.loss_chunk_rows));
   RETURN_IF_ERROR(config.CheckSequenceLength(options.max_seq, "model: sequence length"));
-  if (config.is_moe() && options.activation_dtype != DType::kF32)
-    return Unimplemented(std::string("model: ") + config.family_name() + " (mixture of experts) with " +
-                         DTypeName(options.activation_dtype) +
-                         " activations is not built yet (use train.precision fp32; docs/moe.md)");
   std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, options));
   RETURN_IF_ERROR(m->Allocate());
   return m;
@@ -141,7 +137,7 @@ Status LlamaModel::Allocate() {
   ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(dense)]));
   if (sparse >= 0) {
     ASSIGN_OR_RETURN(moe_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(sparse)]));
-    ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, backend_, n, sets, options_.matmul_dtype));
+    ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, backend_, n, sets, options_.matmul_dtype, options_.activation_dtype));
   }
   ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
   std::vector<float> table = RopeCosSinTable(c, options_.max_seq);
@@ -194,12 +190,7 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
   backend_->CastFromF32(out, resid_[l].data(), n * config_.hidden_size, options_.activation_dtype);
 }
 
-UnitWeights& LlamaModel::WeightsFor(int l) { return config_.sparse_layer(l) ? moe_w_ : block_w_; }
-
-void LlamaModel::SetMoeAuxGradScale(float scale) {
-  if (moe_) moe_->SetAuxGradScale(scale);
-}
-
+void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
 
 Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,

@@ -167,7 +167,7 @@ class LlamaModel {
   Status BlockForward(int layer, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
                       LowpActs* keep = nullptr);
   // The block's weights as handed out: a MoE model's sparse blocks have their own layout.
-  UnitWeights& WeightsFor(int layer);
+  UnitWeights& WeightsFor(int layer) { return config_.sparse_layer(layer) ? moe_w_ : block_w_; }
   // Rounds n fp32 values at x to activation_dtype in place, leaving the two-byte
   // values at `lp` (null: round_scratch()). A no-op for fp32 activations.
   void Round(float* x, int64_t n, DeviceBuffer* lp);

@@ -28,8 +28,9 @@ namespace shard {
 class MoeMlp {
  public:
   // sets: saved activation sets (one per layer, or one with checkpointing).
+  // Two-byte activation_dtype (ModelOptions) is refused: not built yet.
   static StatusOr<std::unique_ptr<MoeMlp>> Create(const LlamaConfig& config, Backend* backend, int64_t max_rows,
-                                                  int sets, DType matmul_dtype);
+                                                  int sets, DType matmul_dtype, DType activation_dtype);
   ~MoeMlp();
 
   // out[n, d] += MoE(xn[n, d]) with the sparse block's weights w; keeps the

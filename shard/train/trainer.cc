@@ -39,6 +39,18 @@ std::string DeviceFor(const DeviceSpec& device, const DistContext& d) {
 
 }  // namespace
 
+namespace {
+
+// A MoE model's aux-loss coefficient (0 for a dense one); what is not built for MoE yet is refused.
+StatusOr<double> MoeAuxLossCoef(const JobConfig& job, const LlamaConfig& config) {
+  if (config.is_moe() && job.peft.enabled())
+    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
+                         " (mixture of experts) is not built yet (docs/moe.md)");
+  return job.moe.AuxLossCoef(config);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const DistContext& dist) {
   if (dist.world < 1 || dist.rank < 0 || dist.rank >= dist.world)
     return InvalidArgument("rank " + std::to_string(dist.rank) + " is outside world size " + std::to_string(dist.world));
@@ -49,6 +61,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
     return InvalidArgument("a multi-rank job needs a rendezvous store (e.g. --rendezvous file:DIR)");
   std::unique_ptr<Trainer> t(new Trainer(job, dist));
   RETURN_IF_ERROR(t->Init());
+  ASSIGN_OR_RETURN(t->moe_aux_coef_, MoeAuxLossCoef(job, t->model_->config()));
   return t;
 }
 
@@ -118,10 +131,6 @@ Status Trainer::Init() {
   // activations); fp32 precision stays fp32 throughout.
   mo.activation_dtype = precision.param_dtype;
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
-  if (config.is_moe() && job_.peft.enabled())
-    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
-                         " (mixture of experts) is not built yet (docs/moe.md)");
-  moe_aux_coef_ = job_.moe.AuxLossCoef(config);
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
              model_->loss_chunk_rows(), model_->max_logits_rows() * config.vocab_size * 4 / 1048576.0,

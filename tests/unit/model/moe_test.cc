@@ -166,6 +166,8 @@ struct MoeCase {
   bool padding;               // the last rows are padding (excluded from the aux loss)
 };
 
+void PrintTo(const MoeCase& k, std::ostream* os) { *os << k.name; }
+
 LlamaConfig TinyMoe(const MoeCase& k) {
   LlamaConfig c;
   c.family = k.family;

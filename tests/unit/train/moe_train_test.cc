@@ -88,7 +88,7 @@ TEST(MoeTrainTest, WhatIsNotBuiltIsRefusedWithOneLine) {
   Status st;
   Train(MoeJob(train, dir + "/p", "peft: {method: lora, r: 4, alpha: 8, target_modules: all-linear}\n"), 1, &st);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
-  EXPECT_NE(st.message().find("LoRA/QLoRA on qwen3_moe (mixture of experts) is not built yet"), std::string::npos)
+  EXPECT_NE(st.message().find("on qwen3_moe (mixture of experts) is not built yet"), std::string::npos)
       << st.ToString();
   auto z = ParseJobConfig(MoeJob(train, dir + "/z", "") , "job.yaml", {"moe.z_loss_coef=0.001"});
   ASSERT_FALSE(z.ok());
