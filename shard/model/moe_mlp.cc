@@ -86,6 +86,10 @@ StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(const LlamaConfig& c, Backend* 
   RETURN_IF_ERROR(make(&m->dgu_, nk * 2 * fe));
   RETURN_IF_ERROR(make(&m->dweight_, nk));
   RETURN_IF_ERROR(make(&m->weight_lp_, nk));
+  // A backend without the MoE ops (Backend::MoeRoute's default) says so now, not at the first step.
+  Saved& s0 = *m->saved_.front();
+  MoeRouting probe = m->Routing(s0, 0);
+  RETURN_IF_ERROR(backend->MoeRoute(m->logits_.data(), probe));
   m->aux_count_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_prob_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_real_.assign(c.num_layers, 0.0);

@@ -13,6 +13,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/model/llama_model.h"
+#include "shard/spec/moe_config.h"
 #include "shard/train/local_params.h"
 #include "tests/unit/model/reference_llama.h"
 
@@ -153,6 +154,52 @@ TEST(MoeConfigTest, HfFolderRoundTripKeepsEveryExpert) {
     ASSERT_TRUE(LoadHfWeights(dir, ParamLayout::ForLlama(*cfg), &back).ok()) << name;
     EXPECT_EQ(back, units) << name;
   }
+}
+
+TEST(MoeConfigTest, AuxCoefficientDefaultIsTransformers) {
+  LlamaConfig c = *LlamaPreset("tiny-mixtral");
+  MoeConfig moe;
+  EXPECT_EQ(moe.AuxLossCoef(c), 0.0);  // output_router_logits false: no aux loss
+  c.moe.output_router_logits = true;
+  c.moe.router_aux_loss_coef = 0.02;
+  EXPECT_EQ(moe.AuxLossCoef(c), 0.02);
+  moe.aux_loss_coef = 0.5;
+  EXPECT_EQ(moe.AuxLossCoef(c), 0.5);
+  EXPECT_EQ(moe.AuxLossCoef(*LlamaPreset("tiny")), 0.0);  // dense
+}
+
+// Backend::MoeRoute on the CPU: ties go to the lower expert, the grouping is
+// stable (row order within an expert), the weights renormalise iff asked.
+// A backend without the ops refuses at model creation, naming the op.
+TEST(MoeBackendTest, RouteGroupsByExpertAndOtherBackendsRefuse) {
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  // 3 rows over 4 experts, k = 2: row 0 ties experts 1 and 3 (both highest).
+  std::vector<float> logits = {0, 2, 1, 2, /**/ 3, 0, 0, 1, /**/ 0, 0, 5, 4};
+  std::vector<float> probs(12), weight(6);
+  std::vector<int32_t> expert(6), perm(6), offsets(5);
+  MoeRouting r;
+  r.rows = 3, r.experts = 4, r.k = 2, r.renormalize = true;
+  r.probs = probs.data(), r.expert = expert.data(), r.weight = weight.data(), r.perm = perm.data();
+  r.offsets = offsets.data();
+  ASSERT_TRUE((*backend)->MoeRoute(logits.data(), r).ok());
+  EXPECT_EQ(expert, (std::vector<int32_t>{1, 3, 0, 3, 2, 3}));
+  EXPECT_EQ(offsets, (std::vector<int32_t>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(perm, (std::vector<int32_t>{2, 0, 4, 1, 3, 5}));  // expert 3: rows 0, 1, 2 in order
+  EXPECT_FLOAT_EQ(weight[0], 0.5f);
+  EXPECT_NEAR(weight[2] + weight[3], 1.0, 1e-6);
+  r.renormalize = false;
+  ASSERT_TRUE((*backend)->MoeRoute(logits.data(), r).ok());
+  EXPECT_FLOAT_EQ(weight[2], probs[4 + 0]);
+  auto sim = CreateBackend("sim");
+  ASSERT_TRUE(sim.ok());
+  ModelOptions mo;
+  mo.max_seq = 4;
+  auto m = LlamaModel::Create(*LlamaPreset("tiny-qwen3-moe"), sim->get(), mo);
+  ASSERT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("MoeRoute (mixture-of-experts) is not implemented on this backend yet"),
+            std::string::npos)
+      << m.status().ToString();
 }
 
 // ---- Parity against the double-precision reference -------------------------
