@@ -105,7 +105,8 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     b.positions = d_pos_.as_int();
     b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
     if (moe_aux_coef_ > 0) {
-      model_->SetMoeAuxGradScale(moe_aux_scale_);
+      // Preference pairs carry no padding mask yet: no aux loss there (docs/moe.md).
+      model_->SetMoeAuxGradScale(preference_ ? 0.0f : moe_aux_scale_);
       b.real_rows = RealRows(b.rows());
     }
     runtime_->BeginMicroBatch();
