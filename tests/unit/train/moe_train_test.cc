@@ -2,8 +2,9 @@
 // qwen3 attention) trained through the trainer on the reversal SFT task
 // (packed rows with padding, so the aux loss's real-row mask matters) with
 // the load-balancing loss on: the loss falls at 1 and 2 ranks (ranks as
-// threads, full_shard: the experts are sharded with their layer's unit), and
-// 2 ranks start from the loss 1 rank starts from. The parts not built yet
+// threads, full_shard: the experts are sharded with their layer's unit), 2
+// ranks start from the loss 1 rank starts from, and 4 ranks under
+// hybrid_shard follow the 1-rank curve. The parts not built yet
 // are refused with one line: peft on MoE, the z-loss, the planner.
 #include <gtest/gtest.h>
 
@@ -29,11 +30,12 @@ std::string MoeJob(const std::string& jsonl, const std::string& dir, const std::
          "resources: {device: cpu}\n" + extra;
 }
 
-std::vector<double> Train(const std::string& yaml, int world, Status* status) {
+std::vector<double> Train(const std::string& yaml, int world, Status* status, std::vector<std::string> sets = {}) {
   std::vector<double> losses;
   std::vector<Status> st(world);
   std::mutex mu;
-  *status = testing_ranks::OnTrainerRanks(yaml, world, {"parallel.world_size=" + std::to_string(world)},
+  sets.push_back("parallel.world_size=" + std::to_string(world));
+  *status = testing_ranks::OnTrainerRanks(yaml, world, sets,
                                           [&](Trainer& t, int r) {
                                             st[r] = t.Run([&](const StepMetrics& m) {
                                               std::lock_guard<std::mutex> lock(mu);
@@ -59,6 +61,13 @@ TEST(MoeTrainTest, TinyMoeLearnsAtOneAndTwoRanks) {
   EXPECT_NEAR(two.front(), one.front(), 1e-4 * one.front());  // same weights, same batch
   EXPECT_LT(one.back(), 0.7 * one.front());
   EXPECT_LT(two.back(), 0.7 * two.front());
+  // hybrid_shard: 2 replicas of 2-rank shard groups follow the same curve.
+  Status s4;
+  const std::vector<double> four =
+      Train(MoeJob(train, dir + "/w4"), 4, &s4, {"parallel.strategy=hybrid_shard", "parallel.shard_group_size=2"});
+  ASSERT_TRUE(s4.ok()) << s4.ToString();
+  ASSERT_EQ(four.size(), 12u);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(four[i], one[i], 1e-3 * one[i]) << "step " << i + 1;
 }
 
 // The coefficient reaches the gradients; absent, it is transformers' default
