@@ -76,7 +76,8 @@ Status LlamaModel::Allocate() {
   max_rows_ = options_.max_batch * options_.max_seq;
   chunk_rows_ = ResolveLossChunkRows(c, options_);
   logits_rows_ = std::max(chunk_rows_, options_.max_batch);  // ForwardLogits: one row per sequence
-  const int64_t n = max_rows_, d = c.hidden_size, f = c.intermediate_size;
+  // Dense-MLP buffers; a model whose every layer is sparse (mixtral) needs none.
+  const int64_t n = max_rows_, d = c.hidden_size, f = c.num_sparse_layers() == c.num_layers ? 1 : c.intermediate_size;
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
   auto make = [&](DeviceBuffer* buf, int64_t count) -> Status {
     ASSIGN_OR_RETURN(*buf, DeviceBuffer::Create(backend_, count));

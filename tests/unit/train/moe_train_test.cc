@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "shard/plan/planner.h"
+#include "shard/spec/run_fingerprint.h"
 #include "tests/unit/train/sft_test_util.h"
 
 namespace shard {
@@ -106,6 +107,11 @@ TEST(MoeTrainTest, WhatIsNotBuiltIsRefusedWithOneLine) {
   ASSERT_FALSE(typo.ok());
   auto job = ParseJobConfig(MoeJob(train, dir + "/plan"), "job.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // The coefficient is part of the run's identity (a resume with another one is another run).
+  auto other = ParseJobConfig(MoeJob(train, dir + "/plan"), "job.yaml", {"moe.aux_loss_coef=0.02"});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(RunKeysOf(*job).at("moe.aux_loss_coef"), "0.01");
+  EXPECT_NE(RunFingerprint(RunKeysOf(*job)), RunFingerprint(RunKeysOf(*other)));
   plan::ClusterSpec cluster;
   cluster.cpu_only = true;
   auto w = plan::WorkloadFromJob(*job, cluster);
