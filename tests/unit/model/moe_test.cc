@@ -8,6 +8,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "shard/model/hf_io.h"
@@ -200,6 +203,75 @@ TEST(MoeBackendTest, RouteGroupsByExpertAndOtherBackendsRefuse) {
   EXPECT_NE(m.status().message().find("MoeRoute (mixture-of-experts) is not implemented on this backend yet"),
             std::string::npos)
       << m.status().ToString();
+}
+
+// A Mixtral folder as transformers writes it, built here by hand (config.json
+// and one safetensors file under the HF names, not through shardd's writer):
+// it loads with every tensor where the layout says, and the parameter count
+// is the sum of the file's tensors.
+TEST(MoeConfigTest, LoadsAHandWrittenMixtralFolder) {
+  const std::string dir = ::testing::TempDir() + "/moe_hand_mixtral";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"architectures":["MixtralForCausalLM"],"model_type":"mixtral",
+    "vocab_size":11,"hidden_size":8,"intermediate_size":6,"num_hidden_layers":2,"num_attention_heads":2,
+    "num_key_value_heads":1,"num_local_experts":3,"num_experts_per_tok":2,"rms_norm_eps":1e-05,
+    "rope_theta":1000000.0,"router_jitter_noise":0.0,"output_router_logits":false,"router_aux_loss_coef":0.02,
+    "sliding_window":null,"tie_word_embeddings":false,"torch_dtype":"float32"})";
+  std::map<std::string, std::vector<int64_t>> shapes = {{"model.embed_tokens.weight", {11, 8}},
+                                                        {"model.norm.weight", {8}},
+                                                        {"lm_head.weight", {11, 8}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    shapes[p + "input_layernorm.weight"] = {8};
+    shapes[p + "post_attention_layernorm.weight"] = {8};
+    shapes[p + "self_attn.q_proj.weight"] = {8, 8};
+    shapes[p + "self_attn.k_proj.weight"] = {4, 8};
+    shapes[p + "self_attn.v_proj.weight"] = {4, 8};
+    shapes[p + "self_attn.o_proj.weight"] = {8, 8};
+    shapes[p + "block_sparse_moe.gate.weight"] = {3, 8};
+    for (int j = 0; j < 3; ++j) {
+      const std::string e = p + "block_sparse_moe.experts." + std::to_string(j) + ".";
+      shapes[e + "w1.weight"] = {6, 8};
+      shapes[e + "w3.weight"] = {6, 8};
+      shapes[e + "w2.weight"] = {8, 6};
+    }
+  }
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  int64_t total = 0, k = 0;
+  std::map<std::string, float> first;  // each tensor's first value
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n * 4}}};
+    first[name] = static_cast<float>(k);
+    for (int64_t i = 0; i < n; ++i, ++k) {
+      const float v = static_cast<float>(k);
+      data.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    total += n;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  const uint64_t hn = h.size();
+  std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&hn), 8);
+  f << h << data;
+  f.close();
+
+  auto cfg = LlamaConfigFromHfDir(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->NumParams(), total);
+  const ParamLayout layout = ParamLayout::ForLlama(*cfg);
+  EXPECT_EQ(layout.total_numel, total);
+  std::vector<std::vector<float>> units;
+  ASSERT_TRUE(LoadHfWeights(dir, layout, &units).ok());
+  for (const auto& [name, v] : first) {
+    int u = -1, t = -1;
+    ASSERT_TRUE(layout.Find(name, &u, &t)) << name;
+    EXPECT_EQ(units[u][layout.units[u].tensors[t].offset], v) << name;
+  }
 }
 
 // ---- Parity against the double-precision reference -------------------------
