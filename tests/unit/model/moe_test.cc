@@ -15,6 +15,7 @@
 
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
+#include "shard/model/kv_decoder.h"
 #include "shard/model/llama_model.h"
 #include "shard/spec/moe_config.h"
 #include "shard/train/local_params.h"
@@ -132,6 +133,9 @@ TEST(MoeConfigTest, UnsupportedMoeConfigsAreOneLineErrors) {
   EXPECT_NE(bf.status().message().find("mixtral (mixture of experts) with bf16 activations is not built yet"),
             std::string::npos)
       << bf.status().ToString();
+  auto dec = KvDecoder::Create(*LlamaPreset("tiny-qwen3-moe"), backend->get(), 16, 4);
+  ASSERT_EQ(dec.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(dec.status().message().find("cached decoding of qwen3_moe"), std::string::npos) << dec.status().ToString();
 }
 
 // HF names out and in: export a tiny MoE folder, load it back bit-exactly.
