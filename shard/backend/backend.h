@@ -283,7 +283,8 @@ class Backend {
   virtual Status MoeRouteBackward(const MoeRouting& r, const float* d_weight, const float* d_probs, float* d_logits);
   // out[p] = x[perm[p] / k] for p < n (n = rows*k): token rows in expert order.
   virtual Status MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out);
-  // out[perm[p] / k] += weight[perm[p]] * y[p] (weight null: 1), in p order.
+  // out[perm[p] / k] += weight[perm[p]] * y[p] (weight null: 1); each token
+  // adds its k rows in slot order (deterministic).
   virtual Status MoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k,
                               int64_t dim, float* out);
   // The combine's backward: dy[p] = weight[perm[p]] * dout[perm[p] / k] and

@@ -74,13 +74,21 @@ void MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t d
 
 void MoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k, int64_t dim,
                   float* out) {
-  // Sequential in p: rows of one token are added in a fixed order (deterministic).
-  for (int64_t p = 0; p < n; ++p) {
-    const float w = weight ? weight[perm[p]] : 1.0f;
-    float* o = out + (perm[p] / k) * dim;
-    const float* src = y + p * dim;
-    for (int64_t i = 0; i < dim; ++i) o[i] += w * src[i];
-  }
+  // Parallel over tokens through the inverse permutation; each token adds its
+  // k rows in slot order, so the sums do not depend on the thread count.
+  std::vector<int32_t> pos(n);
+  for (int64_t p = 0; p < n; ++p) pos[perm[p]] = static_cast<int32_t>(p);
+  ParallelFor(n / k, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* o = out + t * dim;
+      for (int s = 0; s < k; ++s) {
+        const int64_t a = t * k + s;
+        const float w = weight ? weight[a] : 1.0f;
+        const float* src = y + pos[a] * dim;
+        for (int64_t i = 0; i < dim; ++i) o[i] += w * src[i];
+      }
+    }
+  });
 }
 
 void MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* weight, int64_t n,
