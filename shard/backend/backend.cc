@@ -46,6 +46,29 @@ std::shared_ptr<BackendEvent> Backend::RecordEvent() {
   return done;
 }
 
+// Backends without the MoE ops say so (the CPU backend implements them).
+namespace {
+Status NoMoeOp(const Backend& b, const char* op) {
+  return Unimplemented(std::string("backend ") + b.name() + ": " + op +
+                       " (mixture-of-experts) is not implemented on this backend yet; the cpu backend has it");
+}
+}  // namespace
+
+Status Backend::MoeRoute(const float*, const MoeRouting&) { return NoMoeOp(*this, "MoeRoute"); }
+Status Backend::MoeRouteBackward(const MoeRouting&, const float*, const float*, float*) {
+  return NoMoeOp(*this, "MoeRouteBackward");
+}
+Status Backend::MoePermute(const float*, const int32_t*, int64_t, int, int64_t, float*) {
+  return NoMoeOp(*this, "MoePermute");
+}
+Status Backend::MoeUnpermute(const float*, const int32_t*, const float*, int64_t, int, int64_t, float*) {
+  return NoMoeOp(*this, "MoeUnpermute");
+}
+Status Backend::MoeUnpermuteBackward(const float*, const float*, const int32_t*, const float*, int64_t, int, int64_t,
+                                     float*, float*) {
+  return NoMoeOp(*this, "MoeUnpermuteBackward");
+}
+
 void Backend::Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) {
   if (n <= 0) return;
   std::vector<float> h(static_cast<size_t>(n));

@@ -129,6 +129,19 @@ struct Nf4Run {
   int block_size = 64;
 };
 
+// One MoE layer call's routing buffers (Backend::MoeRoute), in backend memory.
+struct MoeRouting {
+  int64_t rows = 0;
+  int experts = 0;
+  int k = 0;
+  bool renormalize = true;
+  float* probs = nullptr;     // [rows, experts] softmax of the router logits
+  int32_t* expert = nullptr;  // [rows, k] the selected experts, by descending probability
+  float* weight = nullptr;    // [rows, k] their combine weights
+  int32_t* perm = nullptr;    // [rows * k] assignments grouped by expert
+  int32_t* offsets = nullptr; // [experts + 1]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -255,6 +268,29 @@ class Backend {
   // grad_scale * d(sum)/d(logits) (zero rows for non-targets).
   virtual double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                               float grad_scale, bool grad) = 0;
+
+  // ---- Mixture of experts (shard/model/moe_mlp.h) -------------------------
+  // Routing as transformers: probs = softmax(logits) in fp32, the k largest
+  // per row (ties: the lower expert), their weights renormalised to sum 1 iff
+  // r.renormalize; then the rows*k assignments a = row*k + slot grouped by
+  // expert (stable): perm lists them expert by expert, offsets[e]..offsets[e+1]
+  // those of expert e. Backends without these ops return Unimplemented naming
+  // the op (the defaults below); the CPU backend is the reference.
+  virtual Status MoeRoute(const float* logits, const MoeRouting& r);
+  // d_logits [rows, E] = d/dlogits of Σ d_weight·weight (+ Σ d_probs·probs
+  // when d_probs is not null): through the renormalisation and the softmax;
+  // the selection itself has no gradient.
+  virtual Status MoeRouteBackward(const MoeRouting& r, const float* d_weight, const float* d_probs, float* d_logits);
+  // out[p] = x[perm[p] / k] for p < n (n = rows*k): token rows in expert order.
+  virtual Status MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out);
+  // out[perm[p] / k] += weight[perm[p]] * y[p] (weight null: 1); each token
+  // adds its k rows in slot order (deterministic).
+  virtual Status MoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k,
+                              int64_t dim, float* out);
+  // The combine's backward: dy[p] = weight[perm[p]] * dout[perm[p] / k] and
+  // d_weight[perm[p]] = dot(dout[perm[p] / k], y[p]) (both overwritten).
+  virtual Status MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* weight,
+                                      int64_t n, int k, int64_t dim, float* dy, float* d_weight);
 
   // ---- Optimizer ----------------------------------------------------------
   virtual void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,

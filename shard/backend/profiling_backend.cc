@@ -122,6 +122,33 @@ class ProfilingBackend final : public Backend {
     Timed("attention_backward", 5 * AttentionGemmFlops(s),
           [&] { inner_->AttentionBackward(s, qkv, seg, out, lse, dout, dqkv); });
   }
+  Status MoeRoute(const float* logits, const MoeRouting& r) override {
+    Status st;
+    Timed("moe_route", 0, [&] { st = inner_->MoeRoute(logits, r); });
+    return st;
+  }
+  Status MoeRouteBackward(const MoeRouting& r, const float* dw, const float* dp, float* dl) override {
+    Status st;
+    Timed("moe_route_backward", 0, [&] { st = inner_->MoeRouteBackward(r, dw, dp, dl); });
+    return st;
+  }
+  Status MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out) override {
+    Status st;
+    Timed("moe_permute", 0, [&] { st = inner_->MoePermute(x, perm, n, k, dim, out); });
+    return st;
+  }
+  Status MoeUnpermute(const float* y, const int32_t* perm, const float* w, int64_t n, int k, int64_t dim,
+                      float* out) override {
+    Status st;
+    Timed("moe_unpermute", 0, [&] { st = inner_->MoeUnpermute(y, perm, w, n, k, dim, out); });
+    return st;
+  }
+  Status MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* w, int64_t n, int k,
+                              int64_t dim, float* dy, float* dw) override {
+    Status st;
+    Timed("moe_unpermute_backward", 0, [&] { st = inner_->MoeUnpermuteBackward(dout, y, perm, w, n, k, dim, dy, dw); });
+    return st;
+  }
   void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
     Timed("swiglu_forward", 0, [&] { inner_->SwiGluForward(gu, rows, ffn, h); });
   }

@@ -33,6 +33,9 @@ StatusOr<std::unique_ptr<KvDecoder>> KvDecoder::Create(const LlamaConfig& config
     return InvalidArgument("decoder: " + std::to_string(max_len) + " tokens exceed the model's max_position_embeddings " +
                            std::to_string(config.max_position_embeddings));
   RETURN_IF_ERROR(config.CheckSequenceLength(max_len, "decoder: prompt + new tokens ="));
+  if (config.is_moe())
+    return Unimplemented(std::string("decoder: cached decoding of ") + config.family_name() +
+                         " (mixture of experts) is not built yet (docs/moe.md)");
   std::unique_ptr<KvDecoder> d(new KvDecoder(config, backend, max_len, std::min(max_chunk, max_len)));
   RETURN_IF_ERROR(d->Allocate());
   return d;

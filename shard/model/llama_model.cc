@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shard/model/moe_mlp.h"
 #include "shard/model/qkv_extras.h"
 #include "shard/model/rope.h"
 #include "shard/model/weight_grads.h"
@@ -75,7 +76,8 @@ Status LlamaModel::Allocate() {
   max_rows_ = options_.max_batch * options_.max_seq;
   chunk_rows_ = ResolveLossChunkRows(c, options_);
   logits_rows_ = std::max(chunk_rows_, options_.max_batch);  // ForwardLogits: one row per sequence
-  const int64_t n = max_rows_, d = c.hidden_size, f = c.intermediate_size;
+  // Dense-MLP buffers; a model whose every layer is sparse (mixtral) needs none.
+  const int64_t n = max_rows_, d = c.hidden_size, f = c.num_sparse_layers() == c.num_layers ? 1 : c.intermediate_size;
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
   auto make = [&](DeviceBuffer* buf, int64_t count) -> Status {
     ASSIGN_OR_RETURN(*buf, DeviceBuffer::Create(backend_, count));
@@ -130,7 +132,14 @@ Status LlamaModel::Allocate() {
   RETURN_IF_ERROR(make(&scratch_gu_, n * 2 * f));
   ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, sets));
   ASSIGN_OR_RETURN(embed_w_, UnitWeights::Create(backend_, layout_.units[ParamLayout::kEmbedUnit]));
-  ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[1]));  // every block has this layout
+  // Every dense block has one layout, every sparse block (MoE) another.
+  int dense = 0, sparse = -1;
+  for (int l = c.num_layers - 1; l >= 0; --l) (c.sparse_layer(l) ? sparse : dense) = l;
+  ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(dense)]));
+  if (sparse >= 0) {
+    ASSIGN_OR_RETURN(moe_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(sparse)]));
+    ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, backend_, n, sets, options_.matmul_dtype, options_.activation_dtype));
+  }
   ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
   std::vector<float> table = RopeCosSinTable(c, options_.max_seq);
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
@@ -182,8 +191,11 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
   backend_->CastFromF32(out, resid_[l].data(), n * config_.hidden_size, options_.activation_dtype);
 }
 
-void LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
-                              float* out, LowpActs* keep) {
+void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
+double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
+
+Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
+                                float* out, LowpActs* keep) {
   const auto& c = config_;
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, qkv = c.qkv_dim();
@@ -206,6 +218,10 @@ void LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b,
   Round(a.x_mid.data(), n * d, keep ? &keep->x_mid : nullptr);
   backend_->RmsNormForward(a.x_mid.data(), w.vec(kPostNorm), n, d, eps, a.xn2.data(), a.rstd2.data());
   Round(a.xn2.data(), n * d, keep ? &keep->xn2 : nullptr);
+  if (config_.sparse_layer(l)) {  // out = x_mid + MoE(xn2)
+    backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
+    return moe_->Forward(w, a.set, l, a.xn2.data(), n, b.real_rows, out);
+  }
   LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w.mat(kGate), n, d, 2 * f, a.gu.data());
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraAdd(l, lt, a.xn2.data(), n, a.gu.data());
   Round(a.gu.data(), n * 2 * f, keep ? &keep->gu : nullptr);
@@ -219,12 +235,13 @@ void LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b,
     backend_->Copy(keep->lse.data(), a.lse.data(), n * c.num_heads * sizeof(float));
     backend_->Copy(keep->rstd2.data(), a.rstd2.data(), n * sizeof(float));
   }
+  return OkStatus();
 }
 
-void LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
-                               LayerActs& a, const float* dy, float* dx) {
+Status LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b,
+                                 const float* x, LayerActs& a, const float* dy, float* dx) {
   const auto& c = config_;
-  const auto& t = layout_.units[1].tensors;
+  const auto& t = w.spec().tensors;  // attention first: the same offsets in dense and sparse blocks
   const int64_t n = b.rows(), d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, qkv = c.qkv_dim();
   AttentionShape shape{b.batch, b.seq, c.num_heads, c.num_kv_heads, c.head_dim(), options_.matmul_dtype};
@@ -244,12 +261,16 @@ void LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads& d
                  wgrad_scratch_.data(), frozen_norm_dw_.data());
   };
 
-  // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  linear(a.h.data(), kDown, dy, f, d, dh);
-  LoraGrad(l, LoraTarget::kDown, a.h.data(), dy, n, dh);
-  backend_->SwiGluBackward(dh, a.gu.data(), n, static_cast<int>(f), dgu);
-  linear(a.xn2.data(), kGate, dgu, d, 2 * f, dxn);
-  for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraGrad(l, lt, a.xn2.data(), dgu, n, dxn);
+  // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))), or x_mid + MoE(norm(x_mid)).
+  if (c.sparse_layer(l)) {
+    RETURN_IF_ERROR(moe_->Backward(w, dw.f32, a.set, l, a.xn2.data(), dy, n, dxn));  // dw: fp32 (BlocksBackward)
+  } else {
+    linear(a.h.data(), kDown, dy, f, d, dh);
+    LoraGrad(l, LoraTarget::kDown, a.h.data(), dy, n, dh);
+    backend_->SwiGluBackward(dh, a.gu.data(), n, static_cast<int>(f), dgu);
+    linear(a.xn2.data(), kGate, dgu, d, 2 * f, dxn);
+    for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraGrad(l, lt, a.xn2.data(), dgu, n, dxn);
+  }
   norm(dxn, a.x_mid.data(), kPostNorm, a.rstd2.data(), dmid);
   backend_->Add(dmid, dy, dmid, n * d);
 
@@ -266,6 +287,7 @@ void LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads& d
   for (LoraTarget lt : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) LoraGrad(l, lt, a.xn1.data(), dqkv, n, dxn);
   norm(dxn, x, kInputNorm, a.rstd1.data(), dx);
   backend_->Add(dx, dmid, dx, n * d);
+  return OkStatus();
 }
 
 Status LlamaModel::EnsureWeightGradScratch() {
@@ -287,6 +309,7 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
   const int L = config_.num_layers;
   const int64_t n = b.rows();
   const bool lp = lowp_acts(), ac = options_.activation_checkpointing;
+  if (moe_) moe_->ResetAux();
   {
     ASSIGN_OR_RETURN(const float* emb, access.AcquireParams(ParamLayout::kEmbedUnit));
     RETURN_IF_ERROR(Bind(&embed_w_, ParamLayout::kEmbedUnit, emb, access));
@@ -299,12 +322,13 @@ Status LlamaModel::ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool k
   for (int l = 0; l < L; ++l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-    RETURN_IF_ERROR(Bind(&block_w_, unit, w, access));
+    UnitWeights& bw = WeightsFor(l);
+    RETURN_IF_ERROR(Bind(&bw, unit, w, access));
     LayerActs& a = (keep && !ac && !lp) ? *acts_[l] : *acts_[0];
     if (lp && !ac) a.set = l;  // the working set stands in for layer l (QkvExtras keeps its own per layer)
     LowpActs* kept = (keep && lp && !ac) ? lowp_[l].get() : nullptr;
     float* out = lp ? scratch_d_.data() : resid_[l + 1].data();
-    BlockForward(l, block_w_, b, BlockInput(l, n), a, out, kept);
+    RETURN_IF_ERROR(BlockForward(l, bw, b, BlockInput(l, n), a, out, kept));
     StoreResidual(l + 1, out, n);
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
@@ -436,13 +460,15 @@ StatusOr<double> LlamaModel::HeadBackward(const DeviceBatch& b, UnitAccess& acce
 Status LlamaModel::BlocksBackward(const DeviceBatch& b, UnitAccess& access) {
   const int64_t n = b.rows();
   const bool frozen = lora_ != nullptr;
+  if (moe_) moe_->StopCounting();  // the aux loss counted the forward; recomputes do not count
   for (int l = config_.num_layers - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-    RETURN_IF_ERROR(Bind(&block_w_, unit, w, access));
+    UnitWeights& bw = WeightsFor(l);
+    RETURN_IF_ERROR(Bind(&bw, unit, w, access));
     WeightGrads g;
     if (frozen) {
-    } else if (extras_->active()) {  // the extras add their bias / norm gradients in fp32
+    } else if (extras_->active() || config_.sparse_layer(l)) {  // extras and experts add their gradients in fp32
       ASSIGN_OR_RETURN(g.f32, access.GradBuffer(unit));
     } else {
       ASSIGN_OR_RETURN(void* buf, access.GradBufferStoreOnce(unit, &g.dt));
@@ -459,12 +485,12 @@ Status LlamaModel::BlocksBackward(const DeviceBatch& b, UnitAccess& access) {
     if (ac) {
       // Recompute this block's activations (rounded as the forward rounded
       // them); its output is not needed again.
-      BlockForward(l, block_w_, b, x, *a, scratch_d_.data());
+      RETURN_IF_ERROR(BlockForward(l, bw, b, x, *a, scratch_d_.data()));
     } else if (lp) {
       a->set = l;
       Restore(*lowp_[l], *a, n);
     }
-    BlockBackward(l, block_w_, g, b, x, *a, grad_a_.data(), grad_a_.data());
+    RETURN_IF_ERROR(BlockBackward(l, bw, g, b, x, *a, grad_a_.data(), grad_a_.data()));
     if (!frozen) RETURN_IF_ERROR(access.GradsDone(unit));
     RETURN_IF_ERROR(access.ReleaseParams(unit));
   }
@@ -510,6 +536,9 @@ StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAcces
 Status LlamaModel::SetLora(const LoraBinding* lora) {
   lora_ = nullptr;
   if (!lora) return OkStatus();
+  if (config_.is_moe())
+    return Unimplemented(std::string("model: LoRA on ") + config_.family_name() +
+                         " (mixture of experts) is not built yet (docs/moe.md)");
   const LoraLayout& l = lora->layout;
   if (l.num_layers != config_.num_layers || static_cast<int>(lora->params.size()) != config_.num_layers ||
       static_cast<int>(lora->grads.size()) != config_.num_layers)

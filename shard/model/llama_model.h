@@ -67,6 +67,9 @@ struct DeviceBatch {
   const int32_t* targets = nullptr;      // < 0: no loss at this position
   const int32_t* positions = nullptr;    // RoPE positions (restart per packed sample)
   const int32_t* segment_ids = nullptr;  // null: plain causal; else no attention across segments
+  // Host memory, per row: 1 a real token, 0 padding (MoE aux loss, as
+  // transformers' attention mask); null: every row is real.
+  const uint8_t* real_rows = nullptr;
   int64_t rows() const { return batch * seq; }
 };
 
@@ -87,6 +90,7 @@ struct SpanLoss {
 };
 
 class QkvExtras;
+class MoeMlp;
 struct WeightGrads;
 
 class LlamaModel {
@@ -135,6 +139,14 @@ class LlamaModel {
   Status SetLora(const LoraBinding* lora);
   const LoraBinding* lora() const { return lora_; }
 
+  // MoE models (shard/model/moe_mlp.h): ForwardBackward also adds
+  // scale * d(aux)/dθ of the micro-batch's load-balancing loss (transformers'
+  // load_balancing_loss_func, before its coefficient); 0 (the default) adds
+  // none. moe_aux_loss(): that loss of the last ForwardBackward (0 for a
+  // dense model).
+  void SetMoeAuxGradScale(float scale);
+  double moe_aux_loss() const;
+
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).
   int64_t max_logits_rows() const { return logits_rows_; }
@@ -152,8 +164,10 @@ class LlamaModel {
   // the block output to `out`. Two-byte activations: each saved tensor is
   // rounded in place as it is produced, its two-byte copy kept in `keep` (null:
   // a scratch — evaluation, or a checkpointing pass that keeps nothing).
-  void BlockForward(int layer, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
-                    LowpActs* keep = nullptr);
+  Status BlockForward(int layer, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a, float* out,
+                      LowpActs* keep = nullptr);
+  // The block's weights as handed out: a MoE model's sparse blocks have their own layout.
+  UnitWeights& WeightsFor(int layer) { return config_.sparse_layer(layer) ? moe_w_ : block_w_; }
   // Rounds n fp32 values at x to activation_dtype in place, leaving the two-byte
   // values at `lp` (null: round_scratch()). A no-op for fp32 activations.
   void Round(float* x, int64_t n, DeviceBuffer* lp);
@@ -168,8 +182,8 @@ class LlamaModel {
   void StoreResidual(int l, const float* out, int64_t rows);
   // dy: grad of block output; writes grad of block input into dx (may alias dy).
   // dw frozen: the base is frozen (no weight gradients at all).
-  void BlockBackward(int layer, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
-                     LayerActs& a, const float* dy, float* dx);
+  Status BlockBackward(int layer, const UnitWeights& w, const WeightGrads& dw, const DeviceBatch& b, const float* x,
+                       LayerActs& a, const float* dy, float* dx);
   // Allocates wgrad_scratch_ on the first two-byte gradient buffer.
   Status EnsureWeightGradScratch();
   // The adapter of (layer, target), if bound: y += its product / dx += its input gradient.
@@ -218,6 +232,8 @@ class LlamaModel {
   DeviceBuffer grad_a_, grad_b_, scratch_d_, scratch_ffn_, scratch_attn_, scratch_qkv_, scratch_gu_;
   DeviceBuffer rope_table_;
   std::unique_ptr<QkvExtras> extras_;  // qwen2 biases / qwen3 q,k norms (no-op otherwise)
+  std::unique_ptr<MoeMlp> moe_;        // the sparse blocks' experts (MoE families)
+  UnitWeights moe_w_;                  // a sparse block in use
   UnitWeights embed_w_, block_w_, head_w_;  // the unit in use of each kind, as handed out
 
   const LoraBinding* lora_ = nullptr;

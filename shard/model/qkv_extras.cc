@@ -6,9 +6,11 @@ StatusOr<std::unique_ptr<QkvExtras>> QkvExtras::Create(const LlamaConfig& config
                                                        Backend* backend, int64_t max_rows, int sets) {
   std::unique_ptr<QkvExtras> e(new QkvExtras(config, backend));
   e->max_rows_ = max_rows;
-  const BlockExtras& x = layout.block_extras;
   if (layout.num_units() < 3) return Internal("qkv extras: the layout has no blocks");
-  const auto& t = layout.units[1].tensors;  // block offsets are the same in every layer
+  // Indices and offsets as in block 0; a MoE model's sparse and dense blocks
+  // differ, so Forward/Backward re-read them from the unit in hand (Resolve).
+  const BlockExtras x = ParamLayout::ExtrasOf(layout.units[1]);
+  const auto& t = layout.units[1].tensors;
   if (config.qkv_bias()) {
     if (x.q_bias < 0) return Internal("qkv extras: the layout has no q/k/v biases");
     e->bias_offset_ = t[x.q_bias].offset;
@@ -33,7 +35,17 @@ StatusOr<std::unique_ptr<QkvExtras>> QkvExtras::Create(const LlamaConfig& config
   return e;
 }
 
+void QkvExtras::Resolve(const UnitSpec& spec) {
+  const BlockExtras x = ParamLayout::ExtrasOf(spec);
+  if (bias_tensor_ >= 0) bias_tensor_ = x.q_bias, bias_offset_ = spec.tensors[x.q_bias].offset;
+  if (groups_.size() == 2) {
+    groups_[0].norm_tensor = x.q_norm, groups_[0].norm_offset = spec.tensors[x.q_norm].offset;
+    groups_[1].norm_tensor = x.k_norm, groups_[1].norm_offset = spec.tensors[x.k_norm].offset;
+  }
+}
+
 void QkvExtras::Forward(const UnitWeights& w, int set, int64_t n, float* qkv) {
+  Resolve(w.spec());
   const int64_t width = config_.qkv_dim(), hd = config_.head_dim();
   if (bias_offset_ >= 0) {
     // qkv[n, width] += ones[n, 1] · bias[1, width]
@@ -60,6 +72,7 @@ void QkvExtras::Forward(const UnitWeights& w, int set, int64_t n, float* qkv) {
 }
 
 void QkvExtras::Backward(const UnitWeights& w, float* dw, int set, int64_t n, float* dqkv) {
+  Resolve(w.spec());
   const int64_t width = config_.qkv_dim(), hd = config_.head_dim();
   for (const Group& grp : groups_) {
     const size_t row_bytes = grp.heads * hd * sizeof(float), fused = width * sizeof(float);

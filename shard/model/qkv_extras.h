@@ -41,6 +41,9 @@ class QkvExtras {
 
  private:
   QkvExtras(const LlamaConfig& config, Backend* backend) : config_(config), backend_(backend) {}
+  // Points the bias / norm indices and offsets at this block's (MoE models:
+  // sparse and dense blocks hold them at different places).
+  void Resolve(const UnitSpec& spec);
 
   struct Group {  // one head group (q or k) of the fused row
     int64_t col = 0;          // first column in the qkv row

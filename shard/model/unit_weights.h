@@ -37,6 +37,7 @@ class UnitWeights {
   // when that is two-byte (queued on the backend, before any op that reads them).
   void Bind(const float* w, DType dtype);
   DType dtype() const { return dtype_; }
+  const UnitSpec& spec() const { return *spec_; }
   // Tensor `t` of the spec (a matrix) in the stored type.
   WeightRef mat(int t) const;
   // Tensor `t` (a rank-1 tensor) in fp32.

@@ -108,6 +108,7 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(checkpoint.Validate());
   RETURN_IF_ERROR(restart.Validate());
   RETURN_IF_ERROR(health.Validate());
+  RETURN_IF_ERROR(moe.Validate());
   RETURN_IF_ERROR(eval.Validate(data.sft()));
   RETURN_IF_ERROR(peft.Validate());
   RETURN_IF_ERROR(preference.Validate());
@@ -451,6 +452,7 @@ Status MapJob(YamlMap& root, JobConfig* job) {
   RETURN_IF_ERROR(MapResources(root, &job->resources));
   RETURN_IF_ERROR(MapRestart(root, &job->restart));
   RETURN_IF_ERROR(MapHealthSection(root, &job->health));
+  RETURN_IF_ERROR(MapMoeSection(root, &job->moe));
   RETURN_IF_ERROR(MapExport(root, &job->export_));
   RETURN_IF_ERROR(MapEval(root, &job->eval));
   RETURN_IF_ERROR(MapPeftSection(root, &job->peft));

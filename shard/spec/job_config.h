@@ -12,6 +12,7 @@
 #include "shard/spec/enum_names.h"
 #include "shard/spec/eval_config.h"
 #include "shard/spec/health_config.h"
+#include "shard/spec/moe_config.h"
 #include "shard/spec/loss_scale.h"
 #include "shard/spec/memory_tier_config.h"
 #include "shard/spec/optim_config.h"
@@ -222,6 +223,7 @@ struct JobConfig {
   ResourcesConfig resources;
   RestartConfig restart;
   HealthConfig health;  // health: straggler detection
+  MoeConfig moe;        // moe: the auxiliary losses of a mixture-of-experts model
   ExportConfig export_;
   EvalConfig eval;
   PeftConfig peft;  // peft: (method none when absent: full fine-tuning)

@@ -6,12 +6,18 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
 #include "shard/common/json_object.h"
 
 namespace shard {
+
+// shard/spec/llama_moe.cc: the MoE fields (qwen3_moe, mixtral).
+Status ValidateMoe(const LlamaConfig& c);
+Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaConfig* c);
+void WriteMoeShape(const LlamaConfig& c, nlohmann::ordered_json* j);
 
 Status LlamaConfig::Validate() const {
   auto bad = [](const std::string& m) { return InvalidArgument("model config: " + m); };
@@ -33,6 +39,8 @@ Status LlamaConfig::Validate() const {
   if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be > 0");
   if (!(rope_theta > 0)) return bad("rope_theta must be > 0");
   if (max_position_embeddings <= 0) return bad("max_position_embeddings must be > 0");
+  const bool moe_family = family == ModelFamily::kQwen3Moe || family == ModelFamily::kMixtral;
+  if (moe_family || is_moe()) RETURN_IF_ERROR(ValidateMoe(*this));
   if (!rope_scaling.type.empty() && rope_scaling.type != "llama3")
     return Unimplemented("model config: rope_scaling type '" + rope_scaling.type +
                          "' is not supported (supported: llama3)");
@@ -77,10 +85,13 @@ Status LlamaConfig::Validate() const {
 double LlamaConfig::ApproxParams() const {
   const double d = static_cast<double>(hidden_size), hd = head_dim();
   const double q = num_heads * hd, kv = static_cast<double>(num_kv_heads) * hd;
-  const double block = 2 * d * q + 2 * d * kv + 3 * d * static_cast<double>(intermediate_size) + 2 * d +
-                       (qkv_bias() ? q + 2 * kv : 0) + (qk_norm() ? 2 * hd : 0);
+  const double block = 2 * d * q + 2 * d * kv + 2 * d + (qkv_bias() ? q + 2 * kv : 0) + (qk_norm() ? 2 * hd : 0);
+  const double dense = 3 * d * static_cast<double>(intermediate_size);
+  const double sparse = static_cast<double>(moe.num_experts) * d * (1 + 3 * static_cast<double>(moe.expert_intermediate_size));
+  const int ns = is_moe() ? num_sparse_layers() : 0;
   const double emb = static_cast<double>(vocab_size) * d;
-  return emb * (tie_word_embeddings ? 1 : 2) + static_cast<double>(num_layers) * block + d;
+  return emb * (tie_word_embeddings ? 1 : 2) + static_cast<double>(num_layers) * block +
+         static_cast<double>(num_layers - ns) * dense + ns * sparse + d;
 }
 
 int64_t LlamaConfig::NumParams() const {
@@ -88,9 +99,12 @@ int64_t LlamaConfig::NumParams() const {
   int64_t attn = d * num_heads * hd + 2 * d * num_kv_heads * hd + num_heads * hd * d;
   int64_t mlp = 3 * d * intermediate_size;
   int64_t extras = (qkv_bias() ? qkv_dim() : 0) + (qk_norm() ? 2 * hd : 0);
-  int64_t block = attn + mlp + 2 * d + extras;
+  int64_t block = attn + 2 * d + extras;
+  // A sparse layer: the router [E, d] and E experts of 3 * d * moe_intermediate_size.
+  const int64_t ns = is_moe() ? num_sparse_layers() : 0;
+  const int64_t sparse = int64_t{moe.num_experts} * d * (1 + 3 * moe.expert_intermediate_size);
   int64_t emb = vocab_size * d;
-  return emb + num_layers * block + d + (tie_word_embeddings ? 0 : emb);
+  return emb + num_layers * block + (num_layers - ns) * mlp + ns * sparse + d + (tie_word_embeddings ? 0 : emb);
 }
 
 Status LlamaConfig::CheckSequenceLength(int64_t seq_len, const std::string& what) const {
@@ -120,12 +134,17 @@ uint64_t LlamaConfig::ShapeHash() const {
   // the other families and an explicit head_dim change the tensors, so the hash.
   if (family != ModelFamily::kLlama) s += std::string(",") + family_name();
   if (explicit_head_dim > 0) s += ",hd" + std::to_string(explicit_head_dim);
+  if (is_moe()) {  // the experts' shapes and which layers hold them
+    s += ",moe" + std::to_string(moe.num_experts) + "x" + std::to_string(moe.expert_intermediate_size) + ",sparse";
+    for (int l = 0; l < num_layers; ++l) s += sparse_layer(l) ? "1" : "0";
+  }
   return XXH64(s.data(), s.size(), 0);
 }
 
 std::string LlamaConfig::ToHfConfigJson() const {
   static const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                "Qwen3ForCausalLM"};
+                                                "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"};
+  static_assert(std::size(kArchitectures) == std::size(kModelFamilyNames));
   nlohmann::ordered_json j;
   j["architectures"] = {kArchitectures[static_cast<int>(family)]};
   j["model_type"] = family_name();
@@ -150,8 +169,9 @@ std::string LlamaConfig::ToHfConfigJson() const {
   }
   j["max_position_embeddings"] = max_position_embeddings;
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (family == ModelFamily::kMistral) j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  if (family == ModelFamily::kQwen2 || family == ModelFamily::kQwen3) {
+  WriteMoeShape(*this, &j);
+  if (family == ModelFamily::kMistral || family == ModelFamily::kMixtral) j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  if (family == ModelFamily::kQwen2 || family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe) {
     j["use_sliding_window"] = sliding_window > 0;
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
     if (sliding_window > 0) j["max_window_layers"] = 0;  // every layer, as CheckSequenceLength assumes
@@ -237,6 +257,23 @@ const std::vector<Preset>& Presets() {
     // has head_dim 48 != 128 / 4 and tiny-mistral a 64-token window.
     p.push_back({"tiny-mistral", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false), ModelFamily::kMistral, 64)});
     p.push_back({"tiny-qwen2", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, true, 1e-6), ModelFamily::kQwen2)});
+    // MoE, from their published config.json files (Qwen3-30B-A3B: 128 experts,
+    // top-8, head_dim 128; Mixtral-8x7B: 8 experts, top-2), and tiny variants.
+    auto moe = [](LlamaConfig c, int experts, int k, int64_t ffn_expert, bool norm_topk) {
+      c.moe.num_experts = experts;
+      c.moe.experts_per_tok = k;
+      c.moe.expert_intermediate_size = ffn_expert;
+      c.moe.norm_topk_prob = norm_topk;
+      return c;
+    };
+    p.push_back({"qwen3-30b-a3b", moe(family(Make(151936, 2048, 6144, 48, 32, 4, 1e6, 40960, false, 1e-6),
+                                             ModelFamily::kQwen3Moe, 0, 128), 128, 8, 768, true)});
+    p.push_back({"mixtral-8x7b", moe(family(Make(32000, 4096, 14336, 32, 32, 8, 1e6, 32768, false),
+                                            ModelFamily::kMixtral), 8, 2, 14336, true)});
+    p.push_back({"tiny-qwen3-moe", moe(family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false, 1e-6),
+                                              ModelFamily::kQwen3Moe), 8, 2, 96, true)});
+    p.push_back({"tiny-mixtral", moe(family(Make(512, 128, 96, 4, 4, 2, 10000.0, 2048, false),
+                                            ModelFamily::kMixtral), 4, 2, 96, true)});
     p.push_back({"tiny-qwen3", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false, 1e-6), ModelFamily::kQwen3, 0, 48)});
     return p;
   }();
@@ -268,7 +305,7 @@ Status ReadSlidingWindow(const nlohmann::json& j, const std::string& source, Lla
     return OkStatus();
   if (!j["sliding_window"].is_number_integer()) return InvalidArgument(source + ": sliding_window must be an integer or null");
   const int64_t window = j["sliding_window"].get<int64_t>();
-  if (c->family != ModelFamily::kMistral) {
+  if (c->family != ModelFamily::kMistral && c->family != ModelFamily::kMixtral) {
     if (!j.contains("use_sliding_window") || !j["use_sliding_window"].is_boolean() ||
         !j["use_sliding_window"].get<bool>())
       return OkStatus();
@@ -288,6 +325,14 @@ Status ReadFamily(const nlohmann::json& j, const std::string& source, LlamaConfi
   if (j.contains("model_type") && !j["model_type"].is_null()) {
     if (!j["model_type"].is_string()) return InvalidArgument(Where(source, "model_type") + " must be a string");
     const std::string mt = j["model_type"];
+    if (mt == "gpt_oss")
+      return Unimplemented(Where(source, "model_type") +
+                           " 'gpt_oss' is not supported yet (missing: its router bias, top-k before the softmax, "
+                           "clamped GLU with biases, attention sinks and MXFP4 expert weights)");
+    if (mt == "qwen2_moe")
+      return Unimplemented(Where(source, "model_type") +
+                           " 'qwen2_moe' is not supported yet (missing: its shared expert with the sigmoid gate; "
+                           "qwen3_moe and mixtral are)");
     auto family = ParseEnum(kModelFamilyNames, mt);
     if (!family.ok())
       return Unimplemented(Where(source, "model_type") + " '" + mt + "' is not supported (supported: " +
@@ -387,6 +432,7 @@ StatusOr<LlamaConfig> LlamaConfigFromHfJson(const std::string& text, const std::
     if (heads <= 0 || hd * heads != c.hidden_size) c.explicit_head_dim = static_cast<int>(hd);
   }
   RETURN_IF_ERROR(ReadSlidingWindow(j, source, &c));
+  RETURN_IF_ERROR(ReadMoeShape(j, source, &c));
   RETURN_IF_ERROR(ReadRopeScaling(j, source, &c));
   Status st = c.Validate();
   if (!st.ok()) return st.WithContext(source);

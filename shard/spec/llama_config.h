@@ -17,11 +17,30 @@ namespace shard {
 //   qwen2:   biases on the q, k and v projections (model.layers.N.self_attn.{q,k,v}_proj.bias);
 //   qwen3:   per-head RMSNorm of q and k before RoPE (self_attn.{q,k}_norm.weight) and an
 //            explicit head_dim that may differ from hidden_size / num_attention_heads.
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
-inline constexpr EnumName<ModelFamily> kModelFamilyNames[] = {{ModelFamily::kLlama, "llama"},
-                                                              {ModelFamily::kMistral, "mistral"},
-                                                              {ModelFamily::kQwen2, "qwen2"},
-                                                              {ModelFamily::kQwen3, "qwen3"}};
+//   qwen3_moe: qwen3's attention; sparse layers route each token to top-k of E
+//            experts (mlp.gate.weight, mlp.experts.{j}.{gate,up,down}_proj.weight),
+//            the others a dense MLP (MoeShape);
+//   mixtral: mistral's attention; every layer sparse (block_sparse_moe.gate.weight,
+//            block_sparse_moe.experts.{j}.w1/w3/w2.weight).
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral };
+inline constexpr EnumName<ModelFamily> kModelFamilyNames[] = {
+    {ModelFamily::kLlama, "llama"},         {ModelFamily::kMistral, "mistral"}, {ModelFamily::kQwen2, "qwen2"},
+    {ModelFamily::kQwen3, "qwen3"},         {ModelFamily::kQwen3Moe, "qwen3_moe"},
+    {ModelFamily::kMixtral, "mixtral"}};
+
+// The mixture-of-experts part of a config (num_experts 0: a dense model).
+// Routing is transformers': softmax of the router logits in fp32, top-k,
+// the k weights renormalised to sum 1 iff norm_topk_prob; dropless.
+struct MoeShape {
+  int num_experts = 0;                    // E (qwen3_moe num_experts, mixtral num_local_experts)
+  int experts_per_tok = 0;                // k (num_experts_per_tok)
+  int64_t expert_intermediate_size = 0;   // moe_intermediate_size (mixtral: intermediate_size)
+  int decoder_sparse_step = 1;            // qwen3_moe: layer i sparse iff (i+1) % step == 0 ...
+  std::vector<int> mlp_only_layers;       // ... and i is not listed here
+  bool norm_topk_prob = true;             // mixtral: always
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+};
 
 // HF "rope_scaling" of type "llama3" (Llama 3.1+); type "" means none.
 struct RopeScaling {
@@ -40,6 +59,7 @@ inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
 inline constexpr int kMaxLayers = 4096;
 inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
 inline constexpr double kMaxParams = 1e13;
+inline constexpr int kMaxExperts = 4096;
 
 struct LlamaConfig {
   ModelFamily family = ModelFamily::kLlama;
@@ -62,12 +82,17 @@ struct LlamaConfig {
   // which equals sliding-window attention whenever a sequence is no longer than
   // the window, so longer sequences are refused (CheckSequenceLength).
   int64_t sliding_window = 0;
+  MoeShape moe;  // qwen3_moe, mixtral
 
+  bool is_moe() const { return moe.num_experts > 0; }
+  // Layer l routes its tokens to experts (else a dense MLP of intermediate_size).
+  bool sparse_layer(int l) const;
+  int num_sparse_layers() const;
   int head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : static_cast<int>(hidden_size / num_heads);
   }
   bool qkv_bias() const { return family == ModelFamily::kQwen2; }
-  bool qk_norm() const { return family == ModelFamily::kQwen3; }
+  bool qk_norm() const { return family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe; }
   const char* family_name() const { return EnumToName(kModelFamilyNames, family); }
   // Refuses sequences (training seq_len, prompt + generated tokens) longer than
   // the sliding window, where plain causal attention would differ from the model's.

@@ -15,7 +15,32 @@ void Add(UnitSpec* u, std::string name, std::vector<int64_t> shape, bool decay) 
   u->tensors.push_back(std::move(t));
 }
 
+// A sparse block's router and experts under the family's HF names
+// (qwen3_moe: mlp.gate / mlp.experts.j.{gate,up,down}_proj; mixtral:
+// block_sparse_moe.gate / block_sparse_moe.experts.j.{w1,w3,w2}).
+void AddExperts(const LlamaConfig& c, const std::string& p, UnitSpec* b) {
+  const int64_t d = c.hidden_size, fe = c.moe.expert_intermediate_size;
+  const bool mixtral = c.family == ModelFamily::kMixtral;
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  b->sparse = true;
+  Add(b, moe + "gate.weight", {c.moe.num_experts, d}, true);  // the router [E, d]
+  for (int j = 0; j < c.moe.num_experts; ++j) {
+    const std::string e = moe + "experts." + std::to_string(j) + ".";
+    Add(b, e + (mixtral ? "w1.weight" : "gate_proj.weight"), {fe, d}, true);
+    Add(b, e + (mixtral ? "w3.weight" : "up_proj.weight"), {fe, d}, true);
+    Add(b, e + (mixtral ? "w2.weight" : "down_proj.weight"), {d, fe}, true);
+  }
+}
+
 }  // namespace
+
+BlockExtras ParamLayout::ExtrasOf(const UnitSpec& b) {
+  BlockExtras x;
+  x.q_bias = b.extras_q_bias;
+  x.q_norm = b.extras_q_norm;
+  x.k_norm = b.extras_k_norm;
+  return x;
+}
 
 ParamLayout ParamLayout::ForLlama(const LlamaConfig& c) {
   ParamLayout layout;
@@ -39,21 +64,26 @@ ParamLayout ParamLayout::ForLlama(const LlamaConfig& c) {
     Add(&b, p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d}, true);
     Add(&b, p + "self_attn.o_proj.weight", {d, c.num_heads * hd}, true);
     Add(&b, p + "post_attention_layernorm.weight", {d}, false);
-    Add(&b, p + "mlp.gate_proj.weight", {f, d}, true);
-    Add(&b, p + "mlp.up_proj.weight", {f, d}, true);
-    Add(&b, p + "mlp.down_proj.weight", {d, f}, true);
+    if (c.sparse_layer(l)) {
+      AddExperts(c, p, &b);
+    } else {
+      Add(&b, p + "mlp.gate_proj.weight", {f, d}, true);
+      Add(&b, p + "mlp.up_proj.weight", {f, d}, true);
+      Add(&b, p + "mlp.down_proj.weight", {d, f}, true);
+    }
     if (c.qkv_bias()) {
-      layout.block_extras.q_bias = static_cast<int>(b.tensors.size());
+      b.extras_q_bias = static_cast<int>(b.tensors.size());
       Add(&b, p + "self_attn.q_proj.bias", {c.num_heads * hd}, false);
       Add(&b, p + "self_attn.k_proj.bias", {c.num_kv_heads * hd}, false);
       Add(&b, p + "self_attn.v_proj.bias", {c.num_kv_heads * hd}, false);
     }
     if (c.qk_norm()) {
-      layout.block_extras.q_norm = static_cast<int>(b.tensors.size());
+      b.extras_q_norm = static_cast<int>(b.tensors.size());
       Add(&b, p + "self_attn.q_norm.weight", {hd}, false);
-      layout.block_extras.k_norm = static_cast<int>(b.tensors.size());
+      b.extras_k_norm = static_cast<int>(b.tensors.size());
       Add(&b, p + "self_attn.k_norm.weight", {hd}, false);
     }
+    if (!b.sparse) layout.block_extras = ExtrasOf(b);
     layout.units.push_back(std::move(b));
   }
 

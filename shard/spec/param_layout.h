@@ -33,6 +33,8 @@ struct UnitSpec {
   std::string name;        // "embed", "layers.3", "head"
   std::vector<TensorSpec> tensors;
   int64_t numel = 0;       // sum of tensor sizes (unpadded)
+  bool sparse = false;     // a block whose MLP is a mixture of experts
+  int extras_q_bias = -1, extras_q_norm = -1, extras_k_norm = -1;  // this block's BlockExtras
 };
 
 // Tensor indices inside a block unit, in storage order. The family's extra
@@ -40,6 +42,13 @@ struct UnitSpec {
 // q, k, v biases (adjacent, so they form one qkv bias vector), qwen3's q_norm
 // and k_norm ([head_dim] each).
 enum BlockTensor { kInputNorm = 0, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kNumBlockTensors };
+// A sparse block (LlamaConfig::sparse_layer) has the attention tensors
+// (kInputNorm..kPostNorm), then the router [E, d] at kRouter, then per expert
+// j its gate, up ([fe, d] each, adjacent: one fused GEMM) and down ([d, fe]),
+// then the family's extras.
+inline constexpr int kRouter = kGate;
+enum ExpertProj { kExpertGate = 0, kExpertUp = 1, kExpertDown = 2 };
+inline int ExpertTensor(int expert, ExpertProj p) { return kRouter + 1 + 3 * expert + static_cast<int>(p); }
 struct BlockExtras {
   int q_bias = -1;  // then k_bias = q_bias + 1, v_bias = q_bias + 2
   int q_norm = -1;
@@ -51,7 +60,10 @@ enum HeadTensor { kFinalNorm = 0, kLmHead = 1 };
 struct ParamLayout {
   std::vector<UnitSpec> units;  // [embed, layers.0 .. layers.L-1, head]
   int64_t total_numel = 0;
-  BlockExtras block_extras;  // the same in every block
+  // The extras' indices in the dense blocks (sparse blocks: UnitSpec's own,
+  // ExtrasOf); every block of a dense model has the same.
+  BlockExtras block_extras;
+  static BlockExtras ExtrasOf(const UnitSpec& block);
 
   static ParamLayout ForLlama(const LlamaConfig& config);
 

@@ -53,6 +53,9 @@ RunKeys RunKeysOf(const JobConfig& job) {
     k["peft.target_modules"] = targets;
     k["peft.use_rslora"] = p.use_rslora ? "true" : "false";
   }
+  // Another aux-loss weight is another run (only present when moe.aux_loss_coef
+  // is set; absent, the model's config decides it and model.* names the model).
+  if (job.moe.aux_loss_coef >= 0) k["moe.aux_loss_coef"] = Num(job.moe.aux_loss_coef);
   // Another objective is another run (only present with preference:, so SFT
   // runs keep their fingerprints).
   if (job.preference.enabled()) {

@@ -39,6 +39,18 @@ std::string DeviceFor(const DeviceSpec& device, const DistContext& d) {
 
 }  // namespace
 
+namespace {
+
+// A MoE model's aux-loss coefficient (0 for a dense one); what is not built for MoE yet is refused.
+StatusOr<double> MoeAuxLossCoef(const JobConfig& job, const LlamaConfig& config) {
+  if (config.is_moe() && job.peft.enabled())
+    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
+                         " (mixture of experts) is not built yet (docs/moe.md)");
+  return job.moe.AuxLossCoef(config);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const DistContext& dist) {
   if (dist.world < 1 || dist.rank < 0 || dist.rank >= dist.world)
     return InvalidArgument("rank " + std::to_string(dist.rank) + " is outside world size " + std::to_string(dist.world));
@@ -49,6 +61,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
     return InvalidArgument("a multi-rank job needs a rendezvous store (e.g. --rendezvous file:DIR)");
   std::unique_ptr<Trainer> t(new Trainer(job, dist));
   RETURN_IF_ERROR(t->Init());
+  ASSIGN_OR_RETURN(t->moe_aux_coef_, MoeAuxLossCoef(job, t->model_->config()));
   return t;
 }
 

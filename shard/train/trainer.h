@@ -252,6 +252,13 @@ class Trainer {
   // Host staging and device copies of one micro-batch.
   std::vector<int32_t> h_tokens_, h_targets_, h_pos_, h_seg_;
   DeviceBuffer d_tokens_, d_targets_, d_pos_, d_seg_;
+  // MoE (shard/model/moe_mlp.h): the aux-loss coefficient in effect (0: none),
+  // this step's gradient factor for it, and the micro-batch's real-row mask.
+  double moe_aux_coef_ = 0;
+  float moe_aux_scale_ = 0;
+  std::vector<uint8_t> h_real_;
+  // Rows of the loaded micro-batch that are real tokens (padding: a segment without targets).
+  const uint8_t* RealRows(int64_t rows);
 };
 
 }  // namespace shard

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
 
 #include "shard/comm/comm_wait_clock.h"
 #include "shard/common/fault.h"
@@ -37,6 +38,16 @@ StatusOr<StepMetrics> Trainer::Step() {
   const double loss_scale = scaler_->scale();
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
   if (preference_) preference_->BeginStep(tc.global_batch, loss_scale);
+  if (moe_aux_coef_ > 0) {
+    // The aux loss is a mean per micro-batch, averaged over the step's micro-batches on every rank
+    // (gradients are summed over ranks, as the token-normalised loss's are).
+    int64_t micro_batches = 0;
+    for (int r = 0; r < dist_.world; ++r) {
+      const BatchSlice s = RankSlice(tc.global_batch, r, dist_.world);
+      micro_batches += (s.end - s.begin + tc.micro_batch - 1) / tc.micro_batch;
+    }
+    moe_aux_scale_ = static_cast<float>(moe_aux_coef_ * loss_scale / static_cast<double>(std::max<int64_t>(1, micro_batches)));
+  }
   ASSIGN_OR_RETURN(double local_loss, ForwardBackward(grad_scale));
   MaybeSlowRank(dist_.rank, compute_so_far());
   ASSIGN_OR_RETURN(StepSums sums, ReduceStep(local_loss, loss_scale));
@@ -93,6 +104,11 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     b.targets = d_targets_.as_int();
     b.positions = d_pos_.as_int();
     b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
+    if (moe_aux_coef_ > 0) {
+      // Preference pairs carry no padding mask yet: no aux loss there (docs/moe.md).
+      model_->SetMoeAuxGradScale(preference_ ? 0.0f : moe_aux_scale_);
+      b.real_rows = RealRows(b.rows());
+    }
     runtime_->BeginMicroBatch();
     // A seed per step, rank and micro-batch (LoRA's adapter dropout masks).
     trainable_->BeginMicroBatch(tc.seed ^ (static_cast<uint64_t>(step_) << 24) ^
@@ -104,6 +120,20 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
   }
   RETURN_IF_ERROR(runtime_->FinishGradients());
   return loss_sum;
+}
+
+const uint8_t* Trainer::RealRows(int64_t rows) {
+  if (!data_->segmented()) return nullptr;  // token windows: no padding
+  const int64_t T = job_.data.seq_len;
+  h_real_.assign(rows, 1);
+  // Every sample has a target (packing skips those without), so a segment without one is padding.
+  for (int64_t s0 = 0; s0 < rows; s0 += T) {
+    std::unordered_set<int32_t> with_target;
+    for (int64_t i = s0; i < s0 + T; ++i)
+      if (h_targets_[i] >= 0) with_target.insert(h_seg_[i]);
+    for (int64_t i = s0; i < s0 + T; ++i) h_real_[i] = with_target.count(h_seg_[i]) ? 1 : 0;
+  }
+  return h_real_.data();
 }
 
 StatusOr<Trainer::StepSums> Trainer::ReduceStep(double loss_sum, double loss_scale) {

@@ -116,6 +116,28 @@ class CpuBackend final : public Backend {
   void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu) override {
     cpu::SwiGluBackward(dh, gu, rows, ffn, dgu);
   }
+  Status MoeRoute(const float* logits, const MoeRouting& r) override {
+    cpu::MoeRoute(logits, r);
+    return OkStatus();
+  }
+  Status MoeRouteBackward(const MoeRouting& r, const float* dw, const float* dp, float* dl) override {
+    cpu::MoeRouteBackward(r, dw, dp, dl);
+    return OkStatus();
+  }
+  Status MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out) override {
+    cpu::MoePermute(x, perm, n, k, dim, out);
+    return OkStatus();
+  }
+  Status MoeUnpermute(const float* y, const int32_t* perm, const float* w, int64_t n, int k, int64_t dim,
+                      float* out) override {
+    cpu::MoeUnpermute(y, perm, w, n, k, dim, out);
+    return OkStatus();
+  }
+  Status MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* w, int64_t n, int k,
+                              int64_t dim, float* dy, float* dw) override {
+    cpu::MoeUnpermuteBackward(dout, y, perm, w, n, k, dim, dy, dw);
+    return OkStatus();
+  }
   double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                       float grad_scale, bool grad) override {
     return cpu::CrossEntropy(logits, targets, rows, vocab, grad_scale, grad);

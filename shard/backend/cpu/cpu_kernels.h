@@ -28,6 +28,14 @@ void EmbeddingBackward(const int32_t* tokens, int64_t rows, const float* dout, i
 void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h);
 void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu);
 
+// cpu_moe.cc
+void MoeRoute(const float* logits, const MoeRouting& r);
+void MoeRouteBackward(const MoeRouting& r, const float* d_weight, const float* d_probs, float* d_logits);
+void MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out);
+void MoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k, int64_t dim, float* out);
+void MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* weight, int64_t n,
+                          int k, int64_t dim, float* dy, float* d_weight);
+
 // cpu_cast.cc
 void CastFromF32(const float* src, void* dst, int64_t n, DType to);
 void CastToF32(const void* src, float* dst, int64_t n, DType from);

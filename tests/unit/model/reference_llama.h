@@ -5,7 +5,10 @@
 // checks take central finite differences of this function.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shard/spec/llama_config.h"
@@ -71,9 +74,77 @@ struct RefRounding {
   bool activations = false;
 };
 
-// Sum over target tokens of -log softmax(logits)[target].
+// What the MoE reference records for the load-balancing loss: per sparse
+// layer and real token, the router's softmax and the chosen experts.
+struct RefMoeAux {
+  std::vector<uint8_t> real;  // per row; empty: all real
+  std::vector<std::vector<double>> probs;  // one entry per (sparse layer, real token): [E]
+  std::vector<std::vector<int>> chosen;    // [k]
+  // transformers' load_balancing_loss_func: E * Σ_e (share of assignments to e) * (mean prob of e).
+  double Loss(int E) const {
+    const double rows = static_cast<double>(probs.size());
+    double loss = 0;
+    for (int e = 0; e < E; ++e) {
+      double f = 0, pe = 0;
+      for (size_t i = 0; i < probs.size(); ++i) {
+        pe += probs[i][e];
+        for (int j : chosen[i]) f += (j == e);
+      }
+      loss += (f / rows) * (pe / rows);
+    }
+    return rows > 0 ? loss * E : 0;
+  }
+};
+
+inline const double* Tensor(const ParamLayout& layout, const Units& p, const std::string& name) {
+  int u = -1, t = -1;
+  if (!layout.Find(name, &u, &t)) return nullptr;
+  return &p[u][layout.units[u].tensors[t].offset];
+}
+
+// A sparse block's MLP by its HF names, token by token: softmax over the
+// router logits, the k largest (ties: lower expert), renormalised iff
+// norm_topk_prob (mixtral: always), a weighted sum of SwiGLU experts.
+inline std::vector<double> MoeMlpRef(const LlamaConfig& c, const ParamLayout& layout, const Units& p, int l,
+                                     const std::vector<double>& x, RefMoeAux* aux) {
+  const bool mixtral = c.family == ModelFamily::kMixtral;
+  const std::string pre = "model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe." : ".mlp.");
+  const int d = static_cast<int>(c.hidden_size), fe = static_cast<int>(c.moe.expert_intermediate_size);
+  const int E = c.moe.num_experts, K = c.moe.experts_per_tok;
+  const size_t N = x.size() / d;
+  std::vector<double> out(N * d, 0.0);
+  const auto logits = Linear(x, Tensor(layout, p, pre + "gate.weight"), d, E);
+  for (size_t r = 0; r < N; ++r) {
+    std::vector<double> pr(E);
+    double mx = -1e300, z = 0;
+    for (int e = 0; e < E; ++e) mx = std::max(mx, logits[r * E + e]);
+    for (int e = 0; e < E; ++e) z += (pr[e] = std::exp(logits[r * E + e] - mx));
+    for (double& v : pr) v /= z;
+    std::vector<int> idx(E);
+    for (int e = 0; e < E; ++e) idx[e] = e;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b2) { return pr[a] > pr[b2]; });
+    idx.resize(K);
+    double s = 0;
+    for (int e : idx) s += pr[e];
+    if (aux && (aux->real.empty() || aux->real[r])) aux->probs.push_back(pr), aux->chosen.push_back(idx);
+    std::vector<double> xr(x.begin() + r * d, x.begin() + (r + 1) * d);
+    for (int e : idx) {
+      const double w = (mixtral || c.moe.norm_topk_prob) ? pr[e] / s : pr[e];
+      const std::string ex = pre + "experts." + std::to_string(e) + ".";
+      auto g = Linear(xr, Tensor(layout, p, ex + (mixtral ? "w1.weight" : "gate_proj.weight")), d, fe);
+      auto u = Linear(xr, Tensor(layout, p, ex + (mixtral ? "w3.weight" : "up_proj.weight")), d, fe);
+      for (int i = 0; i < fe; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      auto y = Linear(g, Tensor(layout, p, ex + (mixtral ? "w2.weight" : "down_proj.weight")), fe, d);
+      for (int i = 0; i < d; ++i) out[r * d + i] += w * y[i];
+    }
+  }
+  return out;
+}
+
+// Sum over target tokens of -log softmax(logits)[target]. aux (MoE): records
+// the routing for the load-balancing loss.
 inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Units& p, const RefBatch& b,
-                      const RefRounding& rr = {}) {
+                      const RefRounding& rr = {}, RefMoeAux* aux = nullptr) {
   auto R = [&](std::vector<double>& v, bool apply) {
     if (apply && rr.round)
       for (double& e : v) e = rr.round(e);
@@ -93,7 +164,7 @@ inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Uni
     auto q = Linear(xn, &u[t[kQ].offset], d, H * hd);
     auto k = Linear(xn, &u[t[kK].offset], d, KV * hd);
     auto v = Linear(xn, &u[t[kV].offset], d, KV * hd);
-    const BlockExtras& ex = layout.block_extras;
+    const BlockExtras ex = ParamLayout::ExtrasOf(layout.units[1 + l]);
     if (ex.q_bias >= 0) {  // qwen2: q/k/v biases
       for (int r = 0; r < N; ++r) {
         for (int i = 0; i < H * hd; ++i) q[r * H * hd + i] += u[t[ex.q_bias].offset + i];
@@ -137,6 +208,11 @@ inline double LossSum(const LlamaConfig& c, const ParamLayout& layout, const Uni
     R(x, ra);
     auto xn2 = RmsNorm(x, &u[t[kPostNorm].offset], d, c.rms_norm_eps);
     R(xn2, ri);
+    if (layout.units[1 + l].sparse) {
+      const auto y = MoeMlpRef(c, layout, p, l, xn2, aux);
+      for (int i = 0; i < N * d; ++i) x[i] += y[i];
+      continue;
+    }
     auto gate = Linear(xn2, &u[t[kGate].offset], d, f);
     auto up = Linear(xn2, &u[t[kUp].offset], d, f);
     R(gate, ra), R(up, ra);

@@ -1,0 +1,259 @@
+#include "shard/model/moe_mlp.h"
+
+#include <algorithm>
+
+#include "shard/spec/param_layout.h"
+
+namespace shard {
+
+struct MoeMlp::Saved {
+  DeviceBuffer probs, expert, weight, perm, offsets;  // routing (int32 behind the float buffers)
+  DeviceBuffer gu, h, y;                              // per assignment row, in expert order
+  std::vector<int32_t> host_offsets;                  // offsets, copied to the host for the GEMM sizes
+  int64_t n = 0;
+};
+
+namespace {
+
+int32_t* Ints(const DeviceBuffer& b) { return reinterpret_cast<int32_t*>(b.data()); }
+
+// y[m, out] (+)= x[m, in] · W[out, in]^T.
+void Linear(Backend* be, DType md, const float* x, WeightRef w, int64_t m, int64_t in, int64_t out, float* y) {
+  LinearForward(be, md, x, w, m, in, out, y);
+}
+
+// dx[m, in] (beta: += ) = dy[m, out] · W; dW[out, in] += dy^T · x when dw.
+void LinearGrad(Backend* be, DType md, const float* x, WeightRef w, const float* dy, int64_t m, int64_t in, int64_t out,
+              float* dx, float beta, float* dw) {
+  GemmArgs g;
+  g.compute = md;
+  g.m = m, g.n = in, g.k = out;
+  g.a = dy, g.lda = out;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
+  g.beta = beta;
+  g.c = dx, g.ldc = in;
+  be->Gemm(g);
+  if (!dw) return;
+  GemmArgs gw;
+  gw.compute = md;
+  gw.trans_a = true;
+  gw.m = out, gw.n = in, gw.k = m;
+  gw.a = dy, gw.lda = out;
+  gw.b = x, gw.ldb = in;
+  gw.beta = 1.0f;
+  gw.c = dw, gw.ldc = in;
+  be->Gemm(gw);
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(const LlamaConfig& config, Backend* backend, DType md) : config_(config), backend_(backend), md_(md) {}
+MoeMlp::~MoeMlp() = default;
+
+StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(const LlamaConfig& c, Backend* backend, int64_t max_rows, int sets,
+                                                 DType matmul_dtype, DType activation_dtype) {
+  if (!c.is_moe()) return Internal("moe: the model has no experts");
+  if (activation_dtype != DType::kF32)
+    return Unimplemented(std::string("model: ") + c.family_name() + " (mixture of experts) with " +
+                         DTypeName(activation_dtype) +
+                         " activations is not built yet (use train.precision fp32; docs/moe.md)");
+  std::unique_ptr<MoeMlp> m(new MoeMlp(c, backend, matmul_dtype));
+  const int64_t n = max_rows, E = c.moe.num_experts, k = c.moe.experts_per_tok, nk = n * k;
+  const int64_t d = c.hidden_size, fe = c.moe.expert_intermediate_size;
+  auto make = [&](DeviceBuffer* buf, int64_t count) -> Status {
+    ASSIGN_OR_RETURN(*buf, DeviceBuffer::Create(backend, std::max<int64_t>(count, 1)));
+    return OkStatus();
+  };
+  for (int i = 0; i < sets; ++i) {
+    auto s = std::make_unique<Saved>();
+    RETURN_IF_ERROR(make(&s->probs, n * E));
+    RETURN_IF_ERROR(make(&s->expert, nk));
+    RETURN_IF_ERROR(make(&s->weight, nk));
+    RETURN_IF_ERROR(make(&s->perm, nk));
+    RETURN_IF_ERROR(make(&s->offsets, E + 1));
+    RETURN_IF_ERROR(make(&s->gu, nk * 2 * fe));
+    RETURN_IF_ERROR(make(&s->h, nk * fe));
+    RETURN_IF_ERROR(make(&s->y, nk * d));
+    s->host_offsets.assign(E + 1, 0);
+    m->saved_.push_back(std::move(s));
+  }
+  RETURN_IF_ERROR(make(&m->logits_, n * E));
+  RETURN_IF_ERROR(make(&m->dprobs_, n * E));
+  RETURN_IF_ERROR(make(&m->xp_, nk * d));
+  RETURN_IF_ERROR(make(&m->dy_, nk * d));
+  RETURN_IF_ERROR(make(&m->dxp_, nk * d));
+  RETURN_IF_ERROR(make(&m->dh_, nk * fe));
+  RETURN_IF_ERROR(make(&m->dgu_, nk * 2 * fe));
+  RETURN_IF_ERROR(make(&m->dweight_, nk));
+  RETURN_IF_ERROR(make(&m->weight_lp_, nk));
+  // A backend without the MoE ops (Backend::MoeRoute's default) says so now, not at the first step.
+  Saved& s0 = *m->saved_.front();
+  MoeRouting probe = m->Routing(s0, 0);
+  RETURN_IF_ERROR(backend->MoeRoute(m->logits_.data(), probe));
+  m->aux_count_.assign(c.num_layers, std::vector<double>(E, 0.0));
+  m->aux_prob_.assign(c.num_layers, std::vector<double>(E, 0.0));
+  m->aux_real_.assign(c.num_layers, 0.0);
+  return m;
+}
+
+MoeRouting MoeMlp::Routing(Saved& s, int64_t n) const {
+  MoeRouting r;
+  r.rows = n;
+  r.experts = config_.moe.num_experts;
+  r.k = config_.moe.experts_per_tok;
+  r.renormalize = config_.moe.norm_topk_prob;
+  r.probs = s.probs.data();
+  r.expert = Ints(s.expert);
+  r.weight = s.weight.data();
+  r.perm = Ints(s.perm);
+  r.offsets = Ints(s.offsets);
+  return r;
+}
+
+void MoeMlp::ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp) {
+  const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
+  const int64_t nk = s.n * config_.moe.experts_per_tok;
+  for (int e = 0; e < config_.moe.num_experts; ++e) {
+    const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
+    if (m == 0) continue;  // an expert no token chose: no GEMM
+    // gate and up are adjacent: one [m, 2fe] GEMM.
+    Linear(backend_, md_, xp + o * d, w.mat(ExpertTensor(e, kExpertGate)), m, d, 2 * fe, s.gu.data() + o * 2 * fe);
+  }
+  backend_->SwiGluForward(s.gu.data(), nk, static_cast<int>(fe), s.h.data());
+  for (int e = 0; e < config_.moe.num_experts; ++e) {
+    const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
+    if (m > 0) Linear(backend_, md_, s.h.data() + o * fe, w.mat(ExpertTensor(e, kExpertDown)), m, fe, d, s.y.data() + o * d);
+  }
+}
+
+Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn, int64_t n, const uint8_t* real,
+                       float* out) {
+  Saved& s = *saved_[set];
+  const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
+  const int64_t d = config_.hidden_size, nk = n * k;
+  s.n = n;
+  Linear(backend_, md_, xn, w.mat(kRouter), n, d, E, logits_.data());
+  const MoeRouting r = Routing(s, n);
+  RETURN_IF_ERROR(backend_->MoeRoute(logits_.data(), r));
+  if (md_ != DType::kF32) {  // transformers casts the routing weights to the compute dtype
+    backend_->CastFromF32(r.weight, weight_lp_.data(), nk, md_);
+    backend_->CastToF32(weight_lp_.data(), r.weight, nk, md_);
+  }
+  backend_->CopyToHost(s.host_offsets.data(), r.offsets, (E + 1) * sizeof(int32_t));
+  if (counting_) RETURN_IF_ERROR(Count(r, layer, n, real));
+  RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
+  ExpertsForward(w, s, xp_.data());
+  return backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out);
+}
+
+// Aux-loss statistics of one layer over the real tokens.
+Status MoeMlp::Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real) {
+  const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
+  const int64_t nk = n * k;
+  host_probs_.resize(n * E);
+  host_expert_.resize(nk);
+  backend_->CopyToHost(host_probs_.data(), r.probs, n * E * sizeof(float));
+  backend_->CopyToHost(host_expert_.data(), r.expert, nk * sizeof(int32_t));
+  if (real) {
+    real_.assign(real, real + n);
+  } else {
+    real_.clear();
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (real && !real[t]) continue;
+    aux_real_[layer] += 1;
+    for (int j = 0; j < k; ++j) aux_count_[layer][host_expert_[t * k + j]] += 1;
+    for (int e = 0; e < E; ++e) aux_prob_[layer][e] += host_probs_[t * E + e];
+  }
+  return OkStatus();
+}
+
+void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp) {
+  const auto& t = w.spec().tensors;
+  const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
+  const int64_t nk = s.n * config_.moe.experts_per_tok;
+  for (int e = 0; e < config_.moe.num_experts; ++e) {
+    const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
+    if (m == 0) continue;
+    const int down = ExpertTensor(e, kExpertDown);
+    LinearGrad(backend_, md_, s.h.data() + o * fe, w.mat(down), dy_.data() + o * d, m, fe, d, dh_.data() + o * fe, 0.0f,
+             dw ? dw + t[down].offset : nullptr);
+  }
+  backend_->SwiGluBackward(dh_.data(), s.gu.data(), nk, static_cast<int>(fe), dgu_.data());
+  for (int e = 0; e < config_.moe.num_experts; ++e) {
+    const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
+    if (m == 0) continue;
+    const int gate = ExpertTensor(e, kExpertGate);  // gate then up: one [2fe, d] weight
+    LinearGrad(backend_, md_, xp + o * d, w.mat(gate), dgu_.data() + o * 2 * fe, m, d, 2 * fe, dxp_.data() + o * d, 0.0f,
+             dw ? dw + t[gate].offset : nullptr);
+  }
+}
+
+Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, const float* xn, const float* dout,
+                        int64_t n, float* dxn) {
+  Saved& s = *saved_[set];
+  const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
+  const int64_t d = config_.hidden_size, nk = n * k;
+  if (s.n != n) return Internal("moe: backward of " + std::to_string(n) + " rows after a forward of " + std::to_string(s.n));
+  const MoeRouting r = Routing(s, n);
+  RETURN_IF_ERROR(backend_->MoeUnpermuteBackward(dout, s.y.data(), r.perm, r.weight, nk, k, d, dy_.data(),
+                                                 dweight_.data()));
+  RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
+  ExpertsBackward(w, dw, s, xp_.data());
+  backend_->Fill(dxn, n * d, 0.0f);
+  RETURN_IF_ERROR(backend_->MoeUnpermute(dxp_.data(), r.perm, nullptr, nk, k, d, dxn));
+  // The aux loss's gradient reaches the softmax: d aux / d p[t, e] = E * F_e / (L * N) on real rows.
+  const float* dprobs = nullptr;
+  if (aux_scale_ != 0 && aux_real_[layer] > 0) {
+    const std::vector<float> g = AuxProbGrad(n);
+    backend_->CopyToDevice(dprobs_.data(), g.data(), g.size() * sizeof(float));
+    dprobs = dprobs_.data();
+  }
+  RETURN_IF_ERROR(backend_->MoeRouteBackward(r, dweight_.data(), dprobs, logits_.data()));
+  LinearGrad(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn, 1.0f,
+           dw ? dw + w.spec().tensors[kRouter].offset : nullptr);
+  return OkStatus();
+}
+
+void MoeMlp::ResetAux() {
+  for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
+  for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
+  std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+  counting_ = true;
+}
+
+// transformers' load_balancing_loss_func over the sparse layers' rows
+// together (L layers x N real tokens): E * Σ_e F_e * P_e, where F_e is the
+// share of (row, slot) assignments to e summed over the k slots and P_e the
+// mean router probability of e, both over the L * N rows.
+double MoeMlp::AuxLoss() const {
+  const int E = config_.moe.num_experts;
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  if (rows == 0) return 0;
+  double loss = 0;
+  for (int e = 0; e < E; ++e) {
+    double f = 0, p = 0;
+    for (size_t l = 0; l < aux_count_.size(); ++l) f += aux_count_[l][e], p += aux_prob_[l][e];
+    loss += (f / rows) * (p / rows);
+  }
+  return loss * E;
+}
+
+// d(aux)/d probs[t, e] = E * F_e / (L * N) for a real row (F_e counts no gradient: a one-hot).
+std::vector<float> MoeMlp::AuxProbGrad(int64_t n) const {
+  const int E = config_.moe.num_experts;
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  std::vector<float> row(E), g(n * E, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    double f = 0;
+    for (const auto& c : aux_count_) f += c[e];
+    row[e] = static_cast<float>(aux_scale_ * E * (f / rows) / rows);
+  }
+  for (int64_t t = 0; t < n; ++t)
+    if (real_.empty() || real_[t]) std::copy(row.begin(), row.end(), g.begin() + t * E);
+  return g;
+}
+
+}  // namespace shard

@@ -1,0 +1,86 @@
+// A sparse block's MLP (qwen3_moe, mixtral): a router picks k of E experts per
+// token, as transformers does (softmax in fp32, top-k, renormalised iff
+// norm_topk_prob; dropless), each expert is a SwiGLU MLP, and the outputs are
+// added back weighted. The token rows are grouped by expert once per call
+// (Backend::MoeRoute's permutation), so each active expert runs one GEMM over
+// its contiguous rows, forward and backward; the combine is a weighted
+// scatter-add. Knows shapes, not ranks: the experts live in the block's FSDP
+// unit (shard/spec/param_layout.h: kRouter, ExpertTensor).
+//
+// The auxiliary load-balancing loss (transformers' load_balancing_loss_func,
+// all sparse layers of a micro-batch together, padding excluded) needs every
+// layer's routing before any backward: Forward counts each layer's
+// assignments over the real tokens; SetAuxGradient turns the counts into the
+// loss and its gradient factor, which Backward adds to the router's softmax.
+//
+// Thread-safety: one thread at a time (owns scratch buffers).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "shard/backend/backend.h"
+#include "shard/model/unit_weights.h"
+#include "shard/spec/llama_config.h"
+
+namespace shard {
+
+class MoeMlp {
+ public:
+  // sets: saved activation sets (one per layer, or one with checkpointing).
+  // Two-byte activation_dtype (ModelOptions) is refused: not built yet.
+  static StatusOr<std::unique_ptr<MoeMlp>> Create(const LlamaConfig& config, Backend* backend, int64_t max_rows,
+                                                  int sets, DType matmul_dtype, DType activation_dtype);
+  ~MoeMlp();
+
+  // out[n, d] += MoE(xn[n, d]) with the sparse block's weights w; keeps the
+  // routing and the experts' activations in `set`. real: per row 1 for a real
+  // token, 0 for padding (host memory; null: every row is real), for the
+  // aux-loss counts of `layer`.
+  Status Forward(const UnitWeights& w, int set, int layer, const float* xn, int64_t n, const uint8_t* real,
+                 float* out);
+  // dxn[n, d] (overwritten) from dout[n, d]; the router's and the experts'
+  // weight gradients are added into the block's fp32 gradient buffer dw at
+  // the spec's offsets (null: frozen, none computed).
+  Status Backward(const UnitWeights& w, float* dw, int set, int layer, const float* xn, const float* dout, int64_t n,
+                  float* dxn);
+
+  // Starts a micro-batch's aux-loss counts (call before the first Forward);
+  // StopCounting: later Forwards (activation-checkpointing recomputes) count nothing.
+  void ResetAux();
+  void StopCounting() { counting_ = false; }
+  // After the forward of every sparse layer: the load-balancing loss of the
+  // micro-batch (transformers' value, before the coefficient); Backward then
+  // adds `scale` * its gradient (scale = coefficient * the trainer's grad
+  // scale; 0 = none).
+  double AuxLoss() const;
+  void SetAuxGradScale(float scale) { aux_scale_ = scale; }
+  float aux_grad_scale() const { return aux_scale_; }
+
+ private:
+  MoeMlp(const LlamaConfig& config, Backend* backend, DType md);
+  struct Saved;  // one set's routing and expert activations
+  MoeRouting Routing(Saved& s, int64_t n) const;
+  // The experts' GEMMs over their row blocks: y = x W^T per expert.
+  void ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp);
+  void ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp);
+  Status Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real);
+  // aux_scale_ * d(aux)/d(probs) of `layer`'s n rows (zero on padding).
+  std::vector<float> AuxProbGrad(int64_t n) const;
+
+  LlamaConfig config_;
+  Backend* backend_;
+  DType md_;
+  std::vector<std::unique_ptr<Saved>> saved_;
+  DeviceBuffer logits_, xp_, dy_, dh_, dgu_, dxp_, dweight_, dprobs_, weight_lp_;
+  // Aux loss: per layer, assignments per expert and Σ probs per expert over real tokens.
+  std::vector<std::vector<double>> aux_count_, aux_prob_;
+  std::vector<double> aux_real_;  // real tokens per layer
+  std::vector<float> host_probs_;
+  std::vector<int32_t> host_expert_;
+  std::vector<uint8_t> real_;  // the micro-batch's real-row mask (empty: all real)
+  float aux_scale_ = 0;
+  bool counting_ = true;
+};
+
+}  // namespace shard

@@ -1,0 +1,32 @@
+// The job file's moe: section — the auxiliary losses of a mixture-of-experts
+// model (qwen3_moe, mixtral; docs/moe.md). Ignored by dense models.
+//
+//   moe: {aux_loss_coef: 0.001, z_loss_coef: 0}
+//
+// aux_loss_coef multiplies transformers' load_balancing_loss_func (all sparse
+// layers of a micro-batch together, padding excluded), averaged over the
+// step's micro-batches. Absent, it is transformers' default: the config's
+// router_aux_loss_coef when output_router_logits is true, else 0.
+// z_loss_coef (ST-MoE's router z-loss) is not built yet: only 0 is accepted.
+#pragma once
+
+#include "shard/common/status.h"
+
+namespace shard {
+
+class YamlMap;
+struct LlamaConfig;
+
+struct MoeConfig {
+  double aux_loss_coef = -1;  // < 0: absent (the model config's default)
+  double z_loss_coef = 0;
+  // Messages start with "moe.<key>" (the caller adds the file).
+  Status Validate() const;
+  // The coefficient in effect for `model`.
+  double AuxLossCoef(const LlamaConfig& model) const;
+};
+
+// Maps the job file's moe: section (absent: the defaults).
+Status MapMoeSection(YamlMap& root, MoeConfig* moe);
+
+}  // namespace shard
