@@ -310,7 +310,7 @@ bool ServePut(Conn& c, const CopyHeader& h, const std::string& root) {
     return false;
   }
   // The host's folder and the step's: the user's own, 0700, never a link (owned_dir.h).
-  auto host = OwnedDir::OpenUnderParent(root_, /*create=*/true);
+  auto host = OwnedDir::OpenUnderParent(root, /*create=*/true);
   Status st = host.ok() ? host->Sub(dir.filename().string(), /*create=*/true).status() : host.status();
   if (st.ok()) st = WriteFileAtomicShared(path, data);
   if (!st.ok()) {
