@@ -220,6 +220,11 @@ Process& Process::operator=(Process&& o) noexcept {
   return *this;
 }
 
+void Process::Release() {
+  pid_ = -1;
+  exit_.reset();
+}
+
 Process::~Process() {
   if (pid_ > 0 && !exit_) {
     Signal(SIGKILL);
