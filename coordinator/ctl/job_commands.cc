@@ -26,6 +26,7 @@
 #include "proto/rpc/grpc_credentials.h"
 #include "proto/rpc/grpc_status.h"
 #include "shard/common/file_util.h"
+#include "shard/common/yaml_config.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace fs = std::filesystem;
@@ -208,8 +209,14 @@ shard::StatusOr<v1::JobStatus> JobCommands::State::Submit() {
   v1::SubmitJobRequest req;
   auto text = shard::ReadFileToString(job_file);
   if (!text.ok()) return text.status();
+  // Protobuf strings are UTF-8: checked here, one line naming the file, not
+  // a libprotobuf serialization error and an empty answer.
+  RETURN_IF_ERROR(shard::CheckUtf8(*text, job_file));
   req.mutable_spec()->set_yaml(*text);
-  for (const auto& s : sets) req.mutable_spec()->add_overrides(s);
+  for (const auto& s : sets) {
+    RETURN_IF_ERROR(shard::CheckUtf8(s, "--set " + s.substr(0, s.find('='))));
+    req.mutable_spec()->add_overrides(s);
+  }
   req.mutable_spec()->set_source_path(job_file);
   req.mutable_spec()->set_workdir(fs::current_path().string());
   v1::JobStatus resp;
