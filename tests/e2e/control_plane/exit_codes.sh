@@ -47,6 +47,18 @@ job=$(make_job codes)
 expect_rc 2 "can never run on this host" ctl submit "$job"
 id=$(ctl submit "$job" --set parallel.world_size=1 --set train.global_batch=4) || fail "submit"
 expect_rc 0 "SUCCEEDED" ctl watch "$id"
+# The same events as JSON, one object a line (issue 39 item 12).
+ctl watch "$id" --json > "$T/events.jsonl" || fail "watch --json of a succeeded job exited non-zero"
+python3 - "$T/events.jsonl" <<'PY' || fail "watch --json: $(head -c 600 "$T/events.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = {"seq", "job_id", "unix_ms", "time", "attempt", "kind", "state", "message"}
+assert rows and all(set(r) == keys for r in rows), rows[:2]
+kinds = [r["kind"] for r in rows]
+assert kinds[0] == "submitted" and "succeeded" in kinds and "progress" not in kinds, kinds
+assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows), rows
+assert all(r["time"].endswith("Z") for r in rows), rows[0]
+PY
 expect_rc 2 "has ranks 0..0" ctl logs "$id" --rank 99
 mkdir -p "$T/reportdir"
 expect_rc 2 "\-\-out $T/reportdir is a directory" ctl report "$id" --out "$T/reportdir"
