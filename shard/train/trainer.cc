@@ -54,13 +54,22 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
   return t;
 }
 
+namespace {
+
+// model.from_hf's config: as the engine reads it, and its text as it is (kept
+// for export: every checkpoint's manifest carries it, shard/spec/hf_config_export.h).
+StatusOr<LlamaConfig> HfModelConfig(const std::string& from_hf, std::string* text) {
+  ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHfDir(from_hf));
+  ASSIGN_OR_RETURN(*text, ReadFileToString((std::filesystem::path(from_hf) / "config.json").string()));
+  return config;
+}
+
+}  // namespace
+
 Status Trainer::Init() {
   LlamaConfig config;
   if (!job_.model.from_hf.empty()) {
-    ASSIGN_OR_RETURN(config, LlamaConfigFromHfDir(job_.model.from_hf));
-    // Kept as it is for export (every checkpoint's manifest carries it).
-    ASSIGN_OR_RETURN(source_config_,
-                     ReadFileToString((std::filesystem::path(job_.model.from_hf) / "config.json").string()));
+    ASSIGN_OR_RETURN(config, HfModelConfig(job_.model.from_hf, &source_config_));
   } else {
     ASSIGN_OR_RETURN(config, LlamaPreset(job_.model.preset));
   }
