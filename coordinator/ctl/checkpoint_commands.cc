@@ -40,8 +40,12 @@ Status RunExport(const ExportOptions& o) {
     for (const auto& t : layout.units[u].tensors) RETURN_IF_ERROR(writer.Write(t.hf_name, unit.data() + t.offset));
   }
   RETURN_IF_ERROR(writer.Finish());
-  RETURN_IF_ERROR(shard::WriteFileAtomic(o.out + "/config.json", config.ToHfConfigJson()));
   ASSIGN_OR_RETURN(std::vector<std::string> tok_files, shard::ExportChatTokenizer(o.tokenizer, o.chat_template, o.out));
+  // The source folder's config.json kept in the step's manifest (only the
+  // dtype changed), and a generation config when the tokenizer wrote none.
+  ASSIGN_OR_RETURN(std::vector<std::string> cfg_files,
+                   shard::WriteExportedConfigs(o.out, config, m.source_config, dtype, tok_files));
+  tok_files.insert(tok_files.end(), cfg_files.begin(), cfg_files.end());
   for (const auto& f : tok_files) std::printf("wrote %s/%s\n", o.out.c_str(), f.c_str());
   std::printf("exported step %lld of job %s (%.2fM parameters, %s) to %s\n", static_cast<long long>(m.step),
               m.job.c_str(), config.NumParams() / 1e6, o.dtype.c_str(), o.out.c_str());

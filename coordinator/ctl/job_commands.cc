@@ -26,6 +26,7 @@
 #include "proto/rpc/grpc_credentials.h"
 #include "proto/rpc/grpc_status.h"
 #include "shard/common/file_util.h"
+#include "shard/common/yaml_config.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace fs = std::filesystem;
@@ -208,8 +209,14 @@ shard::StatusOr<v1::JobStatus> JobCommands::State::Submit() {
   v1::SubmitJobRequest req;
   auto text = shard::ReadFileToString(job_file);
   if (!text.ok()) return text.status();
+  // Protobuf strings are UTF-8: checked here, one line naming the file, not
+  // a libprotobuf serialization error and an empty answer.
+  RETURN_IF_ERROR(shard::CheckUtf8(*text, job_file));
   req.mutable_spec()->set_yaml(*text);
-  for (const auto& s : sets) req.mutable_spec()->add_overrides(s);
+  for (const auto& s : sets) {
+    RETURN_IF_ERROR(shard::CheckUtf8(s, "--set " + s.substr(0, s.find('='))));
+    req.mutable_spec()->add_overrides(s);
+  }
   req.mutable_spec()->set_source_path(job_file);
   req.mutable_spec()->set_workdir(fs::current_path().string());
   v1::JobStatus resp;
@@ -219,7 +226,7 @@ shard::StatusOr<v1::JobStatus> JobCommands::State::Submit() {
   return resp;
 }
 
-shard::StatusOr<v1::JobStatus> JobCommands::State::Watch(const std::string& id, bool quiet_past) {
+shard::StatusOr<v1::JobStatus> JobCommands::State::Watch(const std::string& id, bool quiet_past, bool as_json) {
   const bool tty = ::isatty(STDOUT_FILENO);
   int64_t after = 0;
   auto last_print = std::chrono::steady_clock::now() - 1h;
@@ -249,6 +256,13 @@ shard::StatusOr<v1::JobStatus> JobCommands::State::Watch(const std::string& id, 
     int attempt = 0;
     while (reader->Read(&ev)) {
       attempt = ev.attempt();
+      if (as_json) {  // one object a line; progress is `status --json`'s, not an event
+        if (ev.kind() == "progress") continue;
+        after = ev.seq();
+        std::printf("%s\n", Dump(EventObject(ev)).c_str());
+        std::fflush(stdout);
+        continue;
+      }
       if (ev.kind() == "progress") {
         auto now = std::chrono::steady_clock::now();
         if (tty) {
@@ -349,6 +363,8 @@ JobCommands::JobCommands(CLI::App& app) : s_(std::make_unique<State>()) {
 
   s.watch = app.add_subcommand("watch", "Follow a job's events and progress until it ends");
   s.watch->add_option("job", s.job_id, "Job id")->required();
+  s.watch->add_flag("--json", s.json,
+                    "One JSON object a line per event: seq, job_id, unix_ms, time, attempt, kind, state, message");
 
   s.report = app.add_subcommand("report", "Write a job's run report (HTML: curves, events, plan, final figures)");
   s.report->add_option("job", s.report_opts.job_id, "Job id")->required();
@@ -432,9 +448,10 @@ shard::Status JobCommands::Run() {
   if (s.metrics->parsed()) return s.Metrics();
   if (s.report->parsed()) return RunReport(s.stub.get(), s.Preparer(), s.report_opts);
   if (s.watch->parsed()) {
-    ASSIGN_OR_RETURN(v1::JobStatus js, s.Watch(s.job_id, false));
-    std::printf("job %s %s%s%s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str(),
-                js.reason().empty() ? "" : ": ", js.reason().c_str());
+    ASSIGN_OR_RETURN(v1::JobStatus js, s.Watch(s.job_id, false, s.json));
+    if (!s.json)  // under --json the terminal event said it; the exit code says it too
+      std::printf("job %s %s%s%s\n", js.id().c_str(), shardd::JobStateName(js.state()).c_str(),
+                  js.reason().empty() ? "" : ": ", js.reason().c_str());
     return EndedStatus(js);
   }
   return shard::InvalidArgument("no command");

@@ -77,7 +77,7 @@ struct JobCommands::State {
     return [this](grpc::ClientContext* ctx, std::chrono::milliseconds timeout) { Prepare(ctx, timeout); };
   }
   shard::StatusOr<v1::JobStatus> Submit();
-  shard::StatusOr<v1::JobStatus> Watch(const std::string& id, bool quiet_past);
+  shard::StatusOr<v1::JobStatus> Watch(const std::string& id, bool quiet_past, bool as_json = false);
   shard::Status Status();
   shard::Status List(bool queue = false);
   shard::Status Cancel();

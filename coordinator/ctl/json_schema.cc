@@ -1,6 +1,8 @@
 #include "coordinator/ctl/json_schema.h"
 
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 
 #include "coordinator/jobs/job_manager.h"
 
@@ -108,6 +110,23 @@ json CheckpointListObject(const shardd::v1::ListCheckpointsResponse& resp) {
   json list = json::array();
   for (const auto& c : resp.checkpoints()) list.push_back(CheckpointObject(FromCheckpointInfo(c)));
   return {{"checkpoints", list}};
+}
+
+json EventObject(const shardd::v1::JobEvent& ev) {
+  const std::time_t secs = static_cast<std::time_t>(ev.unix_ms() / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char time[48];
+  std::snprintf(time, sizeof(time), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>((ev.unix_ms() % 1000 + 1000) % 1000));
+  return {{"seq", ev.seq()},
+          {"job_id", ev.job_id()},
+          {"unix_ms", ev.unix_ms()},
+          {"time", time},
+          {"attempt", ev.attempt()},
+          {"kind", ev.kind()},
+          {"state", shardd::JobStateName(ev.state())},
+          {"message", ev.message()}};
 }
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

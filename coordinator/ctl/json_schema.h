@@ -35,6 +35,11 @@ CheckpointRow FromCheckpointInfo(const shardd::v1::CheckpointInfo& c);
 nlohmann::json JobListObject(const shardd::v1::ListJobsResponse& resp);
 nlohmann::json CheckpointListObject(const shardd::v1::ListCheckpointsResponse& resp);
 
+// One event of `watch --json` (one object a line): {"seq", "job_id",
+// "unix_ms", "time" (UTC, ISO 8601 with ms), "attempt", "kind", "state",
+// "message"}.
+nlohmann::json EventObject(const shardd::v1::JobEvent& ev);
+
 // One line of JSON (invalid UTF-8 in a message replaced, never thrown on).
 std::string Dump(const nlohmann::json& j);
 

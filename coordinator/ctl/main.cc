@@ -197,9 +197,9 @@ CLI::App* AddRender(CLI::App& app, shardctl::RenderOptions* o, RenamedFlags* ren
 // shardctl's exit codes: 2 for bad input (a wrong value, a missing file, a
 // corrupt checkpoint, something out of range or not supported, a request the
 // coordinator refuses in its state: `logs --rank 99`, an unsupported
-// model_type, "can never run on this host"), 1 for everything else (no
-// coordinator, an RPC that failed, a job that did not succeed, a plan that
-// does not fit).
+// model_type, "can never run on this host", a path outside --allowed-root),
+// 1 for everything else (no coordinator, an RPC that failed, a job that did
+// not succeed, a plan that does not fit).
 int ExitCode(const shard::Status& st) {
   using C = shard::StatusCode;
   switch (st.code()) {
@@ -209,6 +209,7 @@ int ExitCode(const shard::Status& st) {
     case C::kOutOfRange:
     case C::kUnimplemented:
     case C::kFailedPrecondition:
+    case C::kPermissionDenied:  // a path outside the coordinator's --allowed-root
       return shard::cli::kExitUsage;
     default:
       return shard::cli::kExitFailure;

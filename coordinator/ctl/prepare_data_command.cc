@@ -31,6 +31,10 @@ shard::Status RunPrepareData(const PrepareDataOptions& o) {
               static_cast<long long>(h.bad_rows_skipped), static_cast<long long>(h.longer_than_seq_len),
               static_cast<long long>(h.seq_len), r.seconds, h.source_bytes / 1e6 / std::max(r.seconds, 1e-9),
               h.num_tokens / std::max(r.seconds, 1e-9), o.out.c_str());
+  if (h.identical_pairs > 0)
+    std::printf("%lld pairs have the same chosen and rejected reply (the first at %s:%lld): they train nothing\n",
+                static_cast<long long>(h.identical_pairs), o.input.c_str(),
+                static_cast<long long>(r.identical_pairs_first_line));
   return shard::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "coordinator/job_paths.h"
 #include "coordinator/probed_cluster.h"
 #include "coordinator/sched/host_capacity.h"
+#include "shard/common/format_number.h"
 #include "shard/common/owned_dir.h"
 #include "shard/plan/hardware.h"
 #include "shard/plan/plan_report.h"
@@ -34,6 +35,14 @@ Status JobSubmission::ValidateSpec(const v1::JobSpec& spec, shard::JobConfig* co
   std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
   ASSIGN_OR_RETURN(*config, shard::ParseJobConfig(spec.yaml(), src, overrides));
   const shard::JobConfig& c = *config;
+  // An elastic wait longer than a rank may take to register never ends in a
+  // smaller world: the missing rank fails the attempt first.
+  if (c.restart.min_world_size > 0 && c.restart.elastic_wait_s > opts_.register_timeout_s)
+    return shard::InvalidArgument(src + ": restart.elastic_wait_s " + shard::BoundedNumber(c.restart.elastic_wait_s) +
+                                  " s is longer than this coordinator's registration timeout " +
+                                  shard::BoundedNumber(opts_.register_timeout_s) +
+                                  " s: a rank that never registers fails the attempt before the wait ends, so the job "
+                                  "never shrinks; use at most that");
   // The job's name was checked by the parser (shard::CheckPlainName, the rule
   // every entry point shares).
   const std::string launcher = shard::LauncherName(c.resources.launcher);

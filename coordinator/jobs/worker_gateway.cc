@@ -26,16 +26,42 @@ namespace {
 
 // A record's ages (at the heartbeat's send) as times on this coordinator's
 // clock: no clock is compared across hosts, only the call's latency lost.
+// What a heartbeat may bring into the job's state, its events and the
+// dashboard: the worker is trusted with its numbers, not with their range
+// (a negative step, a NaN rate, a 1e300 s age that overflows the clock, a
+// 5,000-character op name), so every field is bounded here first.
+constexpr size_t kMaxHeartbeatWord = 64;    // state, a collective's op and group
+constexpr size_t kMaxHeartbeatNote = 512;   // resumed_from, resumed_tier, resumed_note
+constexpr int kMaxCollectiveRecords = 64;   // a flight recorder has a few groups
+constexpr double kMaxAgeS = 86400.0 * 365;  // ages past a year are clamped (and never overflow ms)
+
+// At most `max` bytes, cut on a UTF-8 boundary, control characters as '?'.
+std::string Bounded(const std::string& s, size_t max) {
+  std::string out = s.substr(0, max);
+  if (s.size() > max) {
+    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+    if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();  // a cut lead byte
+  }
+  for (char& ch : out)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  return out;
+}
+double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
+double Age(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, kMaxAgeS) : 0; }
+
 CollectiveSeen FromCollectiveRecord(const v1::CollectiveRecord& c, int64_t now) {
   CollectiveSeen s;
-  s.group = c.group();
-  s.group_size = c.group_size();
-  s.seq = c.seq();
-  s.op = c.op();
-  s.unit = c.unit();
-  s.bytes = c.bytes();
-  s.start_ms = now - static_cast<int64_t>(c.started_ago_s() * 1000);
-  s.end_ms = c.ended_ago_s() < 0 ? -1 : now - static_cast<int64_t>(c.ended_ago_s() * 1000);
+  s.group = Bounded(c.group(), kMaxHeartbeatWord);
+  s.group_size = std::max(0, c.group_size());
+  s.seq = std::max<int64_t>(0, c.seq());
+  s.op = Bounded(c.op(), kMaxHeartbeatWord);
+  s.unit = std::max(-1, c.unit());
+  s.bytes = std::max<int64_t>(0, c.bytes());
+  const double started = Age(c.started_ago_s());
+  s.start_ms = now - static_cast<int64_t>(started * 1000);
+  // Negative (or NaN): still in flight. It cannot have ended before it began.
+  const bool in_flight = !(c.ended_ago_s() >= 0);
+  s.end_ms = in_flight ? -1 : now - static_cast<int64_t>(std::min(Age(c.ended_ago_s()), started) * 1000);
   s.failed = c.failed();
   return s;
 }
@@ -247,14 +273,18 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
   table_->NoteAlive(now);
   JobRank& r = j->ranks[req.id().rank()];
   r.last_heartbeat_ms = now;
-  if (req.step() != r.step) r.last_progress_ms = now;
-  r.step = req.step();
-  r.tokens_per_s = req.tokens_per_s();
-  r.rss_bytes = req.rss_bytes();
-  r.step_seconds = req.step_seconds();
+  const int64_t step = std::max<int64_t>(0, req.step());
+  if (step != r.step) r.last_progress_ms = now;
+  r.step = step;
+  r.tokens_per_s = NonNegative(req.tokens_per_s());
+  r.rss_bytes = std::max<int64_t>(0, req.rss_bytes());
+  r.step_seconds = NonNegative(req.step_seconds());
   r.collectives.clear();
-  for (const v1::CollectiveRecord& c : req.collectives()) r.collectives.push_back(FromCollectiveRecord(c, now));
-  if (!r.done) r.state = req.state();
+  for (const v1::CollectiveRecord& c : req.collectives()) {
+    if (static_cast<int>(r.collectives.size()) == kMaxCollectiveRecords) break;
+    r.collectives.push_back(FromCollectiveRecord(c, now));
+  }
+  if (!r.done) r.state = Bounded(req.state(), kMaxHeartbeatWord);
   if (j->adopted && j->state == v1::RUNNING) {
     j->adopted = false;
     table_->Emit(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
@@ -275,12 +305,13 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     // checkpoint.resume: auto only they know), printed by run and watch.
     j->resumed_event_attempt = j->attempt;
     const int64_t total = j->config.train.steps;
-    const std::string tier = (req.resumed_tier().empty() ? "disk" : req.resumed_tier()) +
-                             (req.resumed_note().empty() ? "" : ", " + req.resumed_note());
+    const int64_t from = std::max<int64_t>(0, req.resumed_step());
+    const std::string tier = (req.resumed_tier().empty() ? "disk" : Bounded(req.resumed_tier(), kMaxHeartbeatWord)) +
+                             (req.resumed_note().empty() ? "" : ", " + Bounded(req.resumed_note(), kMaxHeartbeatNote));
     table_->Emit(*j, "resumed",
-               "resumed from step " + std::to_string(req.resumed_step()) + " (" + tier + "): " + req.resumed_from() +
-                   " at step " + std::to_string(req.resumed_step()) +
-                   (req.resumed_step() >= total
+               "resumed from step " + std::to_string(from) + " (" + tier + "): " +
+                   Bounded(req.resumed_from(), kMaxHeartbeatNote) + " at step " + std::to_string(from) +
+                   (from >= total
                         ? " >= train.steps " + std::to_string(total) + ": already complete, nothing to train"
                         : " of " + std::to_string(total)));
   }

@@ -372,7 +372,7 @@ shard::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(con
     creds = grpc::SslServerCredentials(ssl);
   } else {
     if (!IsLoopbackAddress(opts.listen) && !opts.allow_insecure)
-      return shard::FailedPrecondition("--listen " + opts.listen +
+      return shard::InvalidArgument("--listen " + opts.listen +
                                        " is not a loopback address: give --tls-cert/--tls-key, or "
                                        "--allow-insecure if the network is trusted");
     creds = grpc::InsecureServerCredentials();

@@ -52,7 +52,7 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
     return shard::InvalidArgument("--http-listen " + listen + ": the port is not a number");
   }
   if (!IsLoopbackAddress(listen) && !opts.allow_insecure)
-    return shard::FailedPrecondition("--http-listen " + listen +
+    return shard::InvalidArgument("--http-listen " + listen +
                                      " is not a loopback address (plain HTTP: the admin token would cross the network "
                                      "in clear); use --allow-insecure if the network is trusted");
   std::unique_ptr<HttpServer> s(new HttpServer());

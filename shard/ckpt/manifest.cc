@@ -83,6 +83,10 @@ std::string Manifest::ToJson() const {
   j["shard_count"] = shard_count;
   j["model_hash"] = HashToHex(model_hash);
   j["model_config"] = nlohmann::json::parse(model_config.empty() ? "{}" : model_config);
+  if (!source_config.empty()) {  // checked by the trainer (LlamaConfigFromHfJson); a non-object is left out
+    nlohmann::ordered_json src = nlohmann::ordered_json::parse(source_config, nullptr, false);
+    if (src.is_object()) j["source_config"] = std::move(src);
+  }
   j["units"] = nlohmann::json::array();
   for (const auto& [name, numel] : units) j["units"].push_back({{"name", name}, {"numel", numel}});
   j["files"] = nlohmann::json::array();
@@ -118,6 +122,10 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
     m.model_hash = *hash;
     if (!j.at("model_config").is_object()) return DataLoss(source + ": model_config is not a JSON object");
     m.model_config = j.at("model_config").dump();
+    if (j.contains("source_config")) {
+      if (!j.at("source_config").is_object()) return DataLoss(source + ": source_config is not a JSON object");
+      m.source_config = j.at("source_config").dump();
+    }
     for (const auto& u : j.at("units"))
       m.units.emplace_back(u.at("name").get<std::string>(), JsonInt<int64_t>(u.at("numel"), "numel"));
     for (const auto& f : j.at("files")) {

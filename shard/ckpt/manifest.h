@@ -32,6 +32,10 @@ struct Manifest {
   int shard_count = 1;          // files (one per shard of the shard group)
   uint64_t model_hash = 0;      // LlamaConfig::ShapeHash
   std::string model_config;     // HF config.json text, for export
+  // model.from_hf's own config.json as it was (every key transformers reads:
+  // bos/eos ids, sliding_window, ...), so an export of this step keeps it
+  // (shard/spec/hf_config_export.h). "" for a preset-built model; optional on disk.
+  std::string source_config;
   std::vector<std::pair<std::string, int64_t>> units;  // name, numel
   std::vector<ManifestFile> files;
   // Data position and optimizer/schedule state.

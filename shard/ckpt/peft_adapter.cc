@@ -99,6 +99,16 @@ constexpr UnsupportedPeftKey kUnsupportedPeftKeys[] = {
     {"megatron_config", "Megatron-parallel LoRA layers"},
 };
 
+// adapter_config.json keys shardd reads or that change nothing it computes
+// from a saved adapter (PEFT's LoraConfig and PeftConfig fields): any value
+// reads. A key in neither list (a newer PEFT option, a typo) set to anything
+// but PEFT's default is refused, naming it: it may change the math.
+constexpr const char* kKnownPeftKeys[] = {
+    "peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules", "bias", "use_rslora",
+    "base_model_name_or_path", "revision", "inference_mode", "init_lora_weights", "loftq_config", "auto_mapping",
+    "megatron_core", "runtime_config", "eva_config", "corda_config", "peft_version", "qalora_group_size",
+    "ensure_weight_tying"};
+
 // PEFT's defaults for the keys above: absent, null, false, empty.
 bool PeftDefault(const nlohmann::json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty()) ||
@@ -140,6 +150,21 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
     if (a.cfg.contains(k.key) && !PeftDefault(a.cfg[k.key]))
       return InvalidArgument(a.path + ": " + k.key + " " + Short(a.cfg[k.key]) + ": " + k.why +
                              " (not supported: refused rather than ignored)");
+  // The layers a CAUSAL_LM PeftModel adapts; another task adds heads (a
+  // classifier's score layer) shardd does not have. null: a plain PeftModel.
+  if (a.cfg.contains("task_type") && !a.cfg["task_type"].is_null() && a.cfg["task_type"] != "CAUSAL_LM")
+    return InvalidArgument(a.path + ": task_type " + Short(a.cfg["task_type"]) +
+                           ": only CAUSAL_LM adapters are read (another task adds heads shardd does not have)");
+  for (const auto& [key, value] : a.cfg.items()) {
+    const bool known = std::any_of(std::begin(kKnownPeftKeys), std::end(kKnownPeftKeys),
+                                   [&](const char* k) { return key == k; }) ||
+                       std::any_of(std::begin(kUnsupportedPeftKeys), std::end(kUnsupportedPeftKeys),
+                                   [&](const UnsupportedPeftKey& k) { return key == k.key; });
+    if (!known && !PeftDefault(value))
+      return InvalidArgument(a.path + ": " + key.substr(0, 80) + " " + Short(value) +
+                             ": not a LoRA option shardd knows (refused rather than ignored: it may change what the "
+                             "adapter computes)");
+  }
   if (a.cfg.contains("use_rslora") && !a.cfg["use_rslora"].is_boolean() && !a.cfg["use_rslora"].is_null())
     return InvalidArgument(a.path + ": use_rslora " + Short(a.cfg["use_rslora"]) + " is not true or false");
   const auto& tm = a.cfg.contains("target_modules") ? a.cfg["target_modules"] : nlohmann::json();

@@ -14,4 +14,8 @@ inline std::string FormatNumber(const char* fmt, double v) {
   return buf;
 }
 
+// A number echoed back in an error: at most 6 significant digits, so a typo
+// such as 1e300 reads "1e+300" (std::to_string prints all 301 digits).
+inline std::string BoundedNumber(double v) { return FormatNumber("%.6g", v); }
+
 }  // namespace shard

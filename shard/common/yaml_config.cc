@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -87,8 +88,28 @@ Status CheckTree(const YAML::Node& n, const std::string& file, const std::string
   return OkStatus();
 }
 
+// The length of the UTF-8 sequence at s[i], or 0 when it is not a valid one.
+size_t Utf8SequenceLength(const unsigned char* s, size_t n, size_t i) {
+  const unsigned char c = s[i];
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
+  else return 0;
+  if (i + len > n) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((s[i + k] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i + k] & 0x3F);
+  }
+  static constexpr uint32_t kMinOfLength[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinOfLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
 // Parses text, naming the file and line of any error, and checks the tree.
-StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& name) {
+StatusOr<YAML::Node> ParseDocumentText(const std::string& text, const std::string& name) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -107,17 +128,37 @@ StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& n
 
 }  // namespace
 
+Status CheckUtf8(const std::string& text, const std::string& what) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = Utf8SequenceLength(s, text.size(), i);
+    if (len == 0) {
+      char byte[8];
+      std::snprintf(byte, sizeof(byte), "0x%02X", s[i]);
+      return InvalidArgument(what + ": not valid UTF-8: byte " + byte + " at line " + std::to_string(line) +
+                             ", byte " + std::to_string(i - line_start + 1) + " of the line (save it as UTF-8)");
+    }
+    if (s[i] == '\n') ++line, line_start = i + 1;
+    i += len;
+  }
+  return OkStatus();
+}
+
 YamlMap::YamlMap(YAML::Node node, std::string file, std::string prefix)
     : node_(node), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
 StatusOr<YamlMap> YamlMap::LoadString(const std::string& text, const std::string& name) {
-  ASSIGN_OR_RETURN(YAML::Node root, ParseDocument(text, name));
+  RETURN_IF_ERROR(CheckUtf8(text, name));
+  ASSIGN_OR_RETURN(YAML::Node root, ParseDocumentText(text, name));
   return YamlMap(root, name, "");
 }
 
 StatusOr<YamlMap> YamlMap::LoadFile(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return NotFound("job file " + path + " does not exist");
+  if (!std::filesystem::exists(path, ec)) return NotFound("job file " + path + " does not exist");
+  if (!std::filesystem::is_regular_file(path, ec))  // /dev/zero, a FIFO, a folder: never read
+    return InvalidArgument("job file " + path + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();

@@ -15,6 +15,12 @@
 
 namespace shard {
 
+// Refuses text that is not valid UTF-8 (a stray byte, an overlong form, a
+// surrogate, past U+10FFFF), naming `what`, the line and the byte within it:
+// a job file travels as a protobuf string, which must be UTF-8. Every
+// YamlMap::Load* checks its text, and so does shardctl before it sends one.
+Status CheckUtf8(const std::string& text, const std::string& what);
+
 class YamlMap {
  public:
   // `file` names the source in errors; `prefix` is the dotted path of this map

@@ -64,6 +64,10 @@ StatusOr<PreferenceRow> ParsePreferenceRow(std::string_view line) {
   }
   ASSIGN_OR_RETURN(out.chosen, Reply(row, "chosen", conversational));
   ASSIGN_OR_RETURN(out.rejected, Reply(row, "rejected", conversational));
+  // A pair compares two replies: an empty one is a broken row, not a short answer.
+  for (const auto& [reply, key] : {std::pair{&out.chosen, "chosen"}, std::pair{&out.rejected, "rejected"}})
+    if (reply->content.find_first_not_of(" \t\r\n") == std::string::npos)
+      return InvalidArgument(std::string("\"") + key + "\": the reply is empty (a pair needs two replies to compare)");
   return out;
 }
 

@@ -191,6 +191,8 @@ Status AddRow(const PrepareSftOptions& o, bool pairs, RowResult& row, PreparedHe
       ++h.overlong_pairs_dropped;
       return OkStatus();
     }
+    if (pair.chosen.tokens == pair.rejected.tokens && pair.chosen.mask == pair.rejected.mask)
+      ++h.identical_pairs;  // kept (a valid row), but its margin is 0 at every step: reported once
     RETURN_IF_ERROR(writer.Add(pair.chosen));
     return writer.Add(pair.rejected);
   }
@@ -245,7 +247,9 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
         }
         continue;
       }
+      const int64_t identical = h.identical_pairs;
       RETURN_IF_ERROR(AddRow(o, pairs, results[i], h, *writer));
+      if (identical == 0 && h.identical_pairs > 0) res.identical_pairs_first_line = line_no[i];
     }
   }
   if (h.bad_rows_skipped > 0)
@@ -253,6 +257,9 @@ StatusOr<PrepareSftResult> PrepareSftData(const PrepareSftOptions& o, const Toke
   if (h.overlong_pairs_dropped > 0)
     LOG_WARN("{}: left out {} pairs longer than seq_len + 1 = {} tokens (overlong {}) or with a reply cut to no "
              "target", o.input, h.overlong_pairs_dropped, o.seq_len + 1, h.overlong);
+  if (h.identical_pairs > 0)
+    LOG_WARN("{}: {} pairs have the same chosen and rejected reply (the first at line {}); they train nothing",
+             o.input, h.identical_pairs, res.identical_pairs_first_line);
   auto st = writer->Finish(h);
   if (!st.ok()) return st.WithContext("prepare-data " + o.out + " from " + o.input);
   ASSIGN_OR_RETURN(PreparedDataset check,

@@ -46,6 +46,7 @@ struct PrepareSftResult {
   PreparedHeader header;
   double seconds = 0;
   std::vector<std::string> bad_rows;  // "FILE:LINE: problem" of the first skipped rows
+  int64_t identical_pairs_first_line = 0;  // the line of the first pair whose replies are the same (0: none)
 };
 
 // INVALID_ARGUMENT when an output file (PREFIX.tokens/.mask/.index/.json or

@@ -53,7 +53,8 @@ std::string PreparedHeader::ToJson() const {
   if (has_file_hashes)
     j["files"] = {{"tokens_xxh64", HashToHex(tokens_hash)}, {"mask_xxh64", HashToHex(mask_hash)},
                   {"index_xxh64", HashToHex(index_hash)}};
-  if (pairs) j["pairs"] = {{"overlong", overlong}, {"overlong_dropped", overlong_pairs_dropped}};
+  if (pairs)
+    j["pairs"] = {{"overlong", overlong}, {"overlong_dropped", overlong_pairs_dropped}, {"identical", identical_pairs}};
   return j.dump(2) + "\n";
 }
 
@@ -100,6 +101,7 @@ StatusOr<PreparedHeader> PreparedHeader::FromJson(const std::string& text, const
       h.pairs = true;
       h.overlong = j["pairs"].value("overlong", "");
       h.overlong_pairs_dropped = JsonIntOr<int64_t>(j["pairs"], "overlong_dropped", 0);
+      h.identical_pairs = JsonIntOr<int64_t>(j["pairs"], "identical", 0);
       if (h.num_samples % 2 != 0)
         return DataLoss(origin + ": a dataset of pairs holds an odd number of samples (" +
                         std::to_string(h.num_samples) + ")");

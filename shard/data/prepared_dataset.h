@@ -63,6 +63,7 @@ struct PreparedHeader {
   bool pairs = false;
   std::string overlong;            // pairs: truncate | drop, as applied
   int64_t overlong_pairs_dropped = 0;
+  int64_t identical_pairs = 0;     // pairs: chosen renders as rejected (trains nothing); kept
   int64_t num_pairs() const { return pairs ? num_samples / 2 : 0; }
 
   std::string ToJson() const;

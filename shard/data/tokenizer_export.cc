@@ -9,6 +9,7 @@
 #include "shard/data/chat_format.h"
 #include "shard/data/generation_config.h"
 #include "shard/data/tokenizer.h"
+#include "shard/spec/hf_config_export.h"
 
 namespace shard {
 namespace {
@@ -86,6 +87,24 @@ StatusOr<std::vector<std::string>> ExportJobTokenizer(const DataConfig& data, co
     RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / name).string(), bytes));
     written.push_back(name);
   }
+  return written;
+}
+
+StatusOr<std::vector<std::string>> WriteExportedConfigs(const std::string& out_dir, const LlamaConfig& model,
+                                                        const std::string& source_config, DType dtype,
+                                                        const std::vector<std::string>& tokenizer_files) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> written;
+  ASSIGN_OR_RETURN(std::string config, ExportedHfConfigJson(model, source_config, dtype, "the source config.json"));
+  RETURN_IF_ERROR(WriteFileAtomic((fs::path(out_dir) / "config.json").string(), config));
+  written.push_back("config.json");
+  const fs::path gen = fs::path(out_dir) / "generation_config.json";
+  // The model's own, or the tokenizer's (ExportTokenizerFiles), when written.
+  if (std::find(tokenizer_files.begin(), tokenizer_files.end(), "generation_config.json") != tokenizer_files.end())
+    return written;
+  ASSIGN_OR_RETURN(std::string text, GenerationConfigFromModelConfig(config, "config.json"));
+  RETURN_IF_ERROR(WriteFileAtomic(gen.string(), text));
+  written.push_back("generation_config.json");
   return written;
 }
 

@@ -15,6 +15,8 @@
 
 #include "shard/common/status.h"
 #include "shard/spec/data_config.h"
+#include "shard/spec/llama_config.h"
+#include "shard/tensor/dtype.h"
 
 namespace shard {
 
@@ -43,5 +45,15 @@ StatusOr<std::vector<std::string>> ExportChatTokenizer(const std::string& tokeni
 // ids: nothing.
 StatusOr<std::vector<std::string>> ExportJobTokenizer(const DataConfig& data, const std::string& from_hf,
                                                       int64_t model_vocab_size, const std::string& out_dir);
+
+// The config half of an exported HF folder, written after the weights and
+// the tokenizer files: config.json (ExportedHfConfigJson: the source's own
+// when source_config is set, else the engine's), and generation_config.json
+// when the tokenizer export (its returned names: tokenizer_files) wrote none
+// — as save_pretrained does, derived from that config.json (bos/eos/pad ids),
+// so every exported folder has one. Returns the file names written.
+StatusOr<std::vector<std::string>> WriteExportedConfigs(const std::string& out_dir, const LlamaConfig& model,
+                                                        const std::string& source_config, DType dtype,
+                                                        const std::vector<std::string>& tokenizer_files);
 
 }  // namespace shard

@@ -8,6 +8,7 @@
 #include "shard/ckpt/hf_weights.h"
 #include "shard/common/file_util.h"
 #include "shard/common/finite_scan.h"
+#include "shard/spec/hf_config_export.h"
 
 namespace shard {
 namespace {
@@ -89,7 +90,7 @@ Status ExportHf(const std::string& dir, const LlamaConfig& config, const ParamLa
     for (const auto& t : layout.units[u].tensors) RETURN_IF_ERROR(writer.Write(t.hf_name, buf.data() + t.offset));
   }
   RETURN_IF_ERROR(writer.Finish());
-  std::string cfg = config.ToHfConfigJson();
+  ASSIGN_OR_RETURN(std::string cfg, ExportedHfConfigJson(config, /*source_config=*/"", dtype, "config"));
   return WriteFileAtomic((std::filesystem::path(dir) / "config.json").string(), cfg);
 }
 

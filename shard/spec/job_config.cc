@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "shard/common/file_util.h"
+#include "shard/common/format_number.h"
 #include "shard/common/yaml_config.h"
 #include "shard/spec/elastic_world.h"
 #include "shard/spec/loss_scale.h"
@@ -83,7 +84,7 @@ Status RestartConfig::Validate() const {
     if (ok) return OkStatus();
     return InvalidArgument(std::string("restart.") + key + " must be a number in " + (lo_open ? "(" : "[") +
                            std::to_string(static_cast<int64_t>(lo)) + ", " + std::to_string(static_cast<int64_t>(hi)) +
-                           "] seconds, got " + std::to_string(v));
+                           "] seconds, got " + BoundedNumber(v));
   };
   RETURN_IF_ERROR(in("backoff_s", backoff_s, 0, false, 86400));
   RETURN_IF_ERROR(in("heartbeat_timeout_s", heartbeat_timeout_s, 0, true, 86400));
@@ -91,12 +92,26 @@ Status RestartConfig::Validate() const {
   if (min_world_size < 0)
     return InvalidArgument("restart.min_world_size must be >= 1 (or 0: parallel.world_size), got " +
                            std::to_string(min_world_size));
+  // An elastic restart is a restart: with none allowed it can never happen.
+  if (min_world_size > 0 && max_restarts == 0)
+    return InvalidArgument("restart.min_world_size " + std::to_string(min_world_size) +
+                           " with restart.max_restarts 0: a smaller world is only ever used by a restart; allow "
+                           "restarts (max_restarts >= 1) or drop min_world_size");
   return in("hang_timeout_s", hang_timeout_s, 0, true, 30 * 86400);
 }
 
 Status JobConfig::Validate() const {
   // The one rule for names every entry point shares (shardctl launch,
   // standalone workers, the coordinator): a plain file name (not empty).
+  for (size_t i = 0; i < name.size(); ++i) {  // echoed raw, a NUL would cut the message (and the name) short
+    const auto ch = static_cast<unsigned char>(name[i]);
+    if (ch < 0x20 || ch == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof(code), "0x%02X", ch);
+      return InvalidArgument(std::string("name: control character ") + code + " at position " + std::to_string(i + 1) +
+                             "; a job name is a plain file name (letters, digits, '.', '_', '-')");
+    }
+  }
   RETURN_IF_ERROR(CheckPlainName("name", name, kMaxJobNameLength));
   if (priority < kMinPriority || priority > kMaxPriority)
     return InvalidArgument("priority: " + std::to_string(priority) + " is outside " + std::to_string(kMinPriority) +

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shard/common/file_util.h"
+#include "shard/common/format_number.h"
 #include "shard/common/json_object.h"
 
 namespace shard {
@@ -49,12 +50,12 @@ Status LlamaConfig::Validate() const {
     // NaN there trains on NaN frequencies (loss -nan, exit 0).
     const RopeScaling& s = rope_scaling;
     auto pos = [](double v) { return std::isfinite(v) && v > 0; };
-    if (!pos(s.factor)) return bad("rope_scaling.factor must be a finite number > 0, got " + std::to_string(s.factor));
+    if (!pos(s.factor)) return bad("rope_scaling.factor must be a finite number > 0, got " + BoundedNumber(s.factor));
     if (!pos(s.low_freq_factor))
-      return bad("rope_scaling.low_freq_factor must be a finite number > 0, got " + std::to_string(s.low_freq_factor));
+      return bad("rope_scaling.low_freq_factor must be a finite number > 0, got " + BoundedNumber(s.low_freq_factor));
     if (!pos(s.high_freq_factor) || !(s.high_freq_factor > s.low_freq_factor))
       return bad("rope_scaling.high_freq_factor must be finite and > low_freq_factor (" +
-                 std::to_string(s.low_freq_factor) + "), got " + std::to_string(s.high_freq_factor));
+                 BoundedNumber(s.low_freq_factor) + "), got " + BoundedNumber(s.high_freq_factor));
     if (s.original_max_position_embeddings <= 0)
       return bad("rope_scaling.original_max_position_embeddings must be > 0, got " +
                  std::to_string(s.original_max_position_embeddings));

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "shard/common/format_number.h"
+
 namespace shard {
 
 const char* LossScaleModeName(LossScaleMode mode) {
@@ -20,19 +22,19 @@ Status LossScalerOptions::Validate() const {
   auto positive = [](double x) { return std::isfinite(x) && x > 0; };
   if (mode == LossScaleMode::kOff) return OkStatus();
   if (!positive(init_scale) || !std::isnormal(init_scale))
-    return InvalidArgument("loss scale " + std::to_string(init_scale) + " must be a positive, finite, normal number");
+    return InvalidArgument("loss scale " + BoundedNumber(init_scale) + " must be a positive, finite, normal number");
   if (mode == LossScaleMode::kStatic) return OkStatus();
   if (growth_interval < 1) return InvalidArgument("loss scale window must be >= 1, got " + std::to_string(growth_interval));
   if (!positive(growth_factor) || growth_factor <= 1.0)
-    return InvalidArgument("loss scale growth factor must be > 1, got " + std::to_string(growth_factor));
+    return InvalidArgument("loss scale growth factor must be > 1, got " + BoundedNumber(growth_factor));
   if (!positive(backoff_factor) || backoff_factor >= 1.0)
-    return InvalidArgument("loss scale backoff factor must be in (0, 1), got " + std::to_string(backoff_factor));
+    return InvalidArgument("loss scale backoff factor must be in (0, 1), got " + BoundedNumber(backoff_factor));
   if (!std::isnormal(min_scale) || min_scale <= 0 || !positive(max_scale) || min_scale > max_scale)
-    return InvalidArgument("loss scale bounds [" + std::to_string(min_scale) + ", " + std::to_string(max_scale) +
+    return InvalidArgument("loss scale bounds [" + BoundedNumber(min_scale) + ", " + BoundedNumber(max_scale) +
                            "] must be positive normal numbers, low <= high");
   if (init_scale < min_scale || init_scale > max_scale)
-    return InvalidArgument("initial loss scale " + std::to_string(init_scale) + " is outside [" +
-                           std::to_string(min_scale) + ", " + std::to_string(max_scale) + "]");
+    return InvalidArgument("initial loss scale " + BoundedNumber(init_scale) + " is outside [" +
+                           BoundedNumber(min_scale) + ", " + BoundedNumber(max_scale) + "]");
   return OkStatus();
 }
 

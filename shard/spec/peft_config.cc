@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shard/common/format_number.h"
 #include "shard/common/yaml_config.h"
 #include "shard/spec/yaml_enum.h"
 
@@ -30,9 +31,9 @@ Status PeftConfig::Validate() const {
   if (!enabled()) return OkStatus();
   if (r < 1 || r > 4096) return InvalidArgument("peft.r must be in [1, 4096], got " + std::to_string(r));
   if (!std::isfinite(alpha) || alpha <= 0)
-    return InvalidArgument("peft.alpha must be a positive number, got " + std::to_string(alpha));
+    return InvalidArgument("peft.alpha must be a positive number, got " + BoundedNumber(alpha));
   if (!(dropout >= 0 && dropout < 1))
-    return InvalidArgument("peft.dropout must be in [0, 1), got " + std::to_string(dropout));
+    return InvalidArgument("peft.dropout must be in [0, 1), got " + BoundedNumber(dropout));
   if (target_modules.empty()) return InvalidArgument("peft.target_modules must name at least one linear layer");
   if (method == PeftMethod::kQlora) {
     // A power of two keeps blocks aligned with the two-codes-per-byte packing

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "shard/common/format_number.h"
 #include "shard/common/yaml_config.h"
 #include "shard/spec/yaml_enum.h"
 
@@ -11,12 +12,12 @@ namespace shard {
 Status PreferenceConfig::Validate() const {
   if (!enabled()) return OkStatus();
   if (!std::isfinite(beta) || beta <= 0)
-    return InvalidArgument("preference.beta must be a positive number, got " + std::to_string(beta));
+    return InvalidArgument("preference.beta must be a positive number, got " + BoundedNumber(beta));
   // 0.5 makes the loss symmetric in chosen and rejected: no gradient at all.
   if (!(label_smoothing >= 0 && label_smoothing < 0.5))
-    return InvalidArgument("preference.label_smoothing must be in [0, 0.5), got " + std::to_string(label_smoothing));
+    return InvalidArgument("preference.label_smoothing must be in [0, 0.5), got " + BoundedNumber(label_smoothing));
   if (!std::isfinite(orpo_lambda) || orpo_lambda < 0)
-    return InvalidArgument("preference.orpo_lambda must be a number >= 0, got " + std::to_string(orpo_lambda));
+    return InvalidArgument("preference.orpo_lambda must be a number >= 0, got " + BoundedNumber(orpo_lambda));
   return OkStatus();
 }
 

@@ -4,12 +4,14 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
 #include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
+#include "shard/common/file_util.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
@@ -91,10 +93,22 @@ Status Trainer::ChooseResume() {
   return OkStatus();
 }
 
+namespace {
+
+// model.from_hf's config: as the engine reads it, and its text as it is (kept
+// for export: every checkpoint's manifest carries it, shard/spec/hf_config_export.h).
+StatusOr<LlamaConfig> HfModelConfig(const std::string& from_hf, std::string* text) {
+  ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHfDir(from_hf));
+  ASSIGN_OR_RETURN(*text, ReadFileToString((std::filesystem::path(from_hf) / "config.json").string()));
+  return config;
+}
+
+}  // namespace
+
 Status Trainer::Init() {
   LlamaConfig config;
   if (!job_.model.from_hf.empty()) {
-    ASSIGN_OR_RETURN(config, LlamaConfigFromHfDir(job_.model.from_hf));
+    ASSIGN_OR_RETURN(config, HfModelConfig(job_.model.from_hf, &source_config_));
   } else {
     ASSIGN_OR_RETURN(config, LlamaPreset(job_.model.preset));
   }
@@ -324,6 +338,7 @@ Manifest Trainer::RunState() const {
   m.shard_count = shard_count_;
   m.model_hash = model_->config().ShapeHash();
   m.model_config = model_->config().ToHfConfigJson();
+  m.source_config = source_config_;
   for (const auto& u : model_->layout().units) m.units.emplace_back(u.name, u.numel);
   m.samples_seen = samples_seen_;
   m.seed = job_.train.seed;
@@ -496,11 +511,18 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     // The tokenizer the data was made with goes along (a token-stream job's:
     // model.from_hf's), so the folder loads as it is, and generation stops at
     // the data's chat-template end of turn.
-    if (dist_.rank == 0)
-      RETURN_IF_ERROR(
-          ExportJobTokenizer(job_.data, job_.model.from_hf, model_->config().vocab_size, job_.export_.hf_dir)
-              .status()
-              .WithContext("export.hf_dir"));
+    if (dist_.rank == 0) {
+      StatusOr<std::vector<std::string>> tok_files =
+          ExportJobTokenizer(job_.data, job_.model.from_hf, model_->config().vocab_size, job_.export_.hf_dir);
+      RETURN_IF_ERROR(tok_files.status().WithContext("export.hf_dir"));
+      // The source's config.json (only the dtype changed) and a generation
+      // config; a peft: adapter folder (no merge) has neither.
+      if (!job_.peft.enabled() || job_.export_.merge)
+        RETURN_IF_ERROR(WriteExportedConfigs(job_.export_.hf_dir, model_->config(), source_config_,
+                                             job_.export_.dtype, *tok_files)
+                            .status()
+                            .WithContext("export.hf_dir"));
+    }
     if (dist_.rank == 0)
       LOG_INFO("exported the model{} to {} ({})", nothing_trained_ ? " (the resumed checkpoint's weights, untrained)" : "",
                job_.export_.hf_dir, DTypeName(job_.export_.dtype));

@@ -247,6 +247,7 @@ class Trainer {
   ResumeChoice resume_;         // checkpoint.resume resolved in Init ("" step_dir = from scratch)
   std::string resumed_from_;    // the step directory resumed from, "" = none
   CheckpointTier resumed_tier_ = CheckpointTier::kDisk;
+  std::string source_config_;   // model.from_hf's config.json as read ("" for a preset), for export
   std::string memory_dir_;      // the memory tier's job folder ("" = no memory tier)
   bool nothing_trained_ = false;
   // Host staging and device copies of one micro-batch.

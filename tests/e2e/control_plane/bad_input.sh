@@ -20,6 +20,26 @@ expect_error "malformed.yaml" ctl submit "$T/malformed.yaml"
 expect_error "slurm" ctl submit "$good" --set resources.launcher=slurm
 expect_error "the planner says this job cannot run" ctl submit "$good" --set model.preset=llama3-70b
 expect_error "UNAUTHENTICATED" ctl --token wrong-token list
+# A job file that is not UTF-8, or a control character in its name: one line
+# naming it (not a libprotobuf error, then "UNIMPLEMENTED: submit: "), and
+# nothing after a NUL cut off.
+cp "$good" "$T/latin1.yaml" && printf '# caf\xe9\n' >> "$T/latin1.yaml"
+out=$(ctl submit "$T/latin1.yaml" 2>&1) && fail "a Latin-1 job file was accepted"
+[ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "latin1.yaml: not valid UTF-8: byte 0xE9 at line" ||
+  fail "invalid UTF-8: $out"
+expect_error "\-\-set name: not valid UTF-8" ctl submit "$good" --set "name=$(printf 'a\xffb')"
+sed 's/^name: .*/name: "a\\0b"/' "$good" > "$T/nul.yaml"
+out=$(ctl submit "$T/nul.yaml" 2>&1) && fail "a NUL in the name was accepted"
+echo "$out" | grep -q "name: control character 0x00 at position 2; a job name is a plain file name" ||
+  fail "NUL in name: $out"
+# Restarts: an elastic size with no restarts, a wait past the registration
+# timeout, and 1e300 echoed short.
+expect_error "restart.min_world_size 1 with restart.max_restarts 0" ctl submit "$good" \
+  --set resources.device=cuda --set restart.max_restarts=0 --set restart.min_world_size=1
+expect_error "elastic_wait_s 1000 s is longer than this coordinator's registration timeout" ctl submit "$good" \
+  --set resources.device=cuda --set restart.min_world_size=1 --set restart.elastic_wait_s=1000
+out=$(ctl submit "$good" --set restart.backoff_s=1e300 2>&1) && fail "backoff_s 1e300 was accepted"
+echo "$out" | grep -q "got 1e+300" && [ "${#out}" -lt 300 ] || fail "1e300 echoed unbounded: ${out:0:400}"
 expect_error "no job" ctl status nosuchjob-1
 # shardctl's flags over a closed set read the job file's table: same choices, same words.
 printf '%s\n' '{"prompt":"1+1=","response":"2"}' > "$T/rows.jsonl"

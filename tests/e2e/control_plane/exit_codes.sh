@@ -5,7 +5,9 @@
 # on this host"); a malformed --coordinator is a usage error, not an offline
 # view; report --out DIR, generate --prompt "" name what is wrong; and a job
 # whose data cannot produce a target within seq_len fails at once (the
-# worker's "can never run" exit 2), without spending its restarts.
+# worker's "can never run" exit 2), without spending its restarts. Also exit 2:
+# a non-loopback --listen/--http-listen without TLS, a path outside
+# --allowed-root, `plan /dev/zero` (issue 39 item 12).
 source "$(dirname "$0")/lib.sh"
 W=$BIN/worker/shardd-worker
 expect_rc() {  # expect_rc CODE PATTERN CMD...: exit code CODE, PATTERN in stderr+stdout
@@ -29,12 +31,34 @@ expect_rc 2 "model_type 'gpt2' is not supported" "$CTL_BIN" plan "$gpt2"
 # generate: a given but empty prompt is named.
 expect_rc 2 "\-\-prompt is empty" "$CTL_BIN" generate --model "$T/gpt2" --prompt ""
 
-# Against a coordinator whose host has one CPU slot.
-start_shardd 0 --cpu-slots 1
+# A non-loopback listen address without TLS is a usage error (issue 39 item 12).
+expect_rc 2 "not a loopback address" "$SHARDD" --state-dir "$T/plain-grpc" --listen 0.0.0.0:0 --http-listen ""
+expect_rc 2 "not a loopback address" "$SHARDD" --state-dir "$T/plain-http" --listen 127.0.0.1:0 \
+  --http-listen 0.0.0.0:0
+# A job file that is not a regular file is named, never read.
+expect_rc 2 "job file /dev/zero is not a regular file" "$CTL_BIN" plan /dev/zero
+
+# Against a coordinator whose host has one CPU slot, confined to $T.
+start_shardd 0 --cpu-slots 1 --allowed-root "$T"
+# A path outside the allowed roots is bad input, not a failure.
+expect_rc 2 "outside the coordinator's allowed roots" ctl submit "$(make_job roots)" \
+  --set "checkpoint.dir=$T/../escape-$$"
 job=$(make_job codes)
 expect_rc 2 "can never run on this host" ctl submit "$job"
 id=$(ctl submit "$job" --set parallel.world_size=1 --set train.global_batch=4) || fail "submit"
 expect_rc 0 "SUCCEEDED" ctl watch "$id"
+# The same events as JSON, one object a line (issue 39 item 12).
+ctl watch "$id" --json > "$T/events.jsonl" || fail "watch --json of a succeeded job exited non-zero"
+python3 - "$T/events.jsonl" <<'PY' || fail "watch --json: $(head -c 600 "$T/events.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = {"seq", "job_id", "unix_ms", "time", "attempt", "kind", "state", "message"}
+assert rows and all(set(r) == keys for r in rows), rows[:2]
+kinds = [r["kind"] for r in rows]
+assert kinds[0] == "submitted" and "succeeded" in kinds and "progress" not in kinds, kinds
+assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows), rows
+assert all(r["time"].endswith("Z") for r in rows), rows[0]
+PY
 expect_rc 2 "has ranks 0..0" ctl logs "$id" --rank 99
 mkdir -p "$T/reportdir"
 expect_rc 2 "\-\-out $T/reportdir is a directory" ctl report "$id" --out "$T/reportdir"

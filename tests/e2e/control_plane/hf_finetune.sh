@@ -65,6 +65,16 @@ python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); assert g["eos_token
 ctl export "ckpt/$name/step_00000030" --out out/cli --tokenizer hf > /dev/null || fail "export --tokenizer hf"
 cmp "$T/out/cli/generation_config.json" "$T/out/hf/generation_config.json" ||
   fail "export --tokenizer wrote another generation_config.json: $(cat "$T/out/cli/generation_config.json")"
+# Both exports keep the base folder's own config.json: every key and value
+# (eos_token_id, initializer_range, ...) but torch_dtype (issue 39 item 11).
+python3 - "$T/hf/config.json" "$T/out/hf/config.json" "$T/out/cli/config.json" <<'PY' ||
+import json, sys
+src, run, cli = (json.load(open(p)) for p in sys.argv[1:])
+for out in (run, cli):
+    assert set(out) == set(src), (sorted(set(src) ^ set(out)))
+    assert all(out[k] == src[k] for k in src if k != "torch_dtype"), [k for k in src if out[k] != src[k]]
+PY
+  fail "the exported config.json is not the base's: $(cat "$T/out/hf/config.json")"
 out=$(ctl export "ckpt/$name/step_00000030" --out out/cli2 --tokenizer hf --template llama3 2>&1) &&
   fail "export --template llama3 succeeded with a ChatML tokenizer: $out"
 grep -q "has no special token <|begin_of_text|>" <<< "$out" || fail "export --template llama3: unclear error: $out"

@@ -138,6 +138,36 @@ TEST_F(PeftAdapterTest, UnimplementedOptionsAreRefusedByName) {
   EXPECT_TRUE(Read().ok()) << Read().ToString();
 }
 
+// task_type other than CAUSAL_LM, and a key shardd does not know set to a
+// value (not PEFT's default), are refused naming the key; a real PEFT 0.13
+// config's other keys (their defaults) read.
+TEST_F(PeftAdapterTest, TaskTypeAndUnknownKeysAreRefusedByName) {
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"task_type", "SEQ_CLS"}, {"task_type", "TOKEN_CLS"}, {"lora_magic_scale", 2.0}, {"new_peft_option", true}};
+  for (const auto& [key, value] : cases) {
+    nlohmann::json c = cfg_;
+    c[key] = value;
+    WriteConfig(c);
+    for (const Status& st : {Read(), ReadPeftAdapterConfig(dir_).status()}) {
+      ASSERT_FALSE(st.ok()) << key << " " << value.dump();
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("adapter_config.json: " + key + " "), std::string::npos) << st.ToString();
+    }
+  }
+  nlohmann::json c = cfg_;
+  c.update(nlohmann::json::parse(R"({"auto_mapping": null, "revision": null, "inference_mode": true,
+      "init_lora_weights": true, "loftq_config": {}, "megatron_core": "megatron.core", "use_dora": false,
+      "layer_replication": null, "runtime_config": {"ephemeral_gpu_offload": false}, "eva_config": null,
+      "corda_config": null, "lora_bias": false, "exclude_modules": null, "trainable_token_indices": null,
+      "qalora_group_size": 16, "use_qalora": false, "peft_version": "0.17.0", "some_future_flag": false,
+      "task_type": "CAUSAL_LM"})"));
+  WriteConfig(c);
+  EXPECT_TRUE(Read().ok()) << Read().ToString();
+  c["task_type"] = nullptr;  // a plain PeftModel: the same layers
+  WriteConfig(c);
+  EXPECT_TRUE(Read().ok()) << Read().ToString();
+}
+
 TEST_F(PeftAdapterTest, AModuleThatIsNotAdaptedIsRefused) {
   nlohmann::json c = cfg_;
   c["target_modules"] = {"q_proj", "v_proj", "lm_head"};

@@ -97,6 +97,40 @@ TEST(PreferenceRows, BadRowsSayWhatIsWrong) {
   }
 }
 
+// An empty reply is refused with its line (a pair needs two replies); a pair
+// whose replies are the same trains nothing: counted, reported once, kept.
+TEST(PreferencePrepare, EmptyRepliesAreRefusedAndSameRepliesCounted) {
+  for (const char* row : {R"({"prompt":"p","chosen":"","rejected":"b"})", R"({"prompt":"p","chosen":"a","rejected":" "})",
+                          R"({"prompt":[{"role":"user","content":"p"}],"chosen":[{"role":"assistant","content":""}],)"
+                          R"("rejected":[{"role":"assistant","content":"b"}]})"}) {
+    auto r = ParsePreferenceRow(row);
+    ASSERT_FALSE(r.ok()) << row;
+    EXPECT_NE(r.status().message().find("reply is empty"), std::string::npos) << r.status().ToString();
+  }
+  const std::string dir = testing_data::TempDir("pairs_empty");
+  const std::string in = dir + "/pairs.jsonl";
+  WriteText(in, R"({"prompt":"a","chosen":"b","rejected":"c"})" "\n"
+                R"({"prompt":"a","chosen":"same","rejected":"same"})" "\n"
+                R"({"prompt":"d","chosen":"x","rejected":"x"})" "\n"
+                R"({"prompt":"e","chosen":"","rejected":"y"})" "\n");
+  PrepareSftOptions o;
+  o.input = in;
+  o.tokenizer = "byte";
+  o.chat_template = "plain";
+  o.seq_len = 32;
+  o.out = dir + "/prep";
+  auto bad = PrepareSftData(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(in + ":4: \"chosen\": the reply is empty"), std::string::npos)
+      << bad.status().ToString();
+  o.bad_rows = BadRows::kSkip;
+  auto r = PrepareSftData(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->header.identical_pairs, 2);
+  EXPECT_EQ(r->header.num_samples, 6);  // kept: they are valid, only useless
+  EXPECT_EQ(r->identical_pairs_first_line, 2);
+}
+
 // Byte tokenizer + plain: <s> prompt reply </s>, reply and </s> the targets,
 // token for token what an SFT prompt/response row of the same texts gives.
 TEST(PreferenceRender, AsSftRendersPromptAndReply) {

@@ -4,6 +4,8 @@
 // launcher sees them.
 #include "shard/spec/job_config.h"
 
+#include "shard/common/yaml_config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -420,6 +422,53 @@ TEST(OptimSectionTest, HyperParametersArePointedToTrain) {
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("optim.bogus: unknown key (known here: state_dtype)"), std::string::npos)
       << other.status().ToString();
+}
+
+}  // namespace
+}  // namespace shard
+
+namespace shard {
+namespace {
+
+// Issue 39 item 12: what a careless job file meets, one clean line each.
+TEST(JobFileInputTest, InvalidUtf8IsRefusedWithItsLine) {
+  std::string yaml = Job("  device: cpu\n", 2);
+  yaml += "# caf\xE9\n";  // Latin-1, not UTF-8
+  ExpectRefused(yaml, {"job.yaml: not valid UTF-8", "byte 0xE9 at line 8"});
+  ExpectRefused(Job("  device: cpu\n", 2) + "# \xED\xA0\x80\n", {"not valid UTF-8", "0xED"});  // a surrogate
+  ExpectRefused(Job("  device: cpu\n", 2) + "# \xC0\xAF\n", {"not valid UTF-8"});               // overlong '/'
+  EXPECT_TRUE(CheckUtf8("caf\xC3\xA9 \xF0\x9F\x99\x82", "x").ok());
+}
+
+TEST(JobFileInputTest, AControlCharacterInTheNameIsNamedNotEchoed) {
+  std::string yaml = Job("  device: cpu\n", 2);
+  yaml.replace(0, yaml.find('\n'), "name: \"a\\0b\"");
+  auto job = ParseJobConfig(yaml, "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().message().find('\0'), std::string::npos);
+  EXPECT_TRUE(Contains(job.status().message(), "name: control character 0x00 at position 2"))
+      << job.status().ToString();
+}
+
+TEST(JobFileInputTest, ANonRegularJobFileIsNamed) {
+  auto job = LoadJobConfig("/dev/zero");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(job.status().message(), "job file /dev/zero is not a regular file")) << job.status().ToString();
+}
+
+TEST(RestartSectionTest, ElasticSizeWithoutRestartsIsRefused) {
+  std::string yaml = Job("  device: cuda\n", 2) + "restart: {max_restarts: 0, min_world_size: 1}\n";
+  ExpectRefused(yaml, {"restart.min_world_size 1 with restart.max_restarts 0"});
+  EXPECT_TRUE(ParseJobConfig(Job("  device: cuda\n", 2) + "restart: {max_restarts: 1, min_world_size: 1}\n",
+                             "job.yaml").ok());
+}
+
+TEST(RestartSectionTest, AHugeNumberIsEchoedBounded) {
+  auto job = ParseJobConfig(Job("  device: cpu\n", 2) + "restart: {backoff_s: 1e300}\n", "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(Contains(job.status().message(), "got 1e+300")) << job.status().ToString();
+  EXPECT_LT(job.status().message().size(), 200u) << job.status().ToString();
 }
 
 }  // namespace

@@ -9,6 +9,10 @@
 #include <map>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "shard/ckpt/manifest.h"
+#include "shard/common/file_util.h"
 #include "shard/model/hf_io.h"
 #include "shard/train/trainer.h"
 #include "tests/unit/train/phrase_tokens.h"
@@ -151,6 +155,55 @@ TEST(TrainerTest, TokenStreamJobFromHfExportsTheFoldersTokenizer) {
     ASSERT_TRUE(in.good()) << "the export lacks " << name;
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << name;
   }
+}
+
+// A job from an HF folder exports that folder's config.json (every key and
+// value, only torch_dtype changed), in the trainer's export and in each
+// committed step's manifest (what shardctl export writes from), and a
+// generation_config.json derived from it when the folder had none.
+TEST(TrainerTest, ExportKeepsTheSourceConfigAndWritesAGenerationConfig) {
+  std::string tokens = MakeTokens("cfg_export", 8000, 512);
+  const std::string hf = testing::TempDir() + "/trainer_cfg_export_hf";
+  const std::string out = testing::TempDir() + "/trainer_cfg_export_out";
+  const std::string ckpt = testing::TempDir() + "/trainer_cfg_export_ckpt";
+  for (const auto& d : {hf, out, ckpt}) fs::remove_all(d);
+  {
+    auto job = ParseJobConfig(Job(tokens, "export: {hf_dir: " + hf + "}\n"), "job.yaml", {"train.steps=1"});
+    ASSERT_TRUE(job.ok());
+    auto t = Trainer::Create(*job);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*t)->Run().ok());
+  }
+  fs::remove(hf + "/generation_config.json");
+  nlohmann::ordered_json src = nlohmann::ordered_json::parse(std::ifstream(hf + "/config.json"));
+  src["bos_token_id"] = 1, src["eos_token_id"] = 2, src["initializer_range"] = 0.02, src["use_cache"] = true;
+  src["attention_dropout"] = 0.0, src["torch_dtype"] = "bfloat16", src["transformers_version"] = "4.44.0";
+  std::ofstream(hf + "/config.json") << src.dump(2);
+  auto job = ParseJobConfig(Job(tokens), "job.yaml",
+                            {"model.preset=", "model.from_hf=" + hf, "train.steps=1", "export.hf_dir=" + out,
+                             "checkpoint.dir=" + ckpt, "checkpoint.every_steps=1"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto t = Trainer::Create(*job);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run().ok());
+  const auto got = nlohmann::ordered_json::parse(std::ifstream(out + "/config.json"));
+  std::vector<std::string> src_keys, got_keys;
+  for (const auto& [k, v] : src.items()) src_keys.push_back(k);
+  for (const auto& [k, v] : got.items()) got_keys.push_back(k);
+  EXPECT_EQ(got_keys, src_keys);
+  for (const auto& [k, v] : src.items())
+    if (k != "torch_dtype") EXPECT_EQ(got.at(k), v) << k;
+  EXPECT_EQ(got.at("torch_dtype"), "float32");
+  std::ifstream gen_in(out + "/generation_config.json");
+  ASSERT_TRUE(gen_in.good()) << "the export lacks generation_config.json";
+  const auto gen = nlohmann::json::parse(gen_in);
+  EXPECT_EQ(gen.at("bos_token_id"), 1);
+  EXPECT_EQ(gen.at("eos_token_id"), 2);
+  auto committed = ReadFileToString(ckpt + "/t/step_00000001/COMMITTED");
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  auto m = Manifest::FromJson(*committed, "COMMITTED");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(m->source_config), nlohmann::json(src));
 }
 
 // A save never writes through a link: a step folder that links to another

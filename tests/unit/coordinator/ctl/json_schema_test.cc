@@ -95,5 +95,25 @@ TEST(JsonSchemaTest, CheckpointsFromJobAndDirectoryShareOneShape) {
   EXPECT_EQ(CheckpointObject(FromCheckpointInfo(c))["state"], "invalid");
 }
 
+// watch --json: one object per event, every field present, time in UTC.
+TEST(JsonSchemaTest, AnEventHasTimeAttemptKindAndMessage) {
+  shardd::v1::JobEvent ev;
+  ev.set_seq(7);
+  ev.set_job_id("j-1");
+  ev.set_unix_ms(1764892800123);  // 2025-12-05T00:00:00.123Z
+  ev.set_attempt(2);
+  ev.set_kind("restarting");
+  ev.set_state(shardd::v1::RUNNING);
+  ev.set_message("rank 1 exited");
+  const auto j = EventObject(ev);
+  EXPECT_EQ(Keys(j), (std::set<std::string>{"seq", "job_id", "unix_ms", "time", "attempt", "kind", "state", "message"}));
+  EXPECT_EQ(j["time"], "2025-12-05T00:00:00.123Z");
+  EXPECT_EQ(j["attempt"], 2);
+  EXPECT_EQ(j["kind"], "restarting");
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(j["message"], "rank 1 exited");
+  EXPECT_EQ(Keys(EventObject(shardd::v1::JobEvent())), Keys(j));
+}
+
 }  // namespace
 }  // namespace shardctl

@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "coordinator/jobs/control_loop.h"
 #include "coordinator/jobs/worker_gateway.h"
 #include "tests/unit/coordinator/jobs/jobs_test_util.h"
@@ -84,6 +87,57 @@ class StallExplainerTest : public JobPartsTest {
   std::unique_ptr<WorkerGateway> gateway_;
   std::unique_ptr<ControlLoop> loop_;
 };
+
+// A heartbeat's fields are sanitised before they are stored or shown: a
+// negative step, NaN/inf rates and ages, a 5,000-character op name, a
+// thousand records, a resume note of control characters.
+TEST_F(StallExplainerTest, HeartbeatFieldsAreSanitisedBeforeTheyAreStored) {
+  Job* j = nullptr;
+  const std::string token = Running(&j, 1);
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = Worker(j->id, 1, 0);
+  hb.set_step(-7);
+  hb.set_state(std::string(5000, 's'));
+  hb.set_tokens_per_s(nan);
+  hb.set_rss_bytes(-1);
+  hb.set_step_seconds(inf);
+  hb.set_resumed_from(std::string("ckpt/step_1\n\x01") + std::string(5000, 'x'));
+  hb.set_resumed_step(-3);
+  for (int i = 0; i < 1000; ++i) {
+    v1::CollectiveRecord c = Rec(-i, std::string(5000, 'o'), -9, i % 2 ? nan : 1e300, i % 2 ? inf : -1e300);
+    c.set_group(std::string(5000, 'g'));
+    c.set_bytes(-5);
+    c.set_group_size(-2);
+    *hb.add_collectives() = c;
+  }
+  ASSERT_TRUE(gateway_->Heartbeat(hb, token).ok());
+  const JobRank& r = j->ranks[0];
+  EXPECT_EQ(r.step, 0);
+  EXPECT_LE(r.state.size(), 64u);
+  EXPECT_EQ(r.tokens_per_s, 0);
+  EXPECT_EQ(r.rss_bytes, 0);
+  EXPECT_EQ(r.step_seconds, 0);
+  EXPECT_LE(r.collectives.size(), 64u);
+  const int64_t now = opts_.now_ms();
+  for (const CollectiveSeen& c : r.collectives) {
+    EXPECT_LE(c.op.size(), 64u);
+    EXPECT_LE(c.group.size(), 64u);
+    EXPECT_GE(c.seq, 0);
+    EXPECT_GE(c.bytes, 0);
+    EXPECT_GE(c.group_size, 0);
+    EXPECT_GE(c.unit, -1);
+    EXPECT_LE(c.start_ms, now);
+    EXPECT_GE(c.start_ms, now - int64_t{1000} * 86400 * 365);  // no overflow from 1e300 s
+    EXPECT_TRUE(c.end_ms == -1 || (c.end_ms <= now && c.end_ms >= c.start_ms)) << c.end_ms;
+  }
+  const std::vector<EventRecord> resumed = Kind(j->id, "resumed");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_LE(resumed[0].message.size(), 700u);
+  EXPECT_EQ(resumed[0].message.find('\x01'), std::string::npos) << resumed[0].message.substr(0, 100);
+  EXPECT_EQ(resumed[0].message.find('\n'), std::string::npos) << resumed[0].message.substr(0, 100);
+  EXPECT_EQ(resumed[0].message.find("step -3"), std::string::npos) << resumed[0].message.substr(0, 100);
+}
 
 TEST_F(StallExplainerTest, AHangNamesTheRankOutsideTheCollectiveBeforeTheRestart) {
   Job* j = nullptr;
