@@ -62,7 +62,9 @@ TEST(HfConfigExportTest, EveryFamilyKeepsTheSourceKeysAndValuesButTheDtype) {
     for (const auto& [k, v] : out.items()) out_keys.insert(k);
     EXPECT_EQ(out_keys, src_keys);
     for (const auto& [k, v] : src.items())
-      if (k != "torch_dtype") EXPECT_EQ(out.at(k), v) << k;
+      if (k != "torch_dtype") {
+        EXPECT_EQ(out.at(k), v) << k;
+      }
     EXPECT_EQ(out.at("torch_dtype"), "float32");
     // What the export wrote reads back as the same model.
     auto back = LlamaConfigFromHfJson(*text, "export");

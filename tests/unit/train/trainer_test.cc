@@ -192,7 +192,9 @@ TEST(TrainerTest, ExportKeepsTheSourceConfigAndWritesAGenerationConfig) {
   for (const auto& [k, v] : got.items()) got_keys.push_back(k);
   EXPECT_EQ(got_keys, src_keys);
   for (const auto& [k, v] : src.items())
-    if (k != "torch_dtype") EXPECT_EQ(got.at(k), v) << k;
+    if (k != "torch_dtype") {
+      EXPECT_EQ(got.at(k), v) << k;
+    }
   EXPECT_EQ(got.at("torch_dtype"), "float32");
   std::ifstream gen_in(out + "/generation_config.json");
   ASSERT_TRUE(gen_in.good()) << "the export lacks generation_config.json";
