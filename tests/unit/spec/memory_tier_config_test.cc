@@ -93,7 +93,7 @@ TEST(MemoryTierConfigTest, ACoordinatorsJobFolderIsPerJob) {
   auto job = ParseJobConfig(Job(), "job.yaml", {"checkpoint.memory.every_steps=5"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const std::string one = MemoryCheckpointJobDir(*job, "/tmp/work_a", "tune-1", 1000);
-  EXPECT_EQ(one.rfind("/dev/shm/shardd/tune-1-", 0), 0u) << one;
+  EXPECT_EQ(one.rfind(DefaultMemoryTierRoot() + "/tune-1-", 0), 0u) << one;
   EXPECT_EQ(MemoryCheckpointJobDir(*job, "/tmp/work_a", "tune-1", 1000), one) << "stable for one job";
   EXPECT_NE(MemoryCheckpointJobDir(*job, "/tmp/work_a", "tune-2", 1000), one);
   EXPECT_NE(MemoryCheckpointJobDir(*job, "/tmp/work_a", "tune-1", 2000), one) << "another coordinator's tune-1";
