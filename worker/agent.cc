@@ -239,11 +239,6 @@ class AgentSession {
 
  private:
   static constexpr int kContinue = -1;
-  // A failing rank's last words to the coordinator (its final heartbeat and
-  // failure report, retries included) end this long after it failed: a rank
-  // cut off from the coordinator must leave about comm_timeout_s after the
-  // cut, not that plus every call's own deadline (docs/control-plane.md).
-  static constexpr std::chrono::milliseconds kLastWords{4000};
 
   // The rank this worker trains as: --rank, or the one an elastic attempt's
   // join assigned (JoinResponse.rank).
@@ -308,9 +303,7 @@ class AgentSession {
   int Fail(const shard::Status& st) {
     const bool retryable = Retryable(st);
     LOG_ERROR("{}", st.ToString());
-    client_->BoundLastWords(kLastWords);
-    shard::Status rs = RetryUnavailable(client_->LastWordsLeftS(kLastWords.count() / 1000.0),
-                                        [&] { return client_->ReportFailure(st.ToString(), retryable); });
+    shard::Status rs = RetryUnavailable(10, [&] { return client_->ReportFailure(st.ToString(), retryable); });
     if (!rs.ok()) LOG_WARN("could not report the failure: {}", rs.ToString());
     return retryable ? kExitFailed : kExitBadInput;
   }
@@ -443,10 +436,7 @@ class AgentSession {
     hb.Stop();
     if (!st.ok()) {
       // The failed collective reaches the coordinator before the failure
-      // does, so the stall it explains is the one that ended this rank. A
-      // rank cut off from the coordinator spends no more than the last-words
-      // bound on both.
-      client_->BoundLastWords(kLastWords);
+      // does, so the stall it explains is the one that ended this rank.
       hb.Flush();
       LogFlightTail(*recorder_, 16);
       return Fail(st);

@@ -2,27 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
-
 #include "proto/rpc/grpc_credentials.h"
 #include "proto/rpc/grpc_status.h"
 
 namespace shardd {
 
 using namespace std::chrono_literals;
-
-shard::Status FromWorkerCall(const grpc::Status& s, const std::string& what, bool deadline_is_silence) {
-  const bool silence = s.error_code() == grpc::StatusCode::CANCELLED ||
-                       (deadline_is_silence && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
-  if (!silence) return FromGrpc(s, what);
-  return shard::Unavailable(what + ": no answer from the coordinator (" +
-                            (s.error_code() == grpc::StatusCode::CANCELLED ? "call cancelled" : "deadline passed") +
-                            (s.error_message().empty() ? "" : ": " + s.error_message()) + ")");
-}
-
-namespace {
-shard::Status FromKv(const grpc::Status& s, const std::string& what) { return FromWorkerCall(s, what, false); }
-}  // namespace
 
 class GrpcKvStore : public shard::KvStore {
  public:
@@ -35,7 +20,7 @@ class GrpcKvStore : public shard::KvStore {
     v1::Ack ack;
     grpc::ClientContext ctx;
     c_->Prepare(&ctx, 30s);
-    return FromKv(c_->stub_->KvSet(&ctx, req, &ack), "rendezvous set " + key);
+    return FromGrpc(c_->stub_->KvSet(&ctx, req, &ack), "rendezvous set " + key);
   }
   shard::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
     v1::KvGetRequest req;
@@ -45,7 +30,7 @@ class GrpcKvStore : public shard::KvStore {
     v1::KvGetResponse resp;
     grpc::ClientContext ctx;
     c_->Prepare(&ctx, timeout + 10s);
-    RETURN_IF_ERROR(FromKv(c_->stub_->KvGet(&ctx, req, &resp), "rendezvous get " + key));
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvGet(&ctx, req, &resp), "rendezvous get " + key));
     return resp.value();
   }
   shard::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
@@ -56,7 +41,7 @@ class GrpcKvStore : public shard::KvStore {
     v1::Ack ack;
     grpc::ClientContext ctx;
     c_->Prepare(&ctx, timeout + 10s);
-    return FromKv(c_->stub_->KvWait(&ctx, req, &ack), "rendezvous wait");
+    return FromGrpc(c_->stub_->KvWait(&ctx, req, &ack), "rendezvous wait");
   }
   shard::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
     v1::KvAddRequest req;
@@ -66,7 +51,7 @@ class GrpcKvStore : public shard::KvStore {
     v1::KvAddResponse resp;
     grpc::ClientContext ctx;
     c_->Prepare(&ctx, 30s);
-    RETURN_IF_ERROR(FromKv(c_->stub_->KvAdd(&ctx, req, &resp), "rendezvous add " + key));
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvAdd(&ctx, req, &resp), "rendezvous add " + key));
     return resp.value();
   }
   shard::StatusOr<bool> Check(const std::string& key) override {
@@ -76,7 +61,7 @@ class GrpcKvStore : public shard::KvStore {
     v1::KvCheckResponse resp;
     grpc::ClientContext ctx;
     c_->Prepare(&ctx, 30s);
-    RETURN_IF_ERROR(FromKv(c_->stub_->KvCheck(&ctx, req, &resp), "rendezvous check " + key));
+    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvCheck(&ctx, req, &resp), "rendezvous check " + key));
     return resp.exists();
   }
 
@@ -95,25 +80,8 @@ shard::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(c
 }
 
 void CoordinatorClient::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const {
-  auto deadline = std::chrono::system_clock::now() + timeout;
-  if (const int64_t until = last_words_until_.load(); until != 0)
-    deadline = std::min(deadline, std::chrono::system_clock::time_point(std::chrono::system_clock::duration(until)));
-  ctx->set_deadline(deadline);
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
   ctx->AddMetadata("authorization", "Bearer " + who_.token);
-}
-
-void CoordinatorClient::BoundLastWords(std::chrono::milliseconds budget) {
-  const int64_t until = (std::chrono::system_clock::now() + budget).time_since_epoch().count();
-  int64_t none = 0;
-  last_words_until_.compare_exchange_strong(none, until);  // the first bound stands
-}
-
-double CoordinatorClient::LastWordsLeftS(double otherwise) const {
-  const int64_t until = last_words_until_.load();
-  if (until == 0) return otherwise;
-  const auto left = std::chrono::system_clock::time_point(std::chrono::system_clock::duration(until)) -
-                    std::chrono::system_clock::now();
-  return std::max(0.0, std::chrono::duration<double>(left).count());
 }
 
 shard::Status CoordinatorClient::Join(int world_size, const std::string& hostname) {
@@ -127,7 +95,7 @@ shard::Status CoordinatorClient::Join(int world_size, const std::string& hostnam
   grpc::ClientContext ctx;
   Prepare(&ctx, 30s);
   ctx.set_wait_for_ready(true);
-  RETURN_IF_ERROR(FromWorkerCall(stub_->Join(&ctx, req, &resp), "join job " + who_.id.job_id() + " at " + who_.address, true));
+  RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &resp), "join job " + who_.id.job_id() + " at " + who_.address));
   who_.id.set_attempt(resp.attempt());
   who_.id.set_rank(resp.rank());  // another one when an elastic attempt runs on fewer ranks
   who_.token = resp.token();
@@ -148,7 +116,7 @@ shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::str
   grpc::ClientContext ctx;
   Prepare(&ctx, 30s);
   ctx.set_wait_for_ready(true);  // the coordinator may be starting
-  RETURN_IF_ERROR(FromWorkerCall(stub_->Register(&ctx, req, &resp), "register with " + who_.address, true));
+  RETURN_IF_ERROR(FromGrpc(stub_->Register(&ctx, req, &resp), "register with " + who_.address));
   return resp;
 }
 
@@ -157,7 +125,7 @@ shard::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(v1::Heartbea
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx, 5s);
-  RETURN_IF_ERROR(FromWorkerCall(stub_->Heartbeat(&ctx, req, &resp), "heartbeat", true));
+  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat"));
   return resp;
 }
 
@@ -167,7 +135,7 @@ shard::StatusOr<bool> CoordinatorClient::ReportCheckpoint(v1::ReportCheckpointRe
   grpc::ClientContext ctx;
   Prepare(&ctx, 60s);
   ctx.set_wait_for_ready(true);
-  RETURN_IF_ERROR(FromWorkerCall(stub_->ReportCheckpoint(&ctx, req, &resp), "report checkpoint", true));
+  RETURN_IF_ERROR(FromGrpc(stub_->ReportCheckpoint(&ctx, req, &resp), "report checkpoint"));
   return resp.committed();
 }
 
@@ -184,7 +152,7 @@ shard::Status CoordinatorClient::ReportDone(int64_t step, double final_loss, boo
   grpc::ClientContext ctx;
   Prepare(&ctx, 60s);
   ctx.set_wait_for_ready(true);
-  return FromWorkerCall(stub_->ReportDone(&ctx, req, &ack), "report done", true);
+  return FromGrpc(stub_->ReportDone(&ctx, req, &ack), "report done");
 }
 
 shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool retryable) {
@@ -199,7 +167,7 @@ shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool re
   // a courtesy (the heartbeat deadline finds the rank anyway), and a
   // restarting coordinator answers UNAVAILABLE at once, which is retried.
   Prepare(&ctx, 3s);
-  return FromWorkerCall(stub_->ReportFailure(&ctx, req, &ack), "report failure", true);
+  return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report failure");
 }
 
 shard::Status CoordinatorClient::ReportPreempted(const std::string& why, int64_t step) {
@@ -212,7 +180,7 @@ shard::Status CoordinatorClient::ReportPreempted(const std::string& why, int64_t
   v1::Ack ack;
   grpc::ClientContext ctx;
   Prepare(&ctx, 10s);
-  return FromWorkerCall(stub_->ReportFailure(&ctx, req, &ack), "report preemption", true);
+  return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report preemption");
 }
 
 std::shared_ptr<shard::KvStore> CoordinatorClient::kv_store() { return std::make_shared<GrpcKvStore>(this); }

@@ -5,7 +5,6 @@
 // Thread-safety: all methods are thread-safe (gRPC stubs are).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -25,15 +24,6 @@ struct ClientIdentity {
   v1::WorkerId id;
 };
 
-// What a worker makes of a call's end. An answer the coordinator gave keeps
-// its code (ABORTED "the attempt is over" among them: only such an answer
-// ends an attempt). A call nobody answered is "unreachable" (UNAVAILABLE,
-// retried within the reconnect window): CANCELLED (a coordinator that stops
-// cancels the calls in flight) and, where `deadline_is_silence`, a deadline
-// that passed (a coordinator stopped or gone mid-call). The rendezvous
-// store's waits pass false: there a deadline is the wait's own answer.
-shard::Status FromWorkerCall(const grpc::Status& s, const std::string& what, bool deadline_is_silence);
-
 class CoordinatorClient {
  public:
   static shard::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClientIdentity& who);
@@ -52,13 +42,6 @@ class CoordinatorClient {
   // Stopped on the launcher's signal after checkpointing `step`.
   shard::Status ReportPreempted(const std::string& why, int64_t step);
 
-  // A failing rank's last words (its final heartbeat and failure report)
-  // end by one deadline: every call from now on ends by `budget` from now at
-  // the latest, so a rank cut off from the coordinator leaves promptly.
-  void BoundLastWords(std::chrono::milliseconds budget);
-  // Seconds left of that bound (`otherwise` when none is set).
-  double LastWordsLeftS(double otherwise) const;
-
   // The rendezvous store (keys are namespaced by the coordinator per attempt).
   std::shared_ptr<shard::KvStore> kv_store();
   const v1::WorkerId& id() const { return who_.id; }
@@ -69,8 +52,6 @@ class CoordinatorClient {
   friend class GrpcKvStore;
 
   ClientIdentity who_;
-  // system_clock ticks of the last-words deadline; 0 = none (any thread).
-  std::atomic<int64_t> last_words_until_{0};
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
 };

@@ -220,11 +220,6 @@ Process& Process::operator=(Process&& o) noexcept {
   return *this;
 }
 
-void Process::Release() {
-  pid_ = -1;
-  exit_.reset();
-}
-
 Process::~Process() {
   if (pid_ > 0 && !exit_) {
     Signal(SIGKILL);

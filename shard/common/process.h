@@ -89,10 +89,6 @@ class Process {
   // after the child was reaped while its group lives on (grandchildren): a
   // group id is not reused while any member remains.
   void Signal(int sig);
-  // Lets the child go: this object forgets it, so it is neither killed nor
-  // reaped here (a coordinator that stops leaves its workers training; init
-  // reaps them when they end).
-  void Release();
   // SIGTERM to the group, then SIGKILL to the group after grace_s; returns
   // how the child ended. Whatever is left in its group gets SIGKILL too.
   ExitStatus Stop(double grace_s);

@@ -42,9 +42,6 @@ class RankGroup {
   // The ranks that ended since the last call, reaped. Whatever a rank left in
   // its group is SIGKILLed with it.
   std::vector<RankEnd> Poll();
-  // Lets every rank still running go (Process::Release): the destructor then
-  // kills none of them. Their ends are not reported by Poll.
-  void Release();
   // Sends sig to the group of every rank still running.
   void Signal(int sig);
   // SIGTERM to every running rank's group, SIGKILL after grace_s; returns

@@ -12,10 +12,6 @@
 
 namespace shardd {
 
-LocalLauncher::~LocalLauncher() {
-  for (Attempt& a : attempts_) a.ranks.Release();
-}
-
 LocalLauncher::Attempt& LocalLauncher::Find(const std::string& job_id, int attempt) {
   for (Attempt& a : attempts_)
     if (a.job_id == job_id && a.attempt == attempt) return a;

@@ -28,10 +28,7 @@ class LocalLauncher : public Launcher {
   // gpus: which of a job's GPUs are still here (null: no probe; Capacity is
   // then UNIMPLEMENTED and no launch is shrunk).
   explicit LocalLauncher(std::unique_ptr<LocalGpuWatch> gpus) : gpus_(std::move(gpus)) {}
-  // A coordinator that stops leaves its workers training (a coordinator
-  // started again on the same state dir adopts them): every attempt's ranks
-  // are released, not killed. Ending an attempt is Terminate's job.
-  ~LocalLauncher() override;
+  ~LocalLauncher() override = default;  // each RankGroup kills what still runs: no orphans
   const char* name() const override { return "local"; }
   StatusOr<std::vector<int>> Launch(const LaunchRequest& req) override;
   // The job's GPUs a fresh probe (rate-limited) still sees, req.world at most.

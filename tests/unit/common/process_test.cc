@@ -4,7 +4,6 @@
 // to SIGKILL after the grace, and children dying with their parent.
 #include "tests/unit/common/shell_fixture.h"
 #include "shard/common/process.h"
-#include "shard/common/rank_group.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -234,33 +233,6 @@ TEST_F(ProcessTest, DestroyingARunningChildKillsAndReapsIt) {
   }
   EXPECT_TRUE(ProcessGone(pid));
   EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), -1);  // already reaped
-}
-
-// Issue 39 item 1: a coordinator that stops lets its workers go. A released
-// child outlives its Process and its RankGroup (neither kills it).
-TEST_F(ProcessTest, AReleasedChildOutlivesItsProcessAndRankGroup) {
-  pid_t pid = -1;
-  {
-    auto p = Process::Spawn(Sh("sleep 100"));
-    ASSERT_TRUE(p.ok());
-    pid = p->pid();
-    p->Release();
-  }
-  EXPECT_EQ(::kill(pid, 0), 0) << "a released child was killed";
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-  pid_t ranked = -1;
-  {
-    RankGroup g;
-    auto r = g.Spawn(0, Sh("sleep 100"));
-    ASSERT_TRUE(r.ok());
-    ranked = *r;
-    g.Release();
-    EXPECT_EQ(g.running(), 0);
-  }
-  EXPECT_EQ(::kill(ranked, 0), 0) << "a released rank was killed with its RankGroup";
-  ::kill(-ranked, SIGKILL);
-  ::waitpid(ranked, nullptr, 0);
 }
 
 // A helper process spawns `sleep` (with or without die_with_parent), reports
