@@ -33,12 +33,16 @@ class CoordinatorClient {
   shard::Status Join(int world_size, const std::string& hostname);
   shard::StatusOr<v1::RegisterResponse> Register(const std::string& hostname, int pid, const std::string& launcher_id,
                                                  const std::string& devices);
-  shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req);
+  // timeout: the call's deadline (a failing rank's last heartbeat gets what
+  // is left of its last words' budget, agent.cc).
+  shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req,
+                                                   std::chrono::milliseconds timeout = std::chrono::seconds(5));
   shard::StatusOr<bool> ReportCheckpoint(v1::ReportCheckpointRequest req);
   // nothing_trained: the attempt resumed at or past total_steps (train.steps).
   shard::Status ReportDone(int64_t step, double final_loss, bool nothing_trained = false, int64_t total_steps = 0,
                            const std::string& resumed_from = "");
-  shard::Status ReportFailure(const std::string& error, bool retryable);
+  shard::Status ReportFailure(const std::string& error, bool retryable,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(3));
   // Stopped on the launcher's signal after checkpointing `step`.
   shard::Status ReportPreempted(const std::string& why, int64_t step);
 

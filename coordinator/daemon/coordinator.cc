@@ -238,8 +238,11 @@ void Coordinator::Stop() {
     reports_.reset();
   }
   if (http_) http_->Stop();
-  if (server_) server_->Shutdown();
+  // The control loop first: while the server shuts down, no exit is read,
+  // no deadline applied and no restart charged (workers keep training; a
+  // coordinator started again on this state dir adopts them).
   if (jobs_) jobs_->Stop();
+  if (server_) server_->Shutdown();
 }
 
 }  // namespace shardd
