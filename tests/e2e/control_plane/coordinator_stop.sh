@@ -33,11 +33,11 @@ for round in "TERM 14 17" "INT 24 27" "KILL 34 37"; do
     ctl logs "$id" --rank 0 | tail -n 5)"
   for p in $pids; do kill -0 "$p" 2>/dev/null || fail "worker $p exited after SIG$sig to shardd"; done
   start_shardd "$port"
+  [ "$(workers_of "$id" | tr '\n' ' ')" = "$pids" ] || fail "the workers changed after SIG$sig: $(workers_of "$id")"
   # Adopted: the restarted coordinator hears the same processes' steps.
   open_gate $((held + 10))
   wait_for 120 step_at_least "$id" $((away + 1)) || fail "the restarted coordinator never saw step $((away + 1)): $(
     ctl status "$id")"
-  [ "$(workers_of "$id" | tr '\n' ' ')" = "$pids" ] || fail "the workers changed after SIG$sig: $(workers_of "$id")"
   [ "$(job_field "$id" "j.get('restarts', 0)")" = 0 ] || fail "a restart was charged after SIG$sig: $(ctl status "$id")"
 done
 open_gate 1000000
