@@ -75,12 +75,15 @@ class Heartbeater {
   ~Heartbeater() { Stop(); }
 
   void Start() { thread_ = std::thread([this] { Loop(); }); }
-  void Stop() {
+  // cut: the rank failed; a heartbeat in flight is cancelled rather than
+  // waited for (it is part of the rank's last words, kLastWords).
+  void Stop(bool cut = false) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
+    if (cut) client_->StopHeartbeats();
     if (thread_.joinable()) thread_.join();
   }
   void OnStep(const shard::StepMetrics& m, bool all_metrics) {
@@ -171,7 +174,7 @@ class Heartbeater {
     pending_.clear();
     lock.unlock();
     auto resp = until ? client_->Heartbeat(req, std::min<std::chrono::milliseconds>(Left(*until), std::chrono::seconds(5)))
-                      : client_->Heartbeat(req);
+                      : client_->Heartbeat(req, std::chrono::seconds(5), /*stoppable=*/true);
     lock.lock();
     if (resp.ok()) {
       if (unreachable_)
@@ -439,25 +442,26 @@ class AgentSession {
     barrier.rank = rank();
     barrier.world = reg_.world_size();
     if (shard::Status ps = WaitForPeers(*client_->kv_store(), barrier); !ps.ok()) {
-      hb.Stop();
+      hb.Stop(/*cut=*/true);
       if (AttemptOver(ps)) return kExitAttemptOver;
       return Fail(ps);
     }
     if (shard::Status ms = StartMemoryTier(*job); !ms.ok()) {
-      hb.Stop();
+      hb.Stop(/*cut=*/true);
       if (AttemptOver(ms)) return kExitAttemptOver;
       return Fail(ms);
     }
     TrainOutcome run;
     shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
     hb.SetState(st.ok() ? "done" : "failed");
-    hb.Stop();
+    // A failed rank's last words (the heartbeat in flight, a last one with
+    // the failed collective, the failure report) end within kLastWords: a
+    // coordinator it cannot reach (a cut link) does not hold it past
+    // comm_timeout_s + kLastWords. The last heartbeat goes first, so the
+    // stall the coordinator explains is the one that ended this rank.
+    const Clock::time_point until = Clock::now() + kLastWords;
+    hb.Stop(/*cut=*/!st.ok());
     if (!st.ok()) {
-      // The failed collective reaches the coordinator before the failure
-      // does, so the stall it explains is the one that ended this rank.
-      // Both within one short deadline: a coordinator this rank cannot
-      // reach (a cut link) does not hold it past comm_timeout_s + kLastWords.
-      const Clock::time_point until = Clock::now() + kLastWords;
       hb.Flush(until);
       LogFlightTail(*recorder_, 16);
       return Fail(st, until);

@@ -127,13 +127,30 @@ shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::str
 }
 
 shard::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(v1::HeartbeatRequest req,
-                                                                    std::chrono::milliseconds timeout) {
+                                                                    std::chrono::milliseconds timeout,
+                                                                    bool stoppable) {
   *req.mutable_id() = who_.id;
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout);
-  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat"));
+  if (stoppable) {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    if (hb_stopped_) return shard::Aborted("heartbeat: CANCELLED (heartbeats stopped)");
+    hb_in_flight_ = &ctx;
+  }
+  grpc::Status gs = stub_->Heartbeat(&ctx, req, &resp);
+  if (stoppable) {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    hb_in_flight_ = nullptr;
+  }
+  RETURN_IF_ERROR(FromGrpc(gs, "heartbeat"));
   return resp;
+}
+
+void CoordinatorClient::StopHeartbeats() {
+  std::lock_guard<std::mutex> lock(hb_mu_);
+  hb_stopped_ = true;
+  if (hb_in_flight_) hb_in_flight_->TryCancel();
 }
 
 shard::StatusOr<bool> CoordinatorClient::ReportCheckpoint(v1::ReportCheckpointRequest req) {
