@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "proto/codec/attempt_ended.h"
 #include "shard/common/logging.h"
 
 namespace shardd {
@@ -113,7 +114,7 @@ void RendezvousStore::DropPrefix(const std::string& prefix) {
         ++it;
         continue;
       }
-      shard::Status st = shard::Aborted("rendezvous: the attempt is over");
+      shard::Status st = AttemptEnded("rendezvous: the attempt is over");
       if (it->get) dropped.push_back([cb = std::move(it->get), st] { cb(st); });
       else dropped.push_back([cb = std::move(it->wait), st] { cb(st); });
       it = waiters_.erase(it);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "shard/ckpt/catalog.h"
@@ -23,6 +24,7 @@
 #include "shard/train/trainer.h"
 #include "worker/peer_barrier.h"
 #include "worker/run_trainer.h"
+#include "worker/coordinator_answer.h"
 #include "worker/coordinator_client.h"
 #include "worker/flight_report.h"
 #include "worker/memory_partner.h"
@@ -47,11 +49,21 @@ int64_t RssBytes() {
 
 bool Retryable(const shard::Status& st) { return !CanNeverSucceed(st); }
 
-// The attempt is over for good when the coordinator says so.
-bool AttemptOver(const shard::Status& st) {
-  using C = shard::StatusCode;
-  return st.code() == C::kFailedPrecondition || st.code() == C::kAborted || st.code() == C::kUnauthenticated ||
-         st.code() == C::kNotFound;
+// The attempt is over for good only when the coordinator says so in as many
+// words (coordinator_answer.h); a coordinator that stops, is away or cuts a
+// call off is retried while training goes on.
+bool AttemptOver(const shard::Status& st) { return ClassifyAnswer(st) == CoordinatorAnswer::kAttemptEnded; }
+
+// A failing rank's last words to the coordinator (its final heartbeat and its
+// failure report) share this one deadline: a rank whose link is cut (its
+// collective just timed out) leaves within it, not after each call's own.
+constexpr std::chrono::milliseconds kLastWords{2000};
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Left(Clock::time_point until) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
 }
 
 // Heartbeats from their own thread, so a long step or a blocked collective
@@ -65,12 +77,15 @@ class Heartbeater {
   ~Heartbeater() { Stop(); }
 
   void Start() { thread_ = std::thread([this] { Loop(); }); }
-  void Stop() {
+  // cut: the rank failed; a heartbeat in flight is cancelled rather than
+  // waited for (it is part of the rank's last words, kLastWords).
+  void Stop(bool cut = false) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
+    if (cut) client_->StopHeartbeats();
     if (thread_.joinable()) thread_.join();
   }
   void OnStep(const shard::StepMetrics& m, bool all_metrics) {
@@ -137,16 +152,18 @@ class Heartbeater {
   }
 
  public:
-  // After Stop(): one last heartbeat with whatever metrics are still pending.
-  void Flush() {
+  // After Stop(): one last heartbeat with whatever metrics are still pending,
+  // sent by `until` (a coordinator out of reach then is not waited for).
+  void Flush(Clock::time_point until) {
     std::unique_lock<std::mutex> lock(mu_);
-    SendLocked(lock);
+    SendLocked(lock, until);
   }
 
  private:
   // Sends one heartbeat (unlocking around the RPC); exits the process when
-  // the coordinator ended the attempt or stayed unreachable too long.
-  void SendLocked(std::unique_lock<std::mutex>& lock) {
+  // the coordinator ended the attempt or, for the loop's heartbeats (no
+  // `until`), stayed unreachable longer than the reconnect window.
+  void SendLocked(std::unique_lock<std::mutex>& lock, std::optional<Clock::time_point> until = std::nullopt) {
     v1::HeartbeatRequest req;
     req.set_state(state_);
     req.set_step(step_);
@@ -165,10 +182,15 @@ class Heartbeater {
     std::vector<v1::StepMetric> sent = std::move(pending_);
     pending_.clear();
     lock.unlock();
-    auto resp = client_->Heartbeat(req);
+    auto resp = until ? client_->Heartbeat(req, std::min<std::chrono::milliseconds>(Left(*until), std::chrono::seconds(5)))
+                      : client_->Heartbeat(req, std::chrono::seconds(5), /*stoppable=*/true);
     lock.lock();
     if (resp.ok()) {
-      last_ok_ = std::chrono::steady_clock::now();
+      if (unreachable_)
+        LOG_INFO("coordinator reached again after {:.1f} s",
+                 std::chrono::duration<double>(Clock::now() - last_ok_).count());
+      unreachable_ = false;
+      last_ok_ = Clock::now();
       if (resp->abort()) {
         LOG_WARN("coordinator ended this attempt: {}", resp->reason());
         std::_Exit(kExitAttemptOver);
@@ -182,7 +204,13 @@ class Heartbeater {
       LOG_WARN("coordinator ended this attempt: {}", resp.status().ToString());
       std::_Exit(kExitAttemptOver);  // the trainer may sit in a collective: leave at once
     }
-    double lost = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok_).count();
+    if (until) return;  // last words: no waiting for the coordinator
+    double lost = std::chrono::duration<double>(Clock::now() - last_ok_).count();
+    if (!unreachable_) {
+      unreachable_ = true;
+      LOG_WARN("coordinator unreachable ({}); training on, retrying for up to {:.0f} s", resp.status().ToString(),
+               window_s_);
+    }
     if (lost > window_s_) {
       LOG_ERROR("coordinator unreachable for {:.0f} s ({}); giving up", lost, resp.status().ToString());
       std::_Exit(kExitLostCoordinator);
@@ -206,23 +234,27 @@ class Heartbeater {
   std::string resumed_note_;             // guarded by mu_
   std::vector<std::string> resume_events_;  // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
-  std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();  // guarded by mu_
+  Clock::time_point last_ok_ = Clock::now();  // guarded by mu_
+  bool unreachable_ = false;                  // guarded by mu_: the last heartbeat failed (said once)
 };
 
-// Retries a call while the coordinator is unreachable (it may be restarting),
-// up to the reconnect window. A call cut off mid-flight is resent: the
-// coordinator's handlers are idempotent for a repeated report.
-shard::Status RetryUnavailable(double window_s, const std::function<shard::Status()>& call) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(window_s);
+// Retries a call while the coordinator is unreachable (stopping, restarting,
+// away: coordinator_answer.h) until `until`. A call cut off mid-flight is
+// resent: the coordinator's handlers are idempotent for a repeated report.
+shard::Status RetryUntil(Clock::time_point until, const std::function<shard::Status()>& call) {
   auto backoff = std::chrono::milliseconds(200);
   while (true) {
     shard::Status st = call();
-    if (st.ok() || st.code() != shard::StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline)
-      return st;
+    if (ClassifyAnswer(st) != CoordinatorAnswer::kUnreachable || Clock::now() >= until) return st;
     LOG_WARN("{}; retrying", st.ToString());
-    std::this_thread::sleep_for(backoff);
+    std::this_thread::sleep_for(std::min(backoff, Left(until)));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
+}
+
+shard::Status RetryUnreachable(double window_s, const std::function<shard::Status()>& call) {
+  return RetryUntil(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s)),
+                    call);
 }
 
 // One worker's life under a coordinator, in named steps. Each step returns
@@ -261,7 +293,7 @@ class AgentSession {
     client_ = std::move(*client);
     if (opts_.attempt != 0) return kContinue;
     shard::Status js =
-        RetryUnavailable(opts_.join_wait_s, [&] { return client_->Join(opts_.world_hint, opts_.hostname); });
+        RetryUnreachable(opts_.join_wait_s, [&] { return client_->Join(opts_.world_hint, opts_.hostname); });
     if (js.ok()) return kContinue;
     std::fprintf(stderr, "shardd-worker: %s\n", js.ToString().c_str());
     if (js.code() == shard::StatusCode::kInvalidArgument) return kExitBadInput;
@@ -285,10 +317,16 @@ class AgentSession {
 
   // Registers this rank and receives the job and the attempt's resume point.
   int Register() {
-    auto reg = client_->Register(opts_.hostname, static_cast<int>(::getpid()), opts_.launcher_id, ProbeDevices());
-    if (!reg.ok()) {
-      std::fprintf(stderr, "shardd-worker: %s\n", reg.status().ToString().c_str());
-      return AttemptOver(reg.status()) ? kExitAttemptOver : kExitFailed;
+    const std::string devices = ProbeDevices();
+    shard::StatusOr<v1::RegisterResponse> reg = shard::Unavailable("not sent");
+    // A coordinator restarting while this rank starts is waited for.
+    shard::Status rs = RetryUnreachable(opts_.reconnect_window_s, [&] {
+      reg = client_->Register(opts_.hostname, static_cast<int>(::getpid()), opts_.launcher_id, devices);
+      return reg.ok() ? shard::OkStatus() : reg.status();
+    });
+    if (!rs.ok()) {
+      std::fprintf(stderr, "shardd-worker: %s\n", rs.ToString().c_str());
+      return AttemptOver(rs) ? kExitAttemptOver : kExitFailed;
     }
     reg_ = std::move(*reg);
     const int attempt = client_->id().attempt();
@@ -299,11 +337,14 @@ class AgentSession {
     return kContinue;
   }
 
-  // Logs and reports a failure; the exit code says whether a retry may help.
-  int Fail(const shard::Status& st) {
+  // Logs and reports a failure by `until` (its last words' deadline); the
+  // exit code says whether a retry may help.
+  int Fail(const shard::Status& st) { return Fail(st, Clock::now() + kLastWords); }
+  int Fail(const shard::Status& st, Clock::time_point until) {
     const bool retryable = Retryable(st);
     LOG_ERROR("{}", st.ToString());
-    shard::Status rs = RetryUnavailable(10, [&] { return client_->ReportFailure(st.ToString(), retryable); });
+    shard::Status rs =
+        RetryUntil(until, [&] { return client_->ReportFailure(st.ToString(), retryable, Left(until)); });
     if (!rs.ok()) LOG_WARN("could not report the failure: {}", rs.ToString());
     return retryable ? kExitFailed : kExitBadInput;
   }
@@ -335,7 +376,7 @@ class AgentSession {
         rank() == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
     for (const auto& m : metrics) *req.add_metrics() = m;
     shard::Status st =
-        RetryUnavailable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
+        RetryUnreachable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
     if (!st.ok()) hb.PutBack(metrics);
     return st;
   }
@@ -349,7 +390,7 @@ class AgentSession {
     req.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
     req.set_memory_skipped(reason.empty() ? "unknown" : reason);
     shard::Status st =
-        RetryUnavailable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
+        RetryUnreachable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
     if (!st.ok()) LOG_WARN("could not report skipped memory step {}: {}", step, st.ToString());
   }
 
@@ -421,27 +462,31 @@ class AgentSession {
     barrier.rank = rank();
     barrier.world = reg_.world_size();
     if (shard::Status ps = WaitForPeers(*client_->kv_store(), barrier); !ps.ok()) {
-      hb.Stop();
+      hb.Stop(/*cut=*/true);
       if (AttemptOver(ps)) return kExitAttemptOver;
       return Fail(ps);
     }
     if (shard::Status ms = StartMemoryTier(*job); !ms.ok()) {
-      hb.Stop();
+      hb.Stop(/*cut=*/true);
       if (AttemptOver(ms)) return kExitAttemptOver;
       return Fail(ms);
     }
     TrainOutcome run;
     shard::Status st = RunTrainer(*job, RankContext(hb), hooks, &run);
     hb.SetState(st.ok() ? "done" : "failed");
-    hb.Stop();
+    // A failed rank's last words (the heartbeat in flight, a last one with
+    // the failed collective, the failure report) end within kLastWords: a
+    // coordinator it cannot reach (a cut link) does not hold it past
+    // comm_timeout_s + kLastWords. The last heartbeat goes first, so the
+    // stall the coordinator explains is the one that ended this rank.
+    const Clock::time_point until = Clock::now() + kLastWords;
+    hb.Stop(/*cut=*/!st.ok());
     if (!st.ok()) {
-      // The failed collective reaches the coordinator before the failure
-      // does, so the stall it explains is the one that ended this rank.
-      hb.Flush();
+      hb.Flush(until);
       LogFlightTail(*recorder_, 16);
-      return Fail(st);
+      return Fail(st, until);
     }
-    hb.Flush();  // one last heartbeat carries the final metrics before done
+    hb.Flush(Clock::now() + std::chrono::seconds(5));  // the final metrics before done
     return Finish(run);
   }
 
@@ -493,12 +538,12 @@ class AgentSession {
       const std::string why = std::string(StopSignalName()) + " at step " + std::to_string(run.step) +
                               "; checkpoint step_" + std::to_string(run.step) + " written";
       LOG_WARN("stopping: {}", why);
-      shard::Status ps = RetryUnavailable(10, [&] { return client_->ReportPreempted(why, run.step); });
+      shard::Status ps = RetryUnreachable(10, [&] { return client_->ReportPreempted(why, run.step); });
       if (!ps.ok()) LOG_WARN("could not report the preemption: {}", ps.ToString());
       return kExitPreempted;
     }
     const double last_loss = run.last_loss < 0 ? 0 : run.last_loss;  // no step ran: as before, 0
-    shard::Status ds = RetryUnavailable(opts_.reconnect_window_s, [&] {
+    shard::Status ds = RetryUnreachable(opts_.reconnect_window_s, [&] {
       return client_->ReportDone(run.step, last_loss, run.nothing_trained, run.total_steps, run.resumed_from);
     });
     if (!ds.ok()) {

@@ -74,6 +74,12 @@ shard::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(c
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds, ClientCredentials(who.tls));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
+  // A coordinator that comes back (restarted on its state dir) is dialled
+  // again within 2 s, not after gRPC's default backoff of up to 120 s: the
+  // adopted ranks must heartbeat within the job's heartbeat_timeout_s.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   c->channel_ = grpc::CreateCustomChannel(who.address, creds, args);
   c->stub_ = v1::WorkerService::NewStub(c->channel_);
   return c;
@@ -120,13 +126,31 @@ shard::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(const std::str
   return resp;
 }
 
-shard::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(v1::HeartbeatRequest req) {
+shard::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(v1::HeartbeatRequest req,
+                                                                    std::chrono::milliseconds timeout,
+                                                                    bool stoppable) {
   *req.mutable_id() = who_.id;
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
-  Prepare(&ctx, 5s);
-  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat"));
+  Prepare(&ctx, timeout);
+  if (stoppable) {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    if (hb_stopped_) return shard::Aborted("heartbeat: CANCELLED (heartbeats stopped)");
+    hb_in_flight_ = &ctx;
+  }
+  grpc::Status gs = stub_->Heartbeat(&ctx, req, &resp);
+  if (stoppable) {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    hb_in_flight_ = nullptr;
+  }
+  RETURN_IF_ERROR(FromGrpc(gs, "heartbeat"));
   return resp;
+}
+
+void CoordinatorClient::StopHeartbeats() {
+  std::lock_guard<std::mutex> lock(hb_mu_);
+  hb_stopped_ = true;
+  if (hb_in_flight_) hb_in_flight_->TryCancel();
 }
 
 shard::StatusOr<bool> CoordinatorClient::ReportCheckpoint(v1::ReportCheckpointRequest req) {
@@ -155,7 +179,8 @@ shard::Status CoordinatorClient::ReportDone(int64_t step, double final_loss, boo
   return FromGrpc(stub_->ReportDone(&ctx, req, &ack), "report done");
 }
 
-shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool retryable) {
+shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool retryable,
+                                               std::chrono::milliseconds timeout) {
   v1::ReportFailureRequest req;
   *req.mutable_id() = who_.id;
   req.set_error(error);
@@ -164,9 +189,9 @@ shard::Status CoordinatorClient::ReportFailure(const std::string& error, bool re
   grpc::ClientContext ctx;
   // Short: a worker whose link to the coordinator is cut (its collectives
   // just timed out) must not linger long past comm_timeout_s; the report is
-  // a courtesy (the heartbeat deadline finds the rank anyway), and a
-  // restarting coordinator answers UNAVAILABLE at once, which is retried.
-  Prepare(&ctx, 3s);
+  // a courtesy (the heartbeat deadline finds the rank anyway). The agent
+  // bounds it with the rest of its last words (agent.cc, kLastWords).
+  Prepare(&ctx, timeout);
   return FromGrpc(stub_->ReportFailure(&ctx, req, &ack), "report failure");
 }
 

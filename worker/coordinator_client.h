@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,22 @@ class CoordinatorClient {
   shard::Status Join(int world_size, const std::string& hostname);
   shard::StatusOr<v1::RegisterResponse> Register(const std::string& hostname, int pid, const std::string& launcher_id,
                                                  const std::string& devices);
-  shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req);
+  // timeout: the call's deadline (a failing rank's last heartbeat gets what
+  // is left of its last words' budget, agent.cc). A `stoppable` one (the
+  // heartbeat loop's) is cut short by StopHeartbeats.
+  shard::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest req,
+                                                   std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                                   bool stoppable = false);
+  // Cancels the stoppable heartbeat in flight, if any, and every later one
+  // (they fail at once with CANCELLED): a failing rank does not wait out a
+  // heartbeat to a coordinator it cannot reach. Thread-safe.
+  void StopHeartbeats();
   shard::StatusOr<bool> ReportCheckpoint(v1::ReportCheckpointRequest req);
   // nothing_trained: the attempt resumed at or past total_steps (train.steps).
   shard::Status ReportDone(int64_t step, double final_loss, bool nothing_trained = false, int64_t total_steps = 0,
                            const std::string& resumed_from = "");
-  shard::Status ReportFailure(const std::string& error, bool retryable);
+  shard::Status ReportFailure(const std::string& error, bool retryable,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(3));
   // Stopped on the launcher's signal after checkpointing `step`.
   shard::Status ReportPreempted(const std::string& why, int64_t step);
 
@@ -54,6 +65,9 @@ class CoordinatorClient {
   ClientIdentity who_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::mutex hb_mu_;
+  grpc::ClientContext* hb_in_flight_ = nullptr;  // guarded by hb_mu_: the stoppable heartbeat being sent
+  bool hb_stopped_ = false;                      // guarded by hb_mu_: StopHeartbeats was called
 };
 
 }  // namespace shardd

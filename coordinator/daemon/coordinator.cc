@@ -181,7 +181,7 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
   // Which of a job's GPUs are left at a restart: the devices at start (PCI
   // ids by ordinal) against a fresh probe, at most every 10 s.
   const std::string worker_bin = jo.worker_bin;
-  c->launcher_ = std::make_unique<LocalLauncher>(std::make_unique<LocalGpuWatch>(
+  auto local = std::make_unique<LocalLauncher>(std::make_unique<LocalGpuWatch>(
       opts.read_only ? shard::StatusOr<std::vector<std::string>>(shard::Unavailable("read-only: launches nothing"))
                      : ProbedLocalGpuIds(worker_bin, /*fresh=*/false), [worker_bin] { return ProbedLocalGpuIds(worker_bin, true); },
       [] {
@@ -189,6 +189,8 @@ shard::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinat
                    std::chrono::steady_clock::now().time_since_epoch())
             .count();
       }));
+  c->local_ = local.get();
+  c->launcher_ = std::move(local);
   c->slurm_ = std::make_unique<SlurmLauncher>();
   c->kubernetes_ = std::make_unique<KubernetesLauncher>(KubernetesOptions(opts));
   c->jobs_ = std::make_unique<JobManager>(jo, c->store_.get(), c->launcher_.get());
@@ -238,8 +240,16 @@ void Coordinator::Stop() {
     reports_.reset();
   }
   if (http_) http_->Stop();
-  if (server_) server_->Shutdown();
+  // The control loop first: while the server shuts down, no exit is read,
+  // no deadline applied and no restart charged (workers keep training; a
+  // coordinator started again on this state dir adopts them).
   if (jobs_) jobs_->Stop();
+  if (server_) server_->Shutdown();
+}
+
+void Coordinator::StopLeavingWorkers() {
+  Stop();
+  if (local_) local_->Release();
 }
 
 }  // namespace shardd

@@ -10,6 +10,7 @@
 
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/launchers/launcher.h"
+#include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/report/report_writer.h"
 #include "coordinator/server/coordinator_server.h"
 #include "coordinator/server/http_server.h"
@@ -90,15 +91,22 @@ class Coordinator {
   std::string dashboard_url() const;
   // dashboard_url() as a one-time login link valid for ttl ("" when HTTP is off).
   shard::StatusOr<std::string> dashboard_login_url(std::chrono::seconds ttl) const;
-  // Stops serving (after writing the run reports of jobs that ended); running
-  // workers are left alone (a restarted coordinator adopts them).
+  // Stops serving (after writing the run reports of jobs that ended) and
+  // watching: no exit is read and no restart charged from here on. Running
+  // workers are left alone while this object lives; its destruction kills
+  // the local launcher's (`shardctl run` takes its job down with it).
   void Stop();
+  // shardd on SIGTERM/SIGINT: Stop(), then the local launcher lets its
+  // workers go. They train on, retrying the coordinator, and one started
+  // again on the same state dir adopts them (docs/control-plane.md).
+  void StopLeavingWorkers();
 
  private:
   Coordinator() = default;
   std::unique_ptr<StateDirLock> lock_;  // first member: released last, after everything else stopped
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Launcher> launcher_;  // local
+  LocalLauncher* local_ = nullptr;      // launcher_, as what it is
   std::unique_ptr<Launcher> slurm_;
   std::unique_ptr<Launcher> kubernetes_;
   std::unique_ptr<JobManager> jobs_;

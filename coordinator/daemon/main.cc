@@ -135,6 +135,6 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&set, &sig);
   LOG_INFO("shardd: signal {}: stopping (workers keep running)", sig);
-  (*c)->Stop();
+  (*c)->StopLeavingWorkers();
   return 0;
 }

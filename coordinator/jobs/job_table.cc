@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "coordinator/state/auth.h"
+#include "proto/codec/attempt_ended.h"
 #include "shard/common/logging.h"
 
 namespace fs = std::filesystem;
@@ -166,16 +167,18 @@ StatusOr<Job*> JobTable::CheckWorker(const v1::WorkerId& id, const std::string& 
   ASSIGN_OR_RETURN(Job * j, Find(id.job_id()));
   // Token first: a caller without the attempt's token learns nothing more.
   if (TokenMatchesHash(token, j->previous_token_hash))
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
+    return shard::FailedPrecondition(AttemptEndedMessage("stale attempt " + std::to_string(id.attempt()) + " of job " +
+                                                         id.job_id() + " (current attempt " +
+                                                         std::to_string(j->attempt) + "); exit"));
   if (!TokenMatchesHash(token, j->token_hash) || j->attempt == 0)
     return shard::Unauthenticated("worker call for job " + id.job_id() + ": missing or wrong worker token");
   if (id.attempt() != j->attempt)
-    return shard::FailedPrecondition("stale attempt " + std::to_string(id.attempt()) + " of job " + id.job_id() +
-                                     " (current attempt " + std::to_string(j->attempt) + "); exit");
+    return shard::FailedPrecondition(AttemptEndedMessage("stale attempt " + std::to_string(id.attempt()) + " of job " +
+                                                         id.job_id() + " (current attempt " +
+                                                         std::to_string(j->attempt) + "); exit"));
   if (!IsActive(*j) || j->state == v1::RESTARTING)
-    return shard::Aborted("job " + id.job_id() + " attempt " + std::to_string(id.attempt()) + " is over (" +
-                          JobStateName(j->state) + "); exit");
+    return AttemptEnded("job " + id.job_id() + " attempt " + std::to_string(id.attempt()) + " is over (" +
+                        JobStateName(j->state) + "); exit");
   if (id.rank() < 0 || id.rank() >= static_cast<int>(j->ranks.size()))
     return shard::InvalidArgument("rank " + std::to_string(id.rank()) + " out of range for job " + id.job_id());
   return j;

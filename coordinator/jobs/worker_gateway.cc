@@ -10,6 +10,7 @@
 #include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/state/auth.h"
 #include "coordinator/worker_reports.h"
+#include "proto/codec/attempt_ended.h"
 #include "proto/codec/metrics_codec.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
@@ -85,7 +86,7 @@ StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const
                                      "': its workers are started by the coordinator, not joined");
   if (join_token.empty() || !TokensEqual(join_token, j->join_token))
     return shard::Unauthenticated("join of job " + j->id + ": missing or wrong join token");
-  if (!IsActive(*j)) return shard::Aborted("job " + j->id + " is over (" + JobStateName(j->state) + "); exit");
+  if (!IsActive(*j)) return AttemptEnded("job " + j->id + " is over (" + JobStateName(j->state) + "); exit");
   const int world = j->config.parallel.world_size;
   if (req.world_size() > 0 && req.world_size() != world)
     return shard::InvalidArgument("job " + j->id + " has " + std::to_string(world) + " ranks but the worker's launcher " +

@@ -228,6 +228,13 @@ Process::~Process() {
   pid_ = -1;
 }
 
+pid_t Process::Release() {
+  const pid_t pid = pid_;
+  pid_ = -1;
+  exit_.reset();
+  return pid;
+}
+
 std::optional<ExitStatus> Process::Poll() {
   if (pid_ <= 0 || exit_) return exit_;
   int status = 0;

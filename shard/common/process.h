@@ -92,6 +92,9 @@ class Process {
   // SIGTERM to the group, then SIGKILL to the group after grace_s; returns
   // how the child ended. Whatever is left in its group gets SIGKILL too.
   ExitStatus Stop(double grace_s);
+  // Lets the child go: it runs on, unwatched, and is neither killed nor
+  // reaped by this object (init reaps it once this process exits). Returns its pid.
+  pid_t Release();
 
  private:
   pid_t pid_ = -1;

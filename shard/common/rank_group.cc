@@ -50,6 +50,14 @@ std::vector<RankEnd> RankGroup::Poll() {
   return out;
 }
 
+void RankGroup::Release() {
+  for (Member& m : members_) {
+    if (m.done) continue;
+    if (m.child) m.proc.Release();
+    m.done = true;
+  }
+}
+
 void RankGroup::Signal(int sig) {
   for (Member& m : members_) {
     if (m.done) continue;

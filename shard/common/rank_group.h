@@ -47,6 +47,9 @@ class RankGroup {
   // SIGTERM to every running rank's group, SIGKILL after grace_s; returns
   // once the children have ended. Their ends are not reported by Poll.
   void Stop(double grace_s);
+  // Lets every running rank go (children and adopted alike): they run on,
+  // are no longer watched, and are not killed when this group goes.
+  void Release();
 
   int running() const;
   bool empty() const { return members_.empty(); }

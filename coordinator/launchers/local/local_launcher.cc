@@ -90,6 +90,11 @@ std::vector<RankExit> LocalLauncher::Poll() {
   return out;
 }
 
+void LocalLauncher::Release() {
+  for (Attempt& a : attempts_) a.ranks.Release();
+  attempts_.clear();
+}
+
 void LocalLauncher::Terminate(const std::string& job_id, int attempt, bool force) {
   for (Attempt& a : attempts_)
     if (a.job_id == job_id && a.attempt == attempt) a.ranks.Signal(force ? SIGKILL : SIGTERM);

@@ -38,6 +38,9 @@ class LocalLauncher : public Launcher {
   void Terminate(const std::string& job_id, int attempt, bool force) override;
   int Running(const std::string& job_id, int attempt) override;
   void Adopt(const std::string& job_id, int attempt, const std::vector<int>& pids) override;
+  // A stopping shardd lets its workers go: they train on (not killed when
+  // this launcher goes) for the next coordinator on the state dir to adopt.
+  void Release();
 
  private:
   struct Attempt {

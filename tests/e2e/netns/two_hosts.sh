@@ -14,7 +14,8 @@
 # the cut bites, as in a real run.
 #
 # Mid-run the link goes down: every worker of the attempt must be gone within
-# comm_timeout_s (plus the failure report's bounded try), the job restarts,
+# the bound the job's own timeouts give (comm_timeout_s, read from the job
+# file, and the worker's last words to the coordinator), the job restarts,
 # host B's workers wait to join; when the link comes back they join, the next
 # attempt resumes from a committed step and the job succeeds.
 #
@@ -53,18 +54,24 @@ open_gate 1000000
 echo "link down at step $(job_field "$JOB" "j.get('progress',{}).get('step',0)")"
 # The coordinator ends the attempt (host B's heartbeats stop) ...
 wait_for 30 state_in "$JOB" RESTARTING LAUNCHING || fail "the coordinator did not end the attempt: $(ctl status "$JOB")"
-# ... and every attempt-1 worker, on both sides of the cut, is gone within
-# comm_timeout_s plus the failure report's one bounded try (3 s), plus slack
-# for a loaded machine.
-limit=$((2 * COMM_TIMEOUT + 3 + 2))
+# ... and every attempt-1 worker, on both sides of the cut, is gone within the
+# bound the job's own timeouts give. Per rank: its collective gives up
+# comm_timeout_s (the job file's) after it started, then its last words to the
+# coordinator (the heartbeat in flight, a last one and the failure report)
+# share one deadline, LAST_WORDS_S (worker/agent.cc, kLastWords). A rank can
+# start the collective that times out a little after the cut (on a loaded
+# 2-core CI machine one did, 5 s after its shard-group peer), so the cut may
+# come up to one more comm_timeout_s before it; SLACK_S is for the process's
+# own exit on a loaded machine. A worker stuck without a timeout would stay
+# until the hang limit (60 s).
+LAST_WORDS_S=2 SLACK_S=2
+comm_timeout=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["parallel"]["comm_timeout_s"])' \
+  "$T/twohost.yaml")
+limit=$(python3 -c "import math; print(math.ceil(2 * $comm_timeout + $LAST_WORDS_S + $SLACK_S))")
+echo "bound per rank: 2 x comm_timeout_s $comm_timeout + last words $LAST_WORDS_S s + $SLACK_S s = $limit s"
 first_try_exits() { [ "$(cat "$T"/host_*.exits 2>/dev/null | grep -c ' try 1 exit')" -ge 4 ]; }
 wait_for "$limit" first_try_exits || fail "attempt-1 workers still alive ${limit} s after the link went down"
-# The per-rank bound: a collective gives up comm_timeout_s after it started,
-# the failure report after 3 s more. A rank can start the collective that
-# times out a little after the cut (on a loaded 2-core CI machine one did,
-# 5 s after its shard-group peer), so the slack is one more comm_timeout_s: a
-# worker stuck without a timeout would stay until the hang limit (60 s).
-python3 - "$t_down" "$((2 * COMM_TIMEOUT + 3 + 2))" "$T/host_0.exits" "$T/host_2.exits" <<'PY' ||
+python3 - "$t_down" "$limit" "$T/host_0.exits" "$T/host_2.exits" <<'PY' ||
 import sys
 t0, limit, late = float(sys.argv[1]), float(sys.argv[2]), 0
 for path in sys.argv[3:]:
@@ -75,7 +82,7 @@ for path in sys.argv[3:]:
             late += float(t) - t0 > limit
 sys.exit(1 if late else 0)
 PY
-  fail "a worker outlived the cut by more than 2 x comm_timeout_s + 3 s report + 2 s slack"
+  fail "a worker outlived the cut by more than 2 x comm_timeout_s + $LAST_WORDS_S s last words + $SLACK_S s ($limit s)"
 sleep 6  # longer than comm_timeout_s: host A's ranks of attempt 2 wait for host B
 t_up=$(now)
 ip -n "$NA" link set "$VA" up

@@ -7,6 +7,7 @@
 
 #include <csignal>
 
+#include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {
@@ -96,6 +97,7 @@ TEST_F(JobManagerTest, FencingRefusesWrongTokensOtherAttemptsAndBadRanks) {
     auto st = Heartbeat(id, 1, 0, 1, bad);
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.status().code(), StatusCode::kUnauthenticated) << "token '" << bad << "'";
+    EXPECT_FALSE(NamesAttemptEnded(st.status())) << "a wrong token names no attempt";
   }
   EXPECT_EQ(manager_->CheckWorker(Worker(id, 1, 2), token1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(manager_->CheckWorker(Worker("nope-9", 1, 0), token1).code(), StatusCode::kNotFound);
@@ -108,6 +110,8 @@ TEST_F(JobManagerTest, FencingRefusesWrongTokensOtherAttemptsAndBadRanks) {
   auto over = Heartbeat(id, 1, 1, 1, token1);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kAborted);
+  // Marked: the one answer that ends a worker (proto/codec/attempt_ended.h).
+  EXPECT_TRUE(NamesAttemptEnded(over.status())) << over.status().ToString();
 
   Advance(3);
   launcher_.SetRunning(id, 1, 0);
@@ -124,6 +128,7 @@ TEST_F(JobManagerTest, FencingRefusesWrongTokensOtherAttemptsAndBadRanks) {
   ASSERT_FALSE(named.ok());
   EXPECT_EQ(named.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(named.status().message(), "stale attempt 1")) << named.status().ToString();
+  EXPECT_TRUE(NamesAttemptEnded(stale.status()) && NamesAttemptEnded(named.status())) << stale.status().ToString();
   v1::ReportDoneRequest done;
   *done.mutable_id() = Worker(id, 1, 0);
   EXPECT_EQ(manager_->ReportDone(done, token2).code(), StatusCode::kFailedPrecondition);

@@ -213,6 +213,27 @@ TEST_F(LocalLauncherTest, DestructorLeavesNoOrphans) {
   for (int pid : pids) EXPECT_TRUE(ProcessGone(pid)) << pid;
 }
 
+// shardd stopped by SIGTERM lets its workers go (StopLeavingWorkers): they run
+// on after the launcher is gone, launched and adopted ones alike, for the next
+// coordinator on the state dir to adopt.
+TEST_F(LocalLauncherTest, ReleasedWorkersOutliveTheLauncher) {
+  std::vector<int> pids;
+  {
+    LocalLauncher l;
+    auto p = l.Launch(Request("sleep 1000"));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pids = *p;
+    l.Adopt("tiny-1", 2, {pids[0]});  // watched twice over: neither kills it
+    l.Release();
+    EXPECT_EQ(l.Running("tiny-1", 1), 0);
+    EXPECT_TRUE(l.Poll().empty());
+  }
+  for (int pid : pids) {
+    EXPECT_FALSE(ProcessGone(pid)) << "released worker " << pid << " was killed with the launcher";
+    ::kill(-pid, SIGKILL);
+  }
+}
+
 // Adopted processes are not our children: only their disappearance is seen,
 // reported with exit code -1.
 TEST_F(LocalLauncherTest, AdoptedProcessesAreWatchedByLiveness) {
