@@ -175,7 +175,14 @@ TEST(PreferenceParity, AdamWStepsThroughLoraMatchAnIndependentReference) {
                   me.yaml.substr(12, me.yaml.size() - 13).c_str(), world, e.losses[0], e.losses[1], e.losses[2], ref_losses[0], ref_losses[1],
                   ref_losses[2], max_moved, max_diff, max_diff / max_abs);
       EXPECT_GT(max_moved, 2 * kLr) << "three AdamW steps move the adapters by about lr each";
-      EXPECT_LT(max_diff, 1e-5 * max_abs) << "adapters after " << kSteps << " steps";
+      // AdamW divides each element's moment by its own RMS, so the fp32 noise of
+      // a near-zero gradient element becomes a step difference of a fraction of
+      // lr, and how large depends on how OpenBLAS blocks its GEMMs: DPO with
+      // label smoothing measured 1.34e-5 of the largest weight on an AVX-512
+      // Xeon and 5.4e-6 with OPENBLAS_CORETYPE=Haswell on the same machine. The
+      // bound is therefore relative to how far the adapters moved (3 steps of
+      // lr): a wrong gradient moves them by a share of that, not by 1e-3 of it.
+      EXPECT_LT(max_diff, 1e-3 * max_moved) << "adapters after " << kSteps << " steps";
     }
   }
   fs::remove_all(fx.dir);
