@@ -22,32 +22,6 @@ struct LlamaModel::LowpActs {
   DeviceBuffer rstd1, lse, rstd2;                  // fp32
 };
 
-namespace {
-
-// dx[N,in] = dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (skipped when dw is null)
-void LinearBackward(Backend* be, DType dt, const float* x, WeightRef w, const float* dy, int64_t n, int64_t in,
-                    int64_t out, float* dx, float* dw) {
-  GemmArgs g;
-  g.compute = dt;
-  g.m = n, g.n = in, g.k = out;
-  g.a = dy, g.lda = out;
-  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
-  g.c = dx, g.ldc = in;
-  be->Gemm(g);
-  if (!dw) return;  // frozen weight: no weight-gradient GEMM
-  GemmArgs gw;
-  gw.compute = dt;
-  gw.trans_a = true;
-  gw.m = out, gw.n = in, gw.k = n;
-  gw.a = dy, gw.lda = out;
-  gw.b = x, gw.ldb = in;
-  gw.beta = 1.0f;
-  gw.c = dw, gw.ldc = in;
-  be->Gemm(gw);
-}
-
-}  // namespace
-
 int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& options) {
   return ResolveLossChunkRows(config, options.max_batch * options.max_seq, options.loss_chunk_rows);
 }

@@ -22,28 +22,6 @@ void Linear(Backend* be, DType md, const float* x, WeightRef w, int64_t m, int64
   LinearForward(be, md, x, w, m, in, out, y);
 }
 
-// dx[m, in] (beta: += ) = dy[m, out] · W; dW[out, in] += dy^T · x when dw.
-void LinearGrad(Backend* be, DType md, const float* x, WeightRef w, const float* dy, int64_t m, int64_t in, int64_t out,
-              float* dx, float beta, float* dw) {
-  GemmArgs g;
-  g.compute = md;
-  g.m = m, g.n = in, g.k = out;
-  g.a = dy, g.lda = out;
-  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
-  g.beta = beta;
-  g.c = dx, g.ldc = in;
-  be->Gemm(g);
-  if (!dw) return;
-  GemmArgs gw;
-  gw.compute = md;
-  gw.trans_a = true;
-  gw.m = out, gw.n = in, gw.k = m;
-  gw.a = dy, gw.lda = out;
-  gw.b = x, gw.ldb = in;
-  gw.beta = 1.0f;
-  gw.c = dw, gw.ldc = in;
-  be->Gemm(gw);
-}
 
 }  // namespace
 
@@ -176,16 +154,16 @@ void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, co
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;
     const int down = ExpertTensor(e, kExpertDown);
-    LinearGrad(backend_, md_, s.h.data() + o * fe, w.mat(down), dy_.data() + o * d, m, fe, d, dh_.data() + o * fe, 0.0f,
-             dw ? dw + t[down].offset : nullptr);
+    LinearBackward(backend_, md_, s.h.data() + o * fe, w.mat(down), dy_.data() + o * d, m, fe, d, dh_.data() + o * fe,
+                   dw ? dw + t[down].offset : nullptr);
   }
   backend_->SwiGluBackward(dh_.data(), s.gu.data(), nk, static_cast<int>(fe), dgu_.data());
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;
     const int gate = ExpertTensor(e, kExpertGate);  // gate then up: one [2fe, d] weight
-    LinearGrad(backend_, md_, xp + o * d, w.mat(gate), dgu_.data() + o * 2 * fe, m, d, 2 * fe, dxp_.data() + o * d, 0.0f,
-             dw ? dw + t[gate].offset : nullptr);
+    LinearBackward(backend_, md_, xp + o * d, w.mat(gate), dgu_.data() + o * 2 * fe, m, d, 2 * fe,
+                   dxp_.data() + o * d, dw ? dw + t[gate].offset : nullptr);
   }
 }
 
@@ -210,8 +188,8 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
     dprobs = dprobs_.data();
   }
   RETURN_IF_ERROR(backend_->MoeRouteBackward(r, dweight_.data(), dprobs, logits_.data()));
-  LinearGrad(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn, 1.0f,
-           dw ? dw + w.spec().tensors[kRouter].offset : nullptr);
+  LinearBackward(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn,
+                 dw ? dw + w.spec().tensors[kRouter].offset : nullptr, /*dx_beta=*/1.0f);
   return OkStatus();
 }
 

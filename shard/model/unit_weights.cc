@@ -15,6 +15,28 @@ void LinearForward(Backend* be, DType compute, const float* x, WeightRef w, int6
   be->Gemm(g);
 }
 
+void LinearBackward(Backend* be, DType compute, const float* x, WeightRef w, const float* dy, int64_t n, int64_t in,
+                    int64_t out, float* dx, float* dw, float dx_beta) {
+  GemmArgs g;
+  g.compute = compute;
+  g.m = n, g.n = in, g.k = out;
+  g.a = dy, g.lda = out;
+  g.b = w.data, g.ldb = in, g.b_dtype = w.dtype;
+  g.beta = dx_beta;
+  g.c = dx, g.ldc = in;
+  be->Gemm(g);
+  if (!dw) return;
+  GemmArgs gw;
+  gw.compute = compute;
+  gw.trans_a = true;
+  gw.m = out, gw.n = in, gw.k = n;
+  gw.a = dy, gw.lda = out;
+  gw.b = x, gw.ldb = in;
+  gw.beta = 1.0f;
+  gw.c = dw, gw.ldc = in;
+  be->Gemm(gw);
+}
+
 StatusOr<UnitWeights> UnitWeights::Create(Backend* backend, const UnitSpec& spec) {
   UnitWeights u;
   u.backend_ = backend;

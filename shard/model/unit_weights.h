@@ -26,6 +26,10 @@ struct WeightRef {
 // the inputs rounded to `compute` (GemmArgs::compute); beta 1 adds into y.
 void LinearForward(Backend* be, DType compute, const float* x, WeightRef w, int64_t n, int64_t in, int64_t out,
                    float* y, float beta = 0.0f);
+// Its backward: dx[n, in] = dy[n, out] · W (beta 1 adds into dx); dW[out, in]
+// += dy^T · x unless dw is null (a frozen weight: no weight-gradient GEMM).
+void LinearBackward(Backend* be, DType compute, const float* x, WeightRef w, const float* dy, int64_t n, int64_t in,
+                    int64_t out, float* dx, float* dw, float dx_beta = 0.0f);
 
 class UnitWeights {
  public:
