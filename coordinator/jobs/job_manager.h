@@ -155,10 +155,8 @@ class JobManager {
   Status ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
     return gateway_.ReportFailure(req, token);
   }
-  // Rendezvous keys of an attempt live under KvPrefix(id) (AttemptKvPrefix;
-  // a function pointer, kept under this name for its callers).
-  static constexpr std::string (*KvPrefix)(const v1::WorkerId& id) = &AttemptKvPrefix;
-  // The rendezvous calls, fenced as CheckWorker and bounded per attempt
+  // The rendezvous calls, fenced as CheckWorker, in the attempt's space
+  // (keys under AttemptKvPrefix) and bounded per attempt
   // (RendezvousLimits; RESOURCE_EXHAUSTED names the cap). Get/Wait answer
   // through done, at once when refused.
   Status KvSet(const v1::WorkerId& id, const std::string& token, const std::string& key, std::string value) {
