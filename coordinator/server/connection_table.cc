@@ -2,6 +2,10 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 namespace shardd {
 
 std::string PeerKey(const std::string& address) {
@@ -20,17 +24,16 @@ std::string PeerKey(const std::string& address) {
   return a;
 }
 
-int ConnectionTable::OldestInHeaders(const std::string& peer) const {
-  int oldest = -1;
-  uint64_t since = 0;
-  for (const auto& [id, c] : conns_) {
-    if (c.evicted || !c.in_headers || (!peer.empty() && c.peer != peer)) continue;
-    if (oldest < 0 || c.since < since) {
-      oldest = id;
-      since = c.since;
-    }
+int ConnectionTable::OldestInHeaders(const std::string& peer, const HeadersArrived& arrived) {
+  std::vector<std::pair<uint64_t, int>> candidates;  // (since, id)
+  for (const auto& [id, c] : conns_)
+    if (!c.evicted && c.in_headers && (peer.empty() || c.peer == peer)) candidates.emplace_back(c.since, id);
+  std::sort(candidates.begin(), candidates.end());
+  for (const auto& [since, id] : candidates) {
+    if (!arrived || !arrived(id)) return id;
+    conns_.at(id).in_headers = false;  // a prompt client whose request waits to be read
   }
-  return oldest;
+  return -1;
 }
 
 void ConnectionTable::Evict(int id) {
@@ -40,10 +43,10 @@ void ConnectionTable::Evict(int id) {
   if (--per_peer_count_[c.peer] <= 0) per_peer_count_.erase(c.peer);
 }
 
-ConnectionTable::Admission ConnectionTable::Admit(int id, const std::string& peer) {
+ConnectionTable::Admission ConnectionTable::Admit(int id, const std::string& peer, const HeadersArrived& arrived) {
   Admission a;
   if (count(peer) >= per_peer_) {
-    a.evicted = OldestInHeaders(peer);
+    a.evicted = OldestInHeaders(peer, arrived);
     if (a.evicted < 0) {
       a.reason = "more than " + std::to_string(per_peer_) + " connections from " + peer +
                  ", every one of them past its request headers";
@@ -51,7 +54,7 @@ ConnectionTable::Admission ConnectionTable::Admit(int id, const std::string& pee
     }
     a.reason = "peer " + peer + " at its cap of " + std::to_string(per_peer_) + " connections";
   } else if (counted_ >= max_) {
-    a.evicted = OldestInHeaders("");
+    a.evicted = OldestInHeaders("", arrived);
     if (a.evicted < 0) {
       a.reason = "the server holds " + std::to_string(max_) + " connections, every one past its request headers";
       return a;

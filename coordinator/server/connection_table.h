@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -35,9 +36,12 @@ class ConnectionTable {
     int evicted = -1;    // a connection to close so the newcomer fits (-1: none)
     std::string reason;  // why refused, or why `evicted` was chosen
   };
+  // Says whether a connection in headers has in fact sent them whole (they
+  // wait unread in its socket): such a one is marked serving, not evicted.
+  using HeadersArrived = std::function<bool(int id)>;
   // Counts connection `id` (a socket) from `peer`, in headers. An evicted
   // connection no longer counts; its owner closes it and calls Release.
-  Admission Admit(int id, const std::string& peer);
+  Admission Admit(int id, const std::string& peer, const HeadersArrived& arrived = nullptr);
   // Headers complete: the connection is serving, and is never evicted.
   void Serving(int id);
   // A kept-alive connection waits for its next request: in headers again,
@@ -55,9 +59,9 @@ class ConnectionTable {
     bool evicted = false;
     uint64_t since = 0;  // order of entering headers: smaller is older
   };
-  // The oldest counted connection in headers (of `peer`, or of any when
-  // empty); -1 when none.
-  int OldestInHeaders(const std::string& peer) const;
+  // The oldest counted connection still in headers (of `peer`, or of any
+  // when empty) whose headers have not arrived; -1 when none.
+  int OldestInHeaders(const std::string& peer, const HeadersArrived& arrived);
   void Evict(int id);
 
   const int per_peer_;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 #include "shard/common/logging.h"
 
@@ -55,7 +56,7 @@ bool PollFor(int sock, short events, int timeout_ms) {
 }
 
 // An httplib::Stream over a socket whose reads stop at a deadline for the
-// request's headers, besides the per-read timeout (httplib's SocketStream has
+// request (line, headers and the small bodies this server takes), besides the per-read timeout (httplib's SocketStream has
 // only the latter). Buffered, since httplib reads request lines bytewise. It
 // tells `on_headers` once the consumer has read a blank line (the headers'
 // end): from then on the connection is serving.
@@ -77,9 +78,8 @@ class DeadlineStream final : public httplib::Stream {
 
   bool is_readable() const override {
     if (pos_ < buf_.size()) return true;
-    // Past the headers only the per-read timeout applies (a small body).
-    const int wait = headers_done_ ? read_timeout_ms_ : MsUntil(deadline_, read_timeout_ms_);
-    if ((headers_done_ || Clock::now() < deadline_) && PollFor(sock_, POLLIN, wait)) return true;
+    // The deadline covers the small bodies this server takes too.
+    if (Clock::now() < deadline_ && PollFor(sock_, POLLIN, MsUntil(deadline_, read_timeout_ms_))) return true;
     timed_out_ = true;
     return false;
   }
@@ -157,6 +157,16 @@ class DeadlineStream final : public httplib::Stream {
 
 std::chrono::milliseconds Ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
+// Whether whole request headers wait unread in the socket (a prompt client
+// the server has not read yet): a look at its first 8 KiB, never blocking.
+bool HeadersWaiting(int sock) {
+  char buf[8192];
+  const ssize_t n = ::recv(sock, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  if (n <= 0) return false;
+  const std::string_view s(buf, static_cast<size_t>(n));
+  return s.find("\r\n\r\n") != std::string_view::npos || s.find("\n\n") != std::string_view::npos;
+}
+
 }  // namespace
 
 // httplib's accept loop hands each accepted socket to a TaskQueue; this one
@@ -219,7 +229,10 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   ConnectionTable::Admission a;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopping_) a = table_.Admit(sock, peer);
+    // A connection a thread reads has consumed its bytes: the thread marks it
+    // serving at its headers' end. The others are looked at unread.
+    if (!stopping_)
+      a = table_.Admit(sock, peer, [this](int fd) { return !serving_.count(fd) && HeadersWaiting(fd); });
     if (a.evicted >= 0) {
       // Still open (its owner releases it before closing, under this lock):
       // the owner, the waiting room or a thread reading its headers, sees the

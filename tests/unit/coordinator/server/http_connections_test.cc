@@ -257,6 +257,22 @@ TEST(ConnectionTableTest, AtThePeerCapTheOldestInHeadersIsEvicted) {
   EXPECT_EQ(t.size(), 4);
 }
 
+// A connection whose whole headers already wait unread in its socket (a
+// probe the server has not read yet) is past its headers: not evicted,
+// however old, while newcomers keep coming.
+TEST(ConnectionTableTest, AConnectionWhoseHeadersArrivedIsNotEvicted) {
+  ConnectionTable t(2, 100);
+  ASSERT_TRUE(t.Admit(1, "p").admitted);  // the probe: its request is in
+  ASSERT_TRUE(t.Admit(2, "p").admitted);
+  auto arrived = [](int id) { return id == 1; };
+  auto a = t.Admit(3, "p", arrived);
+  ASSERT_TRUE(a.admitted);
+  EXPECT_EQ(a.evicted, 2);
+  a = t.Admit(4, "p", arrived);
+  EXPECT_EQ(a.evicted, 3);
+  EXPECT_FALSE(t.evicted(1));
+}
+
 TEST(ConnectionTableTest, ANewcomerIsRefusedOnlyWhenNoneIsInHeaders) {
   ConnectionTable t(2, 100);
   ASSERT_TRUE(t.Admit(1, "p").admitted);
