@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -161,6 +162,7 @@ HttpServerOptions HttpOptions(const CoordinatorOptions& opts, const std::string&
   ho.metrics_without_token = opts.metrics_without_token;
   ho.hosts = opts.dashboard_hosts;
   ho.limits.per_peer = opts.http_per_peer_connections;
+  ho.limits.max_connections = std::max(ho.limits.max_connections, ho.limits.per_peer);
   ho.finished_grace_s = opts.metrics_finished_grace_s;
   ho.version = SHARDD_VERSION;
   return ho;

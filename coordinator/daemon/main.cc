@@ -72,8 +72,9 @@ void AddHttpFlags(CLI::App& app, shardd::CoordinatorOptions* opts) {
   app.add_flag("--metrics-without-token", opts->metrics_without_token,
                "Serve /metrics without the admin token (job names, states and figures to whoever reaches the port)");
   FiniteRange(app.add_option("--http-per-peer-connections", opts->http_per_peer_connections,
-                             "Concurrent HTTP connections from one IP address; more are refused at once (a local "
-                             "reverse proxy is one address for all its users)")
+                             "Concurrent HTTP connections from one peer (all of 127/8 and ::1 are one); at the cap "
+                             "the oldest still sending its headers is closed for a newcomer (a local reverse proxy "
+                             "is one peer for all its users)")
                   ->capture_default_str(),
               1, 4096);
   FiniteRange(app.add_option("--metrics-finished-grace-s", opts->metrics_finished_grace_s,

@@ -131,7 +131,7 @@ void AttemptLifecycle::End(Job& j) {
   v1::WorkerId id;
   id.set_job_id(j.id);
   id.set_attempt(j.attempt);
-  rendezvous_->DropPrefix(AttemptKvPrefix(id));
+  rendezvous_->Drop(AttemptKvPrefix(id));
 }
 
 void AttemptLifecycle::Fail(Job& j, const std::string& reason, bool retryable) {

@@ -82,6 +82,12 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
         attempts_->Fail(j, why, true);
       }
     }
+    // A write of the job's record the store refused: the job fails, not
+    // retried (the store refuses the next attempt's writes as well).
+    if (!j.store_failure.empty() && IsActive(j)) {
+      attempts_->Fail(j, j.store_failure, /*retryable=*/false);
+      continue;
+    }
     switch (j.state) {
       case v1::QUEUED:
         if (JobScheduler::MayLaunch(j)) plans.push_back(PlanLaunch(j));

@@ -100,6 +100,10 @@ struct Job {
   // briefly so a rank's exit, the likely cause, is named instead.
   std::string pending_failure;
   int64_t pending_deadline_ms = 0;
+  // The first write of this job's record (an event, a checkpoint commit) the
+  // state store refused ("" = none): the job fails with it (the control loop,
+  // or ReportDone in place of SUCCEEDED), since what it reports is not stored.
+  std::string store_failure;
   std::string queue_reason;     // the launcher's last PendingReason, announced as an event
   // Observability (telemetry.h), in memory only.
   Histogram step_hist{StepTimeBuckets()};

@@ -27,6 +27,7 @@ JobManager::JobManager(JobManagerOptions opts, StateStore* store, Launcher* laun
       attempts_(opts_, &table_, &runner_, &sched_, &rendezvous_),
       loop_(opts_, &table_, &runner_, &attempts_, &sched_, &rendezvous_),
       gateway_(opts_, &table_, &attempts_, &runner_, &rendezvous_),
+      kv_(&table_, &rendezvous_),
       submission_(opts_, &table_, &runner_, &sched_, &attempts_),
       recovery_(opts_, &table_, &runner_, &sched_),
       queries_(opts_, &table_) {

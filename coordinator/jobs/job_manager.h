@@ -50,6 +50,7 @@
 #include "coordinator/jobs/job_submission.h"
 #include "coordinator/jobs/job_table.h"
 #include "coordinator/jobs/worker_gateway.h"
+#include "coordinator/jobs/worker_kv.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/sched/host_allocator.h"
@@ -154,9 +155,27 @@ class JobManager {
   Status ReportFailure(const v1::ReportFailureRequest& req, const std::string& token) {
     return gateway_.ReportFailure(req, token);
   }
-  // Rendezvous keys of an attempt live under KvPrefix(id) (AttemptKvPrefix;
-  // a function pointer, kept under this name for its callers).
-  static constexpr std::string (*KvPrefix)(const v1::WorkerId& id) = &AttemptKvPrefix;
+  // The rendezvous calls, fenced as CheckWorker, in the attempt's space
+  // (keys under AttemptKvPrefix) and bounded per attempt
+  // (RendezvousLimits; RESOURCE_EXHAUSTED names the cap). Get/Wait answer
+  // through done, at once when refused.
+  Status KvSet(const v1::WorkerId& id, const std::string& token, const std::string& key, std::string value) {
+    return kv_.Set(id, token, key, std::move(value));
+  }
+  StatusOr<int64_t> KvAdd(const v1::WorkerId& id, const std::string& token, const std::string& key, int64_t delta) {
+    return kv_.Add(id, token, key, delta);
+  }
+  StatusOr<bool> KvCheck(const v1::WorkerId& id, const std::string& token, const std::string& key) {
+    return kv_.Check(id, token, key);
+  }
+  void KvGet(const v1::WorkerId& id, const std::string& token, const std::string& key, int64_t deadline_ms,
+             RendezvousStore::GetCallback done) {
+    kv_.Get(id, token, key, deadline_ms, std::move(done));
+  }
+  void KvWait(const v1::WorkerId& id, const std::string& token, const std::vector<std::string>& keys,
+              int64_t deadline_ms, RendezvousStore::WaitCallback done) {
+    kv_.Wait(id, token, keys, deadline_ms, std::move(done));
+  }
   RendezvousStore* rendezvous() { return &rendezvous_; }
 
   int64_t now_ms() const { return opts_.now_ms(); }
@@ -173,6 +192,7 @@ class JobManager {
   AttemptLifecycle attempts_;
   ControlLoop loop_;
   WorkerGateway gateway_;
+  WorkerKv kv_;
   JobSubmission submission_;
   JobRecovery recovery_;
   JobQueries queries_;

@@ -195,7 +195,7 @@ void JobRecovery::ReconcileCommits(Job& j) {
   if (Status st = table_->store()->PutCheckpoint({j.id, m.step, m.world, static_cast<int>(m.files.size()), best->bytes,
                                                   best->dir, opts_.now_ms(), shard::CheckpointTierName(best->tier)});
       !st.ok())
-    LOG_ERROR("job {}: {}", j.id, st.ToString());
+    table_->NoteStoreFailure(j, "the commit of step " + std::to_string(m.step), st);
   table_->Emit(j, "checkpoint_committed",
                "step " + std::to_string(m.step) + ": " + std::to_string(m.files.size()) + " shard(s), " +
                    internal::Fmt(best->bytes / 1e6, "%.1f") + " MB in " + best->dir +

@@ -139,10 +139,17 @@ void JobTable::Emit(Job& j, const std::string& kind, const std::string& message)
   // The event and the job's new state in one transaction.
   EventRecord er{j.id, ev.seq(), ev.unix_ms(), j.attempt, kind, message, j.state};
   Status st = store_->AppendEvent(er, RecordOf(j));
-  if (!st.ok()) LOG_ERROR("job {}: cannot persist event {}: {}", j.id, kind, st.ToString());
+  if (!st.ok()) NoteStoreFailure(j, "event " + kind, st);
   LOG_INFO("job {} [{}] attempt {}: {}{}{}", j.id, JobStateName(j.state), j.attempt, kind,
            message.empty() ? "" : ": ", message);
   Publish(ev);
+}
+
+void JobTable::NoteStoreFailure(Job& j, const std::string& what, const Status& st) {
+  LOG_ERROR("job {}: the state store could not record {}: {}", j.id, what, st.ToString());
+  if (!j.store_failure.empty()) return;
+  j.store_failure = "the state store could not record " + what + " (" + st.message() +
+                    "); a run whose record is incomplete does not succeed";
 }
 
 void JobTable::SetState(Job& j, v1::JobState state, const std::string& kind, const std::string& reason) {

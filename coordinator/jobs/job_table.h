@@ -43,8 +43,13 @@ class JobTable {
   Job& Insert(std::unique_ptr<Job> job);
   // After a restart: numbers continue after the stored ones.
   void set_next_job_number(int64_t n) { next_job_number_ = n; }
-  // Records an event and the job's (possibly new) state in one transaction.
+  // Records an event and the job's (possibly new) state in one transaction;
+  // a refused write is the job's store failure (NoteStoreFailure).
   void Emit(Job& j, const std::string& kind, const std::string& message);
+  // Keeps the first refused write of the job's record in j.store_failure
+  // (what: "event checkpoint_committed", "the commit of step 20"). The job
+  // fails with it; never only a log line.
+  void NoteStoreFailure(Job& j, const std::string& what, const Status& st);
   void SetState(Job& j, v1::JobState state, const std::string& kind, const std::string& reason);
   // A live-only event (progress) to the job's watchers: not stored.
   void Publish(const v1::JobEvent& ev);

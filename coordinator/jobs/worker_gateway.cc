@@ -488,7 +488,12 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
     Status st = table_->store()->PutCheckpoint({j->id, done->step, done->world, static_cast<int>(done->files.size()), bytes,
                                        rep.step_dir, opts_.now_ms(), shard::CheckpointTierName(rep.tier)});
-    if (!st.ok()) LOG_ERROR("job {}: {}", j->id, st.ToString());
+    if (!st.ok()) {
+      // COMMITTED is on disk but the store does not know it: the job fails
+      // (the next Tick, or ReportDone), and this rank hears why.
+      table_->NoteStoreFailure(*j, "the commit of step " + std::to_string(done->step), st);
+      return shard::Internal("job " + j->id + ": " + j->store_failure);
+    }
     table_->Emit(*j, "checkpoint_committed",
                "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
                    Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir +
@@ -524,7 +529,11 @@ Status WorkerGateway::ReportDone(const v1::ReportDoneRequest& req, const std::st
     // The processes exit by themselves; anything left after the grace is killed.
     j->draining_attempt = j->attempt;
     j->kill_at_ms = opts_.now_ms() + static_cast<int64_t>(opts_.kill_grace_s * 1000);
-    rendezvous_->DropPrefix(AttemptKvPrefix(req.id()));
+    rendezvous_->Drop(AttemptKvPrefix(req.id()));
+    if (!j->store_failure.empty()) {  // trained, but its record is not stored: not a success
+      attempts_->Fail(*j, j->store_failure, /*retryable=*/false);
+      return shard::OkStatus();
+    }
     // Resumed at or past the end: a distinct outcome, never "final loss 0".
     const std::string what =
         j->nothing_trained

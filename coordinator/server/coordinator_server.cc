@@ -269,55 +269,45 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
       return Reply(ctx, jobs_->ReportFailure(*req, BearerToken(ctx)));
     });
   }
+  // The rendezvous calls: fenced and bounded per attempt by the JobManager
+  // (RendezvousLimits; RESOURCE_EXHAUSTED names the cap).
   ServerUnaryReactor* KvSet(CallbackServerContext* ctx, const v1::KvSetRequest* req, v1::Ack*) override {
     return Guarded(ctx, "KvSet", [&]() -> ServerUnaryReactor* {
-      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-      if (req->value().size() > (1u << 20)) return Reply(ctx, shard::InvalidArgument("rendezvous value over 1 MiB"));
-      jobs_->rendezvous()->Set(JobManager::KvPrefix(req->id()) + req->key(), req->value());
-      return Reply(ctx, shard::OkStatus());
+      return Reply(ctx, jobs_->KvSet(req->id(), BearerToken(ctx), req->key(), req->value()));
     });
   }
   ServerUnaryReactor* KvGet(CallbackServerContext* ctx, const v1::KvGetRequest* req,
                             v1::KvGetResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) {
-      reactor->Finish(ToGrpc(st));
-      return reactor;
-    }
     // Parked until the key is set or the deadline passes: no thread waits.
-    jobs_->rendezvous()->Get(JobManager::KvPrefix(req->id()) + req->key(), Deadline(req->timeout_ms()),
-                             [reactor, resp](shard::StatusOr<std::string> v) {
-                               if (v.ok()) resp->set_value(*v);
-                               reactor->Finish(ToGrpc(v.status()));
-                             });
+    jobs_->KvGet(req->id(), BearerToken(ctx), req->key(), Deadline(req->timeout_ms()),
+                 [reactor, resp](shard::StatusOr<std::string> v) {
+                   if (v.ok()) resp->set_value(*v);
+                   reactor->Finish(ToGrpc(v.status()));
+                 });
     return reactor;
   }
   ServerUnaryReactor* KvWait(CallbackServerContext* ctx, const v1::KvWaitRequest* req, v1::Ack*) override {
     auto* reactor = ctx->DefaultReactor();
-    if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) {
-      reactor->Finish(ToGrpc(st));
-      return reactor;
-    }
-    std::vector<std::string> keys;
-    for (const auto& k : req->keys()) keys.push_back(JobManager::KvPrefix(req->id()) + k);
-    jobs_->rendezvous()->Wait(keys, Deadline(req->timeout_ms()),
-                              [reactor](shard::Status st) { reactor->Finish(ToGrpc(st)); });
+    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+    jobs_->KvWait(req->id(), BearerToken(ctx), keys, Deadline(req->timeout_ms()),
+                  [reactor](shard::Status st) { reactor->Finish(ToGrpc(st)); });
     return reactor;
   }
   ServerUnaryReactor* KvAdd(CallbackServerContext* ctx, const v1::KvAddRequest* req,
                             v1::KvAddResponse* resp) override {
     return Guarded(ctx, "KvAdd", [&]() -> ServerUnaryReactor* {
-      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-      resp->set_value(jobs_->rendezvous()->Add(JobManager::KvPrefix(req->id()) + req->key(), req->delta()));
-      return Reply(ctx, shard::OkStatus());
+      auto v = jobs_->KvAdd(req->id(), BearerToken(ctx), req->key(), req->delta());
+      if (v.ok()) resp->set_value(*v);
+      return Reply(ctx, v.status());
     });
   }
   ServerUnaryReactor* KvCheck(CallbackServerContext* ctx, const v1::KvCheckRequest* req,
                               v1::KvCheckResponse* resp) override {
     return Guarded(ctx, "KvCheck", [&]() -> ServerUnaryReactor* {
-      if (auto st = jobs_->CheckWorker(req->id(), BearerToken(ctx)); !st.ok()) return Reply(ctx, st);
-      resp->set_exists(jobs_->rendezvous()->Check(JobManager::KvPrefix(req->id()) + req->key()));
-      return Reply(ctx, shard::OkStatus());
+      auto v = jobs_->KvCheck(req->id(), BearerToken(ctx), req->key());
+      if (v.ok()) resp->set_exists(*v);
+      return Reply(ctx, v.status());
     });
   }
 

@@ -58,11 +58,11 @@ shard::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerO
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->opts_ = opts;
   s->jobs_ = jobs;
-  if (opts.limits.threads < 2 || opts.limits.per_peer < 1 || opts.limits.reserve < 0 ||
-      opts.limits.reserve >= opts.limits.threads || !(opts.limits.header_timeout_s > 0) ||
+  if (opts.limits.threads < 2 || opts.limits.per_peer < 1 || opts.limits.max_connections < opts.limits.per_peer ||
+      opts.limits.reserve < 0 || opts.limits.reserve >= opts.limits.threads || !(opts.limits.header_timeout_s > 0) ||
       !(opts.limits.busy_header_timeout_s > 0))
-    return shard::InvalidArgument("HTTP connection limits: need threads >= 2, per_peer >= 1, 0 <= reserve < threads "
-                                  "and positive request deadlines");
+    return shard::InvalidArgument("HTTP connection limits: need threads >= 2, 1 <= per_peer <= max_connections, "
+                                  "0 <= reserve < threads and positive request deadlines");
   // A name in --http-listen is one of this server's names.
   if (!host.empty() && host != "0.0.0.0" && host.front() != '[') s->opts_.hosts.push_back(host);
   s->server_ = std::make_unique<GuardedHttpServer>(opts.limits);
@@ -195,6 +195,7 @@ shard::StatusOr<std::string> HttpServer::IssueLoginPath(std::chrono::seconds ttl
 }
 
 size_t HttpServer::refused_connections() const { return server_ ? server_->refused() : 0; }
+size_t HttpServer::evicted_connections() const { return server_ ? server_->evicted() : 0; }
 
 HttpServer::~HttpServer() { Stop(); }
 

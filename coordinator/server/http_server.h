@@ -55,8 +55,10 @@ class HttpServer {
   int port() const { return port_; }
   // "/login?nonce=N[&next=PATH]": logs a browser in once, within ttl.
   shard::StatusOr<std::string> IssueLoginPath(std::chrono::seconds ttl, const std::string& next = "/");
-  // Connections refused at accept (per-peer cap, full queue) since start.
+  // Connections refused at accept (a cap reached, none to evict) since start.
   size_t refused_connections() const;
+  // Connections closed in their headers to make room for a newcomer since start.
+  size_t evicted_connections() const;
   void Stop();
 
  private:

@@ -7,80 +7,11 @@
 
 #include "coordinator/state/auth.h"
 #include "coordinator/state/state_dir.h"
+#include "coordinator/state/state_schema.h"
 #include "shard/common/logging.h"
 
 namespace shardd {
 namespace {
-
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS jobs(
-  id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
-  restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
-  worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
-  seq INTEGER NOT NULL, number INTEGER NOT NULL, join_token TEXT NOT NULL DEFAULT '',
-  stall BLOB NOT NULL DEFAULT '', memory_dir TEXT NOT NULL DEFAULT '',
-  memory_tier_removed INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS workers(
-  job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
-  hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
-CREATE TABLE IF NOT EXISTS events(
-  job_id TEXT NOT NULL, seq INTEGER NOT NULL, unix_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,
-  kind TEXT NOT NULL, message TEXT NOT NULL, state INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
-CREATE TABLE IF NOT EXISTS checkpoints(
-  job_id TEXT NOT NULL, step INTEGER NOT NULL, world INTEGER NOT NULL, files INTEGER NOT NULL,
-  bytes INTEGER NOT NULL, path TEXT NOT NULL, committed_ms INTEGER NOT NULL,
-  PRIMARY KEY(job_id, step));
-CREATE TABLE IF NOT EXISTS metrics(
-  job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
-  grad_norm REAL, tokens INTEGER, seconds REAL, skipped INTEGER NOT NULL DEFAULT 0,
-  loss_scale REAL NOT NULL DEFAULT 0, eval_samples INTEGER NOT NULL DEFAULT 0, eval_loss REAL,
-  eval_exact_match REAL NOT NULL DEFAULT -1, pairs INTEGER NOT NULL DEFAULT 0, rewards_chosen REAL,
-  rewards_rejected REAL, rewards_accuracies REAL, rewards_margins REAL, logps_chosen REAL, logps_rejected REAL,
-  nll REAL, eval_pairs INTEGER NOT NULL DEFAULT 0, eval_rewards_chosen REAL, eval_rewards_rejected REAL,
-  eval_rewards_accuracies REAL, eval_rewards_margins REAL, eval_logps_chosen REAL, eval_logps_rejected REAL,
-  eval_nll REAL, PRIMARY KEY(job_id, step));
-CREATE TABLE IF NOT EXISTS job_resources(
-  job_id TEXT PRIMARY KEY, demand TEXT NOT NULL, placement TEXT NOT NULL);
-)sql";
-
-// Columns added after their table's first release. kSchema creates them in a
-// new database; an older database gets them, with these defaults, on open.
-struct AddedColumn {
-  const char* table;
-  const char* name;
-  const char* decl;
-};
-constexpr AddedColumn kAddedColumns[] = {
-    {"jobs", "join_token", "TEXT NOT NULL DEFAULT ''"},     // external jobs
-    {"jobs", "stall", "BLOB NOT NULL DEFAULT ''"},          // the flight recorder's account (JobStatus.stall)
-    // The memory tier's job folder ('' in an older database: the job keeps the
-    // name-and-workdir folder of that version) and whether the ended job's
-    // folder was removed (0: an ended job's is removed once more, at most).
-    {"jobs", "memory_dir", "TEXT NOT NULL DEFAULT ''"},
-    {"jobs", "memory_tier_removed", "INTEGER NOT NULL DEFAULT 0"},
-    {"checkpoints", "tier", "TEXT NOT NULL DEFAULT 'disk'"},  // checkpoint.memory: disk | memory
-    {"metrics", "skipped", "INTEGER NOT NULL DEFAULT 0"},   // the loss scaler's verdict per step
-    {"metrics", "loss_scale", "REAL NOT NULL DEFAULT 0"},   // 0: not reported
-    {"metrics", "eval_samples", "INTEGER NOT NULL DEFAULT 0"},  // held-out evaluation (0: none)
-    {"metrics", "eval_loss", "REAL"},
-    {"metrics", "eval_exact_match", "REAL NOT NULL DEFAULT -1"},  // -1: not computed
-    {"metrics", "pairs", "INTEGER NOT NULL DEFAULT 0"},  // a preference: step's pairs (0: not one)
-    {"metrics", "rewards_chosen", "REAL"},                // TRL's metrics of that step
-    {"metrics", "rewards_rejected", "REAL"},
-    {"metrics", "rewards_accuracies", "REAL"},
-    {"metrics", "rewards_margins", "REAL"},
-    {"metrics", "logps_chosen", "REAL"},
-    {"metrics", "logps_rejected", "REAL"},
-    {"metrics", "nll", "REAL"},
-    {"metrics", "eval_pairs", "INTEGER NOT NULL DEFAULT 0"},  // eval: on held-out pairs (0: none)
-    {"metrics", "eval_rewards_chosen", "REAL"},                // TRL's eval/ metrics on them
-    {"metrics", "eval_rewards_rejected", "REAL"},
-    {"metrics", "eval_rewards_accuracies", "REAL"},
-    {"metrics", "eval_rewards_margins", "REAL"},
-    {"metrics", "eval_logps_chosen", "REAL"},
-    {"metrics", "eval_logps_rejected", "REAL"},
-    {"metrics", "eval_nll", "REAL"},
-};
 
 // A prepared statement bound positionally; finalized on scope exit.
 class Stmt {
@@ -154,15 +85,6 @@ Status PutJobLocked(sqlite3* db, const JobRecord& j) {
       .Bind(JobNumber(j.id)).Bind(j.join_token).Bind(j.stall).Bind(j.memory_dir)
       .Bind(static_cast<int64_t>(j.memory_tier_removed ? 1 : 0))
       .Run();
-}
-
-StatusOr<bool> HasColumn(sqlite3* db, const std::string& table, const std::string& column) {
-  Stmt cols(db, ("SELECT name FROM pragma_table_info('" + table + "')").c_str());
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, cols.Next());
-    if (!row) return false;
-    if (cols.Text(0) == column) return true;
-  }
 }
 
 // The first problem PRAGMA quick_check reports; "" when the file is sound.
@@ -253,14 +175,9 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_
   if (!problem.empty()) return CorruptStore(path, problem);
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                       .WithContext("state database " + path));
-  RETURN_IF_ERROR(store->Exec(kSchema).WithContext("state database " + path));
-  for (const AddedColumn& c : kAddedColumns) {
-    StatusOr<bool> has = HasColumn(db, c.table, c.name);
-    if (!has.ok()) return has.status().WithContext("state database " + path);
-    if (!*has)
-      RETURN_IF_ERROR(store->Exec(std::string("ALTER TABLE ") + c.table + " ADD COLUMN " + c.name + " " + c.decl)
-                          .WithContext("state database " + path + ": adding " + c.table + "." + c.name));
-  }
+  // Created, migrated or refused against the one declaration (state_schema.h):
+  // a database that is not this shardd's schema is never written to.
+  RETURN_IF_ERROR(state_schema::Apply(db, path));
   RETURN_IF_ERROR(HashPlaintextTokens(db).WithContext("state database " + path + ": hashing worker tokens"));
   RETURN_IF_ERROR(store->Backup(path + ".bak"));
   return store;

@@ -5,8 +5,10 @@
 // a power cut may lose the last few writes, never corrupt the file).
 //
 // Records are plain structs; the job spec and progress travel as serialized
-// protobuf blobs so new fields need no schema migration. Columns added to a
-// table since its first release are added to an older database when it opens.
+// protobuf blobs so new fields need no schema migration. The tables are
+// declared once (state_schema.h): a new database is created from it, an older
+// one gains the columns added since, and one that is not this schema (or is
+// newer) is refused at Open, naming the table and column.
 //
 // Thread-safety: all methods are safe to call from any thread (one internal
 // mutex around the connection).

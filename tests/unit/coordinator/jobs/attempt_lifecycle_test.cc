@@ -61,8 +61,8 @@ TEST_F(AttemptLifecycleTest, ANonRetryableFailureFailsAtOnce) {
 TEST_F(AttemptLifecycleTest, EndQueuesATerminateAndDropsTheRendezvousKeys) {
   Job& j = AddJob();
   Begin(j);
-  rendezvous_.Set(j.id + "/1/gloo/rank_0", "addr");
-  rendezvous_.Set("other-1/1/gloo/rank_0", "addr");
+  ASSERT_TRUE(rendezvous_.Set({j.id + "/1/", 2}, "gloo/rank_0", "addr").ok());
+  ASSERT_TRUE(rendezvous_.Set({"other-1/1/", 2}, "gloo/rank_0", "addr").ok());
   {
     auto lock = table_->Lock();
     attempts_->End(j);
@@ -72,8 +72,8 @@ TEST_F(AttemptLifecycleTest, EndQueuesATerminateAndDropsTheRendezvousKeys) {
   EXPECT_TRUE(launcher_.terminates.empty());  // queued, not made under the lock
   runner_->TryRunTerminates();
   EXPECT_EQ(launcher_.CountTerminates(j.id, 1, false), 1);
-  EXPECT_FALSE(rendezvous_.Check(j.id + "/1/gloo/rank_0"));
-  EXPECT_TRUE(rendezvous_.Check("other-1/1/gloo/rank_0"));
+  EXPECT_FALSE(*rendezvous_.Check({j.id + "/1/", 2}, "gloo/rank_0"));
+  EXPECT_TRUE(*rendezvous_.Check({"other-1/1/", 2}, "gloo/rank_0"));
 }
 
 TEST_F(AttemptLifecycleTest, PreemptionIsNotCharged) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <csignal>
+#include <cstdio>
 
 #include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
@@ -56,13 +57,17 @@ TEST_F(JobManagerTest, EveryRankRegisteredIsRunningEveryRankDoneIsSucceeded) {
   EXPECT_EQ(manager_->List(/*include_finished=*/true).size(), 1u);
 }
 
-// The attempt's rendezvous keys go when the attempt ends, however it ends.
+// The attempt's rendezvous keys go when the attempt ends, however it ends;
+// a call of the ended attempt stores nothing more.
 TEST_F(JobManagerTest, EndedAttemptsDropTheirRendezvousKeys) {
   const std::string id = StartRunningJob();
-  manager_->rendezvous()->Set(id + "/1/gloo/rank_0", "addr");
+  ASSERT_TRUE(manager_->KvSet(Worker(id, 1, 0), TokenOf(id, 1), "gloo/rank_0", "addr").ok());
+  EXPECT_EQ(manager_->rendezvous()->size(), 1u);
   launcher_.Exit(id, 1, 0, 0, SIGKILL);
   manager_->Tick();
-  EXPECT_FALSE(manager_->rendezvous()->Check(id + "/1/gloo/rank_0"));
+  EXPECT_EQ(manager_->rendezvous()->size(), 0u);
+  EXPECT_FALSE(manager_->KvSet(Worker(id, 1, 1), TokenOf(id, 1), "gloo/rank_1", "addr").ok());
+  EXPECT_EQ(manager_->rendezvous()->size(), 0u) << "a key landed in an ended attempt's space";
 }
 
 // Regression (fixed; coordinator/job_manager.cc, ReportDone): a succeeded attempt keeps its
@@ -70,11 +75,36 @@ TEST_F(JobManagerTest, EndedAttemptsDropTheirRendezvousKeys) {
 // them). Enable once ReportDone drops KvPrefix of the attempt.
 TEST_F(JobManagerTest, SucceededAttemptDropsItsRendezvousKeys) {
   const std::string id = StartRunningJob();
-  manager_->rendezvous()->Set(id + "/1/gloo/rank_0", "addr");
+  ASSERT_TRUE(manager_->KvSet(Worker(id, 1, 0), TokenOf(id, 1), "gloo/rank_0", "addr").ok());
   ASSERT_TRUE(ReportDone(id, 1, 0, TokenOf(id, 1)).ok());
   ASSERT_TRUE(ReportDone(id, 1, 1, TokenOf(id, 1)).ok());
   ASSERT_EQ(State(id), v1::SUCCEEDED);
   EXPECT_EQ(manager_->rendezvous()->size(), 0u);
+}
+
+// Regression (issue 39): 400 KvSets of 1 MiB with one job's token grew the
+// coordinator by 380 MB. The job's space is bounded by its world size
+// (RendezvousLimits) and the refusal names the cap; a cancel frees it.
+TEST_F(JobManagerTest, RendezvousOfOneJobIsBounded) {
+  const std::string id = StartRunningJob();
+  const std::string token = TokenOf(id, 1);
+  const std::string mib(RendezvousLimits::kMaxValueBytes - 8, 'x');
+  shard::Status st;
+  int stored = 0;
+  for (int i = 0; i < 400 && st.ok(); ++i) {
+    char key[9];
+    std::snprintf(key, sizeof key, "v%07d", i);
+    st = manager_->KvSet(Worker(id, 1, i % 2), token, key, mib);
+    stored += st.ok();
+  }
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("bytes per job (world size 2)"), std::string::npos) << st.ToString();
+  EXPECT_EQ(static_cast<size_t>(stored), RendezvousLimits::MaxBytes(2) / RendezvousLimits::kMaxValueBytes);
+  EXPECT_LE(manager_->rendezvous()->bytes(), RendezvousLimits::MaxBytes(2));
+  auto over = manager_->KvSet(Worker(id, 1, 0), token, "big", std::string(RendezvousLimits::kMaxValueBytes + 1, 'x'));
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.ToString();
+  ASSERT_TRUE(manager_->Cancel(id, "").ok());
+  EXPECT_EQ(manager_->rendezvous()->bytes(), 0u);
 }
 
 TEST_F(JobManagerTest, RegisterWithAnotherProtocolVersionIsRefused) {

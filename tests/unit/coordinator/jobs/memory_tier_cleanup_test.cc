@@ -165,8 +165,10 @@ TEST_F(MemoryTierCleanupTest, AJobStoredByAnOlderVersionKeepsItsFolderAndIsClean
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((Path("state") + "/shardd.db").c_str(), &db), SQLITE_OK);
     char* err = nullptr;
+    // The version before recorded no schema version (user_version 0).
     ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN memory_dir; ALTER TABLE jobs DROP COLUMN "
-                               "memory_tier_removed;", nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+                               "memory_tier_removed; PRAGMA user_version = 0;", nullptr, nullptr, &err), SQLITE_OK)
+        << (err ? err : "");
     sqlite3_close(db);
   }
   auto s = StateStore::Open(Path("state"));

@@ -75,7 +75,7 @@ TEST_F(WorkerGatewayTest, HeartbeatsMoveTheRanksClocksAndAWrongTokenIsRefused) {
 TEST_F(WorkerGatewayTest, EveryRankDoneSucceedsAndDropsTheRendezvousKeys) {
   Job* j = nullptr;
   const std::string token = Started(&j);
-  rendezvous_.Set(j->id + "/1/gloo/rank_0", "addr");
+  ASSERT_TRUE(rendezvous_.Set({j->id + "/1/", 2}, "gloo/rank_0", "addr").ok());
   for (int r = 0; r < 2; ++r) {
     v1::ReportDoneRequest req;
     *req.mutable_id() = Worker(j->id, 1, r);
@@ -86,7 +86,8 @@ TEST_F(WorkerGatewayTest, EveryRankDoneSucceedsAndDropsTheRendezvousKeys) {
   EXPECT_EQ(j->state, v1::SUCCEEDED);
   EXPECT_EQ(j->reason, "100 steps, final loss 1.2500");
   EXPECT_EQ(j->draining_attempt, 1);
-  EXPECT_FALSE(rendezvous_.Check(j->id + "/1/gloo/rank_0"));
+  EXPECT_FALSE(*rendezvous_.Check({j->id + "/1/", 2}, "gloo/rank_0"));
+  EXPECT_EQ(rendezvous_.size(), 0u);
 }
 
 TEST_F(WorkerGatewayTest, DonePastTheLastStepIsRefused) {

@@ -56,7 +56,8 @@ TEST_F(HttpServerTest, IdleConnectionsDoNotStarveHealthz) {
   std::vector<int> idle;
   for (int i = 0; i < 32; ++i) idle.push_back(Connect(http_->port()));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the server accept them all
-  // From another address: 127.0.0.1 is at its per-peer cap (16) now.
+  // From another loopback address, the same peer (all of 127/8), at its cap
+  // of 16 now: the oldest idle connection makes room.
   const auto t0 = std::chrono::steady_clock::now();
   const std::string reply = RawRequest("127.0.0.2", http_->port(), "GET /healthz", "", 10);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

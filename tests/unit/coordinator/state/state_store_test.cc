@@ -48,6 +48,28 @@ class StateStoreTest : public ScratchTest {
   }
 };
 
+// The tables of the first release other than metrics, as an older shardd
+// created them: a database from an older version always has them (a missing
+// one is refused, state_schema_test.cc). kFirstReleaseJobs is that jobs table.
+constexpr const char* kFirstReleaseJobs = R"sql(
+  CREATE TABLE jobs(
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
+    worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL, number INTEGER NOT NULL);
+)sql";
+constexpr const char* kFirstReleaseOthers = R"sql(
+  CREATE TABLE workers(
+    job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
+    hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
+  CREATE TABLE events(
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, unix_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL, message TEXT NOT NULL, state INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
+  CREATE TABLE checkpoints(
+    job_id TEXT NOT NULL, step INTEGER NOT NULL, world INTEGER NOT NULL, files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, path TEXT NOT NULL, committed_ms INTEGER NOT NULL, PRIMARY KEY(job_id, step));
+)sql";
+
 void ExpectSameJob(const JobRecord& a, const JobRecord& b) {
   EXPECT_EQ(a.id, b.id);
   EXPECT_EQ(a.name, b.name);
@@ -264,8 +286,9 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheLossScalerOpensKeepsItsRowsAndTakesN
       INSERT INTO metrics VALUES(CAST('old-3' AS BLOB), 1, 1, 4.5, 1e-3, 0.9, 512, 0.25);
       INSERT INTO metrics VALUES(CAST('old-3' AS BLOB), 2, 1, 4.25, 1e-3, 0.8, 512, 0.25);
     )sql";
+    const std::string sql = std::string(kFirstReleaseOthers) + old_schema;
     char* err = nullptr;
-    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_close(db);
   }
   JobRecord job = Job("tiny-4");
@@ -358,8 +381,9 @@ TEST_F(StateStoreTest, DatabaseFromBeforeThePreferenceColumnsOpensAndTakesPrefer
       INSERT INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,loss_scale,eval_samples,eval_loss,
                           eval_exact_match) VALUES(CAST('sft-2' AS BLOB), 1, 1, 4.5, 1e-3, 0.9, 512, 0.25, 1, 16, 4.0, 0.5);
     )sql";
+    const std::string sql = std::string(kFirstReleaseJobs) + kFirstReleaseOthers + old_schema;
     char* err = nullptr;
-    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_close(db);
   }
   for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
@@ -447,8 +471,9 @@ TEST_F(StateStoreTest, DatabaseFromBeforeTheEvalPairColumnsOpensAndTakesPairEval
                           eval_exact_match,pairs,rewards_accuracies)
         VALUES(CAST('pref-3' AS BLOB), 1, 1, 0.69, 1e-3, 0.9, 512, 0.25, 1, 4, 0.7, -1, 8, 0.5);
     )sql";
+    const std::string sql = std::string(kFirstReleaseJobs) + kFirstReleaseOthers + old_schema;
     char* err = nullptr;
-    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_close(db);
   }
   for (int open = 0; open < 2; ++open) {  // the second open finds the columns already there
