@@ -155,7 +155,11 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   if (a.cfg.contains("task_type") && !a.cfg["task_type"].is_null() && a.cfg["task_type"] != "CAUSAL_LM")
     return InvalidArgument(a.path + ": task_type " + Short(a.cfg["task_type"]) +
                            ": only CAUSAL_LM adapters are read (another task adds heads shardd does not have)");
-  for (const auto& [key, value] : a.cfg.items()) {
+  for (const auto& item : a.cfg.items()) {
+    // Named copies: a lambda may not capture a structured binding before C++20's
+    // fix, and clang 14 (the fuzz build) refuses it.
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     const bool known = std::any_of(std::begin(kKnownPeftKeys), std::end(kKnownPeftKeys),
                                    [&](const char* k) { return key == k; }) ||
                        std::any_of(std::begin(kUnsupportedPeftKeys), std::end(kUnsupportedPeftKeys),
