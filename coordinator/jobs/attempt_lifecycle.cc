@@ -8,7 +8,7 @@
 #include "coordinator/state/auth.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/stall_explainer.h"
-#include "coordinator/rank_log.h"
+#include "coordinator/logs/rank_log.h"
 #include "shard/common/logging.h"
 #include "shard/spec/elastic_world.h"
 

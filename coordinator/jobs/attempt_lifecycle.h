@@ -15,7 +15,7 @@
 #include "coordinator/jobs/attempt_runner.h"
 #include "coordinator/jobs/job_scheduler.h"
 #include "coordinator/jobs/job_table.h"
-#include "coordinator/rendezvous_store.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 
 namespace shardd {
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <utility>
 
-#include "coordinator/health_monitor.h"
+#include "coordinator/health/health_monitor.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"

@@ -52,7 +52,7 @@
 #include "coordinator/jobs/worker_gateway.h"
 #include "coordinator/jobs/worker_kv.h"
 #include "coordinator/launchers/launcher.h"
-#include "coordinator/rendezvous_store.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 #include "coordinator/sched/host_allocator.h"
 #include "coordinator/sched/job_queue.h"
 #include "coordinator/state/state_store.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "coordinator/jobs/job_table.h"
-#include "coordinator/stall_diagnosis.h"
+#include "coordinator/health/stall_diagnosis.h"
 
 namespace shardd {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "coordinator/jobs/job_table.h"
-#include "coordinator/rendezvous_store.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 
 namespace shardd {
 

@@ -1,7 +1,7 @@
 // The health rules as pure arithmetic: each rule fires just past its limit
 // and not at it, done ranks are never judged, the first bad rank is named, and
 // the hang limit follows min(hang_timeout_s, max(20 x step time, 30 s)).
-#include "coordinator/health_monitor.h"
+#include "coordinator/health/health_monitor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,16 @@
-// TLS files and flags: a certificate and its key come together, a client
-// certificate only over TLS, mutual TLS only with a certificate for the
-// workers; PEM files are checked for the kind they should hold (a swapped
-// certificate and key is caught before any handshake); errors name the flag
-// or variable and the path.
+// TLS files (proto/rpc/tls_files.h, shared by every gRPC side): a certificate
+// and its key come together, a client certificate only over TLS; PEM files
+// are checked for the kind they should hold (a swapped certificate and key is
+// caught before any handshake); errors name the flag or variable and the path.
 #include "proto/rpc/tls_files.h"
 
 #include <gtest/gtest.h>
 
-#include "coordinator/daemon/coordinator.h"
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace shardd::testing {
 namespace {
@@ -19,7 +21,31 @@ const char kCert[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE---
 const char kKey[] = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
 const char kRsaKey[] = "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n";
 
-class TlsFilesTest : public ScratchTest {};
+namespace fs = std::filesystem;
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A fresh directory under ::testing::TempDir(), removed when the test ends.
+class TlsFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/tls_files_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  static void WriteBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
+  std::string dir_;
+};
 
 TEST(CheckCertKeyPairTest, BothOrNeitherAndTheErrorNamesWhatIsMissing) {
   EXPECT_TRUE(CheckCertKeyPair("", "", "--tls-cert", "--tls-key").ok());
@@ -112,48 +138,6 @@ TEST_F(TlsFilesTest, ReadsTheTextsOrNamesTheFileItCannotRead) {
   auto swapped = ReadTlsClientFiles({Path("ca.pem"), Path("client.key"), Path("client.pem")});
   ASSERT_FALSE(swapped.ok());
   EXPECT_TRUE(Contains(swapped.status().message(), "--tls-cert " + Path("client.key"))) << swapped.status().ToString();
-}
-
-CoordinatorOptions Tls(const std::string& client_ca, const std::string& worker_cert, const std::string& worker_key) {
-  CoordinatorOptions o;
-  o.server.tls_cert = "server.pem";
-  o.server.tls_key = "server.key";
-  o.server.tls_client_ca = client_ca;
-  o.worker_tls_cert = worker_cert;
-  o.worker_tls_key = worker_key;
-  return o;
-}
-
-TEST(CheckTlsOptionsTest, MutualTlsNeedsACertificateForTheWorkers) {
-  EXPECT_TRUE(CheckTlsOptions(CoordinatorOptions()).ok()) << "plaintext";
-  EXPECT_TRUE(CheckTlsOptions(Tls("", "", "")).ok()) << "server TLS";
-  EXPECT_TRUE(CheckTlsOptions(Tls("ca.pem", "w.pem", "w.key")).ok()) << "mutual TLS";
-  EXPECT_TRUE(CheckTlsOptions(Tls("", "w.pem", "w.key")).ok()) << "workers may present one the server ignores";
-
-  auto no_worker_cert = CheckTlsOptions(Tls("ca.pem", "", ""));
-  EXPECT_EQ(no_worker_cert.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(no_worker_cert.message(), "--tls-client-ca needs --worker-tls-cert/--worker-tls-key"))
-      << no_worker_cert.ToString();
-
-  auto half = CheckTlsOptions(Tls("ca.pem", "w.pem", ""));
-  EXPECT_TRUE(Contains(half.message(), "--worker-tls-cert without --worker-tls-key")) << half.ToString();
-
-  CoordinatorOptions server_half = Tls("", "", "");
-  server_half.server.tls_key.clear();
-  EXPECT_TRUE(Contains(CheckTlsOptions(server_half).message(), "--tls-cert without --tls-key"));
-
-  CoordinatorOptions plain_with_ca;
-  plain_with_ca.server.tls_client_ca = "ca.pem";
-  plain_with_ca.worker_tls_cert = "w.pem";
-  plain_with_ca.worker_tls_key = "w.key";
-  auto no_tls = CheckTlsOptions(plain_with_ca);
-  EXPECT_EQ(no_tls.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(no_tls.message(), "--tls-client-ca needs --tls-cert/--tls-key")) << no_tls.ToString();
-
-  CoordinatorOptions plain_worker_cert;
-  plain_worker_cert.worker_tls_cert = "w.pem";
-  plain_worker_cert.worker_tls_key = "w.key";
-  EXPECT_FALSE(CheckTlsOptions(plain_worker_cert).ok()) << "a client certificate over plaintext";
 }
 
 }  // namespace

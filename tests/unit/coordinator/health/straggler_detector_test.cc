@@ -3,7 +3,7 @@
 // change is reported per episode (and one per recovery); a rank near the
 // threshold does not flap; a one-rank attempt never flags; gaps and resent
 // steps do not skew a window.
-#include "coordinator/straggler_detector.h"
+#include "coordinator/health/straggler_detector.h"
 
 #include <gtest/gtest.h>
 

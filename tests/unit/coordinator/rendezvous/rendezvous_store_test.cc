@@ -4,7 +4,7 @@
 // is dropped. Callbacks run without the lock (they may call back in). Each
 // attempt's space is bounded: key and value size, keys, bytes and parked
 // calls, each refused with RESOURCE_EXHAUSTED naming the cap.
-#include "coordinator/rendezvous_store.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "coordinator/health_monitor.h"
+#include "coordinator/health/health_monitor.h"
 
 #include <algorithm>
 

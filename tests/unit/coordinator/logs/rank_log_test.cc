@@ -1,7 +1,7 @@
 // The last error line of a rank's log names why it died, in the words the
 // worker used (spdlog error lines or shardd-worker's one-line reason), and
 // the log is read without following a symlink.
-#include "coordinator/rank_log.h"
+#include "coordinator/logs/rank_log.h"
 
 #include <gtest/gtest.h>
 

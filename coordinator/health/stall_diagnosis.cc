@@ -1,4 +1,4 @@
-#include "coordinator/stall_diagnosis.h"
+#include "coordinator/health/stall_diagnosis.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "coordinator/rank_log.h"
+#include "coordinator/logs/rank_log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

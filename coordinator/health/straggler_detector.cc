@@ -1,4 +1,4 @@
-#include "coordinator/straggler_detector.h"
+#include "coordinator/health/straggler_detector.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // with one rank outside collectives, a desync, a dead rank, a collective
 // every rank is inside, a stall outside collectives, two groups, a rank that
 // never ran a collective, and nothing to say.
-#include "coordinator/stall_diagnosis.h"
+#include "coordinator/health/stall_diagnosis.h"
 
 #include <gtest/gtest.h>
 
