@@ -46,6 +46,20 @@ std::shared_ptr<BackendEvent> Backend::RecordEvent() {
   return done;
 }
 
+// Backends without the chunked attention say so (the CPU backend has it).
+Status Backend::AttentionChunkForward(const AttentionShape&, const AttentionChunk&, const float*, const float*,
+                                      const int32_t*, float*, float*) {
+  return Unimplemented(std::string("backend ") + name() +
+                       ": AttentionChunkForward (context parallelism) is not implemented on this backend yet; "
+                       "the cpu backend has it");
+}
+Status Backend::AttentionChunkBackward(const AttentionShape&, const AttentionChunk&, const float*, const float*,
+                                       const int32_t*, const float*, const float*, const float*, float*, float*) {
+  return Unimplemented(std::string("backend ") + name() +
+                       ": AttentionChunkBackward (context parallelism) is not implemented on this backend yet; "
+                       "the cpu backend has it");
+}
+
 // Backends without the MoE ops say so (the CPU backend implements them).
 namespace {
 Status NoMoeOp(const Backend& b, const char* op) {

@@ -87,6 +87,15 @@ struct AttentionShape {
   int64_t out_stride() const { return static_cast<int64_t>(n_heads) * head_dim; }
 };
 
+// A chunk of query positions [q_offset, q_offset + q_len) of a sequence
+// whose keys and values are all present (context parallelism: a rank's own
+// queries over the gathered keys and values). Causal: position i sees keys
+// [segment start, i], so only keys below q_offset + q_len matter.
+struct AttentionChunk {
+  int64_t q_offset = 0;
+  int64_t q_len = 0;
+};
+
 // torch.optim.AdamW semantics: decoupled decay p -= lr*wd*p, bias-corrected moments.
 struct AdamWArgs {
   float lr = 0.0f;
@@ -256,6 +265,23 @@ class Backend {
   virtual void AttentionBackward(const AttentionShape& shape, const float* qkv,
                                  const int32_t* segment_ids, const float* out, const float* lse,
                                  const float* dout, float* dqkv) = 0;
+
+  // The same attention for a chunk of query positions (AttentionChunk) over
+  // all of the sequence's keys: shape.seq is the key rows per sequence;
+  // q: [batch*q_len, n_heads*head_dim] (the chunk's queries, roped at their
+  // positions), kv: [batch*seq, 2*n_kv_heads*head_dim] (key heads, then value
+  // heads), segment_ids: [batch*seq] or null; out: [batch*q_len,
+  // n_heads*head_dim], lse: [batch, n_heads, q_len]. Each query row's result
+  // equals that row of AttentionForward over the whole sequence (to float
+  // rounding). Backends without it return Unimplemented (the defaults); the
+  // CPU backend is the reference.
+  virtual Status AttentionChunkForward(const AttentionShape& shape, const AttentionChunk& chunk, const float* q,
+                                       const float* kv, const int32_t* segment_ids, float* out, float* lse);
+  // dq (like q) and dkv (like kv: this chunk's contribution to every key row,
+  // zero past the chunk's end) are overwritten.
+  virtual Status AttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& chunk, const float* q,
+                                        const float* kv, const int32_t* segment_ids, const float* out,
+                                        const float* lse, const float* dout, float* dq, float* dkv);
 
   // gu: [rows, 2*ffn] = [gate | up]; h = silu(gate) * up, h: [rows, ffn].
   virtual void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) = 0;

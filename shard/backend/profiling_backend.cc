@@ -122,6 +122,21 @@ class ProfilingBackend final : public Backend {
     Timed("attention_backward", 5 * AttentionGemmFlops(s),
           [&] { inner_->AttentionBackward(s, qkv, seg, out, lse, dout, dqkv); });
   }
+  Status AttentionChunkForward(const AttentionShape& s, const AttentionChunk& c, const float* q, const float* kv,
+                               const int32_t* seg, float* out, float* lse) override {
+    Status st;
+    Timed("attention_chunk_forward", 2 * ChunkGemmFlops(s, c),
+          [&] { st = inner_->AttentionChunkForward(s, c, q, kv, seg, out, lse); });
+    return st;
+  }
+  Status AttentionChunkBackward(const AttentionShape& s, const AttentionChunk& c, const float* q, const float* kv,
+                                const int32_t* seg, const float* out, const float* lse, const float* dout, float* dq,
+                                float* dkv) override {
+    Status st;
+    Timed("attention_chunk_backward", 5 * ChunkGemmFlops(s, c),
+          [&] { st = inner_->AttentionChunkBackward(s, c, q, kv, seg, out, lse, dout, dq, dkv); });
+    return st;
+  }
   Status MoeRoute(const float* logits, const MoeRouting& r) override {
     Status st;
     Timed("moe_route", 0, [&] { st = inner_->MoeRoute(logits, r); });
@@ -169,6 +184,10 @@ class ProfilingBackend final : public Backend {
   // One T x T x head_dim product per query head, causal: half the square.
   static double AttentionGemmFlops(const AttentionShape& s) {
     return 2.0 * s.batch * s.n_heads * s.seq * s.seq * s.head_dim / 2;
+  }
+  // A chunk's queries see, on average, the keys up to its middle.
+  static double ChunkGemmFlops(const AttentionShape& s, const AttentionChunk& c) {
+    return 2.0 * s.batch * s.n_heads * c.q_len * (c.q_offset + (c.q_len + 1) / 2.0) * s.head_dim;
   }
   template <typename... A>
   static std::string Fmt(const char* f, A... a) {

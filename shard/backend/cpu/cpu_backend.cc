@@ -110,6 +110,20 @@ class CpuBackend final : public Backend {
                          const float* dout, float* dqkv) override {
     cpu::AttentionBackward(Fp32Shape(shape), RoundedQkv(shape, qkv), segment_ids, out, lse, dout, dqkv);
   }
+  Status AttentionChunkForward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                               const int32_t* segment_ids, float* out, float* lse) override {
+    cpu::AttentionChunkForward(Fp32Shape(shape), c, Rounded(shape, q, shape.batch * c.q_len * shape.out_stride(), 0),
+                               Rounded(shape, kv, shape.batch * shape.seq * KvWidth(shape), 1), segment_ids, out, lse);
+    return OkStatus();
+  }
+  Status AttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                                const int32_t* segment_ids, const float* out, const float* lse, const float* dout,
+                                float* dq, float* dkv) override {
+    cpu::AttentionChunkBackward(Fp32Shape(shape), c, Rounded(shape, q, shape.batch * c.q_len * shape.out_stride(), 0),
+                                Rounded(shape, kv, shape.batch * shape.seq * KvWidth(shape), 1), segment_ids, out,
+                                lse, dout, dq, dkv);
+    return OkStatus();
+  }
   void SwiGluForward(const float* gu, int64_t rows, int ffn, float* h) override {
     cpu::SwiGluForward(gu, rows, ffn, h);
   }
@@ -157,12 +171,24 @@ class CpuBackend final : public Backend {
     cpu::RoundThrough(qkv, rounded_qkv_.data(), n, shape.compute);
     return rounded_qkv_.data();
   }
+  // The same for a chunk's q (slot 0) and kv (slot 1).
+  const float* Rounded(const AttentionShape& shape, const float* x, int64_t n, int slot) {
+    if (shape.compute == DType::kF32) return x;
+    std::vector<float>& copy = rounded_chunk_[slot];
+    copy.resize(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    cpu::RoundThrough(x, copy.data(), n, shape.compute);
+    return copy.data();
+  }
+  static int64_t KvWidth(const AttentionShape& shape) {
+    return 2 * static_cast<int64_t>(shape.n_kv_heads) * shape.head_dim;
+  }
   static AttentionShape Fp32Shape(AttentionShape shape) {
     shape.compute = DType::kF32;
     return shape;
   }
 
   std::vector<float> rounded_qkv_;
+  std::vector<float> rounded_chunk_[2];
 };
 
 }  // namespace

@@ -62,6 +62,11 @@ void AttentionForward(const AttentionShape& shape, const float* qkv, const int32
                       float* out, float* lse);
 void AttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                        const float* out, const float* lse, const float* dout, float* dqkv);
+void AttentionChunkForward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                           const int32_t* segment_ids, float* out, float* lse);
+void AttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                            const int32_t* segment_ids, const float* out, const float* lse, const float* dout,
+                            float* dq, float* dkv);
 
 // cpu_cross_entropy.cc
 double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
