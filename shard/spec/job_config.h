@@ -91,6 +91,9 @@ struct ParallelConfig {
   // in fp32 at every hop; the gradient shard stays fp32. The replicas' all-reduce
   // (no_shard, hybrid_shard) stays fp32 whatever this says.
   DType reduce_dtype = DType::kF32;
+  // Ranks that split each sequence between them (context parallelism:
+  // shard/spec/context_parallel.h). 1 = off.
+  int context_parallel = 1;
   Status Validate() const;
 };
 

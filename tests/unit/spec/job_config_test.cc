@@ -473,3 +473,33 @@ TEST(RestartSectionTest, AHugeNumberIsEchoedBounded) {
 
 }  // namespace
 }  // namespace shard
+
+namespace shard {
+namespace {
+
+std::string CpJob(int c, int world, int seq_len) {
+  return "name: cp\nmodel: {preset: tiny}\ndata: {tokens: data/tokens.u32, seq_len: " + std::to_string(seq_len) +
+         "}\ntrain: {steps: 10, global_batch: " + std::to_string(world * 2) +
+         ", micro_batch: 2}\nparallel: {world_size: " + std::to_string(world) +
+         ", context_parallel: " + std::to_string(c) + "}\n";
+}
+
+// parallel.context_parallel: the shape checks name the numbers; a valid C > 1
+// is refused until the trainer splits sequences (its attention exists).
+TEST(ContextParallelConfigTest, ShapeChecksThenNotWiredYet) {
+  auto one = ParseJobConfig(CpJob(1, 2, 16), "job.yaml");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->parallel.context_parallel, 1);
+  EXPECT_EQ(ParseJobConfig(CpJob(3, 6, 16), "job.yaml").status().message(),
+            "job.yaml: parallel.context_parallel 3: seq_len 16 is not a multiple of 2 x 3 = 6 (each sequence is cut "
+            "into 2C equal chunks)");
+  EXPECT_EQ(ParseJobConfig(CpJob(2, 3, 16), "job.yaml").status().message(),
+            "job.yaml: parallel.context_parallel 2: does not divide parallel.world_size 3");
+  const auto later = ParseJobConfig(CpJob(2, 4, 16), "job.yaml");
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("context parallelism is not wired into training yet"), std::string::npos)
+      << later.status().ToString();
+}
+
+}  // namespace
+}  // namespace shard
