@@ -261,7 +261,7 @@ shard::Status RetryUnreachable(double window_s, const std::function<shard::Statu
 // kContinue or the process exit code to leave with.
 class AgentSession {
  public:
-  explicit AgentSession(const AgentOptions& opts) : opts_(opts) {}
+  explicit AgentSession(const AgentOptions& opts) : opts_(opts), reconnect_window_s_(opts.reconnect_window_s) {}
 
   int Run() {
     if (int code = Connect(); code != kContinue) return code;
@@ -320,7 +320,7 @@ class AgentSession {
     const std::string devices = ProbeDevices();
     shard::StatusOr<v1::RegisterResponse> reg = shard::Unavailable("not sent");
     // A coordinator restarting while this rank starts is waited for.
-    shard::Status rs = RetryUnreachable(opts_.reconnect_window_s, [&] {
+    shard::Status rs = RetryUnreachable(reconnect_window_s_, [&] {
       reg = client_->Register(opts_.hostname, static_cast<int>(::getpid()), opts_.launcher_id, devices);
       return reg.ok() ? shard::OkStatus() : reg.status();
     });
@@ -376,7 +376,7 @@ class AgentSession {
         rank() == 0 ? hb.TakeMetrics(base.step) : std::vector<v1::StepMetric>{};
     for (const auto& m : metrics) *req.add_metrics() = m;
     shard::Status st =
-        RetryUnreachable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
+        RetryUnreachable(reconnect_window_s_, [&] { return client_->ReportCheckpoint(req).status(); });
     if (!st.ok()) hb.PutBack(metrics);
     return st;
   }
@@ -390,7 +390,7 @@ class AgentSession {
     req.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
     req.set_memory_skipped(reason.empty() ? "unknown" : reason);
     shard::Status st =
-        RetryUnreachable(opts_.reconnect_window_s, [&] { return client_->ReportCheckpoint(req).status(); });
+        RetryUnreachable(reconnect_window_s_, [&] { return client_->ReportCheckpoint(req).status(); });
     if (!st.ok()) LOG_WARN("could not report skipped memory step {}: {}", step, st.ToString());
   }
 
@@ -422,6 +422,7 @@ class AgentSession {
     if (!reg_.resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg_.resume_from());
     auto parsed = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
     if (!parsed.ok()) return Fail(parsed.status());
+    reconnect_window_s_ = parsed->restart.coordinator_loss_timeout_s;
     // The world size is the coordinator's: fewer ranks than the job file's
     // after an elastic restart, each running more micro-batches per step.
     auto job = shard::JobAtWorldSize(*parsed, reg_.world_size());
@@ -437,7 +438,7 @@ class AgentSession {
     if (reg_.memory_tier_dir().empty()) job->checkpoint.memory.every_steps = 0;
 
     Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
-                   opts_.reconnect_window_s, recorder_);
+                   reconnect_window_s_, recorder_);
     hb.Start();
     TrainerHooks hooks;
     hooks.on_step = [&](const shard::StepMetrics& m) { hb.OnStep(m, /*all_metrics=*/rank() == 0); };
@@ -543,7 +544,7 @@ class AgentSession {
       return kExitPreempted;
     }
     const double last_loss = run.last_loss < 0 ? 0 : run.last_loss;  // no step ran: as before, 0
-    shard::Status ds = RetryUnreachable(opts_.reconnect_window_s, [&] {
+    shard::Status ds = RetryUnreachable(reconnect_window_s_, [&] {
       return client_->ReportDone(run.step, last_loss, run.nothing_trained, run.total_steps, run.resumed_from);
     });
     if (!ds.ok()) {
@@ -560,6 +561,9 @@ class AgentSession {
   }
 
   const AgentOptions& opts_;
+  // How long the coordinator may be unreachable: the flag's until the job is
+  // known, then the job's restart.coordinator_loss_timeout_s.
+  double reconnect_window_s_;
   std::unique_ptr<CoordinatorClient> client_;
   v1::RegisterResponse reg_;
   // This rank's collectives: written by the trainer's communicators, read by

@@ -92,6 +92,7 @@ Status RestartConfig::Validate() const {
   RETURN_IF_ERROR(in("backoff_s", backoff_s, 0, false, 86400));
   RETURN_IF_ERROR(in("heartbeat_timeout_s", heartbeat_timeout_s, 0, true, 86400));
   RETURN_IF_ERROR(in("elastic_wait_s", elastic_wait_s, 0, true, 86400));
+  RETURN_IF_ERROR(in("coordinator_loss_timeout_s", coordinator_loss_timeout_s, 0, true, 86400));
   if (min_world_size < 0)
     return InvalidArgument("restart.min_world_size must be >= 1 (or 0: parallel.world_size), got " +
                            std::to_string(min_world_size));
@@ -444,6 +445,7 @@ Status MapRestart(YamlMap& root, RestartConfig* r) {
   RETURN_IF_ERROR(m.Get("hang_timeout_s", &r->hang_timeout_s));
   RETURN_IF_ERROR(m.Get("min_world_size", &r->min_world_size));
   RETURN_IF_ERROR(m.Get("elastic_wait_s", &r->elastic_wait_s));
+  RETURN_IF_ERROR(m.Get("coordinator_loss_timeout_s", &r->coordinator_loss_timeout_s));
   return m.Finish();
 }
 

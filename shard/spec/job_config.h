@@ -195,6 +195,10 @@ struct RestartConfig {
   // next committed checkpoint once the ranks return. 0 = parallel.world_size (off).
   int min_world_size = 0;
   double elastic_wait_s = 60.0;
+  // How long a worker trains on without reaching its coordinator (a stopped
+  // or restarting shardd) before it gives up (exit code 4); a coordinator back
+  // on the same state dir within it adopts the ranks with no restart.
+  double coordinator_loss_timeout_s = 60.0;
   // Bounds a typo cannot slip past: 0 would fail every worker at once, -1 or
   // NaN would restart forever or never, 1e300 s would overflow the clock.
   Status Validate() const;

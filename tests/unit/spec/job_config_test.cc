@@ -503,3 +503,30 @@ TEST(ContextParallelConfigTest, ShapeChecksThenNotWiredYet) {
 
 }  // namespace
 }  // namespace shard
+
+namespace shard {
+namespace {
+
+// restart.coordinator_loss_timeout_s: read, 60 s by default, bounded like the
+// other restart times.
+TEST(CoordinatorLossTimeoutTest, ReadDefaultAndBounded) {
+  const std::string base =
+      "name: c\nmodel: {preset: tiny}\ndata: {tokens: data/tokens.u32, seq_len: 16}\n"
+      "train: {steps: 10, global_batch: 4, micro_batch: 2}\nparallel: {world_size: 2}\n";
+  auto plain = ParseJobConfig(base, "job.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->restart.coordinator_loss_timeout_s, 60.0);
+  auto set = ParseJobConfig(base + "restart: {coordinator_loss_timeout_s: 7.5}\n", "job.yaml");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->restart.coordinator_loss_timeout_s, 7.5);
+  for (const char* bad : {"0", "-1", "1e9", ".nan"}) {
+    auto b = ParseJobConfig(base + "restart: {coordinator_loss_timeout_s: " + bad + "}\n", "job.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("restart.coordinator_loss_timeout_s must be a number in (0, 86400] seconds"),
+              std::string::npos)
+        << b.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace shard
