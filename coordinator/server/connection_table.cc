@@ -1,28 +1,14 @@
 #include "coordinator/server/connection_table.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "shard/common/net_peer.h"
+
 namespace shardd {
 
-std::string PeerKey(const std::string& address) {
-  std::string a = address;
-  if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, a.c_str(), &v6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return "loopback";
-    if (!IN6_IS_ADDR_V4MAPPED(&v6)) return a;
-    char v4[INET_ADDRSTRLEN] = "";
-    if (!inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof v4)) return a;
-    a = v4;
-  }
-  in_addr v4{};
-  if (inet_pton(AF_INET, a.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127) return "loopback";
-  return a;
-}
+std::string PeerKey(const std::string& address) { return shard::PeerOfAddress(address); }
 
 int ConnectionTable::OldestInHeaders(const std::string& peer, const HeadersArrived& arrived) {
   std::vector<std::pair<uint64_t, int>> candidates;  // (since, id)

@@ -24,7 +24,8 @@
 namespace shardd {
 
 // "loopback" for 127/8, ::1 and ::ffff:127.x.y.z; the address itself (IPv4-
-// mapped IPv6 as its IPv4 form) otherwise.
+// mapped IPv6 as its IPv4 form) otherwise: shard::PeerOfAddress (shard/common/net_peer.h),
+// the rule the partner-copy server shares.
 std::string PeerKey(const std::string& address);
 
 class ConnectionTable {

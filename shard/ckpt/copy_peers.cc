@@ -1,30 +1,12 @@
 #include "shard/ckpt/copy_peers.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <cstring>
+
+#include "shard/common/net_peer.h"
 
 namespace shard {
 
-std::string CopyPeerOf(const sockaddr_storage& addr) {
-  char ip[INET6_ADDRSTRLEN] = {0};
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    if ((ntohl(a->sin_addr.s_addr) >> 24) == 127) return "loopback";
-    ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-    return ip;
-  }
-  if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    const in6_addr& v6 = a->sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return "loopback";
-    if (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127) return "loopback";
-    ::inet_ntop(AF_INET6, &v6, ip, sizeof(ip));
-    return ip;
-  }
-  return "unknown";
-}
+std::string CopyPeerOf(const sockaddr_storage& addr) { return PeerOfSockaddr(addr); }
 
 std::map<uint64_t, CopyConnections::Conn>::iterator CopyConnections::OldestUnkeyed(const std::string& peer) {
   for (auto it = conns_.begin(); it != conns_.end(); ++it)

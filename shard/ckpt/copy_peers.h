@@ -24,8 +24,8 @@
 
 namespace shard {
 
-// The peer of a socket address (sockaddr_in or sockaddr_in6): its IP, or
-// "loopback" for 127/8, ::1 and ::ffff:127/104.
+// The peer of a socket address (shard/common/net_peer.h: its IP, or
+// "loopback" for 127/8, ::1 and ::ffff:127/104).
 std::string CopyPeerOf(const sockaddr_storage& addr);
 
 class CopyConnections {
