@@ -141,7 +141,10 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
     // rows keep their shape; null where this row has none).
     int64_t StepMetrics::*count = nullptr;
     for (const StepMetricField* f : shown) {
-      if (f->present_if != count) j[std::string(shard::CountName(count = f->present_if))] = m.*count;
+      if (f->present_if != count) {
+        count = f->present_if;
+        j[std::string(shard::CountName(count))] = m.*count;
+      }
       j[std::string(f->display)] = m.*count > 0 ? nlohmann::ordered_json(m.*f->value) : nlohmann::ordered_json(nullptr);
     }
     if (!m.expert_load.empty()) {  // a sparse model: per layer, each expert's share of the routed slots

@@ -122,11 +122,13 @@ json FinalFigures(const RunReportInput& in) {
   std::vector<shard::StepMetrics> rows;
   for (const v1::MetricRow& r : in.rows) rows.push_back(FromMetricRow(r));
   for (const shard::StepMetricField& fig : shard::StepMetricFields()) {
-    for (auto r = rows.rbegin(); r != rows.rend(); ++r) {
-      if (r->*fig.present_if <= 0) continue;
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+      const shard::StepMetrics& r = *it;
+      if (r.*fig.present_if <= 0) continue;
       json& p = f[SummaryKey(fig.present_if)];
-      if (p.is_null()) p = {{"step", r->step}, {std::string(shard::CountName(fig.present_if)), r->*fig.present_if}};
-      const double v = r->*fig.value;
+      if (p.is_null())
+        p = json{{"step", r.step}, {std::string(shard::CountName(fig.present_if)), r.*fig.present_if}};
+      const double v = r.*fig.value;
       p[std::string(fig.name)] = std::isfinite(v) ? json(v) : json(nullptr);
       break;
     }
