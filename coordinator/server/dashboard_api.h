@@ -27,12 +27,12 @@ nlohmann::json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>
 // {"total_rows", "steps": [...], "loss": [...], "lr", "grad_norm",
 //  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]};
 // then every optional figure of shard/spec/step_metric_fields.h that some row
-// carries (a preference: job's "rewards_chosen", ..., its held-out pairs'
-// "eval_rewards_chosen", ..., a sparse model's "moe_aux_loss", ...), keyed by
-// the figure's name and averaged over the rows of a point that carry it (null
-// if none); a job without them has none of these keys. A sparse model adds
-// "expert_load": {"experts", "layers", "load": [per point: layer-major shares,
-// or null]}.
+// carries (a preference: job's TRL metrics and its held-out pairs' eval_
+// ones, a sparse model's router figures), keyed by the figure's name and
+// averaged over the rows of a point that carry it (null if none); a job
+// without them has none of these keys. A sparse model adds "expert_load":
+// {"experts", "layers", "load": [per point: layer-major shares, or null]}.
+
 // GET /api/metric_fields: the optional figures' table (name, display, unit,
 // meaning, split, chart, series, color), so the dashboard draws its charts
 // from it.
