@@ -427,6 +427,9 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
   if (m.eval_pairs > 0) s.push_back({"eval/loss", static_cast<float>(m.eval_loss)});  // TRL's name too
   for (const StepMetricField& f : StepMetricFields())  // the optional figures under TRL's / HF's names
     if (FigurePresent(m, f)) s.push_back({std::string(f.display), static_cast<float>(m.*f.value)});
+  for (size_t i = 0; m.moe_experts > 0 && i < m.expert_load.size(); ++i)  // per sparse layer / expert: its share
+    s.push_back({"moe/expert_load/" + std::to_string(i / m.moe_experts) + "/" + std::to_string(i % m.moe_experts),
+                 static_cast<float>(m.expert_load[i])});
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());

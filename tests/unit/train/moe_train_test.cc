@@ -10,6 +10,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "shard/plan/planner.h"
@@ -111,6 +114,28 @@ TEST(MoeTrainTest, StepMetricsCarryTheRoutersFigures) {
   for (size_t i = 0; i < m.expert_load.size(); ++i)
     EXPECT_NEAR(two[0].expert_load[i], m.expert_load[i], 1e-12) << "share " << i << " summed over 2 ranks";
   EXPECT_NEAR(two[0].moe_aux_loss, m.moe_aux_loss, 0.05 * m.moe_aux_loss) << "mean over every rank's micro-batches";
+}
+
+// The router's figures reach TensorBoard (rank 0's event file): the aux
+// loss, the imbalance and each sparse layer's expert shares.
+TEST(MoeTrainTest, TensorBoardCarriesTheRoutersTags) {
+  const std::string dir = NewDir("moe_tb");
+  const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
+  DistContext base;
+  base.tensorboard = true;
+  const Status st = testing_ranks::OnTrainerRanks(
+      MoeJob(train, dir + "/ckpt"), 1, {"train.steps=2"}, [&](Trainer& t, int) { ASSERT_TRUE(t.Run().ok()); }, base);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::string events;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/ckpt"))
+    if (e.path().filename().string().rfind("events.out.tfevents", 0) == 0) {
+      std::ifstream f(e.path(), std::ios::binary);
+      events.assign(std::istreambuf_iterator<char>(f), {});
+    }
+  ASSERT_FALSE(events.empty()) << "no event file under " << dir;
+  for (const char* tag : {"moe/aux_loss", "moe/imbalance_max", "moe/imbalance_mean", "moe/expert_load/0/0",
+                          "moe/expert_load/0/7"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
 }
 
 // The pure part: world sums of slot counts to shares and the imbalance.
