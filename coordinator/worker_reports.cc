@@ -6,12 +6,40 @@
 #include <string>
 #include <utility>
 
+#include "proto/codec/metrics_codec.h"
 #include "shard/common/format_number.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shardd {
 namespace {
 
 std::string Num(double v) { return shard::FormatNumber("%g", v); }
+
+// The optional figures (shard/spec/step_metric_fields.h) of a step that has
+// their count: finite (a training figure only on a step the loss scaler did
+// not skip; an evaluation changes no weights, so nothing skips it), a share
+// within 0..1; a sparse model's expert loads as wide as its experts.
+shard::Status CheckFigures(const v1::StepMetric& wire, const std::string& at) {
+  if (wire.expert_load_size() > 0 && (wire.moe_experts() <= 0 || wire.expert_load_size() % wire.moe_experts() != 0))
+    return shard::InvalidArgument(at + "expert_load has " + std::to_string(wire.expert_load_size()) +
+                                  " shares, not a multiple of moe_experts " + std::to_string(wire.moe_experts()));
+  for (double v : wire.expert_load())
+    if (!std::isfinite(v) || v < 0 || v > 1)
+      return shard::InvalidArgument(at + "expert_load share " + Num(v) + " is outside 0..1");
+  const shard::StepMetrics m = FromStepMetric(wire, 0);
+  for (const shard::StepMetricField& f : shard::StepMetricFields()) {
+    if (m.*f.present_if <= 0) continue;
+    const std::string name(f.name);
+    const double v = m.*f.value;
+    const bool train = f.split == shard::MetricSplit::kTrain;
+    if (!std::isfinite(v) && !(train && m.skipped))
+      return shard::InvalidArgument(at + name + " " + Num(v) + " is not finite" +
+                                    (train ? " on a step the loss scaler did not skip" : ""));
+    if (f.unit == "share" && std::isfinite(v) && (v < 0 || v > 1))
+      return shard::InvalidArgument(at + name + " " + Num(v) + " is outside 0..1");
+  }
+  return shard::OkStatus();
+}
 
 }  // namespace
 
@@ -60,18 +88,6 @@ shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& l
     return shard::InvalidArgument(at + "pairs " + std::to_string(m.pairs()) + " out of range 0.." +
                                   std::to_string(limits.max_pairs) +
                                   (limits.max_pairs > 0 ? " (train.global_batch)" : " (the job has no preference:)"));
-  if (m.pairs() > 0 && !m.skipped()) {
-    const std::pair<const char*, double> figures[] = {
-        {"rewards_chosen", m.rewards_chosen()},   {"rewards_rejected", m.rewards_rejected()},
-        {"rewards_accuracies", m.rewards_accuracies()}, {"rewards_margins", m.rewards_margins()},
-        {"logps_chosen", m.logps_chosen()},       {"logps_rejected", m.logps_rejected()},
-        {"nll", m.nll()}};
-    for (const auto& [name, v] : figures)
-      if (!std::isfinite(v))
-        return shard::InvalidArgument(at + name + " " + Num(v) + " is not finite on a step the loss scaler did not skip");
-    if (m.rewards_accuracies() < 0 || m.rewards_accuracies() > 1)
-      return shard::InvalidArgument(at + "rewards_accuracies " + Num(m.rewards_accuracies()) + " is outside 0..1");
-  }
   if (m.eval_pairs() < 0)
     return shard::InvalidArgument(at + "eval_pairs " + std::to_string(m.eval_pairs()) + " is negative");
   if (m.eval_pairs() > 0 && limits.max_pairs == 0)
@@ -80,23 +96,9 @@ shard::Status CheckStepMetric(const v1::StepMetric& m, const StepReportLimits& l
   if (m.eval_pairs() > 0 && m.eval_pairs() != m.eval_samples())
     return shard::InvalidArgument(at + "eval_pairs " + std::to_string(m.eval_pairs()) + " but eval_samples " +
                                   std::to_string(m.eval_samples()) + " (a preference: eval counts its pairs)");
-  if (m.eval_pairs() > 0) {  // an evaluation changes no weights: the loss scaler skips nothing in it
-    const std::pair<const char*, double> figures[] = {
-        {"eval_rewards_chosen", m.eval_rewards_chosen()},
-        {"eval_rewards_rejected", m.eval_rewards_rejected()},
-        {"eval_rewards_accuracies", m.eval_rewards_accuracies()},
-        {"eval_rewards_margins", m.eval_rewards_margins()},
-        {"eval_logps_chosen", m.eval_logps_chosen()},
-        {"eval_logps_rejected", m.eval_logps_rejected()},
-        {"eval_nll", m.eval_nll()}};
-    for (const auto& [name, v] : figures)
-      if (!std::isfinite(v)) return shard::InvalidArgument(at + name + " " + Num(v) + " is not finite");
-    if (m.eval_rewards_accuracies() < 0 || m.eval_rewards_accuracies() > 1)
-      return shard::InvalidArgument(at + "eval_rewards_accuracies " + Num(m.eval_rewards_accuracies()) +
-                                    " is outside 0..1");
-  }
-  return shard::OkStatus();
+  return CheckFigures(m, at);
 }
+
 
 int64_t AddToCounter(int64_t total, int64_t n) {
   total = std::max<int64_t>(total, 0);

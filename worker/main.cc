@@ -28,6 +28,7 @@
 #include "shard/common/logging.h"
 #include "shard/common/supervisor.h"
 #include "shard/plan/hardware.h"
+#include "shard/spec/step_metric_fields.h"
 #include "worker/agent.h"
 #include "worker/run_trainer.h"
 #include "worker/stop_signal.h"
@@ -118,33 +119,22 @@ void WriteMetricsLine(std::ofstream& metrics, const shard::StepMetrics& m) {
   metrics << ",\"tokens\":" << m.tokens << ",\"seconds\":" << m.seconds;
   if (m.skipped || m.loss_scale != 1.0) metrics << ",\"loss_scale\":" << m.loss_scale;
   if (m.skipped) metrics << ",\"skipped\":true";
-  if (m.pairs > 0) {  // a preference: step: TRL's names, as shardctl metrics --json writes them
-    metrics << ",\"pairs\":" << m.pairs;
-    const std::pair<const char*, double> figures[] = {
-        {"rewards/chosen", m.rewards_chosen},         {"rewards/rejected", m.rewards_rejected},
-        {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
-        {"logps/chosen", m.logps_chosen},             {"logps/rejected", m.logps_rejected},
-        {"nll", m.nll}};
-    for (const auto& [name, v] : figures) {
-      metrics << ",\"" << name << "\":";
-      if (std::isfinite(v)) metrics << v; else metrics << "null";
+  // The optional figures (shard/spec/step_metric_fields.h) under their
+  // display names (TRL's rewards/chosen, ...), as shardctl metrics --json
+  // writes them, each group after its count (pairs, eval_pairs, ...).
+  int64_t shard::StepMetrics::*count = nullptr;
+  for (const shard::StepMetricField& f : shard::StepMetricFields()) {
+    if (m.*f.present_if <= 0) continue;
+    if (f.present_if != count) {
+      count = f.present_if;
+      metrics << ",\"" << shard::CountName(count) << "\":" << m.*count;
+      if (count == &shard::StepMetrics::eval_pairs) {  // a preference: eval's pair loss
+        metrics << ",\"eval_loss\":";
+        if (std::isfinite(m.eval_loss)) metrics << m.eval_loss; else metrics << "null";
+      }
     }
-  }
-  if (m.eval_pairs > 0) {  // eval: on held-out pairs after this step: TRL's eval/ names
-    metrics << ",\"eval_pairs\":" << m.eval_pairs;
-    const std::pair<const char*, double> figures[] = {
-        {"eval_loss", m.eval_loss},
-        {"eval/rewards/chosen", m.eval_rewards_chosen},
-        {"eval/rewards/rejected", m.eval_rewards_rejected},
-        {"eval/rewards/accuracies", m.eval_rewards_accuracies},
-        {"eval/rewards/margins", m.eval_rewards_margins},
-        {"eval/logps/chosen", m.eval_logps_chosen},
-        {"eval/logps/rejected", m.eval_logps_rejected},
-        {"eval/nll", m.eval_nll}};
-    for (const auto& [name, v] : figures) {
-      metrics << ",\"" << name << "\":";
-      if (std::isfinite(v)) metrics << v; else metrics << "null";
-    }
+    metrics << ",\"" << f.display << "\":";
+    if (std::isfinite(m.*f.value)) metrics << m.*f.value; else metrics << "null";
   }
   metrics << "}\n";
   metrics.flush();

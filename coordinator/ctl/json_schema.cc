@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "coordinator/jobs/job_manager.h"
+#include "proto/codec/metrics_codec.h"
 
 namespace shardctl {
 namespace {
@@ -35,11 +36,13 @@ json ProgressObject(const shardd::v1::Progress& p) {
            p.eval_step() > 0 && p.eval_exact_match() >= 0 ? Num(p.eval_exact_match()) : json(nullptr)},
           // A preference: job's last step (pairs 0: not one; the rewards are then null).
           {"pairs", p.pairs()}};
-  for (auto [key, v] : {std::pair{"rewards_accuracies", p.rewards_accuracies()},
-                        {"rewards_margins", p.rewards_margins()},
-                        {"rewards_chosen", p.rewards_chosen()},
-                        {"rewards_rejected", p.rewards_rejected()}})
-    o[key] = p.pairs() > 0 ? Num(v) : json(nullptr);
+  // Every training figure of shard/spec/step_metric_fields.h, null when the
+  // last step had none (the rewards of an SFT step, a dense model's moe_*).
+  for (const shard::StepMetricField& f : shard::StepMetricFields())
+    if (f.split == shard::MetricSplit::kTrain) {
+      const std::optional<double> v = shardd::ProgressFigure(p, f);
+      o[std::string(f.name)] = v ? Num(*v) : json(nullptr);
+    }
   return o;
 }
 

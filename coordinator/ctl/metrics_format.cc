@@ -5,52 +5,59 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "proto/codec/metrics_codec.h"
+#include "shard/spec/step_metric_fields.h"
+
 namespace shardctl {
 namespace {
 
-// A preference: job's figures under TRL's names (rewards/chosen, ...): the
-// table's headers and the JSON keys. nll is ORPO's (0 for dpo and ipo).
-struct PreferenceColumn {
-  const char* name;
-  double (shardd::v1::MetricRow::*get)() const;
-  bool orpo_only = false;  // a table column only when some row has one
-};
-constexpr PreferenceColumn kPreferenceColumns[] = {
-    {"rewards/chosen", &shardd::v1::MetricRow::rewards_chosen},
-    {"rewards/rejected", &shardd::v1::MetricRow::rewards_rejected},
-    {"rewards/accuracies", &shardd::v1::MetricRow::rewards_accuracies},
-    {"rewards/margins", &shardd::v1::MetricRow::rewards_margins},
-    {"logps/chosen", &shardd::v1::MetricRow::logps_chosen},
-    {"logps/rejected", &shardd::v1::MetricRow::logps_rejected},
-    {"nll", &shardd::v1::MetricRow::nll, true},
-};
-// The same figures on the held-out pairs (eval: in a preference: job), under
-// TRL's eval/ names; on the steps with eval_pairs > 0.
-constexpr PreferenceColumn kEvalPreferenceColumns[] = {
-    {"eval/rewards/chosen", &shardd::v1::MetricRow::eval_rewards_chosen},
-    {"eval/rewards/rejected", &shardd::v1::MetricRow::eval_rewards_rejected},
-    {"eval/rewards/accuracies", &shardd::v1::MetricRow::eval_rewards_accuracies},
-    {"eval/rewards/margins", &shardd::v1::MetricRow::eval_rewards_margins},
-    {"eval/logps/chosen", &shardd::v1::MetricRow::eval_logps_chosen},
-    {"eval/logps/rejected", &shardd::v1::MetricRow::eval_logps_rejected},
-    {"eval/nll", &shardd::v1::MetricRow::eval_nll, true},
-};
+using shard::MetricSplit;
+using shard::StepMetricField;
+using shard::StepMetrics;
 
-// As wide as the name, and at least as the other columns (10).
-int Width(const PreferenceColumn& c) { return std::max(10, static_cast<int>(std::strlen(c.name))); }
-
-// A preference job reports pairs on every step; an SFT job on none.
-bool PreferenceJob(const std::vector<shardd::v1::MetricRow>& rows) {
-  for (const auto& r : rows)
-    if (r.pairs() > 0) return true;
-  return false;
+// The optional figures (shard/spec/step_metric_fields.h) shown for these
+// rows: those whose count some row has (a preference: job's pairs, ...), and
+// of a figure that may be absent as 0 (orpo's nll) only when some row has one.
+// The table's headers and the JSON keys are the figures' display names
+// (TRL's rewards/chosen, ...).
+std::vector<const StepMetricField*> ShownFigures(const std::vector<StepMetrics>& rows, bool json) {
+  std::vector<const StepMetricField*> out;
+  for (const StepMetricField& f : shard::StepMetricFields()) {
+    const bool shown = std::any_of(rows.begin(), rows.end(), [&](const StepMetrics& m) {
+      return json ? m.*f.present_if > 0 : shard::FigurePresent(m, f);
+    });
+    if (shown) out.push_back(&f);
+  }
+  return out;
 }
 
-// Some step evaluated held-out pairs.
-bool PairEvalJob(const std::vector<shardd::v1::MetricRow>& rows) {
-  for (const auto& r : rows)
-    if (r.eval_pairs() > 0) return true;
-  return false;
+std::vector<StepMetrics> Figures(const std::vector<shardd::v1::MetricRow>& rows) {
+  std::vector<StepMetrics> out;
+  for (const auto& r : rows) out.push_back(shardd::FromMetricRow(r));
+  return out;
+}
+
+// As wide as the name, and at least as the other columns (10).
+int Width(const StepMetricField& f) { return std::max(10, static_cast<int>(f.display.size())); }
+
+void FigureHeaders(const std::vector<const StepMetricField*>& shown, MetricSplit split, std::string* out) {
+  char buf[256];
+  for (const StepMetricField* f : shown)
+    if (f->split == split) {
+      std::snprintf(buf, sizeof(buf), " %-*s", Width(*f), std::string(f->display).c_str());
+      *out += buf;
+    }
+}
+
+void FigureCells(const std::vector<const StepMetricField*>& shown, MetricSplit split, const StepMetrics& m,
+                 std::string* out) {
+  char buf[256];
+  for (const StepMetricField* f : shown)
+    if (f->split == split) {
+      if (m.*f->present_if > 0) std::snprintf(buf, sizeof(buf), " %-*.4f", Width(*f), m.*f->value);
+      else std::snprintf(buf, sizeof(buf), " %-*s", Width(*f), "");
+      *out += buf;
+    }
 }
 
 }  // namespace
@@ -58,12 +65,9 @@ bool PairEvalJob(const std::vector<shardd::v1::MetricRow>& rows) {
 std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   bool scaler = false;
   bool eval = false, exact = false;  // columns only for jobs with an eval section
-  const bool preference = PreferenceJob(rows);
-  const bool pair_eval = PairEvalJob(rows);
-  bool orpo = false, eval_orpo = false;  // nll: only ORPO reports one
+  const std::vector<StepMetrics> figures = Figures(rows);
+  const std::vector<const StepMetricField*> shown = ShownFigures(figures, /*json=*/false);
   for (const auto& r : rows) {
-    orpo = orpo || (r.pairs() > 0 && r.nll() != 0);
-    eval_orpo = eval_orpo || (r.eval_pairs() > 0 && r.eval_nll() != 0);
     scaler = scaler || r.skipped() || (r.loss_scale() != 0 && r.loss_scale() != 1);
     eval = eval || r.eval_samples() > 0;
     exact = exact || (r.eval_samples() > 0 && r.eval_exact_match() >= 0);
@@ -76,35 +80,18 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%-10s %-10s %-11s %-10s %-10s", "STEP", "LOSS", "LR", "GRAD_NORM", "TOKENS/S");
   out += buf;
-  auto shown = [&](const PreferenceColumn& c) { return !c.orpo_only || orpo; };
-  if (preference)
-    for (const PreferenceColumn& c : kPreferenceColumns)
-      if (shown(c)) {
-        std::snprintf(buf, sizeof(buf), " %-*s", Width(c), c.name);
-        out += buf;
-      }
+  FigureHeaders(shown, MetricSplit::kTrain, &out);
   if (eval) out += " EVAL_LOSS ";
   if (exact) out += " EXACT_MATCH";
-  auto eval_shown = [&](const PreferenceColumn& c) { return !c.orpo_only || eval_orpo; };
-  if (pair_eval)
-    for (const PreferenceColumn& c : kEvalPreferenceColumns)
-      if (eval_shown(c)) {
-        std::snprintf(buf, sizeof(buf), " %-*s", Width(c), c.name);
-        out += buf;
-      }
+  FigureHeaders(shown, MetricSplit::kEval, &out);
   if (scaler) out += " SCALE      SKIPPED";
   end_line();
-  for (const auto& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
     std::snprintf(buf, sizeof(buf), "%-10lld %-10.4f %-11.3e %-10.4f %-10.0f", static_cast<long long>(r.step()),
                   r.loss(), r.lr(), r.grad_norm(), r.tokens_per_s());
     out += buf;
-    if (preference)
-      for (const PreferenceColumn& c : kPreferenceColumns)
-        if (shown(c)) {
-          if (r.pairs() > 0) std::snprintf(buf, sizeof(buf), " %-*.4f", Width(c), (r.*c.get)());
-          else std::snprintf(buf, sizeof(buf), " %-*s", Width(c), "");
-          out += buf;
-        }
+    FigureCells(shown, MetricSplit::kTrain, figures[i], &out);
     if (eval) {
       if (r.eval_samples() > 0) std::snprintf(buf, sizeof(buf), " %-10.4f", r.eval_loss());
       else std::snprintf(buf, sizeof(buf), " %-10s", "");
@@ -115,13 +102,7 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
       else std::snprintf(buf, sizeof(buf), " %-11s", "");
       out += buf;
     }
-    if (pair_eval)
-      for (const PreferenceColumn& c : kEvalPreferenceColumns)
-        if (eval_shown(c)) {
-          if (r.eval_pairs() > 0) std::snprintf(buf, sizeof(buf), " %-*.4f", Width(c), (r.*c.get)());
-          else std::snprintf(buf, sizeof(buf), " %-*s", Width(c), "");
-          out += buf;
-        }
+    FigureCells(shown, MetricSplit::kEval, figures[i], &out);
     if (scaler) {
       std::snprintf(buf, sizeof(buf), " %-10g %s", r.loss_scale(), r.skipped() ? "yes" : "");
       out += buf;
@@ -132,10 +113,12 @@ std::string MetricsTable(const std::vector<shardd::v1::MetricRow>& rows) {
 }
 
 std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
-  const bool preference = PreferenceJob(rows);
-  const bool pair_eval = PairEvalJob(rows);
+  const std::vector<StepMetrics> figures = Figures(rows);
+  const std::vector<const StepMetricField*> shown = ShownFigures(figures, /*json=*/true);
   std::string out;
-  for (const auto& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const StepMetrics& m = figures[i];
     // dump() writes a NaN or infinite double as null: JSON has neither.
     nlohmann::ordered_json j = {{"step", r.step()},
                                 {"attempt", r.attempt()},
@@ -154,15 +137,21 @@ std::string MetricsJsonLines(const std::vector<shardd::v1::MetricRow>& rows) {
     j["eval_loss"] = evaluated ? nlohmann::ordered_json(r.eval_loss()) : nlohmann::ordered_json(nullptr);
     j["eval_exact_match"] = evaluated && r.eval_exact_match() >= 0 ? nlohmann::ordered_json(r.eval_exact_match())
                                                                    : nlohmann::ordered_json(nullptr);
-    if (preference) {  // an SFT job's rows keep their shape
-      j["pairs"] = r.pairs();
-      for (const PreferenceColumn& c : kPreferenceColumns)
-        j[c.name] = r.pairs() > 0 ? nlohmann::ordered_json((r.*c.get)()) : nlohmann::ordered_json(nullptr);
+    // Then each shown figure's count and the figures under it (an SFT job's
+    // rows keep their shape; null where this row has none).
+    int64_t StepMetrics::*count = nullptr;
+    for (const StepMetricField* f : shown) {
+      if (f->present_if != count) {
+        count = f->present_if;
+        j[std::string(shard::CountName(count))] = m.*count;
+      }
+      j[std::string(f->display)] = m.*count > 0 ? nlohmann::ordered_json(m.*f->value) : nlohmann::ordered_json(nullptr);
     }
-    if (pair_eval) {  // likewise the rows of a job that never evaluated pairs
-      j["eval_pairs"] = r.eval_pairs();
-      for (const PreferenceColumn& c : kEvalPreferenceColumns)
-        j[c.name] = r.eval_pairs() > 0 ? nlohmann::ordered_json((r.*c.get)()) : nlohmann::ordered_json(nullptr);
+    if (!m.expert_load.empty()) {  // a sparse model: per layer, each expert's share of the routed slots
+      nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+      for (size_t l = 0; l < m.expert_load.size(); l += m.moe_experts)
+        layers.push_back(std::vector<double>(m.expert_load.begin() + l, m.expert_load.begin() + l + m.moe_experts));
+      j["moe/expert_load"] = std::move(layers);
     }
     out += j.dump();
     out += "\n";

@@ -213,11 +213,7 @@ void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrFie
   j.progress.set_lr(last.lr());
   j.progress.set_grad_norm(last.grad_norm());
   j.progress.set_loss_scale(last.loss_scale());
-  j.progress.set_pairs(last.pairs());
-  j.progress.set_rewards_accuracies(last.rewards_accuracies());
-  j.progress.set_rewards_margins(last.rewards_margins());
-  j.progress.set_rewards_chosen(last.rewards_chosen());
-  j.progress.set_rewards_rejected(last.rewards_rejected());
+  PutProgressFigures(last, &j.progress);  // pairs and the optional figures (step_metric_fields.h)
   for (const v1::StepMetric* m : accepted) {
     if (m->eval_samples() <= 0) continue;
     j.progress.set_eval_step(m->step());

@@ -12,6 +12,8 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/report/svg_chart.h"
 #include "coordinator/server/dashboard_api.h"
+#include "proto/codec/metrics_codec.h"
+#include "shard/spec/step_metric_fields.h"
 #include "shard/common/file_util.h"
 
 namespace shardd {
@@ -60,6 +62,13 @@ std::string Duration(double s) {
 }
 
 // The figures a reader looks for first, from the job and its rows.
+// Where FinalFigures keeps the last values of a count's figures.
+std::string SummaryKey(int64_t shard::StepMetrics::*count) {
+  if (count == &shard::StepMetrics::pairs) return "preference";
+  if (count == &shard::StepMetrics::eval_pairs) return "preference_eval";
+  return std::string(shard::CountName(count)) == "moe_layers" ? "moe" : std::string(shard::CountName(count));
+}
+
 json FinalFigures(const RunReportInput& in) {
   const v1::JobStatus& j = in.job;
   json f = {{"state", JobStateName(j.state())},
@@ -106,35 +115,23 @@ json FinalFigures(const RunReportInput& in) {
     f["mean_step_seconds"] = seconds / static_cast<double>(in.rows.size());
   }
   if (j.progress().mfu() > 0) f["mfu"] = j.progress().mfu();
-  // A preference: job: the last step's TRL metrics (an SFT job's figures
-  // keep their shape).
-  for (auto r = in.rows.rbegin(); r != in.rows.rend(); ++r) {
-    if (r->pairs() <= 0) continue;
-    const std::pair<const char*, double> last[] = {
-        {"rewards_chosen", r->rewards_chosen()},         {"rewards_rejected", r->rewards_rejected()},
-        {"rewards_accuracies", r->rewards_accuracies()}, {"rewards_margins", r->rewards_margins()},
-        {"logps_chosen", r->logps_chosen()},             {"logps_rejected", r->logps_rejected()},
-        {"nll", r->nll()}};
-    json p = {{"step", r->step()}, {"pairs", r->pairs()}};
-    for (const auto& [key, v] : last) p[key] = std::isfinite(v) ? json(v) : json(nullptr);
-    f["preference"] = p;
-    break;
-  }
-  // eval: on held-out pairs: the last evaluation's TRL eval/ metrics.
-  for (auto r = in.rows.rbegin(); r != in.rows.rend(); ++r) {
-    if (r->eval_pairs() <= 0) continue;
-    const std::pair<const char*, double> last[] = {
-        {"eval_rewards_chosen", r->eval_rewards_chosen()},
-        {"eval_rewards_rejected", r->eval_rewards_rejected()},
-        {"eval_rewards_accuracies", r->eval_rewards_accuracies()},
-        {"eval_rewards_margins", r->eval_rewards_margins()},
-        {"eval_logps_chosen", r->eval_logps_chosen()},
-        {"eval_logps_rejected", r->eval_logps_rejected()},
-        {"eval_nll", r->eval_nll()}};
-    json p = {{"step", r->step()}, {"eval_pairs", r->eval_pairs()}};
-    for (const auto& [key, v] : last) p[key] = std::isfinite(v) ? json(v) : json(nullptr);
-    f["preference_eval"] = p;
-    break;
+  // The optional figures (shard/spec/step_metric_fields.h): per count (a
+  // preference: job's pairs, its held-out pairs, a sparse model's layers),
+  // the last row that had it, under SummaryKey (an SFT job's figures keep
+  // their shape: no such key).
+  std::vector<shard::StepMetrics> rows;
+  for (const v1::MetricRow& r : in.rows) rows.push_back(FromMetricRow(r));
+  for (const shard::StepMetricField& fig : shard::StepMetricFields()) {
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+      const shard::StepMetrics& r = *it;
+      if (r.*fig.present_if <= 0) continue;
+      json& p = f[SummaryKey(fig.present_if)];
+      if (p.is_null())
+        p = json{{"step", r.step}, {std::string(shard::CountName(fig.present_if)), r.*fig.present_if}};
+      const double v = r.*fig.value;
+      p[std::string(fig.name)] = std::isfinite(v) ? json(v) : json(nullptr);
+      break;
+    }
   }
   return f;
 }
@@ -163,20 +160,12 @@ std::string Cards(const json& f) {
   out += Card("last commit", f["last_committed_step"].get<int64_t>() < 0
                                  ? std::string("none") : "step " + std::to_string(f["last_committed_step"].get<int64_t>()));
   if (f.contains("mfu")) out += Card("MFU", num(f["mfu"].get<double>() * 100, " %"));
-  if (f.contains("preference")) {  // TRL's names, as TensorBoard and shardctl metrics say them
-    const json& p = f["preference"];
-    out += Card("rewards/accuracies", p["rewards_accuracies"].is_null()
-                                          ? std::string("-") : num(p["rewards_accuracies"].get<double>() * 100, " %"));
-    out += Card("rewards/margins", num(p["rewards_margins"]));
-    out += Card("rewards/chosen", num(p["rewards_chosen"]));
-    out += Card("rewards/rejected", num(p["rewards_rejected"]));
-  }
-  if (f.contains("preference_eval")) {
-    const json& p = f["preference_eval"];
-    out += Card("eval/rewards/accuracies", p["eval_rewards_accuracies"].is_null()
-                                               ? std::string("-")
-                                               : num(p["eval_rewards_accuracies"].get<double>() * 100, " %"));
-    out += Card("eval/rewards/margins", num(p["eval_rewards_margins"]));
+  for (const shard::StepMetricField& fig : shard::StepMetricFields()) {  // TRL's names, as TensorBoard says them
+    const std::string key = SummaryKey(fig.present_if), name(fig.name);
+    if (fig.chart.empty() || !f.contains(key) || !f[key].contains(name)) continue;
+    const json& v = f[key][name];
+    out += Card(std::string(fig.display),
+                fig.unit == "share" ? (v.is_null() ? std::string("-") : num(v.get<double>() * 100, " %")) : num(v));
   }
   return out + "</div>";
 }
@@ -192,6 +181,51 @@ ChartSeries Series(const json& m, const char* key, const char* id, const char* t
   return s;
 }
 
+// One chart per chart group of the optional figures (step_metric_fields.h)
+// that the rows carry: a training figure from the dashboard's downsampled
+// series (dashboard_api.h), an evaluation's at the steps it ran. A group of
+// one figure is a chart with the figure's name as id; a larger one has the
+// group's name and a line per figure.
+std::string FigureCharts(const json& m, const std::vector<v1::MetricRow>& api_rows,
+                         const std::vector<int64_t>& commits, const std::vector<int64_t>& restarts) {
+  std::vector<shard::StepMetrics> rows;
+  for (const v1::MetricRow& r : api_rows) rows.push_back(FromMetricRow(r));
+  auto figure_series = [&](const shard::StepMetricField& fig, const std::string& id, const std::string& title) {
+    const std::string name(fig.name), color(fig.color);
+    if (fig.split == shard::MetricSplit::kTrain) return Series(m, name.c_str(), id.c_str(), title.c_str(), color.c_str());
+    ChartSeries s{id, title, color, {}, {}, false};
+    for (const shard::StepMetrics& r : rows)
+      if (r.*fig.present_if > 0) {
+        s.steps.push_back(r.step);
+        const double v = r.*fig.value;
+        s.values.push_back(std::isfinite(v) ? std::optional<double>(v) : std::nullopt);
+      }
+    return s;
+  };
+  std::string out;
+  std::vector<std::string_view> done;
+  const auto fields = shard::StepMetricFields();
+  for (const shard::StepMetricField& head : fields) {
+    if (head.chart.empty() || !m.contains(std::string(head.name)) ||
+        std::find(done.begin(), done.end(), head.chart) != done.end())
+      continue;
+    done.push_back(head.chart);
+    std::vector<const shard::StepMetricField*> group;
+    for (const shard::StepMetricField& g : fields)
+      if (g.chart == head.chart) group.push_back(&g);
+    const std::string where = head.split == shard::MetricSplit::kTrain ? " (train)" : " (eval, held out)";
+    if (group.size() == 1) {
+      out += SvgLineChart(figure_series(head, std::string(head.name), std::string(head.display) + where), commits,
+                          restarts);
+      continue;
+    }
+    std::vector<ChartSeries> lines;
+    for (const shard::StepMetricField* g : group) lines.push_back(figure_series(*g, "", std::string(g->series)));
+    out += SvgLinesChart(std::string(head.chart), std::string(head.chart) + where, lines, commits, restarts);
+  }
+  return out;
+}
+
 std::string Charts(const json& m, const std::vector<v1::MetricRow>& rows) {
   const auto commits = m["commits"].get<std::vector<int64_t>>();
   const auto restarts = m["restarts"].get<std::vector<int64_t>>();
@@ -205,42 +239,7 @@ std::string Charts(const json& m, const std::vector<v1::MetricRow>& rows) {
       eval.values.push_back(r.eval_loss());
     }
   if (!eval.steps.empty()) out += SvgLineChart(eval, commits, restarts);
-  if (m.contains("rewards_chosen")) {  // a preference: job (dashboard_api.h): the dashboard's charts
-    out += SvgLinesChart("rewards", "rewards (train)",
-                         {Series(m, "rewards_chosen", "", "chosen", "#17683a"),
-                          Series(m, "rewards_rejected", "", "rejected", "#c9302a"),
-                          Series(m, "rewards_margins", "", "margins", "#2a62c9")},
-                         commits, restarts);
-    out += SvgLineChart(Series(m, "rewards_accuracies", "rewards_accuracies", "reward accuracy (train)", "#8a4fd0"),
-                        commits, restarts);
-    out += SvgLinesChart("logps", "log-probs (train)",
-                         {Series(m, "logps_chosen", "", "chosen", "#17683a"),
-                          Series(m, "logps_rejected", "", "rejected", "#c9302a")},
-                         commits, restarts);
-  }
-  // eval: on held-out pairs: TRL's eval/ rewards at the steps an evaluation
-  // ran, like the eval loss above.
-  auto eval_series = [&rows](double (v1::MetricRow::*get)() const, const char* id, const char* title,
-                             const char* color) {
-    ChartSeries s{id, title, color, {}, {}, false};
-    for (const v1::MetricRow& r : rows)
-      if (r.eval_pairs() > 0) {
-        s.steps.push_back(r.step());
-        const double v = (r.*get)();
-        s.values.push_back(std::isfinite(v) ? std::optional<double>(v) : std::nullopt);
-      }
-    return s;
-  };
-  if (std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_pairs() > 0; })) {
-    out += SvgLinesChart("eval_rewards", "rewards (eval, held out)",
-                         {eval_series(&v1::MetricRow::eval_rewards_chosen, "", "chosen", "#17683a"),
-                          eval_series(&v1::MetricRow::eval_rewards_rejected, "", "rejected", "#c9302a"),
-                          eval_series(&v1::MetricRow::eval_rewards_margins, "", "margins", "#2a62c9")},
-                         commits, restarts);
-    out += SvgLineChart(eval_series(&v1::MetricRow::eval_rewards_accuracies, "eval_rewards_accuracies",
-                                    "reward accuracy (eval, held out)", "#d0562a"),
-                        commits, restarts);
-  }
+  out += FigureCharts(m, rows, commits, restarts);
   out += SvgLineChart(Series(m, "tokens_per_s", "tokens_per_s", "tokens/s", "#8a4fd0"), commits, restarts);
   out += SvgLineChart(Series(m, "lr", "lr", "learning rate", "#c97a2a"), commits, restarts);
   out += SvgLineChart(Series(m, "grad_norm", "grad_norm", "gradient norm", "#2a9d8f", true), commits, restarts);

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <iterator>
 #include <vector>
 
 #include "coordinator/jobs/job_manager.h"
+#include "proto/codec/metrics_codec.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shardd {
 namespace {
@@ -106,51 +110,87 @@ json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>& events,
   return out;
 }
 
-json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
-                 int max_points) {
-  // The series every job has, then the held-out evaluation's loss and exact
-  // match (rows with eval_samples; a job without eval: keeps its shape), then
-  // a preference: job's (rows with pairs), then its held-out pairs' (rows with
-  // eval_pairs). An evaluated series is null where a point holds no evaluation.
-  struct Field {
-    const char* key;
-    double (v1::MetricRow::*get)() const;
-    int64_t (v1::MetricRow::*rows_with)() const = nullptr;  // a row counts only where this is > 0
-    bool negative_is_none = false;                          // eval_exact_match: -1 = not computed
-  };
-  static constexpr Field kBase[] = {{"loss", &v1::MetricRow::loss},
-                                    {"lr", &v1::MetricRow::lr},
-                                    {"grad_norm", &v1::MetricRow::grad_norm},
-                                    {"tokens_per_s", &v1::MetricRow::tokens_per_s},
-                                    {"loss_scale", &v1::MetricRow::loss_scale}};
-  constexpr auto kEvalSamples = &v1::MetricRow::eval_samples;
-  static constexpr Field kEval[] = {{"eval_loss", &v1::MetricRow::eval_loss, kEvalSamples},
-                                    {"eval_exact_match", &v1::MetricRow::eval_exact_match, kEvalSamples, true}};
-  constexpr auto kPairs = &v1::MetricRow::pairs;
-  static constexpr Field kPreference[] = {{"rewards_chosen", &v1::MetricRow::rewards_chosen, kPairs},
-                                          {"rewards_rejected", &v1::MetricRow::rewards_rejected, kPairs},
-                                          {"rewards_accuracies", &v1::MetricRow::rewards_accuracies, kPairs},
-                                          {"rewards_margins", &v1::MetricRow::rewards_margins, kPairs},
-                                          {"logps_chosen", &v1::MetricRow::logps_chosen, kPairs},
-                                          {"logps_rejected", &v1::MetricRow::logps_rejected, kPairs},
-                                          {"nll", &v1::MetricRow::nll, kPairs}};
-  constexpr auto kEvalPairs = &v1::MetricRow::eval_pairs;
-  static constexpr Field kPairEval[] = {{"eval_rewards_chosen", &v1::MetricRow::eval_rewards_chosen, kEvalPairs},
-                                        {"eval_rewards_rejected", &v1::MetricRow::eval_rewards_rejected, kEvalPairs},
-                                        {"eval_rewards_accuracies", &v1::MetricRow::eval_rewards_accuracies, kEvalPairs},
-                                        {"eval_rewards_margins", &v1::MetricRow::eval_rewards_margins, kEvalPairs},
-                                        {"eval_logps_chosen", &v1::MetricRow::eval_logps_chosen, kEvalPairs},
-                                        {"eval_logps_rejected", &v1::MetricRow::eval_logps_rejected, kEvalPairs},
-                                        {"eval_nll", &v1::MetricRow::eval_nll, kEvalPairs}};
-  const bool eval = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_samples() > 0; });
-  const bool preference = std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.pairs() > 0; });
-  const bool pair_eval =
-      std::any_of(rows.begin(), rows.end(), [](const v1::MetricRow& r) { return r.eval_pairs() > 0; });
-  std::vector<Field> fields(std::begin(kBase), std::end(kBase));
-  if (eval) fields.insert(fields.end(), std::begin(kEval), std::end(kEval));
-  if (preference) fields.insert(fields.end(), std::begin(kPreference), std::end(kPreference));
-  if (pair_eval) fields.insert(fields.end(), std::begin(kPairEval), std::end(kPairEval));
+namespace {
 
+// One series of MetricsJson: a value of the row, counted only where its
+// count is > 0 (e.g. no pairs: no rewards).
+struct Series {
+  std::string key;
+  std::function<double(const shard::StepMetrics&)> get;
+  int64_t shard::StepMetrics::*rows_with = nullptr;
+  bool negative_is_none = false;  // eval_exact_match: -1 = not computed
+};
+
+// The series every job has, then the held-out evaluation's loss and exact
+// match (rows with eval_samples; a job without eval: keeps its shape), then
+// every optional figure of shard/spec/step_metric_fields.h some row has.
+std::vector<Series> SeriesOf(const std::vector<shard::StepMetrics>& rows) {
+  using M = shard::StepMetrics;
+  std::vector<Series> out = {{"loss", [](const M& m) { return m.loss; }},
+                             {"lr", [](const M& m) { return m.lr; }},
+                             {"grad_norm", [](const M& m) { return m.grad_norm; }},
+                             {"tokens_per_s", [](const M& m) { return m.seconds > 0 ? m.tokens / m.seconds : 0; }},
+                             {"loss_scale", [](const M& m) { return m.loss_scale; }}};
+  auto any = [&](int64_t M::*count) {
+    return std::any_of(rows.begin(), rows.end(), [&](const M& m) { return m.*count > 0; });
+  };
+  if (any(&M::eval_samples)) {
+    out.push_back({"eval_loss", [](const M& m) { return m.eval_loss; }, &M::eval_samples});
+    out.push_back({"eval_exact_match", [](const M& m) { return m.eval_exact_match; }, &M::eval_samples, true});
+  }
+  for (const shard::StepMetricField& f : shard::StepMetricFields())
+    if (any(f.present_if))
+      out.push_back({std::string(f.name), [v = f.value](const M& m) { return m.*v; }, f.present_if});
+  return out;
+}
+
+// The expert-load heatmap's data: per point, the mean share of each layer's
+// experts over the point's rows that carry a load (null where none).
+json ExpertLoadJson(const std::vector<shard::StepMetrics>& rows, size_t per) {
+  int experts = 0;
+  size_t width = 0;
+  for (const shard::StepMetrics& m : rows)
+    if (!m.expert_load.empty()) experts = m.moe_experts, width = m.expert_load.size();
+  if (width == 0) return nullptr;
+  json load = json::array();
+  for (size_t start = 0; start < rows.size(); start += per) {
+    const size_t end = std::min(rows.size(), start + per);
+    std::vector<double> sum(width, 0);
+    int count = 0;
+    for (size_t i = start; i < end; ++i) {
+      if (rows[i].expert_load.size() != width) continue;
+      for (size_t k = 0; k < width; ++k) sum[k] += rows[i].expert_load[k];
+      ++count;
+    }
+    json point = json::array();
+    for (double v : sum) point.push_back(Finite(v / std::max(count, 1)));
+    load.push_back(count ? point : json(nullptr));
+  }
+  return {{"experts", experts}, {"layers", width / std::max(experts, 1)}, {"load", load}};
+}
+
+}  // namespace
+
+json MetricFieldsJson() {
+  json out = json::array();
+  for (const shard::StepMetricField& f : shard::StepMetricFields())
+    out.push_back({{"name", f.name},
+                   {"display", f.display},
+                   {"unit", f.unit},
+                   {"meaning", f.meaning},
+                   {"split", f.split == shard::MetricSplit::kEval ? "eval" : "train"},
+                   {"chart", f.chart},
+                   {"series", f.series},
+                   {"color", f.color}});
+  return out;
+}
+
+json MetricsJson(const std::vector<v1::MetricRow>& api_rows, const std::vector<v1::CheckpointInfo>& checkpoints,
+                 int max_points) {
+  std::vector<shard::StepMetrics> rows;
+  rows.reserve(api_rows.size());
+  for (const v1::MetricRow& r : api_rows) rows.push_back(FromMetricRow(r));
+  const std::vector<Series> fields = SeriesOf(rows);
   max_points = std::max(1, max_points);
   const size_t n = rows.size();
   const size_t per = n == 0 ? 1 : (n + max_points - 1) / max_points;  // rows per point
@@ -161,23 +201,24 @@ json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::C
     std::vector<double> sums(fields.size(), 0);
     std::vector<int> finite(fields.size(), 0);
     for (size_t i = start; i < end; ++i) {
-      const v1::MetricRow& r = rows[i];
+      const shard::StepMetrics& r = rows[i];
       for (size_t k = 0; k < fields.size(); ++k) {
-        if (fields[k].rows_with && (r.*fields[k].rows_with)() <= 0) continue;  // e.g. no pairs: no rewards
-        const double v = (r.*fields[k].get)();
+        if (fields[k].rows_with && r.*fields[k].rows_with <= 0) continue;  // e.g. no pairs: no rewards
+        const double v = fields[k].get(r);
         if (fields[k].negative_is_none && v < 0) continue;
         if (std::isfinite(v)) sums[k] += v, ++finite[k];
       }
     }
     for (size_t k = 0; k < fields.size(); ++k)
       series[k].push_back(finite[k] ? Finite(sums[k] / finite[k]) : json(nullptr));
-    steps.push_back(rows[end - 1].step());
+    steps.push_back(rows[end - 1].step);
   }
   for (size_t i = 1; i < n; ++i)
-    if (rows[i].attempt() != rows[i - 1].attempt()) restarts.push_back(rows[i].step());
+    if (rows[i].attempt != rows[i - 1].attempt) restarts.push_back(rows[i].step);
   for (const auto& c : checkpoints) commits.push_back(c.step());
   json out = {{"total_rows", n}, {"steps", steps}};
   for (size_t k = 0; k < fields.size(); ++k) out[fields[k].key] = std::move(series[k]);
+  if (json load = ExpertLoadJson(rows, per); !load.is_null()) out["expert_load"] = std::move(load);
   out["restarts"] = restarts;
   out["commits"] = commits;
   return out;

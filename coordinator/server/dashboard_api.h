@@ -26,11 +26,18 @@ nlohmann::json JobJson(const v1::JobStatus& job, const std::vector<v1::JobEvent>
 // new attempt resumed (restarts) and where checkpoints were committed.
 // {"total_rows", "steps": [...], "loss": [...], "lr", "grad_norm",
 //  "tokens_per_s", "loss_scale", "restarts": [step...], "commits": [step...]};
-// a preference: job (rows with pairs) adds TRL's metrics as "rewards_chosen",
-// "rewards_rejected", "rewards_accuracies", "rewards_margins", "logps_chosen",
-// "logps_rejected" and "nll" (an SFT job's JSON has none of these keys); one
-// that evaluated held-out pairs (rows with eval_pairs) adds the same with an
-// "eval_" prefix, averaged over the evaluated rows of a point (null if none).
+// then every optional figure of shard/spec/step_metric_fields.h that some row
+// carries (a preference: job's TRL metrics and its held-out pairs' eval_
+// ones, a sparse model's router figures), keyed by the figure's name and
+// averaged over the rows of a point that carry it (null if none); a job
+// without them has none of these keys. A sparse model adds "expert_load":
+// {"experts", "layers", "load": [per point: layer-major shares, or null]}.
+
+// GET /api/metric_fields: the optional figures' table (name, display, unit,
+// meaning, split, chart, series, color), so the dashboard draws its charts
+// from it.
+nlohmann::json MetricFieldsJson();
+
 nlohmann::json MetricsJson(const std::vector<v1::MetricRow>& rows, const std::vector<v1::CheckpointInfo>& checkpoints,
                            int max_points);
 

@@ -151,6 +151,7 @@ void HttpServer::Routes() {
     if (!nonce.ok()) return Error(res, 503, nonce.status().message());
     Json(res, {{"path", "/login?nonce=" + *nonce}, {"expires_in_s", kLoginLinkTtl.count()}});
   });
+  srv.Get("/api/metric_fields", [](const httplib::Request&, httplib::Response& res) { Json(res, MetricFieldsJson()); });
   srv.Get("/api/jobs", [jobs](const httplib::Request&, httplib::Response& res) {
     Json(res, JobListJson(jobs->List(/*include_finished=*/true)));
   });

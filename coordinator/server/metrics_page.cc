@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "coordinator/jobs/job_manager.h"
+#include "proto/codec/metrics_codec.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shardd {
 namespace {
@@ -108,17 +110,24 @@ const PerJob kPerJob[] = {
      [](const JobTelemetry& t) {
        return t.status.progress().eval_step() > 0 && t.status.progress().eval_exact_match() >= 0;
      }},
-    {"shardd_job_rewards_accuracies", "gauge",
-     "preference: share of the last step's pairs whose chosen reward beats the rejected one.",
-     [](const JobTelemetry& t) { return t.status.progress().rewards_accuracies(); },
-     [](const JobTelemetry& t) { return t.status.progress().pairs() > 0; }},
-    {"shardd_job_rewards_margins", "gauge", "preference: mean chosen minus rejected reward over the last step's pairs.",
-     [](const JobTelemetry& t) { return t.status.progress().rewards_margins(); },
-     [](const JobTelemetry& t) { return t.status.progress().pairs() > 0; }},
     {"shardd_job_eta_seconds", "gauge", "Estimated seconds to the last step.",
      [](const JobTelemetry& t) { return t.status.progress().eta_s(); },
      [](const JobTelemetry& t) { return t.status.progress().eta_s() >= 0; }},
 };
+
+// One gauge per training figure of shard/spec/step_metric_fields.h
+// (shardd_job_<name>), for the jobs whose last step carried it.
+void RenderFigures(std::ostringstream& o, const std::vector<JobTelemetry>& jobs) {
+  for (const shard::StepMetricField& f : shard::StepMetricFields()) {
+    if (f.split != shard::MetricSplit::kTrain) continue;
+    const std::string name = "shardd_job_" + std::string(f.name);
+    Family(o, name, "gauge", std::string(f.meaning) + " (" + std::string(f.display) + ", the last reported step).");
+    for (const JobTelemetry& t : jobs) {
+      if (const std::optional<double> v = ProgressFigure(t.status.progress(), f))
+        o << name << "{" << JobLabel(t) << "} " << Num(*v) << "\n";
+    }
+  }
+}
 
 const v1::JobState kStates[] = {v1::QUEUED, v1::LAUNCHING, v1::RUNNING, v1::RESTARTING,
                                 v1::SUCCEEDED, v1::FAILED, v1::CANCELLED};
@@ -181,6 +190,7 @@ std::string RenderMetrics(const std::vector<JobTelemetry>& jobs, const std::stri
     for (const JobTelemetry& t : jobs)
       if (!g.known || g.known(t)) o << g.name << "{" << JobLabel(t) << "} " << Num(g.get(t)) << "\n";
   }
+  RenderFigures(o, jobs);
   RenderHistogram(o, "shardd_job_step_seconds", "Wall time of each reported step.", jobs,
                   &JobTelemetry::step_seconds);
   RenderHistogram(o, "shardd_checkpoint_commit_seconds",

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shard/common/logging.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shardd::state_schema {
 namespace {
@@ -29,8 +30,19 @@ struct Table {
   int added_in = 0;
 };
 
+// The metrics table gains a column per optional figure of the step-metric
+// table, so a figure is declared once (its row names its schema version).
+std::vector<Table> WithFigureColumns(std::vector<Table> tables) {
+  for (Table& t : tables) {
+    if (std::string(t.name) != "metrics") continue;
+    for (const shard::StepMetricField& f : shard::StepMetricFields())
+      t.columns.push_back({f.name.data(), "REAL", f.store_since});  // the table's names are literals: NUL-ended
+  }
+  return tables;
+}
+
 const std::vector<Table>& Tables() {
-  static const std::vector<Table> tables = {
+  static const std::vector<Table> tables = WithFigureColumns({
       {"jobs",
        {{"id", "TEXT PRIMARY KEY"}, {"name", "TEXT NOT NULL"}, {"state", "INTEGER NOT NULL"},
         {"attempt", "INTEGER NOT NULL"}, {"restarts", "INTEGER NOT NULL"}, {"reason", "TEXT NOT NULL"},
@@ -69,28 +81,18 @@ const std::vector<Table>& Tables() {
         {"eval_loss", "REAL", 1},
         {"eval_exact_match", "REAL NOT NULL DEFAULT -1", 1},      // -1: not computed
         {"pairs", "INTEGER NOT NULL DEFAULT 0", 1},               // a preference: step's pairs (0: not one)
-        {"rewards_chosen", "REAL", 1},                            // TRL's metrics of that step
-        {"rewards_rejected", "REAL", 1},
-        {"rewards_accuracies", "REAL", 1},
-        {"rewards_margins", "REAL", 1},
-        {"logps_chosen", "REAL", 1},
-        {"logps_rejected", "REAL", 1},
-        {"nll", "REAL", 1},
         {"eval_pairs", "INTEGER NOT NULL DEFAULT 0", 1},          // eval: on held-out pairs (0: none)
-        {"eval_rewards_chosen", "REAL", 1},                       // TRL's eval/ metrics on them
-        {"eval_rewards_rejected", "REAL", 1},
-        {"eval_rewards_accuracies", "REAL", 1},
-        {"eval_rewards_margins", "REAL", 1},
-        {"eval_logps_chosen", "REAL", 1},
-        {"eval_logps_rejected", "REAL", 1},
-        {"eval_nll", "REAL", 1}},
+        {"moe_experts", "INTEGER NOT NULL DEFAULT 0", 2},         // a sparse model's experts per layer
+        {"expert_load", "BLOB NOT NULL DEFAULT ''", 2}},          // per layer and expert: doubles (see StepMetrics)
+       // then one REAL column per optional figure, named as in
+       // shard/spec/step_metric_fields.cc (added in its store_since): WithFigureColumns
        "job_id, step"},
       // The local scheduler's demand and placement per job (coordinator/sched).
       {"job_resources",
        {{"job_id", "TEXT PRIMARY KEY"}, {"demand", "TEXT NOT NULL"}, {"placement", "TEXT NOT NULL"}},
        "",
        1},
-  };
+  });
   return tables;
 }
 

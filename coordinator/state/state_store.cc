@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -9,6 +10,7 @@
 #include "coordinator/state/state_dir.h"
 #include "coordinator/state/state_schema.h"
 #include "shard/common/logging.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shardd {
 namespace {
@@ -368,27 +370,78 @@ Status StateStore::DeleteCheckpoint(const std::string& job_id, int64_t step) {
   return Stmt(db_, "DELETE FROM checkpoints WHERE job_id=? AND step=?").Bind(job_id).Bind(step).Run();
 }
 
+namespace {
+
+// The metrics columns every row has, then one per optional figure of
+// shard/spec/step_metric_fields.h (named as the figure), read and written by
+// name: a figure added to the table needs nothing here.
+constexpr const char* kMetricColumns =
+    "step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,eval_exact_match,pairs,"
+    "eval_pairs,moe_experts,expert_load";
+constexpr int kMetricColumnCount = 16;
+
+std::string FigureColumns() {
+  std::string out;
+  for (const shard::StepMetricField& f : shard::StepMetricFields()) out.append(",").append(f.name);
+  return out;
+}
+
+// expert_load as a BLOB of the doubles' bytes ('' = none).
+std::string LoadBytes(const std::vector<double>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+}
+std::vector<double> LoadFromBytes(const std::string& b) {
+  std::vector<double> v(b.size() / sizeof(double));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
+  return v;
+}
+
+shard::StepMetrics ReadMetricRow(const Stmt& s) {
+  shard::StepMetrics m;
+  m.step = s.Int(0);
+  m.attempt = static_cast<int>(s.Int(1));
+  m.loss = s.RealOrNaN(2);
+  m.lr = s.Real(3);
+  m.grad_norm = s.RealOrNaN(4);
+  m.tokens = s.Int(5);
+  m.seconds = s.Real(6);
+  m.skipped = s.Int(7) != 0;
+  m.loss_scale = s.Real(8);
+  m.eval_samples = s.Int(9);
+  m.eval_loss = m.eval_samples > 0 ? s.RealOrNaN(10) : 0;
+  m.eval_exact_match = s.Real(11);
+  m.pairs = s.Int(12);       // 0 in a row from before these columns, or of an SFT step
+  m.eval_pairs = s.Int(13);  // 0 in a row from before these columns, or with no eval on pairs
+  m.moe_experts = static_cast<int>(s.Int(14));
+  m.expert_load = LoadFromBytes(s.Text(15));
+  m.moe_layers = m.moe_experts > 0 ? static_cast<int64_t>(m.expert_load.size()) / m.moe_experts : 0;
+  int col = kMetricColumnCount;
+  for (const shard::StepMetricField& f : shard::StepMetricFields()) {
+    // NULL (a NaN on a skipped step) reads back as NaN; a figure without its count stays 0.
+    if (m.*f.present_if > 0) m.*f.value = s.RealOrNaN(col);
+    ++col;
+  }
+  return m;
+}
+
+}  // namespace
+
 Status StateStore::PutMetrics(const std::string& job_id, const std::vector<shard::StepMetrics>& rows) {
   if (rows.empty()) return shard::OkStatus();
+  static const std::string sql = [] {
+    std::string q = std::string("INSERT OR REPLACE INTO metrics(job_id,") + kMetricColumns + FigureColumns() + ") VALUES(?";
+    for (size_t i = 0; i < kMetricColumnCount + shard::StepMetricFields().size(); ++i) q += ",?";
+    return q + ")";
+  }();
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(Exec("BEGIN"));
   for (const shard::StepMetrics& m : rows) {
-    Status st = Stmt(db_,
-                     "INSERT OR REPLACE INTO metrics(job_id,step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,"
-                     "loss_scale,eval_samples,eval_loss,eval_exact_match,pairs,rewards_chosen,rewards_rejected,"
-                     "rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll,eval_pairs,"
-                     "eval_rewards_chosen,eval_rewards_rejected,eval_rewards_accuracies,eval_rewards_margins,"
-                     "eval_logps_chosen,eval_logps_rejected,eval_nll) "
-                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-                    .Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm)
-                    .Bind(m.tokens).Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale)
-                    .Bind(m.eval_samples).Bind(m.eval_loss).Bind(m.eval_exact_match)
-                    .Bind(m.pairs).Bind(m.rewards_chosen).Bind(m.rewards_rejected).Bind(m.rewards_accuracies)
-                    .Bind(m.rewards_margins).Bind(m.logps_chosen).Bind(m.logps_rejected).Bind(m.nll)
-                    .Bind(m.eval_pairs).Bind(m.eval_rewards_chosen).Bind(m.eval_rewards_rejected)
-                    .Bind(m.eval_rewards_accuracies).Bind(m.eval_rewards_margins).Bind(m.eval_logps_chosen)
-                    .Bind(m.eval_logps_rejected).Bind(m.eval_nll)
-                    .Run();
+    Stmt s(db_, sql.c_str());
+    s.Bind(job_id).Bind(m.step).Bind(m.attempt).Bind(m.loss).Bind(m.lr).Bind(m.grad_norm).Bind(m.tokens)
+        .Bind(m.seconds).Bind(m.skipped ? 1 : 0).Bind(m.loss_scale).Bind(m.eval_samples).Bind(m.eval_loss)
+        .Bind(m.eval_exact_match).Bind(m.pairs).Bind(m.eval_pairs).Bind(m.moe_experts).Bind(LoadBytes(m.expert_load));
+    for (const shard::StepMetricField& f : shard::StepMetricFields()) s.Bind(m.*f.value);
+    Status st = s.Run();
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
       return st;
@@ -402,11 +455,7 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
   // LIMIT -1 is no limit. "The last N" reads the newest N backwards and puts
   // them back in order; both forms walk the (job_id, step) key.
   const int64_t max_rows = q.max_rows > 0 ? q.max_rows : -1;
-  const std::string columns =
-      "SELECT step,attempt,loss,lr,grad_norm,tokens,seconds,skipped,loss_scale,eval_samples,eval_loss,eval_exact_match,"
-      "pairs,rewards_chosen,rewards_rejected,rewards_accuracies,rewards_margins,logps_chosen,logps_rejected,nll,"
-      "eval_pairs,eval_rewards_chosen,eval_rewards_rejected,eval_rewards_accuracies,eval_rewards_margins,"
-      "eval_logps_chosen,eval_logps_rejected,eval_nll ";
+  const std::string columns = std::string("SELECT ") + kMetricColumns + FigureColumns() + " ";
   const std::string sql = columns + (q.last > 0 ? "FROM (SELECT * FROM metrics WHERE job_id=? AND step>? ORDER BY step "
                                                   "DESC LIMIT ?) ORDER BY step LIMIT ?"
                                                 : "FROM metrics WHERE job_id=? AND step>? ORDER BY step LIMIT ?");
@@ -418,40 +467,7 @@ StatusOr<std::vector<shard::StepMetrics>> StateStore::LoadMetrics(const std::str
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Next());
     if (!row) break;
-    shard::StepMetrics m;
-    m.step = s.Int(0);
-    m.attempt = static_cast<int>(s.Int(1));
-    m.loss = s.RealOrNaN(2);
-    m.lr = s.Real(3);
-    m.grad_norm = s.RealOrNaN(4);
-    m.tokens = s.Int(5);
-    m.seconds = s.Real(6);
-    m.skipped = s.Int(7) != 0;
-    m.loss_scale = s.Real(8);
-    m.eval_samples = s.Int(9);
-    m.eval_loss = m.eval_samples > 0 ? s.RealOrNaN(10) : 0;
-    m.eval_exact_match = s.Real(11);
-    m.pairs = s.Int(12);  // 0 in a row from before these columns, or of an SFT step
-    if (m.pairs > 0) {    // NULL (a NaN on a skipped step) reads back as NaN
-      m.rewards_chosen = s.RealOrNaN(13);
-      m.rewards_rejected = s.RealOrNaN(14);
-      m.rewards_accuracies = s.RealOrNaN(15);
-      m.rewards_margins = s.RealOrNaN(16);
-      m.logps_chosen = s.RealOrNaN(17);
-      m.logps_rejected = s.RealOrNaN(18);
-      m.nll = s.RealOrNaN(19);
-    }
-    m.eval_pairs = s.Int(20);  // 0 in a row from before these columns, or with no eval on pairs
-    if (m.eval_pairs > 0) {
-      m.eval_rewards_chosen = s.RealOrNaN(21);
-      m.eval_rewards_rejected = s.RealOrNaN(22);
-      m.eval_rewards_accuracies = s.RealOrNaN(23);
-      m.eval_rewards_margins = s.RealOrNaN(24);
-      m.eval_logps_chosen = s.RealOrNaN(25);
-      m.eval_logps_rejected = s.RealOrNaN(26);
-      m.eval_nll = s.RealOrNaN(27);
-    }
-    out.push_back(m);
+    out.push_back(ReadMetricRow(s));
   }
   return out;
 }

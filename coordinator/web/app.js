@@ -107,32 +107,64 @@ function evalCharts(m, marks) {
     (matched ? chart("eval_exact_match", "Exact match (eval)", "#8a4fd1", m.steps, m.eval_exact_match, marks) : "");
 }
 
-// A preference: job's charts (TRL's rewards/*, logps/*), only when the metrics carry them.
-function preferenceCharts(m, marks) {
-  if (!m.rewards_chosen) return "";
-  return [
-    linesChart("rewards", "Rewards (train)", m.steps, [
-      {name: "chosen", color: "#17683a", ys: m.rewards_chosen},
-      {name: "rejected", color: "#c9302a", ys: m.rewards_rejected},
-      {name: "margins", color: "#2a62c9", ys: m.rewards_margins}], marks),
-    chart("rewards_accuracies", "Reward accuracy (train)", "#8a4fd1", m.steps, m.rewards_accuracies, marks),
-    linesChart("logps", "Log-probs (train)", m.steps, [
-      {name: "chosen", color: "#17683a", ys: m.logps_chosen},
-      {name: "rejected", color: "#c9302a", ys: m.logps_rejected}], marks),
-    pairEvalCharts(m, marks),
-  ].join("");
+// The optional figures' charts, drawn from the coordinator's table of them
+// (GET /api/metric_fields: name, display, split, chart, series, color), only
+// for the figures the metrics carry: one chart per chart group, id = the
+// figure's name for a group of one, else the group's name (eval_* series are
+// null between evaluated steps).
+let metricFields = null;
+async function figureFields() {
+  if (!metricFields) metricFields = await api("/api/metric_fields");
+  return metricFields;
+}
+function figureCharts(m, marks, fields) {
+  const groups = [];
+  for (const f of fields) {
+    if (!f.chart || !m[f.name]) continue;
+    let g = groups.find(x => x.chart === f.chart);
+    if (!g) groups.push(g = {chart: f.chart, split: f.split, members: []});
+    g.members.push(f);
+  }
+  const where = split => split === "eval" ? " (eval)" : " (train)";
+  return groups.map(g => g.members.length === 1
+    ? chart(g.members[0].name, g.members[0].display + where(g.split), g.members[0].color, m.steps, m[g.members[0].name], marks)
+    : linesChart(g.chart, g.chart.replace(/_/g, " ") + where(g.split), m.steps,
+                 g.members.map(f => ({name: f.series, color: f.color, ys: m[f.name]})), marks)).join("");
 }
 
-// eval: on held-out pairs: the same rewards at the evaluated steps (the eval_* series are null elsewhere).
-function pairEvalCharts(m, marks) {
-  if (!m.eval_rewards_chosen) return "";
-  return [
-    linesChart("eval_rewards", "Rewards (eval)", m.steps, [
-      {name: "chosen", color: "#17683a", ys: m.eval_rewards_chosen},
-      {name: "rejected", color: "#c9302a", ys: m.eval_rewards_rejected},
-      {name: "margins", color: "#2a62c9", ys: m.eval_rewards_margins}], marks),
-    chart("eval_rewards_accuracies", "Reward accuracy (eval)", "#d0562a", m.steps, m.eval_rewards_accuracies, marks),
-  ].join("");
+// A sparse model's expert load: one heatmap per sparse layer, step (x) by
+// expert (y), each cell's shade the expert's share of the layer's routed
+// slots relative to an even share (white = 0, full = 2x even or more).
+// data-cells on each <svg> counts the cells drawn.
+function expertLoadCharts(m) {
+  const e = m.expert_load;
+  if (!e || !e.experts) return "";
+  const W = 400, H = 170, L = 46, T = 8, B = 20, R = 8;
+  const even = 1 / e.experts, n = e.load.length;
+  const cw = (W - L - R) / Math.max(n, 1), ch = (H - T - B) / e.experts;
+  let out = "";
+  for (let l = 0; l < e.layers; l++) {
+    let cells = "", count = 0;
+    for (let i = 0; i < n; i++) {
+      const point = e.load[i];
+      if (!point) continue;
+      for (let x = 0; x < e.experts; x++) {
+        const share = point[l * e.experts + x];
+        if (share === null || share === undefined) continue;
+        const t = Math.min(1, share / (2 * even));
+        const c = Math.round(255 * (1 - t));
+        cells += `<rect x="${(L + i * cw).toFixed(1)}" y="${(T + x * ch).toFixed(1)}" width="${(cw + 0.5).toFixed(1)}" height="${(ch + 0.5).toFixed(1)}" fill="rgb(255,${c},${c})"><title>step ${m.steps[i]} expert ${x}: ${(100 * share).toFixed(1)} %</title></rect>`;
+        count++;
+      }
+    }
+    out += `<div class="chart"><h3>Expert load, layer ${l} <span class="muted">step × expert, darker = busier</span></h3>
+      <svg id="expert_load_${l}" viewBox="0 0 ${W} ${H}" data-cells="${count}">${cells}
+      <text x="${L - 4}" y="${T + 10}" text-anchor="end" font-size="10">0</text>
+      <text x="${L - 4}" y="${H - B}" text-anchor="end" font-size="10">${e.experts - 1}</text>
+      <text x="${L}" y="${H - 4}" font-size="10">${m.steps[0] ?? ""}</text>
+      <text x="${W - R}" y="${H - 4}" text-anchor="end" font-size="10">${m.steps[n - 1] ?? ""}</text></svg></div>`;
+  }
+  return out;
 }
 
 // ---- Pages -----------------------------------------------------------------
@@ -155,14 +187,16 @@ async function listPage() {
 
 async function jobPage(id) {
   const q = encodeURIComponent(id);
-  const [j, m] = await Promise.all([api(`/api/jobs/${q}`), api(`/api/jobs/${q}/metrics?max_points=2000`)]);
+  const [j, m, fields] = await Promise.all([api(`/api/jobs/${q}`), api(`/api/jobs/${q}/metrics?max_points=2000`),
+                                           figureFields()]);
   const p = j.progress;
   const marks = {restarts: m.restarts, commits: m.commits};
   const card = (label, value) => `<div class="card"><span class="muted">${label}</span><b>${value}</b></div>`;
   const charts = [
     chart("loss", "Loss (train)", "#2a62c9", m.steps, m.loss, marks),
     evalCharts(m, marks),
-    preferenceCharts(m, marks),
+    figureCharts(m, marks, fields),
+    expertLoadCharts(m),
     chart("lr", "Learning rate", "#8a4fd1", m.steps, m.lr, marks),
     chart("grad_norm", "Gradient norm", "#d1622a", m.steps, m.grad_norm, marks),
     chart("tokens_per_s", "Tokens/s", "#17683a", m.steps, m.tokens_per_s, marks),

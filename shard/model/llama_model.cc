@@ -167,6 +167,8 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
 
 void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
+void LlamaModel::ResetMoeStepStats() { if (moe_) moe_->ResetStepStats(); }
+MoeMlp::StepStats LlamaModel::moe_step_stats() const { return moe_ ? moe_->step_stats() : MoeMlp::StepStats{}; }
 
 Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
                                 float* out, LowpActs* keep) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/moe_mlp.h"
 #include "shard/model/lora_linear.h"
 #include "shard/model/unit_weights.h"
 #include "shard/spec/llama_config.h"
@@ -90,7 +91,7 @@ struct SpanLoss {
 };
 
 class QkvExtras;
-class MoeMlp;
+
 struct WeightGrads;
 
 class LlamaModel {
@@ -146,6 +147,9 @@ class LlamaModel {
   // dense model).
   void SetMoeAuxGradScale(float scale);
   double moe_aux_loss() const;
+  // The step's routing statistics (MoeMlp::StepStats; empty for a dense model).
+  void ResetMoeStepStats();
+  MoeMlp::StepStats moe_step_stats() const;
 
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).

@@ -140,7 +140,10 @@ Status MoeMlp::Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* r
   for (int64_t t = 0; t < n; ++t) {
     if (real && !real[t]) continue;
     aux_real_[layer] += 1;
-    for (int j = 0; j < k; ++j) aux_count_[layer][host_expert_[t * k + j]] += 1;
+    for (int j = 0; j < k; ++j) {
+      aux_count_[layer][host_expert_[t * k + j]] += 1;
+      if (!step_.load.empty()) step_.load[static_cast<size_t>(layer) * E + host_expert_[t * k + j]] += 1;
+    }
     for (int e = 0; e < E; ++e) aux_prob_[layer][e] += host_probs_[t * E + e];
   }
   return OkStatus();
@@ -193,7 +196,27 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
   return OkStatus();
 }
 
+void MoeMlp::ResetStepStats() {
+  step_ = StepStats{};
+  step_.load.assign(aux_count_.size() * config_.moe.num_experts, 0.0);
+  // The current micro-batch's counts belong to the step before.
+  for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
+  for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
+  std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+}
+
+MoeMlp::StepStats MoeMlp::step_stats() const {
+  StepStats s = step_;
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  if (rows > 0) s.aux_sum += AuxLoss(), ++s.micro_batches;  // the current micro-batch
+  return s;
+}
+
 void MoeMlp::ResetAux() {
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  if (rows > 0) step_.aux_sum += AuxLoss(), ++step_.micro_batches;  // close the previous micro-batch
   for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
   for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
   std::fill(aux_real_.begin(), aux_real_.end(), 0.0);

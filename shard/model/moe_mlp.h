@@ -55,6 +55,19 @@ class MoeMlp {
   // scale; 0 = none).
   double AuxLoss() const;
   void SetAuxGradScale(float scale) { aux_scale_ = scale; }
+
+  // What the step's metrics show (StepMetrics' moe_* figures): since
+  // ResetStepStats, the sum of every counted micro-batch's AuxLoss, how many
+  // there were, and the assignments (token x k slots over real tokens) per
+  // layer and expert, layer-major (num_layers x num_experts; a dense layer's
+  // row stays 0). This rank's alone: the trainer sums them over ranks.
+  struct StepStats {
+    double aux_sum = 0;
+    int64_t micro_batches = 0;
+    std::vector<double> load;
+  };
+  void ResetStepStats();
+  StepStats step_stats() const;
   float aux_grad_scale() const { return aux_scale_; }
 
  private:
@@ -81,6 +94,7 @@ class MoeMlp {
   std::vector<uint8_t> real_;  // the micro-batch's real-row mask (empty: all real)
   float aux_scale_ = 0;
   bool counting_ = true;
+  StepStats step_;  // the micro-batches before the current one (load: all of them)
 };
 
 }  // namespace shard

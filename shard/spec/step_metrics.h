@@ -2,9 +2,13 @@
 // sends (proto/codec/metrics_codec.h maps it onto the wire's StepMetric), the
 // coordinator stores (coordinator/state/state_store.h) and the API serves
 // (MetricRow, through the same codec). Plain data; thread-compatible.
+// The optional figures (those some steps carry) are declared once more, with
+// their names, units and charts, in step_metric_fields.cc: every sink reads
+// that table.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace shard {
 
@@ -50,6 +54,20 @@ struct StepMetrics {
   double eval_rewards_chosen = 0, eval_rewards_rejected = 0, eval_rewards_accuracies = 0, eval_rewards_margins = 0;
   double eval_logps_chosen = 0, eval_logps_rejected = 0;
   double eval_nll = 0;  // orpo
+  // A sparse (MoE) model (docs/moe.md): moe_layers sparse layers (0 = dense).
+  // expert_load holds, per sparse layer, each expert's share of the layer's
+  // routed token slots (tokens x k), summed over ranks: layer-major,
+  // moe_experts per layer; each layer's shares sum to 1.
+  int64_t moe_layers = 0;
+  int moe_experts = 0;
+  std::vector<double> expert_load;
+  double moe_aux_loss = 0;        // the load-balancing loss of the step (mean over its micro-batches)
+  double moe_imbalance_max = 0;   // max over layers of (busiest expert's share / mean share); 1 = even
+  double moe_imbalance_mean = 0;  // that ratio's mean over the layers
 };
+
+// Fills moe_layers, moe_imbalance_max and moe_imbalance_mean from
+// expert_load and moe_experts (0 when there is no load).
+void DeriveExpertImbalance(StepMetrics* m);
 
 }  // namespace shard

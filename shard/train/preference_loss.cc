@@ -116,6 +116,17 @@ PreferenceSums PreferenceSums::FromArray(const double in[kFields]) {
   return s;
 }
 
+void PutPreferenceFigures(const PreferenceMetrics& pm, bool eval, StepMetrics* m) {
+  (eval ? m->eval_loss : m->loss) = pm.loss;
+  (eval ? m->eval_rewards_chosen : m->rewards_chosen) = pm.rewards_chosen;
+  (eval ? m->eval_rewards_rejected : m->rewards_rejected) = pm.rewards_rejected;
+  (eval ? m->eval_rewards_accuracies : m->rewards_accuracies) = pm.rewards_accuracies;
+  (eval ? m->eval_rewards_margins : m->rewards_margins) = pm.rewards_margins;
+  (eval ? m->eval_logps_chosen : m->logps_chosen) = pm.logps_chosen;
+  (eval ? m->eval_logps_rejected : m->logps_rejected) = pm.logps_rejected;
+  (eval ? m->eval_nll : m->nll) = pm.nll;
+}
+
 PreferenceMetrics MeanMetrics(const PreferenceSums& s) {
   PreferenceMetrics m;
   if (s.pairs <= 0) return m;

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "shard/spec/preference_config.h"
+#include "shard/spec/step_metrics.h"
 
 namespace shard {
 
@@ -71,5 +72,8 @@ struct PreferenceMetrics {
   double nll = 0;
 };
 PreferenceMetrics MeanMetrics(const PreferenceSums& sums);
+// Puts them into a step's record: the training step's figures, or (eval)
+// the held-out pairs' eval_ ones; loss goes to loss or eval_loss.
+void PutPreferenceFigures(const PreferenceMetrics& pm, bool eval, StepMetrics* m);
 
 }  // namespace shard

@@ -203,14 +203,7 @@ Status Trainer::FinishPreferenceStep(StepMetrics* m) {
   RETURN_IF_ERROR(runtime_->AllReduceSum(s, PreferenceSums::kFields));
   const PreferenceMetrics pm = MeanMetrics(PreferenceSums::FromArray(s));
   m->pairs = static_cast<int64_t>(s[0]);
-  m->loss = pm.loss;
-  m->rewards_chosen = pm.rewards_chosen;
-  m->rewards_rejected = pm.rewards_rejected;
-  m->rewards_accuracies = pm.rewards_accuracies;
-  m->rewards_margins = pm.rewards_margins;
-  m->logps_chosen = pm.logps_chosen;
-  m->logps_rejected = pm.logps_rejected;
-  m->nll = pm.nll;
+  PutPreferenceFigures(pm, /*eval=*/false, m);
   return OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
+#include "shard/spec/step_metric_fields.h"
 #include "shard/train/base_weights_hash.h"
 #include "shard/train/qlora_base.h"
 #include "shard/train/resume_choice.h"
@@ -412,18 +413,6 @@ std::unique_ptr<TensorBoardWriter> OpenTensorBoard(const std::string& dir) {
   return std::move(*w);
 }
 
-// eval: on held-out pairs, as TRL's TensorBoard shows its eval metrics
-// (eval/loss, eval/rewards/chosen, ...); eval_loss is written as for SFT too.
-void AddPairEvalScalars(const StepMetrics& m, Scalars* s) {
-  for (const auto& [tag, v] : {std::pair{"eval/loss", m.eval_loss}, {"eval/rewards/chosen", m.eval_rewards_chosen},
-                               {"eval/rewards/rejected", m.eval_rewards_rejected},
-                               {"eval/rewards/accuracies", m.eval_rewards_accuracies},
-                               {"eval/rewards/margins", m.eval_rewards_margins},
-                               {"eval/logps/chosen", m.eval_logps_chosen}, {"eval/logps/rejected", m.eval_logps_rejected}})
-    s->push_back({tag, static_cast<float>(v)});
-  if (m.eval_nll != 0) s->push_back({"eval/nll", static_cast<float>(m.eval_nll)});
-}
-
 void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
   Scalars s = {{"loss", static_cast<float>(m.loss)},
                {"lr", static_cast<float>(m.lr)},
@@ -435,14 +424,12 @@ void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics&
     s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
     if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
   }
-  if (m.pairs > 0) {  // preference: TRL's tags
-    for (const auto& [tag, v] : {std::pair{"rewards/chosen", m.rewards_chosen}, {"rewards/rejected", m.rewards_rejected},
-                                 {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
-                                 {"logps/chosen", m.logps_chosen}, {"logps/rejected", m.logps_rejected}})
-      s.push_back({tag, static_cast<float>(v)});
-    if (m.nll != 0) s.push_back({"nll", static_cast<float>(m.nll)});
-  }
-  if (m.eval_pairs > 0) AddPairEvalScalars(m, &s);
+  if (m.eval_pairs > 0) s.push_back({"eval/loss", static_cast<float>(m.eval_loss)});  // TRL's name too
+  for (const StepMetricField& f : StepMetricFields())  // the optional figures under TRL's / HF's names
+    if (FigurePresent(m, f)) s.push_back({std::string(f.display), static_cast<float>(m.*f.value)});
+  for (size_t i = 0; m.moe_experts > 0 && i < m.expert_load.size(); ++i)  // per sparse layer / expert: its share
+    s.push_back({"moe/expert_load/" + std::to_string(i / m.moe_experts) + "/" + std::to_string(i % m.moe_experts),
+                 static_cast<float>(m.expert_load[i])});
   Status st = tb->WriteScalars(m.step, s);
   if (!st.ok()) {
     LOG_WARN("TensorBoard events stop: {}", st.ToString());

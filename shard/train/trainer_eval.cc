@@ -10,6 +10,7 @@
 
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
+#include "shard/spec/step_metric_fields.h"
 #include "shard/train/pair_scoring.h"
 #include "shard/train/sft_eval.h"
 #include "shard/train/trainer.h"
@@ -104,20 +105,12 @@ Status Trainer::EvaluatePairs(StepMetrics* m) {
   RETURN_IF_ERROR(runtime_->AllReduceSum(s, PreferenceSums::kFields));
   const PreferenceMetrics pm = MeanMetrics(PreferenceSums::FromArray(s));
   m->eval_pairs = m->eval_samples = static_cast<int64_t>(s[0]);
-  m->eval_loss = pm.loss;
   m->eval_exact_match = -1;
-  m->eval_rewards_chosen = pm.rewards_chosen;
-  m->eval_rewards_rejected = pm.rewards_rejected;
-  m->eval_rewards_accuracies = pm.rewards_accuracies;
-  m->eval_rewards_margins = pm.rewards_margins;
-  m->eval_logps_chosen = pm.logps_chosen;
-  m->eval_logps_rejected = pm.logps_rejected;
-  m->eval_nll = pm.nll;
+  PutPreferenceFigures(pm, /*eval=*/true, m);
   if (dist_.rank == 0)
-    LOG_INFO("eval step {}: loss {:.4f} over {} pairs, rewards/accuracies {:.3f} rewards/margins {:.4f} "
-             "rewards/chosen {:.4f} rewards/rejected {:.4f} in {:.2f} s",
-             m->step, m->eval_loss, m->eval_pairs, pm.rewards_accuracies, pm.rewards_margins, pm.rewards_chosen,
-             pm.rewards_rejected, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    LOG_INFO("eval step {}: loss {:.4f} over {} pairs, {} in {:.2f} s", m->step, m->eval_loss, m->eval_pairs,
+             FormatFigures(*m, MetricSplit::kEval),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "shard/common/logging.h"
 #include "shard/data/sampler.h"
 #include "shard/spec/optim_config.h"
+#include "shard/train/moe_step_figures.h"
 #include "shard/train/trainer.h"
 
 namespace shard {
@@ -48,6 +49,7 @@ StatusOr<StepMetrics> Trainer::Step() {
     }
     moe_aux_scale_ = static_cast<float>(moe_aux_coef_ * loss_scale / static_cast<double>(std::max<int64_t>(1, micro_batches)));
   }
+  model_->ResetMoeStepStats();  // a sparse model's routing figures (moe_step_figures.h)
   ASSIGN_OR_RETURN(double local_loss, ForwardBackward(grad_scale));
   MaybeSlowRank(dist_.rank, compute_so_far());
   ASSIGN_OR_RETURN(StepSums sums, ReduceStep(local_loss, loss_scale));
@@ -83,6 +85,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.positions = gb.tokens;
   m.samples = gb.consumed;
   if (preference_) RETURN_IF_ERROR(FinishPreferenceStep(&m));
+  RETURN_IF_ERROR(PutMoeStepFigures(*model_, *runtime_, &m));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.compute_seconds = std::max(0.0, m.seconds - (ThisThreadCommWaitSeconds() - waited0));
   return m;

@@ -10,10 +10,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "shard/plan/planner.h"
 #include "shard/spec/run_fingerprint.h"
+#include "shard/train/moe_step_figures.h"
 #include "tests/unit/train/sft_test_util.h"
 
 namespace shard {
@@ -69,6 +73,87 @@ TEST(MoeTrainTest, TinyMoeLearnsAtOneAndTwoRanks) {
   ASSERT_TRUE(s4.ok()) << s4.ToString();
   ASSERT_EQ(four.size(), 12u);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(four[i], one[i], 1e-3 * one[i]) << "step " << i + 1;
+}
+
+// The step's router figures (StepMetrics' moe_*): the aux loss is reported,
+// each sparse layer's expert shares sum to 1, and 2 ranks (half the batch
+// each, summed over ranks) report the shares 1 rank does at the first step
+// (same weights, same batch).
+TEST(MoeTrainTest, StepMetricsCarryTheRoutersFigures) {
+  const std::string dir = NewDir("moe_figures");
+  const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
+  auto first_step = [&](int world, const std::string& sub) {
+    std::vector<StepMetrics> out;
+    std::mutex mu;
+    const Status s = testing_ranks::OnTrainerRanks(
+        MoeJob(train, dir + sub), world, {"parallel.world_size=" + std::to_string(world), "train.steps=2"},
+        [&](Trainer& t, int r) {
+          (void)t.Run([&](const StepMetrics& m) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (r == 0) out.push_back(m);
+          });
+        });
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return out;
+  };
+  const std::vector<StepMetrics> one = first_step(1, "/f1"), two = first_step(2, "/f2");
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(two.size(), 2u);
+  const StepMetrics& m = one[0];
+  EXPECT_EQ(m.moe_experts, 8);
+  ASSERT_GT(m.moe_layers, 0);
+  ASSERT_EQ(m.expert_load.size(), static_cast<size_t>(m.moe_layers * m.moe_experts));
+  for (int64_t l = 0; l < m.moe_layers; ++l) {
+    double sum = 0;
+    for (int e = 0; e < m.moe_experts; ++e) sum += m.expert_load[l * m.moe_experts + e];
+    EXPECT_NEAR(sum, 1.0, 1e-12) << "layer " << l;
+  }
+  EXPECT_GT(m.moe_aux_loss, 0);
+  EXPECT_GE(m.moe_imbalance_max, m.moe_imbalance_mean);
+  EXPECT_GE(m.moe_imbalance_mean, 1.0);
+  for (size_t i = 0; i < m.expert_load.size(); ++i)
+    EXPECT_NEAR(two[0].expert_load[i], m.expert_load[i], 1e-12) << "share " << i << " summed over 2 ranks";
+  EXPECT_NEAR(two[0].moe_aux_loss, m.moe_aux_loss, 0.05 * m.moe_aux_loss) << "mean over every rank's micro-batches";
+}
+
+// The router's figures reach TensorBoard (rank 0's event file): the aux
+// loss, the imbalance and each sparse layer's expert shares.
+TEST(MoeTrainTest, TensorBoardCarriesTheRoutersTags) {
+  const std::string dir = NewDir("moe_tb");
+  const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
+  DistContext base;
+  base.tensorboard = true;
+  const Status st = testing_ranks::OnTrainerRanks(
+      MoeJob(train, dir + "/ckpt"), 1, {"train.steps=2"}, [&](Trainer& t, int) { ASSERT_TRUE(t.Run().ok()); }, base);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::string events;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/ckpt"))
+    if (e.path().filename().string().rfind("events.out.tfevents", 0) == 0) {
+      std::ifstream f(e.path(), std::ios::binary);
+      events.assign(std::istreambuf_iterator<char>(f), {});
+    }
+  ASSERT_FALSE(events.empty()) << "no event file under " << dir;
+  for (const char* tag : {"moe/aux_loss", "moe/imbalance_max", "moe/imbalance_mean", "moe/expert_load/0/0",
+                          "moe/expert_load/0/7"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+}
+
+// The pure part: world sums of slot counts to shares and the imbalance.
+TEST(MoeTrainTest, ExpertSharesAndImbalanceFromTheSums) {
+  LlamaConfig c;
+  c.num_layers = 2;
+  c.moe.num_experts = 4;
+  c.moe.experts_per_tok = 2;
+  ASSERT_TRUE(c.sparse_layer(0) && c.sparse_layer(1));
+  // aux sum 3 over 4 micro-batches; layer 0: 40 slots, even; layer 1: 20 slots, one expert takes half.
+  const std::vector<double> sums = {3, 4, 10, 10, 10, 10, 10, 4, 4, 2};
+  StepMetrics m;
+  MoeFiguresFromSums(c, sums, &m);
+  EXPECT_DOUBLE_EQ(m.moe_aux_loss, 0.75);
+  EXPECT_EQ(m.moe_layers, 2);
+  EXPECT_EQ(m.expert_load, (std::vector<double>{0.25, 0.25, 0.25, 0.25, 0.5, 0.2, 0.2, 0.1}));
+  EXPECT_DOUBLE_EQ(m.moe_imbalance_max, 2.0);    // 0.5 / 0.25
+  EXPECT_DOUBLE_EQ(m.moe_imbalance_mean, 1.5);   // (1 + 2) / 2
 }
 
 // The coefficient reaches the gradients; absent, it is transformers' default

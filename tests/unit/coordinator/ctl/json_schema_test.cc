@@ -3,6 +3,7 @@
 // and dropped zeros), non-finite figures as null, and one checkpoint shape
 // whether the step came from the coordinator or from a directory.
 #include "coordinator/ctl/json_schema.h"
+#include "shard/spec/step_metric_fields.h"
 
 #include <gtest/gtest.h>
 
@@ -29,7 +30,12 @@ TEST(JsonSchemaTest, ZeroValuedJobHasEveryField) {
   EXPECT_TRUE(j["state"].is_string());  // by name, never the enum number
   EXPECT_TRUE(j["restarts"].is_number_integer());
   EXPECT_EQ(j["progress"]["step"], 0);
-  EXPECT_EQ(Keys(j["progress"]).size(), 21u);
+  // 17 of its own, and every training figure of the step-metric table (null here).
+  size_t train_figures = 0;
+  for (const shard::StepMetricField& f : shard::StepMetricFields())
+    train_figures += f.split == shard::MetricSplit::kTrain ? 1 : 0;
+  EXPECT_EQ(Keys(j["progress"]).size(), 17u + train_figures);
+  EXPECT_TRUE(j["progress"]["moe_aux_loss"].is_null()) << "a dense model";
   EXPECT_TRUE(j["progress"]["eval_loss"].is_null()) << "no evaluation yet";
   EXPECT_TRUE(j["progress"]["rewards_margins"].is_null()) << "not a preference step";
   EXPECT_TRUE(j["workers"].is_array());
