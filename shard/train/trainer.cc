@@ -176,7 +176,7 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
-  if (job_.preference.enabled()) RETURN_IF_ERROR(PrepareReference());  // the starting weights: before Resume
+  RETURN_IF_ERROR(PrepareObjective());  // with the starting weights: before Resume
   RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * RowsPerItem(job_) * job_.data.seq_len;
@@ -353,7 +353,7 @@ Manifest Trainer::RunState() const {
   m.loss_scale_good_steps = scaler_->good_steps();
   m.run_keys = run_keys_;
   m.run_fingerprint = RunFingerprint(run_keys_);
-  m.reference = reference_model_;
+  m.reference = objective_ ? objective_->reference_model() : "";
   return m;
 }
 
@@ -372,6 +372,25 @@ Status Trainer::InitTrainable() {
   p.base_weights_hash = base_weights_hash_;
   ASSIGN_OR_RETURN(trainable_, CreateTrainable(p));
   return OkStatus();
+}
+
+Status Trainer::PrepareObjective() {
+  objective_ = dist_.make_objective ? dist_.make_objective(job_) : MakeObjective(job_);
+  ObjectiveParts p;
+  p.job = &job_;
+  p.rank = dist_.rank;
+  p.world = dist_.world;
+  p.backend = backend_.get();
+  p.model = model_.get();
+  p.runtime = runtime_.get();
+  p.lora = lora();
+  p.data = data_.get();
+  p.eval_data = eval_data_.get();
+  p.eval_prefix = EvalPreparedPrefix(job_);
+  p.resume_step_dir = resume_.step_dir;
+  p.base_weights_hash = base_weights_hash_;
+  p.precision = precision_;
+  return objective_->Prepare(p);
 }
 
 Status Trainer::Resume() {
@@ -468,7 +487,7 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     MaybeWaitAtStepGate(step_ + 1);
     MaybeStallRank(dist_.rank, step_ + 1);
     ASSIGN_OR_RETURN(StepMetrics m, Step());
-    if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
+    if (EvalDue(m.step)) RETURN_IF_ERROR(objective_->Evaluate(&m));
     window_seconds += m.seconds;
     window_tokens += m.positions;
     if (on_step) on_step(m);
