@@ -22,6 +22,7 @@
 #include "shard/train/base_weights_hash.h"
 #include "shard/train/qlora_base.h"
 #include "shard/train/resume_choice.h"
+#include "shard/train/data_sources.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
 
