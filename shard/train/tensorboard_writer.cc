@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "shard/common/crc32c.h"
+#include "shard/common/logging.h"
 
 namespace shard {
 namespace {
@@ -138,5 +139,60 @@ Status TensorBoardWriter::Flush() {
   last_flush_ = std::chrono::steady_clock::now();
   return OkStatus();
 }
+
+namespace {
+
+// eval: on held-out pairs, as TRL's TensorBoard shows its eval metrics
+// (eval/loss, eval/rewards/chosen, ...); eval_loss is written as for SFT too.
+void AddPairEvalScalars(const StepMetrics& m, Scalars* s) {
+  for (const auto& [tag, v] : {std::pair{"eval/loss", m.eval_loss}, {"eval/rewards/chosen", m.eval_rewards_chosen},
+                               {"eval/rewards/rejected", m.eval_rewards_rejected},
+                               {"eval/rewards/accuracies", m.eval_rewards_accuracies},
+                               {"eval/rewards/margins", m.eval_rewards_margins},
+                               {"eval/logps/chosen", m.eval_logps_chosen}, {"eval/logps/rejected", m.eval_logps_rejected}})
+    s->push_back({tag, static_cast<float>(v)});
+  if (m.eval_nll != 0) s->push_back({"eval/nll", static_cast<float>(m.eval_nll)});
+}
+
+}  // namespace
+
+// Event files are a convenience: a run dir that cannot take one costs a
+// warning, never the training.
+std::unique_ptr<TensorBoardWriter> OpenRunTensorBoard(const std::string& dir) {
+  auto w = TensorBoardWriter::Open(dir, /*flush_every_s=*/1.0);
+  if (!w.ok()) {
+    LOG_WARN("no TensorBoard events: {}", w.status().ToString());
+    return nullptr;
+  }
+  LOG_INFO("TensorBoard events in {}", (*w)->path());
+  return std::move(*w);
+}
+
+void WriteStepScalars(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
+  Scalars s = {{"loss", static_cast<float>(m.loss)},
+               {"lr", static_cast<float>(m.lr)},
+               {"grad_norm", static_cast<float>(m.grad_norm)},
+               {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
+               {"step_time_s", static_cast<float>(m.seconds)},
+               {"loss_scale", static_cast<float>(m.loss_scale)}};
+  if (m.eval_samples > 0) {  // job file eval:
+    s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
+    if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
+  }
+  if (m.pairs > 0) {  // preference: TRL's tags
+    for (const auto& [tag, v] : {std::pair{"rewards/chosen", m.rewards_chosen}, {"rewards/rejected", m.rewards_rejected},
+                                 {"rewards/accuracies", m.rewards_accuracies}, {"rewards/margins", m.rewards_margins},
+                                 {"logps/chosen", m.logps_chosen}, {"logps/rejected", m.logps_rejected}})
+      s.push_back({tag, static_cast<float>(v)});
+    if (m.nll != 0) s.push_back({"nll", static_cast<float>(m.nll)});
+  }
+  if (m.eval_pairs > 0) AddPairEvalScalars(m, &s);
+  Status st = tb->WriteScalars(m.step, s);
+  if (!st.ok()) {
+    LOG_WARN("TensorBoard events stop: {}", st.ToString());
+    tb.reset();
+  }
+}
+
 
 }  // namespace shard
