@@ -55,6 +55,7 @@
 #include "shard/backend/backend.h"
 #include "shard/comm/communicator.h"
 #include "shard/fsdp/comm_thread.h"
+#include "shard/fsdp/frozen_base.h"
 #include "shard/fsdp/nf4_shard.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/unit_access.h"
@@ -142,8 +143,8 @@ class FsdpRuntime : public UnitAccess {
   bool grads_on_host() const { return !options_.grads_on_device; }
   bool frozen() const { return options_.frozen; }
   // QLoRA: whether unit u's shard is an NF4 record, and its format.
-  bool quantized(int u) const { return units_[u].quantized; }
-  const Nf4ShardFormat& nf4_format(int u) const { return units_[u].nf4; }
+  bool quantized(int u) const { return frozen_ && frozen_->quantized(u); }
+  const Nf4ShardFormat& nf4_format(int u) const { return frozen_->format(u); }
   // A frozen base's shard of unit u from this rank's fp32 values (host
   // memory), stored as the runtime keeps it: quantised to NF4 (on the host),
   // cast to a two-byte param_shard_dtype, or copied. Once, at load.
@@ -235,9 +236,6 @@ class FsdpRuntime : public UnitAccess {
     bool keep_until_grads = false;     // shard_grad_op: gathered in forward, kept for backward
     int releases = 0;                  // outermost releases this micro-batch (frozen shard_grad_op)
     bool grads_done = false;           // GradsDone seen in this micro-batch
-    bool quantized = false;            // QLoRA: `params` is an NF4 record (nf4_shard.h)
-    Nf4ShardFormat nf4;
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> kept_runs;  // per shard rank
   };
 
   FsdpRuntime(Backend* backend, const FsdpOptions& options) : backend_(backend), options_(options) {}
@@ -252,13 +250,6 @@ class FsdpRuntime : public UnitAccess {
   // values, or rounding the unsharded master) — or, for an unsharded unit
   // under two_byte_compute_copy, full_lp the rounded master; a no-op once done.
   Status EnsureComputeCopy(int u);
-  // Decodes `records` (one NF4 record per shard rank, consecutive) into `out`
-  // (layout.padded elements of out_dtype: kF32, or round_to itself), rounded
-  // to round_to; the kept (unquantised) values are copied, or rounded too
-  // when the output is two-byte.
-  void DecodeNf4(int u, const float* records, float* out, DType round_to, DType out_dtype);
-  // GatherUnit of a frozen unit stored as NF4 or two-byte values (no master).
-  Status GatherFrozenUnit(int u, std::vector<float>* out);
   // Adds a finished reduce-scatter into the gradient shard and frees its buffers.
   Status FoldReduced(int u);
   // Queues the addition of n device floats at `src` into unit u's host
@@ -311,6 +302,8 @@ class FsdpRuntime : public UnitAccess {
   // each copy down and adds it on the host. Declared last: destroyed (joined)
   // before the stages it reads.
   std::unique_ptr<CommThread> host_worker_;
+  // A frozen base's storage (frozen_base.h; options.frozen), else null.
+  std::unique_ptr<FrozenBase> frozen_;
 };
 
 }  // namespace shard
