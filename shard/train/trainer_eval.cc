@@ -1,10 +1,11 @@
 // The trainer's held-out evaluation (job file eval:, shard/spec/eval_config.h):
 // rank 0 prepares eval.data like data.jsonl, then every eval.every_steps
-// steps all ranks score it together through the sharded weights
-// (EvaluateSft with rank/world; a preference: job's pairs through
-// ScorePairs, against the reference stored by PrepareReference) and add
-// their sums with one all-reduce. Under peft: both score the adapted model
-// (the frozen base plus the adapters as trained, without dropout).
+// steps all ranks score it together through the sharded weights, as the
+// job's objective says (Objective::Evaluate: EvaluateSft with rank/world in
+// objective.cc; a preference: job's pairs through ScorePairs against the
+// stored reference in preference_training.cc) and add their sums with one
+// all-reduce. Under peft: both score the adapted model (the frozen base plus
+// the adapters as trained, without dropout).
 #include <chrono>
 #include <filesystem>
 
