@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
-#include "shard/fsdp/fsdp_runtime.h"
+#include "shard/fsdp/fsdp_options.h"
 #include "shard/spec/job_config.h"
 #include "shard/spec/param_layout.h"
 
