@@ -64,7 +64,7 @@ struct Manifest {
   std::string run_fingerprint;
   std::map<std::string, std::string> run_keys;
   // A dpo/ipo run's reference model: the starting model's part of its
-  // reference files' keys (16 hex digits; shard/train/preference_reference.cc),
+  // reference files' keys (16 hex digits; shard/train/preference_training.cc),
   // so a resumed full fine-tune, which never loads its starting weights again,
   // finds the values its first attempt computed from them. Absent on disk: "".
   std::string reference;

@@ -1,5 +1,5 @@
 // The stored reference log-probs of a preference: job's pairs
-// (<prepared prefix>.ref-<key>.f64; shard/train/preference_reference.cc
+// (<prepared prefix>.ref-<key>.f64; shard/train/preference_training.cc
 // computes and checks them): magic "SHDREF01", u64 count, count doubles, u64
 // xxh64 of the doubles (little-endian). Encoding and decoding are pure
 // functions over bytes (tests/fuzz/fuzz_reference_file.cc); reading opens

@@ -40,17 +40,18 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
   rt->shard_comm_ = std::move(shard_comm);
   rt->replicate_comm_ = std::move(replicate_comm);
   rt->units_.resize(numels.size());
+  if (options.frozen)  // the frozen base's storage (frozen_base.h), as the model converters set it
+    rt->frozen_ = std::make_unique<FrozenBase>(backend, rt->shard_comm_.get(), rt->shard_size_, rt->shard_rank_,
+                                               options.param_dtype, options.param_shard_dtype, options.nf4_units,
+                                               options.nf4);
   for (size_t u = 0; u < numels.size(); ++u) {
     Unit& x = rt->units_[u];
-    x.quantized = !options.nf4_units.empty() && options.nf4_units[u].quantize;
+    const bool nf4 = rt->quantized(static_cast<int>(u));
     // NF4 shards start on block boundaries, so the blocks do not depend on the sharding.
-    ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_, x.quantized ? options.nf4.block_size : 4));
+    ASSIGN_OR_RETURN(x.layout, ComputeShardLayout(numels[u], rt->shard_size_, nf4 ? rt->frozen_->block_size() : 4));
     const int64_t n = x.layout.shard_numel;
-    if (x.quantized) {
-      ASSIGN_OR_RETURN(x.nf4, Nf4ShardFormat::For(x.layout, options.nf4_units[u], options.nf4));
-      for (int r = 0; r < rt->shard_size_; ++r) x.kept_runs.push_back(Nf4KeptRuns(x.layout, options.nf4_units[u], r));
-      ASSIGN_OR_RETURN(x.params, DeviceBuffer::Create(backend, x.nf4.floats()));
-      backend->Fill(x.params.data(), x.nf4.floats(), 0.0f);  // decodes to zeros until WriteFrozenShard
+    if (nf4) {
+      RETURN_IF_ERROR(rt->frozen_->InitQuantized(static_cast<int>(u), x.layout, &x.params));
       continue;
     }
     for (DeviceBuffer* b : {&x.params, &x.grads, &x.m, &x.v}) {
@@ -70,6 +71,11 @@ StatusOr<std::unique_ptr<FsdpRuntime>> FsdpRuntime::Create(Backend* backend, con
 FsdpRuntime::~FsdpRuntime() {
   if (comm_) (void)comm_->Drain();
   if (host_worker_) (void)host_worker_->Drain();  // before the stages and shards it writes go
+}
+
+Status FsdpRuntime::WriteFrozenShard(int u, const float* host_shard) {
+  if (!frozen_) return Internal("WriteFrozenShard: unit " + std::to_string(u) + " is not frozen");
+  return frozen_->Write(u, units_[u].layout, host_shard, units_[u].params.data());
 }
 
 float* FsdpRuntime::grad_shard(int u) {
@@ -133,8 +139,8 @@ Status FsdpRuntime::WaitTicket(CommThread::Ticket t) {
 
 Status FsdpRuntime::StartGather(int u) {
   Unit& x = units_[u];
-  if (x.quantized) {  // the packed records travel; DecodeNf4 widens them on acquire
-    const int64_t n = x.nf4.floats();
+  if (quantized(u)) {  // the packed records travel; FrozenBase::Decode widens them on acquire
+    const int64_t n = frozen_->format(u).floats();
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, n * shard_size_));
     Track(x.full_lp.size() * 4);
     x.gathered = true;
@@ -183,7 +189,7 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
   Unit& x = units_[u];
   if (x.full.data()) return OkStatus();
   const DType dt = options_.param_dtype;
-  if (lowp_compute() && !x.quantized) {  // unsharded with an fp32 master: its rounded two-byte copy
+  if (lowp_compute() && !quantized(u)) {  // unsharded with an fp32 master: its rounded two-byte copy
     if (x.full_lp.data()) return OkStatus();
     const int64_t n = x.layout.numel;
     ASSIGN_OR_RETURN(x.full_lp, DeviceBuffer::Create(backend_, TwoByteFloats(n)));
@@ -193,12 +199,12 @@ Status FsdpRuntime::EnsureComputeCopy(int u) {
     x.gather_ticket = 0;
     return OkStatus();
   }
-  if (x.quantized) {  // decoded into an fp32 copy, or a two-byte one under two_byte_compute_copy
+  if (quantized(u)) {  // decoded into an fp32 copy, or a two-byte one under two_byte_compute_copy
     const DType out = lowp_compute() ? dt : DType::kF32;
     ASSIGN_OR_RETURN(x.full, DeviceBuffer::Create(backend_, out == DType::kF32 ? x.layout.padded
                                                                                : TwoByteFloats(x.layout.padded)));
     Track(x.full.size() * 4);
-    DecodeNf4(u, sharded() ? x.full_lp.data() : x.params.data(), x.full.data(), dt, out);
+    frozen_->Decode(u, x.layout, sharded() ? x.full_lp.data() : x.params.data(), x.full.data(), dt, out);
     if (sharded()) {
       Track(-x.full_lp.size() * 4);
       x.full_lp = DeviceBuffer();  // the backend orders the free after the decode
@@ -273,16 +279,16 @@ StatusOr<const float*> FsdpRuntime::AcquireParams(int u) {
   ++x.holds;
   // Where the compute copy is: a gathered (or rounded) two-byte unit's own
   // buffer, else `full` (fp32, or an NF4 unit's two-byte decode).
-  const bool lowp = lowp_compute() && !x.quantized;
+  const bool lowp = lowp_compute() && !quantized(u);
   if (!sharded()) {
-    if (!lowp_params() && !x.quantized) return static_cast<const float*>(x.params.data());
+    if (!lowp_params() && !quantized(u)) return static_cast<const float*>(x.params.data());
     if (lowp && lowp_shard()) return static_cast<const float*>(x.params.data());  // the rounded weights already
     RETURN_IF_ERROR(EnsureComputeCopy(u));
     return static_cast<const float*>(lowp ? x.full_lp.data() : x.full.data());
   }
   if (!x.gathered) RETURN_IF_ERROR(StartGather(u));
   RETURN_IF_ERROR(WaitTicket(x.gather_ticket));
-  if ((lowp_params() && !lowp) || x.quantized) RETURN_IF_ERROR(EnsureComputeCopy(u));
+  if ((lowp_params() && !lowp) || quantized(u)) RETURN_IF_ERROR(EnsureComputeCopy(u));
   if (x.holds == 1) Prefetch(u);
   return static_cast<const float*>(lowp ? x.full_lp.data() : x.full.data());
 }
@@ -296,7 +302,7 @@ Status FsdpRuntime::ReleaseParams(int u) {
   if (x.holds <= 0) return Internal("ReleaseParams: unit " + std::to_string(u) + " is not held");
   if (--x.holds > 0) return OkStatus();
   if (!sharded()) {
-    if (lowp_params() || x.quantized) FreeFull(u);  // the rounded (or dequantised) compute copy
+    if (lowp_params() || quantized(u)) FreeFull(u);  // the rounded (or dequantised) compute copy
     return OkStatus();
   }
   // Frozen: no GradsDone ever comes; the backward's release (the second) frees.
@@ -545,7 +551,8 @@ Status FsdpRuntime::AllReduceSumFloats(float* data, int64_t count) {
 Status FsdpRuntime::GatherUnit(int u, std::vector<float>* out, const float* host_master) {
   RETURN_IF_ERROR(comm_->Drain());
   Unit& x = units_[u];
-  if (options_.frozen && (x.quantized || (lowp_shard() && host_master == nullptr))) return GatherFrozenUnit(u, out);
+  if (options_.frozen && (quantized(u) || (lowp_shard() && host_master == nullptr)))
+    return frozen_->Gather(u, x.layout, x.params.data(), out, UnitOptions(u));
   if (lowp_shard() && host_master == nullptr)
     return Internal("GatherUnit(" + std::to_string(u) + "): the device parameter shard is " +
                     DTypeName(options_.param_shard_dtype) + " (rounded weights); pass the fp32 master");

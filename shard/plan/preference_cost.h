@@ -1,4 +1,4 @@
-// The reference pass of a dpo/ipo job (shard/train/preference_reference.cc),
+// The reference pass of a dpo/ipo job (shard/train/preference_training.cc),
 // priced: before step 1 the ranks score every training pair once with the
 // starting weights — each rank its contiguous share, micro_batch pairs
 // (2·micro_batch rows) per forward, sharded as training is — and rank 0

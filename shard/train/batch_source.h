@@ -61,9 +61,6 @@ class BatchSource {
   virtual std::string Fingerprint() const { return ""; }
 };
 
-// Opens the job's data source; the SFT dataset must already be prepared (see
-// SftPrepareOptions / EnsurePrepared). Checks every token id < vocab_size.
-StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const JobConfig& job, int64_t vocab_size);
 
 // Rows one item of train.global_batch / micro_batch fills for this job: 2 for
 // a preference: job (pairs), else 1. The trainer sizes its buffers with it.

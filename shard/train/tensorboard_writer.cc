@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "shard/common/crc32c.h"
+#include "shard/common/logging.h"
+#include "shard/spec/step_metric_fields.h"
 
 namespace shard {
 namespace {
@@ -137,6 +139,42 @@ Status TensorBoardWriter::Flush() {
   buffer_.clear();
   last_flush_ = std::chrono::steady_clock::now();
   return OkStatus();
+}
+
+// Event files are a convenience: a run dir that cannot take one costs a
+// warning, never the training.
+std::unique_ptr<TensorBoardWriter> OpenRunTensorBoard(const std::string& dir) {
+  auto w = TensorBoardWriter::Open(dir, /*flush_every_s=*/1.0);
+  if (!w.ok()) {
+    LOG_WARN("no TensorBoard events: {}", w.status().ToString());
+    return nullptr;
+  }
+  LOG_INFO("TensorBoard events in {}", (*w)->path());
+  return std::move(*w);
+}
+
+void WriteStepScalars(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
+  Scalars s = {{"loss", static_cast<float>(m.loss)},
+               {"lr", static_cast<float>(m.lr)},
+               {"grad_norm", static_cast<float>(m.grad_norm)},
+               {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
+               {"step_time_s", static_cast<float>(m.seconds)},
+               {"loss_scale", static_cast<float>(m.loss_scale)}};
+  if (m.eval_samples > 0) {  // job file eval:
+    s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
+    if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
+  }
+  if (m.eval_pairs > 0) s.push_back({"eval/loss", static_cast<float>(m.eval_loss)});  // TRL's name too
+  for (const StepMetricField& f : StepMetricFields())  // the optional figures under TRL's / HF's names
+    if (FigurePresent(m, f)) s.push_back({std::string(f.display), static_cast<float>(m.*f.value)});
+  for (size_t i = 0; m.moe_experts > 0 && i < m.expert_load.size(); ++i)  // per sparse layer / expert: its share
+    s.push_back({"moe/expert_load/" + std::to_string(i / m.moe_experts) + "/" + std::to_string(i % m.moe_experts),
+                 static_cast<float>(m.expert_load[i])});
+  Status st = tb->WriteScalars(m.step, s);
+  if (!st.ok()) {
+    LOG_WARN("TensorBoard events stop: {}", st.ToString());
+    tb.reset();
+  }
 }
 
 }  // namespace shard

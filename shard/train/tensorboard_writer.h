@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shard/common/status.h"
+#include "shard/spec/step_metrics.h"
 
 namespace shard {
 
@@ -54,5 +55,12 @@ class TensorBoardWriter {
   std::string buffer_;
   std::chrono::steady_clock::time_point last_flush_;
 };
+
+// The trainer's run directory's event file: opened, or null with a warning
+// (event files are a convenience, never worth the training).
+std::unique_ptr<TensorBoardWriter> OpenRunTensorBoard(const std::string& dir);
+// One step's scalars (loss, lr, grad_norm, ...; TRL's tags for preference
+// metrics and eval); a write that fails warns and closes the writer (tb reset).
+void WriteStepScalars(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m);
 
 }  // namespace shard

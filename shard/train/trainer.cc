@@ -19,10 +19,10 @@
 #include "shard/model/hf_io.h"
 #include "shard/model/init.h"
 #include "shard/spec/optim_config.h"
-#include "shard/spec/step_metric_fields.h"
 #include "shard/train/base_weights_hash.h"
-#include "shard/train/qlora_base.h"
+#include "shard/train/model_converter.h"
 #include "shard/train/resume_choice.h"
+#include "shard/train/data_sources.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
 
@@ -177,7 +177,7 @@ Status Trainer::Init() {
   } else {
     data_ = SyntheticBatchSource(job_);  // the simulator: the job's shapes, no files
   }
-  if (job_.preference.enabled()) RETURN_IF_ERROR(PrepareReference());  // the starting weights: before Resume
+  RETURN_IF_ERROR(PrepareObjective());  // with the starting weights: before Resume
   RETURN_IF_ERROR(Resume());
 
   const int64_t rows = job_.train.micro_batch * RowsPerItem(job_) * job_.data.seq_len;
@@ -221,20 +221,15 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   fo.strategy = strategy;
   // LoRA: the base is frozen (no gradients, no optimizer state) — nothing to offload.
   const bool offload = job_.parallel.offload_optimizer && !job_.peft.enabled();
-  fo.frozen = job_.peft.enabled();
-  if (job_.peft.method == PeftMethod::kQlora) {  // the base's linear layers as NF4 (qlora_base.h)
-    fo.nf4.block_size = job_.peft.block_size;
-    fo.nf4.double_quant = job_.peft.double_quant;
-    fo.nf4_units = QloraUnitSpecs(model_->layout());
-  }
   fo.moments_on_device = !offload;
   fo.grads_on_device = !offload;
   if (!precision.warning.empty() && dist_.rank == 0) LOG_WARN("{}", precision.warning);
   ApplyPrecision(precision, &fo);
   // Offloaded, the fp32 master lives on the host: the device shard holds only
   // what the all-gathers send, in the compute dtype (2 B/param under bf16/fp16).
-  // A frozen base (LoRA) has no master to keep: stored in the compute dtype too.
-  if (offload || job_.peft.enabled()) fo.param_shard_dtype = fo.param_dtype;
+  if (offload) fo.param_shard_dtype = fo.param_dtype;
+  // peft: the frozen base, and qlora's NF4 linear layers (model_converter.h).
+  RETURN_IF_ERROR(ApplyConverters(ModelConvertersFor(job_), model_->layout(), &fo));
   fo.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(job_.parallel.comm_timeout_s * 1000));
   auto make_comm = [&](int sub_rank, int sub_world, const std::string& group) -> StatusOr<std::unique_ptr<Communicator>> {
     if (sub_world == 1) return std::unique_ptr<Communicator>();
@@ -354,7 +349,7 @@ Manifest Trainer::RunState() const {
   m.loss_scale_good_steps = scaler_->good_steps();
   m.run_keys = run_keys_;
   m.run_fingerprint = RunFingerprint(run_keys_);
-  m.reference = reference_model_;
+  m.reference = objective_ ? objective_->reference_model() : "";
   return m;
 }
 
@@ -373,6 +368,25 @@ Status Trainer::InitTrainable() {
   p.base_weights_hash = base_weights_hash_;
   ASSIGN_OR_RETURN(trainable_, CreateTrainable(p));
   return OkStatus();
+}
+
+Status Trainer::PrepareObjective() {
+  objective_ = dist_.make_objective ? dist_.make_objective(job_) : MakeObjective(job_);
+  ObjectiveParts p;
+  p.job = &job_;
+  p.rank = dist_.rank;
+  p.world = dist_.world;
+  p.backend = backend_.get();
+  p.model = model_.get();
+  p.runtime = runtime_.get();
+  p.lora = lora();
+  p.data = data_.get();
+  p.eval_data = eval_data_.get();
+  p.eval_prefix = EvalPreparedPrefix(job_);
+  p.resume_step_dir = resume_.step_dir;
+  p.base_weights_hash = base_weights_hash_;
+  p.precision = precision_;
+  return objective_->Prepare(p);
 }
 
 Status Trainer::Resume() {
@@ -399,51 +413,11 @@ void Trainer::LoadRows(int64_t first_row, int64_t count) {
   if (data_->segmented()) backend_->CopyToDevice(d_seg_.data(), h_seg_.data(), bytes);
 }
 
-namespace {
-
-// Event files are a convenience: a run dir that cannot take one costs a
-// warning, never the training.
-std::unique_ptr<TensorBoardWriter> OpenTensorBoard(const std::string& dir) {
-  auto w = TensorBoardWriter::Open(dir, /*flush_every_s=*/1.0);
-  if (!w.ok()) {
-    LOG_WARN("no TensorBoard events: {}", w.status().ToString());
-    return nullptr;
-  }
-  LOG_INFO("TensorBoard events in {}", (*w)->path());
-  return std::move(*w);
-}
-
-void WriteTensorBoard(std::unique_ptr<TensorBoardWriter>& tb, const StepMetrics& m) {
-  Scalars s = {{"loss", static_cast<float>(m.loss)},
-               {"lr", static_cast<float>(m.lr)},
-               {"grad_norm", static_cast<float>(m.grad_norm)},
-               {"tokens_per_s", static_cast<float>(m.seconds > 0 ? m.tokens / m.seconds : 0)},
-               {"step_time_s", static_cast<float>(m.seconds)},
-               {"loss_scale", static_cast<float>(m.loss_scale)}};
-  if (m.eval_samples > 0) {  // job file eval:
-    s.push_back({"eval_loss", static_cast<float>(m.eval_loss)});
-    if (m.eval_exact_match >= 0) s.push_back({"eval_exact_match", static_cast<float>(m.eval_exact_match)});
-  }
-  if (m.eval_pairs > 0) s.push_back({"eval/loss", static_cast<float>(m.eval_loss)});  // TRL's name too
-  for (const StepMetricField& f : StepMetricFields())  // the optional figures under TRL's / HF's names
-    if (FigurePresent(m, f)) s.push_back({std::string(f.display), static_cast<float>(m.*f.value)});
-  for (size_t i = 0; m.moe_experts > 0 && i < m.expert_load.size(); ++i)  // per sparse layer / expert: its share
-    s.push_back({"moe/expert_load/" + std::to_string(i / m.moe_experts) + "/" + std::to_string(i % m.moe_experts),
-                 static_cast<float>(m.expert_load[i])});
-  Status st = tb->WriteScalars(m.step, s);
-  if (!st.ok()) {
-    LOG_WARN("TensorBoard events stop: {}", st.ToString());
-    tb.reset();
-  }
-}
-
-}  // namespace
-
 Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
   const auto& tc = job_.train;
   double window_seconds = 0;
   int64_t window_tokens = 0;
-  std::unique_ptr<TensorBoardWriter> tb = dist_.rank == 0 && dist_.tensorboard ? OpenTensorBoard(checkpointer_->job_dir()) : nullptr;
+  std::unique_ptr<TensorBoardWriter> tb = dist_.rank == 0 && dist_.tensorboard ? OpenRunTensorBoard(checkpointer_->job_dir()) : nullptr;
   // Resumed at or past the end: nothing to train. Said as such (never as a
   // training result); an export still happens, so a run that died between its
   // last checkpoint and its export finishes it.
@@ -455,11 +429,11 @@ Status Trainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
     MaybeWaitAtStepGate(step_ + 1);
     MaybeStallRank(dist_.rank, step_ + 1);
     ASSIGN_OR_RETURN(StepMetrics m, Step());
-    if (EvalDue(m.step)) RETURN_IF_ERROR(Evaluate(&m));
+    if (EvalDue(m.step)) RETURN_IF_ERROR(objective_->Evaluate(&m));
     window_seconds += m.seconds;
     window_tokens += m.positions;
     if (on_step) on_step(m);
-    if (tb) WriteTensorBoard(tb, m);
+    if (tb) WriteStepScalars(tb, m);
     // A checkpoint's steps are on disk in the event file too, so a run killed
     // and resumed from it leaves no hole in TensorBoard's curves.
     if (tb && CheckpointDue(m.step)) {

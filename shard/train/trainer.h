@@ -26,7 +26,7 @@
 #include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
-#include "shard/train/preference_objective.h"
+#include "shard/train/objective.h"
 #include "shard/train/resume_choice.h"
 #include "shard/train/trainable.h"
 #include "shard/spec/run_fingerprint.h"
@@ -35,14 +35,22 @@
 
 namespace shard {
 
-// Who this process is and how it finds its peers. world == 1 needs nothing else.
-struct DistContext {
+// Who this process is and how it reaches its peers: identity and transport.
+// world == 1 needs nothing else.
+struct DistIdentity {
   int rank = 0;
   int world = 1;
   std::string comm_backend = "gloo";  // gloo (processes) or local (ranks as threads)
   std::shared_ptr<KvStore> store;     // rendezvous
   std::string prefix;                 // namespaces rendezvous keys: "job/attempt/"
   std::string gloo_hostname = "127.0.0.1";
+  // Where this rank's collectives are recorded (flight_recorder.h); the
+  // worker's heartbeat reads it. Null: nothing is recorded.
+  std::shared_ptr<FlightRecorder> flight_recorder;
+};
+
+// What the control plane tells the checkpoint tiers (neither identity nor a hook).
+struct CheckpointInputs {
   // Set under the control plane: checkpoint shards are reported here and the
   // coordinator commits them (otherwise rank 0 commits).
   CheckpointReportFn report_checkpoint;
@@ -57,6 +65,10 @@ struct DistContext {
   // could not be written) is told here, and the coordinator says it in a
   // memory_step_skipped event. Standalone: the log line only.
   MemorySkipFn memory_step_skipped;
+};
+
+// Callbacks, test hooks and simulator hooks: all empty (off) in a plain run.
+struct TrainerHooks {
   // Rank 0 writes TensorBoard event files (tensorboard_writer.h) into the run
   // directory, <checkpoint.dir>/<name>. Off by default so library users and
   // tests leave no files behind; the worker turns it on.
@@ -77,10 +89,13 @@ struct DistContext {
   // reading HF weights, preparing data (a synthetic batch of the job's shapes
   // stands in) and filling host buffers. Empty in production.
   std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
-  // Where this rank's collectives are recorded (flight_recorder.h); the
-  // worker's heartbeat reads it. Null: nothing is recorded.
-  std::shared_ptr<FlightRecorder> flight_recorder;
+  // Test hook: the objective to train with instead of the job's
+  // (MakeObjective, objective.h). Empty in production.
+  std::function<std::unique_ptr<Objective>(const JobConfig&)> make_objective;
 };
+
+// Everything a Trainer is started with besides the job: its three parts above.
+struct DistContext : DistIdentity, CheckpointInputs, TrainerHooks {};
 
 // Where eval.data is prepared: <checkpoint.dir>/<job name>/data/eval.
 std::string EvalPreparedPrefix(const JobConfig& job);
@@ -133,7 +148,7 @@ class Trainer {
   // Reference passes this Trainer made (preference: dpo/ipo): one per set of
   // pairs (training, eval) whose log-probs were not stored yet; 0 on an
   // attempt that read them all back.
-  int reference_passes() const { return reference_passes_; }
+  int reference_passes() const { return objective_ ? objective_->reference_passes() : 0; }
   // The LoRA adapters (peft: lora); null for full fine-tuning.
   LoraAdapters* lora() { return trainable_ ? trainable_->adapters() : nullptr; }
 
@@ -151,6 +166,8 @@ class Trainer {
   Status LoadInitialWeights(const HfWeights* hf);
   // The job's Trainable (trainable.h): adapters for a peft: job, else the whole model.
   Status InitTrainable();
+  // The job's objective (objective.h), prepared with the starting weights.
+  Status PrepareObjective();
   // Loads the checkpoint to resume from (Trainable::Resume), if any.
   Status Resume();
   // SFT data: rank 0 prepares data.jsonl (unless already current), then all
@@ -171,11 +188,6 @@ class Trainer {
   bool MemoryCheckpointDue(int64_t step) const {
     return !memory_dir_.empty() && step % job_.checkpoint.memory.every_steps == 0 && !CheckpointDue(step);
   }
-  // Scores eval.data with all ranks; fills m->eval_*.
-  Status Evaluate(StepMetrics* m);
-  // trainer_eval.cc: a preference: job's eval.data, pairs: the mean pair
-  // loss and TRL's metrics on them (m->eval_pairs, eval_rewards_*, ...).
-  Status EvaluatePairs(StepMetrics* m);
   Manifest RunState() const;
   // Global rows [first_row, first_row + count) of the planned batch to the device.
   void LoadRows(int64_t first_row, int64_t count);
@@ -195,30 +207,7 @@ class Trainer {
   // Clipping, the unscale and the optimizer step of what is trained.
   Status ApplyUpdate(double norm, double loss_scale, double lr);
 
-  // preference: jobs (preference_reference.cc). The reference's summed
-  // log-probs of every pair's replies (dpo, ipo), computed once with the
-  // starting weights (the base without adapters under peft:) and stored
-  // beside the prepared pairs; read back on every later attempt.
-  Status PrepareReference();
-  // One prepared set of pairs' reference log-probs: read back from
-  // <prefix>.ref-<key>.f64, or computed (ComputeReference) and stored there.
-  // what names the set in logs and errors ("data.jsonl", "eval.data").
-  StatusOr<std::vector<double>> ReferenceLogps(const PreparedDataset& ds, const std::string& prefix,
-                                               const std::string& data_fingerprint, const std::string& what);
-  // The reference pass over ds: all ranks together, two values per pair.
-  StatusOr<std::vector<double>> ComputeReference(const PreparedDataset& ds);
-  // One micro-batch of pairs [first_pair, first_pair + pairs) of the step.
-  // On a fresh start: whether `stored` holds the starting weights' own
-  // log-probs of the first pairs (else the file is recomputed).
-  StatusOr<bool> StoredReferenceHolds(const PreparedDataset& ds, const std::vector<double>& stored);
-  StatusOr<double> PreferenceMicroBatch(const DeviceBatch& b, int64_t first_pair, int64_t pairs);
-  // The step's preference metrics over all ranks into m (loss: the mean pair loss).
-  Status FinishPreferenceStep(StepMetrics* m);
-  std::unique_ptr<PreferenceObjective> preference_;
-  std::vector<double> reference_logps_;       // two per pair (chosen, rejected); empty for orpo
-  std::vector<double> eval_reference_logps_;  // the same for eval.data's pairs
-  int reference_passes_ = 0;                  // ComputeReference calls (reference_passes())
-  std::string reference_model_;               // ReferenceModelKey(), recorded in each checkpoint; "" = none
+  std::unique_ptr<Objective> objective_;  // what the step computes (objective.h): SFT or a preference loss
 
   JobConfig job_;
   // train.precision with auto resolved for this backend (Init); job_ stays as written.

@@ -38,7 +38,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   // of two) and is divided back out of the norm and in AdamW below.
   const double loss_scale = scaler_->scale();
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
-  if (preference_) preference_->BeginStep(tc.global_batch, loss_scale);
+  objective_->BeginStep(tc.global_batch, loss_scale);
   if (moe_aux_coef_ > 0) {
     // The aux loss is a mean per micro-batch, averaged over the step's micro-batches on every rank
     // (gradients are summed over ranks, as the token-normalised loss's are).
@@ -84,7 +84,7 @@ StatusOr<StepMetrics> Trainer::Step() {
   m.tokens = gb.target_tokens;
   m.positions = gb.tokens;
   m.samples = gb.consumed;
-  if (preference_) RETURN_IF_ERROR(FinishPreferenceStep(&m));
+  RETURN_IF_ERROR(objective_->FinishStep(&m));
   RETURN_IF_ERROR(PutMoeStepFigures(*model_, *runtime_, &m));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.compute_seconds = std::max(0.0, m.seconds - (ThisThreadCommWaitSeconds() - waited0));
@@ -108,16 +108,14 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     b.positions = d_pos_.as_int();
     b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
     if (moe_aux_coef_ > 0) {
-      // Preference pairs carry no padding mask yet: no aux loss there (docs/moe.md).
-      model_->SetMoeAuxGradScale(preference_ ? 0.0f : moe_aux_scale_);
+      model_->SetMoeAuxGradScale(objective_->moe_aux_loss() ? moe_aux_scale_ : 0.0f);
       b.real_rows = RealRows(b.rows());
     }
     runtime_->BeginMicroBatch();
     // A seed per step, rank and micro-batch (LoRA's adapter dropout masks).
     trainable_->BeginMicroBatch(tc.seed ^ (static_cast<uint64_t>(step_) << 24) ^
                                 (static_cast<uint64_t>(dist_.rank) << 12) ^ static_cast<uint64_t>(mb));
-    ASSIGN_OR_RETURN(double l, preference_ ? PreferenceMicroBatch(b, mb, n)
-                                           : model_->ForwardBackward(b, *runtime_, grad_scale));
+    ASSIGN_OR_RETURN(double l, objective_->MicroStep(b, mb, n, h_targets_.data(), grad_scale));
     RETURN_IF_ERROR(runtime_->FinishMicroBatch());
     loss_sum += l;
   }

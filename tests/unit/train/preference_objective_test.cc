@@ -15,7 +15,7 @@
 
 #include "shard/model/init.h"
 #include "shard/spec/job_config.h"
-#include "shard/train/batch_source.h"
+#include "shard/train/data_sources.h"
 #include "shard/train/local_params.h"
 
 namespace shard {
