@@ -118,6 +118,8 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
     backend_->CastToF32(weight_lp_.data(), r.weight, nk, md_);
   }
   backend_->CopyToHost(s.host_offsets.data(), r.offsets, (E + 1) * sizeof(int32_t));
+  if (!backend_->holds_data())  // the memory simulator: the worst imbalance, every token to experts 0..k-1
+    for (int e = 0; e <= E; ++e) s.host_offsets[e] = static_cast<int32_t>(std::min(e, k) * n);
   if (counting_) RETURN_IF_ERROR(Count(r, layer, n, real));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
   ExpertsForward(w, s, xp_.data());

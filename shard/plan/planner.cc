@@ -20,6 +20,12 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   if (w.seq_len > w.model.max_position_embeddings)
     r.push_back("data.seq_len " + std::to_string(w.seq_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(w.model.max_position_embeddings));
+  if (w.model.is_moe() && w.compute != DType::kF32)  // MoeMlp::Create
+    r.push_back(std::string(w.model.family_name()) + " (mixture of experts) with " + DTypeName(w.compute) +
+                " activations is not built: use train.precision fp32 (docs/moe.md)");
+  if (w.model.is_moe() && !w.cpu_engine)  // CudaBackend::MoeRoute
+    r.push_back("the CUDA backend has no mixture-of-experts ops yet (MoeRoute, MoePermute, MoeUnpermute): the "
+                "memory and time below are the design's, checked by --simulate (docs/moe.md)");
   if (w.cpu_engine) {
     // bf16/fp16 run on the CPU engine as storage and wire format (fp32 math on
     // the rounded weights), so every precision can run there.
@@ -121,10 +127,9 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     return InvalidArgument("model: set model.preset or model.from_hf");
   }
   RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
-  if (w.model.is_moe())  // would print a dense model's numbers: refused until it counts experts
-    return Unimplemented(std::string("model: the planner does not count ") + w.model.family_name() +
-                         " experts yet (total vs active parameters, routed activations); no plan for a "
-                         "mixture-of-experts model (docs/moe.md)");
+  if (w.model.is_moe() && job.peft.enabled())  // the engine refuses it (LlamaModel::SetLora): nothing to price
+    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + w.model.family_name() +
+                         " (mixture of experts) is not built, so the planner does not price it (docs/moe.md)");
   RETURN_IF_ERROR(w.model.CheckSequenceLength(job.data.seq_len, "data.seq_len"));
   w.strategy = job.parallel.strategy;
   w.cpu_engine = cluster.cpu_only;
