@@ -167,6 +167,9 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
 
 void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
+std::vector<std::vector<double>> LlamaModel::moe_expert_counts() const {
+  return moe_ ? moe_->expert_counts() : std::vector<std::vector<double>>{};
+}
 
 Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
                                 float* out, LowpActs* keep) {

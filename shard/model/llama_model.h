@@ -146,6 +146,8 @@ class LlamaModel {
   // dense model).
   void SetMoeAuxGradScale(float scale);
   double moe_aux_loss() const;
+  // MoeMlp::expert_counts of the last forward (empty for a dense model).
+  std::vector<std::vector<double>> moe_expert_counts() const;
 
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).

@@ -56,6 +56,9 @@ class MoeMlp {
   double AuxLoss() const;
   void SetAuxGradScale(float scale) { aux_scale_ = scale; }
   float aux_grad_scale() const { return aux_scale_; }
+  // Assignments per expert of each layer counted since ResetAux (real tokens;
+  // all zeros for a dense layer): the load behind the aux loss.
+  const std::vector<std::vector<double>>& expert_counts() const { return aux_count_; }
 
  private:
   MoeMlp(const LlamaConfig& config, Backend* backend, DType md);

@@ -10,7 +10,13 @@
 //    permutation, then one GEMM per expert over its contiguous rows: the
 //    engine's way) against a loop of one GEMM per token row and slot.
 //
-// usage: moe_bench [steps=5] [micro_batch=8] | moe_bench --smoke
+// 3. --balance HF_DIR JSONL: the expert load of a trained MoE export (the
+//    demo, deploy/local/demo_moe.sh): each row's prompt + response as bytes
+//    (byte tokenizer), one forward per row, and per sparse layer the share of
+//    the k·T assignments each expert received (balanced: 1/E each) and the
+//    aux loss (balanced: k).
+//
+// usage: moe_bench [steps=5] [micro_batch=8] | moe_bench --smoke | moe_bench --balance HF_DIR JSONL
 // Prints figures; never judged (bench-smoke checks that it runs).
 #include <algorithm>
 #include <chrono>
@@ -21,7 +27,13 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "shard/backend/backend.h"
+#include "shard/data/byte_tokenizer.h"
+#include "shard/model/hf_io.h"
 #include "shard/common/logging.h"
 #include "shard/model/llama_model.h"
 #include "shard/train/local_params.h"
@@ -127,6 +139,67 @@ int GemmFigures(shard::Backend* be, int64_t T, int E, int k, int64_t d, int64_t 
   return 0;
 }
 
+// Expert load of an exported MoE model over a JSONL file's rows.
+int Balance(const std::string& dir, const std::string& jsonl) {
+  auto c = shard::LlamaConfigFromHfDir(dir);
+  if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
+  if (!c->is_moe()) return std::fprintf(stderr, "%s: not a mixture-of-experts model\n", dir.c_str()), 1;
+  auto backend = shard::CreateBackend("cpu");
+  if (!backend.ok()) return std::fprintf(stderr, "%s\n", backend.status().ToString().c_str()), 1;
+  const int seq = 64;
+  shard::ModelOptions mo;
+  mo.max_batch = 1;
+  mo.max_seq = seq;
+  auto model = shard::LlamaModel::Create(*c, backend->get(), mo);
+  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
+  std::vector<std::vector<float>> units;
+  if (auto st = shard::LoadHfWeights(dir, (*model)->layout(), &units); !st.ok())
+    return std::fprintf(stderr, "%s\n", st.ToString().c_str()), 1;
+  auto params = shard::LocalParams::Create(backend->get(), (*model)->layout(), false);
+  if (!params.ok() || !(*params)->LoadUnits(units).ok()) return std::fprintf(stderr, "%s: cannot load\n", dir.c_str()), 1;
+  std::ifstream in(jsonl);
+  if (!in) return std::fprintf(stderr, "%s: cannot read\n", jsonl.c_str()), 1;
+  const int E = c->moe.num_experts, k = c->moe.experts_per_tok;
+  std::vector<std::vector<double>> load(c->num_layers, std::vector<double>(E, 0.0));
+  double aux = 0;
+  int rows = 0;
+  shard::ByteTokenizer tok;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return std::fprintf(stderr, "%s: a row is not a JSON object\n", jsonl.c_str()), 1;
+    std::vector<int32_t> ids;
+    tok.Encode(j.value("prompt", std::string()) + j.value("response", std::string()), &ids);
+    if (ids.size() < 2) continue;
+    if (static_cast<int>(ids.size()) > seq) ids.resize(seq);
+    const int64_t T = static_cast<int64_t>(ids.size()) - 1;
+    std::vector<int32_t> targets(ids.begin() + 1, ids.end()), positions(T);
+    for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>(t);
+    ids.resize(T);
+    shard::DeviceBatch b{1, T, ids.data(), targets.data(), positions.data(), nullptr};
+    auto loss = (*model)->ForwardLoss(b, **params);
+    if (!loss.ok()) return std::fprintf(stderr, "%s\n", loss.status().ToString().c_str()), 1;
+    const auto counts = (*model)->moe_expert_counts();
+    for (int l = 0; l < c->num_layers; ++l)
+      for (int e = 0; e < E; ++e) load[l][e] += counts[l][e];
+    aux += (*model)->moe_aux_loss();
+    ++rows;
+  }
+  if (rows == 0) return std::fprintf(stderr, "%s: no rows\n", jsonl.c_str()), 1;
+  std::printf("expert load of %s over %d rows of %s (share of each layer's k*T assignments; balanced %.3f):\n",
+              dir.c_str(), rows, jsonl.c_str(), 1.0 / E);
+  for (int l = 0; l < c->num_layers; ++l) {
+    if (!c->sparse_layer(l)) continue;
+    double total = 0, hi = 0, lo = 1e300;
+    for (double v : load[l]) total += v, hi = std::max(hi, v), lo = std::min(lo, v);
+    std::printf("  layer %d:", l);
+    for (double v : load[l]) std::printf(" %.3f", v / total);
+    std::printf("   max/min %.2f\n", lo > 0 ? hi / lo : 0.0);
+  }
+  std::printf("aux load-balancing loss %.4f (mean over rows; %d = perfectly balanced)\n", aux / rows, k);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +207,11 @@ int main(int argc, char** argv) {
   std::vector<int> pos;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--balance") {
+      if (i + 2 >= argc) return std::fprintf(stderr, "usage: moe_bench --balance HF_DIR JSONL\n"), 2;
+      shard::InitLogging("warn");
+      return Balance(argv[i + 1], argv[i + 2]);
+    }
     if (a == "--smoke") {
       smoke = true;
     } else if (a == "-h" || a == "--help") {
