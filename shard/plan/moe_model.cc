@@ -43,10 +43,14 @@ int64_t DenseMlpWidth(const LlamaConfig& c) {
 
 std::string MoeSummary(const LlamaConfig& c) {
   if (!c.is_moe()) return {};
-  char b[200];
-  std::snprintf(b, sizeof(b), "%.2fB total, %.2fB active: %d experts, top-%d, %d sparse layers", c.NumParams() / 1e9,
-                MoeActiveParams(c) / 1e9, c.moe.num_experts, c.moe.experts_per_tok, c.num_sparse_layers());
-  return b;
+  auto count = [](double n) {
+    char b[32];
+    std::snprintf(b, sizeof(b), n >= 1e9 ? "%.2fB" : "%.2fM", n >= 1e9 ? n / 1e9 : n / 1e6);
+    return std::string(b);
+  };
+  return count(static_cast<double>(c.NumParams())) + " total, " + count(static_cast<double>(MoeActiveParams(c))) +
+         " active: " + std::to_string(c.moe.num_experts) + " experts, top-" + std::to_string(c.moe.experts_per_tok) +
+         ", " + std::to_string(c.num_sparse_layers()) + " sparse layers";
 }
 
 }  // namespace shard::plan
