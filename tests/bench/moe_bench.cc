@@ -194,7 +194,10 @@ int Balance(const std::string& dir, const std::string& jsonl) {
     for (double v : load[l]) total += v, hi = std::max(hi, v), lo = std::min(lo, v);
     std::printf("  layer %d:", l);
     for (double v : load[l]) std::printf(" %.3f", v / total);
-    std::printf("   max/min %.2f\n", lo > 0 ? hi / lo : 0.0);
+    int unused = 0;
+    for (double v : load[l]) unused += v == 0;
+    if (unused > 0) std::printf("   %d expert(s) unused\n", unused);
+    else std::printf("   max/min %.2f\n", hi / lo);
   }
   std::printf("aux load-balancing loss %.4f (mean over rows; %d = perfectly balanced)\n", aux / rows, k);
   return 0;
