@@ -114,10 +114,15 @@ TEST(MoeTrainTest, WhatIsNotBuiltIsRefusedWithOneLine) {
   EXPECT_NE(RunFingerprint(RunKeysOf(*job)), RunFingerprint(RunKeysOf(*other)));
   plan::ClusterSpec cluster;
   cluster.cpu_only = true;
+  // The planner prices MoE (tests/unit/sim/recipe_moe_test.cc) but not peft: on it.
   auto w = plan::WorkloadFromJob(*job, cluster);
-  ASSERT_FALSE(w.ok());
-  EXPECT_NE(w.status().message().find("the planner does not count qwen3_moe experts yet"), std::string::npos)
-      << w.status().ToString();
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto lora = ParseJobConfig(MoeJob(train, dir + "/plan"), "job.yaml", {"peft.method=lora"});
+  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+  auto wl = plan::WorkloadFromJob(*lora, cluster);
+  ASSERT_FALSE(wl.ok());
+  EXPECT_NE(wl.status().message().find("LoRA/QLoRA on qwen3_moe (mixture of experts) is not built"), std::string::npos)
+      << wl.status().ToString();
 }
 
 }  // namespace
