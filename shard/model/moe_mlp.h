@@ -28,7 +28,7 @@ namespace shard {
 class MoeMlp {
  public:
   // sets: saved activation sets (one per layer, or one with checkpointing).
-  // Two-byte activation_dtype (ModelOptions) is refused: not built yet.
+  // Two-byte activation_dtype (ModelOptions): the routed sets stay fp32; the GEMMs round as matmul_dtype.
   static StatusOr<std::unique_ptr<MoeMlp>> Create(const LlamaConfig& config, Backend* backend, int64_t max_rows,
                                                   int sets, DType matmul_dtype, DType activation_dtype);
   ~MoeMlp();

@@ -20,9 +20,6 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   if (w.seq_len > w.model.max_position_embeddings)
     r.push_back("data.seq_len " + std::to_string(w.seq_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(w.model.max_position_embeddings));
-  if (w.model.is_moe() && w.compute != DType::kF32)  // MoeMlp::Create
-    r.push_back(std::string(w.model.family_name()) + " (mixture of experts) with " + DTypeName(w.compute) +
-                " activations is not built: use train.precision fp32 (docs/moe.md)");
   if (w.cpu_engine) {
     // bf16/fp16 run on the CPU engine as storage and wire format (fp32 math on
     // the rounded weights), so every precision can run there.
