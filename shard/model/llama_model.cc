@@ -103,7 +103,10 @@ Status LlamaModel::Allocate() {
   RETURN_IF_ERROR(make(&scratch_ffn_, n * f));
   RETURN_IF_ERROR(make(&scratch_attn_, n * hq));
   RETURN_IF_ERROR(make(&scratch_qkv_, n * c.qkv_dim()));
-  RETURN_IF_ERROR(make(&scratch_gu_, n * 2 * f));
+  // Also the round scratch of two-byte activations (round_scratch): half a float per value of the widest
+  // rounded tensor, which is not gate/up when every layer is sparse (f = 1).
+  const int64_t widest = lp ? (std::max({d, hq, c.qkv_dim()}) + 1) / 2 : 0;
+  RETURN_IF_ERROR(make(&scratch_gu_, n * std::max<int64_t>(2 * f, widest)));
   ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, sets));
   ASSIGN_OR_RETURN(embed_w_, UnitWeights::Create(backend_, layout_.units[ParamLayout::kEmbedUnit]));
   // Every dense block has one layout, every sparse block (MoE) another.
@@ -140,15 +143,18 @@ void LlamaModel::Round(float* x, int64_t n, DeviceBuffer* lp) {
 
 void LlamaModel::Restore(const LowpActs& k, LayerActs& a, int64_t n) {
   const auto& c = config_;
-  const int64_t d = c.hidden_size, f = c.intermediate_size, hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const int64_t d = c.hidden_size, hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
+  const int64_t f = c.num_sparse_layers() == c.num_layers ? 1 : c.intermediate_size;  // as Allocate sizes them
   const DType dt = options_.activation_dtype;
   backend_->CastToF32(k.xn1.data(), a.xn1.data(), n * d, dt);
   backend_->CastToF32(k.qkv.data(), a.qkv.data(), n * c.qkv_dim(), dt);
   backend_->CastToF32(k.attn.data(), a.attn.data(), n * hq, dt);
   backend_->CastToF32(k.x_mid.data(), a.x_mid.data(), n * d, dt);
   backend_->CastToF32(k.xn2.data(), a.xn2.data(), n * d, dt);
-  backend_->CastToF32(k.gu.data(), a.gu.data(), n * 2 * f, dt);
-  backend_->CastToF32(k.h.data(), a.h.data(), n * f, dt);
+  if (c.num_sparse_layers() < c.num_layers) {  // a sparse layer's MLP activations are MoeMlp's (fp32)
+    backend_->CastToF32(k.gu.data(), a.gu.data(), n * 2 * f, dt);
+    backend_->CastToF32(k.h.data(), a.h.data(), n * f, dt);
+  }
   backend_->Copy(a.rstd1.data(), k.rstd1.data(), n * sizeof(float));
   backend_->Copy(a.lse.data(), k.lse.data(), n * c.num_heads * sizeof(float));
   backend_->Copy(a.rstd2.data(), k.rstd2.data(), n * sizeof(float));
@@ -169,6 +175,9 @@ void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradSca
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
 void LlamaModel::ResetMoeStepStats() { if (moe_) moe_->ResetStepStats(); }
 MoeMlp::StepStats LlamaModel::moe_step_stats() const { return moe_ ? moe_->step_stats() : MoeMlp::StepStats{}; }
+std::vector<std::vector<double>> LlamaModel::moe_expert_counts() const {
+  return moe_ ? moe_->expert_counts() : std::vector<std::vector<double>>{};
+}
 
 Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& b, const float* x, LayerActs& a,
                                 float* out, LowpActs* keep) {
@@ -194,6 +203,11 @@ Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& 
   Round(a.x_mid.data(), n * d, keep ? &keep->x_mid : nullptr);
   backend_->RmsNormForward(a.x_mid.data(), w.vec(kPostNorm), n, d, eps, a.xn2.data(), a.rstd2.data());
   Round(a.xn2.data(), n * d, keep ? &keep->xn2 : nullptr);
+  if (keep) {  // the fp32 statistics, which the working set's next layer overwrites
+    backend_->Copy(keep->rstd1.data(), a.rstd1.data(), n * sizeof(float));
+    backend_->Copy(keep->lse.data(), a.lse.data(), n * c.num_heads * sizeof(float));
+    backend_->Copy(keep->rstd2.data(), a.rstd2.data(), n * sizeof(float));
+  }
   if (config_.sparse_layer(l)) {  // out = x_mid + MoE(xn2)
     backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
     return moe_->Forward(w, a.set, l, a.xn2.data(), n, b.real_rows, out);
@@ -206,11 +220,6 @@ Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& 
   backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.h.data(), w.mat(kDown), n, f, d, out, /*beta=*/1.0f);
   LoraAdd(l, LoraTarget::kDown, a.h.data(), n, out);
-  if (keep) {  // the fp32 statistics, which the working set's next layer overwrites
-    backend_->Copy(keep->rstd1.data(), a.rstd1.data(), n * sizeof(float));
-    backend_->Copy(keep->lse.data(), a.lse.data(), n * c.num_heads * sizeof(float));
-    backend_->Copy(keep->rstd2.data(), a.rstd2.data(), n * sizeof(float));
-  }
   return OkStatus();
 }
 

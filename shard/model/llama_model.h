@@ -150,6 +150,8 @@ class LlamaModel {
   // The step's routing statistics (MoeMlp::StepStats; empty for a dense model).
   void ResetMoeStepStats();
   MoeMlp::StepStats moe_step_stats() const;
+  // MoeMlp::expert_counts of the last forward (empty for a dense model).
+  std::vector<std::vector<double>> moe_expert_counts() const;
 
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).

@@ -28,7 +28,7 @@ namespace shard {
 class MoeMlp {
  public:
   // sets: saved activation sets (one per layer, or one with checkpointing).
-  // Two-byte activation_dtype (ModelOptions) is refused: not built yet.
+  // Two-byte activation_dtype (ModelOptions): the routed sets stay fp32; the GEMMs round as matmul_dtype.
   static StatusOr<std::unique_ptr<MoeMlp>> Create(const LlamaConfig& config, Backend* backend, int64_t max_rows,
                                                   int sets, DType matmul_dtype, DType activation_dtype);
   ~MoeMlp();
@@ -69,6 +69,9 @@ class MoeMlp {
   void ResetStepStats();
   StepStats step_stats() const;
   float aux_grad_scale() const { return aux_scale_; }
+  // Assignments per expert of each layer counted since ResetAux (real tokens;
+  // all zeros for a dense layer): the load behind the aux loss.
+  const std::vector<std::vector<double>>& expert_counts() const { return aux_count_; }
 
  private:
   MoeMlp(const LlamaConfig& config, Backend* backend, DType md);

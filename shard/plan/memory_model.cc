@@ -6,6 +6,7 @@
 
 #include "shard/plan/adapter_memory.h"
 #include "shard/plan/gather_sim.h"
+#include "shard/plan/moe_model.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/param_layout.h"
 #include "shard/common/format_number.h"
@@ -43,7 +44,7 @@ int64_t Sum(const std::vector<MemoryItem>& items) {
 }  // namespace
 
 ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing) {
-  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = c.intermediate_size;
+  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = DenseMlpWidth(c);
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim(), qkv = c.qkv_dim();
   const int64_t sets = checkpointing ? 1 : c.num_layers;
   ActivationElems a;
@@ -66,13 +67,15 @@ ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t s
     a.statistics += sets * n * heads;
     a.scratch += 2 * n * hq;
   }
+  const MoeActivationElems moe = MoeActivations(c, n, static_cast<int>(sets));  // routed rows (moe_model.h)
+  a.saved += moe.saved, a.scratch += moe.scratch;
   return a;
 }
 
 int64_t ActivationBytes(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing, DType act) {
   const ActivationElems a = Activations(c, micro_batch, seq_len, checkpointing);
   if (act == DType::kF32) return (a.residuals + a.saved + a.statistics + a.final_norm) * 4;
-  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = c.intermediate_size;
+  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = DenseMlpWidth(c);
   const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
   const int64_t sets = checkpointing ? 1 : c.num_layers;
   const int64_t big = n * (3 * d + c.qkv_dim() + hq + 3 * f), stats = n * (2 + c.num_heads);  // one LayerActs set

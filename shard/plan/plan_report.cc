@@ -1,4 +1,5 @@
 #include "shard/plan/plan_report.h"
+#include "shard/plan/moe_model.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -76,6 +77,7 @@ std::string FormatPlanText(const Plan& p) {
            static_cast<long long>(c.hidden_size), c.num_heads, c.num_kv_heads,
            static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
            c.tie_word_embeddings ? ", tied" : "");
+  if (c.is_moe()) out += "  experts   " + MoeSummary(c) + "\n";
   out += "  training  " + w.Describe() + "\n";
   out += "  hardware  " + Hardware(p.cluster) + "\n\n";
 
@@ -174,6 +176,7 @@ json MemoryItemsJson(const std::vector<MemoryItem>& v) {
 json WorkloadJson(const Workload& w) {
   json j = {{"model", w.model_name},
             {"parameters", w.model.NumParams()},
+            {"active_parameters", MoeActiveParams(w.model)},
             {"family", w.model.family_name()},
             {"method", MethodName(w.method)},
             {"compute_dtype", w.cpu_engine ? "fp32" : DTypeName(w.compute)},

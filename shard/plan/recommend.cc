@@ -318,8 +318,9 @@ std::vector<Recommendation> Recommend(const Plan& plan, const HardwareCatalog& c
   if (recs.empty())
     for (auto& r : OtherClusters(plan, catalog, base)) recs.push_back(std::move(r));
 
-  // Adapters on the hardware at hand when full fine-tuning does not fit it.
-  if (w.method == Method::kFull) {
+  // Adapters on the hardware at hand when full fine-tuning does not fit it
+  // (not for mixture-of-experts models: peft: on MoE is not built).
+  if (w.method == Method::kFull && !w.model.is_moe()) {
     bool any_here = false;
     for (const auto& r : recs) any_here |= r.cluster.empty();
     if (!any_here)

@@ -4,6 +4,7 @@
 
 #include "shard/spec/shard_layout.h"
 #include "shard/plan/memory_model.h"
+#include "shard/plan/moe_model.h"
 
 namespace shard::plan {
 namespace {
@@ -39,7 +40,7 @@ double MeasuredAttention(const GpuSpec& g, DType compute) {
 void PriceFromKernels(const Workload& w, const ClusterSpec& cl, double gemm_tflops, StepTime* t) {
   const LlamaConfig& c = w.model;
   const double T = static_cast<double>(w.seq_len), L = c.num_layers;
-  const double N = static_cast<double>(c.NumMatmulParams());
+  const double N = static_cast<double>(ActiveMatmulParams(c));  // a token runs k of E experts
   const double d = c.hidden_size, f = c.intermediate_size;
   const double hq = static_cast<double>(c.num_heads) * c.head_dim(), kv = 2.0 * c.num_kv_heads * c.head_dim();
   const bool ac = w.activation_checkpointing;
@@ -70,7 +71,7 @@ void PriceFromKernels(const Workload& w, const ClusterSpec& cl, double gemm_tflo
 void PriceCompute(const Workload& w, const ClusterSpec& cl, int ranks_here, StepTime* t) {
   const LlamaConfig& c = w.model;
   const double T = static_cast<double>(w.seq_len);
-  const double N = static_cast<double>(c.NumMatmulParams());
+  const double N = static_cast<double>(ActiveMatmulParams(c));  // a token runs k of E experts
   // fwd 4 + bwd 8, per token, over the attention width H * head_dim (= d except with an explicit head_dim)
   const double attn = 12.0 * c.num_layers * static_cast<double>(c.num_heads) * c.head_dim() * T;
   // Frozen weights need no weight gradients: LoRA's matmuls cost 4N, not 6N.

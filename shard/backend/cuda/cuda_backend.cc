@@ -89,7 +89,8 @@ class CudaBackend final : public Backend {
         tensor_core_attention_(tensor_core_attention) {}
   ~CudaBackend() override {
     gemm_.reset();
-    for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_, &rounded_qkv_}) s->Release(stream_);
+    for (Scratch* s : {&partials_, &scalars_, &starts_, &delta_, &norm_partial_, &rounded_qkv_, &moe_pos_})
+      s->Release(stream_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
@@ -244,6 +245,29 @@ class CudaBackend final : public Backend {
   void SwiGluBackward(const float* dh, const float* gu, int64_t rows, int ffn, float* dgu) override {
     LaunchSwiGluBackward(dh, gu, rows, ffn, dgu, stream_);
   }
+  Status MoeRoute(const float* logits, const MoeRouting& r) override {
+    LaunchMoeRoute(logits, r, stream_);
+    return OkStatus();
+  }
+  Status MoeRouteBackward(const MoeRouting& r, const float* d_weight, const float* d_probs, float* d_logits) override {
+    LaunchMoeRouteBackward(r, d_weight, d_probs, d_logits, stream_);
+    return OkStatus();
+  }
+  Status MoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out) override {
+    LaunchMoePermute(x, perm, n, k, dim, out, stream_);
+    return OkStatus();
+  }
+  Status MoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k, int64_t dim,
+                      float* out) override {
+    auto* pos = static_cast<int32_t*>(moe_pos_.Get(sizeof(int32_t) * std::max<int64_t>(n, 1), stream_));
+    LaunchMoeUnpermute(y, perm, weight, n, k, dim, out, pos, stream_);
+    return OkStatus();
+  }
+  Status MoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* weight, int64_t n,
+                              int k, int64_t dim, float* dy, float* d_weight) override {
+    LaunchMoeUnpermuteBackward(dout, y, perm, weight, n, k, dim, dy, d_weight, stream_);
+    return OkStatus();
+  }
   double CrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
                       bool grad) override {
     if (rows <= 0) return 0.0;
@@ -302,7 +326,7 @@ class CudaBackend final : public Backend {
   // (tests/gpu/backend/cuda_attention_test.cc, CudaAttentionTcTest) verify it:
   // flip this default once they pass on a device.
   bool tensor_core_attention_;
-  Scratch partials_, scalars_, starts_, delta_, norm_partial_, rounded_qkv_;
+  Scratch partials_, scalars_, starts_, delta_, norm_partial_, rounded_qkv_, moe_pos_;
 };
 
 }  // namespace

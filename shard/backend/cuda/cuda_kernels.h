@@ -89,6 +89,17 @@ void LaunchAttentionBackwardTc(const AttentionShape& shape, const float* qkv, co
                                int32_t* starts, float* delta, Stream s);
 
 // cuda_backend.cc: raises a CHECK failure naming `what` if the last launch failed.
+// Mixture of experts (cuda_moe.cu): Backend::MoeRoute and friends.
+// LaunchMoeUnpermute needs an int32 scratch of n entries (the inverse permutation).
+void LaunchMoeRoute(const float* logits, const MoeRouting& r, Stream s);
+void LaunchMoeRouteBackward(const MoeRouting& r, const float* d_weight, const float* d_probs, float* d_logits,
+                            Stream s);
+void LaunchMoePermute(const float* x, const int32_t* perm, int64_t n, int k, int64_t dim, float* out, Stream s);
+void LaunchMoeUnpermute(const float* y, const int32_t* perm, const float* weight, int64_t n, int k, int64_t dim,
+                        float* out, int32_t* pos_scratch, Stream s);
+void LaunchMoeUnpermuteBackward(const float* dout, const float* y, const int32_t* perm, const float* weight, int64_t n,
+                                int k, int64_t dim, float* dy, float* d_weight, Stream s);
+
 void CheckLaunch(const char* what);
 
 }  // namespace shard::cuda

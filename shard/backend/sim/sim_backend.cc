@@ -188,6 +188,21 @@ class SimBackend final : public Backend {
     return 0.0;
   }
   void AdamW(float*, const float*, float*, float*, int64_t, const AdamWArgs&) override { Op("AdamW"); }
+  // Mixture of experts: shapes only, like every op here. The routing is not
+  // computed, so MoeMlp prices the worst case itself (holds_data() false).
+  Status MoeRoute(const float*, const MoeRouting&) override { Op("MoeRoute"); return OkStatus(); }
+  Status MoeRouteBackward(const MoeRouting&, const float*, const float*, float*) override {
+    Op("MoeRouteBackward");
+    return OkStatus();
+  }
+  Status MoePermute(const float*, const int32_t*, int64_t, int, int64_t, float*) override { return OkStatus(); }
+  Status MoeUnpermute(const float*, const int32_t*, const float*, int64_t, int, int64_t, float*) override {
+    return OkStatus();
+  }
+  Status MoeUnpermuteBackward(const float*, const float*, const int32_t*, const float*, int64_t, int, int64_t, float*,
+                              float*) override {
+    return OkStatus();
+  }
   void Dropout(const float*, float*, int64_t, float, uint64_t) override {}  // a kernel: no memory
 
  private:
