@@ -21,27 +21,14 @@
 #include "shard/ckpt/committer.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
+#include "tests/unit/scratch_dir_test.h"
 
 namespace shard::ckpt_testing {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under testing::TempDir(), removed when the test ends.
-class ProtocolTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/ckpt_protocol_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+// A fresh directory per test (tests/unit/scratch_dir_test.h).
+class ProtocolTest : public ::shard::testing::ScratchDirTest {};
 
 inline std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

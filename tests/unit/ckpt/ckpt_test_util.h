@@ -12,24 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/scratch_dir_test.h"
+
 namespace shard::testing_util {
 
-// A fresh directory under testing::TempDir(), removed when the test ends.
-class CkptTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/ckpt_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+// A fresh directory per test (tests/unit/scratch_dir_test.h).
+class CkptTest : public ::shard::testing::ScratchDirTest {};
 
 inline void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

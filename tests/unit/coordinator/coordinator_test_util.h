@@ -25,27 +25,14 @@
 #include "shard/ckpt/shard_file.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"
+#include "tests/unit/scratch_dir_test.h"
 
 namespace shardd::testing {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under ::testing::TempDir(), removed when the test ends.
-class ScratchTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/coordinator_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = fs::path(tmpl).lexically_normal().string();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+// A fresh directory per test (tests/unit/scratch_dir_test.h).
+class ScratchTest : public shard::testing::ScratchDirTest {};
 
 inline void WriteBytes(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());

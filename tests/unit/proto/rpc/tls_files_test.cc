@@ -6,45 +6,30 @@
 
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "tests/unit/scratch_dir_test.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
+using shard::testing::ScratchDirTest;
 
 const char kCert[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 const char kKey[] = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
 const char kRsaKey[] = "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n";
 
-namespace fs = std::filesystem;
-
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// A fresh directory under ::testing::TempDir(), removed when the test ends.
-class TlsFilesTest : public ::testing::Test {
+class TlsFilesTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/tls_files_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   static void WriteBytes(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
-
-  std::string dir_;
 };
 
 TEST(CheckCertKeyPairTest, BothOrNeitherAndTheErrorNamesWhatIsMissing) {
