@@ -5,7 +5,7 @@
 #include <set>
 
 #include "coordinator/job_manager_internal.h"
-#include "coordinator/jobs/elastic_launched.h"
+#include "coordinator/jobs/elastic_rules.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
@@ -26,12 +26,6 @@ std::string JoinList(const std::vector<std::string>& items) {
 }
 
 }  // namespace
-
-std::string MicroBatchChange(const Job& j, int from, int to) {
-  return "micro-batches per step " + std::to_string(shard::MicroBatchesPerStep(j.config, from)) + " → " +
-         std::to_string(shard::MicroBatchesPerStep(j.config, to)) + " (global batch " +
-         std::to_string(j.config.train.global_batch) + " kept)";
-}
 
 std::string DescribeShrink(const Job& j, int to, double waited_s) {
   const int full = j.config.parallel.world_size, now = static_cast<int>(j.ranks.size());
@@ -56,21 +50,6 @@ std::string DescribeShrink(const Job& j, int to, double waited_s) {
          MicroBatchChange(j, now, to);
 }
 
-shard::ElasticDecision DecideFitWorld(const Job& j, int available) {
-  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, available);
-  if (d.world > 0 && j.elastic_unfit > 0 && d.world <= j.elastic_unfit)
-    d = {0, "the planner refused " + std::to_string(j.elastic_unfit) + " rank(s) already"};
-  return d;
-}
-
-bool RefuseShrinkOnce(Job& j, const std::string& why, int world, JobTable* table) {
-  if (j.elastic_refused_attempt == j.attempt) return false;
-  j.elastic_refused_attempt = j.attempt;
-  table->Emit(j, "elastic_refused",
-              "cannot continue on fewer ranks: " + why + "; waiting for all " + std::to_string(world));
-  return false;
-}
-
 bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts) {
   // Restarts only: a job's first attempt waits for all its ranks (a slow
   // start is not a lost host; the registration deadline judges it).
@@ -92,7 +71,6 @@ bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempt
 }
 
 bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
-  if (!IsExternal(j)) return MaybeGrowLaunched(j, step, now, attempts);
   const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
   if (!IsExternal(j) || world >= full || !IsActive(j)) return false;
   int standing = 0;

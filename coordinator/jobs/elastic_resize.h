@@ -31,6 +31,7 @@
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_table.h"
+#include "coordinator/jobs/elastic_rules.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {
@@ -46,7 +47,8 @@ inline constexpr int64_t kClaimHoldMs = 15000;
 bool MaybeShrink(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts);
 
 // After the commit of `step`: grows a shrunk job back when enough workers
-// stand by. True when it ended the attempt.
+// stand by (external jobs; a launched job: MaybeGrowLaunched). True when it
+// ended the attempt.
 bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts);
 
 // The rank a joining worker takes in the current attempt: `rank` itself in a
@@ -60,17 +62,6 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
 // The planner refused `world` (ControlLoop::RunLaunch): the next attempt runs
 // at full size, and no smaller size is tried again for this job.
 void RefuseUnfit(Job& j, int world, const std::string& why, JobTable* table);
-
-// "micro-batches per step 1 → 2 (global batch 8 kept)". Pure.
-std::string MicroBatchChange(const Job& j, int from, int to);
-
-// shard::DecideElasticWorld for `available` ranks, less the sizes the planner
-// refused for this job already (RefuseUnfit: that size and every smaller one).
-shard::ElasticDecision DecideFitWorld(const Job& j, int available);
-
-// Says once per attempt (an elastic_refused event) that the attempt cannot
-// continue on fewer ranks, and why; it waits for all `world`. False.
-bool RefuseShrinkOnce(Job& j, const std::string& why, int world, JobTable* table);
 
 // "continuing on 2 of 4 ranks: host b lost (ranks 2, 3 did not join within
 // 3 s); micro-batches per step 1 → 2". Pure.

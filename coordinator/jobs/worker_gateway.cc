@@ -7,6 +7,7 @@
 
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/job_paths.h"
+#include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/state/auth.h"
 #include "coordinator/worker_reports.h"
@@ -494,8 +495,10 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
                "step " + std::to_string(done->step) + ": " + std::to_string(done->files.size()) + " shard(s), " +
                    Fmt(bytes / 1e6, "%.1f") + " MB in " + rep.step_dir +
                    (rep.tier == shard::CheckpointTier::kMemory ? " (memory tier)" : ""));
-    // Workers standing by for a shrunk job: it grows back from this step.
-    elastic::MaybeGrow(*j, done->step, opts_.now_ms(), attempts_);
+    // A shrunk job grows back from this step: workers standing by
+    // (external) or places free again (a launcher).
+    if (!elastic::MaybeGrow(*j, done->step, opts_.now_ms(), attempts_))
+      elastic::MaybeGrowLaunched(*j, done->step, opts_.now_ms(), attempts_);
   }
   return resp;
 }
