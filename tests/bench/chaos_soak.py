@@ -212,7 +212,7 @@ def tier_kill_window(a, lo, tier):
 def disrupt(c, job, rng, counts, seen, stopped, a, kills, expected):
     """One random disruption of a RUNNING job; returns once it is recovering.
     With the memory tier, a worker SIGKILL aimed at a tier (alternately memory
-    and disk) appends (step, tier) to `expected`: the resume it must cause."""
+    and disk) appends (step, tier, when) to `expected`: the resume it must cause."""
     js = wait_until(180, lambda: (lambda j: j if j.get("state") in ("RUNNING", "SUCCEEDED", "FAILED") else None)(
         c.status(job)), f"job {job} to run again after {kills} disruptions")
     if js["state"] != "RUNNING":
@@ -227,13 +227,13 @@ def disrupt(c, job, rng, counts, seen, stopped, a, kills, expected):
     # a fast machine cannot finish the job before the schedule does.
     cap = max(1, (a.steps - base - 4 * a.every - 20) // (a.kills - kills))
     kind = rng.random()
-    if a.memory_every and kills == a.kills - 1 and not any(t == "memory" for _, t in expected):
+    if a.memory_every and kills == a.kills - 1 and not any(t == "memory" for _, t, _ in expected):
         kind = 0.5  # the last disruption: a worker SIGKILL after a memory step, if none landed yet
     aimed = None
     if a.memory_every and 0.25 <= kind < 0.85:
         # Past the gate the previous disruption opened too: the resumed job
         # may still be training up to it.
-        memory_done = any(t == "memory" for _, t in expected)
+        memory_done = any(t == "memory" for _, t, _ in expected)
         aimed = "disk" if memory_done and counts["worker SIGKILL"] % 2 else "memory"
         target, last = tier_kill_window(a, max(base, c.gate_at) + rng.randint(1, cap), aimed)
         c.open_gate(rng.randint(target, last))
@@ -267,7 +267,7 @@ def disrupt(c, job, rng, counts, seen, stopped, a, kills, expected):
     print(f"{now} [{kills}] step ~{step} attempt {attempt}: {'SIGSTOP' if stop else 'SIGKILL'} worker pid {pid}" +
           (f" (after {aimed} step {target})" if aimed else ""), flush=True)
     if aimed:
-        expected.append((target, aimed))
+        expected.append((target, aimed, time.time()))
     os.kill(pid, signal.SIGSTOP if stop else signal.SIGKILL)
     (stopped.append(pid) if stop else None)
     counts["worker SIGSTOP" if stop else "worker SIGKILL"] += 1
@@ -363,12 +363,30 @@ def soak(c, a, rng):
         problems.append(f"the ended job's memory tier is still there: {memory_left}")
     resumes = [ln for ln in open(c.log, errors="replace") if f"job {job} [" in ln and "resumed: resumed from" in ln]
     from_memory = sum(1 for ln in resumes if "(memory)" in ln)
-    said = {(int(m.group(1)), m.group(2)) for m in
-            (re.search(r"resumed from step (\d+) \((\w+)\)", ln) for ln in resumes) if m}
-    missed = [f"step {s} ({t})" for s, t in expected if (s, t) not in said]
-    if missed:
-        problems.append(f"worker kills after {', '.join(missed)} were not resumed from that step and tier")
-    if a.memory_every and not any(t == "memory" for _, t in expected):
+    # Each aimed kill is judged by the first resume after it: from the aimed
+    # step and tier (a hit), from a newer commit (the ranks committed again
+    # before the kill landed: elsewhere, fine), or from an older step (the
+    # aimed commit was lost: a failure). An attempt killed again before it
+    # said where it resumed leaves nothing to judge.
+    said = []  # (seconds since the epoch, step, tier), in log order
+    for ln in resumes:
+        m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) .*resumed from step (\d+) \((\w+)\)", ln)
+        if m:
+            said.append((datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp(), int(m.group(2)), m.group(3)))
+    missed, older = [], []
+    for s, t, when in expected:
+        after = next(((step, tier) for at, step, tier in said if at >= when), None)
+        if after != (s, t):
+            missed.append(f"step {s} ({t})")
+        if after is not None and after[0] < s:
+            older.append(f"step {s} ({t}): resumed from step {after[0]} ({after[1]})")
+    if older:
+        problems.append(f"worker kills after {'; '.join(older)}, an older step")
+    for tier in ("memory", "disk"):
+        aimed_at = [s for s, t, _ in expected if t == tier]
+        if aimed_at and all(f"step {s} ({tier})" in missed for s in aimed_at):
+            problems.append(f"no worker kill after a {tier} step was resumed from that step and tier")
+    if a.memory_every and not any(t == "memory" for _, t, _ in expected):
         problems.append("no worker SIGKILL landed after a memory step (raise --kills or change --seed)")
     ref_loss = {r["step"]: r["loss"] for r in map(json.loads, c.ctl("metrics", ref, "--json").splitlines())}
     for r in map(json.loads, c.ctl("metrics", job, "--json").splitlines()):
@@ -381,7 +399,7 @@ def soak(c, a, rng):
   attempts:             {attempts} ({attempts - 1} restarts)
   coordinator restarts: {counts['coordinator SIGKILL']}
   resumes:              {events} resumed events ({from_memory} from a memory step), {ranks} rank resumes; {len(resume_problems)} of an uncommitted step ({commits} steps committed)
-  aimed kills:          {len(expected)} ({sum(t == 'memory' for _, t in expected)} after a memory step, {sum(t == 'disk' for _, t in expected)} after a disk step; {len(missed)} resumed elsewhere)
+  aimed kills:          {len(expected)} ({sum(t == 'memory' for _, t, _ in expected)} after a memory step, {sum(t == 'disk' for _, t, _ in expected)} after a disk step; {len(missed)} resumed elsewhere)
   commits without event: {len(unlogged)} {unlogged[:10]} (COMMITTED on disk, no checkpoint_committed event)
   steps:                {a.steps} (uninterrupted run {ref_s:.0f} s)
   wall time:            {wall:.0f} s

@@ -54,7 +54,8 @@ prom=$(prometheus_metrics) || fail "/metrics did not answer"
 grep -q "^shardd_job_moe_aux_loss{job_id=\"$id\"} " <<<"$prom" || fail "/metrics lacks shardd_job_moe_aux_loss"
 
 report=$T/ckpt/moe/report.html
-[ -f "$report" ] || fail "no run report at $report"
+# shardd writes the report after the job ends (off the watch's answer): wait for it.
+wait_for 60 test -f "$report" || fail "no run report at $report"
 grep -q 'id="chart-moe_aux_loss"' "$report" || fail "the report has no aux-loss chart"
 grep -q '"moe":{' "$report" || fail "the report's final figures have no moe"
 
