@@ -46,27 +46,24 @@ std::shared_ptr<BackendEvent> Backend::RecordEvent() {
   return done;
 }
 
-// Backends without the chunked attention say so (the CPU backend has it).
+// Backends without an op the CPU backend has say so, naming the op and the
+// feature it belongs to.
+namespace {
+Status NoOp(const Backend& b, const char* op, const char* feature) {
+  return Unimplemented(std::string("backend ") + b.name() + ": " + op + " (" + feature +
+                       ") is not implemented on this backend yet; the cpu backend has it");
+}
+Status NoMoeOp(const Backend& b, const char* op) { return NoOp(b, op, "mixture-of-experts"); }
+}  // namespace
+
 Status Backend::AttentionChunkForward(const AttentionShape&, const AttentionChunk&, const float*, const float*,
                                       const int32_t*, float*, float*) {
-  return Unimplemented(std::string("backend ") + name() +
-                       ": AttentionChunkForward (context parallelism) is not implemented on this backend yet; "
-                       "the cpu backend has it");
+  return NoOp(*this, "AttentionChunkForward", "context parallelism");
 }
 Status Backend::AttentionChunkBackward(const AttentionShape&, const AttentionChunk&, const float*, const float*,
                                        const int32_t*, const float*, const float*, const float*, float*, float*) {
-  return Unimplemented(std::string("backend ") + name() +
-                       ": AttentionChunkBackward (context parallelism) is not implemented on this backend yet; "
-                       "the cpu backend has it");
+  return NoOp(*this, "AttentionChunkBackward", "context parallelism");
 }
-
-// Backends without the MoE ops say so (the CPU backend implements them).
-namespace {
-Status NoMoeOp(const Backend& b, const char* op) {
-  return Unimplemented(std::string("backend ") + b.name() + ": " + op +
-                       " (mixture-of-experts) is not implemented on this backend yet; the cpu backend has it");
-}
-}  // namespace
 
 Status Backend::MoeRoute(const float*, const MoeRouting&) { return NoMoeOp(*this, "MoeRoute"); }
 Status Backend::MoeRouteBackward(const MoeRouting&, const float*, const float*, float*) {
