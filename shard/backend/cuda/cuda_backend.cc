@@ -236,6 +236,27 @@ class CudaBackend final : public Backend {
     LaunchAttentionBackward(shape, RoundedQkv(shape, qkv), segment_ids, out, lse, dout, dqkv,
                             Starts(shape, segment_ids), delta, stream_);
   }
+  // Context parallelism's chunks run on the fp32 kernels (rounded q, k, v
+  // for compute bf16/fp16, as the CPU backend rounds them); the tensor-core
+  // attention has no query offset yet.
+  Status AttentionChunkForward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                               const int32_t* segment_ids, float* out, float* lse) override {
+    LaunchAttentionChunkForward(shape, c, Rounded(shape, q, shape.batch * c.q_len * shape.out_stride(), rounded_q_),
+                                Rounded(shape, kv, shape.batch * shape.seq * KvStride(shape), rounded_qkv_),
+                                segment_ids, Starts(shape, segment_ids), out, lse, stream_);
+    return OkStatus();
+  }
+  Status AttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& c, const float* q, const float* kv,
+                                const int32_t* segment_ids, const float* out, const float* lse, const float* dout,
+                                float* dq, float* dkv) override {
+    auto* delta = static_cast<float*>(
+        delta_.Get(sizeof(float) * std::max<int64_t>(1, shape.batch * c.q_len * shape.n_heads), stream_));
+    LaunchAttentionChunkBackward(
+        shape, c, Rounded(shape, q, shape.batch * c.q_len * shape.out_stride(), rounded_q_),
+        Rounded(shape, kv, shape.batch * shape.seq * KvStride(shape), rounded_qkv_), segment_ids, out, lse, dout, dq,
+        dkv, Starts(shape, segment_ids), delta, stream_);
+    return OkStatus();
+  }
   void Dropout(const float* x, float* out, int64_t n, float p, uint64_t seed) override {
     LaunchDropout(x, out, n, p, seed, stream_);
   }
@@ -307,12 +328,16 @@ class CudaBackend final : public Backend {
   // the contract of AttentionShape::compute holds; P and dS stay fp32 there,
   // as on the CPU backend.
   const float* RoundedQkv(const AttentionShape& shape, const float* qkv) {
-    if (shape.compute == DType::kF32) return qkv;
-    const int64_t n = shape.batch * shape.seq * shape.qkv_stride();
-    auto* rounded = static_cast<float*>(rounded_qkv_.Get(sizeof(float) * std::max<int64_t>(1, n), stream_));
-    LaunchRoundThrough(qkv, rounded, n, shape.compute, stream_);
+    return Rounded(shape, qkv, shape.batch * shape.seq * shape.qkv_stride(), rounded_qkv_);
+  }
+  // n floats of x rounded through shape.compute into `scratch` (x itself for kF32).
+  const float* Rounded(const AttentionShape& shape, const float* x, int64_t n, Scratch& scratch) {
+    if (shape.compute == DType::kF32) return x;
+    auto* rounded = static_cast<float*>(scratch.Get(sizeof(float) * std::max<int64_t>(1, n), stream_));
+    LaunchRoundThrough(x, rounded, n, shape.compute, stream_);
     return rounded;
   }
+  static int64_t KvStride(const AttentionShape& shape) { return 2 * static_cast<int64_t>(shape.n_kv_heads) * shape.head_dim; }
 
   int device_;
   cudaStream_t stream_;
@@ -326,7 +351,7 @@ class CudaBackend final : public Backend {
   // (tests/gpu/backend/cuda_attention_test.cc, CudaAttentionTcTest) verify it:
   // flip this default once they pass on a device.
   bool tensor_core_attention_;
-  Scratch partials_, scalars_, starts_, delta_, norm_partial_, rounded_qkv_, moe_pos_;
+  Scratch partials_, scalars_, starts_, delta_, norm_partial_, rounded_qkv_, rounded_q_, moe_pos_;
 };
 
 }  // namespace

@@ -71,6 +71,16 @@ void LaunchAttentionForward(const AttentionShape& shape, const float* qkv, const
 void LaunchAttentionBackward(const AttentionShape& shape, const float* qkv, const int32_t* segment_ids,
                              const float* out, const float* lse, const float* dout, float* dqkv,
                              int32_t* starts, float* delta, Stream s);
+// The same fp32 kernels for a chunk of queries over the whole key range
+// (Backend::AttentionChunkForward/Backward, context parallelism). Scratch:
+// starts [batch*seq] (only with segment_ids), delta [batch*n_heads*q_len].
+void LaunchAttentionChunkForward(const AttentionShape& shape, const AttentionChunk& chunk, const float* q,
+                                 const float* kv, const int32_t* segment_ids, int32_t* starts, float* out,
+                                 float* lse, Stream s);
+void LaunchAttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& chunk, const float* q,
+                                  const float* kv, const int32_t* segment_ids, const float* out, const float* lse,
+                                  const float* dout, float* dq, float* dkv, int32_t* starts, float* delta,
+                                  Stream s);
 // Shared by both attention implementations: starts[b*seq + t] = first token
 // of t's segment; returns starts, or null without segment_ids.
 const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& shape, const int32_t* segment_ids,
