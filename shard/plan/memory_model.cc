@@ -6,6 +6,7 @@
 
 #include "shard/plan/adapter_memory.h"
 #include "shard/plan/gather_sim.h"
+#include "shard/plan/cp_cost.h"
 #include "shard/plan/moe_model.h"
 #include "shard/spec/shard_layout.h"
 #include "shard/spec/param_layout.h"
@@ -35,75 +36,25 @@ struct Items {
   }
 };
 
+// parallel.context_parallel: one layer's K/V and dK/dV at the whole sequence (cp_cost.h).
+void AddCpExchange(const Workload& w, Items& dev) {
+  dev.Add("context-parallel K/V + dK/dV (one layer, whole sequence)", CpExchangeBytes(w),
+          "2 x " + std::to_string(w.micro_batch) + " x " + std::to_string(w.seq_len) + " tokens x 2 x " +
+              std::to_string(w.model.num_kv_heads) + " kv heads x " + std::to_string(w.model.head_dim()) + " x 4 B");
+}
+
 int64_t Sum(const std::vector<MemoryItem>& items) {
   int64_t s = 0;
   for (const auto& i : items) s += i.bytes;
   return s;
 }
 
-}  // namespace
-
-ActivationElems Activations(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing) {
-  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = DenseMlpWidth(c);
-  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim(), qkv = c.qkv_dim();
-  const int64_t sets = checkpointing ? 1 : c.num_layers;
-  ActivationElems a;
-  a.residuals = (c.num_layers + 1) * n * d;
-  // xn1, qkv, attn, x_mid, xn2, gu (2f), h (f)
-  a.saved = sets * n * (3 * d + qkv + hq + 3 * f);
-  a.statistics = sets * n * (2 + c.num_heads);  // rstd1, rstd2, lse
-  a.final_norm = n * d + n;
-  a.logits = n * c.vocab_size;
-  // grad_a, grad_b, scratch_d (d each), scratch_ffn (f), scratch_attn (hq), scratch_qkv, scratch_gu (2f)
-  a.scratch = n * (3 * d + 3 * f + hq + qkv);
-  a.rope = seq_len * c.head_dim();
-  // Family extras (shard/model/qkv_extras): qwen2's ones vector for the q/k/v
-  // biases; qwen3's pre-norm q and k heads and their rstd per saved set, plus
-  // two [n, hq] scratch buffers.
-  if (c.qkv_bias()) a.scratch += n;
-  if (c.qk_norm()) {
-    const int64_t heads = c.num_heads + c.num_kv_heads;
-    a.saved += sets * n * heads * c.head_dim();
-    a.statistics += sets * n * heads;
-    a.scratch += 2 * n * hq;
-  }
-  const MoeActivationElems moe = MoeActivations(c, n, static_cast<int>(sets));  // routed rows (moe_model.h)
-  a.saved += moe.saved, a.scratch += moe.scratch;
-  return a;
-}
-
-int64_t ActivationBytes(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len, bool checkpointing, DType act) {
-  const ActivationElems a = Activations(c, micro_batch, seq_len, checkpointing);
-  if (act == DType::kF32) return (a.residuals + a.saved + a.statistics + a.final_norm) * 4;
-  const int64_t n = micro_batch * seq_len, d = c.hidden_size, f = DenseMlpWidth(c);
-  const int64_t hq = static_cast<int64_t>(c.num_heads) * c.head_dim();
-  const int64_t sets = checkpointing ? 1 : c.num_layers;
-  const int64_t big = n * (3 * d + c.qkv_dim() + hq + 3 * f), stats = n * (2 + c.num_heads);  // one LayerActs set
-  const int64_t extras = (a.saved - sets * big) + (a.statistics - sets * stats);  // QkvExtras, fp32 per set
-  const int64_t ab = static_cast<int64_t>(DTypeSize(act));
-  const int64_t kept = checkpointing ? 0 : c.num_layers * (big * ab + stats * 4);  // two-byte sets + fp32 statistics
-  return a.residuals * ab + n * d * 4 + (big + stats) * 4 + kept + extras * 4 + a.final_norm * 4;
-}
-
-std::string FormatBytes(int64_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-  return buf;
-}
-
-namespace {
-
 // Rows of fp32 logits the engine's LlamaModel holds: one loss chunk
 // (train.loss_chunk_rows, auto keeps it under 256 MiB), at least one row per
 // sequence for ForwardLogits.
 int64_t EngineLogitsRows(const Workload& w) {
   const int64_t batch = std::max<int64_t>(1, w.micro_batch);
-  const int64_t rows = batch * std::max<int64_t>(1, w.seq_len);
+  const int64_t rows = batch * std::max<int64_t>(1, w.local_seq_len());
   return std::max(ResolveLossChunkRows(w.model, rows, std::max<int64_t>(0, w.loss_chunk_rows)), batch);
 }
 
@@ -132,11 +83,11 @@ EstimateContext MakeContext(const Workload& w) {
   auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
   x.S = shape.ok() ? shape->shard_size : std::max(1, w.world);
   x.shard = ShardNumel(x.numels, x.S);
-  x.rows = w.micro_batch * w.seq_len;
+  x.rows = w.micro_batch * w.local_seq_len();  // context parallelism: this rank's chunks
   x.logit_rows = EngineLogitsRows(w);
   x.logits_how = Num(x.logit_rows) + " x " + Num(x.c.vocab_size) + " x 4 B" +
                  (x.logit_rows < x.rows ? " (loss in chunks of the " + Num(x.rows) + " rows)" : "");
-  x.a = Activations(x.c, w.micro_batch, w.seq_len, w.activation_checkpointing);
+  x.a = Activations(x.c, w.micro_batch, w.local_seq_len(), w.activation_checkpointing);
   x.keep_forward = w.strategy == ShardStrategy::kShardGradOp;
   x.shard_how = Num(x.shard) + " elements (" + std::to_string(x.numels.size()) + " units padded and split " +
                 std::to_string(x.S) + " ways)";
@@ -230,13 +181,14 @@ void AddCpuWorkingSet(const EstimateContext& x, Items& dev) {
   const ActivationElems& a = x.a;
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
   const std::string act = w.compute == DType::kF32 ? "" : std::string(" (") + DTypeName(w.compute) + ", fp32 working set)";
-  dev.Add("activations" + act, ActivationBytes(c, w.micro_batch, w.seq_len, w.activation_checkpointing, w.compute),
+  dev.Add("activations" + act, ActivationBytes(c, w.micro_batch, w.local_seq_len(), w.activation_checkpointing, w.compute),
           std::to_string(c.num_layers + 1) + " residuals + " + std::to_string(sets) + " saved layer set" +
               (sets > 1 ? "s" : "") + " for " + Num(rows) + " tokens x " +
               std::to_string(DTypeSize(w.compute)) + " B");
   dev.Add("logits (fp32, becomes its gradient)", logit_rows * c.vocab_size * 4, x.logits_how);
   dev.Add("backward scratch", a.scratch * 4, Num(rows) + " tokens x (3d + 3ffn + heads + qkv) x 4 B");
   dev.Add("batch staging + RoPE table", (6 * rows + a.rope) * 4, "tokens/targets/positions twice + cos/sin");
+  AddCpExchange(w, dev);
   if (w.compute != DType::kF32) {
     // The CPU backend's two-byte GEMMs round A and B into two grow-only fp32
     // copies (cpu_gemm.cc): A at most the gate/up gradient or a loss chunk's
@@ -460,7 +412,7 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
   // Activations in `compute`, normalisation statistics in fp32; as built
   // also one fp32 working set and block input (ActivationBytes).
   const int64_t sets = w.activation_checkpointing ? 1 : c.num_layers;
-  const int64_t acts = as_built ? ActivationBytes(c, w.micro_batch, w.seq_len, w.activation_checkpointing, w.compute)
+  const int64_t acts = as_built ? ActivationBytes(c, w.micro_batch, w.local_seq_len(), w.activation_checkpointing, w.compute)
                                 : (a.residuals + a.saved + a.final_norm) * tb + a.statistics * 4;
   dev.Add(std::string("activations (") + DTypeName(w.compute) + (as_built && cb != 4 ? ", fp32 working set)" : ")"),
           acts,
@@ -489,8 +441,9 @@ void AddGpuTransients(const EstimateContext& x, Items& dev, int64_t tb, int64_t 
     dev.Add("GEMM operand casts (" + cname + ")", gemm_scratch, "largest A and B operands of any GEMM x " +
                                                                    std::to_string(cb) + " B (grow-only scratch)");
   }
+  AddCpExchange(w, dev);
   dev.Add("CUDA context, cuBLASLt workspace, NCCL buffers", kGpuRuntimeBytes, "fixed allowance");
-  const int64_t transient = gathered_bytes + acts + logits + a.scratch * tb + gemm_scratch;
+  const int64_t transient = gathered_bytes + acts + logits + a.scratch * tb + gemm_scratch + CpExchangeBytes(w);
   const int64_t slack = static_cast<int64_t>(kAllocatorSlack * transient);
   dev.Add("allocator fragmentation", slack, "10% of gathered + activation bytes");
   *allowance = kGpuRuntimeBytes + slack;

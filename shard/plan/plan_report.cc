@@ -111,6 +111,10 @@ std::string FormatPlanText(const Plan& p) {
   if (t.comm_s > 0)
     out += F("  collectives   %s per micro-batch at %.0f GB/s, %s not hidden by compute\n", Seconds(t.comm_s).c_str(),
              t.collective_gbs, Seconds(t.exposed_comm_s).c_str());
+  if (t.cp_exchange_s > 0)
+    out += F("  context       %d ranks per sequence (%lld tokens each); K/V exchange %s per micro-batch (in the "
+             "collectives, not hidden)\n",
+             w.context_parallel, static_cast<long long>(w.local_seq_len()), Seconds(t.cp_exchange_s).c_str());
   if (t.step_comm_s > 0) out += F("  all-reduce    %s per step (gradients across replicas)\n", Seconds(t.step_comm_s).c_str());
   out += F("  optimizer     %s per step%s\n", Seconds(t.optimizer_s).c_str(),
            w.offload.optimizer || w.offload.params ? (" on the host, + " + Seconds(t.offload_s) + " PCIe").c_str() : "");
@@ -187,6 +191,7 @@ json WorkloadJson(const Workload& w) {
             {"offload_optimizer", w.offload.optimizer},
             {"micro_batch", w.micro_batch},
             {"seq_len", w.seq_len},
+            {"context_parallel", w.context_parallel},
             {"global_batch", w.global_batch},
             {"summary", w.Describe()}};
   if (w.method != Method::kFull) {
@@ -208,6 +213,7 @@ json TimeJson(const StepTime& t) {
   return {{"compute_s_per_micro_batch", t.compute_s},
           {"comm_s_per_micro_batch", t.comm_s},
           {"exposed_comm_s_per_micro_batch", t.exposed_comm_s},
+          {"cp_exchange_s_per_micro_batch", t.cp_exchange_s},
           {"step_comm_s", t.step_comm_s},
           {"optimizer_s", t.optimizer_s},
           {"offload_s", t.offload_s},

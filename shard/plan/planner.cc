@@ -2,6 +2,7 @@
 
 #include "shard/plan/adapter_memory.h"
 #include "shard/plan/memory_tier_cost.h"
+#include "shard/spec/context_parallel.h"
 #include "shard/spec/precision.h"
 #include "shard/common/format_number.h"
 
@@ -17,6 +18,8 @@ std::vector<std::string> RunProblems(const Workload& w, const ClusterSpec& c) {
   std::vector<std::string> r;
   auto shape = GroupShapeFor(w.strategy, std::max(1, w.world), w.shard_group_size);
   if (!shape.ok()) r.push_back(shape.status().message());
+  if (Status cp = CheckContextParallel(w.context_parallel, w.seq_len, std::max(1, w.world)); !cp.ok())
+    r.push_back(cp.message());
   if (w.seq_len > w.model.max_position_embeddings)
     r.push_back("data.seq_len " + std::to_string(w.seq_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(w.model.max_position_embeddings));
@@ -136,6 +139,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.micro_batch = job.train.micro_batch;
   w.loss_chunk_rows = job.train.loss_chunk_rows;
   w.seq_len = job.data.seq_len;
+  w.context_parallel = job.parallel.context_parallel;
   w.global_batch = job.train.global_batch;
   // Memory-tier saves go through the same snapshot as disk saves (Checkpointer::Save).
   w.async_checkpoint = (job.checkpoint.every_steps > 0 || job.checkpoint.memory.enabled()) && job.checkpoint.async;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "shard/plan/cp_cost.h"
 #include "shard/plan/planner.h"
 
 namespace shard::plan {
@@ -41,7 +42,7 @@ bool Fits(const Recommendation& r) { return r.verdict == Verdict::kFits || r.ver
 
 // Rounds the global batch up so every rank gets whole micro-batches.
 int64_t GlobalBatchFor(const Workload& w) {
-  const int64_t per = w.micro_batch * std::max(1, w.world);
+  const int64_t per = w.micro_batch * w.data_ranks();
   return (w.global_batch + per - 1) / per * per;
 }
 
@@ -86,7 +87,7 @@ std::vector<Candidate> Variations(const Candidate& base, bool speed) {
            mb = speed ? mb * 2 : mb / 2) {
         Candidate v = c;
         v.w.micro_batch = mb;
-        const int64_t per = mb * std::max(1, v.w.world);
+        const int64_t per = mb * v.w.data_ranks();
         if (v.w.global_batch % per != 0) continue;  // keep the global batch as it is
         if (mb % v.w.rows_per_item != 0) continue;  // whole preference pairs (2 rows each)
         const int64_t items = mb / v.w.rows_per_item;  // the job file's unit: sequences, or pairs
@@ -116,6 +117,23 @@ std::vector<Candidate> Variations(const Candidate& base, bool speed) {
       c.sets.push_back("checkpoint.async=false");
       return true;
     });
+  }
+  if (!speed) {
+    // Context parallelism: the sequence over C ranks, activations / C.
+    std::vector<Candidate> next;
+    for (const auto& c : out) {
+      next.push_back(c);
+      for (int cp : CpCandidates(c.w)) {
+        Candidate v = c;
+        v.w.context_parallel = cp;
+        v.changes.insert("cp");
+        v.describe.push_back("context parallelism " + std::to_string(cp) + " (" +
+                             std::to_string(v.w.local_seq_len()) + " tokens per rank)");
+        v.sets.push_back("parallel.context_parallel=" + std::to_string(cp));
+        next.push_back(std::move(v));
+      }
+    }
+    out = std::move(next);
   }
   out.erase(out.begin());  // the base itself
   return out;

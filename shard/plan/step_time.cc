@@ -4,6 +4,7 @@
 
 #include "shard/spec/shard_layout.h"
 #include "shard/plan/memory_model.h"
+#include "shard/plan/cp_cost.h"
 #include "shard/plan/moe_model.h"
 
 namespace shard::plan {
@@ -44,7 +45,7 @@ void PriceFromKernels(const Workload& w, const ClusterSpec& cl, double gemm_tflo
   const double d = c.hidden_size, f = c.intermediate_size;
   const double hq = static_cast<double>(c.num_heads) * c.head_dim(), kv = 2.0 * c.num_kv_heads * c.head_dim();
   const bool ac = w.activation_checkpointing;
-  const double tokens = static_cast<double>(w.micro_batch) * T;
+  const double tokens = static_cast<double>(w.micro_batch) * w.local_seq_len();  // this rank's chunks
   const double gemm_flops = (w.method == Method::kFull ? 6.0 : 4.0) * N + (ac ? 2.0 * N : 0.0);
   const double attn_fwd = 2.0 * T * d * L;  // causal: half of QK^T and PV
   const double attn_flops = 3.5 * attn_fwd + (ac ? attn_fwd : 0.0);
@@ -87,7 +88,9 @@ void PriceCompute(const Workload& w, const ClusterSpec& cl, int ranks_here, Step
     t->efficiency = cl.gpu.train_efficiency * (w.method == Method::kQlora ? kQloraGemmFactor : 1.0);
   }
   const double rate = std::max(1e-9, t->peak_tflops * 1e12 * t->efficiency);
-  const double tokens_mb = static_cast<double>(w.micro_batch) * T;
+  // Context parallelism: a rank computes seq_len / C tokens, each attending
+  // over the whole causal context (the attention FLOPs per token keep T).
+  const double tokens_mb = static_cast<double>(w.micro_batch) * w.local_seq_len();
   t->compute_s = tokens_mb * t->hardware_flops_per_token / rate;
   const double gemm_measured = w.cpu_engine || w.method == Method::kQlora ? 0 : MeasuredGemm(cl.gpu, w);
   if (gemm_measured > 0) PriceFromKernels(w, cl, gemm_measured, t);
@@ -172,7 +175,8 @@ void Summarize(const Workload& w, double exposed_pcie_mb, StepTime* t) {
   t->step_s = t->micro_batches * (t->compute_s + t->exposed_comm_s + exposed_pcie_mb) + t->step_comm_s +
               t->optimizer_s + t->offload_s;
   // The slowest rank sets the pace; every rank processes its micro-batches.
-  const double tokens = static_cast<double>(t->micro_batches) * w.micro_batch * static_cast<double>(w.seq_len) * world;
+  const double tokens =
+      static_cast<double>(t->micro_batches) * w.micro_batch * static_cast<double>(w.local_seq_len()) * world;
   t->tokens_per_s = tokens / t->step_s;
   t->tokens_per_s_per_gpu = t->tokens_per_s / world;
   t->mfu = t->tokens_per_s * t->model_flops_per_token / (world * t->peak_tflops * 1e12);
@@ -196,6 +200,10 @@ StepTime EstimateStepTime(const Workload& w, const ClusterSpec& cl) {
   const int ranks_here = w.cpu_engine ? std::max(1, w.world) : std::min(std::max(1, w.world), cl.gpus_per_node);
   PriceCompute(w, cl, ranks_here, &t);
   PriceMicroBatchComm(w, cl, S, &t);
+  // The K/V exchange of context parallelism: the attention waits for it.
+  t.cp_exchange_s = CpExchangeSeconds(w, cl);
+  t.comm_s += t.cp_exchange_s;
+  t.exposed_comm_s += t.cp_exchange_s;
   t.micro_batches = w.micro_batches_per_step();
   const double pcie_mb = PriceStepOnce(w, cl, S, R, ranks_here, &t);
   Summarize(w, std::max(0.0, pcie_mb - t.compute_s), &t);

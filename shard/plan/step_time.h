@@ -14,6 +14,9 @@
 //             backward (full_shard), reduce-scatter of gradients — as ring
 //             traffic (S-1)/S of the bytes over the cluster's collective
 //             bandwidth; no_shard/hybrid add one gradient all-reduce per step
+//   context   parallel.context_parallel C: a rank computes seq_len / C tokens
+//             per sequence, and per layer exchanges K/V with its CP group
+//             (cp_cost.h), exposed
 //   overlap   with prefetch, collectives run beside compute: only the first
 //             gather and the last reduce-scatter of a micro-batch, and any
 //             excess of communication over compute, are exposed
@@ -48,6 +51,7 @@ struct StepTime {
   double compute_s = 0;        // per micro-batch
   double comm_s = 0;           // per micro-batch, all collectives
   double exposed_comm_s = 0;   // per micro-batch, not hidden behind compute
+  double cp_exchange_s = 0;    // per micro-batch, context parallelism's K/V exchange (in both above)
   double step_comm_s = 0;      // per step (gradient all-reduce across replicas)
   double optimizer_s = 0;      // per step
   double offload_s = 0;        // per step, exposed PCIe copies

@@ -14,7 +14,7 @@ const char* MethodName(Method m) {
 }
 
 int64_t Workload::micro_batches_per_step() const {
-  const int64_t per = std::max<int64_t>(1, micro_batch) * std::max(1, world);
+  const int64_t per = std::max<int64_t>(1, micro_batch) * data_ranks();
   return std::max<int64_t>(1, (global_batch + per - 1) / per);
 }
 
@@ -31,6 +31,9 @@ std::string Workload::Describe() const {
   if (offload.optimizer) s += ", optimizer offload";
   if (offload.params) s += ", parameter offload";
   s += ", micro-batch " + std::to_string(micro_batch) + " x " + std::to_string(seq_len) + " tokens";
+  if (context_parallel > 1)
+    s += " (context parallel " + std::to_string(context_parallel) + ": " + std::to_string(local_seq_len()) +
+         " per rank)";
   if (rows_per_item == 2) s += " (" + std::to_string(micro_batch / 2) + " preference pairs)";
   if (micro_batches_per_step() > 1) s += ", " + std::to_string(micro_batches_per_step()) + " micro-batches per step";
   return s;

@@ -4,6 +4,7 @@
 // schema does not (pure bf16, parameter offload, LoRA/QLoRA, chunked loss).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,6 +84,9 @@ struct Workload {
 
   int64_t micro_batch = 1;   // sequences per forward/backward per rank
   int64_t seq_len = 2048;
+  // parallel.context_parallel: each sequence split over C ranks (cp_cost.h);
+  // a rank holds seq_len / C tokens of each, and world / C ranks read data.
+  int context_parallel = 1;
   int64_t global_batch = 1;  // sequences per optimizer step, all ranks
   // preference: jobs train on pairs of rows (chosen, rejected): 2, and
   // micro_batch and global_batch above count rows (2 x the job file's pairs).
@@ -112,6 +116,10 @@ struct Workload {
   bool from_hf = false;           // starts from HF weights (each rank reads its own ranges, one unit shard at a time)
 
   int64_t micro_batches_per_step() const;  // gradient accumulation
+  // Tokens of each sequence one rank holds (seq_len / context_parallel).
+  int64_t local_seq_len() const { return seq_len / std::max(1, context_parallel); }
+  // Ranks that read distinct sequences (world / context_parallel).
+  int data_ranks() const { return std::max(1, std::max(1, world) / std::max(1, context_parallel)); }
   int64_t tokens_per_step() const { return global_batch * seq_len; }
   // Bytes per element of master weights / moments / gradient shard.
   int64_t state_bytes() const { return fp32_master ? 4 : static_cast<int64_t>(DTypeSize(compute)); }
