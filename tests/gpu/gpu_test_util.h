@@ -66,6 +66,26 @@ inline std::vector<float> Down(Backend* be, const DeviceBuffer& d) {
   return h;
 }
 
+// Packed documents for attention tests: per sequence, runs of equal segment
+// ids of random length (1..seq/3), restarting per sequence.
+inline std::vector<int32_t> PackedSegments(int64_t batch, int64_t seq, uint32_t seed) {
+  std::vector<int32_t> seg(static_cast<size_t>(batch * seq));
+  std::mt19937 rng(seed);
+  const int64_t span = seq / 3 > 1 ? seq / 3 : 1;
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t id = 0;
+    int64_t left = 1 + rng() % span;
+    for (int64_t t = 0; t < seq; ++t) {
+      if (left-- == 0) {
+        ++id;
+        left = rng() % span;
+      }
+      seg[b * seq + t] = id;
+    }
+  }
+  return seg;
+}
+
 inline std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -44,24 +44,6 @@ std::string Name(const ChunkCase& c) {
          (c.compute == DType::kF32 ? "" : "_bf16");
 }
 
-// Documents of 1..seq/3 tokens, restarting per sequence; they cross chunk ends.
-std::vector<int32_t> Segments(int64_t batch, int64_t seq, uint32_t seed) {
-  std::vector<int32_t> seg(batch * seq);
-  std::mt19937 rng(seed);
-  for (int64_t b = 0; b < batch; ++b) {
-    int32_t id = 0;
-    int64_t left = 1 + rng() % std::max<int64_t>(1, seq / 3);
-    for (int64_t t = 0; t < seq; ++t) {
-      if (left-- == 0) {
-        ++id;
-        left = rng() % std::max<int64_t>(1, seq / 3);
-      }
-      seg[b * seq + t] = id;
-    }
-  }
-  return seg;
-}
-
 struct ChunkResult {
   std::vector<float> out, lse, dq, dkv;
 };
@@ -103,7 +85,7 @@ TEST_P(CudaAttentionChunkTest, ChunkMatchesCpu) {
   auto kv = Random(c.batch * c.seq * 2 * c.kv * c.hd, 20 + c.hd, -1.5f, 1.5f);
   auto dout = Random(c.batch * ch.q_len * s.out_stride(), 30 + c.hd);
   std::vector<int32_t> seg;
-  if (c.packed) seg = Segments(c.batch, c.seq, 40 + static_cast<uint32_t>(c.seq));
+  if (c.packed) seg = gpu_testing::PackedSegments(c.batch, c.seq, 40 + static_cast<uint32_t>(c.seq));
   const std::vector<int32_t>* sp = c.packed ? &seg : nullptr;
   ChunkResult g = RunChunk(gpu.get(), c, ch, q, kv, sp, dout);
   ChunkResult r = RunChunk(cpu->get(), c, ch, q, kv, sp, dout);

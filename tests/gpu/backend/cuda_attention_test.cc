@@ -42,23 +42,7 @@ std::string Name(const Case& c) {
          std::to_string(c.kv) + " hd" + std::to_string(c.hd) + (c.packed ? " packed" : "");
 }
 
-// Segment ids: runs of random length (1..seq/3), restarting per sequence.
-std::vector<int32_t> Segments(const Case& c, uint32_t seed) {
-  std::vector<int32_t> seg(c.batch * c.seq);
-  std::mt19937 rng(seed);
-  for (int64_t b = 0; b < c.batch; ++b) {
-    int32_t id = 0;
-    int64_t left = 1 + rng() % std::max<int64_t>(1, c.seq / 3);
-    for (int64_t t = 0; t < c.seq; ++t) {
-      if (left-- == 0) {
-        ++id;
-        left = rng() % std::max<int64_t>(1, c.seq / 3);
-      }
-      seg[b * c.seq + t] = id;
-    }
-  }
-  return seg;
-}
+std::vector<int32_t> Segments(const Case& c, uint32_t seed) { return gpu_testing::PackedSegments(c.batch, c.seq, seed); }
 
 struct Result {
   std::vector<float> out, lse, dqkv;
