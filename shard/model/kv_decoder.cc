@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shard/model/moe_mlp.h"
 #include "shard/model/qkv_extras.h"
 #include "shard/model/rope.h"
 
@@ -33,9 +34,6 @@ StatusOr<std::unique_ptr<KvDecoder>> KvDecoder::Create(const LlamaConfig& config
     return InvalidArgument("decoder: " + std::to_string(max_len) + " tokens exceed the model's max_position_embeddings " +
                            std::to_string(config.max_position_embeddings));
   RETURN_IF_ERROR(config.CheckSequenceLength(max_len, "decoder: prompt + new tokens ="));
-  if (config.is_moe())
-    return Unimplemented(std::string("decoder: cached decoding of ") + config.family_name() +
-                         " (mixture of experts) is not built yet (docs/moe.md)");
   std::unique_ptr<KvDecoder> d(new KvDecoder(config, backend, max_len, std::min(max_chunk, max_len)));
   RETURN_IF_ERROR(d->Allocate());
   return d;
@@ -43,7 +41,9 @@ StatusOr<std::unique_ptr<KvDecoder>> KvDecoder::Create(const LlamaConfig& config
 
 Status KvDecoder::Allocate() {
   const auto& c = config_;
-  const int64_t n = max_chunk_, d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim();
+  // Dense-MLP buffers; a model whose every layer is sparse (mixtral) needs none (as LlamaModel).
+  const int64_t n = max_chunk_, d = c.hidden_size, hd = c.head_dim();
+  const int64_t f = c.num_sparse_layers() == c.num_layers ? 1 : c.intermediate_size;
   const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * hd, hq = static_cast<int64_t>(c.num_heads) * hd;
   auto make = [&](DeviceBuffer* buf, int64_t count) -> Status {
     ASSIGN_OR_RETURN(*buf, DeviceBuffer::Create(backend_, count));
@@ -68,7 +68,18 @@ Status KvDecoder::Allocate() {
   RETURN_IF_ERROR(make(&positions_, n));
   ASSIGN_OR_RETURN(extras_, QkvExtras::Create(c, layout_, backend_, n, /*sets=*/1));
   ASSIGN_OR_RETURN(embed_w_, UnitWeights::Create(backend_, layout_.units[ParamLayout::kEmbedUnit]));
-  ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[1]));
+  // Every dense block has one layout, every sparse block (MoE) another.
+  int dense = -1, sparse = -1;
+  for (int l = c.num_layers - 1; l >= 0; --l) (c.sparse_layer(l) ? sparse : dense) = l;
+  if (dense >= 0) {
+    ASSIGN_OR_RETURN(block_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(dense)]));
+  }
+  if (sparse >= 0) {
+    ASSIGN_OR_RETURN(moe_w_, UnitWeights::Create(backend_, layout_.units[layout_.block_unit(sparse)]));
+    // fp32 like the rest of generation; one saved set, reused by every layer.
+    ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, backend_, n, /*sets=*/1, DType::kF32, DType::kF32));
+    moe_->StopCounting();  // no aux loss when generating
+  }
   ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
   std::vector<float> table = RopeCosSinTable(c, max_len_);
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
@@ -116,7 +127,7 @@ void KvDecoder::Attention(int layer, int64_t n) {
   }
 }
 
-void KvDecoder::Block(const UnitWeights& w, int layer, int64_t n) {
+Status KvDecoder::Block(const UnitWeights& w, int layer, int64_t n) {
   const auto& c = config_;
   const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim(), qkv = c.qkv_dim();
   const int64_t hq = static_cast<int64_t>(c.num_heads) * hd, kv = static_cast<int64_t>(c.num_kv_heads) * hd;
@@ -133,9 +144,12 @@ void KvDecoder::Block(const UnitWeights& w, int layer, int64_t n) {
   Attention(layer, n);
   Linear(backend_, attn_.data(), w.mat(kO), n, hq, d, x_.data(), /*beta=*/1.0f);
   backend_->RmsNormForward(x_.data(), w.vec(kPostNorm), n, static_cast<int>(d), eps, xn_.data(), rstd_.data());
+  if (c.sparse_layer(layer))  // x += MoE(xn): the router's top-k experts, as in training
+    return moe_->Forward(w, /*set=*/0, layer, xn_.data(), n, /*real=*/nullptr, x_.data());
   Linear(backend_, xn_.data(), w.mat(kGate), n, d, 2 * f, gu_.data());
   backend_->SwiGluForward(gu_.data(), n, static_cast<int>(f), h_.data());
   Linear(backend_, h_.data(), w.mat(kDown), n, f, d, x_.data(), /*beta=*/1.0f);
+  return OkStatus();
 }
 
 StatusOr<std::vector<float>> KvDecoder::Append(std::span<const int32_t> tokens, UnitAccess& access) {
@@ -166,8 +180,9 @@ StatusOr<std::vector<float>> KvDecoder::Append(std::span<const int32_t> tokens, 
     for (int l = 0; l < c.num_layers; ++l) {
       const int unit = layout_.block_unit(l);
       ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));
-      block_w_.Bind(w, access.ParamsDType(unit));
-      Block(block_w_, l, n);
+      UnitWeights& bw = c.sparse_layer(l) ? moe_w_ : block_w_;
+      bw.Bind(w, access.ParamsDType(unit));
+      RETURN_IF_ERROR(Block(bw, l, n));
       RETURN_IF_ERROR(access.ReleaseParams(unit));
     }
     length_ += n;

@@ -6,7 +6,8 @@
 // LlamaModel::ForwardLogits would.
 //
 // The same math as LlamaModel's forward (fp32 GEMMs, the families' qkv
-// extras, RoPE, grouped-query attention, SwiGLU), built from Backend ops; the
+// extras, RoPE, grouped-query attention, SwiGLU or the sparse layers' routed
+// experts through the same MoeMlp as training), built from Backend ops; the
 // attention softmax over the cache runs on the host (a [heads, new, length]
 // score block per layer), which keeps it backend-independent.
 //
@@ -25,6 +26,7 @@
 
 namespace shard {
 
+class MoeMlp;
 class QkvExtras;
 
 class KvDecoder {
@@ -48,7 +50,7 @@ class KvDecoder {
   KvDecoder(const LlamaConfig& config, Backend* backend, int64_t max_len, int64_t max_chunk);
   Status Allocate();
   // One block for the n new rows in x_ (in place: x_ becomes the block output).
-  void Block(const UnitWeights& w, int layer, int64_t n);
+  Status Block(const UnitWeights& w, int layer, int64_t n);
   // attn_[n, H*hd] = softmax(q k^T / sqrt(hd), causal over the cache) v.
   void Attention(int layer, int64_t n);
 
@@ -59,7 +61,8 @@ class KvDecoder {
   int64_t length_ = 0;
   int64_t score_entries_ = 0;
   std::unique_ptr<QkvExtras> extras_;
-  UnitWeights embed_w_, block_w_, head_w_;  // the unit in use of each kind (UnitAccess::ParamsDType)
+  UnitWeights embed_w_, block_w_, moe_w_, head_w_;  // the unit in use of each kind (UnitAccess::ParamsDType)
+  std::unique_ptr<MoeMlp> moe_;  // sparse layers' MLP (qwen3_moe, mixtral), else null
   std::vector<DeviceBuffer> k_cache_, v_cache_;  // per layer [max_len, KV*hd]
   DeviceBuffer x_, xn_, qkv_, attn_, gu_, h_, rstd_, scores_, logits_, rope_table_;
   DeviceBuffer tokens_, positions_;  // int32 [max_chunk]
