@@ -196,6 +196,7 @@ class LlamaModel {
   void LoraAdd(int layer, LoraTarget target, const float* x, int64_t n, float* y);
   void LoraGrad(int layer, LoraTarget target, const float* x, const float* dy, int64_t n, float* dx);
   bool LoraCallFor(int layer, LoraTarget target, LoraCall* call) const;
+  bool MoeLoraFor(int layer, MoeLora* m);  // the experts' adapters of a sparse layer (false: none)
   // Runs embedding + blocks; leaves the final hidden state in resid_[L].
   Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
   // Binds `weights` to a unit the access handed out (its ParamsDType), after

@@ -85,24 +85,46 @@ MoeRouting MoeMlp::Routing(Saved& s, int64_t n) const {
   return r;
 }
 
-void MoeMlp::ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp) {
+bool MoeMlp::LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const {
+  if (!lora) return false;
+  const LoraTensor* t = lora->layout->Expert(e, target);
+  if (!t) return false;
+  c->tensor = t;
+  c->r = lora->layout->r;
+  c->adapter = lora->adapter;
+  c->adapter_grad = lora->adapter_grad;
+  c->scale = lora->scale;
+  c->dropout = lora->dropout;
+  c->seed = LoraDropoutSeed(lora->dropout_seed, layer, target, e);
+  c->compute = md_;
+  c->saved_t = nullptr;  // recomputed in the backward
+  return true;
+}
+
+void MoeMlp::ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp, int layer, const MoeLora* lora) {
   const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
   const int64_t nk = s.n * config_.moe.experts_per_tok;
+  LoraCall c;
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;  // an expert no token chose: no GEMM
     // gate and up are adjacent: one [m, 2fe] GEMM.
     Linear(backend_, md_, xp + o * d, w.mat(ExpertTensor(e, kExpertGate)), m, d, 2 * fe, s.gu.data() + o * 2 * fe);
+    for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+      if (LoraCallFor(lora, layer, e, lt, &c)) LoraForward(backend_, c, xp + o * d, m, s.gu.data() + o * 2 * fe, *lora->scratch);
   }
   backend_->SwiGluForward(s.gu.data(), nk, static_cast<int>(fe), s.h.data());
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
-    if (m > 0) Linear(backend_, md_, s.h.data() + o * fe, w.mat(ExpertTensor(e, kExpertDown)), m, fe, d, s.y.data() + o * d);
+    if (m == 0) continue;
+    Linear(backend_, md_, s.h.data() + o * fe, w.mat(ExpertTensor(e, kExpertDown)), m, fe, d, s.y.data() + o * d);
+    if (LoraCallFor(lora, layer, e, LoraTarget::kDown, &c))
+      LoraForward(backend_, c, s.h.data() + o * fe, m, s.y.data() + o * d, *lora->scratch);
   }
 }
 
 Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn, int64_t n, const uint8_t* real,
-                       float* out) {
+                       float* out, const MoeLora* lora) {
   Saved& s = *saved_[set];
   const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
   const int64_t d = config_.hidden_size, nk = n * k;
@@ -119,7 +141,7 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
     for (int e = 0; e <= E; ++e) s.host_offsets[e] = static_cast<int32_t>(std::min(e, k) * n);
   if (counting_) RETURN_IF_ERROR(Count(r, layer, n, real));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
-  ExpertsForward(w, s, xp_.data());
+  ExpertsForward(w, s, xp_.data(), layer, lora);
   return backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out);
 }
 
@@ -148,16 +170,20 @@ Status MoeMlp::Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* r
   return OkStatus();
 }
 
-void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp) {
+void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp, int layer,
+                             const MoeLora* lora) {
   const auto& t = w.spec().tensors;
   const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
   const int64_t nk = s.n * config_.moe.experts_per_tok;
+  LoraCall c;
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;
     const int down = ExpertTensor(e, kExpertDown);
     LinearBackward(backend_, md_, s.h.data() + o * fe, w.mat(down), dy_.data() + o * d, m, fe, d, dh_.data() + o * fe,
                    dw ? dw + t[down].offset : nullptr);
+    if (LoraCallFor(lora, layer, e, LoraTarget::kDown, &c))
+      LoraBackward(backend_, c, s.h.data() + o * fe, dy_.data() + o * d, m, dh_.data() + o * fe, *lora->scratch);
   }
   backend_->SwiGluBackward(dh_.data(), s.gu.data(), nk, static_cast<int>(fe), dgu_.data());
   for (int e = 0; e < config_.moe.num_experts; ++e) {
@@ -166,11 +192,14 @@ void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, co
     const int gate = ExpertTensor(e, kExpertGate);  // gate then up: one [2fe, d] weight
     LinearBackward(backend_, md_, xp + o * d, w.mat(gate), dgu_.data() + o * 2 * fe, m, d, 2 * fe,
                    dxp_.data() + o * d, dw ? dw + t[gate].offset : nullptr);
+    for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+      if (LoraCallFor(lora, layer, e, lt, &c))
+        LoraBackward(backend_, c, xp + o * d, dgu_.data() + o * 2 * fe, m, dxp_.data() + o * d, *lora->scratch);
   }
 }
 
 Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, const float* xn, const float* dout,
-                        int64_t n, float* dxn) {
+                        int64_t n, float* dxn, const MoeLora* lora) {
   Saved& s = *saved_[set];
   const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
   const int64_t d = config_.hidden_size, nk = n * k;
@@ -179,7 +208,7 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
   RETURN_IF_ERROR(backend_->MoeUnpermuteBackward(dout, s.y.data(), r.perm, r.weight, nk, k, d, dy_.data(),
                                                  dweight_.data()));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
-  ExpertsBackward(w, dw, s, xp_.data());
+  ExpertsBackward(w, dw, s, xp_.data(), layer, lora);
   backend_->Fill(dxn, n * d, 0.0f);
   RETURN_IF_ERROR(backend_->MoeUnpermute(dxp_.data(), r.perm, nullptr, nk, k, d, dxn));
   // The aux loss's gradient reaches the softmax: d aux / d p[t, e] = E * F_e / (L * N) on real rows.

@@ -44,11 +44,8 @@ std::string DeviceFor(const DeviceSpec& device, const DistContext& d) {
 
 namespace {
 
-// A MoE model's aux-loss coefficient (0 for a dense one); what is not built for MoE yet is refused.
+// A MoE model's aux-loss coefficient (0 for a dense one).
 StatusOr<double> MoeAuxLossCoef(const JobConfig& job, const LlamaConfig& config) {
-  if (config.is_moe() && job.peft.enabled())
-    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
-                         " (mixture of experts) is not built yet (docs/moe.md)");
   return job.moe.AuxLossCoef(config);
 }
 
