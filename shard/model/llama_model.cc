@@ -173,6 +173,8 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
 
 void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
+void LlamaModel::SetMoeZLossGradScale(float scale) { if (moe_) moe_->SetZLossGradScale(scale); }
+double LlamaModel::moe_z_loss() const { return moe_ ? moe_->ZLoss() : 0.0; }
 void LlamaModel::ResetMoeStepStats() { if (moe_) moe_->ResetStepStats(); }
 MoeMlp::StepStats LlamaModel::moe_step_stats() const { return moe_ ? moe_->step_stats() : MoeMlp::StepStats{}; }
 std::vector<std::vector<double>> LlamaModel::moe_expert_counts() const {

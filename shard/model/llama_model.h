@@ -147,6 +147,9 @@ class LlamaModel {
   // dense model).
   void SetMoeAuxGradScale(float scale);
   double moe_aux_loss() const;
+  // The router z-loss (MoeMlp::ZLoss), the same way: scale * its gradient; counted while scale != 0.
+  void SetMoeZLossGradScale(float scale);
+  double moe_z_loss() const;
   // The step's routing statistics (MoeMlp::StepStats; empty for a dense model).
   void ResetMoeStepStats();
   MoeMlp::StepStats moe_step_stats() const;

@@ -1,6 +1,7 @@
 #include "shard/model/moe_mlp.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "shard/spec/param_layout.h"
 
@@ -68,6 +69,8 @@ StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(const LlamaConfig& c, Backend* 
   m->aux_count_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_prob_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_real_.assign(c.num_layers, 0.0);
+  m->z_lse_.assign(c.num_layers, {});
+  m->z_sum_.assign(c.num_layers, 0.0);
   return m;
 }
 
@@ -130,6 +133,7 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
   const int64_t d = config_.hidden_size, nk = n * k;
   s.n = n;
   Linear(backend_, md_, xn, w.mat(kRouter), n, d, E, logits_.data());
+  if (counting_ && z_scale_ != 0) CountZ(layer, n, real);
   const MoeRouting r = Routing(s, n);
   RETURN_IF_ERROR(backend_->MoeRoute(logits_.data(), r));
   if (md_ != DType::kF32) {  // transformers casts the routing weights to the compute dtype
@@ -219,6 +223,7 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
     dprobs = dprobs_.data();
   }
   RETURN_IF_ERROR(backend_->MoeRouteBackward(r, dweight_.data(), dprobs, logits_.data()));
+  if (z_scale_ != 0 && !z_lse_[layer].empty()) AddZGrad(s, layer, n, logits_.data());
   LinearBackward(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn,
                  dw ? dw + w.spec().tensors[kRouter].offset : nullptr, /*dx_beta=*/1.0f);
   return OkStatus();
@@ -231,6 +236,8 @@ void MoeMlp::ResetStepStats() {
   for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
   for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
   std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+  for (auto& v : z_lse_) v.clear();
+  std::fill(z_sum_.begin(), z_sum_.end(), 0.0);
 }
 
 MoeMlp::StepStats MoeMlp::step_stats() const {
@@ -248,6 +255,8 @@ void MoeMlp::ResetAux() {
   for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
   for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
   std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+  for (auto& v : z_lse_) v.clear();
+  std::fill(z_sum_.begin(), z_sum_.end(), 0.0);
   counting_ = true;
 }
 
@@ -283,6 +292,56 @@ std::vector<float> MoeMlp::AuxProbGrad(int64_t n) const {
   for (int64_t t = 0; t < n; ++t)
     if (real_.empty() || real_[t]) std::copy(row.begin(), row.end(), g.begin() + t * E);
   return g;
+}
+
+double MoeMlp::AuxRows() const {
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  return rows;
+}
+
+// Per real row t: lse_t = logsumexp_e logits[t, e] (fp32 logits, double sums).
+void MoeMlp::CountZ(int layer, int64_t n, const uint8_t* real) {
+  const int E = config_.moe.num_experts;
+  host_logits_.resize(n * E);
+  backend_->CopyToHost(host_logits_.data(), logits_.data(), n * E * sizeof(float));
+  std::vector<float>& lse = z_lse_[layer];
+  lse.assign(n, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    if (real && !real[t]) continue;
+    const float* x = host_logits_.data() + t * E;
+    const double mx = *std::max_element(x, x + E);
+    double z = 0;
+    for (int e = 0; e < E; ++e) z += std::exp(static_cast<double>(x[e]) - mx);
+    const double v = mx + std::log(z);
+    lse[t] = static_cast<float>(v);
+    z_sum_[layer] += v * v;
+  }
+}
+
+double MoeMlp::ZLoss() const {
+  const double rows = AuxRows();
+  double sum = 0;
+  for (double v : z_sum_) sum += v;
+  return rows > 0 ? sum / rows : 0;
+}
+
+// d z / d logits[t, e] = 2 · lse_t · softmax(logits_t)[e] / (L·N): the router's
+// softmax probabilities (probs, before the top-k) times the row's factor.
+void MoeMlp::AddZGrad(const Saved& s, int layer, int64_t n, float* dlogits) {
+  const int E = config_.moe.num_experts;
+  const double rows = AuxRows();
+  if (rows == 0) return;
+  host_probs_.resize(n * E);
+  backend_->CopyToHost(host_probs_.data(), s.probs.data(), n * E * sizeof(float));
+  const std::vector<float>& lse = z_lse_[layer];
+  std::vector<float> g(n * E);
+  for (int64_t t = 0; t < n; ++t) {
+    const double f = z_scale_ * 2.0 * lse[t] / rows;  // 0 on padding (lse 0)
+    for (int e = 0; e < E; ++e) g[t * E + e] = static_cast<float>(f * host_probs_[t * E + e]);
+  }
+  backend_->CopyToDevice(dprobs_.data(), g.data(), g.size() * sizeof(float));
+  backend_->Add(dlogits, dprobs_.data(), dlogits, n * E);
 }
 
 }  // namespace shard

@@ -71,6 +71,13 @@ class MoeMlp {
   // scale; 0 = none).
   double AuxLoss() const;
   void SetAuxGradScale(float scale) { aux_scale_ = scale; }
+  // The router z-loss (ST-MoE): the mean over the same rows as AuxLoss (every
+  // sparse layer's real tokens together) of logsumexp(router logits)^2.
+  // Counted while SetZLossGradScale's scale is nonzero; Backward then adds
+  // scale * its gradient to the router logits (scale = coefficient * the
+  // trainer's grad scale).
+  double ZLoss() const;
+  void SetZLossGradScale(float scale) { z_scale_ = scale; }
 
   // What the step's metrics show (StepMetrics' moe_* figures): since
   // ResetStepStats, the sum of every counted micro-batch's AuxLoss, how many
@@ -102,6 +109,11 @@ class MoeMlp {
   Status Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real);
   // aux_scale_ * d(aux)/d(probs) of `layer`'s n rows (zero on padding).
   std::vector<float> AuxProbGrad(int64_t n) const;
+  // The z-loss's statistics of `layer` from logits_ (real rows), and its
+  // gradient added into the router logits' gradient (dlogits, device).
+  void CountZ(int layer, int64_t n, const uint8_t* real);
+  void AddZGrad(const Saved& s, int layer, int64_t n, float* dlogits);
+  double AuxRows() const;
 
   LlamaConfig config_;
   Backend* backend_;
@@ -115,6 +127,10 @@ class MoeMlp {
   std::vector<int32_t> host_expert_;
   std::vector<uint8_t> real_;  // the micro-batch's real-row mask (empty: all real)
   float aux_scale_ = 0;
+  float z_scale_ = 0;
+  std::vector<std::vector<float>> z_lse_;  // per layer: logsumexp of each row's router logits (0 on padding)
+  std::vector<double> z_sum_;              // per layer: Σ lse^2 over real rows
+  std::vector<float> host_logits_;
   bool counting_ = true;
   StepStats step_;  // the micro-batches before the current one (load: all of them)
 };

@@ -40,15 +40,15 @@ struct LoraTensor {
 struct LoraLayout {
   int r = 0;
   std::vector<LoraTensor> tensors;  // a dense layer's adapters, storage order (same for every dense layer)
+  int64_t layer_numel = 0;          // floats per layer buffer
+  int num_layers = 0;
+  int64_t max_in = 0;               // widest adapter input (scratch sizing)
   // A sparse layer's: expert-major, per expert the targeted MLP projections in
   // storage order (the attention adapters are tensors' first, shared).
   std::vector<LoraTensor> experts;
   int expert_targets = 0;           // MLP targets per expert (experts.size() / num_experts)
   std::vector<uint8_t> sparse;      // per layer: 1 when it is a sparse (MoE) layer; empty for a dense model
   bool mixtral_names = false;       // PEFT names: block_sparse_moe.experts.{j}.w1/w3/w2
-  int64_t layer_numel = 0;          // floats per layer buffer
-  int num_layers = 0;
-  int64_t max_in = 0;               // widest adapter input (scratch sizing)
 
   static LoraLayout For(const LlamaConfig& config, const PeftConfig& peft);
   int64_t total_numel() const { return layer_numel * num_layers; }
