@@ -40,22 +40,22 @@ Status WritePeftAdapter(const std::string& dir, const PeftConfig& peft, const Lo
   cfg["modules_to_save"] = nullptr;
   cfg["base_model_name_or_path"] = base_model;
   std::vector<std::string> targets;
-  for (LoraTarget t : peft.target_modules) targets.push_back(LoraTargetName(t));
+  for (LoraTarget t : peft.target_modules) targets.push_back(PeftTargetName(layout, t));
   cfg["target_modules"] = targets;
   RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / kPeftConfigFile).string(), cfg.dump(2) + "\n"));
 
   std::vector<TensorDecl> decls;
   for (int l = 0; l < layout.num_layers; ++l)
-    for (const LoraTensor& t : layout.tensors) {
-      decls.push_back({PeftTensorName(l, t.target, false), {layout.r, t.in}});
-      decls.push_back({PeftTensorName(l, t.target, true), {t.out, layout.r}});
+    for (const LoraTensor& t : layout.LayerTensors(l)) {
+      decls.push_back({PeftTensorName(layout, l, t, false), {layout.r, t.in}});
+      decls.push_back({PeftTensorName(layout, l, t, true), {t.out, layout.r}});
     }
   ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create((fs::path(dir) / kPeftWeightsFile).string(), decls,
                                                                   dtype, {{"format", "pt"}}));
   for (int l = 0; l < layout.num_layers; ++l)
-    for (const LoraTensor& t : layout.tensors) {
-      RETURN_IF_ERROR(w.Write(PeftTensorName(l, t.target, false), layers[l].data() + t.a_offset));
-      RETURN_IF_ERROR(w.Write(PeftTensorName(l, t.target, true), layers[l].data() + t.b_offset));
+    for (const LoraTensor& t : layout.LayerTensors(l)) {
+      RETURN_IF_ERROR(w.Write(PeftTensorName(layout, l, t, false), layers[l].data() + t.a_offset));
+      RETURN_IF_ERROR(w.Write(PeftTensorName(layout, l, t, true), layers[l].data() + t.b_offset));
     }
   return w.Finish();
 }
@@ -189,9 +189,9 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
   // path) would be applied by PEFT and dropped here.
   if (!(a.targets.size() == 1 && a.targets[0] == "all-linear"))
     for (const std::string& t : a.targets)
-      if (!ParseEnum(kLoraTargetNames, t).ok())
+      if (!ParseLoraTargets({t}).ok())
         return InvalidArgument(a.path + ": target_modules: '" + t + "' is not a module shardd adapts (it adapts " +
-                               EnumChoices(kLoraTargetNames) + ")");
+                               EnumChoices(kLoraTargetNames) + "; mixtral's experts w1, w3, w2)");
   std::sort(a.targets.begin(), a.targets.end());
   return a;
 }
@@ -228,9 +228,10 @@ Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const Lor
     return InvalidArgument(cfg_path + ": r is " + std::to_string(a.cfg["r"].get<int64_t>()) +
                            " but the job's peft.r is " + std::to_string(peft.r));
   std::vector<std::string> ours;
-  for (LoraTarget t : peft.target_modules) ours.push_back(LoraTargetName(t));
+  for (LoraTarget t : peft.target_modules) ours.push_back(PeftTargetName(layout, t));
   std::sort(ours.begin(), ours.end());
-  if (a.targets != ours)
+  auto theirs_targets = ParseLoraTargets(a.targets);  // by module, whatever the family's spelling
+  if (!theirs_targets.ok() || *theirs_targets != peft.target_modules)
     return InvalidArgument(cfg_path + ": target_modules [" + Names(a.targets) + "] but the job's peft.target_modules is [" +
                            Names(ours) + "]");
   // The scale s = alpha/r (alpha/sqrt(r) with rsLoRA) is part of what the
@@ -249,9 +250,9 @@ Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const Lor
   layers->assign(layout.num_layers, std::vector<float>(layout.layer_numel, 0.0f));
   std::set<std::string> read;
   for (int l = 0; l < layout.num_layers; ++l)
-    for (const LoraTensor& t : layout.tensors) {
+    for (const LoraTensor& t : layout.LayerTensors(l)) {
       for (bool is_b : {false, true}) {
-        const std::string name = PeftTensorName(l, t.target, is_b);
+        const std::string name = PeftTensorName(layout, l, t, is_b);
         // PEFT also writes names with the adapter's name (".lora_A.default.weight") in some versions.
         std::string use = name;
         if (!f.Find(use)) {

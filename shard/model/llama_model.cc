@@ -173,6 +173,8 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
 
 void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
+void LlamaModel::SetMoeZLossGradScale(float scale) { if (moe_) moe_->SetZLossGradScale(scale); }
+double LlamaModel::moe_z_loss() const { return moe_ ? moe_->ZLoss() : 0.0; }
 void LlamaModel::ResetMoeStepStats() { if (moe_) moe_->ResetStepStats(); }
 MoeMlp::StepStats LlamaModel::moe_step_stats() const { return moe_ ? moe_->step_stats() : MoeMlp::StepStats{}; }
 std::vector<std::vector<double>> LlamaModel::moe_expert_counts() const {
@@ -210,7 +212,8 @@ Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& 
   }
   if (config_.sparse_layer(l)) {  // out = x_mid + MoE(xn2)
     backend_->Copy(out, a.x_mid.data(), n * d * sizeof(float));
-    return moe_->Forward(w, a.set, l, a.xn2.data(), n, b.real_rows, out);
+    MoeLora ml;
+    return moe_->Forward(w, a.set, l, a.xn2.data(), n, b.real_rows, out, MoeLoraFor(l, &ml) ? &ml : nullptr);
   }
   LinearForward(backend_, options_.matmul_dtype, a.xn2.data(), w.mat(kGate), n, d, 2 * f, a.gu.data());
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp}) LoraAdd(l, lt, a.xn2.data(), n, a.gu.data());
@@ -248,7 +251,8 @@ Status LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads&
 
   // MLP branch: out = x_mid + down(swiglu(gate_up(norm(x_mid)))), or x_mid + MoE(norm(x_mid)).
   if (c.sparse_layer(l)) {
-    RETURN_IF_ERROR(moe_->Backward(w, dw.f32, a.set, l, a.xn2.data(), dy, n, dxn));  // dw: fp32 (BlocksBackward)
+    MoeLora ml;  // dw: fp32 (BlocksBackward)
+    RETURN_IF_ERROR(moe_->Backward(w, dw.f32, a.set, l, a.xn2.data(), dy, n, dxn, MoeLoraFor(l, &ml) ? &ml : nullptr));
   } else {
     linear(a.h.data(), kDown, dy, f, d, dh);
     LoraGrad(l, LoraTarget::kDown, a.h.data(), dy, n, dh);
@@ -521,16 +525,18 @@ StatusOr<const float*> LlamaModel::ForwardLogits(const DeviceBatch& b, UnitAcces
 Status LlamaModel::SetLora(const LoraBinding* lora) {
   lora_ = nullptr;
   if (!lora) return OkStatus();
-  if (config_.is_moe())
-    return Unimplemented(std::string("model: LoRA on ") + config_.family_name() +
-                         " (mixture of experts) is not built yet (docs/moe.md)");
   const LoraLayout& l = lora->layout;
+  for (int i = 0; i < config_.num_layers; ++i)
+    if (l.sparse_layer(i) != config_.sparse_layer(i))
+      return InvalidArgument("model: LoRA binding's layout takes layer " + std::to_string(i) + " as " +
+                             (l.sparse_layer(i) ? "sparse" : "dense") + ", the model does not");
   if (l.num_layers != config_.num_layers || static_cast<int>(lora->params.size()) != config_.num_layers ||
       static_cast<int>(lora->grads.size()) != config_.num_layers)
     return InvalidArgument("model: LoRA binding has " + std::to_string(l.num_layers) + " layers (" +
                            std::to_string(lora->params.size()) + " buffers), the model " +
                            std::to_string(config_.num_layers));
-  if (l.r < 1 || l.tensors.empty()) return InvalidArgument("model: LoRA binding without adapters");
+  if (l.r < 1 || (l.tensors.empty() && l.experts.empty()))
+    return InvalidArgument("model: LoRA binding without adapters");
   for (const LoraTensor& t : l.tensors) {
     int64_t in = 0, out = 0;
     LoraTargetDims(config_, t.target, &in, &out);
@@ -568,6 +574,18 @@ bool LlamaModel::LoraCallFor(int layer, LoraTarget target, LoraCall* c) const {
   c->compute = options_.matmul_dtype;
   const int set = options_.activation_checkpointing ? 0 : layer;
   c->saved_t = lora_t_[set * lora_->layout.tensors.size() + i].data();
+  return true;
+}
+
+bool LlamaModel::MoeLoraFor(int layer, MoeLora* m) {
+  if (!lora_ || lora_->layout.experts.empty()) return false;
+  m->layout = &lora_->layout;
+  m->adapter = lora_->params[layer];
+  m->adapter_grad = lora_->grads[layer];
+  m->scale = lora_->scale;
+  m->dropout = training_ ? lora_->dropout : 0.0f;
+  m->dropout_seed = lora_->dropout_seed;
+  m->scratch = &lora_scratch_;
   return true;
 }
 

@@ -147,6 +147,9 @@ class LlamaModel {
   // dense model).
   void SetMoeAuxGradScale(float scale);
   double moe_aux_loss() const;
+  // The router z-loss (MoeMlp::ZLoss), the same way: scale * its gradient; counted while scale != 0.
+  void SetMoeZLossGradScale(float scale);
+  double moe_z_loss() const;
   // The step's routing statistics (MoeMlp::StepStats; empty for a dense model).
   void ResetMoeStepStats();
   MoeMlp::StepStats moe_step_stats() const;
@@ -196,6 +199,7 @@ class LlamaModel {
   void LoraAdd(int layer, LoraTarget target, const float* x, int64_t n, float* y);
   void LoraGrad(int layer, LoraTarget target, const float* x, const float* dy, int64_t n, float* dx);
   bool LoraCallFor(int layer, LoraTarget target, LoraCall* call) const;
+  bool MoeLoraFor(int layer, MoeLora* m);  // the experts' adapters of a sparse layer (false: none)
   // Runs embedding + blocks; leaves the final hidden state in resid_[L].
   Status ForwardTrunk(const DeviceBatch& b, UnitAccess& access, bool keep_for_backward);
   // Binds `weights` to a unit the access handed out (its ParamsDType), after

@@ -48,8 +48,9 @@ StatusOr<LoraScratch> LoraScratch::Create(Backend* backend, const LoraLayout& la
   return s;
 }
 
-uint64_t LoraDropoutSeed(uint64_t seed, int layer, LoraTarget target) {
-  return Mix(seed ^ Mix((static_cast<uint64_t>(layer) << 8) + static_cast<uint64_t>(target) + 1));
+uint64_t LoraDropoutSeed(uint64_t seed, int layer, LoraTarget target, int expert) {
+  const uint64_t key = Mix((static_cast<uint64_t>(layer) << 8) + static_cast<uint64_t>(target) + 1);
+  return Mix(seed ^ (expert < 0 ? key : Mix(key ^ (0xd70full << 32) ^ static_cast<uint64_t>(expert))));
 }
 
 void LoraForward(Backend* be, const LoraCall& c, const float* x, int64_t n, float* y, LoraScratch& s) {
@@ -129,10 +130,11 @@ void LoraBackward(Backend* be, const LoraCall& c, const float* x, const float* d
 }
 
 void InitLoraLayer(const LoraLayout& layout, LoraInit init, uint64_t seed, int layer, float* out) {
-  for (const LoraTensor& t : layout.tensors) {
-    // One generator per (seed, layer, target): independent of the targets chosen alongside.
-    std::mt19937_64 rng(Mix(seed ^ Mix(0x10a4ull + (static_cast<uint64_t>(layer) << 8) +
-                                       static_cast<uint64_t>(t.target))));
+  for (const LoraTensor& t : layout.LayerTensors(layer)) {
+    // One generator per (seed, layer, target[, expert]): independent of the targets chosen alongside.
+    uint64_t key = Mix(0x10a4ull + (static_cast<uint64_t>(layer) << 8) + static_cast<uint64_t>(t.target));
+    if (t.expert >= 0) key = Mix(key ^ (0xe8e7ull << 32) ^ static_cast<uint64_t>(t.expert));
+    std::mt19937_64 rng(Mix(seed ^ key));
     float* a = out + t.a_offset;
     const int64_t na = static_cast<int64_t>(layout.r) * t.in;
     if (init == LoraInit::kKaimingUniform) {
@@ -150,8 +152,8 @@ void InitLoraLayer(const LoraLayout& layout, LoraInit init, uint64_t seed, int l
 
 void MergeLoraLayer(const LoraLayout& layout, const UnitSpec& block, float scale, const float* adapter, float* unit) {
   const int r = layout.r;
-  for (const LoraTensor& t : layout.tensors) {
-    float* w = unit + block.tensors[LoraBaseTensor(t.target)].offset;
+  for (const LoraTensor& t : layout.LayerTensors(block.layer)) {
+    float* w = unit + block.tensors[LoraBaseIndex(t)].offset;
     const float* a = adapter + t.a_offset;
     const float* b = adapter + t.b_offset;
     std::vector<double> row(static_cast<size_t>(t.in));

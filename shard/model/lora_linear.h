@@ -42,8 +42,8 @@ struct LoraScratch {
                                       bool dropout = true);
 };
 
-// The seed of one wrapped linear's dropout mask.
-uint64_t LoraDropoutSeed(uint64_t seed, int layer, LoraTarget target);
+// The seed of one wrapped linear's dropout mask (expert: the expert whose projection it wraps).
+uint64_t LoraDropoutSeed(uint64_t seed, int layer, LoraTarget target, int expert = -1);
 
 struct LoraCall {
   const LoraTensor* tensor = nullptr;
@@ -70,8 +70,9 @@ void LoraBackward(Backend* be, const LoraCall& c, const float* x, const float* d
 // the base model. A pure function of (seed, layer, element), like InitUnitParams.
 void InitLoraLayer(const LoraLayout& layout, LoraInit init, uint64_t seed, int layer, float* out);
 
-// Host: W += s·B·A for every adapter of one layer, into that block unit's
-// flat buffer (ParamLayout order) — the merged export. Accumulates in double.
+// Host: W += s·B·A for every adapter of one layer (block.layer; experts
+// included), into that block unit's flat buffer (ParamLayout order) — the
+// merged export. Accumulates in double.
 void MergeLoraLayer(const LoraLayout& layout, const UnitSpec& block, float scale, const float* adapter, float* unit);
 
 }  // namespace shard

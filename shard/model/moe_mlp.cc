@@ -1,6 +1,7 @@
 #include "shard/model/moe_mlp.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "shard/spec/param_layout.h"
 
@@ -68,6 +69,8 @@ StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(const LlamaConfig& c, Backend* 
   m->aux_count_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_prob_.assign(c.num_layers, std::vector<double>(E, 0.0));
   m->aux_real_.assign(c.num_layers, 0.0);
+  m->z_lse_.assign(c.num_layers, {});
+  m->z_sum_.assign(c.num_layers, 0.0);
   return m;
 }
 
@@ -85,29 +88,52 @@ MoeRouting MoeMlp::Routing(Saved& s, int64_t n) const {
   return r;
 }
 
-void MoeMlp::ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp) {
+bool MoeMlp::LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const {
+  if (!lora) return false;
+  const LoraTensor* t = lora->layout->Expert(e, target);
+  if (!t) return false;
+  c->tensor = t;
+  c->r = lora->layout->r;
+  c->adapter = lora->adapter;
+  c->adapter_grad = lora->adapter_grad;
+  c->scale = lora->scale;
+  c->dropout = lora->dropout;
+  c->seed = LoraDropoutSeed(lora->dropout_seed, layer, target, e);
+  c->compute = md_;
+  c->saved_t = nullptr;  // recomputed in the backward
+  return true;
+}
+
+void MoeMlp::ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp, int layer, const MoeLora* lora) {
   const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
   const int64_t nk = s.n * config_.moe.experts_per_tok;
+  LoraCall c;
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;  // an expert no token chose: no GEMM
     // gate and up are adjacent: one [m, 2fe] GEMM.
     Linear(backend_, md_, xp + o * d, w.mat(ExpertTensor(e, kExpertGate)), m, d, 2 * fe, s.gu.data() + o * 2 * fe);
+    for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+      if (LoraCallFor(lora, layer, e, lt, &c)) LoraForward(backend_, c, xp + o * d, m, s.gu.data() + o * 2 * fe, *lora->scratch);
   }
   backend_->SwiGluForward(s.gu.data(), nk, static_cast<int>(fe), s.h.data());
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
-    if (m > 0) Linear(backend_, md_, s.h.data() + o * fe, w.mat(ExpertTensor(e, kExpertDown)), m, fe, d, s.y.data() + o * d);
+    if (m == 0) continue;
+    Linear(backend_, md_, s.h.data() + o * fe, w.mat(ExpertTensor(e, kExpertDown)), m, fe, d, s.y.data() + o * d);
+    if (LoraCallFor(lora, layer, e, LoraTarget::kDown, &c))
+      LoraForward(backend_, c, s.h.data() + o * fe, m, s.y.data() + o * d, *lora->scratch);
   }
 }
 
 Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn, int64_t n, const uint8_t* real,
-                       float* out) {
+                       float* out, const MoeLora* lora) {
   Saved& s = *saved_[set];
   const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
   const int64_t d = config_.hidden_size, nk = n * k;
   s.n = n;
   Linear(backend_, md_, xn, w.mat(kRouter), n, d, E, logits_.data());
+  if (counting_ && z_scale_ != 0) CountZ(layer, n, real);
   const MoeRouting r = Routing(s, n);
   RETURN_IF_ERROR(backend_->MoeRoute(logits_.data(), r));
   if (md_ != DType::kF32) {  // transformers casts the routing weights to the compute dtype
@@ -119,7 +145,7 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
     for (int e = 0; e <= E; ++e) s.host_offsets[e] = static_cast<int32_t>(std::min(e, k) * n);
   if (counting_) RETURN_IF_ERROR(Count(r, layer, n, real));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
-  ExpertsForward(w, s, xp_.data());
+  ExpertsForward(w, s, xp_.data(), layer, lora);
   return backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out);
 }
 
@@ -148,16 +174,20 @@ Status MoeMlp::Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* r
   return OkStatus();
 }
 
-void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp) {
+void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp, int layer,
+                             const MoeLora* lora) {
   const auto& t = w.spec().tensors;
   const int64_t d = config_.hidden_size, fe = config_.moe.expert_intermediate_size;
   const int64_t nk = s.n * config_.moe.experts_per_tok;
+  LoraCall c;
   for (int e = 0; e < config_.moe.num_experts; ++e) {
     const int64_t o = s.host_offsets[e], m = s.host_offsets[e + 1] - o;
     if (m == 0) continue;
     const int down = ExpertTensor(e, kExpertDown);
     LinearBackward(backend_, md_, s.h.data() + o * fe, w.mat(down), dy_.data() + o * d, m, fe, d, dh_.data() + o * fe,
                    dw ? dw + t[down].offset : nullptr);
+    if (LoraCallFor(lora, layer, e, LoraTarget::kDown, &c))
+      LoraBackward(backend_, c, s.h.data() + o * fe, dy_.data() + o * d, m, dh_.data() + o * fe, *lora->scratch);
   }
   backend_->SwiGluBackward(dh_.data(), s.gu.data(), nk, static_cast<int>(fe), dgu_.data());
   for (int e = 0; e < config_.moe.num_experts; ++e) {
@@ -166,11 +196,14 @@ void MoeMlp::ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, co
     const int gate = ExpertTensor(e, kExpertGate);  // gate then up: one [2fe, d] weight
     LinearBackward(backend_, md_, xp + o * d, w.mat(gate), dgu_.data() + o * 2 * fe, m, d, 2 * fe,
                    dxp_.data() + o * d, dw ? dw + t[gate].offset : nullptr);
+    for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+      if (LoraCallFor(lora, layer, e, lt, &c))
+        LoraBackward(backend_, c, xp + o * d, dgu_.data() + o * 2 * fe, m, dxp_.data() + o * d, *lora->scratch);
   }
 }
 
 Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, const float* xn, const float* dout,
-                        int64_t n, float* dxn) {
+                        int64_t n, float* dxn, const MoeLora* lora) {
   Saved& s = *saved_[set];
   const int E = config_.moe.num_experts, k = config_.moe.experts_per_tok;
   const int64_t d = config_.hidden_size, nk = n * k;
@@ -179,7 +212,7 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
   RETURN_IF_ERROR(backend_->MoeUnpermuteBackward(dout, s.y.data(), r.perm, r.weight, nk, k, d, dy_.data(),
                                                  dweight_.data()));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
-  ExpertsBackward(w, dw, s, xp_.data());
+  ExpertsBackward(w, dw, s, xp_.data(), layer, lora);
   backend_->Fill(dxn, n * d, 0.0f);
   RETURN_IF_ERROR(backend_->MoeUnpermute(dxp_.data(), r.perm, nullptr, nk, k, d, dxn));
   // The aux loss's gradient reaches the softmax: d aux / d p[t, e] = E * F_e / (L * N) on real rows.
@@ -190,6 +223,7 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
     dprobs = dprobs_.data();
   }
   RETURN_IF_ERROR(backend_->MoeRouteBackward(r, dweight_.data(), dprobs, logits_.data()));
+  if (z_scale_ != 0 && !z_lse_[layer].empty()) AddZGrad(s, layer, n, logits_.data());
   LinearBackward(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn,
                  dw ? dw + w.spec().tensors[kRouter].offset : nullptr, /*dx_beta=*/1.0f);
   return OkStatus();
@@ -202,6 +236,8 @@ void MoeMlp::ResetStepStats() {
   for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
   for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
   std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+  for (auto& v : z_lse_) v.clear();
+  std::fill(z_sum_.begin(), z_sum_.end(), 0.0);
 }
 
 MoeMlp::StepStats MoeMlp::step_stats() const {
@@ -219,6 +255,8 @@ void MoeMlp::ResetAux() {
   for (auto& v : aux_count_) std::fill(v.begin(), v.end(), 0.0);
   for (auto& v : aux_prob_) std::fill(v.begin(), v.end(), 0.0);
   std::fill(aux_real_.begin(), aux_real_.end(), 0.0);
+  for (auto& v : z_lse_) v.clear();
+  std::fill(z_sum_.begin(), z_sum_.end(), 0.0);
   counting_ = true;
 }
 
@@ -254,6 +292,56 @@ std::vector<float> MoeMlp::AuxProbGrad(int64_t n) const {
   for (int64_t t = 0; t < n; ++t)
     if (real_.empty() || real_[t]) std::copy(row.begin(), row.end(), g.begin() + t * E);
   return g;
+}
+
+double MoeMlp::AuxRows() const {
+  double rows = 0;
+  for (double r : aux_real_) rows += r;
+  return rows;
+}
+
+// Per real row t: lse_t = logsumexp_e logits[t, e] (fp32 logits, double sums).
+void MoeMlp::CountZ(int layer, int64_t n, const uint8_t* real) {
+  const int E = config_.moe.num_experts;
+  host_logits_.resize(n * E);
+  backend_->CopyToHost(host_logits_.data(), logits_.data(), n * E * sizeof(float));
+  std::vector<float>& lse = z_lse_[layer];
+  lse.assign(n, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    if (real && !real[t]) continue;
+    const float* x = host_logits_.data() + t * E;
+    const double mx = *std::max_element(x, x + E);
+    double z = 0;
+    for (int e = 0; e < E; ++e) z += std::exp(static_cast<double>(x[e]) - mx);
+    const double v = mx + std::log(z);
+    lse[t] = static_cast<float>(v);
+    z_sum_[layer] += v * v;
+  }
+}
+
+double MoeMlp::ZLoss() const {
+  const double rows = AuxRows();
+  double sum = 0;
+  for (double v : z_sum_) sum += v;
+  return rows > 0 ? sum / rows : 0;
+}
+
+// d z / d logits[t, e] = 2 · lse_t · softmax(logits_t)[e] / (L·N): the router's
+// softmax probabilities (probs, before the top-k) times the row's factor.
+void MoeMlp::AddZGrad(const Saved& s, int layer, int64_t n, float* dlogits) {
+  const int E = config_.moe.num_experts;
+  const double rows = AuxRows();
+  if (rows == 0) return;
+  host_probs_.resize(n * E);
+  backend_->CopyToHost(host_probs_.data(), s.probs.data(), n * E * sizeof(float));
+  const std::vector<float>& lse = z_lse_[layer];
+  std::vector<float> g(n * E);
+  for (int64_t t = 0; t < n; ++t) {
+    const double f = z_scale_ * 2.0 * lse[t] / rows;  // 0 on padding (lse 0)
+    for (int e = 0; e < E; ++e) g[t * E + e] = static_cast<float>(f * host_probs_[t * E + e]);
+  }
+  backend_->CopyToDevice(dprobs_.data(), g.data(), g.size() * sizeof(float));
+  backend_->Add(dlogits, dprobs_.data(), dlogits, n * E);
 }
 
 }  // namespace shard

@@ -20,10 +20,25 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/lora_linear.h"
 #include "shard/model/unit_weights.h"
 #include "shard/spec/llama_config.h"
 
 namespace shard {
+
+// LoRA on one sparse layer's experts (LoraLayout::experts): expert j's
+// adapter runs over j's contiguous rows, x_j·A_jᵀ·B_jᵀ added into the same
+// output columns as its base GEMM (gate, up into the fused [m, 2fe]; down
+// into [m, d]). The saved t is recomputed in the backward (no extra memory).
+struct MoeLora {
+  const LoraLayout* layout = nullptr;
+  const float* adapter = nullptr;  // the layer's buffer
+  float* adapter_grad = nullptr;   // null: no adapter gradients
+  float scale = 1.0f;
+  float dropout = 0.0f;            // 0: none (eval)
+  uint64_t dropout_seed = 0;       // LoraBinding::dropout_seed
+  LoraScratch* scratch = nullptr;
+};
 
 class MoeMlp {
  public:
@@ -37,13 +52,14 @@ class MoeMlp {
   // routing and the experts' activations in `set`. real: per row 1 for a real
   // token, 0 for padding (host memory; null: every row is real), for the
   // aux-loss counts of `layer`.
+  // lora: adapters on the experts (null: none).
   Status Forward(const UnitWeights& w, int set, int layer, const float* xn, int64_t n, const uint8_t* real,
-                 float* out);
+                 float* out, const MoeLora* lora = nullptr);
   // dxn[n, d] (overwritten) from dout[n, d]; the router's and the experts'
   // weight gradients are added into the block's fp32 gradient buffer dw at
   // the spec's offsets (null: frozen, none computed).
   Status Backward(const UnitWeights& w, float* dw, int set, int layer, const float* xn, const float* dout, int64_t n,
-                  float* dxn);
+                  float* dxn, const MoeLora* lora = nullptr);
 
   // Starts a micro-batch's aux-loss counts (call before the first Forward);
   // StopCounting: later Forwards (activation-checkpointing recomputes) count nothing.
@@ -55,6 +71,13 @@ class MoeMlp {
   // scale; 0 = none).
   double AuxLoss() const;
   void SetAuxGradScale(float scale) { aux_scale_ = scale; }
+  // The router z-loss (ST-MoE): the mean over the same rows as AuxLoss (every
+  // sparse layer's real tokens together) of logsumexp(router logits)^2.
+  // Counted while SetZLossGradScale's scale is nonzero; Backward then adds
+  // scale * its gradient to the router logits (scale = coefficient * the
+  // trainer's grad scale).
+  double ZLoss() const;
+  void SetZLossGradScale(float scale) { z_scale_ = scale; }
 
   // What the step's metrics show (StepMetrics' moe_* figures): since
   // ResetStepStats, the sum of every counted micro-batch's AuxLoss, how many
@@ -78,11 +101,19 @@ class MoeMlp {
   struct Saved;  // one set's routing and expert activations
   MoeRouting Routing(Saved& s, int64_t n) const;
   // The experts' GEMMs over their row blocks: y = x W^T per expert.
-  void ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp);
-  void ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp);
+  void ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp, int layer, const MoeLora* lora);
+  void ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp, int layer,
+                       const MoeLora* lora);
+  // Expert e's adapter on `target` as a LoraCall (false: none).
+  bool LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const;
   Status Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real);
   // aux_scale_ * d(aux)/d(probs) of `layer`'s n rows (zero on padding).
   std::vector<float> AuxProbGrad(int64_t n) const;
+  // The z-loss's statistics of `layer` from logits_ (real rows), and its
+  // gradient added into the router logits' gradient (dlogits, device).
+  void CountZ(int layer, int64_t n, const uint8_t* real);
+  void AddZGrad(const Saved& s, int layer, int64_t n, float* dlogits);
+  double AuxRows() const;
 
   LlamaConfig config_;
   Backend* backend_;
@@ -96,6 +127,10 @@ class MoeMlp {
   std::vector<int32_t> host_expert_;
   std::vector<uint8_t> real_;  // the micro-batch's real-row mask (empty: all real)
   float aux_scale_ = 0;
+  float z_scale_ = 0;
+  std::vector<std::vector<float>> z_lse_;  // per layer: logsumexp of each row's router logits (0 on padding)
+  std::vector<double> z_sum_;              // per layer: Σ lse^2 over real rows
+  std::vector<float> host_logits_;
   bool counting_ = true;
   StepStats step_;  // the micro-batches before the current one (load: all of them)
 };

@@ -46,8 +46,9 @@ LoraActivationElems LoraActivations(const LlamaConfig& config, int rank, const s
 
 int64_t FrozenUnitBytes(const UnitSpec& u, int64_t elems, double nf4_bits, int64_t other_bytes) {
   if (nf4_bits <= 0 || u.kind != UnitKind::kBlock) return elems * other_bytes;
-  int64_t linear = 0;
-  for (const auto& t : u.tensors) linear += t.shape.size() == 2 ? t.numel : 0;
+  int64_t linear = 0;  // what QloraUnitSpecs quantises: a sparse block's router stays unquantised
+  for (size_t i = 0; i < u.tensors.size(); ++i)
+    linear += u.tensors[i].shape.size() == 2 && !(u.sparse && static_cast<int>(i) == kRouter) ? u.tensors[i].numel : 0;
   const double frac = static_cast<double>(linear) / static_cast<double>(std::max<int64_t>(1, u.numel));
   return static_cast<int64_t>(static_cast<double>(elems) * (frac * nf4_bits / 8.0 + (1 - frac) * other_bytes));
 }

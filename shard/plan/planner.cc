@@ -124,9 +124,6 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
     return InvalidArgument("model: set model.preset or model.from_hf");
   }
   RETURN_IF_ERROR(w.model.Validate().WithContext("model"));
-  if (w.model.is_moe() && job.peft.enabled())  // the engine refuses it (LlamaModel::SetLora): nothing to price
-    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + w.model.family_name() +
-                         " (mixture of experts) is not built, so the planner does not price it (docs/moe.md)");
   RETURN_IF_ERROR(w.model.CheckSequenceLength(job.data.seq_len, "data.seq_len"));
   w.strategy = job.parallel.strategy;
   w.cpu_engine = cluster.cpu_only;

@@ -14,7 +14,11 @@ namespace {
 double LinearFraction(const LlamaConfig& c) {
   const double d = c.hidden_size, f = c.intermediate_size;
   const double hq = static_cast<double>(c.num_heads) * c.head_dim(), kv = static_cast<double>(c.num_kv_heads) * c.head_dim();
-  const double linear = c.num_layers * (d * hq * 2 + d * kv * 2 + 3 * d * f);
+  // QLoRA's NF4 share: the attention and MLP matrices; a sparse layer's
+  // experts (E x 3·d·fe), not its router.
+  const double ns = c.is_moe() ? c.num_sparse_layers() : 0;
+  const double experts = static_cast<double>(c.moe.num_experts) * 3 * d * c.moe.expert_intermediate_size;
+  const double linear = c.num_layers * (d * hq * 2 + d * kv * 2) + (c.num_layers - ns) * 3 * d * f + ns * experts;
   return linear / static_cast<double>(c.NumParams());
 }
 

@@ -5,6 +5,15 @@
 // qkv_dim columns, gate,up one of 2*ffn), so the model can add an adapter's
 // product straight into its column range. Pure arithmetic on a LlamaConfig and
 // a PeftConfig, shared by the model, the trainer and PEFT import/export.
+//
+// Mixture of experts (qwen3_moe, mixtral): on a sparse layer the MLP targets
+// (gate_proj, up_proj, down_proj; mixtral's w1, w3, w2) wrap every expert's
+// projection, as PEFT's suffix match does: the layer's buffer holds the
+// attention adapters (the same offsets as a dense layer's), then per expert j
+// its gate, up, down adapters (`experts`). A dense layer of a MoE model (not
+// sparse_layer) holds `tensors`. Every layer buffer is layer_numel floats (the
+// larger of the two; a model whose layers are all sparse wastes nothing). The
+// router is never adapted (frozen under peft:).
 #pragma once
 
 #include <cstdint>
@@ -25,19 +34,32 @@ struct LoraTensor {
   int64_t fused_col = 0;    // its first column there
   int64_t a_offset = 0;     // A [r, in] in the layer's flat buffer
   int64_t b_offset = 0;     // B [out, r]
+  int expert = -1;          // the expert whose projection it wraps (sparse layers), else -1
 };
 
 struct LoraLayout {
   int r = 0;
-  std::vector<LoraTensor> tensors;  // one layer's adapters, storage order (same for every layer)
+  std::vector<LoraTensor> tensors;  // a dense layer's adapters, storage order (same for every dense layer)
   int64_t layer_numel = 0;          // floats per layer buffer
   int num_layers = 0;
   int64_t max_in = 0;               // widest adapter input (scratch sizing)
+  // A sparse layer's: expert-major, per expert the targeted MLP projections in
+  // storage order (the attention adapters are tensors' first, shared).
+  std::vector<LoraTensor> experts;
+  int expert_targets = 0;           // MLP targets per expert (experts.size() / num_experts)
+  std::vector<uint8_t> sparse;      // per layer: 1 when it is a sparse (MoE) layer; empty for a dense model
+  bool mixtral_names = false;       // PEFT names: block_sparse_moe.experts.{j}.w1/w3/w2
 
   static LoraLayout For(const LlamaConfig& config, const PeftConfig& peft);
   int64_t total_numel() const { return layer_numel * num_layers; }
   // Index into tensors of `target`, or -1 when it has no adapter.
   int Find(LoraTarget target) const;
+  bool sparse_layer(int layer) const { return !sparse.empty() && sparse[layer]; }
+  // Layer `layer`'s adapters in storage order (a sparse layer: the attention
+  // ones, then the experts').
+  std::vector<LoraTensor> LayerTensors(int layer) const;
+  // Expert e's adapter on `target` (a sparse layer), or null.
+  const LoraTensor* Expert(int e, LoraTarget target) const;
 };
 
 // The input and output features of `target` in a Llama block.
@@ -48,5 +70,15 @@ BlockTensor LoraBaseTensor(LoraTarget target);
 
 // PEFT's tensor name: "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
 std::string PeftTensorName(int layer, LoraTarget target, bool is_b);
+// The same for any adapter of a layout, experts included:
+// "base_model.model.model.layers.3.mlp.experts.5.down_proj.lora_B.weight",
+// mixtral "...layers.3.block_sparse_moe.experts.5.w2.lora_B.weight".
+std::string PeftTensorName(const LoraLayout& layout, int layer, const LoraTensor& t, bool is_b);
+// The target's module name as the family writes it (mixtral experts: w1, w3, w2).
+const char* PeftTargetName(const LoraLayout& layout, LoraTarget target);
+
+// The block tensor index (UnitSpec::tensors) an adapter wraps: an expert's
+// projection (ExpertTensor) or the dense LoraBaseTensor.
+int LoraBaseIndex(const LoraTensor& t);
 
 }  // namespace shard

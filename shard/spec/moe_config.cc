@@ -13,13 +13,13 @@ Status MoeConfig::Validate() const {
   if (!absent && !(std::isfinite(aux_loss_coef) && aux_loss_coef >= 0 && aux_loss_coef <= 100))
     return InvalidArgument("moe.aux_loss_coef must be a number in [0, 100] (transformers' default 0.001), got " +
                            std::to_string(aux_loss_coef));
-  if (!std::isfinite(z_loss_coef) || z_loss_coef < 0)
-    return InvalidArgument("moe.z_loss_coef must be a number >= 0, got " + std::to_string(z_loss_coef));
-  if (z_loss_coef != 0)
-    return Unimplemented("moe.z_loss_coef " + std::to_string(z_loss_coef) +
-                         ": the router z-loss is not built yet (use 0)");
+  if (!(std::isfinite(z_loss_coef) && z_loss_coef >= 0 && z_loss_coef <= 100))
+    return InvalidArgument("moe.z_loss_coef must be a number in [0, 100] (ST-MoE uses 0.001), got " +
+                           std::to_string(z_loss_coef));
   return OkStatus();
 }
+
+double MoeConfig::ZLossCoef(const LlamaConfig& model) const { return model.is_moe() ? z_loss_coef : 0.0; }
 
 double MoeConfig::AuxLossCoef(const LlamaConfig& model) const {
   if (!model.is_moe()) return 0;

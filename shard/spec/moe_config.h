@@ -7,7 +7,9 @@
 // layers of a micro-batch together, padding excluded), averaged over the
 // step's micro-batches. Absent, it is transformers' default: the config's
 // router_aux_loss_coef when output_router_logits is true, else 0.
-// z_loss_coef (ST-MoE's router z-loss) is not built yet: only 0 is accepted.
+// z_loss_coef multiplies ST-MoE's router z-loss: the mean over the same rows
+// (every sparse layer's real tokens) of logsumexp(router logits)^2, averaged
+// over the step's micro-batches as the aux loss is. Default 0 (off).
 #pragma once
 
 #include "shard/common/status.h"
@@ -24,6 +26,7 @@ struct MoeConfig {
   Status Validate() const;
   // The coefficient in effect for `model`.
   double AuxLossCoef(const LlamaConfig& model) const;
+  double ZLossCoef(const LlamaConfig& model) const;  // 0 for a dense model
 };
 
 // Maps the job file's moe: section (absent: the defaults).

@@ -54,9 +54,13 @@ StatusOr<std::vector<LoraTarget>> ParseLoraTargets(const std::vector<std::string
   if (names.empty()) return InvalidArgument("names no module (give a list of names or \"all-linear\")");
   for (const auto& n : names) {
     auto t = ParseEnum(kLoraTargetNames, n);
+    // Mixtral's experts name their projections w1 (gate), w3 (up), w2 (down).
+    if (!t.ok() && n == "w1") t = LoraTarget::kGate;
+    if (!t.ok() && n == "w3") t = LoraTarget::kUp;
+    if (!t.ok() && n == "w2") t = LoraTarget::kDown;
     if (!t.ok())
       return InvalidArgument("'" + n + "' names nothing in the model (a Llama block has: " +
-                             EnumChoices(kLoraTargetNames) + "; or \"all-linear\")");
+                             EnumChoices(kLoraTargetNames) + "; mixtral's experts: w1, w3, w2; or \"all-linear\")");
     if (std::find(out.begin(), out.end(), *t) != out.end())
       return InvalidArgument("'" + n + "' is listed twice");
     out.push_back(*t);

@@ -56,6 +56,7 @@ RunKeys RunKeysOf(const JobConfig& job) {
   // Another aux-loss weight is another run (only present when moe.aux_loss_coef
   // is set; absent, the model's config decides it and model.* names the model).
   if (job.moe.aux_loss_coef >= 0) k["moe.aux_loss_coef"] = Num(job.moe.aux_loss_coef);
+  if (job.moe.z_loss_coef != 0) k["moe.z_loss_coef"] = Num(job.moe.z_loss_coef);  // absent when off
   // Another objective is another run (only present with preference:, so SFT
   // runs keep their fingerprints).
   if (job.preference.enabled()) {

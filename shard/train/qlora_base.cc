@@ -10,8 +10,13 @@ std::vector<Nf4UnitSpec> QloraUnitSpecs(const ParamLayout& layout) {
     const UnitSpec& unit = layout.units[u];
     if (unit.kind != UnitKind::kBlock) continue;
     specs[u].quantize = true;
-    for (const TensorSpec& t : unit.tensors)
-      if (t.shape.size() != 2) specs[u].keep.emplace_back(t.offset, t.numel);
+    for (size_t i = 0; i < unit.tensors.size(); ++i) {
+      const TensorSpec& t = unit.tensors[i];
+      // Norms stay fp32, and so does a sparse block's router: its top-k picks
+      // experts, which NF4's rounding would flip; it is small (E x d).
+      if (t.shape.size() != 2 || (unit.sparse && static_cast<int>(i) == kRouter))
+        specs[u].keep.emplace_back(t.offset, t.numel);
+    }
     std::sort(specs[u].keep.begin(), specs[u].keep.end());
   }
   return specs;

@@ -1,5 +1,6 @@
 #include "shard/train/trainer.h"
 
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
+#include "shard/common/format_number.h"
 #include "shard/common/logging.h"
 #include "shard/data/prepare_sft.h"
 #include "shard/data/sampler.h"
@@ -44,12 +46,18 @@ std::string DeviceFor(const DeviceSpec& device, const DistContext& d) {
 
 namespace {
 
-// A MoE model's aux-loss coefficient (0 for a dense one); what is not built for MoE yet is refused.
+// A MoE model's aux-loss coefficient (0 for a dense one). Preference
+// objectives add no load-balancing loss (their pair rows carry no padding
+// mask): a nonzero coefficient there is refused rather than ignored.
 StatusOr<double> MoeAuxLossCoef(const JobConfig& job, const LlamaConfig& config) {
-  if (config.is_moe() && job.peft.enabled())
-    return Unimplemented(std::string("peft: LoRA/QLoRA on ") + config.family_name() +
-                         " (mixture of experts) is not built yet (docs/moe.md)");
-  return job.moe.AuxLossCoef(config);
+  const double coef = job.moe.AuxLossCoef(config);
+  for (auto [key, v] : {std::pair<const char*, double>{"aux_loss_coef", coef}, {"z_loss_coef", job.moe.ZLossCoef(config)}})
+    if (v != 0 && job.preference.enabled())
+      return Unimplemented(std::string("moe.") + key + " " + BoundedNumber(v) +
+                           ": the router losses are not applied under preference: " +
+                           PreferenceMethodName(job.preference.method) + " (pair rows carry no padding mask yet); set " +
+                           key + ": 0 (docs/moe.md)");
+  return coef;
 }
 
 }  // namespace
@@ -65,6 +73,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
   std::unique_ptr<Trainer> t(new Trainer(job, dist));
   RETURN_IF_ERROR(t->Init());
   ASSIGN_OR_RETURN(t->moe_aux_coef_, MoeAuxLossCoef(job, t->model_->config()));
+  t->moe_z_coef_ = job.moe.ZLossCoef(t->model_->config());
   return t;
 }
 

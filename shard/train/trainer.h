@@ -246,6 +246,8 @@ class Trainer {
   // this step's gradient factor for it, and the micro-batch's real-row mask.
   double moe_aux_coef_ = 0;
   float moe_aux_scale_ = 0;
+  double moe_z_coef_ = 0;  // the router z-loss's (moe.z_loss_coef)
+  float moe_z_scale_ = 0;
   std::vector<uint8_t> h_real_;
   // Rows of the loaded micro-batch that are real tokens (padding: a segment without targets).
   const uint8_t* RealRows(int64_t rows);

@@ -39,15 +39,17 @@ StatusOr<StepMetrics> Trainer::Step() {
   const double loss_scale = scaler_->scale();
   const float grad_scale = static_cast<float>(loss_scale) * (1.0f / static_cast<float>(gb.target_tokens));
   objective_->BeginStep(tc.global_batch, loss_scale);
-  if (moe_aux_coef_ > 0) {
-    // The aux loss is a mean per micro-batch, averaged over the step's micro-batches on every rank
+  if (moe_aux_coef_ > 0 || moe_z_coef_ > 0) {
+    // The aux (and z) loss is a mean per micro-batch, averaged over the step's micro-batches on every rank
     // (gradients are summed over ranks, as the token-normalised loss's are).
     int64_t micro_batches = 0;
     for (int r = 0; r < dist_.world; ++r) {
       const BatchSlice s = RankSlice(tc.global_batch, r, dist_.world);
       micro_batches += (s.end - s.begin + tc.micro_batch - 1) / tc.micro_batch;
     }
-    moe_aux_scale_ = static_cast<float>(moe_aux_coef_ * loss_scale / static_cast<double>(std::max<int64_t>(1, micro_batches)));
+    const double per = loss_scale / static_cast<double>(std::max<int64_t>(1, micro_batches));
+    moe_aux_scale_ = static_cast<float>(moe_aux_coef_ * per);
+    moe_z_scale_ = static_cast<float>(moe_z_coef_ * per);
   }
   model_->ResetMoeStepStats();  // a sparse model's routing figures (moe_step_figures.h)
   ASSIGN_OR_RETURN(double local_loss, ForwardBackward(grad_scale));
@@ -107,8 +109,9 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     b.targets = d_targets_.as_int();
     b.positions = d_pos_.as_int();
     b.segment_ids = data_->segmented() ? d_seg_.as_int() : nullptr;
-    if (moe_aux_coef_ > 0) {
+    if (moe_aux_coef_ > 0 || moe_z_coef_ > 0) {
       model_->SetMoeAuxGradScale(objective_->moe_aux_loss() ? moe_aux_scale_ : 0.0f);
+      model_->SetMoeZLossGradScale(objective_->moe_aux_loss() ? moe_z_scale_ : 0.0f);
       b.real_rows = RealRows(b.rows());
     }
     runtime_->BeginMicroBatch();

@@ -286,6 +286,7 @@ struct MoeCase {
   std::vector<int> mlp_only;  // qwen3_moe: dense layers
   float aux_scale;            // 0: no aux gradient
   bool padding;               // the last rows are padding (excluded from the aux loss)
+  float z_scale = 0;          // the router z-loss's gradient scale (0: off)
 };
 
 void PrintTo(const MoeCase& k, std::ostream* os) { *os << k.name; }
@@ -312,12 +313,13 @@ LlamaConfig TinyMoe(const MoeCase& k) {
 }
 
 struct MoeRun {
-  double loss = 0, aux = 0;
+  double loss = 0, aux = 0, z = 0;
   std::vector<std::vector<float>> grads;
 };
 
 MoeRun RunMoeModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const std::vector<uint8_t>& real,
-                   const std::vector<std::vector<float>>& units, bool checkpointing, float aux_scale) {
+                   const std::vector<std::vector<float>>& units, bool checkpointing, float aux_scale,
+                   float z_scale = 0) {
   auto backend = CreateBackend("cpu");
   EXPECT_TRUE(backend.ok());
   ModelOptions mo;
@@ -332,11 +334,13 @@ MoeRun RunMoeModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const 
   DeviceBatch b{rb.B, rb.T, rb.tokens.data(), rb.targets.data(), rb.positions.data(), nullptr};
   b.real_rows = real.empty() ? nullptr : real.data();
   (*model)->SetMoeAuxGradScale(aux_scale);
+  (*model)->SetMoeZLossGradScale(z_scale);
   auto loss = (*model)->ForwardBackward(b, **params, 0.5f);
   EXPECT_TRUE(loss.ok()) << loss.status().ToString();
   MoeRun r;
   r.loss = loss.ok() ? *loss : 0;
   r.aux = (*model)->moe_aux_loss();
+  r.z = (*model)->moe_z_loss();
   for (int u = 0; u < (*model)->layout().num_units(); ++u)
     r.grads.emplace_back((*params)->grads(u), (*params)->grads(u) + (*model)->layout().units[u].numel);
   return r;
@@ -371,17 +375,22 @@ TEST_P(MoeParityTest, LossAuxAndGradientsMatchTheReference) {
     rb.positions.push_back(i % rb.T);
     if (k.padding) real.push_back(pad ? 0 : 1);
   }
+  double ref_z = 0;
   auto total = [&](double* aux_out) {
     testing_ref::RefMoeAux aux;
     aux.real = real;
     const double ce = testing_ref::LossSum(c, layout, ref, rb, {}, &aux);
     const double a = aux.Loss(c.moe.num_experts);
-    if (aux_out) *aux_out = a;
-    return 0.5 * ce + k.aux_scale * a;
+    if (aux_out) *aux_out = a, ref_z = aux.ZLoss();
+    return 0.5 * ce + k.aux_scale * a + k.z_scale * aux.ZLoss();
   };
-  const MoeRun r = RunMoeModel(c, rb, real, units, false, k.aux_scale);
+  const MoeRun r = RunMoeModel(c, rb, real, units, false, k.aux_scale, k.z_scale);
   double ref_aux = 0;
   total(&ref_aux);
+  if (k.z_scale != 0) {
+    EXPECT_GT(ref_z, 0);
+    EXPECT_NEAR(r.z, ref_z, 1e-5 * ref_z) << k.name;
+  }
   const double ref_loss = testing_ref::LossSum(c, layout, ref, rb);
   const double loss_err = std::abs(r.loss - ref_loss) / std::abs(ref_loss);
   EXPECT_LT(loss_err, 1e-5) << k.name;
@@ -407,7 +416,7 @@ TEST_P(MoeParityTest, LossAuxAndGradientsMatchTheReference) {
         ++checked;
       }
   // Activation checkpointing recomputes the same forward (and counts the aux loss once).
-  const MoeRun ck = RunMoeModel(c, rb, real, units, true, k.aux_scale);
+  const MoeRun ck = RunMoeModel(c, rb, real, units, true, k.aux_scale, k.z_scale);
   EXPECT_EQ(ck.loss, r.loss);
   EXPECT_EQ(ck.aux, r.aux);
   for (int u = 0; u < layout.num_units(); ++u) EXPECT_EQ(ck.grads[u], r.grads[u]) << k.name << " unit " << u;
@@ -421,7 +430,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MoeCase{"qwen3_moe_norm_topk", ModelFamily::kQwen3Moe, true, {}, 0.0f, false},
                       MoeCase{"qwen3_moe_no_norm_dense_mid", ModelFamily::kQwen3Moe, false, {1}, 0.0f, false},
                       MoeCase{"qwen3_moe_aux_padding", ModelFamily::kQwen3Moe, true, {1}, 0.7f, true},
-                      MoeCase{"mixtral_aux", ModelFamily::kMixtral, true, {}, 0.7f, false}),
+                      MoeCase{"mixtral_aux", ModelFamily::kMixtral, true, {}, 0.7f, false},
+                      MoeCase{"qwen3_moe_z_aux_padding", ModelFamily::kQwen3Moe, true, {1}, 0.7f, true, 0.4f},
+                      MoeCase{"mixtral_z_only", ModelFamily::kMixtral, true, {}, 0.0f, false, 0.4f}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -80,6 +80,7 @@ struct RefMoeAux {
   std::vector<uint8_t> real;  // per row; empty: all real
   std::vector<std::vector<double>> probs;  // one entry per (sparse layer, real token): [E]
   std::vector<std::vector<int>> chosen;    // [k]
+  std::vector<double> lse;                 // logsumexp of the router logits (the z-loss)
   // transformers' load_balancing_loss_func: E * Σ_e (share of assignments to e) * (mean prob of e).
   double Loss(int E) const {
     const double rows = static_cast<double>(probs.size());
@@ -93,6 +94,12 @@ struct RefMoeAux {
       loss += (f / rows) * (pe / rows);
     }
     return rows > 0 ? loss * E : 0;
+  }
+  // ST-MoE's router z-loss: the mean over the same rows of lse^2.
+  double ZLoss() const {
+    double s = 0;
+    for (double v : lse) s += v * v;
+    return lse.empty() ? 0 : s / static_cast<double>(lse.size());
   }
 };
 
@@ -126,7 +133,8 @@ inline std::vector<double> MoeMlpRef(const LlamaConfig& c, const ParamLayout& la
     idx.resize(K);
     double s = 0;
     for (int e : idx) s += pr[e];
-    if (aux && (aux->real.empty() || aux->real[r])) aux->probs.push_back(pr), aux->chosen.push_back(idx);
+    if (aux && (aux->real.empty() || aux->real[r]))
+      aux->probs.push_back(pr), aux->chosen.push_back(idx), aux->lse.push_back(mx + std::log(z));
     std::vector<double> xr(x.begin() + r * d, x.begin() + (r + 1) * d);
     for (int e : idx) {
       const double w = (mixtral || c.moe.norm_topk_prob) ? pr[e] / s : pr[e];

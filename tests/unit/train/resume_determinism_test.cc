@@ -9,7 +9,8 @@
 //     summation-order tolerance stated below;
 //   * the data position: the resumed run's losses are those of the same steps
 //     of the uninterrupted run (a wrong sampler cursor changes them at once);
-//   * a damaged newest step is skipped in favour of the previous one.
+//   * a damaged newest step is skipped in favour of the previous one;
+//   * the same for a mixture-of-experts model (tiny-qwen3-moe, router losses on).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -96,6 +97,7 @@ struct Opts {
   int memory_every = 0;       // checkpoint.memory.every_steps (0 = no memory tier)
   std::string memory_dir;     // checkpoint.memory.dir
   int memory_keep_last = 2;
+  std::string preset = "tiny";  // tiny-qwen3-moe: the MoE runs (aux and z losses on)
 };
 
 // A model's full state: unpadded params (gathered), Adam m and v per unit.
@@ -140,7 +142,8 @@ RunResult Train(const Opts& o) {
     sets.push_back("checkpoint.memory.dir=" + o.memory_dir);
     sets.push_back("checkpoint.memory.keep_last=" + std::to_string(o.memory_keep_last));
   }
-  const std::string yaml = "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +
+  const std::string moe = o.preset == "tiny" ? "" : "moe: {aux_loss_coef: 0.01, z_loss_coef: 0.001}\n";
+  const std::string yaml = "name: t\nmodel: {preset: " + o.preset + "}\n" + moe + "data: {tokens: " + Tokens() +
                            ", seq_len: 32, shuffle: true}\ntrain: {global_batch: 12, micro_batch: 2, lr: 3.0e-3, "
                            "warmup_steps: 2, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0, log_every: 1000}\n"
                            "resources: {device: cpu}\n";
@@ -259,20 +262,22 @@ void ExpectSameLosses(const RunResult& straight, const RunResult& resumed, int64
 }
 
 // Same world size: train straight vs. checkpoint at k, die at k+1, resume.
-void SameWorld(int world, bool async) {
-  const std::string what = "W=" + std::to_string(world) + (async ? " async" : " sync");
+void SameWorld(int world, bool async, const std::string& preset = "tiny") {
+  const std::string what = preset + " W=" + std::to_string(world) + (async ? " async" : " sync");
   SCOPED_TRACE(what);
-  const RunResult straight = Train({.world = world, .async = async});
+  const RunResult straight = Train({.world = world, .async = async, .preset = preset});
   ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
   const std::string dir = NewCkptDir("same" + std::to_string(world));
-  const RunResult first = Train({.world = world, .async = async, .ckpt_dir = dir, .every = 2, .stop_after = 3});
+  const RunResult first =
+      Train({.world = world, .async = async, .ckpt_dir = dir, .every = 2, .stop_after = 3, .preset = preset});
   // The interrupted run so far equals the straight run bitwise.
   for (int s = 1; s <= 3; ++s) EXPECT_EQ(first.losses.at(s), straight.losses.at(s));
   auto latest = FindLatestGoodStep(dir + "/t", true);
   ASSERT_TRUE(latest.ok()) << latest.status().ToString();
   EXPECT_EQ(fs::path(*latest).filename(), StepDirName(2));
 
-  const RunResult resumed = Train({.world = world, .async = async, .ckpt_dir = dir, .every = 2, .resume = "auto"});
+  const RunResult resumed =
+      Train({.world = world, .async = async, .ckpt_dir = dir, .every = 2, .resume = "auto", .preset = preset});
   EXPECT_EQ(resumed.start_step, 2);
   ExpectSameLosses(straight, resumed, 2, /*bitwise=*/true, what);
   ExpectBitwise(straight.final, resumed.final, what);
@@ -286,14 +291,17 @@ TEST(ResumeDeterminismTest, SameWorldOneRankSyncIsBitwiseIdentical) { SameWorld(
 TEST(ResumeDeterminismTest, SameWorldTwoRanksAsyncIsBitwiseIdentical) { SameWorld(2, true); }
 
 // Saved by one layout, resumed by another.
-void CrossLayout(int w_save, const std::string& s_save, int w_load, const std::string& s_load) {
-  const std::string what = s_save + " W=" + std::to_string(w_save) + " -> " + s_load + " W=" + std::to_string(w_load);
+void CrossLayout(int w_save, const std::string& s_save, int w_load, const std::string& s_load,
+                 const std::string& preset = "tiny") {
+  const std::string what =
+      preset + " " + s_save + " W=" + std::to_string(w_save) + " -> " + s_load + " W=" + std::to_string(w_load);
   SCOPED_TRACE(what);
-  const RunResult straight = Train({.world = w_save, .strategy = s_save});
+  const RunResult straight = Train({.world = w_save, .strategy = s_save, .preset = preset});
   const std::string dir = NewCkptDir("cross");
-  const RunResult first =
-      Train({.world = w_save, .strategy = s_save, .ckpt_dir = dir, .every = 2, .stop_after = 3, .snapshot_at = 2});
-  const RunResult resumed = Train({.world = w_load, .strategy = s_load, .ckpt_dir = dir, .every = 2, .resume = "auto"});
+  const RunResult first = Train({.world = w_save, .strategy = s_save, .ckpt_dir = dir, .every = 2, .stop_after = 3,
+                                 .snapshot_at = 2, .preset = preset});
+  const RunResult resumed = Train(
+      {.world = w_load, .strategy = s_load, .ckpt_dir = dir, .every = 2, .resume = "auto", .preset = preset});
   EXPECT_EQ(resumed.start_step, 2);
   // Resharding moves bytes only: what was loaded is exactly what was saved.
   ExpectBitwise(first.snapshot, resumed.start, what + " (loaded state)");
@@ -309,6 +317,11 @@ void CrossLayout(int w_save, const std::string& s_save, int w_load, const std::s
 }
 
 TEST(ResumeDeterminismTest, TwoRanksResumedOnOne) { CrossLayout(2, "full_shard", 1, "full_shard"); }
+// Mixture of experts (tiny-qwen3-moe, aux and z losses on): the experts are
+// in their layer's unit, so resume is the dense path's: bitwise at the same
+// world size, and 2 -> 1 ranks within the same tolerances.
+TEST(ResumeDeterminismTest, MoeSameWorldTwoRanksIsBitwiseIdentical) { SameWorld(2, true, "tiny-qwen3-moe"); }
+TEST(ResumeDeterminismTest, MoeTwoRanksResumedOnOne) { CrossLayout(2, "full_shard", 1, "full_shard", "tiny-qwen3-moe"); }
 TEST(ResumeDeterminismTest, OneRankResumedOnThree) { CrossLayout(1, "full_shard", 3, "full_shard"); }
 TEST(ResumeDeterminismTest, FullShardResumedAsNoShard) { CrossLayout(2, "full_shard", 2, "no_shard"); }
 
