@@ -290,6 +290,15 @@ TEST(MoeTrainTest, LoraAndQloraOnExpertsLearnAtOneAndTwoRanks) {
   ASSERT_EQ(drop.size(), 40u);
   EXPECT_EQ(drop.front(), one.front());  // B starts at zero: dropout changes nothing at step 1
   EXPECT_LT(drop.back(), 0.9 * drop.front());
+  // bf16 (two-byte base gathers and GEMM inputs, the adapters' GEMMs rounded the same way).
+  Status sb;
+  std::vector<std::string> bsets = sets;
+  bsets.push_back("train.precision=bf16");
+  const std::vector<double> bf = Train(MoeJob(train, dir + "/b1", peft), 1, &sb, bsets);
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(bf.size(), 40u);
+  EXPECT_NEAR(bf.front(), one.front(), 0.02 * one.front());
+  EXPECT_LT(bf.back(), 0.9 * bf.front());
 }
 
 // Preference training on MoE: DPO and IPO on tiny-qwen3-moe (the reference
