@@ -579,13 +579,8 @@ bool LlamaModel::LoraCallFor(int layer, LoraTarget target, LoraCall* c) const {
 
 bool LlamaModel::MoeLoraFor(int layer, MoeLora* m) {
   if (!lora_ || lora_->layout.experts.empty()) return false;
-  m->layout = &lora_->layout;
-  m->adapter = lora_->params[layer];
-  m->adapter_grad = lora_->grads[layer];
-  m->scale = lora_->scale;
-  m->dropout = training_ ? lora_->dropout : 0.0f;
-  m->dropout_seed = lora_->dropout_seed;
-  m->scratch = &lora_scratch_;
+  *m = MoeLora{&lora_->layout, lora_->params[layer], lora_->grads[layer], lora_->scale,
+               training_ ? lora_->dropout : 0.0f, lora_->dropout_seed, &lora_scratch_};
   return true;
 }
 

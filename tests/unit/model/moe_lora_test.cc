@@ -218,6 +218,16 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
           if (t.expert >= 0) ++expert_checked;
         }
   EXPECT_GT(expert_checked, 0);
+  // The merged export (MergeLoraLayer: W += s·B·A, experts included) is the reference's merge.
+  const testing_ref::Units merged = Merged(pl, base, ll, lora, s);
+  double merge_err = 0;
+  for (int l = 0; l < ll.num_layers; ++l) {
+    const int u = pl.block_unit(l);
+    std::vector<float> unit = units[u];
+    MergeLoraLayer(ll, pl.units[u], s, adapters[l].data(), unit.data());
+    for (size_t i = 0; i < unit.size(); ++i) merge_err = std::max(merge_err, std::abs(unit[i] - merged[u][i]));
+  }
+  EXPECT_LT(merge_err, 1e-6) << k.name;
   // Activation checkpointing recomputes the same forward: identical gradients.
   const LoraRun ck = RunModel(c, rb, units, ll, adapters, s, true, k.aux_scale, grad_scale);
   EXPECT_EQ(ck.loss, r.loss);

@@ -186,6 +186,9 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"llama3-70b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
       {"llama3-70b-dpo-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
       {"llama3-8b-dpo-full-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"qwen3-30b-a3b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"qwen3-30b-a3b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
+      {"mixtral-8x7b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
   };
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.

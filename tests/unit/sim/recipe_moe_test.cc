@@ -85,7 +85,9 @@ TEST(MoePlan, Bf16PlanMatchesSimulation) {
   EXPECT_LT(std::abs(sim->device_drift()), 0.05) << FormatSimulationText(*sim) << plan::FormatPlanText(*planned);
 }
 
-// Adapters on the attention and every expert's projections (all-linear):
+// The recipes configs/jobs/qwen3-30b-a3b-lora-8xa100-80gb.yaml and
+// mixtral-8x7b-qlora-2xa100-80gb.yaml: adapters on the attention and every
+// expert's projections (all-linear, r 8, bf16):
 // the trainable count is the layout's (48 layers x (128 experts x 3 + 4
 // attention) adapters for Qwen3-30B-A3B), the frozen experts are gathered
 // (NF4 under QLoRA), and the real LoRA trainer on the simulator peaks within
@@ -103,9 +105,8 @@ TEST(MoePlan, PeftOnExpertsPlansAndSimulates) {
   const int64_t m_layer = 8 * 3 * 8 * (4096 + 14336) + 8 * (4096 + 4096) + 2 * 8 * (4096 + 1024) + 8 * (4096 + 4096);
   for (const Item& it : {Item{"qwen3-30b-a3b", "lora", 8, 48 * q_layer}, Item{"mixtral-8x7b", "qlora", 2, 32 * m_layer}}) {
     SCOPED_TRACE(std::string(it.model) + " " + it.method);
-    auto job = Recipe({std::string("model.preset=") + it.model, std::string("peft.method=") + it.method,
-                       "peft.target_modules=all-linear", "peft.r=8", "parallel.world_size=" + std::to_string(it.world),
-                       "train.precision=bf16", "parallel.offload_optimizer=false"});
+    const std::string file = std::string(it.model) + "-" + it.method + "-" + std::to_string(it.world) + "xa100-80gb.yaml";
+    auto job = LoadJobConfig(Root() + "/configs/jobs/" + file);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     auto planned = plan::PlanJob(*job, Catalog(), it.world == 8 ? "8xA100-80GB-SXM" : "2xA100-80GB-SXM");
     ASSERT_TRUE(planned.ok()) << planned.status().ToString();

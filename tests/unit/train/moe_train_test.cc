@@ -17,6 +17,7 @@
 #include <mutex>
 #include <random>
 
+#include "shard/ckpt/safetensors.h"
 #include "shard/plan/planner.h"
 #include "shard/spec/run_fingerprint.h"
 #include "shard/train/moe_step_figures.h"
@@ -254,7 +255,8 @@ TEST(MoeTrainTest, LoraAndQloraOnExpertsLearnAtOneAndTwoRanks) {
   const std::string peft = "peft: {method: lora, r: 8, alpha: 16, target_modules: all-linear}\n";
   Status s1, s2, sq;
   const std::vector<std::string> sets = {"train.lr=1e-2", "train.steps=40"};
-  const std::vector<double> one = Train(MoeJob(train, dir + "/l1", peft), 1, &s1, sets);
+  const std::vector<double> one =
+      Train(MoeJob(train, dir + "/l1", peft + "export: {hf_dir: " + dir + "/peft}\n"), 1, &s1, sets);
   ASSERT_TRUE(s1.ok()) << s1.ToString();
   const std::vector<double> two = Train(MoeJob(train, dir + "/l2", peft), 2, &s2, sets);
   ASSERT_TRUE(s2.ok()) << s2.ToString();
@@ -273,6 +275,30 @@ TEST(MoeTrainTest, LoraAndQloraOnExpertsLearnAtOneAndTwoRanks) {
   EXPECT_LT(one.back(), 0.9 * one.front());  // a random base: the adapters learn the byte statistics
   EXPECT_LT(q.back(), 0.9 * q.front());
   EXPECT_NEAR(q.front(), one.front(), 0.05 * one.front());  // NF4 rounding of the same base
+  // The PEFT export holds every layer's attention and every expert's adapters
+  // under PEFT's names (tiny-qwen3-moe: 4 sparse layers, 8 experts).
+  auto f = SafetensorsFile::Open(dir + "/peft/adapter_model.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->tensors().size(), static_cast<size_t>(4 * 2 * (4 + 8 * 3)));
+  ASSERT_TRUE(f->Find("base_model.model.model.layers.3.mlp.experts.7.down_proj.lora_B.weight"));
+  // Adapter dropout on the experts runs too (its masks regenerate in the backward).
+  Status sd;
+  std::vector<std::string> dsets = sets;
+  dsets.push_back("peft.dropout=0.1");
+  const std::vector<double> drop = Train(MoeJob(train, dir + "/d1", peft), 1, &sd, dsets);
+  ASSERT_TRUE(sd.ok()) << sd.ToString();
+  ASSERT_EQ(drop.size(), 40u);
+  EXPECT_EQ(drop.front(), one.front());  // B starts at zero: dropout changes nothing at step 1
+  EXPECT_LT(drop.back(), 0.9 * drop.front());
+  // bf16 (two-byte base gathers and GEMM inputs, the adapters' GEMMs rounded the same way).
+  Status sb;
+  std::vector<std::string> bsets = sets;
+  bsets.push_back("train.precision=bf16");
+  const std::vector<double> bf = Train(MoeJob(train, dir + "/b1", peft), 1, &sb, bsets);
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(bf.size(), 40u);
+  EXPECT_NEAR(bf.front(), one.front(), 0.02 * one.front());
+  EXPECT_LT(bf.back(), 0.9 * bf.front());
 }
 
 // Preference training on MoE: DPO and IPO on tiny-qwen3-moe (the reference
