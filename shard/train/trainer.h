@@ -14,6 +14,7 @@
 
 #include "shard/backend/backend.h"
 #include "shard/ckpt/hf_weights.h"
+#include "shard/ckpt/resume_plan.h"
 #include "shard/comm/flight_recorder.h"
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
