@@ -45,6 +45,16 @@ class CheckpointLedger {
   bool initialized() const { return committer_ != nullptr; }
   int keep_last() const { return committer_ ? committer_->keep_last() : 0; }
 
+  // ---- reconcile after a coordinator restart ----
+  // What the state store kept of the job (jobs.memory_dir and
+  // memory_tier_removed). The per-host memory steps are not stored: the next
+  // attempt resumes from disk. The "resumed" event of an attempt the store
+  // already holds is MarkResumedEvent's.
+  void Restore(std::string memory_dir, bool memory_tier_removed) {
+    memory_dir_ = std::move(memory_dir);
+    memory_tier_removed_ = memory_tier_removed;
+  }
+
   // ---- the memory tier's job folder, as stored with the job ----
   // "" = the rule's folder (MemoryTierDirOf computes it).
   const std::string& stored_memory_dir() const { return memory_dir_; }

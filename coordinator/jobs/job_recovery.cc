@@ -69,8 +69,7 @@ std::unique_ptr<Job> JobRecovery::LoadJob(const JobRecord& rec) {
   j->created_ms = rec.created_ms;
   j->updated_ms = rec.updated_ms;
   j->seq = rec.seq;
-  j->ckpt.set_stored_memory_dir(rec.memory_dir);
-  j->ckpt.set_memory_tier_removed(rec.memory_tier_removed);
+  j->ckpt.Restore(rec.memory_dir, rec.memory_tier_removed);
   return j;
 }
 

@@ -132,6 +132,16 @@ TEST(CheckpointLedgerTest, OncePerAttemptAndPerSkippedStep) {
   EXPECT_FALSE(l.TakeResumeEvents(3));
 }
 
+TEST(CheckpointLedgerTest, RestoreTakesWhatTheStoreKeptAndNoMemoryStep) {
+  CheckpointLedger l;
+  l.Init(3, 2);
+  l.Restore("/shm/tiny-1", /*memory_tier_removed=*/true);
+  EXPECT_EQ(l.stored_memory_dir(), "/shm/tiny-1");
+  EXPECT_TRUE(l.memory_tier_removed());
+  EXPECT_EQ(l.memory_step(), -1) << "per-host memory steps live in the coordinator's memory only";
+  EXPECT_EQ(l.PlanMemoryResume(-1), -1);
+}
+
 TEST(CheckpointLedgerTest, PlanCrossesTheWireUnchanged) {
   shard::ResumePlan p;
   p.tier = shard::CheckpointTier::kMemory;
