@@ -5,13 +5,9 @@
 // pure mappings (StandalonePlan, TiersFromPlan) the worker uses in both of
 // its modes.
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,23 +21,8 @@ namespace shard {
 namespace {
 namespace fs = std::filesystem;
 
-std::string Tokens() {
-  static std::string path = [] {
-    std::string p = testing::TempDir() + "/ckpt_tiers." + std::to_string(::getpid()) + ".u32";
-    std::mt19937 rng(7);
-    std::vector<uint32_t> t(20000);
-    for (auto& x : t) x = rng() % 512;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), t.size() * 4);
-    return p;
-  }();
-  return path;
-}
-
-std::string NewDir(const std::string& name) {
-  std::string tmpl = testing::TempDir() + "/ckpt_tiers_" + name + "_XXXXXX";
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return fs::path(tmpl).lexically_normal().string();
-}
+std::string Tokens() { return testing_ranks::RandomTokens("ckpt_tiers", 7); }
+std::string NewDir(const std::string& name) { return testing_ranks::NewTempDir("ckpt_tiers_" + name); }
 
 std::string Yaml() {
   return "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +
