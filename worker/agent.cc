@@ -1,4 +1,5 @@
 #include "proto/codec/metrics_codec.h"
+#include "proto/codec/resume_plan_codec.h"
 #include "worker/agent.h"
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/ckpt/partner_map.h"
+#include "shard/ckpt/resume_plan.h"
 #include "shard/common/logging.h"
 #include "shard/common/process.h"
 #include "shard/spec/elastic_world.h"
@@ -329,11 +331,12 @@ class AgentSession {
       return AttemptOver(rs) ? kExitAttemptOver : kExitFailed;
     }
     reg_ = std::move(*reg);
+    plan_ = FromResumePlanProto(reg_.resume_plan());
     const int attempt = client_->id().attempt();
     shard::SetLogContext(opts_.job_id, attempt, rank());
     if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, rank());
     LOG_DEBUG("registered with {} as rank {}: rendezvous prefix {}, resume from {}", opts_.coordinator, rank(),
-              reg_.kv_prefix(), reg_.resume_from().empty() ? "auto" : reg_.resume_from());
+              reg_.kv_prefix(), plan_.resume_from.empty() ? "auto" : plan_.resume_from);
     return kContinue;
   }
 
@@ -409,8 +412,8 @@ class AgentSession {
       return ReportCheckpoint(hb, base, step_dir, files, tier);
     };
     dist.memory_step_skipped = [this](int64_t step, const std::string& reason) { ReportMemorySkip(step, reason); };
-    dist.memory_job_dir = memory_ ? memory_->host_dir() : reg_.memory_tier_dir();
-    dist.memory_tier_per_host = memory_ != nullptr;
+    // The coordinator's plan, with what this host's memory tier assembled.
+    dist.tiers = shard::TiersFromPlan(plan_, memory_ ? memory_->host_dir() : std::string(), memory_resume_);
     return dist;
   }
 
@@ -419,7 +422,6 @@ class AgentSession {
   int Train() {
     const v1::JobSpec& spec = reg_.spec();
     std::vector<std::string> overrides(spec.overrides().begin(), spec.overrides().end());
-    if (!reg_.resume_from().empty()) overrides.push_back("checkpoint.resume=" + reg_.resume_from());
     auto parsed = shard::ParseJobConfig(spec.yaml(), spec.source_path(), overrides);
     if (!parsed.ok()) return Fail(parsed.status());
     reconnect_window_s_ = parsed->restart.coordinator_loss_timeout_s;
@@ -433,9 +435,6 @@ class AgentSession {
                reg_.world_size(), parsed->parallel.world_size, shard::MinWorldSize(*parsed),
                shard::MicroBatchesPerStep(*job, reg_.world_size()), job->train.micro_batch,
                shard::MicroBatchesPerStep(*parsed, parsed->parallel.world_size), job->train.global_batch);
-    // The coordinator commits memory steps only where it can see them (it
-    // says why not in an event): without its folder, this attempt has none.
-    if (reg_.memory_tier_dir().empty()) job->checkpoint.memory.every_steps = 0;
 
     Heartbeater hb(client_.get(), reg_.heartbeat_interval_s() > 0 ? reg_.heartbeat_interval_s() : 1.0,
                    reconnect_window_s_, recorder_);
@@ -494,31 +493,31 @@ class AgentSession {
   // The per-host memory tier (memory_partner.h): this rank's copy server,
   // its partner, and the step this attempt resumes — the committed memory
   // step when every host can assemble it, else the coordinator's disk choice.
-  shard::Status StartMemoryTier(shard::JobConfig& job) {
-    if (!reg_.memory_tier_per_host() || reg_.memory_tier_dir().empty() || !job.checkpoint.memory.enabled())
+  shard::Status StartMemoryTier(const shard::JobConfig& job) {
+    if (!plan_.memory_per_host || plan_.memory_dir.empty() || !job.checkpoint.memory.enabled())
       return shard::OkStatus();
     // Ended jobs' folders on this host (each job has its own, so no later
     // job shares and drops them): this host's part of each goes.
-    for (const std::string& dir : reg_.ended_memory_dirs()) RemoveEndedHostFolder(dir);
+    for (const std::string& dir : plan_.ended_memory_dirs) RemoveEndedHostFolder(dir);
     MemoryPartnerOptions mo;
     mo.rank = rank();
     mo.world = reg_.world_size();
     mo.hostname = opts_.hostname;
-    mo.root = reg_.memory_tier_dir();
+    mo.root = plan_.memory_dir;
     mo.keep = job.checkpoint.memory.keep_last + 1;
     mo.replicas = job.checkpoint.memory.replicas > 0;
     mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(10.0, job.parallel.comm_timeout_s) * 1000));
     mo.copy_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.parallel.comm_timeout_s * 500));
     ASSIGN_OR_RETURN(memory_, MemoryPartner::Start(client_->kv_store(), mo));
     const int64_t disk_step =
-        shard::StepOfDirName(std::filesystem::path(reg_.resume_from()).filename().string()).value_or(0);
+        shard::StepOfDirName(std::filesystem::path(plan_.resume_from).filename().string()).value_or(0);
     std::vector<std::string> manifests;  // newest first
-    if (!reg_.resume_memory_manifest().empty()) manifests.push_back(reg_.resume_memory_manifest());
-    manifests.insert(manifests.end(), reg_.resume_memory_fallbacks().begin(), reg_.resume_memory_fallbacks().end());
+    if (!plan_.memory_manifest.empty()) manifests.push_back(plan_.memory_manifest);
+    manifests.insert(manifests.end(), plan_.memory_fallbacks.begin(), plan_.memory_fallbacks.end());
     ASSIGN_OR_RETURN(MemoryResume mr, memory_->Resume(manifests, disk_step));
     memory_note_ = mr.note;
     memory_events_ = mr.events;
-    if (!mr.step_dir.empty()) job.checkpoint.resume = mr.step_dir;
+    memory_resume_ = mr.step_dir;
     return shard::OkStatus();
   }
 
@@ -566,6 +565,8 @@ class AgentSession {
   double reconnect_window_s_;
   std::unique_ptr<CoordinatorClient> client_;
   v1::RegisterResponse reg_;
+  shard::ResumePlan plan_;     // reg_.resume_plan(): the coordinator's one decision
+  std::string memory_resume_;  // the per-host memory step every host assembled ("" = the plan's resume_from)
   // This rank's collectives: written by the trainer's communicators, read by
   // the heartbeat thread (docs/control-plane.md, "The flight recorder").
   std::shared_ptr<shard::FlightRecorder> recorder_ = std::make_shared<shard::FlightRecorder>();

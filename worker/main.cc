@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "shard/backend/hardware_probe.h"
+#include "shard/ckpt/resume_plan.h"
 #include "shard/common/kv_stores.h"
 #include "shard/common/cli_conventions.h"
 #include "shard/common/logging.h"
@@ -296,6 +297,8 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
   dist.prefix = job->name + "/" + run_id + "/";
   dist.gloo_hostname = hostname;
   dist.tensorboard = true;
+  // The same plan a coordinator hands its workers, made from the job file.
+  dist.tiers = shard::TiersFromPlan(shard::StandalonePlan(*job), "", "");
   if (!rendezvous.empty()) {
     if (rendezvous.rfind("file:", 0) != 0)
       return Fail(shard::InvalidArgument("--rendezvous '" + rendezvous + "': expected file:DIR"), 2);

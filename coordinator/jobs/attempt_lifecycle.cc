@@ -30,41 +30,35 @@ std::string AttemptLifecycle::AttemptDir(const Job& j, int attempt) const {
 bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* req) {
   // Fewer ranks after an elastic shrink (elastic_resize.h), else all of them.
   const int full = j.config.parallel.world_size;
-  const int world = j.next_world > 0 && j.next_world < full ? j.next_world : full;
+  const int world = j.elastic.next_world > 0 && j.elastic.next_world < full ? j.elastic.next_world : full;
   // Which host each rank was on, for the next shrink's "host b lost".
-  j.last_hosts.resize(full);
-  for (size_t r = 0; r < j.ranks.size() && r < j.last_hosts.size(); ++r)
-    if (j.ranks[r].registered && !j.ranks[r].hostname.empty()) j.last_hosts[r] = j.ranks[r].hostname;
+  j.elastic.last_hosts.resize(full);
+  for (size_t r = 0; r < j.ranks.size() && r < j.elastic.last_hosts.size(); ++r)
+    if (j.ranks[r].registered && !j.ranks[r].hostname.empty()) j.elastic.last_hosts[r] = j.ranks[r].hostname;
   j.attempt += 1;
-  j.first_report_ms.clear();  // an older attempt's uncommitted reports time nothing now
   j.previous_token_hash = j.token_hash;
   j.token = IsExternal(j) ? ExternalWorkerToken(j.join_token, j.attempt) : NewJobToken();
   j.token_hash = HashToken(j.token);
-  j.committer->Reset();
   j.step_seconds.clear();
-  j.pending_failure.clear();
+  j.health.pending_failure.clear();
   j.queue_reason.clear();
   j.adopted = false;
   j.nothing_trained = false;
-  j.straggler_restart.clear();
-  j.resume_from = resume;
-  // The job's progress restarts where this attempt resumes.
-  int64_t resume_step = 0;
-  const std::string base = fs::path(j.resume_from).filename().string();
-  if (base.rfind("step_", 0) == 0) resume_step = std::atoll(base.c_str() + 5);
+  j.health.straggler_restart.clear();
+  // The job's progress restarts where this attempt resumes (the control
+  // loop plans a newer per-host memory step after Begin).
+  const int64_t resume_step = j.ckpt.BeginAttempt(resume);
   if (j.attempt > 1) j.progress.set_step(resume_step);
-  j.resume_memory_manifest.clear();  // the control loop sets it after Begin when a memory step wins
-  j.resume_memory_fallbacks.clear();
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;
-  j.standby.clear();  // standby workers ask again, for this attempt
-  j.capacity_ranks = -1;  // a launcher's count is of one attempt (elastic_launched.h)
+  j.elastic.standby.clear();  // standby workers ask again, for this attempt
+  j.elastic.capacity_ranks = -1;  // a launcher's count is of one attempt (elastic_launched.h)
   j.ranks.assign(world, JobRank{});
   for (JobRank& r : j.ranks) r.launched_ms = now;
   table_->SetState(j, v1::LAUNCHING, "launching",
                    std::to_string(world) + (world < full ? " of " + std::to_string(full) : std::string()) +
                        " worker(s), resume from " +
-                       (j.resume_from.empty() ? std::string("scratch") : j.resume_from));
+                       (j.ckpt.resume_from().empty() ? std::string("scratch") : j.ckpt.resume_from()));
 
   if (IsExternal(j)) {
     table_->Emit(j, "waiting_for_workers",
@@ -155,8 +149,8 @@ void AttemptLifecycle::Fail(Job& j, const std::string& reason, bool retryable) {
 
 void AttemptLifecycle::Resize(Job& j, int world, const std::string& kind, const std::string& what) {
   End(j);
-  j.next_world = world < j.config.parallel.world_size ? world : 0;
-  j.standby.clear();
+  j.elastic.next_world = world < j.config.parallel.world_size ? world : 0;
+  j.elastic.standby.clear();
   j.next_launch_ms = opts_.now_ms();
   table_->SetState(j, v1::RESTARTING, kind, what);
 }

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "coordinator/jobs/elastic_launched.h"
+#include "coordinator/jobs/elastic_rules.h"
 #include "shard/common/logging.h"
 
 namespace shardd {

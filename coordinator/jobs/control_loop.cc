@@ -67,14 +67,14 @@ std::vector<LaunchPlan> ControlLoop::Decide(const LauncherView& view) {
     // The job is over and its last processes are gone: its memory tier goes
     // (succeeded, failed or cancelled alike; the disk tier stays).
     // A per-host tier's folders are on the workers' hosts: they remove them.
-    if (!IsActive(j) && j.draining_attempt == 0 && !j.memory_tier_removed) {
-      j.memory_tier_removed = true;  // recorded once it is done (RemoveEndedMemoryTiers)
+    if (!IsActive(j) && j.draining_attempt == 0 && !j.ckpt.memory_tier_removed()) {
+      j.ckpt.set_memory_tier_removed(true);  // recorded once it is done (RemoveEndedMemoryTiers)
       if (std::string dir = MemoryTierDirOf(j); !dir.empty() && !MemoryTierPerHost(j))
         memory_to_remove_.push_back({j.id, std::move(dir), LiveJobUsing(MemoryTierDirOf(j))});
     }
-    if (!j.pending_failure.empty() && now >= j.pending_deadline_ms) {
-      std::string why = std::move(j.pending_failure);
-      j.pending_failure.clear();
+    if (!j.health.pending_failure.empty() && now >= j.health.pending_deadline_ms) {
+      std::string why = std::move(j.health.pending_failure);
+      j.health.pending_failure.clear();
       if (j.state == v1::LAUNCHING || j.state == v1::RUNNING) {
         // A peer's UNAVAILABLE with no exit seen: a rank died we cannot name.
         ExplainStall(table_, j, IsCollectiveTimeout(why) ? StallTrigger::kCollectiveTimeout : StallTrigger::kRankDied,
@@ -162,7 +162,7 @@ void ControlLoop::CheckRunning(Job& j, const LauncherView& view, int64_t now) {
     return;
   }
   // health.straggler_action: restart, decided on the heartbeat path.
-  if (!j.straggler_restart.empty()) attempts_->Fail(j, std::exchange(j.straggler_restart, ""), true);
+  if (!j.health.straggler_restart.empty()) attempts_->Fail(j, std::exchange(j.health.straggler_restart, ""), true);
 }
 
 std::string ControlLoop::LiveJobUsing(const std::string& dir) const {
@@ -206,11 +206,11 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   plan.checkpoint_dir = CheckpointDirOf(j);
   // A per-host tier is not read here: its newest commit is in the job.
   plan.memory_dir = MemoryTierPerHost(j) ? std::string() : MemoryTierDirOf(j);
-  if (MemoryTierPerHost(j) && j.next_world == 0) plan.memory_step = j.memory_step;
+  if (MemoryTierPerHost(j) && j.elastic.next_world == 0) plan.memory_step = j.ckpt.memory_step();
   plan.memory_per_host = MemoryTierPerHost(j);
   plan.fallback_resume = j.config.checkpoint.resume;
   plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
-  if (j.next_world > 0) plan.world = j.next_world;
+  if (j.elastic.next_world > 0) plan.world = j.elastic.next_world;
   plan.config = j.config;
   if (!plan.config.model.from_hf.empty())
     plan.config.model.from_hf = internal::Resolve(j.spec.workdir(), plan.config.model.from_hf);
@@ -284,14 +284,11 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
     // assemble it on their hosts (fetching what a replaced host lacks) and
     // fall back to `resume` together if some shard is on no host.
     if (j.attempt == plan.prev_attempt + 1 && plan.find_latest && plan.memory_step > disk_step &&
-        plan.memory_step == j.memory_step) {
-      j.resume_memory_manifest = j.memory_manifest;
-      for (const auto& [step, manifest] : j.memory_fallbacks)
-        if (step > disk_step) j.resume_memory_fallbacks.push_back(manifest);
-      j.progress.set_step(j.memory_step);
-      const size_t older = j.resume_memory_fallbacks.size();
+        plan.memory_step == j.ckpt.memory_step()) {
+      const int older = j.ckpt.PlanMemoryResume(disk_step);
+      j.progress.set_step(j.ckpt.memory_step());
       table_->Emit(j, "resume_plan",
-                   "resuming from memory step " + std::to_string(j.memory_step) + " (committed on the ranks' hosts; " +
+                   "resuming from memory step " + std::to_string(j.ckpt.memory_step()) + " (committed on the ranks' hosts; " +
                        (older > 0 ? "then the " + std::to_string(older) + " older memory step(s), then " : "") +
                        (disk_step >= 0 ? "disk step " + std::to_string(disk_step) : std::string("from scratch")) +
                        " if some shard is on no host)");
@@ -340,7 +337,7 @@ void ControlLoop::CheckElasticFit(const LaunchPlan& plan) {
   auto it = table_->jobs().find(plan.job_id);
   if (it == table_->jobs().end()) return;
   Job& j = *it->second;
-  if (j.attempt == plan.prev_attempt && j.next_world == plan.world) elastic::RefuseUnfit(j, plan.world, fits.message(), table_);
+  if (j.attempt == plan.prev_attempt && j.elastic.next_world == plan.world) elastic::RefuseUnfit(j, plan.world, fits.message(), table_);
 }
 
 void ControlLoop::Start() {

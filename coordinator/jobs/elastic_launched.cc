@@ -13,49 +13,17 @@ namespace {
 
 using internal::Fmt;
 
-bool Launched(const Job& j) { return j.launcher != nullptr && !IsExternal(j) && shard::ElasticEnabled(j.config); }
-
-bool AllRegistered(const Job& j) {
-  return std::all_of(j.ranks.begin(), j.ranks.end(), [](const JobRank& r) { return r.registered; });
-}
-
-int64_t WaitMs(const Job& j) { return static_cast<int64_t>(j.config.restart.elastic_wait_s * 1000); }
-
-// A restart that has waited elastic_wait_s without running on all its ranks.
-bool ShrinkDue(const Job& j, int64_t now) {
-  return j.state == v1::LAUNCHING && j.attempt >= 2 && !AllRegistered(j) && now - j.attempt_began_ms >= WaitMs(j);
-}
-
-bool Shrunk(const Job& j) {
-  return (j.state == v1::RUNNING || j.state == v1::LAUNCHING) &&
-         static_cast<int>(j.ranks.size()) < j.config.parallel.world_size;
-}
-
 std::string Placeable(const Job& j) {
-  return std::to_string(j.capacity_ranks) + " of " + std::to_string(j.config.parallel.world_size) +
+  return std::to_string(j.elastic.capacity_ranks) + " of " + std::to_string(j.config.parallel.world_size) +
          " ranks placeable (" + j.launcher->name() + " launcher)";
 }
 
 }  // namespace
 
-bool WantsCapacity(const Job& j, int64_t now) { return Launched(j) && (ShrinkDue(j, now) || Shrunk(j)); }
-
-LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc) {
-  LaunchRequest req;
-  req.job_id = j.id;
-  req.attempt = j.attempt;
-  req.world = j.config.parallel.world_size;
-  req.job_name = j.config.name;
-  req.resources = j.config.resources;
-  if (const sched::Placement* p = alloc && j.placed && j.demand ? alloc->HeldBy(j.id) : nullptr)
-    for (const auto& [k, v] : sched::PlacementEnv(*p, *j.demand, j.config.parallel.world_size)) req.env[k] = v;
-  return req;
-}
-
 void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now) {
-  j.capacity_ms = now;
-  j.capacity_ranks = ranks.ok() ? *ranks : -1;
-  j.capacity_error = ranks.ok() ? "" : ranks.status().message();
+  j.elastic.capacity_ms = now;
+  j.elastic.capacity_ranks = ranks.ok() ? *ranks : -1;
+  j.elastic.capacity_error = ranks.ok() ? "" : ranks.status().message();
 }
 
 std::string DescribeLaunchedShrink(const Job& j, int to, double waited_s) {
@@ -77,15 +45,15 @@ std::string DescribeLaunchedShrink(const Job& j, int to, double waited_s) {
 bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle* attempts) {
   if (!Launched(j) || !ShrinkDue(j, now)) return false;
   // Asked in this Tick (Observe), after the wait: an older count says nothing.
-  if (j.capacity_ms < j.attempt_began_ms + WaitMs(j) || now - j.capacity_ms > kCapacityFreshMs) return false;
+  if (j.elastic.capacity_ms < j.attempt_began_ms + WaitMs(j) || now - j.elastic.capacity_ms > kCapacityFreshMs) return false;
   const int world = static_cast<int>(j.ranks.size());
   auto refuse = [&](const std::string& why) { return RefuseShrinkOnce(j, why, world, table); };
-  if (j.capacity_ranks < 0)
-    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
+  if (j.elastic.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.elastic.capacity_error);
   // Room for every rank: the wait is the cluster's queue order or slow
   // workers, not a lack of places; the registration deadline judges it.
-  if (j.capacity_ranks >= world) return false;
-  const shard::ElasticDecision d = DecideFitWorld(j, j.capacity_ranks);
+  if (j.elastic.capacity_ranks >= world) return false;
+  const shard::ElasticDecision d = DecideFitWorld(j, j.elastic.capacity_ranks);
   if (d.world == 0) return refuse(Placeable(j) + ": " + d.refusal);
   if (d.world >= world) return refuse(Placeable(j) + ", no smaller allowed world");
   attempts->Resize(j, d.world, "elastic_shrink",
@@ -100,28 +68,28 @@ bool WantsCapacityBeforeLaunch(const Job& j) {
 int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table) {
   NoteCapacity(j, ranks, now);
   const int full = j.config.parallel.world_size;
-  const int planned = j.next_world > 0 && j.next_world < full ? j.next_world : full;
+  const int planned = j.elastic.next_world > 0 && j.elastic.next_world < full ? j.elastic.next_world : full;
   auto refuse = [&](const std::string& why) {
-    if (j.elastic_refused_attempt != j.attempt) {
-      j.elastic_refused_attempt = j.attempt;
+    if (j.elastic.refused_attempt != j.attempt) {
+      j.elastic.refused_attempt = j.attempt;
       table->Emit(j, "elastic_refused",
                   "cannot size the restart: " + why + "; launching on " + std::to_string(planned) + " rank(s)");
     }
     return planned;
   };
-  if (j.capacity_ranks < 0)
-    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.capacity_error);
-  if (j.capacity_ranks == planned) return planned;
-  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
-  if (d.world > 0 && d.world < planned) d = DecideFitWorld(j, j.capacity_ranks);  // a shrink: not to a refused size
-  if (d.world == 0) return j.capacity_ranks < planned ? refuse(Placeable(j) + ": " + d.refusal) : planned;
+  if (j.elastic.capacity_ranks < 0)
+    return refuse("the " + std::string(j.launcher->name()) + " launcher cannot say: " + j.elastic.capacity_error);
+  if (j.elastic.capacity_ranks == planned) return planned;
+  shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.elastic.capacity_ranks);
+  if (d.world > 0 && d.world < planned) d = DecideFitWorld(j, j.elastic.capacity_ranks);  // a shrink: not to a refused size
+  if (d.world == 0) return j.elastic.capacity_ranks < planned ? refuse(Placeable(j) + ": " + d.refusal) : planned;
   if (d.world == planned) return planned;
   const bool grow = d.world > planned;
   table->Emit(j, grow ? "elastic_grow" : "elastic_shrink",
               (grow ? "growing back to " : "continuing on ") + std::to_string(d.world) + " of " +
                   std::to_string(full) + " ranks at the restart: " + Placeable(j) + "; " +
                   MicroBatchChange(j, planned, d.world));
-  j.next_world = d.world < full ? d.world : 0;
+  j.elastic.next_world = d.world < full ? d.world : 0;
   return d.world;
 }
 
@@ -129,8 +97,8 @@ bool MaybeGrowLaunched(Job& j, int64_t step, int64_t now, AttemptLifecycle* atte
   const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
   if (!Launched(j) || j.state != v1::RUNNING || world >= full) return false;
   if (step >= j.config.train.steps) return false;  // the last step: finishing beats regrowing
-  if (j.capacity_ranks < 0 || now - j.capacity_ms > kCapacityFreshMs) return false;
-  const shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.capacity_ranks);
+  if (j.elastic.capacity_ranks < 0 || now - j.elastic.capacity_ms > kCapacityFreshMs) return false;
+  const shard::ElasticDecision d = shard::DecideElasticWorld(j.config, j.elastic.capacity_ranks);
   if (d.world <= world) return false;
   attempts->Resize(j, d.world, "elastic_grow",
                    "growing back to " + std::to_string(d.world) + " of " + std::to_string(full) + " ranks after step " +

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "coordinator/jobs/attempt_lifecycle.h"
+#include "coordinator/jobs/elastic_rules.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_table.h"
 #include "coordinator/sched/host_allocator.h"
@@ -38,14 +39,9 @@ namespace shardd::elastic {
 // questions to its poll interval).
 inline constexpr int64_t kCapacityFreshMs = 15000;
 
-// Whether the control loop should ask the job's launcher for its capacity now:
-// a restart waiting past elastic_wait_s, or an attempt running shrunk.
-bool WantsCapacity(const Job& j, int64_t now);
-// What Capacity() is asked: the full world in the job's own shape, its
-// current attempt's places counted as free, and the environment its
-// placement on this host gives a launch (the local launcher's GPUs; alloc
-// null or the job not placed: none).
-LaunchRequest CapacityRequest(const Job& j, const sched::HostAllocator* alloc);
+// WantsCapacity and CapacityRequest (what AttemptRunner and the control
+// loop ask) are in elastic_rules.h: the runner includes no file that
+// includes the attempt lifecycle.
 // Records the answer.
 void NoteCapacity(Job& j, const StatusOr<int>& ranks, int64_t now);
 
@@ -58,7 +54,7 @@ bool MaybeShrinkLaunched(Job& j, int64_t now, JobTable* table, AttemptLifecycle*
 // the launcher): whether to ask, and with what. The request carries what the
 // launch would (the placement's CUDA_VISIBLE_DEVICES: AddEnv fills it).
 bool WantsCapacityBeforeLaunch(const Job& j);
-// Records the answer and sets the restart's size (j.next_world) by it, with
+// Records the answer and sets the restart's size (j.elastic.next_world) by it, with
 // an elastic_shrink / elastic_grow / elastic_refused event. Returns the world
 // the restart will launch at.
 int SizeRestart(Job& j, const StatusOr<int>& ranks, int64_t now, JobTable* table);

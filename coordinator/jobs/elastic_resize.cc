@@ -37,7 +37,7 @@ std::string DescribeShrink(const Job& j, int to, double waited_s) {
       continue;
     }
     missing.push_back(std::to_string(r));
-    if (r < static_cast<int>(j.last_hosts.size()) && !j.last_hosts[r].empty()) lost_hosts.insert(j.last_hosts[r]);
+    if (r < static_cast<int>(j.elastic.last_hosts.size()) && !j.elastic.last_hosts[r].empty()) lost_hosts.insert(j.elastic.last_hosts[r]);
   }
   std::vector<std::string> lost;
   for (const std::string& h : lost_hosts)
@@ -74,9 +74,9 @@ bool MaybeGrow(Job& j, int64_t step, int64_t now, AttemptLifecycle* attempts) {
   const int full = j.config.parallel.world_size, world = static_cast<int>(j.ranks.size());
   if (!IsExternal(j) || world >= full || !IsActive(j)) return false;
   int standing = 0;
-  for (auto it = j.standby.begin(); it != j.standby.end();) {
+  for (auto it = j.elastic.standby.begin(); it != j.elastic.standby.end();) {
     if (now - it->second > kStandbyFreshMs) {
-      it = j.standby.erase(it);
+      it = j.elastic.standby.erase(it);
     } else {
       ++standing;
       ++it;
@@ -101,7 +101,7 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
   auto taken = [&](const JobRank& r) { return (r.registered && !r.exited) || claimed(r); };
   const std::string key = host + "/" + std::to_string(rank);
   if (rank < world && !taken(j.ranks[rank])) {
-    j.standby.erase(key);
+    j.elastic.standby.erase(key);
     return rank;
   }
   // For elastic_wait_s after the attempt begins its ranks are kept for the
@@ -114,10 +114,10 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
     // Held for this worker's Register, so a second join meanwhile (or the
     // rank's own worker, asking for it by number) takes another.
     cand.claimed_ms = now;
-    j.standby.erase(key);
+    j.elastic.standby.erase(key);
     return r;
   }
-  j.standby[key] = now;
+  j.elastic.standby[key] = now;
   return shard::Unavailable("job " + j.id + " runs on " + std::to_string(world) + " of " +
                             std::to_string(j.config.parallel.world_size) + " ranks in attempt " +
                             std::to_string(j.attempt) + "; rank " + std::to_string(rank) +
@@ -125,8 +125,8 @@ StatusOr<int> RankForJoin(Job& j, int rank, const std::string& host, int64_t now
 }
 
 void RefuseUnfit(Job& j, int world, const std::string& why, JobTable* table) {
-  j.elastic_unfit = std::max(j.elastic_unfit, world);
-  j.next_world = 0;
+  j.elastic.unfit = std::max(j.elastic.unfit, world);
+  j.elastic.next_world = 0;
   table->Emit(j, "elastic_refused",
               "cannot continue on " + std::to_string(world) + " of " + std::to_string(j.config.parallel.world_size) +
                   " ranks: " + why + "; the next attempt waits for all " +

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/checkpoint_committer.h"
+#include "coordinator/checkpoints/checkpoint_committer.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/attempt_runner.h"

@@ -66,8 +66,8 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::str
     // as committed from the reports (with rank 0's host's path).
     if (MemoryTierPerHost(*j)) {
       memory_dir.clear();
-      auto m = j->memory_manifest.empty() ? StatusOr<shard::Manifest>(shard::NotFound(""))
-                                          : shard::Manifest::FromJson(j->memory_manifest, "memory commit");
+      auto m = j->ckpt.memory_manifest().empty() ? StatusOr<shard::Manifest>(shard::NotFound(""))
+                                          : shard::Manifest::FromJson(j->ckpt.memory_manifest(), "memory commit");
       if (m.ok()) {
         v1::CheckpointInfo c;
         c.set_step(m->step);
@@ -76,7 +76,7 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::str
         int64_t bytes = 0;
         for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
         c.set_bytes(bytes);
-        c.set_path(j->memory_step_dir);
+        c.set_path(j->ckpt.memory_step_dir());
         c.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
         out.push_back(c);
       }
@@ -228,8 +228,8 @@ std::vector<JobTelemetry> JobQueries::Telemetry(int64_t finished_grace_ms) {
     JobTelemetry t;
     t.status = table_->StatusOf(*j);
     t.step_seconds = j->step_hist;
-    t.checkpoint_commit_seconds = j->commit_hist;
-    t.checkpoints_committed = j->checkpoints_committed;
+    t.checkpoint_commit_seconds = j->ckpt.commit_seconds();
+    t.checkpoints_committed = j->ckpt.committed();
     out.push_back(std::move(t));
   }
   return out;

@@ -35,9 +35,9 @@ Status JobRecovery::Recover() {
     }
     j->config = *config;
     // Stored before folders carried the job's id: it keeps the folder it has.
-    if (j->memory_dir.empty() && j->config.checkpoint.memory.enabled())
-      j->memory_dir = shard::MemoryCheckpointJobDir(j->config, j->spec.workdir());
-    j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+    if (j->ckpt.stored_memory_dir().empty() && j->config.checkpoint.memory.enabled())
+      j->ckpt.set_stored_memory_dir(shard::MemoryCheckpointJobDir(j->config, j->spec.workdir()));
+    j->ckpt.Init(j->config.checkpoint.keep_last, j->config.checkpoint.memory.keep_last);
     j->launcher = runner_->Find(shard::LauncherName(j->config.resources.launcher));
     Job& ref = table_->Insert(std::move(j));
     if (opts_.read_only) continue;  // as stored: nothing is adopted, watched or changed
@@ -65,19 +65,18 @@ std::unique_ptr<Job> JobRecovery::LoadJob(const JobRecord& rec) {
   j->token_hash = rec.worker_token;  // StateStore::Open hashed any plaintext from older versions
   j->join_token = rec.join_token;
   // shardctl status shows the last stall's account again before the next one.
-  if (!rec.stall.empty()) j->stall.ParseFromString(rec.stall);
+  if (!rec.stall.empty()) j->health.stall.ParseFromString(rec.stall);
   j->created_ms = rec.created_ms;
   j->updated_ms = rec.updated_ms;
   j->seq = rec.seq;
-  j->memory_dir = rec.memory_dir;
-  j->memory_tier_removed = rec.memory_tier_removed;
+  j->ckpt.Restore(rec.memory_dir, rec.memory_tier_removed);
   return j;
 }
 
 void JobRecovery::KeepUnparsable(std::unique_ptr<Job> j, const Status& why) {
   // Keep the record, but it can never run again.
   j->config.name = j->name;
-  j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+  j->ckpt.Init(j->config.checkpoint.keep_last, j->config.checkpoint.memory.keep_last);
   Job& bad = table_->Insert(std::move(j));
   if (IsActive(bad) && !opts_.read_only)
     table_->SetState(bad, v1::FAILED, "failed", "stored job spec no longer parses: " + why.ToString());
@@ -121,7 +120,7 @@ Status JobRecovery::Adopt(Job& ref, int64_t now) {
   if (shard::ElasticEnabled(ref.config) && (!IsExternal(ref) || ref.state == v1::RUNNING)) {
     int seen = 0;
     for (const WorkerRecord& w : workers) seen = std::max(seen, w.rank + 1);
-    if (seen > 0 && seen < world && shard::WhyNotWorldSize(ref.config, seen).empty()) world = ref.next_world = seen;
+    if (seen > 0 && seen < world && shard::WhyNotWorldSize(ref.config, seen).empty()) world = ref.elastic.next_world = seen;
   }
   ref.ranks.assign(world, JobRank{});
   std::vector<int> pids(ref.ranks.size(), 0);
@@ -146,7 +145,7 @@ Status JobRecovery::Adopt(Job& ref, int64_t now) {
   // once per attempt across coordinator restarts too.
   if (auto events = table_->store()->LoadEvents(ref.id, 0); events.ok())
     for (const EventRecord& e : *events)
-      if (e.attempt == ref.attempt && e.kind == "resumed") ref.resumed_event_attempt = ref.attempt;
+      if (e.attempt == ref.attempt && e.kind == "resumed") ref.ckpt.MarkResumedEvent(ref.attempt);
   if (ref.launcher) ref.launcher->Adopt(ref.id, ref.attempt, pids);
   table_->Emit(ref, "adopting", "coordinator restarted; waiting for the attempt's workers to heartbeat");
   return shard::OkStatus();

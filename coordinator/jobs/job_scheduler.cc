@@ -27,9 +27,9 @@ StatusOr<std::optional<sched::Demand>> JobScheduler::DemandFor(const shard::JobC
 }
 
 void JobScheduler::StoreResources(const Job& j) {
-  if (!j.demand) return;
+  if (!j.placement.demand) return;
   const sched::Placement* p = alloc_ ? alloc_->HeldBy(j.id) : nullptr;
-  Status st = table_->store()->PutResources({j.id, j.demand->Encode(), p ? p->Encode() : ""});
+  Status st = table_->store()->PutResources({j.id, j.placement.demand->Encode(), p ? p->Encode() : ""});
   if (!st.ok()) LOG_ERROR("job {}: cannot store its placement: {}", j.id, st.ToString());
 }
 
@@ -38,21 +38,21 @@ void JobScheduler::Schedule(int64_t now) {
   std::vector<sched::QueueEntry> waiting;
   for (auto& [id, jp] : table_->jobs()) {
     Job& j = *jp;
-    j.queue_position = 0;
-    if (!j.demand) continue;
-    if (j.placed && !IsActive(j) && j.draining_attempt == 0) {
+    j.placement.queue_position = 0;
+    if (!j.placement.demand) continue;
+    if (j.placement.placed && !IsActive(j) && j.draining_attempt == 0) {
       alloc_->Release(j.id);
-      j.placed = false;
+      j.placement.placed = false;
       StoreResources(j);
       continue;
     }
-    if (j.placed || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) continue;
+    if (j.placement.placed || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) continue;
     sched::QueueEntry e;
     e.job_id = j.id;
     e.priority = j.config.priority;
     e.enqueued_ms = j.created_ms;
     e.number = std::atoll(j.id.substr(j.id.rfind('-') + 1).c_str());
-    e.demand = *j.demand;
+    e.demand = *j.placement.demand;
     waiting.push_back(std::move(e));
   }
   if (waiting.empty()) return;
@@ -62,8 +62,8 @@ void JobScheduler::Schedule(int64_t now) {
   for (const auto& [id, placement] : d.start) {
     Job& j = *table_->jobs().at(id);
     if (Status st = alloc_->Hold(id, placement); !st.ok()) LOG_ERROR("{}", st.ToString());
-    j.placed = true;
-    j.sched_reason.clear();
+    j.placement.placed = true;
+    j.placement.reason.clear();
     StoreResources(j);
     table_->Emit(j, "placed", placement.Describe());
   }
@@ -72,9 +72,9 @@ void JobScheduler::Schedule(int64_t now) {
     auto why = d.waiting.find(id);
     if (why == d.waiting.end()) continue;
     Job& j = *table_->jobs().at(id);
-    j.queue_position = ++position;
-    if (why->second == j.sched_reason) continue;
-    j.sched_reason = why->second;
+    j.placement.queue_position = ++position;
+    if (why->second == j.placement.reason) continue;
+    j.placement.reason = why->second;
     // A queued job's reason is what `status` and `list` show; a restarting
     // one keeps its restart reason and hears the wait as an event.
     if (j.state == v1::QUEUED) table_->SetState(j, v1::QUEUED, "queued", why->second);
@@ -83,9 +83,9 @@ void JobScheduler::Schedule(int64_t now) {
 }
 
 void JobScheduler::AddPlacementEnv(const Job& j, LaunchRequest* req) const {
-  const sched::Placement* p = alloc_ && j.placed ? alloc_->HeldBy(j.id) : nullptr;
-  if (!p || !j.demand) return;
-  for (const auto& [k, v] : sched::PlacementEnv(*p, *j.demand, j.config.parallel.world_size)) req->env[k] = v;
+  const sched::Placement* p = alloc_ && j.placement.placed ? alloc_->HeldBy(j.id) : nullptr;
+  if (!p || !j.placement.demand) return;
+  for (const auto& [k, v] : sched::PlacementEnv(*p, *j.placement.demand, j.config.parallel.world_size)) req->env[k] = v;
 }
 
 Status JobScheduler::RestorePlacements() {
@@ -98,16 +98,16 @@ Status JobScheduler::RestorePlacements() {
     auto rec = by_job.find(id);
     if (rec != by_job.end()) {
       auto d = sched::Demand::Decode(rec->second->demand);
-      if (d.ok()) j.demand = *d;
+      if (d.ok()) j.placement.demand = *d;
       else LOG_ERROR("job {}: stored demand: {}", id, d.status().ToString());
     }
-    if (!j.demand && IsActive(j)) {
+    if (!j.placement.demand && IsActive(j)) {
       // A job stored before scheduling existed: its demand from its spec
       // (the plan's memory is not known here, so memory is not counted).
-      j.demand = sched::DemandOf(j.config, alloc_->capacity(), 0);
-      if (j.demand) StoreResources(j);
+      j.placement.demand = sched::DemandOf(j.config, alloc_->capacity(), 0);
+      if (j.placement.demand) StoreResources(j);
     }
-    if (!j.demand || rec == by_job.end() || rec->second->placement.empty()) continue;
+    if (!j.placement.demand || rec == by_job.end() || rec->second->placement.empty()) continue;
     // Still running, restarting, or an ended attempt still draining: its
     // processes (or the next attempt's) sit on these devices.
     if (!IsActive(j) && j.draining_attempt == 0) {
@@ -120,7 +120,7 @@ Status JobScheduler::RestorePlacements() {
       continue;
     }
     if (Status st = alloc_->Hold(id, *p); !st.ok()) LOG_ERROR("restoring placements: {}", st.ToString());
-    j.placed = true;
+    j.placement.placed = true;
     LOG_INFO("job {}: keeps its placement {}", id, p->Describe());
   }
   return shard::OkStatus();

@@ -35,7 +35,7 @@ class JobScheduler {
   // queue order and announces why the others wait.
   void Schedule(int64_t now);
   // The job may go on to launch: not scheduled here, or holding its placement.
-  static bool MayLaunch(const Job& j) { return !j.demand || j.placed; }
+  static bool MayLaunch(const Job& j) { return !j.placement.demand || j.placement.placed; }
   void StoreResources(const Job& j);
   // After Recover loaded the jobs: the stored demand and placement back into
   // the allocator (adopted and restarting attempts keep their devices).

@@ -142,8 +142,8 @@ StatusOr<v1::JobStatus> JobSubmission::Submit(const v1::JobSpec& spec) {
   j->progress.set_last_committed_step(-1);
   j->progress.set_mfu(-1);
   j->mfu_per_position_s = mfu_per_position_s;
-  j->committer = std::make_unique<CheckpointCommitter>(config.checkpoint.keep_last);
-  j->demand = demand;
+  j->ckpt.Init(config.checkpoint.keep_last, config.checkpoint.memory.keep_last);
+  j->placement.demand = demand;
   if (IsExternal(*j)) j->join_token = NewJobToken();
   else j->launcher = runner_->Find(shard::LauncherName(config.resources.launcher));
   Job& ref = table_->Insert(std::move(j));

@@ -35,7 +35,7 @@ bool MemoryTierPerHost(const Job& j) {
 
 std::string MemoryTierDirOf(const Job& j) {
   if (!j.config.checkpoint.memory.enabled()) return "";
-  if (!j.memory_dir.empty()) return j.memory_dir;
+  if (!j.ckpt.stored_memory_dir().empty()) return j.ckpt.stored_memory_dir();
   return shard::MemoryCheckpointJobDir(j.config, j.spec.workdir(), j.id, j.created_ms);
 }
 
@@ -78,9 +78,9 @@ v1::JobStatus JobTable::StatusOf(const Job& j) const {
   s.set_launcher(shard::LauncherName(j.config.resources.launcher));
   s.set_join_token(j.join_token);
   s.set_priority(j.config.priority);
-  s.set_queue_position(j.queue_position);
-  if (j.demand) s.set_demand(j.demand->Describe());
-  if (const sched::Placement* p = alloc_ && j.placed ? alloc_->HeldBy(j.id) : nullptr) s.set_placement(p->Describe());
+  s.set_queue_position(j.placement.queue_position);
+  if (j.placement.demand) s.set_demand(j.placement.demand->Describe());
+  if (const sched::Placement* p = alloc_ && j.placement.placed ? alloc_->HeldBy(j.id) : nullptr) s.set_placement(p->Describe());
   const int64_t now = opts_.now_ms();
   for (size_t r = 0; r < j.ranks.size(); ++r) {
     const JobRank& rk = j.ranks[r];
@@ -100,7 +100,7 @@ v1::JobStatus JobTable::StatusOf(const Job& j) const {
     w->set_straggler(rk.straggler);
     w->set_collective(DescribeLatest(rk.collectives, now));
   }
-  if (!j.stall.text().empty()) *s.mutable_stall() = j.stall;
+  if (!j.health.stall.text().empty()) *s.mutable_stall() = j.health.stall;
   return s;
 }
 
@@ -116,12 +116,12 @@ JobRecord JobTable::RecordOf(const Job& j) const {
   rec.progress = j.progress.SerializeAsString();
   rec.worker_token = j.token_hash;
   rec.join_token = j.join_token;
-  if (!j.stall.text().empty()) rec.stall = j.stall.SerializeAsString();
+  if (!j.health.stall.text().empty()) rec.stall = j.health.stall.SerializeAsString();
   rec.created_ms = j.created_ms;
   rec.updated_ms = j.updated_ms;
   rec.seq = j.seq;
   rec.memory_dir = MemoryTierDirOf(j);
-  rec.memory_tier_removed = j.memory_tier_removed;
+  rec.memory_tier_removed = j.ckpt.memory_tier_removed();
   return rec;
 }
 

@@ -43,13 +43,13 @@ StallInput InputOf(const Job& j, StallTrigger trigger, int64_t now_ms, int dead_
 
 void ExplainStall(JobTable* table, Job& j, StallTrigger trigger, int64_t now_ms, int dead_rank,
                   const std::string& dead_how) {
-  if (j.ranks.size() < 2 || (j.stall.attempt() == j.attempt && !j.stall.text().empty())) return;
+  if (j.ranks.size() < 2 || (j.health.stall.attempt() == j.attempt && !j.health.stall.text().empty())) return;
   const std::string text = DiagnoseStall(InputOf(j, trigger, now_ms, dead_rank, dead_how));
   if (text.empty()) return;
-  j.stall.set_text(text);
-  j.stall.set_attempt(j.attempt);
-  j.stall.set_unix_ms(now_ms);
-  j.stall.set_trigger(StallTriggerName(trigger));
+  j.health.stall.set_text(text);
+  j.health.stall.set_attempt(j.attempt);
+  j.health.stall.set_unix_ms(now_ms);
+  j.health.stall.set_trigger(StallTriggerName(trigger));
   table->Emit(j, "stall_cause", text);
 }
 

@@ -10,9 +10,10 @@
 #include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
 #include "coordinator/state/auth.h"
-#include "coordinator/worker_reports.h"
+#include "coordinator/jobs/worker_reports.h"
 #include "proto/codec/attempt_ended.h"
 #include "proto/codec/metrics_codec.h"
+#include "proto/codec/resume_plan_codec.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/logging.h"
@@ -145,14 +146,10 @@ StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest
   *resp.mutable_spec() = j->spec;
   resp.set_world_size(static_cast<int>(j->ranks.size()));
   resp.set_kv_prefix(AttemptKvPrefix(req.id()));
-  resp.set_resume_from(j->resume_from);
   resp.set_heartbeat_interval_s(opts_.heartbeat_interval_s);
-  resp.set_memory_tier_dir(MemoryTierDirOf(*j));
-  resp.set_memory_tier_per_host(MemoryTierPerHost(*j));
-  resp.set_resume_memory_manifest(j->resume_memory_manifest);
-  for (const std::string& m : j->resume_memory_fallbacks) resp.add_resume_memory_fallbacks(m);
-  if (MemoryTierPerHost(*j))
-    for (const std::string& dir : EndedPerHostMemoryDirs(*j)) resp.add_ended_memory_dirs(dir);
+  const bool per_host = MemoryTierPerHost(*j);
+  *resp.mutable_resume_plan() = ToResumePlanProto(j->ckpt.Plan(
+      MemoryTierDirOf(*j), per_host, per_host ? EndedPerHostMemoryDirs(*j) : std::vector<std::string>{}));
   return resp;
 }
 
@@ -240,15 +237,15 @@ void WorkerGateway::RecordMetrics(Job& j, const google::protobuf::RepeatedPtrFie
 
 void WorkerGateway::NoteComputeTimes(Job& j, int rank,
                                      const google::protobuf::RepeatedPtrField<v1::StepMetric>& metrics) {
-  if (j.stragglers_attempt != j.attempt) {
-    j.stragglers.Reset(static_cast<int>(j.ranks.size()),
+  if (j.health.stragglers_attempt != j.attempt) {
+    j.health.stragglers.Reset(static_cast<int>(j.ranks.size()),
                        {j.config.health.straggler_ratio, j.config.health.straggler_window});
-    j.stragglers_attempt = j.attempt;
+    j.health.stragglers_attempt = j.attempt;
   }
   for (const v1::StepMetric& m : metrics)
     if (m.compute_seconds() > 0 && m.step() <= j.config.train.steps)  // 0: a worker too old to say
-      j.stragglers.Observe(rank, m.step(), m.compute_seconds());
-  const std::vector<StragglerChange> changes = j.stragglers.Evaluate();
+      j.health.stragglers.Observe(rank, m.step(), m.compute_seconds());
+  const std::vector<StragglerChange> changes = j.health.stragglers.Evaluate();
   for (const StragglerChange& c : changes) {
     j.ranks[c.rank].straggler = c.straggler;
     table_->Emit(j, c.straggler ? "straggler" : "straggler_cleared", StragglerDetector::Describe(c));
@@ -258,10 +255,10 @@ void WorkerGateway::NoteComputeTimes(Job& j, int rank,
   const StragglerDecision d =
       DecideStragglerAction(changes, j.config.health.straggler_action == shard::StragglerAction::kRestart,
                             j.restarts, j.config.restart.max_restarts);
-  if (d.restart && j.straggler_restart.empty()) j.straggler_restart = d.message;
+  if (d.restart && j.health.straggler_restart.empty()) j.health.straggler_restart = d.message;
   if (!d.restart && !d.message.empty()) table_->Emit(j, "straggler_action", d.message);
   for (size_t r = 0; r < j.ranks.size(); ++r)
-    j.ranks[r].compute_seconds = std::max(0.0, j.stragglers.compute_seconds(static_cast<int>(r)));
+    j.ranks[r].compute_seconds = std::max(0.0, j.health.stragglers.compute_seconds(static_cast<int>(r)));
 }
 
 StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
@@ -287,10 +284,9 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     j->adopted = false;
     table_->Emit(*j, "adopted", "rank " + std::to_string(req.id().rank()) + " heartbeats after the coordinator restart");
   }
-  if (req.id().rank() == 0 && req.resume_events_size() > 0 && j->resume_events_attempt != j->attempt) {
+  if (req.id().rank() == 0 && req.resume_events_size() > 0 && j->ckpt.TakeResumeEvents(j->attempt)) {
     // The workers' resume fallbacks (a per-host memory step no host set
     // could assemble, a damaged step): each said, before what was resumed.
-    j->resume_events_attempt = j->attempt;
     constexpr int kMaxLines = 32;  // a worker's fallbacks are bounded by the steps kept; so is what is stored
     for (int i = 0; i < std::min(req.resume_events_size(), kMaxLines); ++i) {
       const std::string& line = req.resume_events(i);
@@ -298,10 +294,9 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
                    line.substr(0, 1000));
     }
   }
-  if (req.id().rank() == 0 && !req.resumed_from().empty() && j->resumed_event_attempt != j->attempt) {
+  if (req.id().rank() == 0 && !req.resumed_from().empty() && j->ckpt.TakeResumedEvent(j->attempt)) {
     // Once per attempt: which checkpoint the workers actually loaded (for
     // checkpoint.resume: auto only they know), printed by run and watch.
-    j->resumed_event_attempt = j->attempt;
     const int64_t total = j->config.train.steps;
     const int64_t from = std::max<int64_t>(0, req.resumed_step());
     const std::string tier = (req.resumed_tier().empty() ? "disk" : Bounded(req.resumed_tier(), kMaxHeartbeatWord)) +
@@ -394,8 +389,7 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::MemoryStepSkipped(Job& j, 
                                   " step");
   // One event per step, however many ranks skip it; the step stays pending
   // and is dropped when a newer memory step commits.
-  if (req.step() > j.memory_skipped_step) {
-    j.memory_skipped_step = req.step();
+  if (j.ckpt.NoteMemorySkipped(req.step())) {
     constexpr size_t kMaxReason = 300;  // a worker's text, bounded before it is stored
     std::string why = req.memory_skipped().substr(0, kMaxReason);
     if (req.memory_skipped().size() > kMaxReason) why += "…";
@@ -446,8 +440,7 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     RecordMetrics(*j, req.metrics(), opts_.now_ms());  // before the commit: they belong to steps it covers
     NoteComputeTimes(*j, 0, req.metrics());
   }
-  j->first_report_ms.emplace(req.step(), opts_.now_ms());
-  auto added = j->committer->Add(rep);
+  auto added = j->ckpt.Add(rep, opts_.now_ms());
   if (!added.ok() && rep.remote && added.status().code() == shard::StatusCode::kFailedPrecondition) {
     // A partner copy that did not land costs this memory step, not the run.
     table_->Emit(*j, "memory_step_not_committed", added.status().message());
@@ -461,25 +454,12 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
     resp.set_committed(true);
     const bool memory = rep.tier == shard::CheckpointTier::kMemory;
     // A per-host memory step: its folders are the workers' (they keep their
-    // host's steps); the next attempt may resume from it (control_loop.cc).
-    if (rep.remote) {
-      if (j->memory_step >= 0 && j->memory_step < done->step) {
-        j->memory_fallbacks.insert(j->memory_fallbacks.begin(), {j->memory_step, j->memory_manifest});
-        const size_t keep = static_cast<size_t>(std::max(0, j->config.checkpoint.memory.keep_last));
-        if (j->memory_fallbacks.size() > keep) j->memory_fallbacks.resize(keep);
-      }
-      j->memory_manifest = done->ToJson();
-      j->memory_step = done->step;
-      j->memory_step_dir = rep.step_dir;
-    } else {
+    // host's steps); the ledger holds it for the next attempt (control_loop.cc).
+    if (!rep.remote)
       *retain = RetentionTask{true, rep.step_dir, done->run_fingerprint,
-                              memory ? j->config.checkpoint.memory.keep_last : j->committer->keep_last(), rep.tier,
+                              memory ? j->config.checkpoint.memory.keep_last : j->ckpt.keep_last(), rep.tier,
                               done->step, MemoryTierPerHost(*j) ? std::string() : memory_dir};
-    }
-    ++j->checkpoints_committed;
-    if (auto it = j->first_report_ms.find(done->step); it != j->first_report_ms.end())
-      j->commit_hist.Observe((opts_.now_ms() - it->second) / 1000.0);
-    j->first_report_ms.erase(j->first_report_ms.begin(), j->first_report_ms.upper_bound(done->step));
+    j->ckpt.Committed(rep, *done, opts_.now_ms());
     j->progress.set_last_committed_step(done->step);
     int64_t bytes = 0;
     for (const auto& f : done->files) bytes += static_cast<int64_t>(f.size);
@@ -582,9 +562,9 @@ Status WorkerGateway::ReportFailureLocked(const v1::ReportFailureRequest& req, c
   // A peer's death shows up on the survivors first: give the launcher a
   // moment (the next Ticks poll it) to report the exit that caused it, so the
   // event names the cause.
-  if ((j->state == v1::LAUNCHING || j->state == v1::RUNNING) && j->pending_failure.empty()) {
-    j->pending_failure = why;
-    j->pending_deadline_ms = opts_.now_ms() + 1000;
+  if ((j->state == v1::LAUNCHING || j->state == v1::RUNNING) && j->health.pending_failure.empty()) {
+    j->health.pending_failure = why;
+    j->health.pending_deadline_ms = opts_.now_ms() + 1000;
   }
   return shard::OkStatus();
 }

@@ -68,7 +68,7 @@ Status LoraTrainable::Save(const Manifest& run, CheckpointTier tier) {
 }
 
 Status LoraTrainable::Resume(ResumeState* state) {
-  const std::string& resume = p_.job->checkpoint.resume;
+  const std::string& resume = p_.resume_spec.empty() ? p_.job->checkpoint.resume : p_.resume_spec;
   if (resume == "none") return OkStatus();
   std::string dir = resume;
   if (resume == "auto") {

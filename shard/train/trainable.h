@@ -92,6 +92,9 @@ struct TrainableParts {
   RunKeys run_keys;
   // Full training: the committed step Init chose (checkpoint.resume).
   ResumeChoice resume;
+  // peft: checkpoint.resume as the rank is handed it (CheckpointTiers::resume
+  // over the job file's): a step folder, auto or none.
+  std::string resume_spec;
   // peft: the HF base's values hashed as the ranks loaded them (base_weights_hash.h).
   uint64_t base_weights_hash = 0;
 };

@@ -79,10 +79,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 
 std::string Trainer::ResumeMemoryDir() const {
   // A per-host tier's steps commit on no host: the worker names the step.
-  if (memory_dir_.empty() || (dist_.memory_tier_per_host && job_.checkpoint.resume == "auto")) return "";
+  if (memory_dir_.empty() || (dist_.tiers.memory_per_host && ResumeSpec() == "auto")) return "";
   // Never resume from a memory folder that is not the user's own (a link,
   // another user's, writable by others: owned_dir.h).
-  auto own = OpenMemoryTierDir(memory_dir_, dist_.memory_tier_per_host ? 2 : 1, /*create=*/false);
+  auto own = OpenMemoryTierDir(memory_dir_, dist_.tiers.memory_per_host ? 2 : 1, /*create=*/false);
   if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
     LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
     return "";
@@ -91,12 +91,12 @@ std::string Trainer::ResumeMemoryDir() const {
 }
 
 Status Trainer::ChooseResume() {
-  if (job_.checkpoint.memory.enabled())
-    memory_dir_ = dist_.memory_job_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.memory_job_dir;
+  if (job_.checkpoint.memory.enabled() && dist_.tiers.memory)
+    memory_dir_ = dist_.tiers.memory_dir.empty() ? MemoryCheckpointJobDir(job_) : dist_.tiers.memory_dir;
   // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
   // base is always loaded, so it never takes a full step here.
   if (job_.peft.enabled()) return OkStatus();
-  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(job_.checkpoint.resume, CheckpointJobDir(job_), run_keys_,
+  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(ResumeSpec(), CheckpointJobDir(job_), run_keys_,
                                              ResumeMemoryDir()));
   if (dist_.rank == 0)
     for (const std::string& e : resume_.events) LOG_WARN("resume: {}", e);
@@ -281,7 +281,7 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
   role.memory_dir = memory_dir_;
-  role.memory_depth = dist_.memory_tier_per_host ? 2 : 1;
+  role.memory_depth = dist_.tiers.memory_per_host ? 2 : 1;
   role.memory_skipped = dist_.memory_step_skipped;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();
@@ -374,6 +374,7 @@ Status Trainer::InitTrainable() {
   p.checkpointer = checkpointer_.get();
   p.run_keys = run_keys_;
   p.resume = resume_;
+  p.resume_spec = ResumeSpec();
   p.base_weights_hash = base_weights_hash_;
   ASSIGN_OR_RETURN(trainable_, CreateTrainable(p));
   return OkStatus();

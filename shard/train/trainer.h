@@ -14,6 +14,7 @@
 
 #include "shard/backend/backend.h"
 #include "shard/ckpt/hf_weights.h"
+#include "shard/ckpt/resume_plan.h"
 #include "shard/comm/flight_recorder.h"
 #include "shard/common/kv_store.h"
 #include "shard/fsdp/fsdp_runtime.h"
@@ -54,13 +55,11 @@ struct CheckpointInputs {
   // Set under the control plane: checkpoint shards are reported here and the
   // coordinator commits them (otherwise rank 0 commits).
   CheckpointReportFn report_checkpoint;
-  // The memory tier's job folder as the coordinator commits it ("" = the
-  // job's own rule, MemoryCheckpointJobDir). Only read with checkpoint.memory on.
-  std::string memory_job_dir;
-  // memory_job_dir is this host's folder of a tier the coordinator cannot
-  // read (worker/memory_partner.h): its steps commit on no host, so
-  // checkpoint.resume: auto never looks there (the worker names the step).
-  bool memory_tier_per_host = false;
+  // What this rank resumes from and where its memory tier is: the worker
+  // builds it from the attempt's resume plan (shard/ckpt/resume_plan.h; the
+  // coordinator's, or StandalonePlan's), never by editing the JobConfig.
+  // Default: all as the job file says.
+  CheckpointTiers tiers;
   // Set under the control plane: each memory step this rank skipped (it
   // could not be written) is told here, and the coordinator says it in a
   // memory_step_skipped event. Standalone: the log line only.
@@ -157,8 +156,11 @@ class Trainer {
   // job_ (precision auto -> fp32) that the coordinator never sees resolved.
   Trainer(const JobConfig& job, const DistContext& dist) : job_(job), dist_(dist), run_keys_(RunKeysOf(job)) {}
   Status Init();
-  // Resolves checkpoint.resume (and the memory tier's folder) into resume_.
+  // Resolves the resume it is handed (dist_.tiers, else checkpoint.resume)
+  // and the memory tier's folder into resume_.
   Status ChooseResume();
+  // checkpoint.resume as this rank is handed it (CheckpointTiers::resume).
+  const std::string& ResumeSpec() const { return dist_.tiers.resume.empty() ? job_.checkpoint.resume : dist_.tiers.resume; }
   // hf: the job's HF weights (model.from_hf), or null for the seeded init.
   Status InitRuntime(const HfWeights* hf, const PrecisionPlan& precision);
   // The initial weights of this rank's shards (no resume): from the HF

@@ -29,23 +29,8 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 8;
 
-std::string Tokens() {
-  static std::string path = [] {
-    std::string p = testing::TempDir() + "/memory_skip." + std::to_string(::getpid()) + ".u32";
-    std::mt19937 rng(5);
-    std::vector<uint32_t> t(20000);
-    for (auto& x : t) x = rng() % 512;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), t.size() * 4);
-    return p;
-  }();
-  return path;
-}
-
-std::string NewDir(const std::string& name) {
-  std::string tmpl = testing::TempDir() + "/memory_skip_" + name + "_XXXXXX";
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return fs::path(tmpl).lexically_normal().string();  // as the tier names it in its messages
-}
+std::string Tokens() { return testing_ranks::RandomTokens("memory_skip", 5); }
+std::string NewDir(const std::string& name) { return testing_ranks::NewTempDir("memory_skip_" + name); }
 
 const std::string& Yaml() {
   static const std::string y = "name: t\nmodel: {preset: tiny}\ndata: {tokens: " + Tokens() +

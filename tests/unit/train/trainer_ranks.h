@@ -2,10 +2,19 @@
 // communicator, each under its own rank, with a fresh rendezvous prefix per
 // call, and `body(trainer, rank)` run on each rank's thread. The trainer tests
 // share this instead of each spelling out threads, DistContext and Create.
+// Also: a random token file and a fresh scratch folder for their job files.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +57,26 @@ inline Status OnTrainerRanks(const std::string& yaml, int world, const std::vect
   for (const Status& s : status)
     if (!s.ok()) return s;
   return OkStatus();
+}
+
+// 20,000 random tokens below 512 (seeded) in <TempDir>/<tag>.<pid>.u32,
+// written on the first call for each tag.
+inline std::string RandomTokens(const std::string& tag, uint32_t seed) {
+  const std::string p = ::testing::TempDir() + "/" + tag + "." + std::to_string(::getpid()) + ".u32";
+  if (std::filesystem::exists(p)) return p;
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> t(20000);
+  for (auto& x : t) x = rng() % 512;
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+  return p;
+}
+
+// A new folder <TempDir>/<name>_XXXXXX, as a normalized path (as the
+// checkpoint tiers name it in their messages).
+inline std::string NewTempDir(const std::string& name) {
+  std::string tmpl = ::testing::TempDir() + "/" + name + "_XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+  return std::filesystem::path(tmpl).lexically_normal().string();
 }
 
 }  // namespace shard::testing_ranks

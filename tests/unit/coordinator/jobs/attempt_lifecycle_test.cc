@@ -24,7 +24,7 @@ TEST_F(AttemptLifecycleTest, BeginHandsTheWorkersAFreshTokenAndTheirDirs) {
   EXPECT_EQ(req.coordinator, "127.0.0.1:7000");
   EXPECT_EQ(req.env.at("SHARDD_TLS_CA"), "/etc/ca.pem");
   EXPECT_EQ(HashToken(req.env.at("SHARDD_WORKER_TOKEN")), j.token_hash);
-  EXPECT_EQ(j.resume_from, "/ckpt/tiny/step_40");
+  EXPECT_EQ(j.ckpt.resume_from(), "/ckpt/tiny/step_40");
   const std::vector<EventRecord> events = Events(j.id);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].message, "2 worker(s), resume from /ckpt/tiny/step_40");

@@ -86,8 +86,8 @@ TEST_F(ControlLoopTest, AHeldFailureFiresAtItsDeadline) {
   loop_->Tick();
   {
     auto lock = table_->Lock();
-    j.pending_failure = "rank 1 failed: peer gone";
-    j.pending_deadline_ms = now_ms_ + 1000;
+    j.health.pending_failure = "rank 1 failed: peer gone";
+    j.health.pending_deadline_ms = now_ms_ + 1000;
   }
   loop_->Tick();
   EXPECT_EQ(j.state, v1::LAUNCHING);

@@ -1,4 +1,4 @@
-// The gateway's checks on rank 0's per-step reports (coordinator/worker_reports.h):
+// The gateway's checks on rank 0's per-step reports (coordinator/jobs/worker_reports.h):
 // a row out of range (a step past train.steps or before 1, a negative or
 // impossible token count, a non-finite loss on a step the loss scaler did
 // not skip) is not stored or counted and is said once per attempt as an
@@ -11,7 +11,7 @@
 #include <cmath>
 #include <limits>
 
-#include "coordinator/worker_reports.h"
+#include "coordinator/jobs/worker_reports.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {

@@ -63,11 +63,11 @@ TEST_F(JobRecoveryTest, TheLastStallsAccountSurvivesARestart) {
     auto lock = table_->Lock();
     Job& j = **table_->Find(id);
     // As ExplainStall leaves it: the account, then its event (one transaction).
-    j.stall.set_text("ranks 0 waited 62 s in all_gather #41 (unit 3); rank 1 never entered it");
-    j.stall.set_attempt(1);
-    j.stall.set_unix_ms(now_ms_);
-    j.stall.set_trigger("hang");
-    table_->Emit(j, "stall_cause", j.stall.text());
+    j.health.stall.set_text("ranks 0 waited 62 s in all_gather #41 (unit 3); rank 1 never entered it");
+    j.health.stall.set_attempt(1);
+    j.health.stall.set_unix_ms(now_ms_);
+    j.health.stall.set_trigger("hang");
+    table_->Emit(j, "stall_cause", j.health.stall.text());
   }
   now_ms_ += 60000;
   ASSERT_TRUE(Restart().ok());

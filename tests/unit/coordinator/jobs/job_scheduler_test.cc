@@ -26,7 +26,7 @@ class JobSchedulerTest : public JobPartsTest {
     auto demand = sched_->DemandFor(j.config, 0, "jobs/" + name + ".yaml");
     EXPECT_TRUE(demand.ok()) << demand.status().ToString();
     auto lock = table_->Lock();
-    j.demand = *demand;
+    j.placement.demand = *demand;
     sched_->StoreResources(j);
     return j;
   }
@@ -57,11 +57,11 @@ TEST_F(JobSchedulerTest, PlacesOneAndTheNextWaitsWithItsReason) {
   Job& b = Queued("b");
   auto lock = table_->Lock();
   sched_->Schedule(now_ms_);
-  EXPECT_TRUE(a.placed);
+  EXPECT_TRUE(a.placement.placed);
   EXPECT_TRUE(JobScheduler::MayLaunch(a));
-  EXPECT_FALSE(b.placed);
+  EXPECT_FALSE(b.placement.placed);
   EXPECT_FALSE(JobScheduler::MayLaunch(b));
-  EXPECT_EQ(b.queue_position, 1);
+  EXPECT_EQ(b.placement.queue_position, 1);
   EXPECT_EQ(b.state, v1::QUEUED);
   EXPECT_FALSE(b.reason.empty());
   LaunchRequest req;
@@ -79,12 +79,12 @@ TEST_F(JobSchedulerTest, APlacementIsReleasedOnlyOnceTheProcessesAreGone) {
   a.state = v1::SUCCEEDED;
   a.draining_attempt = 1;
   sched_->Schedule(now_ms_);
-  EXPECT_TRUE(a.placed);
-  EXPECT_FALSE(b.placed);
+  EXPECT_TRUE(a.placement.placed);
+  EXPECT_FALSE(b.placement.placed);
   a.draining_attempt = 0;
   sched_->Schedule(now_ms_);
-  EXPECT_FALSE(a.placed);
-  EXPECT_TRUE(b.placed);
+  EXPECT_FALSE(a.placement.placed);
+  EXPECT_TRUE(b.placement.placed);
 }
 
 TEST_F(JobSchedulerTest, APlacementComesBackAfterARestart) {
@@ -105,9 +105,9 @@ TEST_F(JobSchedulerTest, APlacementComesBackAfterARestart) {
   auto lock = table_->Lock();
   Job& again = table_->Insert(std::move(copy));
   ASSERT_TRUE(sched_->RestorePlacements().ok());
-  EXPECT_TRUE(again.placed);
-  ASSERT_TRUE(again.demand.has_value());
-  EXPECT_EQ(again.demand->cpu_slots, 2);
+  EXPECT_TRUE(again.placement.placed);
+  ASSERT_TRUE(again.placement.demand.has_value());
+  EXPECT_EQ(again.placement.demand->cpu_slots, 2);
   EXPECT_EQ(sched_->allocator()->HeldBy(again.id)->cpu_slots, (std::vector<int>{0, 1}));
 }
 

@@ -69,7 +69,7 @@ class JobPartsTest : public ScratchTest {
     j->spec.set_workdir(Path("work"));
     j->config = *config;
     j->created_ms = now_ms_;
-    j->committer = std::make_unique<CheckpointCommitter>(j->config.checkpoint.keep_last);
+    j->ckpt.Init(j->config.checkpoint.keep_last, j->config.checkpoint.memory.keep_last);
     j->launcher = IsExternal(*j) ? nullptr : &launcher_;
     auto lock = table_->Lock();
     j->id = table_->NewJobId(name);

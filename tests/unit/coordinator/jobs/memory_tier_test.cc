@@ -145,15 +145,15 @@ TEST_F(MemoryTierTest, RegisterHandsTheRanksTheTiersFolder) {
   req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
   auto resp = gateway_->Register(req, token);
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
-  EXPECT_EQ(resp->memory_tier_dir(), MemoryTierDirOf(j));
-  EXPECT_EQ(resp->memory_tier_dir().rfind(Path("shm") + "/tiny-", 0), 0u) << resp->memory_tier_dir();
+  EXPECT_EQ(resp->resume_plan().memory_dir(), MemoryTierDirOf(j));
+  EXPECT_EQ(resp->resume_plan().memory_dir().rfind(Path("shm") + "/tiny-", 0), 0u) << resp->resume_plan().memory_dir();
   // Without the tier in the job file: no folder, so the ranks write none.
   Job& plain = AddJob("plain");
   const std::string t2 = Token(plain);
   *req.mutable_id() = Worker(plain.id, 1, 0);
   auto none = gateway_->Register(req, t2);
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->memory_tier_dir(), "");
+  EXPECT_EQ(none->resume_plan().memory_dir(), "");
 }
 
 TEST_F(MemoryTierTest, AMemoryStepCommitsLikeADiskStepAndIsRecordedWithItsTier) {
@@ -245,12 +245,12 @@ TEST_F(MemoryTierTest, ARestartResumesFromTheNewerMemoryStep) {
   ASSERT_TRUE(ReportStep(j, token, MemoryTierDirOf(j), 25, "memory").ok());
   FailAndRestart(j, "rank 1 was killed");
   ASSERT_EQ(j.attempt, 2);
-  EXPECT_EQ(j.resume_from, MemoryTierDirOf(j) + "/" + shard::StepDirName(25));
+  EXPECT_EQ(j.ckpt.resume_from(), MemoryTierDirOf(j) + "/" + shard::StepDirName(25));
   // The memory tier lost it (a reboot): the restart takes the disk step.
   fs::remove_all(MemoryTierDirOf(j));
   FailAndRestart(j, "rank 0 was killed");
   ASSERT_EQ(j.attempt, 3);
-  EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
+  EXPECT_EQ(j.ckpt.resume_from(), CheckpointDirOf(j) + "/" + shard::StepDirName(20));
 }
 
 // Issue 39 item 6, the local tier: a damaged newest memory step falls back to
@@ -272,7 +272,7 @@ TEST_F(MemoryTierTest, ADamagedMemoryStepIsSkippedWithAnEventAndStepZeroIsSaid) 
   flip(mem + "/" + shard::StepDirName(30) + "/" + shard::ShardFileName(1, 2));
   FailAndRestart(j, "rank 1 was killed");
   ASSERT_EQ(j.attempt, 2);
-  EXPECT_EQ(j.resume_from, mem + "/" + shard::StepDirName(25));
+  EXPECT_EQ(j.ckpt.resume_from(), mem + "/" + shard::StepDirName(25));
   EXPECT_TRUE(HasEvent(j.id, "resume_skipped", "skipping step 30 (memory): "));
   EXPECT_FALSE(HasEvent(j.id, "resume_from_scratch", ""));
   flip(mem + "/" + shard::StepDirName(25) + "/" + shard::ShardFileName(0, 2));
@@ -346,9 +346,9 @@ TEST_F(PerHostMemoryTierTest, EveryLauncherRunsTheTierAndRegisterSaysPerHost) {
   EXPECT_TRUE(MemoryTierPerHost(j));
   auto resp = RegisterOn(j, token, 0, "a");
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
-  EXPECT_EQ(resp->memory_tier_dir(), MemoryTierDirOf(j));
-  EXPECT_TRUE(resp->memory_tier_per_host());
-  EXPECT_EQ(resp->resume_memory_manifest(), "");
+  EXPECT_EQ(resp->resume_plan().memory_dir(), MemoryTierDirOf(j));
+  EXPECT_TRUE(resp->resume_plan().memory_per_host());
+  EXPECT_EQ(resp->resume_plan().memory_manifest(), "");
   Job& local = MemoryJob();
   EXPECT_FALSE(MemoryTierPerHost(local));
 }
@@ -362,8 +362,8 @@ TEST_F(PerHostMemoryTierTest, AStepCommitsFromTheReportsWithPartnerCopiesAcrossH
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
   EXPECT_TRUE(resp->committed());
   EXPECT_FALSE(fs::exists(MemoryTierDirOf(j))) << "the coordinator wrote in a host's folder";
-  EXPECT_EQ(j.memory_step, 5);
-  auto m = shard::Manifest::FromJson(j.memory_manifest, "test");
+  EXPECT_EQ(j.ckpt.memory_step(), 5);
+  auto m = shard::Manifest::FromJson(j.ckpt.memory_manifest(), "test");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->files.size(), 2u);
   EXPECT_EQ(m->files[1].size, 101u);
@@ -382,12 +382,12 @@ TEST_F(PerHostMemoryTierTest, WithoutItsPartnerCopyAStepDoesNotCommit) {
   auto resp = ReportFromHosts(j, token, 5, {"a", "b"}, {1, -1});
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
   EXPECT_FALSE(resp->committed());
-  EXPECT_EQ(j.memory_step, -1);
+  EXPECT_EQ(j.ckpt.memory_step(), -1);
   EXPECT_TRUE(HasEvent(j.id, "memory_step_not_committed", "has no partner copy on another host"));
   // The next step, with both copies, commits.
   auto next = ReportFromHosts(j, token, 10, {"a", "b"}, {1, 0});
   ASSERT_TRUE(next.ok() && next->committed());
-  EXPECT_EQ(j.memory_step, 10);
+  EXPECT_EQ(j.ckpt.memory_step(), 10);
 }
 
 TEST_F(PerHostMemoryTierTest, OnOneHostNoPartnerCopyIsNeeded) {
@@ -419,8 +419,8 @@ TEST_F(PerHostMemoryTierTest, AnExternalJobsRestartHandsTheRanksTheCommittedMani
   ASSERT_TRUE(ReportFromHosts(j, token, 25, {"a", "b"}, {1, 0}).ok());
   FailAndRestart(j, "host b was lost");
   ASSERT_EQ(j.attempt, 2);
-  EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
-  EXPECT_NE(j.memory_manifest, "");
+  EXPECT_EQ(j.ckpt.resume_memory_manifest(), j.ckpt.memory_manifest());
+  EXPECT_NE(j.ckpt.memory_manifest(), "");
 }
 
 TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsTheFolders) {
@@ -436,18 +436,18 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheCommittedManifestAndKeepsT
   FailAndRestart(j, "host b was lost");
   ASSERT_EQ(j.attempt, 2);
   // The disk step stays the fallback; the memory step's manifest goes to the ranks.
-  EXPECT_EQ(j.resume_from, CheckpointDirOf(j) + "/" + shard::StepDirName(20));
-  EXPECT_EQ(j.resume_memory_manifest, j.memory_manifest);
+  EXPECT_EQ(j.ckpt.resume_from(), CheckpointDirOf(j) + "/" + shard::StepDirName(20));
+  EXPECT_EQ(j.ckpt.resume_memory_manifest(), j.ckpt.memory_manifest());
   EXPECT_TRUE(HasEvent(j.id, "resume_plan", "resuming from memory step 25"));
   const std::string token2 = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
   auto resp = RegisterOn(j, token2, 1, "b2");
   ASSERT_TRUE(resp.ok());
-  EXPECT_EQ(resp->resume_memory_manifest(), j.memory_manifest);
+  EXPECT_EQ(resp->resume_plan().memory_manifest(), j.ckpt.memory_manifest());
   // A newer disk step wins over it at the next restart.
   ASSERT_TRUE(ReportStep(j, token2, CheckpointDirOf(j), 30, "disk").ok());
   FailAndRestart(j, "rank 0 was killed");
   ASSERT_EQ(j.attempt, 3);
-  EXPECT_EQ(j.resume_memory_manifest, "");
+  EXPECT_EQ(j.ckpt.resume_memory_manifest(), "");
   // The job ends: the hosts' folders are the workers' to remove.
   {
     auto lock = table_->Lock();
@@ -473,21 +473,21 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheOlderMemoryStepsAsFallback
   std::map<int64_t, std::string> manifests;
   for (int64_t step : {15, 20, 25}) {
     ASSERT_TRUE(ReportFromHosts(j, token, step, {"a", "b"}, {1, 0}).ok());
-    manifests[step] = j.memory_manifest;
+    manifests[step] = j.ckpt.memory_manifest();
   }
   FailAndRestart(j, "host b was lost");
   ASSERT_EQ(j.attempt, 2);
-  EXPECT_EQ(j.resume_memory_manifest, manifests[25]);
-  ASSERT_EQ(j.resume_memory_fallbacks.size(), 2u);
-  EXPECT_EQ(j.resume_memory_fallbacks[0], manifests[20]);
-  EXPECT_EQ(j.resume_memory_fallbacks[1], manifests[15]);
+  EXPECT_EQ(j.ckpt.resume_memory_manifest(), manifests[25]);
+  ASSERT_EQ(j.ckpt.resume_memory_fallbacks().size(), 2u);
+  EXPECT_EQ(j.ckpt.resume_memory_fallbacks()[0], manifests[20]);
+  EXPECT_EQ(j.ckpt.resume_memory_fallbacks()[1], manifests[15]);
   EXPECT_TRUE(HasEvent(j.id, "resume_plan", "resuming from memory step 25 (committed on the ranks' hosts; then the 2 "
                                             "older memory step(s), then disk step 12"));
   const std::string token2 = launcher_.launches.back().env.at("SHARDD_WORKER_TOKEN");
   auto resp = RegisterOn(j, token2, 1, "b2");
   ASSERT_TRUE(resp.ok());
-  ASSERT_EQ(resp->resume_memory_fallbacks_size(), 2);
-  EXPECT_EQ(resp->resume_memory_fallbacks(0), manifests[20]);
+  ASSERT_EQ(resp->resume_plan().memory_fallbacks_size(), 2);
+  EXPECT_EQ(resp->resume_plan().memory_fallbacks(0), manifests[20]);
   // Rank 0 says what the hosts skipped (every heartbeat): one event each, once.
   for (int beat = 0; beat < 2; ++beat) {
     v1::HeartbeatRequest hb;
@@ -536,10 +536,10 @@ TEST_F(PerHostMemoryTierTest, RegisterNamesEndedPerHostJobsFoldersForTheHostsToR
   const std::string token = Token(j);
   auto resp = RegisterOn(j, token, 0, "a");
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
-  ASSERT_EQ(resp->ended_memory_dirs_size(), 1);
-  EXPECT_EQ(resp->ended_memory_dirs(0), MemoryTierDirOf(ended));
-  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(live_other));
-  EXPECT_NE(resp->ended_memory_dirs(0), MemoryTierDirOf(j));
+  ASSERT_EQ(resp->resume_plan().ended_memory_dirs_size(), 1);
+  EXPECT_EQ(resp->resume_plan().ended_memory_dirs(0), MemoryTierDirOf(ended));
+  EXPECT_NE(resp->resume_plan().ended_memory_dirs(0), MemoryTierDirOf(live_other));
+  EXPECT_NE(resp->resume_plan().ended_memory_dirs(0), MemoryTierDirOf(j));
 }
 
 TEST_F(MemoryTierTest, TheFolderIsRemovedOnceTheEndedJobsProcessesAreGone) {

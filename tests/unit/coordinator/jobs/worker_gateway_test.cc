@@ -108,8 +108,8 @@ TEST_F(WorkerGatewayTest, ARetryableFailureWaitsASecondForItsCause) {
   req.set_retryable(true);
   ASSERT_TRUE(gateway_->ReportFailure(req, token).ok());
   EXPECT_EQ(j->state, v1::LAUNCHING);
-  EXPECT_EQ(j->pending_failure, "rank 1 failed: gloo: connection reset by peer");
-  EXPECT_EQ(j->pending_deadline_ms, now_ms_ + 1000);
+  EXPECT_EQ(j->health.pending_failure, "rank 1 failed: gloo: connection reset by peer");
+  EXPECT_EQ(j->health.pending_deadline_ms, now_ms_ + 1000);
   req.set_retryable(false);
   ASSERT_TRUE(gateway_->ReportFailure(req, token).ok());
   EXPECT_EQ(j->state, v1::FAILED);

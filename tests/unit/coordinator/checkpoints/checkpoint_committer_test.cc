@@ -2,7 +2,7 @@
 // reported and the files on disk have the reported sizes; COMMITTED then
 // lists every file and parses back; bad reports are refused naming the file;
 // Reset (a new attempt) forgets partial steps; retention keeps keep_last.
-#include "coordinator/checkpoint_committer.h"
+#include "coordinator/checkpoints/checkpoint_committer.h"
 
 #include <gtest/gtest.h>
 

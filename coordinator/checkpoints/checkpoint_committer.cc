@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_committer.h"
+#include "coordinator/checkpoints/checkpoint_committer.h"
 
 #include <filesystem>
 

@@ -1,4 +1,4 @@
-#include "coordinator/worker_reports.h"
+#include "coordinator/jobs/worker_reports.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,75 @@
+// What one attempt resumes from and which checkpoint tiers it keeps: decided
+// once, by the coordinator (coordinator/checkpoints/checkpoint_ledger.h), and
+// handed to every worker of the attempt as one message
+// (RegisterResponse.resume_plan, proto/codec/resume_plan_codec.h). The worker
+// builds its checkpoint tiers from it; the trainer verifies the step it is
+// handed (shard/train/resume_choice.h), it does not choose another.
+// Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard/ckpt/checkpoint_tier.h"
+#include "shard/spec/job_config.h"
+
+namespace shard {
+
+struct ResumePlan {
+  // The tier of the step this attempt resumes from: kMemory when it is a
+  // per-host memory step (memory_manifest), else kDisk (a step folder of
+  // either tier's local folder, or none).
+  CheckpointTier tier = CheckpointTier::kDisk;
+  // That step (0 = from scratch, or "auto"/"none" left to the job file).
+  int64_t step = 0;
+  // checkpoint.resume for this attempt: a step folder, "auto", "none", or ""
+  // (the job file's own choice). With tier kMemory, the folder every rank
+  // falls back to when no host set can assemble the memory steps.
+  std::string resume_from;
+  // The memory tier's job folder for this attempt ("" = no memory tier: off
+  // in the job file). With memory_per_host it is the root of the per-host
+  // folders (<memory_dir>/host-<hostname>, shard/ckpt/partner_map.h).
+  std::string memory_dir;
+  bool memory_per_host = false;
+  // tier kMemory: the step's manifest (Manifest JSON, every file with its
+  // size and xxh64) each host assembles, then the older committed memory
+  // steps (newest first) the ranks try in turn before resume_from.
+  std::string memory_manifest;
+  std::vector<std::string> memory_fallbacks;
+  // Per host: the memory folders of ended per-host jobs under the same root;
+  // each worker removes its host's part of each.
+  std::vector<std::string> ended_memory_dirs;
+};
+
+// The checkpoint tiers one rank's trainer is handed (CheckpointInputs::tiers
+// in shard/train/trainer.h), built from the attempt's plan: the parsed
+// JobConfig stays as the job file says. A default value leaves everything
+// to the job file (a library user, a test).
+struct CheckpointTiers {
+  // checkpoint.resume for this rank: a step folder, "auto" or "none"; "" =
+  // the job file's checkpoint.resume.
+  std::string resume;
+  // false: no memory tier this attempt, whatever the job file says (the
+  // coordinator gave it no folder).
+  bool memory = true;
+  // The memory tier's job folder ("" = the job's own rule,
+  // MemoryCheckpointJobDir); with memory_per_host, this host's folder of a
+  // tier the coordinator cannot read (worker/memory_partner.h): its steps
+  // commit on no host, so checkpoint.resume: auto never looks there.
+  std::string memory_dir;
+  bool memory_per_host = false;
+};
+
+// The plan a job file makes by itself (a worker without a coordinator,
+// --standalone): resume as checkpoint.resume says, the memory tier (when on)
+// in its own folder on this host. Pure.
+ResumePlan StandalonePlan(const JobConfig& job);
+
+// This rank's tiers from the attempt's plan. host_dir: this host's folder of
+// a per-host memory tier when the worker keeps one ("" otherwise);
+// assembled: the per-host memory step every host assembled from the plan's
+// manifests ("" = none: the plan's resume_from). Pure.
+CheckpointTiers TiersFromPlan(const ResumePlan& plan, const std::string& host_dir, const std::string& assembled);
+
+}  // namespace shard
