@@ -263,6 +263,9 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     ASSIGN_OR_RETURN(auto cp_comm, make_comm(dist_.rank % C, C, "cp" + std::to_string(dist_.rank / C)));
     cp_ = std::make_unique<CpGroup>(backend_.get(), std::move(cp_comm), fo.comm);
     model_->SetAttention(cp_->attention());
+    if (dist_.rank == 0)
+      LOG_INFO("context parallelism: {} ranks per sequence ({} of its {} tokens each, head-tail chunks), {} data "
+               "ranks", C, job_.data.seq_len / C, job_.data.seq_len, dist_.world / C);
   }
   const ParamLayout& layout = model_->layout();
   std::vector<int64_t> numels;
