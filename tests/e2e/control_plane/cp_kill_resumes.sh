@@ -35,8 +35,9 @@ state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl stat
 echo "$out" | grep -q "rank 1 killed by signal 9" || fail "no event names the killed rank"
 [ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
 cmp "$T/out/ref/model.safetensors" "$T/out/vic/model.safetensors" || fail "final weights differ from the uninterrupted C = 2 run"
+id_vic=$id
 for j in plain ref vic; do
-  eval "jid=\$id_$j"; [ "$j" = vic ] && jid=$id
+  eval "jid=\$id_$j"
   ctl metrics "$jid" --json > "$T/$j.jsonl" || fail "metrics of $j failed"
 done
 resumed=$(echo "$out" | sed -n 's/.*resume from .*step_0*\([0-9][0-9]*\)$/\1/p' | tail -n 1)
