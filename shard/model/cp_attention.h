@@ -63,7 +63,10 @@ class CpAttention : public BlockAttention {
 
   Backend* backend_;
   CpExchange* group_;
-  DeviceBuffer kv_local_, kv_gathered_, kv_full_, q_, o_, do_, dq_, dkv_, dkv_sum_, dkv_send_, dkv_mine_;
+  // Three buffers of the whole sequences' K/V (kv_gathered_, kv_full_,
+  // dkv_sum_): the backward puts the tail chunk's dK/dV in kv_gathered_ and
+  // the reduce-scatter's send blocks in kv_full_ once they are free.
+  DeviceBuffer kv_local_, kv_gathered_, kv_full_, q_, o_, do_, dq_, dkv_sum_, dkv_mine_;
 };
 
 }  // namespace shard
