@@ -130,9 +130,6 @@ Status JobConfig::Validate() const {
     if (preference.enabled())
       return Unimplemented(cp + "preference training (dpo/ipo/orpo) with context parallelism is not built yet "
                                 "(each reply would be split with its pair); use 1");
-    if (eval.enabled())
-      return Unimplemented(cp + "eval: during training with context parallelism is not built yet (eval batches "
-                                "are not split); use 1, or shardctl eval after the run");
     if (restart.min_world_size > 0 && restart.min_world_size < parallel.world_size)
       return Unimplemented(cp + "elastic restarts (restart.min_world_size) with context parallelism are not built "
                                 "yet; leave restart.min_world_size unset");

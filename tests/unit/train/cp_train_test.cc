@@ -233,16 +233,41 @@ TEST(CpTrainTest, ResumeWithAnotherContextParallel) {
   }
 }
 
+// eval: during training scores whole sequences (its own model, not split)
+// on every rank: the eval loss of a C = 2 run is the C = 1 run's.
+TEST(CpTrainTest, EvalDuringTrainingScoresAsWithoutIt) {
+  const std::string dir = NewDir("cp_eval");
+  const std::string yaml = PackedSftJob(dir) + "eval: {data: " + WriteReversalJsonl(dir + "/held.jsonl", 12, 9) +
+                           ", every_steps: 2, exact_match: true}\n";
+  std::map<int, std::map<int64_t, std::pair<double, double>>> eval;  // C -> step -> (loss, exact match)
+  std::mutex mu;
+  for (int c : {1, 2}) {
+    const Status st = testing_ranks::OnTrainerRanks(
+        yaml, 2, {"parallel.world_size=2", "parallel.context_parallel=" + std::to_string(c), "train.steps=4"},
+        [&](Trainer& tr, int r) {
+          const Status run = tr.Run([&](const StepMetrics& m) {
+            if (r != 0 || m.eval_samples == 0) return;
+            std::lock_guard<std::mutex> lock(mu);
+            eval[c][m.step] = {m.eval_loss, m.eval_exact_match};
+          });
+          EXPECT_TRUE(run.ok()) << run.ToString();
+        });
+    ASSERT_TRUE(st.ok()) << "C " << c << ": " << st.ToString();
+  }
+  ASSERT_EQ(eval[1].size(), 2u);
+  ASSERT_EQ(eval[2].size(), 2u);
+  for (const auto& [step, e] : eval[1]) {
+    EXPECT_LT(std::fabs(eval[2][step].first - e.first) / e.first, 1e-5) << "step " << step;
+    EXPECT_EQ(eval[2][step].second, e.second) << "step " << step;
+    std::printf("eval at step %lld: loss %.6f at C 2, %.6f at C 1\n", static_cast<long long>(step),
+                eval[2][step].first, e.first);
+  }
+}
+
 // What is not built with context parallelism yet is refused in one line.
 TEST(CpTrainTest, RefusesWhatIsNotBuilt) {
   const std::string dir = NewDir("cp_refuse");
   const std::string yaml = PackedSftJob(dir);
-  auto eval = ParseJobConfig(yaml + "eval: {data: " + dir + "/rev.jsonl, every_steps: 2}\n", "job.yaml",
-                             {"parallel.world_size=2", "parallel.context_parallel=2"});
-  ASSERT_FALSE(eval.ok());
-  EXPECT_NE(eval.status().message().find("eval: during training with context parallelism is not built yet"),
-            std::string::npos)
-      << eval.status().ToString();
   // A mixture-of-experts model: its routing (and aux loss) per micro-batch is not split yet.
   const Status moe = testing_ranks::OnTrainerRanks(
       yaml, 2, {"parallel.world_size=2", "parallel.context_parallel=2", "model.preset=tiny-mixtral"},
