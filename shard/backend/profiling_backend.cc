@@ -42,8 +42,26 @@ class ProfilingBackend final : public Backend {
   const char* name() const override { return inner_->name(); }
   bool native_bf16() const override { return inner_->native_bf16(); }
   void* native_stream() const override { return inner_->native_stream(); }
-  StatusOr<void*> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
-  void Free(void* ptr) override { inner_->Free(ptr); }
+  // Device memory is counted (bytes asked for): what is in use, and its peak.
+  StatusOr<void*> Allocate(size_t bytes) override {
+    StatusOr<void*> p = inner_->Allocate(bytes);
+    if (p.ok()) {
+      sizes_[*p] = bytes;
+      in_use_ += static_cast<int64_t>(bytes);
+      peak_ = std::max(peak_, in_use_);
+    }
+    return p;
+  }
+  void Free(void* ptr) override {
+    auto it = sizes_.find(ptr);
+    if (it != sizes_.end()) {
+      in_use_ -= static_cast<int64_t>(it->second);
+      sizes_.erase(it);
+    }
+    inner_->Free(ptr);
+  }
+  int64_t peak_bytes() const { return peak_; }
+  int64_t in_use_bytes() const { return in_use_; }
   StatusOr<void*> AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }
   void FreeHost(void* ptr) override { inner_->FreeHost(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
@@ -210,6 +228,8 @@ class ProfilingBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
   FILE* out_;
   std::map<std::string, OpStats> stats_;
+  std::map<void*, size_t> sizes_;  // live device allocations
+  int64_t in_use_ = 0, peak_ = 0;
 };
 
 }  // namespace
@@ -221,6 +241,16 @@ std::unique_ptr<Backend> WrapWithProfiler(std::unique_ptr<Backend> inner, FILE* 
 std::string ProfileReport(Backend* backend) {
   auto* p = dynamic_cast<ProfilingBackend*>(backend);
   return p ? p->Report() : std::string();
+}
+
+int64_t ProfilePeakBytes(Backend* backend) {
+  auto* p = dynamic_cast<ProfilingBackend*>(backend);
+  return p ? p->peak_bytes() : -1;
+}
+
+int64_t ProfileBytesInUse(Backend* backend) {
+  auto* p = dynamic_cast<ProfilingBackend*>(backend);
+  return p ? p->in_use_bytes() : -1;
 }
 
 void ResetProfile(Backend* backend) {

@@ -11,6 +11,7 @@
 // Thread-safety: like any Backend, one thread at a time.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,7 +25,12 @@ std::unique_ptr<Backend> WrapWithProfiler(std::unique_ptr<Backend> inner, FILE* 
 // The table so far, as text (one line per op kind, slowest first). `backend`
 // must come from WrapWithProfiler; anything else gives an empty string.
 std::string ProfileReport(Backend* backend);
-// Forget the times so far (e.g. after warm-up steps).
+// Device memory (Allocate/Free) through `backend` since it was wrapped: the
+// peak and the bytes in use now (-1 for a backend not from WrapWithProfiler).
+// Bytes as asked for, without the allocator's rounding.
+int64_t ProfilePeakBytes(Backend* backend);
+int64_t ProfileBytesInUse(Backend* backend);
+// Forget the times so far (e.g. after warm-up steps); the memory counts stay.
 void ResetProfile(Backend* backend);
 
 }  // namespace shard

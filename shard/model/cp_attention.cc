@@ -92,32 +92,35 @@ Status CpAttention::Backward(const AttentionShape& local, const float* qkv, cons
   const int64_t chunk_n = d.batch * d.len * d.hq, full_n = d.batch * d.seq * d.kvw;
   const int64_t local_n = d.batch * d.local_seq * d.kvw;
   for (DeviceBuffer* b : {&q_, &o_, &do_, &dq_}) RETURN_IF_ERROR(Ensure(b, chunk_n));
-  RETURN_IF_ERROR(Ensure(&dkv_, full_n));
   RETURN_IF_ERROR(Ensure(&dkv_sum_, full_n));
+  // kv_gathered_ (c * local_n = full_n floats) is free once reordered into
+  // kv_full_: the tail chunk's dK/dV goes there.
+  float* dkv_tail = kv_gathered_.data();
   const auto chunks = HeadTailChunks(d.seq, d.c, group_->rank());
   for (int i = 0; i < 2; ++i) {
     ChunkRows(d, qkv, d.qs, 0, d.hq, i, q_.data());
     ChunkRows(d, out, d.hq, 0, d.hq, i, o_.data());
     ChunkRows(d, dout, d.hq, 0, d.hq, i, do_.data());
     const float* lse_i = lse + i * d.batch * local.n_heads * d.len;
-    float* dkv_i = i == 0 ? dkv_sum_.data() : dkv_.data();
+    float* dkv_i = i == 0 ? dkv_sum_.data() : dkv_tail;
     RETURN_IF_ERROR(backend_->AttentionChunkBackward(d.whole, {chunks[i].offset, d.len}, q_.data(),
                                                      kv_full_.data(), segment_ids, o_.data(), lse_i, do_.data(),
                                                      dq_.data(), dkv_i));
-    if (i == 1) backend_->Add(dkv_sum_.data(), dkv_.data(), dkv_sum_.data(), full_n);
+    if (i == 1) backend_->Add(dkv_sum_.data(), dkv_tail, dkv_sum_.data(), full_n);
     UnchunkRows(d, dq_.data(), d.hq, i, dqkv, d.qs, 0);
   }
   // Block m of the send buffer: member m's rows, laid out as its local rows.
-  RETURN_IF_ERROR(Ensure(&dkv_send_, local_n * d.c));
+  // kv_full_ (full_n = c * local_n floats) is free once both chunks are done.
+  float* send = kv_full_.data();
   RETURN_IF_ERROR(Ensure(&dkv_mine_, local_n));
   for (int m = 0; m < d.c; ++m) {
     const auto mc = HeadTailChunks(d.seq, d.c, m);
     for (int64_t b = 0; b < d.batch; ++b)
       for (int i = 0; i < 2; ++i)
-        backend_->Copy(dkv_send_.data() + m * local_n + (b * d.local_seq + i * d.len) * d.kvw,
+        backend_->Copy(send + m * local_n + (b * d.local_seq + i * d.len) * d.kvw,
                        dkv_sum_.data() + (b * d.seq + mc[i].offset) * d.kvw, d.len * d.kvw * sizeof(float));
   }
-  RETURN_IF_ERROR(group_->ReduceScatter(dkv_send_.data(), dkv_mine_.data(), local_n));
+  RETURN_IF_ERROR(group_->ReduceScatter(send, dkv_mine_.data(), local_n));
   backend_->Copy2D(dqkv + d.hq, d.qs * sizeof(float), dkv_mine_.data(), d.kvw * sizeof(float), d.kvw * sizeof(float),
                    d.batch * d.local_seq);
   return OkStatus();

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "shard/backend/backend.h"
+#include "shard/model/block_attention.h"
 #include "shard/common/status.h"
 
 namespace shard {
@@ -30,7 +31,8 @@ class CpExchange {
   virtual Status ReduceScatter(const float* send, float* recv, int64_t count) = 0;
 };
 
-class CpAttention {
+// The model's BlockAttention under context parallelism (LlamaModel::SetAttention).
+class CpAttention : public BlockAttention {
  public:
   CpAttention(Backend* backend, CpExchange* group) : backend_(backend), group_(group) {}
 
@@ -40,11 +42,12 @@ class CpAttention {
   // ([batch * C * local.seq]) or null. out: [batch * local.seq, n_heads *
   // head_dim]; lse: batch * n_heads * local.seq floats (the head chunk's, then
   // the tail chunk's), kept for Backward.
-  Status Forward(const AttentionShape& local, const float* qkv, const int32_t* segment_ids, float* out, float* lse);
+  Status Forward(const AttentionShape& local, const float* qkv, const int32_t* segment_ids, float* out,
+                 float* lse) override;
   // dqkv (the fused local rows) is overwritten: dQ of the rank's queries and
   // dK/dV of its rows summed over every rank's queries.
   Status Backward(const AttentionShape& local, const float* qkv, const int32_t* segment_ids, const float* out,
-                  const float* lse, const float* dout, float* dqkv);
+                  const float* lse, const float* dout, float* dqkv) override;
 
  private:
   struct Dims;
@@ -60,7 +63,10 @@ class CpAttention {
 
   Backend* backend_;
   CpExchange* group_;
-  DeviceBuffer kv_local_, kv_gathered_, kv_full_, q_, o_, do_, dq_, dkv_, dkv_sum_, dkv_send_, dkv_mine_;
+  // Three buffers of the whole sequences' K/V (kv_gathered_, kv_full_,
+  // dkv_sum_): the backward puts the tail chunk's dK/dV in kv_gathered_ and
+  // the reduce-scatter's send blocks in kv_full_ once they are free.
+  DeviceBuffer kv_local_, kv_gathered_, kv_full_, q_, o_, do_, dq_, dkv_sum_, dkv_mine_;
 };
 
 }  // namespace shard

@@ -27,7 +27,7 @@ int64_t ResolveLossChunkRows(const LlamaConfig& config, const ModelOptions& opti
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Backend* backend, const ModelOptions& options)
-    : config_(config), layout_(ParamLayout::ForLlama(config)), backend_(backend), options_(options) {}
+    : config_(config), layout_(ParamLayout::ForLlama(config)), backend_(backend), options_(options), fused_(backend) {}
 
 LlamaModel::~LlamaModel() = default;
 
@@ -39,7 +39,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& conf
   if (options.loss_chunk_rows < 0)
     return InvalidArgument("model: loss_chunk_rows must be >= 0 (0 = auto), got " +
                            std::to_string(options.loss_chunk_rows));
-  RETURN_IF_ERROR(config.CheckSequenceLength(options.max_seq, "model: sequence length"));
+  RETURN_IF_ERROR(
+      config.CheckSequenceLength(std::max(options.max_seq, options.max_position), "model: sequence length"));
   std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, options));
   RETURN_IF_ERROR(m->Allocate());
   return m;
@@ -118,7 +119,7 @@ Status LlamaModel::Allocate() {
     ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, backend_, n, sets, options_.matmul_dtype, options_.activation_dtype));
   }
   ASSIGN_OR_RETURN(head_w_, UnitWeights::Create(backend_, layout_.units[layout_.head_unit()]));
-  std::vector<float> table = RopeCosSinTable(c, options_.max_seq);
+  std::vector<float> table = RopeCosSinTable(c, std::max(options_.max_seq, options_.max_position));
   RETURN_IF_ERROR(make(&rope_table_, static_cast<int64_t>(table.size())));
   backend_->CopyToDevice(rope_table_.data(), table.data(), table.size() * sizeof(float));
   return OkStatus();
@@ -197,7 +198,7 @@ Status LlamaModel::BlockForward(int l, const UnitWeights& w, const DeviceBatch& 
   backend_->Rope(a.qkv.data(), n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions,
                  rope_table_.data(), /*inverse=*/false);
   Round(a.qkv.data(), n * qkv, keep ? &keep->qkv : nullptr);
-  backend_->AttentionForward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data());
+  RETURN_IF_ERROR(attention_->Forward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data()));
   Round(a.attn.data(), n * hq, keep ? &keep->attn : nullptr);
   backend_->Copy(a.x_mid.data(), x, n * d * sizeof(float));
   LinearForward(backend_, options_.matmul_dtype, a.attn.data(), w.mat(kO), n, hq, d, a.x_mid.data(), /*beta=*/1.0f);
@@ -268,7 +269,8 @@ Status LlamaModel::BlockBackward(int l, const UnitWeights& w, const WeightGrads&
   float* dqkv = scratch_qkv_.data();
   linear(a.attn.data(), kO, dmid, hq, d, dattn);
   LoraGrad(l, LoraTarget::kO, a.attn.data(), dmid, n, dattn);
-  backend_->AttentionBackward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv);
+  RETURN_IF_ERROR(
+      attention_->Backward(shape, a.qkv.data(), b.segment_ids, a.attn.data(), a.lse.data(), dattn, dqkv));
   backend_->Rope(dqkv, n, qkv, c.num_heads + c.num_kv_heads, c.head_dim(), b.positions, rope_table_.data(),
                  /*inverse=*/true);
   extras_->Backward(w, dw.f32, a.set, n, dqkv);  // never a two-byte dw (ForwardBackward)

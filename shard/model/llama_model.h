@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shard/backend/backend.h"
+#include "shard/model/block_attention.h"
 #include "shard/model/moe_mlp.h"
 #include "shard/model/lora_linear.h"
 #include "shard/model/unit_weights.h"
@@ -26,6 +27,9 @@ namespace shard {
 struct ModelOptions {
   int64_t max_batch = 1;  // sequences per micro-batch
   int64_t max_seq = 1;    // tokens per sequence
+  // RoPE positions run below this (0 = max_seq). Context parallelism holds
+  // seq_len / C rows of each sequence at their global positions: seq_len.
+  int64_t max_position = 0;
   bool activation_checkpointing = false;
   // Rows whose fp32 logits the head and loss hold at once (ForwardBackward,
   // ForwardLoss): the logits buffer is loss_chunk_rows x vocab instead of
@@ -67,7 +71,10 @@ struct DeviceBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;      // < 0: no loss at this position
   const int32_t* positions = nullptr;    // RoPE positions (restart per packed sample)
-  const int32_t* segment_ids = nullptr;  // null: plain causal; else no attention across segments
+  // null: plain causal; else no attention across segments. Read only by the
+  // block attention (LlamaModel::SetAttention): the fused one takes the rows'
+  // ids, CpAttention the whole sequences' ([batch * seq * C]).
+  const int32_t* segment_ids = nullptr;
   // Host memory, per row: 1 a real token, 0 padding (MoE aux loss, as
   // transformers' attention mask); null: every row is real.
   const uint8_t* real_rows = nullptr;
@@ -155,6 +162,11 @@ class LlamaModel {
   MoeMlp::StepStats moe_step_stats() const;
   // MoeMlp::expert_counts of the last forward (empty for a dense model).
   std::vector<std::vector<double>> moe_expert_counts() const;
+
+  // The attention every block calls (block_attention.h); null restores the
+  // backend's fused attention. Context parallelism gives a CpAttention. The
+  // object must outlive its use.
+  void SetAttention(BlockAttention* attention) { attention_ = attention ? attention : &fused_; }
 
   int64_t loss_chunk_rows() const { return chunk_rows_; }
   // Rows the logits buffer holds: max(loss_chunk_rows, max_batch).
@@ -246,6 +258,8 @@ class LlamaModel {
   UnitWeights moe_w_;                  // a sparse block in use
   UnitWeights embed_w_, block_w_, head_w_;  // the unit in use of each kind, as handed out
 
+  FusedAttention fused_;
+  BlockAttention* attention_ = &fused_;
   const LoraBinding* lora_ = nullptr;
   LoraScratch lora_scratch_;
   std::vector<DeviceBuffer> lora_t_;  // saved t per (layer, adapter); one layer's set with checkpointing

@@ -161,7 +161,9 @@ Status Trainer::Init() {
   scaler_ = std::make_unique<LossScaler>(*lso);
   ModelOptions mo;
   mo.max_batch = job_.train.micro_batch * RowsPerItem(job_);
-  mo.max_seq = job_.data.seq_len;
+  // Context parallelism: the model holds seq_len / C rows of each sequence, at global positions.
+  mo.max_seq = job_.data.seq_len / cp_size();
+  mo.max_position = job_.data.seq_len;
   mo.activation_checkpointing = job_.parallel.activation_checkpointing;
   mo.loss_chunk_rows = job_.train.loss_chunk_rows;
   const PrecisionPlan precision = PlanPrecision(precision_, job_.train, job_.parallel);
@@ -171,6 +173,7 @@ Status Trainer::Init() {
   // ...and the activations kept for backward held in it (autocast's bf16
   // activations); fp32 precision stays fp32 throughout.
   mo.activation_dtype = precision.param_dtype;
+  RETURN_IF_ERROR(CheckContextParallelTraining(job_, config, *backend_));
   ASSIGN_OR_RETURN(model_, LlamaModel::Create(config, backend_.get(), mo));
   if (model_->loss_chunk_rows() < mo.max_batch * mo.max_seq)
     LOG_INFO("LM head and loss in chunks of {} rows: {:.1f} MiB of fp32 logits instead of {:.1f} MiB",
@@ -264,6 +267,15 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   shard_count_ = S;
   ASSIGN_OR_RETURN(auto shard_comm, make_comm(dist_.rank % S, S, "shard" + std::to_string(dist_.rank / S)));
   ASSIGN_OR_RETURN(auto rep_comm, make_comm(dist_.rank / S, shape.replicas, "rep" + std::to_string(dist_.rank % S)));
+  if (cp_size() > 1) {  // the ranks that split each sequence (cp_group.h); FSDP stays over the whole world
+    const int C = cp_size();
+    ASSIGN_OR_RETURN(auto cp_comm, make_comm(dist_.rank % C, C, "cp" + std::to_string(dist_.rank / C)));
+    cp_ = std::make_unique<CpGroup>(backend_.get(), std::move(cp_comm), fo.comm);
+    model_->SetAttention(cp_->attention());
+    if (dist_.rank == 0)
+      LOG_INFO("context parallelism: {} ranks per sequence ({} of its {} tokens each, head-tail chunks), {} data "
+               "ranks", C, job_.data.seq_len / C, job_.data.seq_len, dist_.world / C);
+  }
   const ParamLayout& layout = model_->layout();
   std::vector<int64_t> numels;
   for (const auto& u : layout.units) numels.push_back(u.numel);
@@ -416,10 +428,14 @@ Status Trainer::Resume() {
 
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
   data_->Fill(first_row, count, h_tokens_.data(), h_targets_.data(), h_pos_.data(), h_seg_.data());
-  const size_t bytes = static_cast<size_t>(count * data_->rows_per_item() * job_.data.seq_len) * sizeof(int32_t);
-  backend_->CopyToDevice(d_tokens_.data(), h_tokens_.data(), bytes);
-  backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), bytes);
-  backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), bytes);
+  const int64_t rows = count * data_->rows_per_item(), seq = job_.data.seq_len;
+  // Context parallelism: this rank's chunks of the whole rows (targets were
+  // shifted by the loader, before the split); segment ids stay whole.
+  if (cp_) cp_->Split(rows, seq, {h_tokens_.data(), h_targets_.data(), h_pos_.data()});
+  const size_t bytes = static_cast<size_t>(rows * seq) * sizeof(int32_t), local = bytes / cp_size();
+  backend_->CopyToDevice(d_tokens_.data(), h_tokens_.data(), local);
+  backend_->CopyToDevice(d_targets_.data(), h_targets_.data(), local);
+  backend_->CopyToDevice(d_pos_.data(), h_pos_.data(), local);
   if (data_->segmented()) backend_->CopyToDevice(d_seg_.data(), h_seg_.data(), bytes);
 }
 

@@ -23,6 +23,7 @@
 #include "shard/train/batch_source.h"
 #include "shard/spec/job_config.h"
 #include "shard/train/checkpointer.h"
+#include "shard/train/cp_group.h"
 #include "shard/train/local_params.h"
 #include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
@@ -218,6 +219,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<FsdpRuntime> runtime_;
+  // parallel.context_parallel > 1: this rank's CP group (cp_group.h); null at C = 1.
+  std::unique_ptr<CpGroup> cp_;
+  int cp_size() const { return job_.parallel.context_parallel; }
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<Trainable> trainable_;  // what is trained: the whole model, or LoRA adapters

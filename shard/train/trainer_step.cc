@@ -97,14 +97,16 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
   const auto& tc = job_.train;
   trainable_->ZeroGrads();
   double loss_sum = 0;
-  const BatchSlice mine = RankSlice(tc.global_batch, dist_.rank, dist_.world);
+  // A CP group reads its rows as one data rank; each member keeps its chunks (LoadRows).
+  const BatchSlice mine =
+      RankSlice(tc.global_batch, DataRank(dist_.rank, cp_size()), DataWorld(dist_.world, cp_size()));
   for (int64_t mb = mine.begin; mb < mine.end; mb += tc.micro_batch) {
     // Never past mine.end (the next rank's rows): a short last micro-batch.
     const int64_t n = std::min(tc.micro_batch, mine.end - mb);
     LoadRows(mb, n);
     DeviceBatch b;
     b.batch = n * data_->rows_per_item();  // a preference pair is two rows
-    b.seq = job_.data.seq_len;
+    b.seq = job_.data.seq_len / cp_size();
     b.tokens = d_tokens_.as_int();
     b.targets = d_targets_.as_int();
     b.positions = d_pos_.as_int();

@@ -46,6 +46,31 @@ TEST(ProfilingBackend, PassesResultsThroughAndCountsCalls) {
   ResetProfile(plain->get());
 }
 
+// Device memory: the bytes in use and their peak (cp_bench reads the peak).
+TEST(ProfilingBackend, CountsDeviceMemoryAndItsPeak) {
+  auto inner = CreateBackend("cpu");
+  ASSERT_TRUE(inner.ok());
+  std::unique_ptr<Backend> prof = WrapWithProfiler(std::move(*inner), nullptr);
+  EXPECT_EQ(ProfilePeakBytes(prof.get()), 0);
+  auto a = prof->Allocate(1000);
+  auto b = prof->Allocate(3000);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(ProfileBytesInUse(prof.get()), 4000);
+  prof->Free(*b);
+  EXPECT_EQ(ProfileBytesInUse(prof.get()), 1000);
+  auto c = prof->Allocate(500);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ProfileBytesInUse(prof.get()), 1500);
+  EXPECT_EQ(ProfilePeakBytes(prof.get()), 4000);
+  prof->Free(*a);
+  prof->Free(*c);
+  EXPECT_EQ(ProfileBytesInUse(prof.get()), 0);
+  EXPECT_EQ(ProfilePeakBytes(prof.get()), 4000);
+  auto plain = CreateBackend("cpu");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(ProfilePeakBytes(plain->get()), -1);
+}
+
 TEST(ProfilingBackend, EnvironmentSwitchWrapsTheFactory) {
   setenv("SHARDD_PROFILE_OPS", "1", 1);
   auto on = CreateBackend("cpu");

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <vector>
 
+#include "shard/backend/profiling_backend.h"
 #include "shard/spec/context_parallel.h"
 #include "shard/train/cp_exchange.h"
 #include "tests/unit/backend/backend_test_util.h"
@@ -95,6 +96,39 @@ INSTANTIATE_TEST_SUITE_P(Groups, CpAttentionTest,
                            return "C" + std::to_string(i.param.c) + "S" + std::to_string(i.param.seq) +
                                   (i.param.segments ? "Packed" : "");
                          });
+
+// What CpAttention holds (every allocation through the rank's backend: the
+// test's own arrays are host vectors): at most three buffers of the whole
+// sequences' K/V (the gathered blocks, their reordering, the summed dK/dV;
+// the chunks' dK/dV and the reduce-scatter's send buffer reuse the first
+// two), two of the rank's own K/V rows and four of one chunk's queries.
+TEST(CpAttentionMemoryTest, AtMostThreeWholeLengthKvBuffers) {
+  const Case k{2, 2, 40, 4, 2, 8, true};
+  const AttentionShape whole{k.batch, k.seq, k.n_heads, k.n_kv, k.hd, DType::kF32};
+  const Whole w = RunWhole(whole, k.segments);
+  AttentionShape local = whole;
+  local.seq = k.seq / k.c;
+  const int64_t kvw = 2LL * k.n_kv * k.hd;
+  const int64_t full = k.batch * k.seq * kvw, mine = k.batch * local.seq * kvw;
+  const int64_t chunk = k.batch * (local.seq / 2) * whole.out_stride();
+  const int64_t bound = static_cast<int64_t>(sizeof(float)) * (3 * full + 2 * mine + 4 * chunk);
+  RunRanks("local", k.c, [&](Communicator& comm, int r) {
+    auto cpu = CreateBackend("cpu");
+    ASSERT_TRUE(cpu.ok());
+    std::unique_ptr<Backend> be = WrapWithProfiler(std::move(*cpu), nullptr);
+    CommCpExchange group(&comm, CommOptions());
+    CpAttention attn(be.get(), &group);
+    const std::vector<float> qkv = LocalRows(w.qkv, k.batch, k.seq, whole.qkv_stride(), k.c, r);
+    const std::vector<float> dout = LocalRows(w.dout, k.batch, k.seq, whole.out_stride(), k.c, r);
+    std::vector<float> out(dout.size()), lse(k.batch * k.n_heads * local.seq), dqkv(qkv.size());
+    ASSERT_TRUE(attn.Forward(local, qkv.data(), w.seg.data(), out.data(), lse.data()).ok());
+    ASSERT_TRUE(attn.Backward(local, qkv.data(), w.seg.data(), out.data(), lse.data(), dout.data(), dqkv.data()).ok());
+    EXPECT_LE(ProfilePeakBytes(be.get()), bound) << "CP rank " << r << ": whole-length K/V buffer is "
+                                                 << full * sizeof(float) << " bytes";
+    ExpectAllNear(dqkv, AsDouble(LocalRows(w.dqkv, k.batch, k.seq, whole.qkv_stride(), k.c, r)), 1e-4, 1e-5,
+                  "dqkv");
+  });
+}
 
 TEST(ContextParallelLayoutTest, HeadTailChunksAndTheChecks) {
   const auto r0 = HeadTailChunks(16, 2, 0), r1 = HeadTailChunks(16, 2, 1);

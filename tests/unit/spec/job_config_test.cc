@@ -485,8 +485,10 @@ std::string CpJob(int c, int world, int seq_len) {
 }
 
 // parallel.context_parallel: the shape checks name the numbers; a valid C > 1
-// is refused until the trainer splits sequences (its attention exists).
-TEST(ContextParallelConfigTest, ShapeChecksThenNotWiredYet) {
+// parses (the trainer splits the sequences), the data is split over world / C
+// ranks (global_batch a multiple of micro_batch x world / C), and what is not
+// built with it yet is refused in one line.
+TEST(ContextParallelConfigTest, ShapeChecksAndWhatIsNotBuilt) {
   auto one = ParseJobConfig(CpJob(1, 2, 16), "job.yaml");
   ASSERT_TRUE(one.ok()) << one.status().ToString();
   EXPECT_EQ(one->parallel.context_parallel, 1);
@@ -495,10 +497,23 @@ TEST(ContextParallelConfigTest, ShapeChecksThenNotWiredYet) {
             "into 2C equal chunks)");
   EXPECT_EQ(ParseJobConfig(CpJob(2, 3, 16), "job.yaml").status().message(),
             "job.yaml: parallel.context_parallel 2: does not divide parallel.world_size 3");
-  const auto later = ParseJobConfig(CpJob(2, 4, 16), "job.yaml");
-  ASSERT_FALSE(later.ok());
-  EXPECT_NE(later.status().message().find("context parallelism is not wired into training yet"), std::string::npos)
-      << later.status().ToString();
+  auto two = ParseJobConfig(CpJob(2, 4, 16), "job.yaml");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->parallel.context_parallel, 2);
+  // 4 ranks at C = 2 are 2 data ranks: global_batch 4 = 2 x 2 fits, 6 does not.
+  EXPECT_TRUE(ParseJobConfig(CpJob(2, 4, 16), "job.yaml", {"train.global_batch=4"}).ok());
+  EXPECT_EQ(ParseJobConfig(CpJob(2, 4, 16), "job.yaml", {"train.global_batch=6"}).status().message(),
+            "job.yaml: train.global_batch 6 must be a multiple of train.micro_batch x parallel.world_size / "
+            "parallel.context_parallel = 4");
+  const auto dpo = ParseJobConfig(CpJob(2, 4, 16), "job.yaml", {"preference.method=dpo"});
+  EXPECT_NE(dpo.status().message().find("preference training (dpo/ipo/orpo) with context parallelism is not built"),
+            std::string::npos)
+      << dpo.status().ToString();
+  const auto elastic = ParseJobConfig(CpJob(2, 4, 16), "job.yaml", {"restart.min_world_size=2"});
+  EXPECT_NE(elastic.status().message().find("elastic restarts (restart.min_world_size) with context parallelism are "
+                                            "not built yet"),
+            std::string::npos)
+      << elastic.status().ToString();
 }
 
 }  // namespace
