@@ -14,8 +14,17 @@ double KvElems(const Workload& w) {
 }  // namespace
 
 int64_t CpExchangeBytes(const Workload& w) {
-  if (w.context_parallel <= 1) return 0;
-  return static_cast<int64_t>(2.0 * KvElems(w) * 4.0);
+  const int C = w.context_parallel;
+  if (C <= 1) return 0;
+  const LlamaConfig& c = w.model;
+  const double b = static_cast<double>(w.micro_batch), S = static_cast<double>(w.seq_len);
+  const double kvw = 2.0 * c.num_kv_heads * c.head_dim(), hq = static_cast<double>(c.num_heads) * c.head_dim();
+  const double chunk = S / (2.0 * C);
+  // CpAttention's grow-only buffers: three of the whole K/V, two of the local K/V, four of a chunk's q/out.
+  double floats = 3 * b * S * kvw + 2 * b * (S / C) * kvw + 4 * b * chunk * hq;
+  // A GPU backend rounds the whole K/V and a chunk's q for two-byte compute (fp32 copies).
+  if (!w.cpu_engine && w.compute != DType::kF32) floats += b * S * kvw + b * chunk * hq;
+  return static_cast<int64_t>(floats * 4.0);
 }
 
 double CpExchangeSeconds(const Workload& w, const ClusterSpec& cluster) {

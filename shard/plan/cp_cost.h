@@ -4,9 +4,11 @@
 // group all-gathers K and V of the whole sequence for the attention, forward
 // and again in backward, and reduce-scatters their gradient:
 //
-//   memory  one layer's K/V at S tokens and the chunk attention's dK/dV
-//           contribution at S tokens, both fp32 (the exchange runs in fp32),
-//           live together in the backward: 2 x micro_batch x S x 2·kv_heads·head_dim x 4 B
+//   memory  CpAttention's grow-only fp32 buffers (shard/model/cp_attention.cc):
+//           three of one layer's K/V at S tokens (gathered, reordered, the
+//           summed dK/dV), two at S/C (this rank's K/V and dK/dV), four of a
+//           chunk's queries/outputs at S/(2C) tokens; a GPU's two-byte compute
+//           adds its rounded copies of the K/V and a chunk's queries
 //   time    per micro-batch and layer: two all-gathers of K/V and one
 //           reduce-scatter of dK/dV, (C-1)/C of micro_batch x S x 2·kv·hd x 4 B each,
 //           over the CP group's collective bandwidth; not hidden (the
@@ -26,7 +28,7 @@
 
 namespace shard::plan {
 
-// Bytes of the gathered K/V and its gradient contribution (above); 0 at C = 1.
+// Bytes of CpAttention's buffers (above); 0 at C = 1.
 int64_t CpExchangeBytes(const Workload& w);
 // Seconds per micro-batch of the K/V exchange (above); 0 at C = 1.
 double CpExchangeSeconds(const Workload& w, const ClusterSpec& cluster);

@@ -36,11 +36,12 @@ struct Items {
   }
 };
 
-// parallel.context_parallel: one layer's K/V and dK/dV at the whole sequence (cp_cost.h).
+// parallel.context_parallel: CpAttention's buffers, one layer's K/V at the whole sequence (cp_cost.h).
 void AddCpExchange(const Workload& w, Items& dev) {
-  dev.Add("context-parallel K/V + dK/dV (one layer, whole sequence)", CpExchangeBytes(w),
-          "2 x " + std::to_string(w.micro_batch) + " x " + std::to_string(w.seq_len) + " tokens x 2 x " +
-              std::to_string(w.model.num_kv_heads) + " kv heads x " + std::to_string(w.model.head_dim()) + " x 4 B");
+  dev.Add("context-parallel attention buffers (fp32)", CpExchangeBytes(w),
+          "3 x one layer's K/V at " + std::to_string(w.seq_len) + " tokens, 2 at " +
+              std::to_string(w.local_seq_len()) + ", 4 chunks of queries" +
+              (!w.cpu_engine && w.compute != DType::kF32 ? ", rounded copies" : ""));
 }
 
 int64_t Sum(const std::vector<MemoryItem>& items) {

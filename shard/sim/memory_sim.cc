@@ -1,5 +1,7 @@
 #include "shard/sim/memory_sim.h"
 
+#include "shard/train/cp_group.h"
+
 #include <chrono>
 
 #include "shard/backend/sim/sim_backend.h"
@@ -58,7 +60,9 @@ StatusOr<SimulationResult> SimulateJobMemory(const JobConfig& job_in, const Simu
     }
     tracker->SetPhase("step 2");
     RETURN_IF_ERROR(t->Step().status().WithContext("simulated step 2"));
-    const BatchSlice mine = RankSlice(job.train.global_batch, dist.rank, dist.world);
+    // Context parallelism: the C ranks of a group read the same rows (cp_group.h).
+    const int cp = job.parallel.context_parallel;
+    const BatchSlice mine = RankSlice(job.train.global_batch, DataRank(dist.rank, cp), DataWorld(dist.world, cp));
     r.micro_batches = static_cast<int>((mine.end - mine.begin + job.train.micro_batch - 1) / job.train.micro_batch);
   }
   const Peak d = tracker->device_peak(), h = tracker->host_peak();

@@ -15,7 +15,8 @@ Status CheckContextParallelTraining(const JobConfig& job, const LlamaConfig& con
   if (config.is_moe())
     return Unimplemented(what + ": context parallelism on " + config.family_name() +
                          " (mixture of experts) is not built yet (docs/context-parallel.md)");
-  if (std::string(backend.name()) != "cpu")
+  // sim: the memory simulator's bookkeeping backend (shardctl plan --simulate) runs the CP code at true shapes.
+  if (std::string(backend.name()) != "cpu" && std::string(backend.name()) != "sim")
     return Unimplemented(what + ": context parallelism on the " + backend.name() +
                          " backend is not verified yet (its chunk attention has not run on a device); use device: "
                          "cpu (docs/context-parallel.md)");

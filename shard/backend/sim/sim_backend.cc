@@ -181,6 +181,24 @@ class SimBackend final : public Backend {
     RoundedQkv(shape);
     AwaitCollectives();
   }
+  // Context parallelism's chunk attention (CpAttention calls it for a rank's
+  // head and tail chunks): the same scratch as the CPU backend's, over the
+  // chunk's queries and the whole sequence's K/V.
+  Status AttentionChunkForward(const AttentionShape& shape, const AttentionChunk& c, const float*, const float*,
+                               const int32_t*, float*, float*) override {
+    Op("AttentionChunkForward");
+    RoundedChunk(shape, c);
+    AwaitCollectives();
+    return OkStatus();
+  }
+  Status AttentionChunkBackward(const AttentionShape& shape, const AttentionChunk& c, const float*, const float*,
+                                const int32_t*, const float*, const float*, const float*, float*, float*) override {
+    Op("AttentionChunkBackward");
+    Grow(&delta_, 4 * std::max<int64_t>(1, shape.batch * c.q_len * shape.n_heads));
+    RoundedChunk(shape, c);
+    AwaitCollectives();
+    return OkStatus();
+  }
   void SwiGluForward(const float*, int64_t, int, float*) override {}
   void SwiGluBackward(const float*, const float*, int64_t, int, float*) override {}
   double CrossEntropy(float*, const int32_t*, int64_t, int, float, bool) override {
@@ -244,6 +262,12 @@ class SimBackend final : public Backend {
     if (shape.compute != DType::kF32)
       Grow(&rounded_qkv_, 4 * std::max<int64_t>(1, shape.batch * shape.seq * shape.qkv_stride()));
   }
+  // A chunk's q and the whole K/V rounded (the CUDA backend's two copies).
+  void RoundedChunk(const AttentionShape& shape, const AttentionChunk& c) {
+    if (shape.compute == DType::kF32) return;
+    const int64_t kv = shape.batch * shape.seq * 2 * static_cast<int64_t>(shape.n_kv_heads) * shape.head_dim;
+    Grow(&rounded_qkv_, 4 * std::max<int64_t>(1, kv + shape.batch * c.q_len * shape.out_stride()));
+  }
   StatusOr<void*> Take(size_t bytes, bool host) {
     ASSIGN_OR_RETURN(void* p, AddressSpace::Get().Take(bytes));
     {
@@ -280,7 +304,7 @@ class SimBackend final : public Backend {
 void MemoryTracker::SetPhase(const std::string& phase) {
   std::lock_guard<std::mutex> lock(mu_);
   phase_ = phase;
-  micro_batch_ = fwd_attn_ = bwd_attn_ = 0;
+  micro_batch_ = fwd_attn_ = bwd_attn_ = chunk_ops_ = 0;
   backward_ = false;
   context_.clear();
   last_op_.clear();
@@ -298,9 +322,17 @@ void MemoryTracker::Op(const char* name) {
   const int L = std::max(1, layers_);
   if (op == "EmbeddingForward") {
     ++micro_batch_;
-    fwd_attn_ = bwd_attn_ = 0;
+    fwd_attn_ = bwd_attn_ = chunk_ops_ = 0;
     backward_ = false;
     context_ = "forward, embedding";
+  } else if (op == "AttentionChunkForward" || op == "AttentionChunkBackward") {
+    // Context parallelism: a layer's head and tail chunks are one block's attention.
+    if (chunk_ops_++ % 2 == 0) {
+      const bool fwd = op == "AttentionChunkForward";
+      context_ = !fwd ? "backward, block " + std::to_string(L - 1 - bwd_attn_++ % L)
+                 : backward_ ? "backward, recompute of block " + std::to_string(L - 1 - bwd_attn_ % L)
+                             : "forward, block " + std::to_string(fwd_attn_++ % L);
+    }
   } else if (op == "AttentionForward") {
     // After the first backward op, a forward attention is a checkpointed
     // block's recompute (of the block whose backward comes next).

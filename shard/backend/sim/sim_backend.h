@@ -66,7 +66,7 @@ class MemoryTracker {
   std::string phase_ = "start";
   int layers_ = 0;
   int micro_batch_ = 0;  // EmbeddingForward calls in this phase
-  int fwd_attn_ = 0, bwd_attn_ = 0;
+  int fwd_attn_ = 0, bwd_attn_ = 0, chunk_ops_ = 0;
   bool backward_ = false;
   std::string context_, last_op_;
   int64_t device_now_ = 0, host_now_ = 0, live_ = 0;

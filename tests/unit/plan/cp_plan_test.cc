@@ -56,8 +56,11 @@ TEST(CpPlanTest, ActivationsAreThoseOfTheLocalTokensPlusOneLayersKv) {
     EXPECT_EQ(w.local_seq_len(), 32768 / cp);
     EXPECT_EQ(Item(p.memory.device, "activations"),
               ActivationBytes(w.model, 1, 32768 / cp, /*checkpointing=*/true, DType::kBF16));
-    // 2 x (1 x 32768 tokens x 2 x 8 kv heads x 128) x 4 B = 512 MiB, whatever C.
-    EXPECT_EQ(Item(p.memory.device, "context-parallel"), int64_t{2} * 32768 * 2 * 8 * 128 * 4);
+    // CpAttention's buffers (fp32): 3 whole K/V, 2 local, 4 chunks of queries,
+    // plus bf16's rounded K/V and chunk queries on a GPU.
+    const int64_t kvw = 2 * 8 * 128, hq = 64 * 128, S = 32768, chunk = S / (2 * cp);
+    EXPECT_EQ(Item(p.memory.device, "context-parallel"),
+              (3 * S * kvw + 2 * (S / cp) * kvw + 4 * chunk * hq + S * kvw + chunk * hq) * 4);
     // FSDP shards over every rank: the shard does not depend on C.
     EXPECT_EQ(Item(p.memory.device, "parameter shard"), Item(one.memory.device, "parameter shard"));
     EXPECT_LT(p.memory.device_total, one.memory.device_total);
