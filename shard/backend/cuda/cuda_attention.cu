@@ -419,22 +419,6 @@ __global__ void __launch_bounds__(kThreads) BwdDkDvKernel(Params p) {
 }
 
 // ---- Helpers -------------------------------------------------------------------
-// start[b*seq + t]: where token t's segment begins. One thread per sequence.
-__global__ void SegmentStartsKernel(const int32_t* seg, int batch, int seq, int32_t* start) {
-  const int b = blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= batch) return;
-  const int32_t* sb = seg + static_cast<int64_t>(b) * seq;
-  int32_t* st = start + static_cast<int64_t>(b) * seq;
-  int32_t cur = 0;
-  int32_t prev = seq > 0 ? sb[0] : 0;
-  for (int t = 0; t < seq; ++t) {
-    const int32_t v = sb[t];
-    if (t > 0 && v != prev) cur = t;
-    prev = v;
-    st[t] = cur;
-  }
-}
-
 // delta[b, h, t] = dO[b, t, h, :] . O[b, t, h, :] over the query rows t: one warp per (b, t, h).
 __global__ void DeltaKernel(Params p) {
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -571,15 +555,6 @@ void RunBackward(Params p, const float* out, const float* lse, const float* dout
 }  // namespace
 
 bool AttentionHeadDimSupported(int head_dim) { return head_dim > 0 && head_dim <= 128; }
-
-const int32_t* LaunchAttentionSegmentStarts(const AttentionShape& sh, const int32_t* segment_ids, int32_t* starts,
-                                            Stream s) {
-  if (segment_ids == nullptr) return nullptr;
-  SegmentStartsKernel<<<static_cast<unsigned>((sh.batch + 127) / 128), 128, 0, S(s)>>>(
-      segment_ids, static_cast<int>(sh.batch), static_cast<int>(sh.seq), starts);
-  CheckLaunch("attention segment starts");
-  return starts;
-}
 
 void LaunchAttentionForward(const AttentionShape& sh, const float* qkv, const int32_t* segment_ids, int32_t* starts,
                             float* out, float* lse, Stream s) {
