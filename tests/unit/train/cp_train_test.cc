@@ -31,6 +31,7 @@ using sft_testing::WriteReversalJsonl;
 struct StepOne {
   Status status;
   double loss = 0;
+  double moe_aux = 0;                     // the step's load-balancing loss (MoE models)
   std::vector<std::vector<float>> grads;  // per unit, numel values
 };
 
@@ -68,7 +69,7 @@ StepOne RunStepOne(const std::string& yaml, int world, int c, const std::vector<
           status[r] = m.status();
           return;
         }
-        if (r == 0) out.loss = m->loss;
+        if (r == 0) out.loss = m->loss, out.moe_aux = m->moe_aux_loss;
       },
       base);
   for (const Status& s : status)
@@ -264,18 +265,35 @@ TEST(CpTrainTest, EvalDuringTrainingScoresAsWithoutIt) {
   }
 }
 
-// What is not built with context parallelism yet is refused in one line.
-TEST(CpTrainTest, RefusesWhatIsNotBuilt) {
-  const std::string dir = NewDir("cp_refuse");
+// MoE under CP: routing is per token, but the load-balancing loss is a
+// product of means over the whole micro-batch's real tokens and the z-loss a
+// mean over them; the CP group sums the counts before forming either, so step
+// 1's loss, aux loss and gradients equal the whole sequences' on one rank.
+// (Without the group's sums each rank's aux gradient comes from its own
+// chunks' counts and the gradients are off.)
+TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
+  const std::string dir = NewDir("cp_moe");
   const std::string yaml = PackedSftJob(dir);
-  // A mixture-of-experts model: its routing (and aux loss) per micro-batch is not split yet.
-  const Status moe = testing_ranks::OnTrainerRanks(
-      yaml, 2, {"parallel.world_size=2", "parallel.context_parallel=2", "model.preset=tiny-mixtral"},
-      [](Trainer&, int) {});
-  EXPECT_NE(moe.message().find("parallel.context_parallel 2: context parallelism on mixtral (mixture of experts) is "
-                               "not built yet"),
-            std::string::npos)
-      << moe.ToString();
+  for (const char* preset : {"tiny-qwen3-moe", "tiny-mixtral"}) {
+    const std::vector<std::string> sets = {std::string("model.preset=") + preset, "moe.aux_loss_coef=0.5",
+                                           "moe.z_loss_coef=0.2"};
+    const StepOne whole = RunStepOne(yaml, 1, 1, sets);
+    ASSERT_TRUE(whole.status.ok()) << preset << ": " << whole.status.ToString();
+    EXPECT_GT(whole.moe_aux, 0.0) << preset;
+    // micro_batch 4 of global_batch 8: the same two micro-batches of rows on every layout.
+    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}, {4, 4}}) {
+      const StepOne cp = RunStepOne(yaml, world, c, sets);
+      ASSERT_TRUE(cp.status.ok()) << preset << ": " << cp.status.ToString();
+      const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
+      const double aux_rel = std::fabs(cp.moe_aux - whole.moe_aux) / std::fabs(whole.moe_aux);
+      const double grad_rel = RelGradDiff(cp, whole);
+      std::printf("%s, world %d, C %d: loss rel %.2g, aux %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", preset,
+                  world, c, loss_rel, cp.moe_aux, whole.moe_aux, aux_rel, grad_rel);
+      EXPECT_LT(loss_rel, 1e-5) << preset << " world " << world << " C " << c;
+      EXPECT_LT(aux_rel, 1e-5) << preset << " world " << world << " C " << c;
+      EXPECT_LT(grad_rel, 1e-4) << preset << " world " << world << " C " << c;
+    }
+  }
 }
 
 }  // namespace
