@@ -410,6 +410,7 @@ Status Trainer::PrepareObjective() {
   p.resume_step_dir = resume_.step_dir;
   p.base_weights_hash = base_weights_hash_;
   p.precision = precision_;
+  p.cp = cp_.get();
   return objective_->Prepare(p);
 }
 

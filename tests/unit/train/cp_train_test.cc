@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "tests/unit/train/phrase_tokens.h"
 #include "tests/unit/train/sft_test_util.h"
@@ -292,6 +294,48 @@ TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
       EXPECT_LT(loss_rel, 1e-5) << preset << " world " << world << " C " << c;
       EXPECT_LT(aux_rel, 1e-5) << preset << " world " << world << " C " << c;
       EXPECT_LT(grad_rel, 1e-4) << preset << " world " << world << " C " << c;
+    }
+  }
+}
+
+// Preference pairs under CP: both replies of a pair are split over the
+// group, each reply's summed log-prob (and target count) is summed over it
+// before the pair loss, and every member's backward gets d(loss)/d(logp) of
+// each row; the reference pass scores split rows the same way. DPO and ORPO:
+// step 1's loss and gradients equal the whole rows' on one rank.
+TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
+  const std::string dir = NewDir("cp_pref");
+  const std::string jsonl = dir + "/pairs.jsonl";
+  {
+    std::mt19937 rng(3);
+    std::ofstream f(jsonl);
+    for (int i = 0; i < 32; ++i) {
+      std::string w;
+      for (int n = 3 + static_cast<int>(rng() % 4); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
+      const std::string rev(w.rbegin(), w.rend());
+      f << "{\"prompt\":\"rev " << w << "=\",\"chosen\":\"" << rev << "\",\"rejected\":\""
+        << (rev == w ? w + "a" : w) << "\"}\n";
+    }
+  }
+  for (const char* method : {"dpo", "orpo"}) {
+    const std::string yaml =
+        "name: pref\nmodel: {preset: tiny}\n"
+        "data: {jsonl: " + jsonl + ", tokenizer: byte, template: plain, seq_len: 32}\n"
+        "train: {steps: 1, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 0, schedule: constant, "
+        "precision: fp32, log_every: 1000}\n"
+        "checkpoint: {dir: " + dir + "/" + method + ", every_steps: 0, async: false, resume: none}\n"
+        "resources: {device: cpu}\npreference: {method: " + method + ", beta: 0.5}\n";
+    const StepOne whole = RunStepOne(yaml, 1, 1);
+    ASSERT_TRUE(whole.status.ok()) << method << ": " << whole.status.ToString();
+    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}}) {
+      const StepOne cp = RunStepOne(yaml, world, c);
+      ASSERT_TRUE(cp.status.ok()) << method << " world " << world << " C " << c << ": " << cp.status.ToString();
+      const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
+      const double grad_rel = RelGradDiff(cp, whole);
+      std::printf("%s, world %d, C %d: loss %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", method, world, c,
+                  cp.loss, whole.loss, loss_rel, grad_rel);
+      EXPECT_LT(loss_rel, 1e-5) << method << " world " << world << " C " << c;
+      EXPECT_LT(grad_rel, 1e-4) << method << " world " << world << " C " << c;
     }
   }
 }
