@@ -311,7 +311,8 @@ TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
     std::ofstream f(jsonl);
     for (int i = 0; i < 32; ++i) {
       std::string w;
-      for (int n = 3 + static_cast<int>(rng() % 4); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
+      // 5-12 letters: the replies' targets reach into several chunks of the 32 positions.
+      for (int n = 5 + static_cast<int>(rng() % 8); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
       const std::string rev(w.rbegin(), w.rend());
       f << "{\"prompt\":\"rev " << w << "=\",\"chosen\":\"" << rev << "\",\"rejected\":\""
         << (rev == w ? w + "a" : w) << "\"}\n";
@@ -327,7 +328,7 @@ TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
         "resources: {device: cpu}\npreference: {method: " + method + ", beta: 0.5}\n";
     const StepOne whole = RunStepOne(yaml, 1, 1);
     ASSERT_TRUE(whole.status.ok()) << method << ": " << whole.status.ToString();
-    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}}) {
+    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}, {4, 4}}) {
       const StepOne cp = RunStepOne(yaml, world, c);
       ASSERT_TRUE(cp.status.ok()) << method << " world " << world << " C " << c << ": " << cp.status.ToString();
       const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
