@@ -298,6 +298,30 @@ TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
   }
 }
 
+// "rev abc..=" pairs: chosen the word reversed, rejected the word. 5-12
+// letters: the replies' targets reach into several chunks of 32 positions.
+std::string WritePairs(const std::string& path, int rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < rows; ++i) {
+    std::string w;
+    for (int n = 5 + static_cast<int>(rng() % 8); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
+    const std::string rev(w.rbegin(), w.rend());
+    f << "{\"prompt\":\"rev " << w << "=\",\"chosen\":\"" << rev << "\",\"rejected\":\""
+      << (rev == w ? w + "a" : w) << "\"}\n";
+  }
+  return path;
+}
+
+std::string PrefJob(const std::string& dir, const std::string& method, const std::string& jsonl) {
+  return "name: pref\nmodel: {preset: tiny}\n"
+         "data: {jsonl: " + jsonl + ", tokenizer: byte, template: plain, seq_len: 32}\n"
+         "train: {steps: 1, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 0, schedule: constant, "
+         "precision: fp32, log_every: 1000}\n"
+         "checkpoint: {dir: " + dir + "/" + method + ", every_steps: 0, async: false, resume: none}\n"
+         "resources: {device: cpu}\npreference: {method: " + method + ", beta: 0.5}\n";
+}
+
 // Preference pairs under CP: both replies of a pair are split over the
 // group, each reply's summed log-prob (and target count) is summed over it
 // before the pair loss, and every member's backward gets d(loss)/d(logp) of
@@ -305,27 +329,9 @@ TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
 // step 1's loss and gradients equal the whole rows' on one rank.
 TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
   const std::string dir = NewDir("cp_pref");
-  const std::string jsonl = dir + "/pairs.jsonl";
-  {
-    std::mt19937 rng(3);
-    std::ofstream f(jsonl);
-    for (int i = 0; i < 32; ++i) {
-      std::string w;
-      // 5-12 letters: the replies' targets reach into several chunks of the 32 positions.
-      for (int n = 5 + static_cast<int>(rng() % 8); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
-      const std::string rev(w.rbegin(), w.rend());
-      f << "{\"prompt\":\"rev " << w << "=\",\"chosen\":\"" << rev << "\",\"rejected\":\""
-        << (rev == w ? w + "a" : w) << "\"}\n";
-    }
-  }
+  const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 32, 3);
   for (const char* method : {"dpo", "orpo"}) {
-    const std::string yaml =
-        "name: pref\nmodel: {preset: tiny}\n"
-        "data: {jsonl: " + jsonl + ", tokenizer: byte, template: plain, seq_len: 32}\n"
-        "train: {steps: 1, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 0, schedule: constant, "
-        "precision: fp32, log_every: 1000}\n"
-        "checkpoint: {dir: " + dir + "/" + method + ", every_steps: 0, async: false, resume: none}\n"
-        "resources: {device: cpu}\npreference: {method: " + method + ", beta: 0.5}\n";
+    const std::string yaml = PrefJob(dir, method, jsonl);
     const StepOne whole = RunStepOne(yaml, 1, 1);
     ASSERT_TRUE(whole.status.ok()) << method << ": " << whole.status.ToString();
     for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}, {4, 4}}) {
@@ -339,6 +345,47 @@ TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
       EXPECT_LT(grad_rel, 1e-4) << method << " world " << world << " C " << c;
     }
   }
+}
+
+// DPO training and eval: on held-out pairs under CP: 4 steps at C = 2 on 2
+// ranks stay on the C = 1 curve (the reference pass and eval score split
+// rows; each group counts its pairs once).
+TEST(CpTrainTest, PreferenceTrainsAndEvaluatesOnTheSameCurve) {
+  const std::string dir = NewDir("cp_pref_curve");
+  const std::string yaml = PrefJob(dir, "dpo", WritePairs(dir + "/pairs.jsonl", 32, 5)) +
+                           "eval: {data: " + WritePairs(dir + "/held.jsonl", 10, 7) + ", every_steps: 2}\n";
+  std::map<int, std::map<int64_t, StepMetrics>> steps;  // C -> step -> rank 0's metrics
+  std::mutex mu;
+  for (int c : {1, 2}) {
+    const Status st = testing_ranks::OnTrainerRanks(
+        yaml, 2,
+        {"parallel.world_size=2", "parallel.context_parallel=" + std::to_string(c), "train.steps=4",
+         "checkpoint.dir=" + dir + "/c" + std::to_string(c)},
+        [&](Trainer& tr, int r) {
+          const Status run = tr.Run([&](const StepMetrics& m) {
+            if (r != 0) return;
+            std::lock_guard<std::mutex> lock(mu);
+            steps[c][m.step] = m;
+          });
+          EXPECT_TRUE(run.ok()) << run.ToString();
+        });
+    ASSERT_TRUE(st.ok()) << "C " << c << ": " << st.ToString();
+  }
+  ASSERT_EQ(steps[1].size(), 4u);
+  ASSERT_EQ(steps[2].size(), 4u);
+  for (const auto& [step, m] : steps[1]) {
+    const StepMetrics& cp = steps[2][step];
+    std::printf("dpo step %lld: loss %.7f at C 2, %.7f at C 1; pairs %lld / %lld; eval loss %.7f / %.7f over %lld / "
+                "%lld pairs\n",
+                static_cast<long long>(step), cp.loss, m.loss, static_cast<long long>(cp.pairs),
+                static_cast<long long>(m.pairs), cp.eval_loss, m.eval_loss, static_cast<long long>(cp.eval_pairs),
+                static_cast<long long>(m.eval_pairs));
+    EXPECT_LT(std::fabs(cp.loss - m.loss), 1e-5 * std::fabs(m.loss)) << "step " << step;
+    EXPECT_EQ(cp.pairs, m.pairs) << "step " << step;
+    EXPECT_EQ(cp.eval_pairs, m.eval_pairs) << "step " << step;
+    if (m.eval_pairs > 0) EXPECT_LT(std::fabs(cp.eval_loss - m.eval_loss), 1e-5 * std::fabs(m.eval_loss)) << step;
+  }
+  EXPECT_EQ(steps[1][2].eval_pairs, 10);
 }
 
 }  // namespace
