@@ -282,15 +282,23 @@ TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
     const StepOne whole = RunStepOne(yaml, 1, 1, sets);
     ASSERT_TRUE(whole.status.ok()) << preset << ": " << whole.status.ToString();
     EXPECT_GT(whole.moe_aux, 0.0) << preset;
-    // micro_batch 4 of global_batch 8: the same two micro-batches of rows on every layout.
-    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}, {4, 4}}) {
-      const StepOne cp = RunStepOne(yaml, world, c, sets);
+    // micro_batch 4 of global_batch 8: the same two micro-batches of rows on every layout. The last is
+    // C = 2 with activation checkpointing (the recompute counts nothing; the sums are of the first forward).
+    struct Layout {
+      int world, c;
+      bool checkpointing;
+    };
+    for (auto [world, c, checkpointing] : {Layout{2, 2, false}, {4, 2, false}, {4, 4, false}, {2, 2, true}}) {
+      std::vector<std::string> with = sets;
+      if (checkpointing) with.push_back("parallel.activation_checkpointing=true");
+      const StepOne cp = RunStepOne(yaml, world, c, with);
       ASSERT_TRUE(cp.status.ok()) << preset << ": " << cp.status.ToString();
       const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
       const double aux_rel = std::fabs(cp.moe_aux - whole.moe_aux) / std::fabs(whole.moe_aux);
       const double grad_rel = RelGradDiff(cp, whole);
-      std::printf("%s, world %d, C %d: loss rel %.2g, aux %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", preset,
-                  world, c, loss_rel, cp.moe_aux, whole.moe_aux, aux_rel, grad_rel);
+      std::printf("%s, world %d, C %d%s: loss rel %.2g, aux %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", preset,
+                  world, c, checkpointing ? ", checkpointing" : "", loss_rel, cp.moe_aux, whole.moe_aux, aux_rel,
+                  grad_rel);
       EXPECT_LT(loss_rel, 1e-5) << preset << " world " << world << " C " << c;
       EXPECT_LT(aux_rel, 1e-5) << preset << " world " << world << " C " << c;
       EXPECT_LT(grad_rel, 1e-4) << preset << " world " << world << " C " << c;
