@@ -175,6 +175,7 @@ void LlamaModel::StoreResidual(int l, const float* out, int64_t n) {
 void LlamaModel::SetMoeAuxGradScale(float scale) { if (moe_) moe_->SetAuxGradScale(scale); }
 double LlamaModel::moe_aux_loss() const { return moe_ ? moe_->AuxLoss() : 0.0; }
 void LlamaModel::SetMoeZLossGradScale(float scale) { if (moe_) moe_->SetZLossGradScale(scale); }
+void LlamaModel::SetMoeStatsSum(MoeMlp::StatsSum sum) { if (moe_) moe_->SetStatsSum(std::move(sum)); }
 double LlamaModel::moe_z_loss() const { return moe_ ? moe_->ZLoss() : 0.0; }
 void LlamaModel::ResetMoeStepStats() { if (moe_) moe_->ResetStepStats(); }
 MoeMlp::StepStats LlamaModel::moe_step_stats() const { return moe_ ? moe_->step_stats() : MoeMlp::StepStats{}; }
@@ -451,7 +452,10 @@ StatusOr<double> LlamaModel::HeadBackward(const DeviceBatch& b, UnitAccess& acce
 Status LlamaModel::BlocksBackward(const DeviceBatch& b, UnitAccess& access) {
   const int64_t n = b.rows();
   const bool frozen = lora_ != nullptr;
-  if (moe_) moe_->StopCounting();  // the aux loss counted the forward; recomputes do not count
+  if (moe_) {  // the aux loss counted the forward (summed over a CP group); recomputes do not count
+    RETURN_IF_ERROR(moe_->SumOverGroup());
+    moe_->StopCounting();
+  }
   for (int l = config_.num_layers - 1; l >= 0; --l) {
     int unit = layout_.block_unit(l);
     ASSIGN_OR_RETURN(const float* w, access.AcquireParams(unit));

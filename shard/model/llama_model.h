@@ -157,6 +157,10 @@ class LlamaModel {
   // The router z-loss (MoeMlp::ZLoss), the same way: scale * its gradient; counted while scale != 0.
   void SetMoeZLossGradScale(float scale);
   double moe_z_loss() const;
+  // Context parallelism: sums the aux/z-loss statistics over the ranks that
+  // split each micro-batch (MoeMlp::SetStatsSum; called at the start of the
+  // blocks' backward). Null: this rank holds whole micro-batches.
+  void SetMoeStatsSum(MoeMlp::StatsSum sum);
   // The step's routing statistics (MoeMlp::StepStats; empty for a dense model).
   void ResetMoeStepStats();
   MoeMlp::StepStats moe_step_stats() const;

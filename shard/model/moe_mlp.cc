@@ -294,6 +294,29 @@ std::vector<float> MoeMlp::AuxProbGrad(int64_t n) const {
   return g;
 }
 
+Status MoeMlp::SumOverGroup() {
+  if (!stats_sum_ || !counting_) return OkStatus();
+  const int E = config_.moe.num_experts;
+  const size_t L = aux_count_.size(), per = 2 * static_cast<size_t>(E) + 2;
+  std::vector<double> v(L * per);
+  for (size_t l = 0; l < L; ++l) {
+    double* row = v.data() + l * per;
+    std::copy(aux_count_[l].begin(), aux_count_[l].end(), row);
+    std::copy(aux_prob_[l].begin(), aux_prob_[l].end(), row + E);
+    row[2 * E] = aux_real_[l];
+    row[2 * E + 1] = z_sum_[l];
+  }
+  RETURN_IF_ERROR(stats_sum_(v.data(), static_cast<int64_t>(v.size())));
+  for (size_t l = 0; l < L; ++l) {
+    const double* row = v.data() + l * per;
+    std::copy(row, row + E, aux_count_[l].begin());
+    std::copy(row + E, row + 2 * E, aux_prob_[l].begin());
+    aux_real_[l] = row[2 * E];
+    z_sum_[l] = row[2 * E + 1];
+  }
+  return OkStatus();
+}
+
 double MoeMlp::AuxRows() const {
   double rows = 0;
   for (double r : aux_real_) rows += r;

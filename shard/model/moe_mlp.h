@@ -16,6 +16,7 @@
 // Thread-safety: one thread at a time (owns scratch buffers).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -79,6 +80,19 @@ class MoeMlp {
   double ZLoss() const;
   void SetZLossGradScale(float scale) { z_scale_ = scale; }
 
+  // Context parallelism: a micro-batch's rows are split over a group of
+  // ranks, but the aux loss is a product of means over all its real tokens
+  // and the z-loss a mean over them. StatsSum sums `n` doubles in place over
+  // that group (unset: this rank holds the whole micro-batch). SumOverGroup,
+  // after the forward of every sparse layer and before the first Backward,
+  // sums the counts, router-probability sums, real-token counts and z sums
+  // of every layer, so AuxLoss, ZLoss and their gradients are the whole
+  // micro-batch's on every member (each member's Backward covers its rows).
+  // Once per counted forward: a no-op after StopCounting or without a sum.
+  using StatsSum = std::function<Status(double* values, int64_t n)>;
+  void SetStatsSum(StatsSum sum) { stats_sum_ = std::move(sum); }
+  Status SumOverGroup();
+
   // What the step's metrics show (StepMetrics' moe_* figures): since
   // ResetStepStats, the sum of every counted micro-batch's AuxLoss, how many
   // there were, and the assignments (token x k slots over real tokens) per
@@ -132,6 +146,7 @@ class MoeMlp {
   std::vector<double> z_sum_;              // per layer: Σ lse^2 over real rows
   std::vector<float> host_logits_;
   bool counting_ = true;
+  StatsSum stats_sum_;
   StepStats step_;  // the micro-batches before the current one (load: all of them)
 };
 

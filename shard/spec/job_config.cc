@@ -127,9 +127,6 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(CheckContextParallel(parallel.context_parallel, data.seq_len, parallel.world_size));
   if (parallel.context_parallel > 1) {  // what the trainer's split does not cover yet (docs/context-parallel.md)
     const std::string cp = "parallel.context_parallel " + std::to_string(parallel.context_parallel) + ": ";
-    if (preference.enabled())
-      return Unimplemented(cp + "preference training (dpo/ipo/orpo) with context parallelism is not built yet "
-                                "(each reply would be split with its pair); use 1");
     if (restart.min_world_size > 0 && restart.min_world_size < parallel.world_size)
       return Unimplemented(cp + "elastic restarts (restart.min_world_size) with context parallelism are not built "
                                 "yet; leave restart.min_world_size unset");

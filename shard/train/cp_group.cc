@@ -12,9 +12,6 @@ Status CheckContextParallelTraining(const JobConfig& job, const LlamaConfig& con
   const int c = job.parallel.context_parallel;
   if (c == 1) return OkStatus();
   const std::string what = "parallel.context_parallel " + std::to_string(c);
-  if (config.is_moe())
-    return Unimplemented(what + ": context parallelism on " + config.family_name() +
-                         " (mixture of experts) is not built yet (docs/context-parallel.md)");
   // sim: the memory simulator's bookkeeping backend (shardctl plan --simulate) runs the CP code at true shapes.
   if (std::string(backend.name()) != "cpu" && std::string(backend.name()) != "sim")
     return Unimplemented(what + ": context parallelism on the " + backend.name() +
@@ -24,7 +21,7 @@ Status CheckContextParallelTraining(const JobConfig& job, const LlamaConfig& con
 }
 
 CpGroup::CpGroup(Backend* backend, std::unique_ptr<Communicator> comm, CommOptions options)
-    : comm_(std::move(comm)), exchange_(comm_.get(), options), attention_(backend, &exchange_) {}
+    : comm_(std::move(comm)), options_(options), exchange_(comm_.get(), options), attention_(backend, &exchange_) {}
 
 void CpGroup::Split(int64_t rows, int64_t seq, std::initializer_list<int32_t*> arrays) const {
   std::vector<int32_t> whole(static_cast<size_t>(rows * seq));

@@ -46,9 +46,13 @@ class CpGroup {
   // local rows, rows x seq/C entries: per sequence its head chunk, then its
   // tail chunk. Segment ids stay whole (CpAttention reads the whole rows').
   void Split(int64_t rows, int64_t seq, std::initializer_list<int32_t*> arrays) const;
+  // Sums `n` host doubles in place over the group (a MoE model's aux/z-loss
+  // statistics of a micro-batch: MoeMlp::SumOverGroup).
+  Status AllReduceSum(double* values, int64_t n) { return comm_->AllReduce(values, n, ReduceOp::kSum, options_); }
 
  private:
   std::unique_ptr<Communicator> comm_;
+  CommOptions options_;
   CommCpExchange exchange_;
   CpAttention attention_;
 };

@@ -32,6 +32,8 @@
 namespace shard {
 
 // The trainer's parts an objective works with; they outlive it.
+class CpGroup;
+
 struct ObjectiveParts {
   const JobConfig* job = nullptr;
   int rank = 0;
@@ -46,6 +48,7 @@ struct ObjectiveParts {
   std::string resume_step_dir;                  // the step resumed from; "" = a fresh start
   uint64_t base_weights_hash = 0;               // the HF weights' values (base_weights_hash.h), 0 = none
   Precision precision = Precision::kFp32;       // train.precision as resolved for this backend
+  CpGroup* cp = nullptr;                        // context parallelism: this rank's CP group; null at C = 1
 };
 
 class Objective {

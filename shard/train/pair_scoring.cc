@@ -5,6 +5,7 @@
 
 #include "shard/data/packing.h"
 #include "shard/data/pair_batcher.h"
+#include "shard/train/cp_group.h"
 #include "shard/train/preference_objective.h"
 
 namespace shard {
@@ -35,14 +36,17 @@ struct PairRows {
 // One forward of `ids` (at most micro pairs; none: one pair of padding, so
 // this rank still takes part in the forward's gathers). Appends to *out.
 Status ScoreRun(LlamaModel& model, FsdpRuntime& runtime, Backend* backend, const PreparedDataset& data,
-                const PairBatcher& batcher, const std::vector<int64_t>& ids, PairRows& rows, ScoredPairs* out) {
+                const PairBatcher& batcher, const std::vector<int64_t>& ids, PairRows& rows, CpGroup* cp,
+                ScoredPairs* out) {
   PairPlan plan;
   plan.pairs = ids;
   const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(ids.size()));
   batcher.FillPairs(plan, 0, n, rows.tok.data(), rows.tgt.data(), rows.pos.data(), rows.seg.data());
-  const DeviceBatch b = rows.Upload(backend, 2 * n, batcher.options().seq_len);
+  const int64_t seq = batcher.options().seq_len;
+  if (cp) cp->Split(2 * n, seq, {rows.tok.data(), rows.tgt.data(), rows.pos.data()});  // this rank's chunks
+  const DeviceBatch b = rows.Upload(backend, 2 * n, cp ? seq / cp->size() : seq);
   runtime.BeginMicroBatch();  // a pass outside the recorded training order
-  auto logps = ReplyLogps(model, runtime, b);
+  auto logps = ReplyLogps(model, runtime, b, cp);
   RETURN_IF_ERROR(runtime.FinishMicroBatch());  // frees what the pass left gathered
   if (!logps.ok()) return logps.status();
   for (size_t k = 0; k < ids.size(); ++k) {
@@ -75,7 +79,7 @@ StatusOr<ScoredPairs> ScorePairs(LlamaModel& model, FsdpRuntime& runtime, Backen
   for (int64_t g0 = 0; g0 < n; g0 += run) {
     std::vector<int64_t> ids;
     for (int64_t p = g0 + o.rank * o.micro; p < std::min(n, g0 + (o.rank + 1) * o.micro); ++p) ids.push_back(p);
-    RETURN_IF_ERROR(ScoreRun(model, runtime, backend, data, batcher, ids, rows, &out));
+    RETURN_IF_ERROR(ScoreRun(model, runtime, backend, data, batcher, ids, rows, o.cp, &out));
   }
   return out;
 }

@@ -22,12 +22,15 @@
 
 namespace shard {
 
+class CpGroup;
+
 struct PairScoringOptions {
   int64_t micro = 0;      // pairs per forward (2·micro rows; the model's max_batch must hold them)
   int64_t seq_len = 0;    // positions per row: the seq_len the pairs were prepared for
   int64_t max_pairs = 0;  // score pairs [0, max_pairs); 0 = all
-  int rank = 0;
-  int world = 1;
+  int rank = 0;   // the data rank (DataRank: the members of a CP group score the same pairs)
+  int world = 1;  // the data ranks
+  CpGroup* cp = nullptr;  // context parallelism: rows split over the group, log-probs summed; null at C = 1
 };
 
 // One rank's share of the pairs and what scoring found.

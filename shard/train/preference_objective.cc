@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "shard/train/cp_group.h"
+
 namespace shard {
 namespace {
 
@@ -30,9 +32,11 @@ StatusOr<double> PreferenceObjective::MicroBatch(LlamaModel& model, UnitAccess& 
   if (config_.needs_reference() && static_cast<int64_t>(ref.size()) != 2 * pairs)
     return InvalidArgument("preference: " + std::to_string(ref.size()) + " reference log-probs for " +
                            std::to_string(pairs) + " pairs (two per pair)");
-  std::vector<int64_t> tokens(static_cast<size_t>(b.batch), 0);
+  std::vector<double> counted(static_cast<size_t>(b.batch), 0.0);
   for (int64_t r = 0; r < b.batch; ++r)
-    for (int64_t t = 0; t < b.seq; ++t) tokens[r] += host_targets[r * b.seq + t] >= 0;
+    for (int64_t t = 0; t < b.seq; ++t) counted[r] += host_targets[r * b.seq + t] >= 0;
+  if (cp_) RETURN_IF_ERROR(cp_->AllReduceSum(counted.data(), b.batch));  // the whole replies' targets
+  std::vector<int64_t> tokens(counted.begin(), counted.end());
   for (int64_t r = 0; r < b.batch; ++r)
     if (tokens[r] == 0)
       return InvalidArgument("preference: reply " + std::to_string(r) + " of the micro-batch has no target token");
@@ -40,7 +44,9 @@ StatusOr<double> PreferenceObjective::MicroBatch(LlamaModel& model, UnitAccess& 
   double loss_sum = 0;
   PreferenceSums sums;
   const double per_pair = loss_scale_ / static_cast<double>(global_pairs_);
-  SpanLoss loss{RowSpans(b), [&](const std::vector<double>& nll) -> StatusOr<std::vector<float>> {
+  SpanLoss loss{RowSpans(b), [&](const std::vector<double>& chunk_nll) -> StatusOr<std::vector<float>> {
+                  std::vector<double> nll = chunk_nll;  // this rank's chunks: summed over a CP group
+                  if (cp_) RETURN_IF_ERROR(cp_->AllReduceSum(nll.data(), static_cast<int64_t>(nll.size())));
                   std::vector<float> factor(nll.size());
                   for (int64_t k = 0; k < pairs; ++k) {
                     PairLogps p;
@@ -62,12 +68,14 @@ StatusOr<double> PreferenceObjective::MicroBatch(LlamaModel& model, UnitAccess& 
                   return factor;
                 }};
   RETURN_IF_ERROR(model.ForwardBackwardSpans(b, access, loss).status());
+  if (cp_ && cp_->rank() != 0) return 0.0;  // the group's pairs count once (the trainer sums over the world)
   sums_.Add(sums);
   return loss_sum;
 }
 
-StatusOr<std::vector<double>> ReplyLogps(LlamaModel& model, UnitAccess& access, const DeviceBatch& b) {
+StatusOr<std::vector<double>> ReplyLogps(LlamaModel& model, UnitAccess& access, const DeviceBatch& b, CpGroup* cp) {
   ASSIGN_OR_RETURN(std::vector<double> nll, model.ForwardSpanLosses(b, access, RowSpans(b)));
+  if (cp) RETURN_IF_ERROR(cp->AllReduceSum(nll.data(), static_cast<int64_t>(nll.size())));
   for (double& v : nll) v = -v;
   return nll;
 }

@@ -22,6 +22,8 @@
 
 namespace shard {
 
+class CpGroup;
+
 class PreferenceObjective {
  public:
   explicit PreferenceObjective(const PreferenceConfig& config) : config_(config) {}
@@ -40,9 +42,16 @@ class PreferenceObjective {
   // This rank's pairs of the step so far (all-reduce them for the step's metrics).
   const PreferenceSums& sums() const { return sums_; }
   const PreferenceConfig& config() const { return config_; }
+  // Context parallelism: each row holds this rank's chunks of a reply; the
+  // replies' log-prob sums and target counts are summed over `cp` before the
+  // pair losses, every member back-propagates each row's factor through its
+  // chunks, and only CP rank 0 counts the pairs' losses and metrics (the
+  // trainer sums both over the world). Null: whole rows.
+  void SetContextParallel(CpGroup* cp) { cp_ = cp; }
 
  private:
   PreferenceConfig config_;
+  CpGroup* cp_ = nullptr;
   int64_t global_pairs_ = 0;
   double loss_scale_ = 1;
   PreferenceSums sums_;
@@ -50,6 +59,9 @@ class PreferenceObjective {
 
 // Each row's summed log-prob of its targets (forward only): the reference
 // pass over PairBatcher rows (chosen, rejected, ...), two values per pair.
-StatusOr<std::vector<double>> ReplyLogps(LlamaModel& model, UnitAccess& access, const DeviceBatch& b);
+// Under context parallelism (cp non-null) each row holds this rank's chunks and
+// the sums are over the group, so every member returns the whole replies'.
+StatusOr<std::vector<double>> ReplyLogps(LlamaModel& model, UnitAccess& access, const DeviceBatch& b,
+                                         CpGroup* cp = nullptr);
 
 }  // namespace shard

@@ -26,6 +26,7 @@
 #include "shard/spec/step_metric_fields.h"
 #include "shard/data/reference_file.h"
 #include "shard/train/pair_scoring.h"
+#include "shard/train/cp_group.h"
 #include "shard/train/pair_source.h"
 #include "shard/train/objective.h"
 #include "shard/train/preference_objective.h"
@@ -93,6 +94,15 @@ class PreferenceTraining : public Objective {
   // On a fresh start: whether `stored` holds the starting weights' own
   // log-probs of the first pairs (else the file is recomputed).
   StatusOr<bool> StoredReferenceHolds(const PreparedDataset& ds, const std::vector<double>& stored);
+  // The scoring ranks: the data ranks, each CP group scoring its pairs' split rows together.
+  void SetScoringRanks(PairScoringOptions* o) const {
+    const int c = p_.cp ? p_.cp->size() : 1;
+    o->rank = DataRank(p_.rank, c);
+    o->world = DataWorld(p_.world, c);
+    o->cp = p_.cp;
+  }
+  // Whether this rank counts its scored pairs in sums over the world (one member of each CP group).
+  bool CountsScoredPairs() const { return !p_.cp || p_.cp->rank() == 0; }
   // ScorePairs with the starting weights: under peft: the base without the adapters.
   StatusOr<ScoredPairs> ScoreWithBase(const PreparedDataset& ds, const PairScoringOptions& o);
 
@@ -108,6 +118,7 @@ class PreferenceTraining : public Objective {
 
 Status PreferenceTraining::Prepare(const ObjectiveParts& parts) {
   p_ = parts;
+  loss_.SetContextParallel(p_.cp);
   if (!p_.job->preference.needs_reference()) return OkStatus();
   // The memory simulator (no data) runs the preference step on synthetic
   // pairs (2·micro_batch rows) against zero reference values. The pass itself
@@ -189,8 +200,7 @@ StatusOr<bool> PreferenceTraining::StoredReferenceHolds(const PreparedDataset& d
   o.micro = p_.job->train.micro_batch;
   o.seq_len = p_.job->data.seq_len;
   o.max_pairs = std::min<int64_t>(ds.header().num_pairs(), p_.job->train.global_batch);
-  o.rank = p_.rank;
-  o.world = p_.world;
+  SetScoringRanks(&o);
   auto scored = ScoreWithBase(ds, o);
   if (!scored.ok()) return scored.status().WithContext("checking the stored reference");
   double differ = 0;
@@ -208,13 +218,12 @@ StatusOr<std::vector<double>> PreferenceTraining::ComputeReference(const Prepare
   PairScoringOptions o;
   o.micro = p_.job->train.micro_batch;
   o.seq_len = p_.job->data.seq_len;
-  o.rank = p_.rank;
-  o.world = p_.world;
+  SetScoringRanks(&o);
   auto scored = ScoreWithBase(ds, o);
   if (!scored.ok()) return scored.status().WithContext("reference pass");
   ++reference_passes_;
   std::vector<double> ref(static_cast<size_t>(2 * ds.header().num_pairs()), 0.0);
-  for (size_t k = 0; k < scored->pairs.size(); ++k) {
+  for (size_t k = 0; CountsScoredPairs() && k < scored->pairs.size(); ++k) {
     ref[2 * scored->pairs[k]] = scored->logps[2 * k];
     ref[2 * scored->pairs[k] + 1] = scored->logps[2 * k + 1];
   }
@@ -260,11 +269,11 @@ Status PreferenceTraining::Evaluate(StepMetrics* m) {
   o.micro = p_.job->train.micro_batch;
   o.seq_len = p_.job->data.seq_len;
   o.max_pairs = p_.job->eval.max_samples;
-  o.rank = p_.rank;
-  o.world = p_.world;
+  SetScoringRanks(&o);
   auto scored = ScorePairs(*p_.model, *p_.runtime, p_.backend, *p_.eval_data, o);
   if (!scored.ok()) return scored.status().WithContext("eval on held-out pairs at step " + std::to_string(m->step));
   ASSIGN_OR_RETURN(PreferenceSums mine, ScoredPairSums(p_.job->preference, *scored, eval_reference_logps_));
+  if (!CountsScoredPairs()) mine = PreferenceSums{};  // the CP group's pairs count once
   double s[PreferenceSums::kFields];
   mine.ToArray(s);
   RETURN_IF_ERROR(p_.runtime->AllReduceSum(s, PreferenceSums::kFields));

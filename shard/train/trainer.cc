@@ -272,6 +272,8 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
     ASSIGN_OR_RETURN(auto cp_comm, make_comm(dist_.rank % C, C, "cp" + std::to_string(dist_.rank / C)));
     cp_ = std::make_unique<CpGroup>(backend_.get(), std::move(cp_comm), fo.comm);
     model_->SetAttention(cp_->attention());
+    // MoE: the aux and z losses are means over each micro-batch's whole rows; the group sums their counts.
+    model_->SetMoeStatsSum([cp = cp_.get()](double* v, int64_t n) { return cp->AllReduceSum(v, n); });
     if (dist_.rank == 0)
       LOG_INFO("context parallelism: {} ranks per sequence ({} of its {} tokens each, head-tail chunks), {} data "
                "ranks", C, job_.data.seq_len / C, job_.data.seq_len, dist_.world / C);
@@ -408,6 +410,7 @@ Status Trainer::PrepareObjective() {
   p.resume_step_dir = resume_.step_dir;
   p.base_weights_hash = base_weights_hash_;
   p.precision = precision_;
+  p.cp = cp_.get();
   return objective_->Prepare(p);
 }
 
@@ -429,6 +432,7 @@ Status Trainer::Resume() {
 void Trainer::LoadRows(int64_t first_row, int64_t count) {
   data_->Fill(first_row, count, h_tokens_.data(), h_targets_.data(), h_pos_.data(), h_seg_.data());
   const int64_t rows = count * data_->rows_per_item(), seq = job_.data.seq_len;
+  if (moe_aux_coef_ > 0 || moe_z_coef_ > 0) MarkRealRows(rows);  // over the whole rows, split with them
   // Context parallelism: this rank's chunks of the whole rows (targets were
   // shifted by the loader, before the split); segment ids stay whole.
   if (cp_) cp_->Split(rows, seq, {h_tokens_.data(), h_targets_.data(), h_pos_.data()});

@@ -255,8 +255,11 @@ class Trainer {
   double moe_z_coef_ = 0;  // the router z-loss's (moe.z_loss_coef)
   float moe_z_scale_ = 0;
   std::vector<uint8_t> h_real_;
-  // Rows of the loaded micro-batch that are real tokens (padding: a segment without targets).
-  const uint8_t* RealRows(int64_t rows);
+  // The loaded micro-batch's real-token mask (padding: a segment without
+  // targets), from `rows` whole sequences before a CP split, then this rank's
+  // chunks of it; RealRows: null when every row is real (token windows).
+  void MarkRealRows(int64_t rows);
+  const uint8_t* RealRows() const { return h_real_.empty() ? nullptr : h_real_.data(); }
 };
 
 }  // namespace shard

@@ -43,8 +43,9 @@ StatusOr<StepMetrics> Trainer::Step() {
     // The aux (and z) loss is a mean per micro-batch, averaged over the step's micro-batches on every rank
     // (gradients are summed over ranks, as the token-normalised loss's are).
     int64_t micro_batches = 0;
-    for (int r = 0; r < dist_.world; ++r) {
-      const BatchSlice s = RankSlice(tc.global_batch, r, dist_.world);
+    const int data_world = DataWorld(dist_.world, cp_size());  // a CP group's members share its micro-batches
+    for (int r = 0; r < data_world; ++r) {
+      const BatchSlice s = RankSlice(tc.global_batch, r, data_world);
       micro_batches += (s.end - s.begin + tc.micro_batch - 1) / tc.micro_batch;
     }
     const double per = loss_scale / static_cast<double>(std::max<int64_t>(1, micro_batches));
@@ -114,7 +115,7 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
     if (moe_aux_coef_ > 0 || moe_z_coef_ > 0) {
       model_->SetMoeAuxGradScale(objective_->moe_aux_loss() ? moe_aux_scale_ : 0.0f);
       model_->SetMoeZLossGradScale(objective_->moe_aux_loss() ? moe_z_scale_ : 0.0f);
-      b.real_rows = RealRows(b.rows());
+      b.real_rows = RealRows();
     }
     runtime_->BeginMicroBatch();
     // A seed per step, rank and micro-batch (LoRA's adapter dropout masks).
@@ -128,18 +129,20 @@ StatusOr<double> Trainer::ForwardBackward(float grad_scale) {
   return loss_sum;
 }
 
-const uint8_t* Trainer::RealRows(int64_t rows) {
-  if (!data_->segmented()) return nullptr;  // token windows: no padding
+void Trainer::MarkRealRows(int64_t rows) {
+  h_real_.clear();
+  if (!data_->segmented()) return;  // token windows: no padding
   const int64_t T = job_.data.seq_len;
-  h_real_.assign(rows, 1);
+  std::vector<int32_t> real(static_cast<size_t>(rows * T), 1);
   // Every sample has a target (packing skips those without), so a segment without one is padding.
-  for (int64_t s0 = 0; s0 < rows; s0 += T) {
+  for (int64_t s0 = 0; s0 < rows * T; s0 += T) {
     std::unordered_set<int32_t> with_target;
     for (int64_t i = s0; i < s0 + T; ++i)
       if (h_targets_[i] >= 0) with_target.insert(h_seg_[i]);
-    for (int64_t i = s0; i < s0 + T; ++i) h_real_[i] = with_target.count(h_seg_[i]) ? 1 : 0;
+    for (int64_t i = s0; i < s0 + T; ++i) real[i] = with_target.count(h_seg_[i]) ? 1 : 0;
   }
-  return h_real_.data();
+  if (cp_) cp_->Split(rows, T, {real.data()});  // this rank's chunks, as its tokens
+  h_real_.assign(real.begin(), real.begin() + rows * T / cp_size());
 }
 
 StatusOr<Trainer::StepSums> Trainer::ReduceStep(double loss_sum, double loss_scale) {

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "tests/unit/train/phrase_tokens.h"
 #include "tests/unit/train/sft_test_util.h"
@@ -31,6 +33,7 @@ using sft_testing::WriteReversalJsonl;
 struct StepOne {
   Status status;
   double loss = 0;
+  double moe_aux = 0;                     // the step's load-balancing loss (MoE models)
   std::vector<std::vector<float>> grads;  // per unit, numel values
 };
 
@@ -68,7 +71,7 @@ StepOne RunStepOne(const std::string& yaml, int world, int c, const std::vector<
           status[r] = m.status();
           return;
         }
-        if (r == 0) out.loss = m->loss;
+        if (r == 0) out.loss = m->loss, out.moe_aux = m->moe_aux_loss;
       },
       base);
   for (const Status& s : status)
@@ -264,18 +267,133 @@ TEST(CpTrainTest, EvalDuringTrainingScoresAsWithoutIt) {
   }
 }
 
-// What is not built with context parallelism yet is refused in one line.
-TEST(CpTrainTest, RefusesWhatIsNotBuilt) {
-  const std::string dir = NewDir("cp_refuse");
+// MoE under CP: routing is per token, but the load-balancing loss is a
+// product of means over the whole micro-batch's real tokens and the z-loss a
+// mean over them; the CP group sums the counts before forming either, so step
+// 1's loss, aux loss and gradients equal the whole sequences' on one rank.
+// (Without the group's sums each rank's aux gradient comes from its own
+// chunks' counts and the gradients are off.)
+TEST(CpTrainTest, MoeAuxAndZLossStepOneEqualsTheWholeSequenceOnOneRank) {
+  const std::string dir = NewDir("cp_moe");
   const std::string yaml = PackedSftJob(dir);
-  // A mixture-of-experts model: its routing (and aux loss) per micro-batch is not split yet.
-  const Status moe = testing_ranks::OnTrainerRanks(
-      yaml, 2, {"parallel.world_size=2", "parallel.context_parallel=2", "model.preset=tiny-mixtral"},
-      [](Trainer&, int) {});
-  EXPECT_NE(moe.message().find("parallel.context_parallel 2: context parallelism on mixtral (mixture of experts) is "
-                               "not built yet"),
-            std::string::npos)
-      << moe.ToString();
+  for (const char* preset : {"tiny-qwen3-moe", "tiny-mixtral"}) {
+    const std::vector<std::string> sets = {std::string("model.preset=") + preset, "moe.aux_loss_coef=0.5",
+                                           "moe.z_loss_coef=0.2"};
+    const StepOne whole = RunStepOne(yaml, 1, 1, sets);
+    ASSERT_TRUE(whole.status.ok()) << preset << ": " << whole.status.ToString();
+    EXPECT_GT(whole.moe_aux, 0.0) << preset;
+    // micro_batch 4 of global_batch 8: the same two micro-batches of rows on every layout. The last is
+    // C = 2 with activation checkpointing (the recompute counts nothing; the sums are of the first forward).
+    struct Layout {
+      int world, c;
+      bool checkpointing;
+    };
+    for (auto [world, c, checkpointing] : {Layout{2, 2, false}, {4, 2, false}, {4, 4, false}, {2, 2, true}}) {
+      std::vector<std::string> with = sets;
+      if (checkpointing) with.push_back("parallel.activation_checkpointing=true");
+      const StepOne cp = RunStepOne(yaml, world, c, with);
+      ASSERT_TRUE(cp.status.ok()) << preset << ": " << cp.status.ToString();
+      const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
+      const double aux_rel = std::fabs(cp.moe_aux - whole.moe_aux) / std::fabs(whole.moe_aux);
+      const double grad_rel = RelGradDiff(cp, whole);
+      std::printf("%s, world %d, C %d%s: loss rel %.2g, aux %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", preset,
+                  world, c, checkpointing ? ", checkpointing" : "", loss_rel, cp.moe_aux, whole.moe_aux, aux_rel,
+                  grad_rel);
+      EXPECT_LT(loss_rel, 1e-5) << preset << " world " << world << " C " << c;
+      EXPECT_LT(aux_rel, 1e-5) << preset << " world " << world << " C " << c;
+      EXPECT_LT(grad_rel, 1e-4) << preset << " world " << world << " C " << c;
+    }
+  }
+}
+
+// "rev abc..=" pairs: chosen the word reversed, rejected the word. 5-12
+// letters: the replies' targets reach into several chunks of 32 positions.
+std::string WritePairs(const std::string& path, int rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < rows; ++i) {
+    std::string w;
+    for (int n = 5 + static_cast<int>(rng() % 8); n > 0; --n) w += static_cast<char>('a' + rng() % 8);
+    const std::string rev(w.rbegin(), w.rend());
+    f << "{\"prompt\":\"rev " << w << "=\",\"chosen\":\"" << rev << "\",\"rejected\":\""
+      << (rev == w ? w + "a" : w) << "\"}\n";
+  }
+  return path;
+}
+
+std::string PrefJob(const std::string& dir, const std::string& method, const std::string& jsonl) {
+  return "name: pref\nmodel: {preset: tiny}\n"
+         "data: {jsonl: " + jsonl + ", tokenizer: byte, template: plain, seq_len: 32}\n"
+         "train: {steps: 1, global_batch: 8, micro_batch: 2, lr: 3.0e-3, warmup_steps: 0, schedule: constant, "
+         "precision: fp32, log_every: 1000}\n"
+         "checkpoint: {dir: " + dir + "/" + method + ", every_steps: 0, async: false, resume: none}\n"
+         "resources: {device: cpu}\npreference: {method: " + method + ", beta: 0.5}\n";
+}
+
+// Preference pairs under CP: both replies of a pair are split over the
+// group, each reply's summed log-prob (and target count) is summed over it
+// before the pair loss, and every member's backward gets d(loss)/d(logp) of
+// each row; the reference pass scores split rows the same way. DPO and ORPO:
+// step 1's loss and gradients equal the whole rows' on one rank.
+TEST(CpTrainTest, PreferenceStepOneEqualsTheWholeSequenceOnOneRank) {
+  const std::string dir = NewDir("cp_pref");
+  const std::string jsonl = WritePairs(dir + "/pairs.jsonl", 32, 3);
+  for (const char* method : {"dpo", "orpo"}) {
+    const std::string yaml = PrefJob(dir, method, jsonl);
+    const StepOne whole = RunStepOne(yaml, 1, 1);
+    ASSERT_TRUE(whole.status.ok()) << method << ": " << whole.status.ToString();
+    for (auto [world, c] : {std::pair<int, int>{2, 2}, {4, 2}, {4, 4}}) {
+      const StepOne cp = RunStepOne(yaml, world, c);
+      ASSERT_TRUE(cp.status.ok()) << method << " world " << world << " C " << c << ": " << cp.status.ToString();
+      const double loss_rel = std::fabs(cp.loss - whole.loss) / std::fabs(whole.loss);
+      const double grad_rel = RelGradDiff(cp, whole);
+      std::printf("%s, world %d, C %d: loss %.7f vs %.7f (rel %.2g), gradients rel %.2g\n", method, world, c,
+                  cp.loss, whole.loss, loss_rel, grad_rel);
+      EXPECT_LT(loss_rel, 1e-5) << method << " world " << world << " C " << c;
+      EXPECT_LT(grad_rel, 1e-4) << method << " world " << world << " C " << c;
+    }
+  }
+}
+
+// DPO training and eval: on held-out pairs under CP: 4 steps at C = 2 on 2
+// ranks stay on the C = 1 curve (the reference pass and eval score split
+// rows; each group counts its pairs once).
+TEST(CpTrainTest, PreferenceTrainsAndEvaluatesOnTheSameCurve) {
+  const std::string dir = NewDir("cp_pref_curve");
+  const std::string yaml = PrefJob(dir, "dpo", WritePairs(dir + "/pairs.jsonl", 32, 5)) +
+                           "eval: {data: " + WritePairs(dir + "/held.jsonl", 10, 7) + ", every_steps: 2}\n";
+  std::map<int, std::map<int64_t, StepMetrics>> steps;  // C -> step -> rank 0's metrics
+  std::mutex mu;
+  for (int c : {1, 2}) {
+    const Status st = testing_ranks::OnTrainerRanks(
+        yaml, 2,
+        {"parallel.world_size=2", "parallel.context_parallel=" + std::to_string(c), "train.steps=4",
+         "checkpoint.dir=" + dir + "/c" + std::to_string(c)},
+        [&](Trainer& tr, int r) {
+          const Status run = tr.Run([&](const StepMetrics& m) {
+            if (r != 0) return;
+            std::lock_guard<std::mutex> lock(mu);
+            steps[c][m.step] = m;
+          });
+          EXPECT_TRUE(run.ok()) << run.ToString();
+        });
+    ASSERT_TRUE(st.ok()) << "C " << c << ": " << st.ToString();
+  }
+  ASSERT_EQ(steps[1].size(), 4u);
+  ASSERT_EQ(steps[2].size(), 4u);
+  for (const auto& [step, m] : steps[1]) {
+    const StepMetrics& cp = steps[2][step];
+    std::printf("dpo step %lld: loss %.7f at C 2, %.7f at C 1; pairs %lld / %lld; eval loss %.7f / %.7f over %lld / "
+                "%lld pairs\n",
+                static_cast<long long>(step), cp.loss, m.loss, static_cast<long long>(cp.pairs),
+                static_cast<long long>(m.pairs), cp.eval_loss, m.eval_loss, static_cast<long long>(cp.eval_pairs),
+                static_cast<long long>(m.eval_pairs));
+    EXPECT_LT(std::fabs(cp.loss - m.loss), 1e-5 * std::fabs(m.loss)) << "step " << step;
+    EXPECT_EQ(cp.pairs, m.pairs) << "step " << step;
+    EXPECT_EQ(cp.eval_pairs, m.eval_pairs) << "step " << step;
+    if (m.eval_pairs > 0) EXPECT_LT(std::fabs(cp.eval_loss - m.eval_loss), 1e-5 * std::fabs(m.eval_loss)) << step;
+  }
+  EXPECT_EQ(steps[1][2].eval_pairs, 10);
 }
 
 }  // namespace
