@@ -15,7 +15,7 @@
 
 namespace shard {
 
-// shard/spec/llama_moe.cc: the MoE fields (qwen3_moe, mixtral).
+// shard/spec/llama_moe.cc: the MoE fields (qwen3_moe, mixtral, qwen2_moe).
 Status ValidateMoe(const LlamaConfig& c);
 Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaConfig* c);
 void WriteMoeShape(const LlamaConfig& c, nlohmann::ordered_json* j);

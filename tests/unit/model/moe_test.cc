@@ -1,4 +1,4 @@
-// Mixture of experts (qwen3_moe, mixtral): config.json in and out, the layout
+// Mixture of experts (qwen3_moe, mixtral, qwen2_moe): config.json in and out, the layout
 // under HF names, the refusals, and the float model's loss, aux loss and
 // hand-written gradients (router, experts, attention) against the independent
 // double-precision reference (reference_llama.h: MoeMlpRef) by central finite
