@@ -21,6 +21,7 @@
 #include "shard/plan/planner.h"
 #include "shard/spec/run_fingerprint.h"
 #include "shard/train/moe_step_figures.h"
+#include "shard/train/qlora_base.h"
 #include "tests/unit/train/sft_test_util.h"
 
 namespace shard {
@@ -141,6 +142,27 @@ TEST(MoeTrainTest, Qwen2MoeWithItsSharedExpertLearnsAtOneAndTwoRanks) {
   ASSERT_TRUE(sa.ok()) << sa.ToString();
   ASSERT_EQ(attn.size(), 12u);
   EXPECT_LT(attn.back(), attn.front());
+}
+
+// QLoRA on qwen2_moe: the experts and the shared expert's projections are
+// NF4, the router and the shared expert's sigmoid gate ([1, d]) stay in the
+// compute dtype with the norms and biases.
+TEST(MoeTrainTest, QloraKeepsTheRouterAndTheSharedGateUnquantised) {
+  const ParamLayout layout = ParamLayout::ForLlama(*LlamaPreset("tiny-qwen2-moe"));
+  const std::vector<Nf4UnitSpec> specs = QloraUnitSpecs(layout);
+  const UnitSpec& b = layout.units[layout.block_unit(0)];
+  ASSERT_TRUE(b.sparse);
+  auto kept = [&](int t) {
+    for (const auto& [off, n] : specs[layout.block_unit(0)].keep)
+      if (off == b.tensors[t].offset && n == b.tensors[t].numel) return true;
+    return false;
+  };
+  EXPECT_TRUE(kept(kRouter));
+  EXPECT_TRUE(kept(SharedExpertTensor(8, kSharedExpertGate)));
+  EXPECT_FALSE(kept(SharedExpertTensor(8, kSharedGate)));
+  EXPECT_FALSE(kept(SharedExpertTensor(8, kSharedDown)));
+  EXPECT_FALSE(kept(ExpertTensor(3, kExpertUp)));
+  EXPECT_TRUE(kept(ParamLayout::ExtrasOf(b).q_bias));
 }
 
 // The step's router figures (StepMetrics' moe_*): the aux loss is reported,
