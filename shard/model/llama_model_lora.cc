@@ -22,6 +22,10 @@ Status LlamaModel::SetLora(const LoraBinding* lora) {
                            std::to_string(config_.num_layers));
   if (l.r < 1 || (l.tensors.empty() && l.experts.empty()))
     return InvalidArgument("model: LoRA binding without adapters");
+  if (config_.moe.has_shared_expert() && !l.experts.empty())
+    return Unimplemented(std::string("model: LoRA on ") + config_.family_name() +
+                         "'s MLP projections is not supported yet (PEFT's suffix match would adapt the shared "
+                         "expert too, which is not built): target the attention only (q_proj, k_proj, v_proj, o_proj)");
   for (const LoraTensor& t : l.tensors) {
     int64_t in = 0, out = 0;
     LoraTargetDims(config_, t.target, &in, &out);

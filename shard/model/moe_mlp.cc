@@ -10,6 +10,7 @@ namespace shard {
 struct MoeMlp::Saved {
   DeviceBuffer probs, expert, weight, perm, offsets;  // routing (int32 behind the float buffers)
   DeviceBuffer gu, h, y;                              // per assignment row, in expert order
+  DeviceBuffer sgu, sh, sy, sgate;                    // qwen2_moe's shared expert per token, and g
   std::vector<int32_t> host_offsets;                  // offsets, copied to the host for the GEMM sizes
   int64_t n = 0;
 };
@@ -51,7 +52,25 @@ StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(const LlamaConfig& c, Backend* 
     RETURN_IF_ERROR(make(&s->h, nk * fe));
     RETURN_IF_ERROR(make(&s->y, nk * d));
     s->host_offsets.assign(E + 1, 0);
+    if (c.moe.has_shared_expert()) {
+      const int64_t fs = c.moe.shared_expert_intermediate_size;
+      RETURN_IF_ERROR(make(&s->sgu, n * 2 * fs));
+      RETURN_IF_ERROR(make(&s->sh, n * fs));
+      RETURN_IF_ERROR(make(&s->sy, n * d));
+      RETURN_IF_ERROR(make(&s->sgate, n));
+    }
     m->saved_.push_back(std::move(s));
+  }
+  if (c.moe.has_shared_expert()) {
+    const int64_t fs = c.moe.shared_expert_intermediate_size;
+    RETURN_IF_ERROR(make(&m->ident_, n));
+    std::vector<int32_t> ident(std::max<int64_t>(n, 1));
+    for (size_t i = 0; i < ident.size(); ++i) ident[i] = static_cast<int32_t>(i);
+    backend->CopyToDevice(m->ident_.data(), ident.data(), ident.size() * sizeof(int32_t));
+    RETURN_IF_ERROR(make(&m->dsy_, n * d));
+    RETURN_IF_ERROR(make(&m->dsh_, n * fs));
+    RETURN_IF_ERROR(make(&m->dsgu_, n * 2 * fs));
+    RETURN_IF_ERROR(make(&m->sgate_grad_, n));
   }
   RETURN_IF_ERROR(make(&m->logits_, n * E));
   RETURN_IF_ERROR(make(&m->dprobs_, n * E));
@@ -146,7 +165,56 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
   if (counting_) RETURN_IF_ERROR(Count(r, layer, n, real));
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
   ExpertsForward(w, s, xp_.data(), layer, lora);
-  return backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out);
+  RETURN_IF_ERROR(backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out));
+  return config_.moe.has_shared_expert() ? SharedForward(w, s, xn, out) : OkStatus();
+}
+
+// transformers' Qwen2MoeSparseMoeBlock: out += sigmoid(xn · Wsgᵀ) ⊙ down(SwiGLU(xn · [Wg; Wu]ᵀ)),
+// the gate in the compute dtype (as its Linear computes it there).
+Status MoeMlp::SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out) {
+  const int E = config_.moe.num_experts;
+  const int64_t n = s.n, d = config_.hidden_size, fs = config_.moe.shared_expert_intermediate_size;
+  Linear(backend_, md_, xn, w.mat(SharedExpertTensor(E, kSharedGate)), n, d, 2 * fs, s.sgu.data());
+  backend_->SwiGluForward(s.sgu.data(), n, static_cast<int>(fs), s.sh.data());
+  Linear(backend_, md_, s.sh.data(), w.mat(SharedExpertTensor(E, kSharedDown)), n, fs, d, s.sy.data());
+  Linear(backend_, md_, xn, w.mat(SharedExpertTensor(E, kSharedExpertGate)), n, d, 1, sgate_grad_.data());
+  host_gate_.resize(n);
+  backend_->CopyToHost(host_gate_.data(), sgate_grad_.data(), n * sizeof(float));
+  for (float& v : host_gate_) v = 1.0f / (1.0f + std::exp(-v));
+  backend_->CopyToDevice(s.sgate.data(), host_gate_.data(), n * sizeof(float));
+  if (md_ != DType::kF32) {  // the gate's product is in the compute dtype
+    backend_->CastFromF32(s.sgate.data(), weight_lp_.data(), n, md_);
+    backend_->CastToF32(weight_lp_.data(), s.sgate.data(), n, md_);
+  }
+  // out[t] += g[t] · sy[t]: the combine with k = 1 over the identity permutation.
+  return backend_->MoeUnpermute(s.sy.data(), Ints(ident_), s.sgate.data(), n, 1, d, out);
+}
+
+// dg[t] = <dout[t], sy[t]>, ds = dg · g(1 − g); dsy = g · dout through the
+// shared SwiGLU; the input gradients of both linears are added into dxn.
+Status MoeMlp::SharedBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xn, const float* dout,
+                              float* dxn) {
+  const int E = config_.moe.num_experts;
+  const int64_t n = s.n, d = config_.hidden_size, fs = config_.moe.shared_expert_intermediate_size;
+  const auto& t = w.spec().tensors;
+  const int sg = SharedExpertTensor(E, kSharedGate), sd = SharedExpertTensor(E, kSharedDown);
+  const int sgate = SharedExpertTensor(E, kSharedExpertGate);
+  RETURN_IF_ERROR(backend_->MoeUnpermuteBackward(dout, s.sy.data(), Ints(ident_), s.sgate.data(), n, 1, d,
+                                                 dsy_.data(), sgate_grad_.data()));
+  std::vector<float> g(n);
+  host_gate_.resize(n);
+  backend_->CopyToHost(host_gate_.data(), sgate_grad_.data(), n * sizeof(float));
+  backend_->CopyToHost(g.data(), s.sgate.data(), n * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) host_gate_[i] *= g[i] * (1.0f - g[i]);
+  backend_->CopyToDevice(sgate_grad_.data(), host_gate_.data(), n * sizeof(float));
+  LinearBackward(backend_, md_, xn, w.mat(sgate), sgate_grad_.data(), n, d, 1, dxn,
+                 dw ? dw + t[sgate].offset : nullptr, /*dx_beta=*/1.0f);
+  LinearBackward(backend_, md_, s.sh.data(), w.mat(sd), dsy_.data(), n, fs, d, dsh_.data(),
+                 dw ? dw + t[sd].offset : nullptr);
+  backend_->SwiGluBackward(dsh_.data(), s.sgu.data(), n, static_cast<int>(fs), dsgu_.data());
+  LinearBackward(backend_, md_, xn, w.mat(sg), dsgu_.data(), n, d, 2 * fs, dxn, dw ? dw + t[sg].offset : nullptr,
+                 /*dx_beta=*/1.0f);
+  return OkStatus();
 }
 
 // Aux-loss statistics of one layer over the real tokens.
@@ -226,7 +294,7 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
   if (z_scale_ != 0 && !z_lse_[layer].empty()) AddZGrad(s, layer, n, logits_.data());
   LinearBackward(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn,
                  dw ? dw + w.spec().tensors[kRouter].offset : nullptr, /*dx_beta=*/1.0f);
-  return OkStatus();
+  return config_.moe.has_shared_expert() ? SharedBackward(w, dw, s, xn, dout, dxn) : OkStatus();
 }
 
 void MoeMlp::ResetStepStats() {

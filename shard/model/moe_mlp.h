@@ -1,4 +1,4 @@
-// A sparse block's MLP (qwen3_moe, mixtral): a router picks k of E experts per
+// A sparse block's MLP (qwen3_moe, mixtral, qwen2_moe): a router picks k of E experts per
 // token, as transformers does (softmax in fp32, top-k, renormalised iff
 // norm_topk_prob; dropless), each expert is a SwiGLU MLP, and the outputs are
 // added back weighted. The token rows are grouped by expert once per call
@@ -6,6 +6,14 @@
 // its contiguous rows, forward and backward; the combine is a weighted
 // scatter-add. Knows shapes, not ranks: the experts live in the block's FSDP
 // unit (shard/spec/param_layout.h: kRouter, ExpertTensor).
+//
+// qwen2_moe adds a shared expert (a SwiGLU of shared_expert_intermediate_size
+// over every token, gate and up fused) scaled per token by
+// g = sigmoid(x · shared_expert_gateᵀ), g cast to the compute dtype, and
+// added to the routed output, as transformers' Qwen2MoeSparseMoeBlock. The
+// scaled add is MoeUnpermute with k = 1 over the identity permutation
+// (weights g), its backward MoeUnpermuteBackward (dy and dg); the n gate
+// values go through the host for the sigmoid and its derivative.
 //
 // The auxiliary load-balancing loss (transformers' load_balancing_loss_func,
 // all sparse layers of a micro-batch together, padding excluded) needs every
@@ -121,6 +129,10 @@ class MoeMlp {
   // Expert e's adapter on `target` as a LoraCall (false: none).
   bool LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const;
   Status Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real);
+  // qwen2_moe's shared expert: out += g ⊙ SwiGLU(xn); the backward adds into dxn.
+  Status SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out);
+  Status SharedBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xn, const float* dout,
+                        float* dxn);
   // aux_scale_ * d(aux)/d(probs) of `layer`'s n rows (zero on padding).
   std::vector<float> AuxProbGrad(int64_t n) const;
   // The z-loss's statistics of `layer` from logits_ (real rows), and its
@@ -134,6 +146,10 @@ class MoeMlp {
   DType md_;
   std::vector<std::unique_ptr<Saved>> saved_;
   DeviceBuffer logits_, xp_, dy_, dh_, dgu_, dxp_, dweight_, dprobs_, weight_lp_;
+  // The shared expert's scratch (qwen2_moe; empty otherwise): the identity
+  // permutation (int32), dy, dh, dgu, and the gate's logit and gradient.
+  DeviceBuffer ident_, dsy_, dsh_, dsgu_, sgate_grad_;
+  std::vector<float> host_gate_;
   // Aux loss: per layer, assignments per expert and Σ probs per expert over real tokens.
   std::vector<std::vector<double>> aux_count_, aux_prob_;
   std::vector<double> aux_real_;  // real tokens per layer

@@ -34,6 +34,11 @@ MoeActivationElems MoeActivations(const LlamaConfig& c, int64_t rows, int sets) 
   // logits, dprobs [n, E]; xp, dy, dxp [nk, d]; dh [nk, fe]; dgu [nk, 2fe]; dweight, weight_lp [nk].
   a.scratch = 2 * at_least1(n * E) + 3 * at_least1(nk * d) + at_least1(nk * fe) + at_least1(nk * 2 * fe) +
               2 * at_least1(nk);
+  if (c.moe.has_shared_expert()) {  // qwen2_moe: per set sgu [n, 2fs], sh [n, fs], sy [n, d], g [n];
+    const int64_t fs = c.moe.shared_expert_intermediate_size;  // scratch ident, dg [n], dsy, dsh, dsgu
+    a.saved += sets * (at_least1(n * 2 * fs) + at_least1(n * fs) + at_least1(n * d) + at_least1(n));
+    a.scratch += 2 * at_least1(n) + at_least1(n * d) + at_least1(n * fs) + at_least1(n * 2 * fs);
+  }
   return a;
 }
 

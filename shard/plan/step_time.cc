@@ -17,7 +17,8 @@ double LinearFraction(const LlamaConfig& c) {
   // QLoRA's NF4 share: the attention and MLP matrices; a sparse layer's
   // experts (E x 3·d·fe), not its router.
   const double ns = c.is_moe() ? c.num_sparse_layers() : 0;
-  const double experts = static_cast<double>(c.moe.num_experts) * 3 * d * c.moe.expert_intermediate_size;
+  const double experts = static_cast<double>(c.moe.num_experts) * 3 * d * c.moe.expert_intermediate_size +
+                         3 * d * static_cast<double>(c.moe.shared_expert_intermediate_size);  // qwen2_moe's shared
   const double linear = c.num_layers * (d * hq * 2 + d * kv * 2) + (c.num_layers - ns) * 3 * d * f + ns * experts;
   return linear / static_cast<double>(c.NumParams());
 }

@@ -15,7 +15,7 @@
 
 namespace shard {
 
-// shard/spec/llama_moe.cc: the MoE fields (qwen3_moe, mixtral).
+// shard/spec/llama_moe.cc: the MoE fields (qwen3_moe, mixtral, qwen2_moe).
 Status ValidateMoe(const LlamaConfig& c);
 Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaConfig* c);
 void WriteMoeShape(const LlamaConfig& c, nlohmann::ordered_json* j);
@@ -40,7 +40,8 @@ Status LlamaConfig::Validate() const {
   if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be > 0");
   if (!(rope_theta > 0)) return bad("rope_theta must be > 0");
   if (max_position_embeddings <= 0) return bad("max_position_embeddings must be > 0");
-  const bool moe_family = family == ModelFamily::kQwen3Moe || family == ModelFamily::kMixtral;
+  const bool moe_family =
+      family == ModelFamily::kQwen3Moe || family == ModelFamily::kMixtral || family == ModelFamily::kQwen2Moe;
   if (moe_family || is_moe()) RETURN_IF_ERROR(ValidateMoe(*this));
   if (!rope_scaling.type.empty() && rope_scaling.type != "llama3")
     return Unimplemented("model config: rope_scaling type '" + rope_scaling.type +
@@ -88,7 +89,8 @@ double LlamaConfig::ApproxParams() const {
   const double q = num_heads * hd, kv = static_cast<double>(num_kv_heads) * hd;
   const double block = 2 * d * q + 2 * d * kv + 2 * d + (qkv_bias() ? q + 2 * kv : 0) + (qk_norm() ? 2 * hd : 0);
   const double dense = 3 * d * static_cast<double>(intermediate_size);
-  const double sparse = static_cast<double>(moe.num_experts) * d * (1 + 3 * static_cast<double>(moe.expert_intermediate_size));
+  const double sparse = static_cast<double>(moe.num_experts) * d * (1 + 3 * static_cast<double>(moe.expert_intermediate_size)) +
+                        (moe.has_shared_expert() ? d * (1 + 3 * static_cast<double>(moe.shared_expert_intermediate_size)) : 0);
   const int ns = is_moe() ? num_sparse_layers() : 0;
   const double emb = static_cast<double>(vocab_size) * d;
   return emb * (tie_word_embeddings ? 1 : 2) + static_cast<double>(num_layers) * block +
@@ -101,9 +103,11 @@ int64_t LlamaConfig::NumParams() const {
   int64_t mlp = 3 * d * intermediate_size;
   int64_t extras = (qkv_bias() ? qkv_dim() : 0) + (qk_norm() ? 2 * hd : 0);
   int64_t block = attn + 2 * d + extras;
-  // A sparse layer: the router [E, d] and E experts of 3 * d * moe_intermediate_size.
+  // A sparse layer: the router [E, d] and E experts of 3 * d * moe_intermediate_size
+  // (qwen2_moe: + the shared expert, 3 * d * fs, and its gate [1, d]).
   const int64_t ns = is_moe() ? num_sparse_layers() : 0;
-  const int64_t sparse = int64_t{moe.num_experts} * d * (1 + 3 * moe.expert_intermediate_size);
+  const int64_t sparse = int64_t{moe.num_experts} * d * (1 + 3 * moe.expert_intermediate_size) +
+                         (moe.has_shared_expert() ? d * (1 + 3 * moe.shared_expert_intermediate_size) : 0);
   int64_t emb = vocab_size * d;
   return emb + num_layers * block + (num_layers - ns) * mlp + ns * sparse + d + (tie_word_embeddings ? 0 : emb);
 }
@@ -138,13 +142,15 @@ uint64_t LlamaConfig::ShapeHash() const {
   if (is_moe()) {  // the experts' shapes and which layers hold them
     s += ",moe" + std::to_string(moe.num_experts) + "x" + std::to_string(moe.expert_intermediate_size) + ",sparse";
     for (int l = 0; l < num_layers; ++l) s += sparse_layer(l) ? "1" : "0";
+    if (moe.has_shared_expert()) s += ",shared" + std::to_string(moe.shared_expert_intermediate_size);
   }
   return XXH64(s.data(), s.size(), 0);
 }
 
 std::string LlamaConfig::ToHfConfigJson() const {
   static const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"};
+                                                "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                                                "Qwen2MoeForCausalLM"};
   static_assert(std::size(kArchitectures) == std::size(kModelFamilyNames));
   nlohmann::ordered_json j;
   j["architectures"] = {kArchitectures[static_cast<int>(family)]};
@@ -172,12 +178,13 @@ std::string LlamaConfig::ToHfConfigJson() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   WriteMoeShape(*this, &j);
   if (family == ModelFamily::kMistral || family == ModelFamily::kMixtral) j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  if (family == ModelFamily::kQwen2 || family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe) {
+  if (family == ModelFamily::kQwen2 || family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe ||
+      family == ModelFamily::kQwen2Moe) {
     j["use_sliding_window"] = sliding_window > 0;
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
     if (sliding_window > 0) j["max_window_layers"] = 0;  // every layer, as CheckSequenceLength assumes
   }
-  if (family != ModelFamily::kQwen2) j["attention_bias"] = false;  // Qwen2's q/k/v biases are implied
+  if (!qkv_bias()) j["attention_bias"] = false;  // Qwen2's (and qwen2_moe's) q/k/v biases are implied
   if (family == ModelFamily::kLlama) j["mlp_bias"] = false;
   j["torch_dtype"] = "float32";
   return j.dump(2) + "\n";
@@ -275,6 +282,16 @@ const std::vector<Preset>& Presets() {
                                               ModelFamily::kQwen3Moe), 8, 2, 96, true)});
     p.push_back({"tiny-mixtral", moe(family(Make(512, 128, 96, 4, 4, 2, 10000.0, 2048, false),
                                             ModelFamily::kMixtral), 4, 2, 96, true)});
+    // qwen2_moe: Qwen1.5-MoE-A2.7B (60 experts, top-4, a shared expert of 5632,
+    // norm_topk_prob false) and a tiny variant.
+    auto shared = [](LlamaConfig c, int64_t fs) {
+      c.moe.shared_expert_intermediate_size = fs;
+      return c;
+    };
+    p.push_back({"qwen1.5-moe-a2.7b", shared(moe(family(Make(151936, 2048, 5632, 24, 16, 16, 1e6, 8192, false, 1e-6),
+                                                        ModelFamily::kQwen2Moe), 60, 4, 1408, false), 5632)});
+    p.push_back({"tiny-qwen2-moe", shared(moe(family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false, 1e-6),
+                                                     ModelFamily::kQwen2Moe), 8, 2, 96, false), 192)});
     p.push_back({"tiny-qwen3", family(Make(512, 128, 352, 4, 4, 2, 10000.0, 2048, false, 1e-6), ModelFamily::kQwen3, 0, 48)});
     return p;
   }();
@@ -330,10 +347,6 @@ Status ReadFamily(const nlohmann::json& j, const std::string& source, LlamaConfi
       return Unimplemented(Where(source, "model_type") +
                            " 'gpt_oss' is not supported yet (missing: its router bias, top-k before the softmax, "
                            "clamped GLU with biases, attention sinks and MXFP4 expert weights)");
-    if (mt == "qwen2_moe")
-      return Unimplemented(Where(source, "model_type") +
-                           " 'qwen2_moe' is not supported yet (missing: its shared expert with the sigmoid gate; "
-                           "qwen3_moe and mixtral are)");
     auto family = ParseEnum(kModelFamilyNames, mt);
     if (!family.ok())
       return Unimplemented(Where(source, "model_type") + " '" + mt + "' is not supported (supported: " +

@@ -22,24 +22,32 @@ namespace shard {
 //            the others a dense MLP (MoeShape);
 //   mixtral: mistral's attention; every layer sparse (block_sparse_moe.gate.weight,
 //            block_sparse_moe.experts.{j}.w1/w3/w2.weight).
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral };
+//   qwen2_moe: qwen2's attention (q/k/v biases); sparse layers as qwen3_moe's plus a
+//            shared expert on every token scaled by sigmoid(shared_expert_gate(x))
+//            (mlp.shared_expert.{gate,up,down}_proj.weight, mlp.shared_expert_gate.weight).
+// (Appended in this order: the numbering of the older families stays.)
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral, kQwen2Moe };
 inline constexpr EnumName<ModelFamily> kModelFamilyNames[] = {
     {ModelFamily::kLlama, "llama"},         {ModelFamily::kMistral, "mistral"}, {ModelFamily::kQwen2, "qwen2"},
     {ModelFamily::kQwen3, "qwen3"},         {ModelFamily::kQwen3Moe, "qwen3_moe"},
-    {ModelFamily::kMixtral, "mixtral"}};
+    {ModelFamily::kMixtral, "mixtral"},     {ModelFamily::kQwen2Moe, "qwen2_moe"}};
 
 // The mixture-of-experts part of a config (num_experts 0: a dense model).
 // Routing is transformers': softmax of the router logits in fp32, top-k,
 // the k weights renormalised to sum 1 iff norm_topk_prob; dropless.
 struct MoeShape {
-  int num_experts = 0;                    // E (qwen3_moe num_experts, mixtral num_local_experts)
+  int num_experts = 0;                    // E (qwen3_moe/qwen2_moe num_experts, mixtral num_local_experts)
   int experts_per_tok = 0;                // k (num_experts_per_tok)
   int64_t expert_intermediate_size = 0;   // moe_intermediate_size (mixtral: intermediate_size)
-  int decoder_sparse_step = 1;            // qwen3_moe: layer i sparse iff (i+1) % step == 0 ...
+  int decoder_sparse_step = 1;            // qwen3_moe, qwen2_moe: layer i sparse iff (i+1) % step == 0 ...
   std::vector<int> mlp_only_layers;       // ... and i is not listed here
   bool norm_topk_prob = true;             // mixtral: always
   double router_aux_loss_coef = 0.001;
   bool output_router_logits = false;
+  // qwen2_moe: the shared expert's SwiGLU width (shared_expert_intermediate_size),
+  // run on every token of a sparse layer and scaled by sigmoid(shared_expert_gate(x)); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
+  bool has_shared_expert() const { return shared_expert_intermediate_size > 0; }
 };
 
 // HF "rope_scaling" of type "llama3" (Llama 3.1+); type "" means none.
@@ -82,7 +90,7 @@ struct LlamaConfig {
   // which equals sliding-window attention whenever a sequence is no longer than
   // the window, so longer sequences are refused (CheckSequenceLength).
   int64_t sliding_window = 0;
-  MoeShape moe;  // qwen3_moe, mixtral
+  MoeShape moe;  // qwen3_moe, mixtral, qwen2_moe
 
   bool is_moe() const { return moe.num_experts > 0; }
   // Layer l routes its tokens to experts (else a dense MLP of intermediate_size).
@@ -91,7 +99,7 @@ struct LlamaConfig {
   int head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : static_cast<int>(hidden_size / num_heads);
   }
-  bool qkv_bias() const { return family == ModelFamily::kQwen2; }
+  bool qkv_bias() const { return family == ModelFamily::kQwen2 || family == ModelFamily::kQwen2Moe; }
   bool qk_norm() const { return family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe; }
   const char* family_name() const { return EnumToName(kModelFamilyNames, family); }
   // Refuses sequences (training seq_len, prompt + generated tokens) longer than

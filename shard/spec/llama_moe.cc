@@ -1,4 +1,4 @@
-// The mixture-of-experts part of LlamaConfig (qwen3_moe, mixtral): which
+// The mixture-of-experts part of LlamaConfig (qwen3_moe, mixtral, qwen2_moe): which
 // layers are sparse, the parameter count of their experts, and the keys read
 // from an HF config.json with transformers' defaults.
 #include <algorithm>
@@ -42,14 +42,22 @@ Status ValidateMoe(const LlamaConfig& c) {
       return bad("mlp_only_layers entry " + std::to_string(l) + " is not a layer (0.." +
                  std::to_string(c.num_layers - 1) + ")");
   if (!(m.router_aux_loss_coef >= 0)) return bad("router_aux_loss_coef must be >= 0");
+  if (c.family == ModelFamily::kQwen2Moe) {
+    if (m.shared_expert_intermediate_size <= 0 || m.shared_expert_intermediate_size > kMaxIntermediateSize)
+      return bad("shared_expert_intermediate_size " + std::to_string(m.shared_expert_intermediate_size) +
+                 " must be in 1.." + std::to_string(kMaxIntermediateSize) + " (qwen2_moe's shared expert)");
+  } else if (m.has_shared_expert()) {
+    return bad(std::string("shared_expert_intermediate_size is qwen2_moe's; ") + c.family_name() + " has no shared expert");
+  }
   return OkStatus();
 }
 
-// qwen3_moe / mixtral keys, with transformers' defaults (Qwen3MoeConfig,
-// MixtralConfig) where a key is absent.
+// qwen3_moe / qwen2_moe / mixtral keys, with transformers' defaults
+// (Qwen3MoeConfig, Qwen2MoeConfig, MixtralConfig) where a key is absent.
 Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaConfig* c) {
-  if (c->family != ModelFamily::kQwen3Moe && c->family != ModelFamily::kMixtral) return OkStatus();
-  const bool mixtral = c->family == ModelFamily::kMixtral;
+  if (c->family != ModelFamily::kQwen3Moe && c->family != ModelFamily::kMixtral && c->family != ModelFamily::kQwen2Moe)
+    return OkStatus();
+  const bool mixtral = c->family == ModelFamily::kMixtral, qwen2 = c->family == ModelFamily::kQwen2Moe;
   auto where = [&](const char* key) { return source + ": " + key; };
   auto get_int = [&](const char* key, int64_t def, int64_t* out) -> Status {
     *out = def;
@@ -68,8 +76,8 @@ Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaCon
   };
   MoeShape& m = c->moe;
   int64_t e = 0, k = 0, step = 1;
-  RETURN_IF_ERROR(get_int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128, &e));
-  RETURN_IF_ERROR(get_int("num_experts_per_tok", mixtral ? 2 : 8, &k));
+  RETURN_IF_ERROR(get_int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : qwen2 ? 60 : 128, &e));
+  RETURN_IF_ERROR(get_int("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, &k));
   m.num_experts = static_cast<int>(e);
   m.experts_per_tok = static_cast<int>(k);
   if (mixtral) {
@@ -79,7 +87,8 @@ Status ReadMoeShape(const nlohmann::json& j, const std::string& source, LlamaCon
         j["router_jitter_noise"].get<double>() != 0)
       return Unimplemented(where("router_jitter_noise") + " != 0 is not supported (shardd routes without noise)");
   } else {
-    RETURN_IF_ERROR(get_int("moe_intermediate_size", 768, &m.expert_intermediate_size));
+    RETURN_IF_ERROR(get_int("moe_intermediate_size", qwen2 ? 1408 : 768, &m.expert_intermediate_size));
+    if (qwen2) RETURN_IF_ERROR(get_int("shared_expert_intermediate_size", 5632, &m.shared_expert_intermediate_size));
     RETURN_IF_ERROR(get_int("decoder_sparse_step", 1, &step));
     m.decoder_sparse_step = static_cast<int>(step);
     RETURN_IF_ERROR(get_bool("norm_topk_prob", false, &m.norm_topk_prob));
@@ -104,8 +113,9 @@ void WriteMoeShape(const LlamaConfig& c, nlohmann::ordered_json* j) {
   const MoeShape& m = c.moe;
   (*j)[c.family == ModelFamily::kMixtral ? "num_local_experts" : "num_experts"] = m.num_experts;
   (*j)["num_experts_per_tok"] = m.experts_per_tok;
-  if (c.family == ModelFamily::kQwen3Moe) {
+  if (c.family == ModelFamily::kQwen3Moe || c.family == ModelFamily::kQwen2Moe) {
     (*j)["moe_intermediate_size"] = m.expert_intermediate_size;
+    if (m.has_shared_expert()) (*j)["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
     (*j)["decoder_sparse_step"] = m.decoder_sparse_step;
     (*j)["mlp_only_layers"] = m.mlp_only_layers;
     (*j)["norm_topk_prob"] = m.norm_topk_prob;

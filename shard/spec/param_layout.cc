@@ -17,7 +17,8 @@ void Add(UnitSpec* u, std::string name, std::vector<int64_t> shape, bool decay) 
 
 // A sparse block's router and experts under the family's HF names
 // (qwen3_moe: mlp.gate / mlp.experts.j.{gate,up,down}_proj; mixtral:
-// block_sparse_moe.gate / block_sparse_moe.experts.j.{w1,w3,w2}).
+// block_sparse_moe.gate / block_sparse_moe.experts.j.{w1,w3,w2}); qwen2_moe's
+// shared expert and its gate follow (mlp.shared_expert.*, mlp.shared_expert_gate).
 void AddExperts(const LlamaConfig& c, const std::string& p, UnitSpec* b) {
   const int64_t d = c.hidden_size, fe = c.moe.expert_intermediate_size;
   const bool mixtral = c.family == ModelFamily::kMixtral;
@@ -29,6 +30,13 @@ void AddExperts(const LlamaConfig& c, const std::string& p, UnitSpec* b) {
     Add(b, e + (mixtral ? "w1.weight" : "gate_proj.weight"), {fe, d}, true);
     Add(b, e + (mixtral ? "w3.weight" : "up_proj.weight"), {fe, d}, true);
     Add(b, e + (mixtral ? "w2.weight" : "down_proj.weight"), {d, fe}, true);
+  }
+  if (c.moe.has_shared_expert()) {  // qwen2_moe (SharedExpertTensor)
+    const int64_t fs = c.moe.shared_expert_intermediate_size;
+    Add(b, moe + "shared_expert.gate_proj.weight", {fs, d}, true);
+    Add(b, moe + "shared_expert.up_proj.weight", {fs, d}, true);
+    Add(b, moe + "shared_expert.down_proj.weight", {d, fs}, true);
+    Add(b, moe + "shared_expert_gate.weight", {1, d}, true);
   }
 }
 

@@ -49,6 +49,10 @@ enum BlockTensor { kInputNorm = 0, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown,
 inline constexpr int kRouter = kGate;
 enum ExpertProj { kExpertGate = 0, kExpertUp = 1, kExpertDown = 2 };
 inline int ExpertTensor(int expert, ExpertProj p) { return kRouter + 1 + 3 * expert + static_cast<int>(p); }
+// qwen2_moe: after the E experts, the shared expert's gate, up ([fs, d],
+// adjacent: one fused GEMM), down ([d, fs]) and its sigmoid gate [1, d].
+enum SharedProj { kSharedGate = 0, kSharedUp = 1, kSharedDown = 2, kSharedExpertGate = 3 };
+inline int SharedExpertTensor(int num_experts, SharedProj p) { return ExpertTensor(num_experts, kExpertGate) + static_cast<int>(p); }
 struct BlockExtras {
   int q_bias = -1;  // then k_bias = q_bias + 1, v_bias = q_bias + 2
   int q_norm = -1;

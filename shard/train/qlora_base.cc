@@ -13,8 +13,10 @@ std::vector<Nf4UnitSpec> QloraUnitSpecs(const ParamLayout& layout) {
     for (size_t i = 0; i < unit.tensors.size(); ++i) {
       const TensorSpec& t = unit.tensors[i];
       // Norms stay fp32, and so does a sparse block's router: its top-k picks
-      // experts, which NF4's rounding would flip; it is small (E x d).
-      if (t.shape.size() != 2 || (unit.sparse && static_cast<int>(i) == kRouter))
+      // experts, which NF4's rounding would flip; it is small (E x d). So does
+      // qwen2_moe's shared-expert gate ([1, d], the last tensor shaped so).
+      const bool gate_row = unit.sparse && t.shape.size() == 2 && t.shape[0] == 1;
+      if (t.shape.size() != 2 || (unit.sparse && static_cast<int>(i) == kRouter) || gate_row)
         specs[u].keep.emplace_back(t.offset, t.numel);
     }
     std::sort(specs[u].keep.begin(), specs[u].keep.end());

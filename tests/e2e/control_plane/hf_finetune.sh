@@ -109,7 +109,7 @@ echo "$gen" | python3 -c 'import json,sys; g=json.load(sys.stdin); assert len(g[
 # Bad inputs: one clear error each, never a crash.
 cp -r "$T/hf" "$T/gemma"
 sed -i 's/"model_type": "qwen2"/"model_type": "gemma2"/' "$T/gemma/config.json"
-want="model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)"
+want="model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, qwen2_moe)"
 for cmd in "plan ft.yaml --set model.from_hf=gemma" "plan ft.yaml --cluster 8xA100-80GB-SXM --set model.from_hf=gemma --set resources.device=cuda" "submit ft.yaml --set model.from_hf=gemma" \
            "generate --model gemma --prompt hi" "eval --model gemma --data data/eval.jsonl"; do
   rc=0

@@ -95,20 +95,20 @@ class KvDecoderTest : public ::testing::TestWithParam<ModelFamily> {};
 TEST_P(KvDecoderTest, MatchesTheUncachedForwardAndCostsLinearWork) { ExpectCachedMatchesUncached(Tiny(GetParam())); }
 
 // Mixtures of experts decode through the same MoeMlp as training: mixtral
-// (every layer sparse), qwen3_moe, and qwen3_moe with a dense layer between
-// sparse ones (mlp_only_layers). Shrunk presets (vocab 37, 3 layers); the
+// (every layer sparse), qwen3_moe, qwen2_moe (its shared expert), each qwen
+// family also with a dense layer between sparse ones (mlp_only_layers). Shrunk presets (vocab 37, 3 layers); the
 // presets are 4x wider than Tiny() (d 128), so fp32's different summation
 // order between the chunked and the whole-prefix GEMMs reaches ~3e-5: 1e-4.
 // A token routed to another expert would differ by orders more.
 TEST(KvDecoderMoeTest, MatchesTheUncachedForward) {
-  for (const char* name : {"tiny-mixtral", "tiny-qwen3-moe"}) {
+  for (const char* name : {"tiny-mixtral", "tiny-qwen3-moe", "tiny-qwen2-moe"}) {
     for (bool dense_middle : {false, true}) {
       LlamaConfig c = *LlamaPreset(name);
       c.vocab_size = 37;
       c.num_layers = 3;
       c.max_position_embeddings = 64;
       if (dense_middle) {
-        if (c.family != ModelFamily::kQwen3Moe) continue;  // mixtral has no dense layers
+        if (c.family == ModelFamily::kMixtral) continue;  // mixtral has no dense layers
         c.moe.mlp_only_layers = {1};
       }
       SCOPED_TRACE(std::string(name) + (dense_middle ? " with a dense layer 1" : ""));

@@ -69,7 +69,7 @@ TEST(ModelFamilyTest, UnknownModelTypeAndWindowAreClearErrors) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(bad.status().message(),
-            "m/config.json: model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)");
+            "m/config.json: model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, qwen2_moe)");
   auto bias = LlamaConfigFromHfJson(R"({"model_type":"qwen3","attention_bias":true})", "c.json");
   EXPECT_EQ(bias.status().code(), StatusCode::kUnimplemented);
 

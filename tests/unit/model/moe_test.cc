@@ -1,4 +1,4 @@
-// Mixture of experts (qwen3_moe, mixtral): config.json in and out, the layout
+// Mixture of experts (qwen3_moe, mixtral, qwen2_moe): config.json in and out, the layout
 // under HF names, the refusals, and the float model's loss, aux loss and
 // hand-written gradients (router, experts, attention) against the independent
 // double-precision reference (reference_llama.h: MoeMlpRef) by central finite
@@ -105,14 +105,96 @@ TEST(MoeConfigTest, SparseLayersFollowStepAndMlpOnlyLayers) {
   EXPECT_FALSE(m.Find("model.layers.0.mlp.gate_proj.weight", &u, &t));
 }
 
+// qwen2_moe (Qwen1.5-MoE-A2.7B's config.json): qwen2's q/k/v biases, the
+// experts, and the shared expert with its sigmoid gate after them.
+TEST(MoeConfigTest, ReadsQwen2MoeWithItsSharedExpert) {
+  auto q = LlamaConfigFromHfJson(R"({"architectures":["Qwen2MoeForCausalLM"],"model_type":"qwen2_moe",
+      "vocab_size":151936,"hidden_size":2048,"intermediate_size":5632,"num_hidden_layers":24,
+      "num_attention_heads":16,"num_key_value_heads":16,"max_position_embeddings":8192,"max_window_layers":21,
+      "moe_intermediate_size":1408,"num_experts":60,"num_experts_per_tok":4,"shared_expert_intermediate_size":5632,
+      "rms_norm_eps":1e-06,"rope_theta":1000000.0,"sliding_window":32768,"use_sliding_window":false,
+      "tie_word_embeddings":false,"decoder_sparse_step":1,"output_router_logits":false,
+      "router_aux_loss_coef":0.001,"hidden_act":"silu"})", "q2/config.json");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->family, ModelFamily::kQwen2Moe);
+  EXPECT_EQ(std::string(q->family_name()), "qwen2_moe");
+  EXPECT_TRUE(q->qkv_bias());
+  EXPECT_FALSE(q->qk_norm());
+  EXPECT_EQ(q->moe.num_experts, 60);
+  EXPECT_EQ(q->moe.experts_per_tok, 4);
+  EXPECT_EQ(q->moe.expert_intermediate_size, 1408);
+  EXPECT_EQ(q->moe.shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(q->moe.norm_topk_prob);  // Qwen2MoeConfig's default
+  EXPECT_EQ(q->num_sparse_layers(), 24);
+  EXPECT_EQ(q->sliding_window, 0);
+  // Qwen1.5-MoE-A2.7B: 14.3B parameters (the tensors counted by hand:
+  // embed + head 2 * 151936 * 2048, per layer attention 4 * 2048^2 + biases
+  // 3 * 2048 + norms, router 60 * 2048, experts 60 * 3 * 2048 * 1408, shared
+  // expert 3 * 2048 * 5632 and its gate 2048; final norm).
+  const int64_t per_layer = 4LL * 2048 * 2048 + 3 * 2048 + 2 * 2048 + 60 * 2048 + 60LL * 3 * 2048 * 1408 +
+                            3LL * 2048 * 5632 + 2048;
+  EXPECT_EQ(q->NumParams(), 2LL * 151936 * 2048 + 24 * per_layer + 2048);
+  EXPECT_EQ(q->NumParams(), int64_t{14315784192});
+  EXPECT_EQ(ParamLayout::ForLlama(*q).total_numel, q->NumParams());
+  EXPECT_NEAR(q->ApproxParams(), static_cast<double>(q->NumParams()), 1.0);
+  EXPECT_EQ(LlamaPreset("qwen1.5-moe-a2.7b")->ShapeHash(), q->ShapeHash());
+  EXPECT_EQ(LlamaPreset("qwen1.5-moe-a2.7b")->NumParams(), q->NumParams());
+  // The layout: the shared expert and its gate after the experts, then the biases.
+  const ParamLayout l = ParamLayout::ForLlama(*q);
+  int u, t;
+  ASSERT_TRUE(l.Find("model.layers.3.mlp.shared_expert.gate_proj.weight", &u, &t));
+  EXPECT_EQ(t, SharedExpertTensor(60, kSharedGate));
+  EXPECT_EQ(l.units[u].tensors[t].shape, (std::vector<int64_t>{5632, 2048}));
+  ASSERT_TRUE(l.Find("model.layers.3.mlp.shared_expert.up_proj.weight", &u, &t));
+  EXPECT_EQ(t, SharedExpertTensor(60, kSharedUp));
+  ASSERT_TRUE(l.Find("model.layers.3.mlp.shared_expert.down_proj.weight", &u, &t));
+  EXPECT_EQ(l.units[u].tensors[t].shape, (std::vector<int64_t>{2048, 5632}));
+  ASSERT_TRUE(l.Find("model.layers.3.mlp.shared_expert_gate.weight", &u, &t));
+  EXPECT_EQ(t, SharedExpertTensor(60, kSharedExpertGate));
+  EXPECT_EQ(l.units[u].tensors[t].shape, (std::vector<int64_t>{1, 2048}));
+  ASSERT_TRUE(l.Find("model.layers.3.self_attn.q_proj.bias", &u, &t));
+  EXPECT_EQ(t, ParamLayout::ExtrasOf(l.units[u]).q_bias);
+  EXPECT_EQ(t, SharedExpertTensor(60, kSharedExpertGate) + 1);
+  // config.json out and in keeps the shared expert; the tiny preset too.
+  for (const char* name : {"tiny-qwen2-moe", "qwen1.5-moe-a2.7b"}) {
+    const LlamaConfig c = *LlamaPreset(name);
+    const std::string json = c.ToHfConfigJson();
+    EXPECT_NE(json.find("\"shared_expert_intermediate_size\""), std::string::npos) << name;
+    EXPECT_NE(json.find("Qwen2MoeForCausalLM"), std::string::npos) << name;
+    auto back = LlamaConfigFromHfJson(json, "config.json");
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString();
+    EXPECT_EQ(back->family, ModelFamily::kQwen2Moe) << name;
+    EXPECT_EQ(back->moe.shared_expert_intermediate_size, c.moe.shared_expert_intermediate_size) << name;
+    EXPECT_EQ(back->moe.norm_topk_prob, c.moe.norm_topk_prob) << name;
+    EXPECT_EQ(back->ShapeHash(), c.ShapeHash()) << name;
+    EXPECT_EQ(back->NumParams(), c.NumParams()) << name;
+  }
+  // The shared expert's width is part of the shape.
+  LlamaConfig wider = *LlamaPreset("tiny-qwen2-moe");
+  wider.moe.shared_expert_intermediate_size += 8;
+  EXPECT_NE(wider.ShapeHash(), LlamaPreset("tiny-qwen2-moe")->ShapeHash());
+  // qwen2_moe's sparse-layer rule is qwen3_moe's.
+  auto c = LlamaConfigFromHfJson(R"({"model_type":"qwen2_moe","vocab_size":32,"hidden_size":16,
+      "intermediate_size":20,"num_hidden_layers":6,"num_attention_heads":2,"num_experts":4,
+      "num_experts_per_tok":2,"moe_intermediate_size":8,"shared_expert_intermediate_size":12,
+      "decoder_sparse_step":2,"mlp_only_layers":[3]})", "c.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::string sparse;
+  for (int i = 0; i < 6; ++i) sparse += c->sparse_layer(i) ? "S" : "D";
+  EXPECT_EQ(sparse, "DSDDDS");
+  auto neg = LlamaConfigFromHfJson(R"({"model_type":"qwen2_moe","vocab_size":32,"hidden_size":16,
+      "intermediate_size":20,"num_hidden_layers":2,"num_attention_heads":2,"shared_expert_intermediate_size":0})",
+                                   "n.json");
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.status().message().find("shared_expert_intermediate_size"), std::string::npos)
+      << neg.status().ToString();
+}
+
 TEST(MoeConfigTest, UnsupportedMoeConfigsAreOneLineErrors) {
   auto gpt = LlamaConfigFromHfJson(R"({"model_type":"gpt_oss","vocab_size":10})", "g/config.json");
   ASSERT_EQ(gpt.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(gpt.status().message().find("'gpt_oss' is not supported yet (missing: its router bias"), std::string::npos)
       << gpt.status().ToString();
-  auto q2 = LlamaConfigFromHfJson(R"({"model_type":"qwen2_moe","vocab_size":10})", "q/config.json");
-  ASSERT_EQ(q2.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(q2.status().message().find("shared expert"), std::string::npos);
   auto k = LlamaConfigFromHfJson(R"({"model_type":"mixtral","vocab_size":32,"hidden_size":16,"intermediate_size":20,
       "num_hidden_layers":2,"num_attention_heads":2,"num_local_experts":2,"num_experts_per_tok":3})", "k.json");
   ASSERT_FALSE(k.ok());
@@ -136,8 +218,10 @@ TEST(MoeConfigTest, UnsupportedMoeConfigsAreOneLineErrors) {
 
 // HF names out and in: export a tiny MoE folder, load it back bit-exactly.
 TEST(MoeConfigTest, HfFolderRoundTripKeepsEveryExpert) {
-  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral"}) {
-    LlamaConfig c = *LlamaPreset(name);
+  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen2-moe"}) {
+    auto preset = LlamaPreset(name);
+    ASSERT_TRUE(preset.ok()) << preset.status().ToString();
+    LlamaConfig c = *preset;
     ParamLayout l = ParamLayout::ForLlama(c);
     std::vector<std::vector<float>> units(l.num_units());
     for (int i = 0; i < l.num_units(); ++i) {
@@ -156,6 +240,21 @@ TEST(MoeConfigTest, HfFolderRoundTripKeepsEveryExpert) {
     std::vector<std::vector<float>> back;
     ASSERT_TRUE(LoadHfWeights(dir, ParamLayout::ForLlama(*cfg), &back).ok()) << name;
     EXPECT_EQ(back, units) << name;
+    // Exporting what was loaded writes the same bytes (config.json and weights).
+    const std::string again = dir + "_again";
+    std::filesystem::remove_all(again);
+    ASSERT_TRUE(ExportHf(again, *cfg, ParamLayout::ForLlama(*cfg),
+                         [&](int u, std::vector<float>* b) { *b = back[u]; return OkStatus(); }, DType::kF32).ok());
+    auto bytes = [](const std::filesystem::path& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      ++files;
+      EXPECT_EQ(bytes(e.path()), bytes(std::filesystem::path(again) / e.path().filename())) << name << " " << e.path();
+    }
+    EXPECT_GE(files, 2) << name;
   }
 }
 
@@ -287,6 +386,7 @@ struct MoeCase {
   float aux_scale;            // 0: no aux gradient
   bool padding;               // the last rows are padding (excluded from the aux loss)
   float z_scale = 0;          // the router z-loss's gradient scale (0: off)
+  int64_t shared_ffn = 0;     // qwen2_moe: the shared expert's width
 };
 
 void PrintTo(const MoeCase& k, std::ostream* os) { *os << k.name; }
@@ -309,6 +409,7 @@ LlamaConfig TinyMoe(const MoeCase& k) {
   c.moe.norm_topk_prob = k.norm_topk;
   c.moe.mlp_only_layers = k.mlp_only;
   if (k.family == ModelFamily::kMixtral) c.moe.expert_intermediate_size = c.intermediate_size;
+  c.moe.shared_expert_intermediate_size = k.shared_ffn;
   return c;
 }
 
@@ -432,7 +533,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"qwen3_moe_aux_padding", ModelFamily::kQwen3Moe, true, {1}, 0.7f, true},
                       MoeCase{"mixtral_aux", ModelFamily::kMixtral, true, {}, 0.7f, false},
                       MoeCase{"qwen3_moe_z_aux_padding", ModelFamily::kQwen3Moe, true, {1}, 0.7f, true, 0.4f},
-                      MoeCase{"mixtral_z_only", ModelFamily::kMixtral, true, {}, 0.0f, false, 0.4f}),
+                      MoeCase{"mixtral_z_only", ModelFamily::kMixtral, true, {}, 0.0f, false, 0.4f},
+                      MoeCase{"qwen2_moe_no_norm_aux_pad", ModelFamily::kQwen2Moe, false, {1}, 0.7f, true, 0.0f, 10},
+                      MoeCase{"qwen2_moe_norm_topk", ModelFamily::kQwen2Moe, true, {}, 0.0f, false, 0.0f, 10}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

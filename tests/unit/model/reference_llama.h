@@ -111,7 +111,8 @@ inline const double* Tensor(const ParamLayout& layout, const Units& p, const std
 
 // A sparse block's MLP by its HF names, token by token: softmax over the
 // router logits, the k largest (ties: lower expert), renormalised iff
-// norm_topk_prob (mixtral: always), a weighted sum of SwiGLU experts.
+// norm_topk_prob (mixtral: always), a weighted sum of SwiGLU experts;
+// qwen2_moe adds its shared expert scaled by the sigmoid of its gate.
 inline std::vector<double> MoeMlpRef(const LlamaConfig& c, const ParamLayout& layout, const Units& p, int l,
                                      const std::vector<double>& x, RefMoeAux* aux) {
   const bool mixtral = c.family == ModelFamily::kMixtral;
@@ -144,6 +145,17 @@ inline std::vector<double> MoeMlpRef(const LlamaConfig& c, const ParamLayout& la
       for (int i = 0; i < fe; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
       auto y = Linear(g, Tensor(layout, p, ex + (mixtral ? "w2.weight" : "down_proj.weight")), fe, d);
       for (int i = 0; i < d; ++i) out[r * d + i] += w * y[i];
+    }
+    if (c.moe.shared_expert_intermediate_size > 0) {  // qwen2_moe: + sigmoid(xr · Wsgᵀ) · SwiGLU_shared(xr)
+      const int fs = static_cast<int>(c.moe.shared_expert_intermediate_size);
+      const std::string sx = pre + "shared_expert.";
+      auto g = Linear(xr, Tensor(layout, p, sx + "gate_proj.weight"), d, fs);
+      auto u = Linear(xr, Tensor(layout, p, sx + "up_proj.weight"), d, fs);
+      for (int i = 0; i < fs; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      auto y = Linear(g, Tensor(layout, p, sx + "down_proj.weight"), fs, d);
+      const double s_logit = Linear(xr, Tensor(layout, p, pre + "shared_expert_gate.weight"), d, 1)[0];
+      const double gate = 1.0 / (1.0 + std::exp(-s_logit));
+      for (int i = 0; i < d; ++i) out[r * d + i] += gate * y[i];
     }
   }
   return out;
