@@ -14,58 +14,54 @@ class GrpcKvStore : public shard::KvStore {
   explicit GrpcKvStore(CoordinatorClient* c) : c_(c) {}
   shard::Status Set(const std::string& key, const std::string& value) override {
     v1::KvSetRequest req;
-    *req.mutable_id() = c_->who_.id;
     req.set_key(key);
     req.set_value(value);
     v1::Ack ack;
-    grpc::ClientContext ctx;
-    c_->Prepare(&ctx, 30s);
-    return FromGrpc(c_->stub_->KvSet(&ctx, req, &ack), "rendezvous set " + key);
+    return Call(&v1::WorkerService::Stub::KvSet, &req, &ack, 30s, "rendezvous set " + key);
   }
   shard::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
     v1::KvGetRequest req;
-    *req.mutable_id() = c_->who_.id;
     req.set_key(key);
     req.set_timeout_ms(timeout.count());
     v1::KvGetResponse resp;
-    grpc::ClientContext ctx;
-    c_->Prepare(&ctx, timeout + 10s);
-    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvGet(&ctx, req, &resp), "rendezvous get " + key));
+    RETURN_IF_ERROR(Call(&v1::WorkerService::Stub::KvGet, &req, &resp, timeout + 10s, "rendezvous get " + key));
     return resp.value();
   }
   shard::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     v1::KvWaitRequest req;
-    *req.mutable_id() = c_->who_.id;
     for (const auto& k : keys) req.add_keys(k);
     req.set_timeout_ms(timeout.count());
     v1::Ack ack;
-    grpc::ClientContext ctx;
-    c_->Prepare(&ctx, timeout + 10s);
-    return FromGrpc(c_->stub_->KvWait(&ctx, req, &ack), "rendezvous wait");
+    return Call(&v1::WorkerService::Stub::KvWait, &req, &ack, timeout + 10s, "rendezvous wait");
   }
   shard::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
     v1::KvAddRequest req;
-    *req.mutable_id() = c_->who_.id;
     req.set_key(key);
     req.set_delta(delta);
     v1::KvAddResponse resp;
-    grpc::ClientContext ctx;
-    c_->Prepare(&ctx, 30s);
-    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvAdd(&ctx, req, &resp), "rendezvous add " + key));
+    RETURN_IF_ERROR(Call(&v1::WorkerService::Stub::KvAdd, &req, &resp, 30s, "rendezvous add " + key));
     return resp.value();
   }
   shard::StatusOr<bool> Check(const std::string& key) override {
     v1::KvCheckRequest req;
-    *req.mutable_id() = c_->who_.id;
     req.set_key(key);
     v1::KvCheckResponse resp;
-    grpc::ClientContext ctx;
-    c_->Prepare(&ctx, 30s);
-    RETURN_IF_ERROR(FromGrpc(c_->stub_->KvCheck(&ctx, req, &resp), "rendezvous check " + key));
+    RETURN_IF_ERROR(Call(&v1::WorkerService::Stub::KvCheck, &req, &resp, 30s, "rendezvous check " + key));
     return resp.exists();
   }
 
  private:
+  // One rendezvous RPC as this worker: stamps its id on req, bounds the call by
+  // `timeout`, and names `what` in the error.
+  template <typename Req, typename Resp>
+  shard::Status Call(grpc::Status (v1::WorkerService::Stub::*rpc)(grpc::ClientContext*, const Req&, Resp*), Req* req,
+                     Resp* resp, std::chrono::milliseconds timeout, const std::string& what) {
+    *req->mutable_id() = c_->who_.id;
+    grpc::ClientContext ctx;
+    c_->Prepare(&ctx, timeout);
+    return FromGrpc((c_->stub_.get()->*rpc)(&ctx, *req, resp), what);
+  }
+
   CoordinatorClient* c_;
 };
 

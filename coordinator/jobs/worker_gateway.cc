@@ -69,6 +69,14 @@ CollectiveSeen FromCollectiveRecord(const v1::CollectiveRecord& c, int64_t now) 
   return s;
 }
 
+// A Join or Register from a worker built for another protocol version.
+Status CheckProtocol(int version) {
+  if (version == v1::PROTOCOL_VERSION_CURRENT) return shard::OkStatus();
+  return shard::FailedPrecondition("worker protocol version " + std::to_string(version) +
+                                   " does not match the coordinator's " +
+                                   std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
+}
+
 }  // namespace
 
 Status WorkerGateway::CheckWorker(const v1::WorkerId& id, const std::string& token) {
@@ -77,10 +85,7 @@ Status WorkerGateway::CheckWorker(const v1::WorkerId& id, const std::string& tok
 }
 
 StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const std::string& join_token) {
-  if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
-    return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
-                                     " does not match the coordinator's " +
-                                     std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
+  RETURN_IF_ERROR(CheckProtocol(req.protocol_version()));
   auto lock = table_->Lock();
   ASSIGN_OR_RETURN(Job * j, table_->Find(req.job_id()));
   if (!IsExternal(*j))
@@ -121,10 +126,7 @@ StatusOr<v1::JoinResponse> WorkerGateway::Join(const v1::JoinRequest& req, const
 }
 
 StatusOr<v1::RegisterResponse> WorkerGateway::Register(const v1::RegisterRequest& req, const std::string& token) {
-  if (req.protocol_version() != v1::PROTOCOL_VERSION_CURRENT)
-    return shard::FailedPrecondition("worker protocol version " + std::to_string(req.protocol_version()) +
-                                     " does not match the coordinator's " +
-                                     std::to_string(v1::PROTOCOL_VERSION_CURRENT) + "; use matching binaries");
+  RETURN_IF_ERROR(CheckProtocol(req.protocol_version()));
   auto lock = table_->Lock();
   ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
   JobRank& r = j->ranks[req.id().rank()];

@@ -1,6 +1,19 @@
 #include "coordinator/jobs/worker_kv.h"
 
 namespace shardd {
+namespace {
+
+// A waiting call with no scope: answers `done` with why, after releasing the
+// table's lock (done may call back into the table).
+template <typename Lock, typename Done>
+bool Refused(const StatusOr<RendezvousScope>& scope, Lock& lock, Done& done) {
+  if (scope.ok()) return false;
+  lock.unlock();
+  done(scope.status());
+  return true;
+}
+
+}  // namespace
 
 StatusOr<RendezvousScope> WorkerKv::ScopeLocked(const v1::WorkerId& id, const std::string& token) {
   ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(id, token));
@@ -30,11 +43,7 @@ void WorkerKv::Get(const v1::WorkerId& id, const std::string& token, const std::
                    RendezvousStore::GetCallback done) {
   auto lock = table_->Lock();
   auto scope = ScopeLocked(id, token);
-  if (!scope.ok()) {
-    lock.unlock();
-    done(scope.status());
-    return;
-  }
+  if (Refused(scope, lock, done)) return;
   rendezvous_->Get(*scope, key, deadline_ms, std::move(done));
 }
 
@@ -42,11 +51,7 @@ void WorkerKv::Wait(const v1::WorkerId& id, const std::string& token, const std:
                     int64_t deadline_ms, RendezvousStore::WaitCallback done) {
   auto lock = table_->Lock();
   auto scope = ScopeLocked(id, token);
-  if (!scope.ok()) {
-    lock.unlock();
-    done(scope.status());
-    return;
-  }
+  if (Refused(scope, lock, done)) return;
   rendezvous_->Wait(*scope, keys, deadline_ms, std::move(done));
 }
 

@@ -66,6 +66,9 @@ struct PerJob {
   bool (*known)(const JobTelemetry&);  // null: always exported
 };
 
+// A figure of the last reported step: known once a step has been reported.
+bool HasStep(const JobTelemetry& t) { return t.status.progress().step() > 0; }
+
 const PerJob kPerJob[] = {
     {"shardd_job_step", "gauge", "Optimizer steps done (rank 0's last report).",
      [](const JobTelemetry& t) { return double(t.status.progress().step()); }, nullptr},
@@ -85,19 +88,19 @@ const PerJob kPerJob[] = {
      [](const JobTelemetry& t) { return double(t.status.progress().last_committed_step()); }, nullptr},
     {"shardd_job_loss", "gauge", "Loss of the last reported step.",
      [](const JobTelemetry& t) { return t.status.progress().loss(); },
-     [](const JobTelemetry& t) { return t.status.progress().step() > 0; }},
+     HasStep},
     {"shardd_job_learning_rate", "gauge", "Learning rate of the last reported step.",
      [](const JobTelemetry& t) { return t.status.progress().lr(); },
-     [](const JobTelemetry& t) { return t.status.progress().step() > 0; }},
+     HasStep},
     {"shardd_job_grad_norm", "gauge", "Gradient norm (before clipping) of the last reported step.",
      [](const JobTelemetry& t) { return t.status.progress().grad_norm(); },
-     [](const JobTelemetry& t) { return t.status.progress().step() > 0; }},
+     HasStep},
     {"shardd_job_loss_scale", "gauge", "fp16 loss scale of the last reported step (1 = no scaler).",
      [](const JobTelemetry& t) { return t.status.progress().loss_scale(); },
      [](const JobTelemetry& t) { return t.status.progress().loss_scale() > 0; }},
     {"shardd_job_tokens_per_second", "gauge", "Target tokens per second of the last reported step.",
      [](const JobTelemetry& t) { return t.status.progress().tokens_per_s(); },
-     [](const JobTelemetry& t) { return t.status.progress().step() > 0; }},
+     HasStep},
     {"shardd_job_mfu_ratio", "gauge", "Model FLOPs utilisation of the last step against the planned GPUs' peak.",
      [](const JobTelemetry& t) { return t.status.progress().mfu(); },
      [](const JobTelemetry& t) { return t.status.progress().mfu() >= 0 && t.status.progress().step() > 0; }},

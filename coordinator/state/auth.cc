@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "coordinator/state/state_dir.h"
+#include "shard/common/checksum.h"
 #include "shard/common/file_util.h"
 
 namespace shardd {
@@ -60,13 +61,7 @@ shard::StatusOr<std::string> RandomHex(int bytes) {
     return shard::Internal("cannot read /dev/urandom for a token");
   }
   ::close(fd);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
+  return shard::BytesToHex(raw.data(), raw.size());
 }
 
 bool TokensEqual(const std::string& a, const std::string& b) {
@@ -81,13 +76,7 @@ namespace {
 std::string Sha256Hex(const std::string& s) {
   unsigned char md[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : md) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
+  return shard::BytesToHex(md, sizeof(md));
 }
 
 constexpr const char* kHashPrefix = "sha256:";

@@ -48,96 +48,84 @@ void PutExpertLoad(const shard::StepMetrics& m, Msg* msg) {
   msg->mutable_expert_load()->Assign(m.expert_load.begin(), m.expert_load.end());
 }
 
+// The fields a StepMetric (worker → coordinator) and a MetricRow (the stored
+// row, as served) both carry, set alike.
+template <typename Msg>
+void PutShared(const shard::StepMetrics& m, Msg* msg) {
+  msg->set_step(m.step);
+  msg->set_loss(m.loss);
+  msg->set_lr(m.lr);
+  msg->set_grad_norm(m.grad_norm);
+  msg->set_tokens(m.tokens);
+  msg->set_seconds(m.seconds);
+  msg->set_skipped(m.skipped);
+  msg->set_loss_scale(m.loss_scale);
+  msg->set_eval_samples(m.eval_samples);
+  msg->set_eval_loss(m.eval_loss);
+  msg->set_eval_exact_match(m.eval_exact_match);
+  if (m.pairs > 0) msg->set_pairs(m.pairs);  // an SFT step leaves them unset: its message is as before
+  if (m.eval_pairs > 0) msg->set_eval_pairs(m.eval_pairs);
+  PutExpertLoad(m, msg);
+  PutFigures(m, msg);
+}
+
+// PutShared's reverse, the expert load included (GetFigures comes after the
+// counts it depends on).
+template <typename Msg>
+void GetShared(const Msg& msg, shard::StepMetrics* m) {
+  m->step = msg.step();
+  m->loss = msg.loss();
+  m->lr = msg.lr();
+  m->grad_norm = msg.grad_norm();
+  m->tokens = msg.tokens();
+  m->seconds = msg.seconds();
+  m->skipped = msg.skipped();
+  m->loss_scale = msg.loss_scale();
+  m->eval_samples = msg.eval_samples();
+  m->eval_loss = msg.eval_loss();
+  m->moe_experts = msg.moe_experts();
+  m->expert_load.assign(msg.expert_load().begin(), msg.expert_load().end());
+  m->moe_layers = m->moe_experts > 0 ? static_cast<int64_t>(m->expert_load.size()) / m->moe_experts : 0;
+}
+
 }  // namespace
 
 v1::StepMetric ToStepMetric(const shard::StepMetrics& m) {
   v1::StepMetric s;
-  s.set_step(m.step);
-  s.set_loss(m.loss);
-  s.set_lr(m.lr);
-  s.set_grad_norm(m.grad_norm);
-  s.set_tokens(m.tokens);
-  s.set_seconds(m.seconds);
+  PutShared(m, &s);
   s.set_compute_seconds(m.compute_seconds);
-  s.set_skipped(m.skipped);
-  s.set_loss_scale(m.loss_scale);
   s.set_positions(m.positions);
-  s.set_eval_samples(m.eval_samples);
-  s.set_eval_loss(m.eval_loss);
-  s.set_eval_exact_match(m.eval_exact_match);
-  if (m.pairs > 0) s.set_pairs(m.pairs);  // an SFT step leaves them unset: its message is as before
-  if (m.eval_pairs > 0) s.set_eval_pairs(m.eval_pairs);
-  PutExpertLoad(m, &s);
-  PutFigures(m, &s);
   return s;
 }
 
 shard::StepMetrics FromStepMetric(const v1::StepMetric& s, int attempt) {
   shard::StepMetrics m;
-  m.step = s.step();
+  GetShared(s, &m);  // loss_scale 0 from workers too old to send it: "not reported"
   m.attempt = attempt;
-  m.loss = s.loss();
-  m.lr = s.lr();
-  m.grad_norm = s.grad_norm();
-  m.seconds = s.seconds();
   m.compute_seconds = s.compute_seconds();
-  m.tokens = s.tokens();
-  m.skipped = s.skipped();
-  m.loss_scale = s.loss_scale();  // 0 from workers too old to send it: "not reported"
   m.positions = s.positions();
-  m.eval_samples = s.eval_samples();
-  m.eval_loss = s.eval_loss();
   m.eval_exact_match = m.eval_samples > 0 ? s.eval_exact_match() : -1;
   m.pairs = s.pairs() > 0 ? s.pairs() : 0;  // the preference figures mean something only with pairs
   m.eval_pairs = s.eval_pairs() > 0 ? s.eval_pairs() : 0;
-  m.moe_experts = s.moe_experts();
-  m.expert_load.assign(s.expert_load().begin(), s.expert_load().end());
-  m.moe_layers = m.moe_experts > 0 ? static_cast<int64_t>(m.expert_load.size()) / m.moe_experts : 0;
   GetFigures(s, &m);
   return m;
 }
 
 v1::MetricRow ToMetricRow(const shard::StepMetrics& m) {
   v1::MetricRow r;
-  r.set_step(m.step);
+  PutShared(m, &r);
   r.set_attempt(m.attempt);
-  r.set_loss(m.loss);
-  r.set_lr(m.lr);
-  r.set_grad_norm(m.grad_norm);
-  r.set_tokens(m.tokens);
-  r.set_seconds(m.seconds);
   r.set_tokens_per_s(m.seconds > 0 ? m.tokens / m.seconds : 0);
-  r.set_skipped(m.skipped);
-  r.set_loss_scale(m.loss_scale);
-  r.set_eval_samples(m.eval_samples);
-  r.set_eval_loss(m.eval_loss);
-  r.set_eval_exact_match(m.eval_exact_match);
-  if (m.pairs > 0) r.set_pairs(m.pairs);
-  if (m.eval_pairs > 0) r.set_eval_pairs(m.eval_pairs);
-  PutExpertLoad(m, &r);
-  PutFigures(m, &r);
   return r;
 }
 
 shard::StepMetrics FromMetricRow(const v1::MetricRow& r) {
   shard::StepMetrics m;
-  m.step = r.step();
+  GetShared(r, &m);
   m.attempt = r.attempt();
-  m.loss = r.loss();
-  m.lr = r.lr();
-  m.grad_norm = r.grad_norm();
-  m.tokens = r.tokens();
-  m.seconds = r.seconds();
-  m.skipped = r.skipped();
-  m.loss_scale = r.loss_scale();
-  m.eval_samples = r.eval_samples();
-  m.eval_loss = r.eval_loss();
   m.eval_exact_match = r.eval_exact_match();
   m.pairs = r.pairs();
   m.eval_pairs = r.eval_pairs();
-  m.moe_experts = r.moe_experts();
-  m.expert_load.assign(r.expert_load().begin(), r.expert_load().end());
-  m.moe_layers = m.moe_experts > 0 ? static_cast<int64_t>(m.expert_load.size()) / m.moe_experts : 0;
   GetFigures(r, &m);
   return m;
 }

@@ -44,10 +44,7 @@ StatusOr<std::string> RandomKey() {
   unsigned char bytes[16];
   if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes)))
     return Internal("partner copy server: getrandom: " + Err());
-  static const char* kHex = "0123456789abcdef";
-  std::string key;
-  for (unsigned char b : bytes) key += {kHex[b >> 4], kHex[b & 15]};
-  return key;
+  return BytesToHex(bytes, sizeof(bytes));
 }
 
 // Compares without an early exit, so the time taken says nothing of the key.

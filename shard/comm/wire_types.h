@@ -79,4 +79,21 @@ W RingOrderReduce(ReduceOp op, const W* values, int world, int block) {
   return acc;
 }
 
+// The reduce-scatter's dtype switch every ring backend shares: calls
+// each(send, recv) with both cast to dtype's element type (float, Bf16Bits or
+// F16Bits); an unknown dtype is an error naming `call` on `comm`.
+template <typename Each>
+Status WithWireType(DType dtype, const void* send, void* recv, const char* call, const Communicator& comm,
+                    Each&& each) {
+  switch (dtype) {
+    case DType::kF32:
+      return each(static_cast<const float*>(send), static_cast<float*>(recv));
+    case DType::kBF16:
+      return each(static_cast<const Bf16Bits*>(send), static_cast<Bf16Bits*>(recv));
+    case DType::kF16:
+      return each(static_cast<const F16Bits*>(send), static_cast<F16Bits*>(recv));
+  }
+  return Internal(Where(call, comm) + ": unknown dtype");
+}
+
 }  // namespace shard::comm

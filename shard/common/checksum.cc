@@ -35,6 +35,15 @@ std::string HashToHex(uint64_t h) {
   return buf;
 }
 
+std::string BytesToHex(const void* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::string s;
+  s.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) s += {kDigits[p[i] >> 4], kDigits[p[i] & 15]};
+  return s;
+}
+
 StatusOr<uint64_t> HashFromHex(const std::string& s) {
   if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
     return DataLoss("'" + s + "' is not a 16-digit hex xxh64");

@@ -14,6 +14,8 @@ uint64_t Xxh64(const void* data, size_t size, uint64_t seed = 0);
 StatusOr<uint64_t> Xxh64File(const std::string& path);
 std::string HashToHex(uint64_t h);                    // 16 lowercase hex digits
 StatusOr<uint64_t> HashFromHex(const std::string& s);  // inverse; names the bad text
+// Two lowercase hex digits per byte, in order (tokens, keys, digests).
+std::string BytesToHex(const void* data, size_t n);
 
 // An incremental xxh64 (not copyable).
 class Xxh64Stream {

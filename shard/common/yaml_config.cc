@@ -184,31 +184,18 @@ StatusOr<YAML::Node> YamlMap::Scalar(const std::string& key, bool* present) {
   return n;
 }
 
-Status YamlMap::Get(const std::string& key, int* out) {
+template <typename T>
+Status YamlMap::GetScalar(const std::string& key, const char* what, T* out) {
   bool present;
   ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
-  return present ? Convert(n, Where(key), "an integer", out) : OkStatus();
+  return present ? Convert(n, Where(key), what, out) : OkStatus();
 }
-Status YamlMap::Get(const std::string& key, int64_t* out) {
-  bool present;
-  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
-  return present ? Convert(n, Where(key), "an integer", out) : OkStatus();
-}
-Status YamlMap::Get(const std::string& key, double* out) {
-  bool present;
-  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
-  return present ? Convert(n, Where(key), "a number", out) : OkStatus();
-}
-Status YamlMap::Get(const std::string& key, bool* out) {
-  bool present;
-  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
-  return present ? Convert(n, Where(key), "true or false", out) : OkStatus();
-}
-Status YamlMap::Get(const std::string& key, std::string* out) {
-  bool present;
-  ASSIGN_OR_RETURN(YAML::Node n, Scalar(key, &present));
-  return present ? Convert(n, Where(key), "a string", out) : OkStatus();
-}
+
+Status YamlMap::Get(const std::string& key, int* out) { return GetScalar(key, "an integer", out); }
+Status YamlMap::Get(const std::string& key, int64_t* out) { return GetScalar(key, "an integer", out); }
+Status YamlMap::Get(const std::string& key, double* out) { return GetScalar(key, "a number", out); }
+Status YamlMap::Get(const std::string& key, bool* out) { return GetScalar(key, "true or false", out); }
+Status YamlMap::Get(const std::string& key, std::string* out) { return GetScalar(key, "a string", out); }
 
 Status YamlMap::Get(const std::string& key, std::vector<double>* out) {
   asked_.insert(key);

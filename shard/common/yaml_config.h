@@ -58,6 +58,10 @@ class YamlMap {
 
  private:
   StatusOr<YAML::Node> Scalar(const std::string& key, bool* present);
+  // Get of one scalar: unset or null leaves *out; else converts, `what` naming
+  // the expected kind ("an integer") in the error.
+  template <typename T>
+  Status GetScalar(const std::string& key, const char* what, T* out);
 
   YAML::Node node_;
   std::string file_;

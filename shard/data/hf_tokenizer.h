@@ -32,7 +32,7 @@ inline constexpr int kMaxSequenceDepth = 8;
 inline constexpr int64_t kMaxTextGrowth = 64;
 inline constexpr int64_t kMaxTextPrefix = 4096;
 
-class HfTokenizer : public Tokenizer {
+class HfTokenizer : public FileTokenizer {
  public:
   // tokenizer_config_json may be empty (no bos/eos names then, except the usual ones).
   static StatusOr<std::unique_ptr<HfTokenizer>> Parse(const std::string& tokenizer_json,
@@ -45,11 +45,6 @@ class HfTokenizer : public Tokenizer {
   void Encode(std::string_view text, std::vector<int32_t>* ids) const override;
   std::string Decode(std::span<const int32_t> ids) const override;
   std::optional<int32_t> TokenId(std::string_view token) const override;
-  std::optional<int32_t> bos_id() const override { return bos_; }
-  std::optional<int32_t> eos_id() const override { return eos_; }
-  int64_t vocab_size() const override { return vocab_size_; }
-  uint64_t hash() const override { return hash_; }
-  bool adds_dummy_prefix() const override { return dummy_prefix_; }
 
  private:
   struct AddedToken {
@@ -98,10 +93,6 @@ class HfTokenizer : public Tokenizer {
   std::vector<NormStep> norm_;
   std::vector<PreStep> pre_;
   bool strip_decoded_prefix_ = false;
-  bool dummy_prefix_ = false;
-  std::optional<int32_t> bos_, eos_;
-  int64_t vocab_size_ = 0;
-  uint64_t hash_ = 0;
 };
 
 }  // namespace shard

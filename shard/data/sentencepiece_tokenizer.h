@@ -13,7 +13,7 @@
 
 namespace shard {
 
-class SentencePieceTokenizer : public Tokenizer {
+class SentencePieceTokenizer : public FileTokenizer {
  public:
   static StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& path);
   ~SentencePieceTokenizer() override;
@@ -23,19 +23,10 @@ class SentencePieceTokenizer : public Tokenizer {
   void Encode(std::string_view text, std::vector<int32_t>* ids) const override;
   std::string Decode(std::span<const int32_t> ids) const override;
   std::optional<int32_t> TokenId(std::string_view token) const override;
-  std::optional<int32_t> bos_id() const override { return bos_; }
-  std::optional<int32_t> eos_id() const override { return eos_; }
-  int64_t vocab_size() const override { return vocab_size_; }
-  uint64_t hash() const override { return hash_; }
-  bool adds_dummy_prefix() const override { return dummy_prefix_; }
 
  private:
   SentencePieceTokenizer();
   std::unique_ptr<SpmProcessor> sp_;  // from the on-demand module (sentencepiece_module.h)
-  std::optional<int32_t> bos_, eos_;
-  int64_t vocab_size_ = 0;
-  uint64_t hash_ = 0;
-  bool dummy_prefix_ = false;
 };
 
 }  // namespace shard

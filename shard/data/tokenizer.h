@@ -53,6 +53,23 @@ class Tokenizer {
   virtual bool adds_dummy_prefix() const { return false; }
 };
 
+// A tokenizer loaded from files (HF tokenizer.json, SentencePiece .model): the
+// special ids, size, hash and dummy-prefix flag are fields its loader sets.
+class FileTokenizer : public Tokenizer {
+ public:
+  std::optional<int32_t> bos_id() const override { return bos_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  uint64_t hash() const override { return hash_; }
+  bool adds_dummy_prefix() const override { return dummy_prefix_; }
+
+ protected:
+  std::optional<int32_t> bos_, eos_;
+  int64_t vocab_size_ = 0;
+  uint64_t hash_ = 0;
+  bool dummy_prefix_ = false;
+};
+
 // spec: "byte"; a tokenizer.json file; a SentencePiece .model file; or a
 // folder holding tokenizer.json (preferred) or tokenizer.model. For
 // tokenizer.json, a tokenizer_config.json beside it supplies bos/eos names.

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <string>
 
+#include "shard/backend/cuda/cuda_attention_shape.cuh"
 #include "shard/backend/cuda/cuda_kernels.h"
 
 namespace shard::cuda {
@@ -457,15 +458,7 @@ Params MakeParams(const AttentionShape& sh, const int32_t* start) {
   SHARD_CHECK_MSG(AttentionHeadDimSupported(sh.head_dim),
                   "cuda attention: head_dim " + std::to_string(sh.head_dim) + " is not supported (at most 128)");
   Params p{};
-  p.start = start;
-  p.batch = static_cast<int>(sh.batch);
-  p.seq = static_cast<int>(sh.seq);
-  p.n_heads = sh.n_heads;
-  p.n_kv = sh.n_kv_heads;
-  p.hd = sh.head_dim;
-  p.group = sh.n_heads / sh.n_kv_heads;
-  p.out_stride = sh.out_stride();
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
+  SetAttentionShape(sh, start, &p);
   return p;
 }
 

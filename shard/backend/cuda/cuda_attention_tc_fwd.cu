@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "shard/backend/cuda/cuda_attention_shape.cuh"
 #include "shard/backend/cuda/cuda_attention_tc.cuh"
 
 namespace shard::cuda {
@@ -151,17 +152,9 @@ Params MakeParams(const AttentionShape& sh, const float* qkv, const int32_t* sta
                                                 std::to_string(sh.head_dim) + ", compute " + DTypeName(sh.compute) +
                                                 "); check AttentionTcSupported first");
   Params p{};
+  SetAttentionShape(sh, start, &p);
   p.qkv = qkv;
-  p.start = start;
-  p.batch = static_cast<int>(sh.batch);
-  p.seq = static_cast<int>(sh.seq);
-  p.n_heads = sh.n_heads;
-  p.n_kv = sh.n_kv_heads;
-  p.hd = sh.head_dim;
-  p.group = sh.n_heads / sh.n_kv_heads;
-  p.qkv_stride = sh.qkv_stride();
-  p.out_stride = sh.out_stride();  // both strides are multiples of 16 floats (head_dim % 16 == 0)
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
+  p.qkv_stride = sh.qkv_stride();  // both strides are multiples of 16 floats (head_dim % 16 == 0)
   p.vec = Aligned16(qkv);
   return p;
 }

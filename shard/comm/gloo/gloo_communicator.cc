@@ -22,6 +22,7 @@
 #include "shard/comm/gloo/kv_store_adapter.h"
 #include "shard/comm/gloo/peer_watchdog.h"
 #include "shard/comm/gloo/ring_reduce_scatter.h"
+#include "shard/comm/wire_types.h"
 #include "shard/common/kv_stores.h"
 
 namespace shard {
@@ -152,18 +153,9 @@ class GlooCommunicator final : public Communicator {
   // partial sums travel as bf16/fp16, each hop adds in fp32 and rounds.
   Status ReduceScatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                        const CommOptions& options) override {
-    switch (dtype) {
-      case DType::kF32:
-        return ReduceScatter(static_cast<const float*>(send), static_cast<float*>(recv), count, op,
-                             options);
-      case DType::kBF16:
-        return ReduceScatterT(static_cast<const comm::Bf16Bits*>(send),
-                              static_cast<comm::Bf16Bits*>(recv), count, op, options);
-      case DType::kF16:
-        return ReduceScatterT(static_cast<const comm::F16Bits*>(send),
-                              static_cast<comm::F16Bits*>(recv), count, op, options);
-    }
-    return Internal(comm::Where("ReduceScatter", *this) + ": unknown dtype");
+    return comm::WithWireType(dtype, send, recv, "ReduceScatter", *this, [&](const auto* s, auto* r) {
+      return ReduceScatterT(s, r, count, op, options);  // fp32 is the float overload's ring too
+    });
   }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& options) override {

@@ -91,18 +91,14 @@ class LocalCommunicator final : public Communicator {
 
   Status ReduceScatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                        const CommOptions& options) override {
-    switch (dtype) {
-      case DType::kF32:
-        return ReduceScatter(static_cast<const float*>(send), static_cast<float*>(recv), count, op,
-                             options);
-      case DType::kBF16:
-        return ReduceScatterWire("ReduceScatter(bf16)", static_cast<const comm::Bf16Bits*>(send),
-                                 static_cast<comm::Bf16Bits*>(recv), count, op, options);
-      case DType::kF16:
-        return ReduceScatterWire("ReduceScatter(fp16)", static_cast<const comm::F16Bits*>(send),
-                                 static_cast<comm::F16Bits*>(recv), count, op, options);
-    }
-    return Internal(comm::Where("ReduceScatter", *this) + ": unknown dtype");
+    return comm::WithWireType(dtype, send, recv, "ReduceScatter", *this, [&]<typename T>(const T* s, T* r) {
+      if constexpr (std::is_same_v<T, float>) {
+        return ReduceScatter(s, r, count, op, options);
+      } else {
+        const char* call = std::is_same_v<T, comm::Bf16Bits> ? "ReduceScatter(bf16)" : "ReduceScatter(fp16)";
+        return ReduceScatterWire(call, s, r, count, op, options);
+      }
+    });
   }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op, const CommOptions& options) override {

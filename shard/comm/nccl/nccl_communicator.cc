@@ -13,22 +13,12 @@
 #include <vector>
 
 #include "shard/comm/collective_util.h"
+#include "shard/common/checksum.h"
 
 namespace shard {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string Hex(const void* data, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 15]);
-  }
-  return s;
-}
 
 bool Unhex(const std::string& s, void* out, size_t n) {
   if (s.size() != 2 * n) return false;
@@ -121,7 +111,7 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) {
       ncclResult_t r = ncclGetUniqueId(&id);
       if (r != ncclSuccess) return Unavailable(name_ + ": ncclGetUniqueId: " + ncclGetErrorString(r));
-      RETURN_IF_ERROR(c.store->Set(key, Hex(&id, sizeof id)).WithContext(name_ + ": publishing the NCCL id"));
+      RETURN_IF_ERROR(c.store->Set(key, BytesToHex(&id, sizeof id)).WithContext(name_ + ": publishing the NCCL id"));
     } else {
       auto v = c.store->Get(key, c.timeout);
       if (!v.ok()) return v.status().WithContext(name_ + ": waiting for rank 0's NCCL id");
