@@ -58,6 +58,10 @@ StatusOr<std::vector<LoraTarget>> ParseLoraTargets(const std::vector<std::string
     if (!t.ok() && n == "w1") t = LoraTarget::kGate;
     if (!t.ok() && n == "w3") t = LoraTarget::kUp;
     if (!t.ok() && n == "w2") t = LoraTarget::kDown;
+    if (!t.ok() && n == "gate")  // mlp.gate / block_sparse_moe.gate: the mixture-of-experts router
+      return Unimplemented("'gate' is the mixture-of-experts router: adapters on the router are not built yet (it "
+                           "stays frozen under peft:); name the experts' projections (gate_proj, up_proj, "
+                           "down_proj; mixtral: w1, w3, w2) or the attention's");
     if (!t.ok())
       return InvalidArgument("'" + n + "' names nothing in the model (a Llama block has: " +
                              EnumChoices(kLoraTargetNames) + "; mixtral's experts: w1, w3, w2; or \"all-linear\")");

@@ -90,6 +90,8 @@ TEST(PeftConfig, BadValuesNameTheKey) {
   ExpectRefused("peft: {method: lora, dropout: 1.0}\n", {"job.yaml", "peft.dropout"});
   ExpectRefused("peft: {method: lora, target_modules: [q_proj, c_attn]}\n",
                 {"job.yaml: peft.target_modules", "'c_attn' names nothing in the model", "down_proj"});
+  ExpectRefused("peft: {method: lora, target_modules: [gate_proj, gate]}\n",
+                {"peft.target_modules", "'gate' is the mixture-of-experts router", "not built yet"});
   ExpectRefused("peft: {method: lora, target_modules: []}\n", {"peft.target_modules"});
   ExpectRefused("peft: {method: lora, target_modules: [q_proj, q_proj]}\n", {"peft.target_modules", "twice"});
   ExpectRefused("peft: {method: lora, init: pissa}\n", {"peft.init", "kaiming_uniform, gaussian"});
