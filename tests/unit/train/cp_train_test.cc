@@ -131,7 +131,7 @@ TEST(CpTrainTest, TokenWindowsStepOneEqualsTheWholeSequenceOnOneRank) {
 // The sharding strategies, activation checkpointing, optimizer offload and
 // two-byte precision compose with the split: C = 2 on 4 ranks gives the
 // step-1 loss and gradients of C = 1 on the same 4 ranks, same settings.
-TEST(CpTrainTest, ComposesWithStrategiesCheckpointingOffloadAndBf16) {
+TEST(CpTrainTest, ComposesWithStrategiesCheckpointingOffloadAndTwoBytePrecisions) {
   const std::string yaml = PackedSftJob(NewDir("cp_compose"));
   struct Case {
     std::vector<std::string> sets;
@@ -144,6 +144,7 @@ TEST(CpTrainTest, ComposesWithStrategiesCheckpointingOffloadAndBf16) {
       {{"parallel.activation_checkpointing=true"}, 1e-4},
       {{"parallel.offload_optimizer=true"}, 1e-4},
       {{"train.precision=bf16"}, 2e-3},
+      {{"train.precision=fp16"}, 2e-3},  // dynamic loss scaling on the same split
   };
   for (Case k : cases) {
     k.sets.push_back("train.micro_batch=2");  // 8 rows over 4 data ranks at C = 1
