@@ -22,14 +22,7 @@ ctl logs "$id_ref" --rank 0 | grep -q "offloaded (bf16 master, m, v" || fail "th
 kill_at=$((12 + RANDOM % 20))
 open_gate "$kill_at"
 id=$(ctl submit "$victim" "${bf16[@]}")
-wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
-pid=$(worker_pid "$id" 1)
-echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
-kill -9 "$pid"
-open_gate 1000000
-out=$(ctl watch "$id") || fail "watch failed"
-state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
-[ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
+kill_rank_and_finish "$id" 1 "$kill_at"
 cmp "$T/out/ref/model.safetensors" "$T/out/vic/model.safetensors" || fail "final weights differ from the uninterrupted run"
 
 # The same run continued with fp32 state: the bf16 checkpoint is widened on load.

@@ -25,23 +25,15 @@ ctl logs "$id_ref" --rank 0 | grep -q "context parallelism: 2 ranks per sequence
 kill_at=$((12 + RANDOM % 20))
 open_gate "$kill_at"
 id=$(ctl submit "$victim" --set train.steps=$steps --set parallel.context_parallel=2)
-wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
-pid=$(worker_pid "$id" 1)
-echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
-kill -9 "$pid"
-open_gate 1000000
-out=$(ctl watch "$id") || fail "watch failed"
-state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
-echo "$out" | grep -q "rank 1 killed by signal 9" || fail "no event names the killed rank"
-[ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
+kill_rank_and_finish "$id" 1 "$kill_at"
+echo "$WATCH_OUT" | grep -q "rank 1 killed by signal 9" || fail "no event names the killed rank"
 cmp "$T/out/ref/model.safetensors" "$T/out/vic/model.safetensors" || fail "final weights differ from the uninterrupted C = 2 run"
 id_vic=$id
 for j in plain ref vic; do
   eval "jid=\$id_$j"
   ctl metrics "$jid" --json > "$T/$j.jsonl" || fail "metrics of $j failed"
 done
-resumed=$(echo "$out" | sed -n 's/.*resume from .*step_0*\([0-9][0-9]*\)$/\1/p' | tail -n 1)
-resumed=${resumed:-0}
+resumed=$RESUMED
 python3 - "$T/plain.jsonl" "$T/ref.jsonl" "$T/vic.jsonl" "$resumed" "$steps" <<'PY' || fail "the losses do not match"
 import json, sys
 plain, ref, vic = ([json.loads(line) for line in open(p)] for p in sys.argv[1:4])

@@ -109,6 +109,24 @@ committed_at_least() { [ "$(job_field "$1" "j.get('progress',{}).get('last_commi
 workers_of() { pgrep -f -- "[s]hardd-worker --coordinator .* --job $1 "; }
 no_workers() { ! workers_of "$1" > /dev/null; }
 worker_pid() { job_field "$1" "[w.get('pid',0) for w in j.get('workers',[]) if w.get('rank',0)==$2][0]"; }
+# kill_rank_and_finish JOB RANK STEP: once JOB reached STEP (a step gate at
+# STEP holds it there), SIGKILLs worker RANK, opens the gate and waits for the
+# job to end; fails unless it SUCCEEDED in a later attempt. Sets WATCH_OUT
+# (what `shardctl watch` printed) and RESUMED (the step the last attempt
+# resumed from, 0 if none).
+kill_rank_and_finish() {
+  local id=$1 rank=$2 at=$3 pid
+  wait_for 120 step_at_least "$id" "$at" || fail "never reached step $at"
+  pid=$(worker_pid "$id" "$rank")
+  echo "kill -9 rank $rank (pid $pid) at step >= $at"
+  kill -9 "$pid"
+  open_gate 1000000
+  WATCH_OUT=$(ctl watch "$id") || fail "watch failed"
+  state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
+  [ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
+  RESUMED=$(echo "$WATCH_OUT" | sed -n 's/.*resume from .*step_0*\([0-9][0-9]*\)$/\1/p' | tail -n 1)
+  RESUMED=${RESUMED:-0}
+}
 
 # dashboard_dom JOB: the job's dashboard page as headless Chromium renders it
 # (logged in with a one-time `shardctl dashboard` link, a fresh profile).

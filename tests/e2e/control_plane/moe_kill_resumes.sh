@@ -41,20 +41,12 @@ state_is "$id_ref" SUCCEEDED || fail "reference run did not succeed: $(ctl statu
 kill_at=$((8 + RANDOM % 30))
 open_gate "$kill_at"
 id=$(ctl submit "$(moe_job vic)")
-wait_for 120 step_at_least "$id" "$kill_at" || fail "never reached step $kill_at"
-pid=$(worker_pid "$id" 1)
-echo "kill -9 rank 1 (pid $pid) at step >= $kill_at"
-kill -9 "$pid"
-open_gate 1000000
-out=$(ctl watch "$id") || fail "watch failed"
-state_is "$id" SUCCEEDED || fail "job did not succeed after the kill: $(ctl status "$id")"
-echo "$out" | grep -q "rank 1 killed by signal 9" || fail "no event names the killed rank"
-[ "$(job_field "$id" "j.get('attempt')")" -ge 2 ] || fail "no second attempt"
+kill_rank_and_finish "$id" 1 "$kill_at"
+echo "$WATCH_OUT" | grep -q "rank 1 killed by signal 9" || fail "no event names the killed rank"
 cmp "$T/out/ref/model.safetensors" "$T/out/vic/model.safetensors" || fail "final weights differ from the uninterrupted run"
 ctl metrics "$id_ref" --json > "$T/ref.jsonl" || fail "metrics of the reference run failed"
 ctl metrics "$id" --json > "$T/vic.jsonl" || fail "metrics of the killed run failed"
-resumed=$(echo "$out" | sed -n 's/.*resume from .*step_0*\([0-9][0-9]*\)$/\1/p' | tail -n 1)
-resumed=${resumed:-0}
+resumed=$RESUMED
 python3 - "$T/ref.jsonl" "$T/vic.jsonl" "$resumed" <<'PY' || fail "the killed run's metrics do not match the reference run's"
 import json, sys
 ref, vic = ([json.loads(line) for line in open(p)] for p in sys.argv[1:3])
