@@ -8,12 +8,9 @@
 // survivor's report, and the restart names the error a rank reported or
 // logged.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <csignal>
-#include <cstdio>
 
-#include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {

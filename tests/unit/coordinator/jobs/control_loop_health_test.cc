@@ -4,12 +4,7 @@
 // limit restarts the attempt; known step times shrink the hang limit to
 // max(20 x step, 30 s).
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
-#include <csignal>
-#include <cstdio>
-
-#include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {

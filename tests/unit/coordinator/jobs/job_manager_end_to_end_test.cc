@@ -6,19 +6,9 @@
 // cases are in its test beside this one (worker_gateway_*, attempt_lifecycle_*,
 // control_loop_*, job_submission_*, job_queries_*, job_recovery_*, elastic_*).
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
-#include <algorithm>
 #include <csignal>
-#include <cstdio>
-#include <fstream>
-#include <iterator>
 
-#include "coordinator/job_paths.h"
-#include "coordinator/state/auth.h"
-#include "proto/codec/attempt_ended.h"
-#include "shard/ckpt/manifest.h"
-#include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
 
 namespace shardd::testing {

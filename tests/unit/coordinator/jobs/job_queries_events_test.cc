@@ -6,9 +6,7 @@
 #include <sys/stat.h>
 
 #include <csignal>
-#include <cstdio>
 
-#include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {

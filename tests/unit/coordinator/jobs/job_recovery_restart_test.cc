@@ -13,7 +13,6 @@
 #include <fstream>
 #include <iterator>
 
-#include "coordinator/job_paths.h"
 #include "coordinator/state/auth.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"

@@ -7,14 +7,10 @@
 // launches nothing.
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <sys/stat.h>
 
-#include <csignal>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
-#include "proto/codec/attempt_ended.h"
 #include "shard/spec/llama_config.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 

@@ -4,10 +4,8 @@
 // worker resumed from is one event per attempt, and an attempt that resumed at
 // or past train.steps ends SUCCEEDED saying "already complete".
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <csignal>
-#include <cstdio>
 
 #include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"

@@ -7,13 +7,9 @@
 // symlink made after submission cannot lead a commit outside --allowed-root.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <csignal>
-#include <fstream>
-#include <iterator>
 
 #include "coordinator/job_paths.h"
-#include "coordinator/state/auth.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"

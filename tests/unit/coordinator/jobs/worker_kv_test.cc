@@ -4,12 +4,9 @@
 // job's space is bounded by its world size (RendezvousLimits), the refusal
 // names the cap, and a cancel frees it.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <csignal>
-#include <cstdio>
 
-#include "proto/codec/attempt_ended.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
