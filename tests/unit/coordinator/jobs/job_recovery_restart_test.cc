@@ -27,7 +27,8 @@ class RecoveredCheckpointTest : public CheckpointReportTest {};
 using shard::StatusCode;
 
 // The database keeps only a hash of the attempt's token (issue 18 #7); the
-// workers' token still works after the restart (above), checked against it.
+// workers' token still works after the restart (job_manager_end_to_end_test.cc),
+// checked against it.
 TEST_F(JobRecoveryRestartTest, TheStateDatabaseHoldsNoWorkerToken) {
   const std::string id = StartRunningJob();
   const std::string token = TokenOf(id, 1);
