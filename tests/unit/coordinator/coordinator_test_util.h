@@ -131,9 +131,12 @@ class FakeLauncher : public Launcher {
   const char* name_;
 };
 
-// A JobManager on a fake clock over a real StateStore in the scratch dir, with
-// a workdir holding the job's token file.
-class JobManagerTest : public ScratchTest {
+// The coordinator's tests on a fake clock over a real StateStore in the
+// scratch dir, with a workdir holding the job's token file. The helpers below
+// reach the coordinator through the Do* calls: JobManagerTest's go through
+// the JobManager facade, JobOwnersTest's (jobs/job_owners_test_util.h)
+// straight to the owner of each call.
+class CoordinatorTest : public ScratchTest {
  protected:
   void SetUp() override {
     ScratchTest::SetUp();
@@ -141,12 +144,6 @@ class JobManagerTest : public ScratchTest {
     workdir_ = Path("work");
     WriteBytes(workdir_ + "/data/tokens.u32", std::string(4096, '\1'));
     OpenStore();
-    manager_ = NewManager(&launcher_);
-  }
-  void TearDown() override {
-    manager_.reset();
-    store_.reset();
-    ScratchTest::TearDown();
   }
 
   void OpenStore() {
@@ -155,7 +152,7 @@ class JobManagerTest : public ScratchTest {
     store_ = std::move(*s);
   }
   // `o` brings what a test sets (TLS files); the rest is the fixture's.
-  std::unique_ptr<JobManager> NewManager(Launcher* launcher, JobManagerOptions o = {}) {
+  JobManagerOptions Options(JobManagerOptions o = {}) {
     o.state_dir = Path("state");
     o.coordinator_address = "127.0.0.1:7000";
     o.worker_bin = "/opt/shardd/bin/shardd-worker";
@@ -164,8 +161,19 @@ class JobManagerTest : public ScratchTest {
     o.now_ms = [this] { return now_ms_; };
     o.stall_forgive_s = stall_forgive_s_;
     o.allowed_roots = allowed_roots_;
-    return std::make_unique<JobManager>(o, store_.get(), launcher);
+    return o;
   }
+
+  // The calls the helpers make, each to whoever the fixture tests.
+  virtual StatusOr<v1::JobStatus> DoSubmit(const v1::JobSpec& spec) = 0;
+  virtual void DoTick() = 0;
+  virtual StatusOr<v1::JobStatus> DoGet(const std::string& id) = 0;
+  virtual StatusOr<std::vector<v1::JobEvent>> DoEvents(const std::string& id, int64_t after_seq) = 0;
+  virtual StatusOr<v1::RegisterResponse> DoRegister(const v1::RegisterRequest& req, const std::string& token) = 0;
+  virtual StatusOr<v1::HeartbeatResponse> DoHeartbeat(const v1::HeartbeatRequest& req, const std::string& token) = 0;
+  virtual Status DoReportDone(const v1::ReportDoneRequest& req, const std::string& token) = 0;
+  virtual StatusOr<v1::ReportCheckpointResponse> DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                                                    const std::string& token) = 0;
 
   // A valid job: 2 CPU workers, checkpoints under <workdir>/ckpt/<name>.
   // `extra` is appended to the file (more top-level sections).
@@ -192,14 +200,14 @@ class JobManagerTest : public ScratchTest {
 
   // Submits a valid job (with overrides) and returns its id.
   std::string SubmitJob(std::vector<std::string> overrides = {}, const std::string& name = "tiny") {
-    auto st = manager_->Submit(Spec(JobYaml(name), std::move(overrides)));
+    auto st = DoSubmit(Spec(JobYaml(name), std::move(overrides)));
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     return st.ok() ? st->id() : "";
   }
   // Submits, launches (one Tick) and registers every rank: RUNNING.
   std::string StartRunningJob(std::vector<std::string> overrides = {}) {
     const std::string id = SubmitJob(std::move(overrides));
-    manager_->Tick();
+    DoTick();
     RegisterAll(id);
     EXPECT_EQ(State(id), v1::RUNNING);
     return id;
@@ -208,7 +216,7 @@ class JobManagerTest : public ScratchTest {
   void Advance(double seconds) { now_ms_ += static_cast<int64_t>(seconds * 1000); }
 
   v1::JobStatus Get(const std::string& id) {
-    auto s = manager_->Get(id);
+    auto s = DoGet(id);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? *s : v1::JobStatus();
   }
@@ -235,7 +243,7 @@ class JobManagerTest : public ScratchTest {
     *req.mutable_id() = Worker(id, attempt, rank);
     req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     req.set_hostname("host-" + std::to_string(rank));
-    return manager_->Register(req, token);
+    return DoRegister(req, token);
   }
   void RegisterAll(const std::string& id) {
     const int attempt = Get(id).attempt();
@@ -252,7 +260,7 @@ class JobManagerTest : public ScratchTest {
     req.set_state("training");
     req.set_step(step);
     for (auto& m : metrics) *req.add_metrics() = m;
-    return manager_->Heartbeat(req, token);
+    return DoHeartbeat(req, token);
   }
   // Every rank of the current attempt heartbeats at `step`.
   void HeartbeatAll(const std::string& id, int64_t step) {
@@ -268,18 +276,27 @@ class JobManagerTest : public ScratchTest {
     *req.mutable_id() = Worker(id, attempt, rank);
     req.set_step(step);
     req.set_final_loss(1.25);
-    return manager_->ReportDone(req, token);
+    return DoReportDone(req, token);
   }
 
   // The job's events of `kind`, oldest first.
   std::vector<v1::JobEvent> EventsOf(const std::string& id, const std::string& kind) {
     std::vector<v1::JobEvent> out;
-    auto all = manager_->Events(id, 0);
+    auto all = DoEvents(id, 0);
     EXPECT_TRUE(all.ok()) << all.status().ToString();
     if (all.ok())
       for (const v1::JobEvent& e : *all)
         if (e.kind() == kind) out.push_back(e);
     return out;
+  }
+  // The kinds of the job's stored events, oldest first.
+  std::vector<std::string> EventKinds(const std::string& id) {
+    std::vector<std::string> kinds;
+    auto all = DoEvents(id, 0);
+    EXPECT_TRUE(all.ok()) << all.status().ToString();
+    if (all.ok())
+      for (const v1::JobEvent& e : *all) kinds.push_back(e.kind());
+    return kinds;
   }
   // Ranks 0 and 1 of a 2-rank attempt of the "tiny" job write and report
   // `step` (a 100-byte shard each under <workdir>/ckpt/tiny): the commit.
@@ -309,7 +326,7 @@ class JobManagerTest : public ScratchTest {
       f->set_shard_rank(rank);
       f->set_size(100);
       f->set_xxh64(0x1000 + rank);
-      last = manager_->ReportCheckpoint(req, token);
+      last = DoReportCheckpoint(req, token);
       if (!last.ok()) return last;
     }
     return last;
@@ -324,6 +341,45 @@ class JobManagerTest : public ScratchTest {
   int64_t now_ms_ = 1'700'000'000'000;
   FakeLauncher launcher_;
   std::unique_ptr<StateStore> store_;
+};
+
+// A JobManager (the facade) over the fixture: for what is end-to-end of it.
+class JobManagerTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    if (HasFatalFailure()) return;
+    manager_ = NewManager(&launcher_);
+  }
+  void TearDown() override {
+    manager_.reset();
+    store_.reset();
+    ScratchTest::TearDown();
+  }
+  std::unique_ptr<JobManager> NewManager(Launcher* launcher, JobManagerOptions o = {}) {
+    return std::make_unique<JobManager>(Options(std::move(o)), store_.get(), launcher);
+  }
+
+  StatusOr<v1::JobStatus> DoSubmit(const v1::JobSpec& spec) override { return manager_->Submit(spec); }
+  void DoTick() override { manager_->Tick(); }
+  StatusOr<v1::JobStatus> DoGet(const std::string& id) override { return manager_->Get(id); }
+  StatusOr<std::vector<v1::JobEvent>> DoEvents(const std::string& id, int64_t after_seq) override {
+    return manager_->Events(id, after_seq);
+  }
+  StatusOr<v1::RegisterResponse> DoRegister(const v1::RegisterRequest& req, const std::string& token) override {
+    return manager_->Register(req, token);
+  }
+  StatusOr<v1::HeartbeatResponse> DoHeartbeat(const v1::HeartbeatRequest& req, const std::string& token) override {
+    return manager_->Heartbeat(req, token);
+  }
+  Status DoReportDone(const v1::ReportDoneRequest& req, const std::string& token) override {
+    return manager_->ReportDone(req, token);
+  }
+  StatusOr<v1::ReportCheckpointResponse> DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                                            const std::string& token) override {
+    return manager_->ReportCheckpoint(req, token);
+  }
+
   std::unique_ptr<JobManager> manager_;
 };
 

@@ -1,6 +1,6 @@
 // Elastic restarts of external jobs (restart.min_world_size,
-// coordinator/jobs/elastic_resize.h), through the JobManager with a fake
-// clock: host b is lost, the next attempt waits restart.elastic_wait_s for
+// coordinator/jobs/elastic_resize.h), over the owners of
+// job_owners_test_util.h with a fake clock: host b is lost, the next attempt waits restart.elastic_wait_s for
 // its ranks, then continues on host a's two of four (planner-checked, not
 // charged as a restart) and says what changed; the workers register into a
 // world of 2; a shrunk attempt hands a worker that asks for a rank beyond it
@@ -11,21 +11,21 @@
 
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
 
-class ElasticJobTest : public JobManagerTest {
+class ElasticJobTest : public JobOwnersTest {
  protected:
   // full_shard over 4 external ranks, global batch 8 of micro 2: 4 and 2
   // ranks allowed (3 would leave a remainder).
   std::string SubmitElastic(std::vector<std::string> sets = {"restart.min_world_size=2"}) {
     sets.insert(sets.end(), {"resources.launcher=external", "parallel.world_size=4", "train.global_batch=8",
                              "restart.elastic_wait_s=5", "restart.hang_timeout_s=600"});
-    auto st = manager_->Submit(Spec(JobYaml(), sets));
+    auto st = owners_->submission.Submit(Spec(JobYaml(), sets));
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     return st.ok() ? st->id() : "";
   }
@@ -35,7 +35,7 @@ class ElasticJobTest : public JobManagerTest {
     req.set_rank(rank);
     req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     req.set_hostname(host);
-    return manager_->Join(req, Get(id).join_token());
+    return owners_->gateway.Join(req, Get(id).join_token());
   }
   // Joins as `rank` from `host` and registers as the rank the join handed out.
   StatusOr<v1::RegisterResponse> JoinAndRegister(const std::string& id, int rank, const std::string& host) {
@@ -46,7 +46,7 @@ class ElasticJobTest : public JobManagerTest {
     *req.mutable_id() = Worker(id, j->attempt(), j->rank());
     req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     req.set_hostname(host);
-    return manager_->Register(req, token_);
+    return owners_->gateway.Register(req, token_);
   }
   void HeartbeatRanks(const std::string& id, std::initializer_list<int> ranks) {
     for (int r : ranks) ASSERT_TRUE(Heartbeat(id, Get(id).attempt(), r, 0, token_).ok());
@@ -56,15 +56,15 @@ class ElasticJobTest : public JobManagerTest {
   std::string LoseHostB(std::vector<std::string> sets = {"restart.min_world_size=2"},
                         std::initializer_list<int> rejoin = {0, 1}) {
     const std::string id = SubmitElastic(std::move(sets));
-    manager_->Tick();
+    owners_->loop.Tick();
     for (int r = 0; r < 4; ++r) EXPECT_TRUE(JoinAndRegister(id, r, r < 2 ? "a" : "b").ok());
     EXPECT_EQ(State(id), v1::RUNNING);
     Advance(11);  // heartbeat_timeout_s 10: b is silent
     HeartbeatRanks(id, {0, 1});
-    manager_->Tick();
+    owners_->loop.Tick();
     EXPECT_EQ(State(id), v1::RESTARTING) << Reason(id);
     Advance(3);  // backoff_s
-    manager_->Tick();
+    owners_->loop.Tick();
     EXPECT_EQ(Get(id).attempt(), 2);
     EXPECT_EQ(Get(id).attempt_world_size(), 4);
     for (int r : rejoin) EXPECT_TRUE(JoinAndRegister(id, r, "a").ok());
@@ -81,11 +81,11 @@ TEST_F(ElasticJobTest, AHostLostForGoodContinuesOnTheOthersRanks) {
   const std::string id = LoseHostB();
   Advance(4);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(State(id), v1::LAUNCHING) << "shrunk before restart.elastic_wait_s: " << Reason(id);
   Advance(2);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   ASSERT_EQ(s.state(), v1::RESTARTING) << s.reason();
   EXPECT_EQ(s.reason(),
@@ -94,13 +94,13 @@ TEST_F(ElasticJobTest, AHostLostForGoodContinuesOnTheOthersRanks) {
   EXPECT_EQ(s.restarts(), 1) << "the shrink was charged as a restart";
   ASSERT_EQ(EventsOf(id, "elastic_shrink").size(), 1u);
   // The shrunk attempt starts at once (no backoff): 2 ranks, which register into a world of 2.
-  manager_->Tick();
+  owners_->loop.Tick();
   s = Get(id);
   EXPECT_EQ(s.state(), v1::LAUNCHING) << s.reason();
   EXPECT_EQ(s.attempt(), 3);
   EXPECT_EQ(s.world_size(), 4);
   EXPECT_EQ(s.attempt_world_size(), 2);
-  EXPECT_EQ(manager_->CheckWorker(Worker(id, 2, 0), token_).code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(owners_->gateway.CheckWorker(Worker(id, 2, 0), token_).code(), StatusCode::kFailedPrecondition)
       << "the ended attempt's workers are not fenced";
   for (int r = 0; r < 2; ++r) {
     auto reg = JoinAndRegister(id, r, "a");
@@ -111,7 +111,7 @@ TEST_F(ElasticJobTest, AHostLostForGoodContinuesOnTheOthersRanks) {
   // Health is judged on the 2 ranks alone.
   Advance(8);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
 }
 
@@ -119,8 +119,8 @@ TEST_F(ElasticJobTest, StandbyWorkersGrowTheJobBackAtTheNextCommit) {
   const std::string id = LoseHostB();
   Advance(6);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();  // shrink
-  manager_->Tick();  // attempt 3 on 2 ranks
+  owners_->loop.Tick();  // shrink
+  owners_->loop.Tick();  // attempt 3 on 2 ranks
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   ASSERT_EQ(State(id), v1::RUNNING);
   // Host b is back: its workers ask for ranks 2 and 3 and stand by.
@@ -140,7 +140,7 @@ TEST_F(ElasticJobTest, StandbyWorkersGrowTheJobBackAtTheNextCommit) {
             "growing back to 4 of 4 ranks after step 5: 2 worker(s) stand by; micro-batches per step 2 → 1 "
             "(global batch 8 kept)");
   EXPECT_EQ(s.restarts(), 1);
-  manager_->Tick();
+  owners_->loop.Tick();
   s = Get(id);
   EXPECT_EQ(s.attempt(), 4);
   EXPECT_EQ(s.attempt_world_size(), 4);
@@ -155,12 +155,12 @@ TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
   const std::string id = LoseHostB();
   Advance(6);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
-  manager_->Tick();
+  owners_->loop.Tick();
+  owners_->loop.Tick();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   for (int r = 2; r < 4; ++r) ASSERT_FALSE(Join(id, r, "b").ok());
   ASSERT_TRUE(CommitTwoRanks(id, 5).ok());
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(Get(id).attempt(), 4);
   ASSERT_EQ(Get(id).attempt_world_size(), 4);
   for (int r = 2; r < 4; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "b").ok());
@@ -172,7 +172,7 @@ TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
   }
   Advance(6);
   HeartbeatRanks(id, {2, 3});
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   ASSERT_EQ(s.state(), v1::LAUNCHING) << s.reason();
   EXPECT_EQ(s.attempt(), 4);
@@ -182,7 +182,7 @@ TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
     *req.mutable_id() = Worker(id, j.attempt(), j.rank());
     req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     req.set_hostname("a");
-    ASSERT_TRUE(manager_->Register(req, j.token()).ok());
+    ASSERT_TRUE(owners_->gateway.Register(req, j.token()).ok());
   }
   EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
 }
@@ -191,8 +191,8 @@ TEST_F(ElasticJobTest, StandbyWorkersThatStoppedAskingAreNotCounted) {
   const std::string id = LoseHostB();
   Advance(6);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
-  manager_->Tick();
+  owners_->loop.Tick();
+  owners_->loop.Tick();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   ASSERT_FALSE(Join(id, 2, "b").ok());
   ASSERT_FALSE(Join(id, 3, "b").ok());
@@ -206,8 +206,8 @@ TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksOnceItsOwnWorkersHadTheirT
   const std::string id = LoseHostB();
   Advance(6);
   HeartbeatRanks(id, {0, 1});
-  manager_->Tick();
-  manager_->Tick();
+  owners_->loop.Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(Get(id).attempt_world_size(), 2);
   // Host b's workers come first: within elastic_wait_s ranks 0 and 1 wait
   // for the workers that ask for them by number, so b's stand by.
@@ -228,7 +228,7 @@ TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksOnceItsOwnWorkersHadTheirT
   *req.mutable_id() = Worker(id, b2->attempt(), b2->rank());
   req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
   req.set_hostname("b");
-  ASSERT_TRUE(manager_->Register(req, b2->token()).ok());
+  ASSERT_TRUE(owners_->gateway.Register(req, b2->token()).ok());
   EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
   // A late worker of host a now stands by ...
   auto a0 = Join(id, 0, "a");
@@ -242,13 +242,13 @@ TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksOnceItsOwnWorkersHadTheirT
 
 TEST_F(ElasticJobTest, TheFirstAttemptWaitsForAllItsRanks) {
   const std::string id = SubmitElastic();
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_TRUE(JoinAndRegister(id, 0, "a").ok());
   ASSERT_TRUE(JoinAndRegister(id, 1, "a").ok());
   for (int i = 0; i < 3; ++i) {
     Advance(6);
     HeartbeatRanks(id, {0, 1});
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).attempt(), 1);
@@ -260,7 +260,7 @@ TEST_F(ElasticJobTest, TooFewRanksShrinkNothingAndSaySoOnce) {
   for (int i = 0; i < 3; ++i) {
     Advance(6);
     HeartbeatRanks(id, {0});
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).attempt(), 2);
@@ -276,7 +276,7 @@ TEST_F(ElasticJobTest, OffByDefault) {
   for (int i = 0; i < 5; ++i) {
     Advance(6);
     HeartbeatRanks(id, {0, 1});
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).attempt(), 2);

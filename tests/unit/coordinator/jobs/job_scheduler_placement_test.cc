@@ -1,20 +1,23 @@
-// The JobManager with a local capacity (coordinator/sched): jobs queue for
+// The JobScheduler's local capacity (coordinator/sched), over the owners of
+// job_owners_test_util.h: jobs queue for
 // CPU slots and GPUs, launch with their placement's environment, keep it
 // through restarts and coordinator restarts, and release it only once their
 // processes are gone. Fake launcher, fake clock.
-#include "tests/unit/coordinator/coordinator_test_util.h"
+
+
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
-class ScheduleTest : public JobManagerTest {
+class ScheduleTest : public JobOwnersTest {
  protected:
   void SetUp() override {
-    JobManagerTest::SetUp();
+    JobOwnersTest::SetUp();
     if (HasFatalFailure()) return;
-    manager_ = NewScheduled();
+    owners_ = NewScheduled();
   }
-  std::unique_ptr<JobManager> NewScheduled() {
+  std::unique_ptr<JobOwners> NewScheduled() {
     JobManagerOptions o;
     sched::HostCapacity cap;
     cap.gpus = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -22,10 +25,10 @@ class ScheduleTest : public JobManagerTest {
     cap.host_bytes = 0;
     o.local_capacity = cap;
     o.starvation_ms = 60'000;
-    return NewManager(&launcher_, o);
+    return NewOwners(&launcher_, o);
   }
   std::string Submit(const std::string& name, const std::string& extra = "", std::vector<std::string> sets = {}) {
-    auto st = manager_->Submit(Spec(JobYaml(name, extra), std::move(sets)));
+    auto st = owners_->submission.Submit(Spec(JobYaml(name, extra), std::move(sets)));
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     return st.ok() ? st->id() : "";
   }
@@ -44,7 +47,7 @@ class ScheduleTest : public JobManagerTest {
 };
 
 TEST_F(ScheduleTest, NeverFitsIsRefusedWithTheNumbers) {
-  auto st = manager_->Submit(Spec(JobYaml("wide"), {"parallel.world_size=4", "train.global_batch=8"}));
+  auto st = owners_->submission.Submit(Spec(JobYaml("wide"), {"parallel.world_size=4", "train.global_batch=8"}));
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Contains(st.status().message(),
                        "jobs/tiny.yaml: can never run on this host: this job needs 4 CPU slots but the host has 2"))
@@ -53,7 +56,7 @@ TEST_F(ScheduleTest, NeverFitsIsRefusedWithTheNumbers) {
 
 TEST_F(ScheduleTest, OneAtATimeByPriorityAndReleasedOnlyWhenProcessesAreGone) {
   const std::string a = Submit("a");
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(Launches(a), 1);
   EXPECT_EQ(LastLaunch(a).env.at("SHARDD_CPU_SLOTS"), "0,1");
   EXPECT_EQ(LastLaunch(a).env.at("OMP_NUM_THREADS"), "1");
@@ -61,42 +64,42 @@ TEST_F(ScheduleTest, OneAtATimeByPriorityAndReleasedOnlyWhenProcessesAreGone) {
   EXPECT_TRUE(Contains(Get(a).placement(), "CPU slots 0-1")) << Get(a).placement();
   const std::string b = Submit("b", "priority: 1\n");
   const std::string c = Submit("c", "priority: 5\n");
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(b), v1::QUEUED);
   EXPECT_EQ(Reason(c), "waiting for 2 CPU slots: 0-1 held by job " + a);
   EXPECT_EQ(Get(c).queue_position(), 1);
   EXPECT_EQ(Get(b).queue_position(), 2);
   // a is cancelled, but its workers still run: nothing starts.
-  ASSERT_TRUE(manager_->Cancel(a, "").ok());
-  manager_->Tick();
+  ASSERT_TRUE(owners_->submission.Cancel(a, "").ok());
+  owners_->loop.Tick();
   EXPECT_EQ(Launches(c), 0);
   launcher_.SetRunning(a, 1, 0);
-  manager_->Tick();  // a's attempt drained
-  manager_->Tick();  // its slots released, c placed and launched
+  owners_->loop.Tick();  // a's attempt drained
+  owners_->loop.Tick();  // its slots released, c placed and launched
   EXPECT_EQ(Launches(c), 1);
   EXPECT_EQ(Launches(b), 0);
   EXPECT_EQ(Get(a).placement(), "");
   // Cancelling a queued job takes it out of the queue.
-  ASSERT_TRUE(manager_->Cancel(b, "not needed").ok());
+  ASSERT_TRUE(owners_->submission.Cancel(b, "not needed").ok());
   EXPECT_EQ(State(b), v1::CANCELLED);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(Launches(b), 0);
 }
 
 TEST_F(ScheduleTest, ARestartingJobKeepsItsSlotsThroughItsBackoff) {
   const std::string a = Submit("a");
-  manager_->Tick();
+  owners_->loop.Tick();
   const std::string b = Submit("b", "priority: 9\n");
   launcher_.Exit(a, 1, 0, 1);
   launcher_.SetRunning(a, 1, 0);
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(State(a), v1::RESTARTING);
   for (int i = 0; i < 5; ++i) {
-    manager_->Tick();
+    owners_->loop.Tick();
     EXPECT_EQ(Launches(b), 0) << "b took a's slots during a's backoff";
   }
   Advance(4);  // past backoff_s: 3
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(Launches(a), 2);
   EXPECT_EQ(LastLaunch(a).env.at("SHARDD_CPU_SLOTS"), "0,1");
   EXPECT_EQ(State(b), v1::QUEUED);
@@ -107,7 +110,7 @@ TEST_F(ScheduleTest, GpuJobsGetDisjointDevices) {
   const std::string a = Submit("g1", "", {"resources.device=auto", "parallel.world_size=4", "train.global_batch=8"});
   const std::string b = Submit("g2", "", {"resources.device=auto", "parallel.world_size=4", "train.global_batch=8"});
   const std::string c = Submit("g3", "", {"resources.device=auto", "parallel.world_size=8", "train.global_batch=16"});
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(LastLaunch(a).env.at("CUDA_VISIBLE_DEVICES"), "0,1,2,3");
   EXPECT_EQ(LastLaunch(b).env.at("CUDA_VISIBLE_DEVICES"), "4,5,6,7");
   EXPECT_EQ(Launches(c), 0);
@@ -116,19 +119,19 @@ TEST_F(ScheduleTest, GpuJobsGetDisjointDevices) {
 
 TEST_F(ScheduleTest, ACoordinatorRestartKeepsPlacementsAndTheQueue) {
   const std::string a = Submit("a");
-  manager_->Tick();
+  owners_->loop.Tick();
   RegisterAll(a);
   const std::string b = Submit("b");
   const std::string c = Submit("c", "priority: 3\n");
-  manager_->Tick();
+  owners_->loop.Tick();
   const std::string placed = Get(a).placement();
   ASSERT_TRUE(Contains(placed, "CPU slots 0-1")) << placed;
-  manager_.reset();
-  manager_ = NewScheduled();
-  ASSERT_TRUE(manager_->Recover().ok());
+  owners_.reset();
+  owners_ = NewScheduled();
+  ASSERT_TRUE(owners_->recovery.Recover().ok());
   EXPECT_EQ(Get(a).placement(), placed);  // adopted, with its slots
   launcher_.SetRunning(a, 1, 2);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(b), v1::QUEUED);
   EXPECT_EQ(State(c), v1::QUEUED);
   EXPECT_EQ(Get(c).queue_position(), 1);

@@ -1,4 +1,4 @@
-// JobManager::Metrics, the read side of rank 0's per-step metrics: what a
+// JobQueries::Metrics (over the owners of job_owners_test_util.h), the read side of rank 0's per-step metrics: what a
 // heartbeat carried comes back (the loss scaler's skipped steps and scales
 // included) in step order, selected by after_step and the last N, cut to the
 // response's byte budget and row cap with `truncated` set, the newest
@@ -9,7 +9,7 @@
 #include <csignal>
 #include <limits>
 
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
@@ -29,7 +29,7 @@ v1::StepMetric Metric(int64_t step, double loss, double seconds = 0.5, int64_t t
   return m;
 }
 
-class JobManagerMetricsTest : public JobManagerTest {
+class JobQueriesMetricsTest : public JobOwnersTest {
  protected:
   // Rank 0 of the current attempt heartbeats these metrics.
   void Report(const std::string& id, int64_t step, std::vector<v1::StepMetric> metrics) {
@@ -44,7 +44,7 @@ class JobManagerMetricsTest : public JobManagerTest {
     Report(id, n, ms);
   }
   std::vector<int64_t> Steps(const std::string& id, int64_t after_step, int64_t last) {
-    auto r = manager_->Metrics(id, after_step, last, 0);
+    auto r = owners_->queries.Metrics(id, after_step, last, 0);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     std::vector<int64_t> out;
     if (r.ok())
@@ -53,7 +53,7 @@ class JobManagerMetricsTest : public JobManagerTest {
   }
 };
 
-TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict) {
+TEST_F(JobQueriesMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict) {
   const std::string id = StartRunningJob();
   v1::StepMetric skipped = Metric(2, std::numeric_limits<double>::infinity());
   skipped.set_grad_norm(std::nan(""));
@@ -64,7 +64,7 @@ TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict)
   v1::StepMetric no_time = Metric(4, 2.5, 0);
   Report(id, 4, {Metric(1, 4.0), skipped, after, no_time});
 
-  auto r = manager_->Metrics(id, 0, 0, 0);
+  auto r = owners_->queries.Metrics(id, 0, 0, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->truncated());
   ASSERT_EQ(r->rows_size(), 4);
@@ -92,7 +92,7 @@ TEST_F(JobManagerMetricsTest, HeartbeatMetricsComeBackWithTheLossScalersVerdict)
   EXPECT_EQ(Get(id).progress().step(), 4);
 }
 
-TEST_F(JobManagerMetricsTest, AfterStepAndLastSelectTheSteps) {
+TEST_F(JobQueriesMetricsTest, AfterStepAndLastSelectTheSteps) {
   const std::string id = StartRunningJob();
   using V = std::vector<int64_t>;
   EXPECT_EQ(Steps(id, 0, 0), V{}) << "no heartbeat with metrics yet";
@@ -105,7 +105,7 @@ TEST_F(JobManagerMetricsTest, AfterStepAndLastSelectTheSteps) {
   EXPECT_EQ(Steps(id, 10, 0), V{});
 }
 
-TEST_F(JobManagerMetricsTest, AResponseStopsAtItsByteBudgetAndPagesOn) {
+TEST_F(JobQueriesMetricsTest, AResponseStopsAtItsByteBudgetAndPagesOn) {
   const std::string id = StartRunningJob();
   ReportSteps(id, 50);
   const int64_t budget = 800;  // a handful of rows
@@ -113,7 +113,7 @@ TEST_F(JobManagerMetricsTest, AResponseStopsAtItsByteBudgetAndPagesOn) {
   int64_t after = 0;
   int calls = 0;
   while (true) {
-    auto r = manager_->Metrics(id, after, 0, budget);
+    auto r = owners_->queries.Metrics(id, after, 0, budget);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ++calls;
     EXPECT_LE(static_cast<int64_t>(r->ByteSizeLong()), budget);
@@ -128,45 +128,45 @@ TEST_F(JobManagerMetricsTest, AResponseStopsAtItsByteBudgetAndPagesOn) {
   for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(seen[i], i + 1);
 
   // A budget below one row still returns one, so a client always advances.
-  auto one = manager_->Metrics(id, 0, 0, 1);
+  auto one = owners_->queries.Metrics(id, 0, 0, 1);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->rows_size(), 1);
   EXPECT_TRUE(one->truncated());
   // The last N, cut by the budget, start at the first of those N.
-  auto tail = manager_->Metrics(id, 0, 20, budget);
+  auto tail = owners_->queries.Metrics(id, 0, 20, budget);
   ASSERT_TRUE(tail.ok());
   EXPECT_TRUE(tail->truncated());
   EXPECT_EQ(tail->rows(0).step(), 31);
 }
 
-TEST_F(JobManagerMetricsTest, NoResponseHoldsMoreThanTheRowCap) {
+TEST_F(JobQueriesMetricsTest, NoResponseHoldsMoreThanTheRowCap) {
   const std::string id = StartRunningJob();
   std::vector<shard::StepMetrics> rows;
-  for (int64_t s = 1; s <= JobManager::kMaxMetricRows + 5; ++s) rows.push_back({.step = s, .attempt = 1, .loss = 1});
+  for (int64_t s = 1; s <= JobQueries::kMaxMetricRows + 5; ++s) rows.push_back({.step = s, .attempt = 1, .loss = 1});
   ASSERT_TRUE(store_->PutMetrics(id, rows).ok());
-  auto r = manager_->Metrics(id, 0, 0, int64_t{1} << 40);
+  auto r = owners_->queries.Metrics(id, 0, 0, int64_t{1} << 40);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->rows_size(), JobManager::kMaxMetricRows);
+  EXPECT_EQ(r->rows_size(), JobQueries::kMaxMetricRows);
   EXPECT_TRUE(r->truncated());
-  auto rest = manager_->Metrics(id, r->rows(r->rows_size() - 1).step(), 0, int64_t{1} << 40);
+  auto rest = owners_->queries.Metrics(id, r->rows(r->rows_size() - 1).step(), 0, int64_t{1} << 40);
   ASSERT_TRUE(rest.ok());
   EXPECT_EQ(rest->rows_size(), 5);
   EXPECT_FALSE(rest->truncated());
 }
 
-TEST_F(JobManagerMetricsTest, ARedoneStepIsTheNewestAttempts) {
+TEST_F(JobQueriesMetricsTest, ARedoneStepIsTheNewestAttempts) {
   const std::string id = StartRunningJob();
   Report(id, 3, {Metric(1, 4.0), Metric(2, 3.5), Metric(3, 3.25)});
   launcher_.Exit(id, 1, 1, 0, SIGKILL);
-  manager_->Tick();
+  owners_->loop.Tick();
   launcher_.Exit(id, 1, 0, 0, SIGTERM);
   launcher_.SetRunning(id, 1, 0);
   Advance(3.1);
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(Get(id).attempt(), 2);
   RegisterAll(id);
   Report(id, 2, {Metric(2, 3.4)});  // nothing was committed: attempt 2 starts over
-  auto r = manager_->Metrics(id, 0, 0, 0);
+  auto r = owners_->queries.Metrics(id, 0, 0, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->rows_size(), 3);
   EXPECT_EQ(r->rows(0).attempt(), 1);
@@ -175,8 +175,8 @@ TEST_F(JobManagerMetricsTest, ARedoneStepIsTheNewestAttempts) {
   EXPECT_EQ(r->rows(2).attempt(), 1) << "not redone yet";
 }
 
-TEST_F(JobManagerMetricsTest, AnUnknownJobIsNotFoundNamingIt) {
-  auto r = manager_->Metrics("nope-1", 0, 0, 0);
+TEST_F(JobQueriesMetricsTest, AnUnknownJobIsNotFoundNamingIt) {
+  auto r = owners_->queries.Metrics("nope-1", 0, 0, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(Contains(r.status().message(), "nope-1")) << r.status().ToString();

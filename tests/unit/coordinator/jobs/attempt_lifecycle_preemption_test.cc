@@ -1,4 +1,5 @@
-// Preemption, whole-allocation exits and launcher availability. When every
+// Preemption, whole-allocation exits and launcher availability (AttemptLifecycle
+// and, for the refusals, JobSubmission; over the owners of job_owners_test_util.h). When every
 // rank reports it stopped on its launcher's signal after a checkpoint, the
 // attempt ends as "preempted" without charging a restart, and the next attempt
 // starts after the backoff. Cluster launchers report their allocation's end as
@@ -8,14 +9,14 @@
 // coordinator lacks, or one that cannot run now, is refused at submission.
 #include <gtest/gtest.h>
 
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
 
-class PreemptionTest : public JobManagerTest {
+class PreemptionTest : public JobOwnersTest {
  protected:
   Status ReportPreempted(const std::string& id, int rank, int64_t step = 40) {
     v1::ReportFailureRequest req;
@@ -24,13 +25,13 @@ class PreemptionTest : public JobManagerTest {
     req.set_retryable(true);
     req.set_preempted(true);
     req.set_step(step);
-    return manager_->ReportFailure(req, TokenOf(id, Get(id).attempt()));
+    return owners_->gateway.ReportFailure(req, TokenOf(id, Get(id).attempt()));
   }
   std::vector<v1::JobEvent> Events(const std::string& id) {
     std::vector<v1::JobEvent> past;
-    auto w = manager_->Watch(id, 0, [](const v1::JobEvent&) {}, &past);
+    auto w = owners_->queries.Watch(id, 0, [](const v1::JobEvent&) {}, &past);
     EXPECT_TRUE(w.ok());
-    if (w.ok()) manager_->Unwatch(*w);
+    if (w.ok()) owners_->queries.Unwatch(*w);
     return past;
   }
   int CountEvents(const std::string& id, const std::string& kind) {
@@ -43,7 +44,7 @@ class PreemptionTest : public JobManagerTest {
 TEST_F(PreemptionTest, EveryRankPreemptedRestartsWithoutChargingARestart) {
   const std::string id = StartRunningJob();
   ASSERT_TRUE(ReportPreempted(id, 0).ok());
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RUNNING) << "one preempted rank ended the attempt";
   EXPECT_EQ(Get(id).workers(0).state(), "preempted");
 
@@ -58,10 +59,10 @@ TEST_F(PreemptionTest, EveryRankPreemptedRestartsWithoutChargingARestart) {
 
   launcher_.SetRunning(id, 1, 0);
   Advance(2);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RESTARTING) << "relaunched before restart.backoff_s";
   Advance(1);
-  manager_->Tick();
+  owners_->loop.Tick();
   s = Get(id);
   EXPECT_EQ(s.state(), v1::LAUNCHING);
   EXPECT_EQ(s.attempt(), 2);
@@ -80,7 +81,7 @@ TEST_F(PreemptionTest, RepeatedPreemptionsNeverExhaustTheRestartBudget) {
     ASSERT_EQ(State(id), v1::RESTARTING);
     launcher_.SetRunning(id, attempt, 0);
     Advance(3);
-    manager_->Tick();
+    owners_->loop.Tick();
     RegisterAll(id);
   }
   v1::JobStatus s = Get(id);
@@ -93,14 +94,14 @@ TEST_F(PreemptionTest, APreemptedRanksExitIsNoFailureButAnothersIs) {
   const std::string id = StartRunningJob();
   ASSERT_TRUE(ReportPreempted(id, 0).ok());
   launcher_.Exit(id, 1, 0, /*exit_code=*/5);
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::RUNNING) << s.reason();
   EXPECT_EQ(s.restarts(), 0);
   EXPECT_EQ(s.workers(0).state(), "preempted");
 
   launcher_.Exit(id, 1, 1, /*exit_code=*/1);
-  manager_->Tick();
+  owners_->loop.Tick();
   s = Get(id);
   EXPECT_EQ(s.state(), v1::RESTARTING);
   EXPECT_EQ(s.restarts(), 1);
@@ -115,7 +116,7 @@ TEST_F(PreemptionTest, AllocationEndingAfterSuccessIsNoFailure) {
   ASSERT_EQ(State(id), v1::SUCCEEDED);
   const std::string reason = Reason(id);
   launcher_.ExitAll(id, 1, 0);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::SUCCEEDED);
   EXPECT_EQ(Reason(id), reason);
   EXPECT_EQ(CountEvents(id, "failed"), 0);
@@ -125,7 +126,7 @@ TEST_F(PreemptionTest, AllocationEndingAfterSuccessIsNoFailure) {
 TEST_F(PreemptionTest, AllocationExitingWithCodeTwoFailsTheJobForGood) {
   const std::string id = StartRunningJob();
   launcher_.ExitAll(id, 1, 2);
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::FAILED);
   EXPECT_EQ(s.restarts(), 0);
@@ -139,7 +140,7 @@ TEST_F(PreemptionTest, AllocationExitingWithCodeTwoFailsTheJobForGood) {
 TEST_F(PreemptionTest, AllocationEndingMidRunRestartsInTheLaunchersWords) {
   const std::string id = StartRunningJob();
   launcher_.ExitAll(id, 1, -1, "slurm job 7 TIMEOUT");
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::RESTARTING);
   EXPECT_EQ(s.restarts(), 1);
@@ -147,7 +148,7 @@ TEST_F(PreemptionTest, AllocationEndingMidRunRestartsInTheLaunchersWords) {
 
   // An exit of an attempt that already ended changes nothing.
   launcher_.ExitAll(id, 1, 2);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RESTARTING);
   EXPECT_EQ(Get(id).restarts(), 1);
 }
@@ -156,7 +157,7 @@ TEST_F(PreemptionTest, AllocationEndingBeforeEveryRankReportedIsAFailure) {
   const std::string id = StartRunningJob();
   ASSERT_TRUE(ReportPreempted(id, 0).ok());
   launcher_.ExitAll(id, 1, 5, "slurm job 7 CANCELLED");
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::RESTARTING);
   EXPECT_EQ(s.restarts(), 1) << "a rank that never said it checkpointed was treated as preempted";
@@ -169,70 +170,70 @@ TEST_F(PreemptionTest, AllocationEndingBeforeEveryRankReportedIsAFailure) {
 // starts when the allocation does, not at sbatch.
 TEST_F(PreemptionTest, AnAllocationWaitingInTheQueueHasNoRegistrationDeadline) {
   FakeLauncher slurm("slurm");
-  manager_->AddLauncher(&slurm);
-  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  owners_->runner.AddLauncher(&slurm);
+  auto st = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   const std::string id = st->id();
-  manager_->Tick();
+  owners_->loop.Tick();
   ASSERT_EQ(slurm.launches.size(), 1u);
   slurm.pending.insert({id, 1});
   for (int i = 0; i < 10; ++i) {
     Advance(kRegisterTimeoutS);
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).restarts(), 0);
 
   slurm.pending.clear();  // the allocation starts
   Advance(kRegisterTimeoutS - 1);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   Advance(2);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RESTARTING);
   EXPECT_TRUE(Contains(Reason(id), "did not register")) << Reason(id);
-  manager_.reset();  // before `slurm` goes
+  owners_.reset();  // before `slurm` goes
 }
 
 // The coordinator restarts while the attempt still waits in the queue: its
 // ranks never ran, so they are not held to heartbeats they never sent.
 TEST_F(PreemptionTest, AQueuedAttemptSurvivesACoordinatorRestart) {
   FakeLauncher slurm("slurm");
-  manager_->AddLauncher(&slurm);
-  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  owners_->runner.AddLauncher(&slurm);
+  auto st = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   const std::string id = st->id();
-  manager_->Tick();
+  owners_->loop.Tick();
   const std::string token = slurm.launches.at(0).env.at("SHARDD_WORKER_TOKEN");
-  manager_.reset();
+  owners_.reset();
 
   FakeLauncher slurm2("slurm");
   slurm2.pending.insert({id, 1});
-  manager_ = NewManager(&launcher_);
-  manager_->AddLauncher(&slurm2);
-  ASSERT_TRUE(manager_->Recover().ok());
+  owners_ = NewOwners(&launcher_);
+  owners_->runner.AddLauncher(&slurm2);
+  ASSERT_TRUE(owners_->recovery.Recover().ok());
   for (int i = 0; i < 5; ++i) {
     Advance(kRegisterTimeoutS);
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
 
   slurm2.pending.clear();  // the allocation starts; the workers register
   Advance(1);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   ASSERT_TRUE(Register(id, 1, 0, token).ok());
   ASSERT_TRUE(Register(id, 1, 1, token).ok());
   EXPECT_EQ(State(id), v1::RUNNING);
   Advance(5);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::RUNNING) << Reason(id);
   EXPECT_EQ(Get(id).restarts(), 0);
-  manager_.reset();  // before `slurm2` goes
+  owners_.reset();  // before `slurm2` goes
 }
 
 TEST_F(PreemptionTest, MissingLauncherIsRefusedNamingWhatTheCoordinatorHas) {
-  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  auto st = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(Contains(st.status().message(), "'slurm'")) << st.status().ToString();
@@ -242,25 +243,25 @@ TEST_F(PreemptionTest, MissingLauncherIsRefusedNamingWhatTheCoordinatorHas) {
 TEST_F(PreemptionTest, UnavailableLauncherIsRefusedWithItsOwnError) {
   FakeLauncher slurm("slurm");
   slurm.available = shard::FailedPrecondition("the slurm launcher cannot run sbatch here: no such file");
-  manager_->AddLauncher(&slurm);
-  auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
+  owners_->runner.AddLauncher(&slurm);
+  auto st = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=slurm"}));
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(st.status().message(), "cannot run sbatch here: no such file")) << st.status().ToString();
   EXPECT_TRUE(Contains(st.status().message(), "jobs/tiny.yaml")) << st.status().ToString();
-  EXPECT_TRUE(manager_->List(true).empty());
+  EXPECT_TRUE(owners_->queries.List(true).empty());
 
   slurm.available = shard::OkStatus();
-  auto ok = manager_->Submit(Spec(JobYaml(), {"resources.launcher=slurm", "resources.slurm.partition=debug"}));
+  auto ok = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=slurm", "resources.slurm.partition=debug"}));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_TRUE(launcher_.launches.empty()) << "the local launcher got a slurm job";
   ASSERT_EQ(slurm.launches.size(), 1u);
   EXPECT_EQ(slurm.launches[0].resources.launcher, shard::Launcher::kSlurm);
   EXPECT_EQ(slurm.launches[0].resources.slurm.partition, "debug");
   EXPECT_EQ(slurm.launches[0].job_name, "tiny");
   EXPECT_EQ(State(ok->id()), v1::LAUNCHING);
-  manager_.reset();  // before `slurm` goes
+  owners_.reset();  // before `slurm` goes
 }
 
 }  // namespace

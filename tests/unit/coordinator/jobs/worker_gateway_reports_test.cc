@@ -1,4 +1,4 @@
-// The gateway's checks on rank 0's per-step reports (coordinator/jobs/worker_reports.h):
+// The WorkerGateway's checks (over the owners of job_owners_test_util.h) on rank 0's per-step reports (coordinator/jobs/worker_reports.h):
 // a row out of range (a step past train.steps or before 1, a negative or
 // impossible token count, a non-finite loss on a step the loss scaler did
 // not skip) is not stored or counted and is said once per attempt as an
@@ -12,13 +12,15 @@
 #include <limits>
 
 #include "coordinator/jobs/worker_reports.h"
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
 // A well-formed row of the fixture's job (at most 4 x 16 = 64 tokens a step).
@@ -35,10 +37,10 @@ v1::StepMetric Row(int64_t step, double loss = 2.0, int64_t tokens = 64) {
   return m;
 }
 
-class JobManagerReportsTest : public JobManagerTest {
+class WorkerGatewayReportsTest : public JobOwnersTest {
  protected:
   std::vector<int64_t> StoredSteps(const std::string& id) {
-    auto r = manager_->Metrics(id, 0, 0, 0);
+    auto r = owners_->queries.Metrics(id, 0, 0, 0);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     std::vector<int64_t> out;
     if (r.ok())
@@ -51,11 +53,11 @@ class JobManagerReportsTest : public JobManagerTest {
     req.set_step(step);
     req.set_final_loss(loss);
     req.set_nothing_trained(nothing_trained);
-    return manager_->ReportDone(req, TokenOf(id, 1));
+    return owners_->gateway.ReportDone(req, TokenOf(id, 1));
   }
 };
 
-TEST_F(JobManagerReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
+TEST_F(WorkerGatewayReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
   const std::string id = StartRunningJob();
   v1::StepMetric negative = Row(2, 2.0, -1'000'000);
   v1::StepMetric absurd = Row(3, 2.0, 65);  // one more than the global batch holds
@@ -89,7 +91,7 @@ TEST_F(JobManagerReportsTest, RowsOutOfRangeAreNeitherStoredNorCounted) {
   EXPECT_EQ(Get(id).progress().tokens_total(), 128);
 }
 
-TEST_F(JobManagerReportsTest, ASkippedStepKeepsItsNonFiniteLossAsTheTruth) {
+TEST_F(WorkerGatewayReportsTest, ASkippedStepKeepsItsNonFiniteLossAsTheTruth) {
   const std::string id = StartRunningJob();
   v1::StepMetric skipped = Row(2, kNaN);
   skipped.set_grad_norm(kNaN);
@@ -101,7 +103,7 @@ TEST_F(JobManagerReportsTest, ASkippedStepKeepsItsNonFiniteLossAsTheTruth) {
   EXPECT_TRUE(EventsOf(id, "report_refused").empty());
 }
 
-TEST_F(JobManagerReportsTest, ANaNFinalLossNeverReadsAsAFiniteFigure) {
+TEST_F(WorkerGatewayReportsTest, ANaNFinalLossNeverReadsAsAFiniteFigure) {
   const std::string id = StartRunningJob();
   ASSERT_TRUE(Heartbeat(id, 1, 0, 99, TokenOf(id, 1), {Row(99, 1.5)}).ok());
   ASSERT_TRUE(Done(id, 0, 100, kNaN).ok());
@@ -112,7 +114,7 @@ TEST_F(JobManagerReportsTest, ANaNFinalLossNeverReadsAsAFiniteFigure) {
   EXPECT_TRUE(Contains(s.reason(), "final loss nan (not finite")) << s.reason();
 }
 
-TEST_F(JobManagerReportsTest, DonePastTheJobsEndIsRefused) {
+TEST_F(WorkerGatewayReportsTest, DonePastTheJobsEndIsRefused) {
   const std::string id = StartRunningJob();
   Status past = Done(id, 0, 101, 1.0);
   EXPECT_EQ(past.code(), StatusCode::kInvalidArgument) << past.ToString();
@@ -129,13 +131,13 @@ TEST_F(JobManagerReportsTest, DonePastTheJobsEndIsRefused) {
 
 // A preference: job's rows reach the store with TRL's metrics; its batch
 // counts pairs (two rows each), so a step holds up to twice the SFT tokens.
-TEST_F(JobManagerReportsTest, APreferenceJobsRowsKeepTheirRewards) {
+TEST_F(WorkerGatewayReportsTest, APreferenceJobsRowsKeepTheirRewards) {
   WriteBytes(workdir_ + "/data/pairs.jsonl", R"({"prompt": "rev ab=", "chosen": "ba", "rejected": "ab"})" "\n");
-  auto st = manager_->Submit(Spec(JobYaml("pref", "preference: {method: dpo}\n"),
+  auto st = owners_->submission.Submit(Spec(JobYaml("pref", "preference: {method: dpo}\n"),
                                   {"data.tokens=", "data.jsonl=data/pairs.jsonl"}));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   const std::string id = st->id();
-  manager_->Tick();
+  owners_->loop.Tick();
   RegisterAll(id);
   ASSERT_EQ(State(id), v1::RUNNING);
   v1::StepMetric dpo = Row(1, 0.6931, 100);  // 4 pairs x 2 rows x 16 = 128 tokens at most
@@ -152,7 +154,7 @@ TEST_F(JobManagerReportsTest, APreferenceJobsRowsKeepTheirRewards) {
   bad_accuracy.set_step(3);
   bad_accuracy.set_rewards_accuracies(1.5);
   ASSERT_TRUE(Heartbeat(id, 1, 0, 3, TokenOf(id, 1), {dpo, too_many, bad_accuracy}).ok());
-  auto r = manager_->Metrics(id, 0, 0, 0);
+  auto r = owners_->queries.Metrics(id, 0, 0, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->rows_size(), 1);
   const v1::MetricRow& row = r->rows(0);

@@ -2,19 +2,19 @@
 // error, never only a log line (issue 39): a checkpoint commit that cannot be
 // recorded fails the job (and the reporting rank hears why) instead of
 // letting it end SUCCEEDED; an event that cannot be stored fails the job at
-// the next Tick. The store is broken under the running manager by a second
+// the next Tick. The store is broken under the running owners (job_owners_test_util.h) by a second
 // SQLite connection, as a careless operator (or a full disk) would.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
 
-class StoreFailureTest : public JobManagerTest {
+class StoreFailureTest : public JobOwnersTest {
  protected:
   void BreakStore(const std::string& sql) {
     sqlite3* db = nullptr;
@@ -51,7 +51,7 @@ TEST_F(StoreFailureTest, AnEventTheStoreCannotRecordFailsTheJob) {
   BreakStore("DROP TABLE events");
   ASSERT_TRUE(ReportTwoRankStep(id, 20, token).ok());  // the commit is stored; its event is not
   EXPECT_EQ(State(id), v1::RUNNING);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::FAILED) << Reason(id);
   EXPECT_TRUE(Contains(Reason(id), "could not record event checkpoint_committed")) << Reason(id);
   EXPECT_TRUE(Contains(Reason(id), "(not retryable)")) << "a restart would meet the same store: " << Reason(id);

@@ -1,4 +1,5 @@
-// External jobs (resources.launcher: external): the coordinator launches
+// External jobs (resources.launcher: external), through the WorkerGateway's
+// Join over the owners of job_owners_test_util.h: the coordinator launches
 // nothing; the user's own launcher (an sbatch script) starts the workers,
 // which Join with the job's join token and receive the current attempt's
 // number and worker token. The attempt waits without a deadline until the
@@ -8,19 +9,19 @@
 
 #include <algorithm>
 
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
 using shard::StatusCode;
 
-class ExternalJobTest : public JobManagerTest {
+class ExternalJobTest : public JobOwnersTest {
  protected:
   // An external job; a hang limit above the registration timeout, so a rank
   // waiting for its peers is judged by the registration deadline alone.
   std::string SubmitExternal() {
-    auto st = manager_->Submit(Spec(JobYaml(), {"resources.launcher=external", "restart.hang_timeout_s=600"}));
+    auto st = owners_->submission.Submit(Spec(JobYaml(), {"resources.launcher=external", "restart.hang_timeout_s=600"}));
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     return st.ok() ? st->id() : "";
   }
@@ -31,7 +32,7 @@ class ExternalJobTest : public JobManagerTest {
     req.set_world_size(world);
     req.set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     req.set_hostname("node-" + std::to_string(rank));
-    return manager_->Join(req, join_token);
+    return owners_->gateway.Join(req, join_token);
   }
   // Joins and registers one rank; returns the attempt token it was given.
   std::string JoinAndRegister(const std::string& id, int rank) {
@@ -55,7 +56,7 @@ TEST_F(ExternalJobTest, SubmitMakesAJoinTokenAndLaunchesNothing) {
   EXPECT_EQ(s.join_token().size(), 48u);
   EXPECT_TRUE(IsLowerHex(s.join_token())) << s.join_token();
 
-  manager_->Tick();
+  owners_->loop.Tick();
   s = Get(id);
   EXPECT_EQ(s.state(), v1::LAUNCHING);
   EXPECT_EQ(s.attempt(), 1);
@@ -71,7 +72,7 @@ TEST_F(ExternalJobTest, JoinChecksTokenRankAndWorldSize) {
   auto early = Join(id, 0, join);
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << "joined before the attempt existed";
-  manager_->Tick();
+  owners_->loop.Tick();
 
   for (const std::string& bad : {std::string(), std::string(48, 'a')}) {
     auto st = Join(id, 0, bad);
@@ -95,7 +96,7 @@ TEST_F(ExternalJobTest, JoinChecksTokenRankAndWorldSize) {
 
 TEST_F(ExternalJobTest, JoinOfALaunchedJobIsRefused) {
   const std::string id = SubmitJob();
-  manager_->Tick();
+  owners_->loop.Tick();
   auto st = Join(id, 0, TokenOf(id, 1));
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
@@ -104,15 +105,15 @@ TEST_F(ExternalJobTest, JoinOfALaunchedJobIsRefused) {
 
 TEST_F(ExternalJobTest, JoinHandsOutTheAttemptTokenThatRegisterAccepts) {
   const std::string id = SubmitExternal();
-  manager_->Tick();
+  owners_->loop.Tick();
   const std::string join = Get(id).join_token();
   auto j = Join(id, 0, join);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   EXPECT_EQ(j->attempt(), 1);
   EXPECT_EQ(j->token().size(), 48u);
   EXPECT_NE(j->token(), join);
-  EXPECT_TRUE(manager_->CheckWorker(Worker(id, 1, 0), j->token()).ok());
-  EXPECT_EQ(manager_->CheckWorker(Worker(id, 1, 0), join).code(), StatusCode::kUnauthenticated)
+  EXPECT_TRUE(owners_->gateway.CheckWorker(Worker(id, 1, 0), j->token()).ok());
+  EXPECT_EQ(owners_->gateway.CheckWorker(Worker(id, 1, 0), join).code(), StatusCode::kUnauthenticated)
       << "the join token works as a worker token";
 
   ASSERT_TRUE(Register(id, 1, 0, j->token()).ok());
@@ -127,7 +128,7 @@ TEST_F(ExternalJobTest, JoinHandsOutTheAttemptTokenThatRegisterAccepts) {
 
 TEST_F(ExternalJobTest, ARegisteredRankCannotBeJoinedTwice) {
   const std::string id = SubmitExternal();
-  manager_->Tick();
+  owners_->loop.Tick();
   JoinAndRegister(id, 0);
   auto again = Join(id, 0, Get(id).join_token());
   ASSERT_FALSE(again.ok());
@@ -141,10 +142,10 @@ TEST_F(ExternalJobTest, ARegisteredRankCannotBeJoinedTwice) {
 // that misses it is retried — waiting again without a deadline.
 TEST_F(ExternalJobTest, NoDeadlineBeforeTheFirstJoinThenTheOthersMustRegisterInTime) {
   const std::string id = SubmitExternal();
-  manager_->Tick();
+  owners_->loop.Tick();
   for (int i = 0; i < 10; ++i) {
     Advance(kRegisterTimeoutS);
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).attempt(), 1);
@@ -153,29 +154,29 @@ TEST_F(ExternalJobTest, NoDeadlineBeforeTheFirstJoinThenTheOthersMustRegisterInT
   for (int t = 5; t < kRegisterTimeoutS; t += 5) {  // rank 0 heartbeats while it waits for rank 1
     Advance(5);
     ASSERT_TRUE(Heartbeat(id, 1, 0, 0, token).ok());
-    manager_->Tick();
+    owners_->loop.Tick();
     ASSERT_EQ(State(id), v1::LAUNCHING) << "at " << t << " s: " << Reason(id);
   }
   Advance(6);
   ASSERT_TRUE(Heartbeat(id, 1, 0, 0, token).ok());
-  manager_->Tick();
+  owners_->loop.Tick();
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::RESTARTING);
   EXPECT_EQ(s.restarts(), 1);
   EXPECT_TRUE(Contains(s.reason(), "rank 1 did not register")) << s.reason();
 
   Advance(3);  // restart.backoff_s; no processes of ours to drain
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::LAUNCHING);
   EXPECT_EQ(Get(id).attempt(), 2);
   auto j2 = Join(id, 0, Get(id).join_token());
   ASSERT_TRUE(j2.ok()) << j2.status().ToString();
   EXPECT_EQ(j2->attempt(), 2);
-  EXPECT_EQ(manager_->CheckWorker(Worker(id, 1, 0), token).code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(owners_->gateway.CheckWorker(Worker(id, 1, 0), token).code(), StatusCode::kFailedPrecondition)
       << "the first attempt's token still works";
   for (int i = 0; i < 5; ++i) {
     Advance(kRegisterTimeoutS);
-    manager_->Tick();
+    owners_->loop.Tick();
   }
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
   EXPECT_EQ(Get(id).attempt(), 2);
@@ -184,19 +185,19 @@ TEST_F(ExternalJobTest, NoDeadlineBeforeTheFirstJoinThenTheOthersMustRegisterInT
 
 TEST_F(ExternalJobTest, RecoveryKeepsTheJoinTokenAndTheWait) {
   const std::string id = SubmitExternal();
-  manager_->Tick();
+  owners_->loop.Tick();
   const std::string join = Get(id).join_token();
-  manager_.reset();
+  owners_.reset();
 
   FakeLauncher second;
-  manager_ = NewManager(&second);
-  ASSERT_TRUE(manager_->Recover().ok());
+  owners_ = NewOwners(&second);
+  ASSERT_TRUE(owners_->recovery.Recover().ok());
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.join_token(), join);
   EXPECT_EQ(s.state(), v1::LAUNCHING);
   EXPECT_TRUE(second.adopts.empty()) << "an external job's workers were adopted by a launcher";
   Advance(10 * kRegisterTimeoutS);
-  manager_->Tick();
+  owners_->loop.Tick();
   EXPECT_EQ(State(id), v1::LAUNCHING) << Reason(id);
 
   auto j = Join(id, 0, join);
@@ -212,8 +213,8 @@ TEST_F(ExternalJobTest, RecoveryKeepsTheJoinTokenAndTheWait) {
 
 TEST_F(ExternalJobTest, FinishedJobRefusesJoins) {
   const std::string id = SubmitExternal();
-  manager_->Tick();
-  ASSERT_TRUE(manager_->Cancel(id, "").ok());
+  owners_->loop.Tick();
+  ASSERT_TRUE(owners_->submission.Cancel(id, "").ok());
   auto st = Join(id, 0, Get(id).join_token());
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kAborted);

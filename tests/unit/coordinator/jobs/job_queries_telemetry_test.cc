@@ -1,4 +1,4 @@
-// JobManager::Telemetry, what /metrics and the dashboard read: a heartbeat's
+// JobQueries::Telemetry (over the owners of job_owners_test_util.h), what /metrics and the dashboard read: a heartbeat's
 // step metrics move the last-step gauges, the token counter and the step-time
 // histogram; per-rank RSS and step time come from each rank's heartbeat; a
 // commit counts and is timed from its first report; an ended job drops out
@@ -7,15 +7,15 @@
 
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
-#include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/jobs/job_owners_test_util.h"
 
 namespace shardd::testing {
 namespace {
 
-class JobManagerTelemetryTest : public JobManagerTest {
+class JobQueriesTelemetryTest : public JobOwnersTest {
  protected:
   JobTelemetry Only(const std::string& id, int64_t grace_ms = -1) {
-    for (JobTelemetry& t : manager_->Telemetry(grace_ms))
+    for (JobTelemetry& t : owners_->queries.Telemetry(grace_ms))
       if (t.status.id() == id) return t;
     ADD_FAILURE() << id << " not exported";
     return {};
@@ -30,7 +30,7 @@ class JobManagerTelemetryTest : public JobManagerTest {
     req.set_rss_bytes(rss);
     req.set_step_seconds(step_s);
     for (auto& m : metrics) *req.add_metrics() = m;
-    return manager_->Heartbeat(req, TokenOf(id, attempt)).status();
+    return owners_->gateway.Heartbeat(req, TokenOf(id, attempt)).status();
   }
   Status ReportShard(const std::string& id, int rank, int64_t step) {
     const std::string dir = workdir_ + "/ckpt/tiny/" + shard::StepDirName(step);
@@ -54,7 +54,7 @@ class JobManagerTelemetryTest : public JobManagerTest {
     f->set_shard_rank(rank);
     f->set_size(100);
     f->set_xxh64(0x1000 + rank);
-    auto r = manager_->ReportCheckpoint(req, TokenOf(id, 1));
+    auto r = owners_->gateway.ReportCheckpoint(req, TokenOf(id, 1));
     if (!r.ok()) ADD_FAILURE() << r.status().ToString();
     return r.status();
   }
@@ -73,7 +73,7 @@ v1::StepMetric Step(int64_t step, double seconds, int64_t tokens) {
   return m;
 }
 
-TEST_F(JobManagerTelemetryTest, HeartbeatsFeedGaugesCountersAndTheStepHistogram) {
+TEST_F(JobQueriesTelemetryTest, HeartbeatsFeedGaugesCountersAndTheStepHistogram) {
   const std::string id = StartRunningJob();
   ASSERT_TRUE(Beat(id, 0, 3, 111 << 20, 0.3, {Step(1, 0.02, 20), Step(2, 0.3, 20), Step(3, 0.3, 10)}).ok());
   ASSERT_TRUE(Beat(id, 1, 3, 222 << 20, 0.31).ok());
@@ -100,7 +100,7 @@ TEST_F(JobManagerTelemetryTest, HeartbeatsFeedGaugesCountersAndTheStepHistogram)
   EXPECT_EQ(Get(id).progress().tokens_total(), 54);
 }
 
-TEST_F(JobManagerTelemetryTest, CommitsAreCountedAndTimedFromTheFirstReport) {
+TEST_F(JobQueriesTelemetryTest, CommitsAreCountedAndTimedFromTheFirstReport) {
   const std::string id = StartRunningJob();
   EXPECT_EQ(Only(id).checkpoints_committed, 0);
   ASSERT_TRUE(ReportShard(id, 0, 5).ok());
@@ -112,18 +112,18 @@ TEST_F(JobManagerTelemetryTest, CommitsAreCountedAndTimedFromTheFirstReport) {
   EXPECT_DOUBLE_EQ(t.checkpoint_commit_seconds.sum, 2.0);
 }
 
-TEST_F(JobManagerTelemetryTest, EndedJobsDropOutAfterTheGracePeriod) {
+TEST_F(JobQueriesTelemetryTest, EndedJobsDropOutAfterTheGracePeriod) {
   const std::string id = StartRunningJob();
-  ASSERT_TRUE(manager_->Cancel(id, "test").ok());
-  EXPECT_EQ(manager_->Telemetry(60'000).size(), 1u);
+  ASSERT_TRUE(owners_->submission.Cancel(id, "test").ok());
+  EXPECT_EQ(owners_->queries.Telemetry(60'000).size(), 1u);
   Advance(59);
-  EXPECT_EQ(manager_->Telemetry(60'000).size(), 1u);
+  EXPECT_EQ(owners_->queries.Telemetry(60'000).size(), 1u);
   Advance(2);
-  EXPECT_TRUE(manager_->Telemetry(60'000).empty());
-  EXPECT_EQ(manager_->Telemetry(-1).size(), 1u) << "a negative grace keeps them";
+  EXPECT_TRUE(owners_->queries.Telemetry(60'000).empty());
+  EXPECT_EQ(owners_->queries.Telemetry(-1).size(), 1u) << "a negative grace keeps them";
   const std::string queued = SubmitJob({}, "other");
   Advance(3600);
-  const auto left = manager_->Telemetry(60'000);
+  const auto left = owners_->queries.Telemetry(60'000);
   ASSERT_EQ(left.size(), 1u) << "active jobs never drop out";
   EXPECT_EQ(left[0].status.id(), queued);
 }
