@@ -109,7 +109,7 @@ TEST(MoeTrainTest, TinyMoeLearnsAtOneAndTwoRanks) {
 // layer) start from the same loss and learn; bf16 with checkpointing runs.
 // LoRA: all-linear (attention, every expert, the shared expert's
 // projections, its gate and the router, as PEFT's all-linear wraps them)
-// learns and its PEFT export names them; on attention alone it learns too.
+// learns and its PEFT export names them, QLoRA too; on attention alone it learns too.
 TEST(MoeTrainTest, Qwen2MoeWithItsSharedExpertLearnsAtOneAndTwoRanks) {
   const std::string dir = NewDir("moe_qwen2");
   const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
@@ -145,6 +145,16 @@ TEST(MoeTrainTest, Qwen2MoeWithItsSharedExpertLearnsAtOneAndTwoRanks) {
   for (const char* m : {"mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj",
                         "mlp.shared_expert_gate", "mlp.gate", "mlp.experts.7.down_proj"})
     EXPECT_TRUE(f->Find(std::string("base_model.model.model.layers.1.") + m + ".lora_B.weight")) << m;
+  // QLoRA: the experts and the shared expert NF4 under their adapters, the router and the shared gate not.
+  Status sq;
+  const std::vector<double> q = Train(
+      MoeJob(train, dir + "/q1", "peft: {method: qlora, r: 4, alpha: 8, target_modules: all-linear}\n"), 1, &sq,
+      {preset, "train.lr=1e-2"});
+  ASSERT_TRUE(sq.ok()) << sq.ToString();
+  ASSERT_EQ(q.size(), 12u);
+  std::printf("qwen2_moe QLoRA all-linear: %.4f -> %.4f\n", q.front(), q.back());
+  EXPECT_NEAR(q.front(), mlp.front(), 0.05 * mlp.front());
+  EXPECT_LT(q.back(), 0.9 * q.front());
   const std::vector<double> attn = Train(
       MoeJob(train, dir + "/a1", "peft: {method: lora, r: 4, alpha: 8, target_modules: [q_proj, v_proj]}\n"), 1, &sa,
       {preset, "train.lr=1e-2"});
