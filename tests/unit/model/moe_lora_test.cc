@@ -12,8 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "shard/ckpt/peft_adapter.h"
 #include "shard/ckpt/safetensors.h"
@@ -32,6 +35,7 @@ struct Case {
   std::vector<int> mlp_only;  // qwen3_moe: dense layers (their mlp.gate_proj gets a dense adapter)
   std::vector<std::string> names;  // peft.target_modules as the job file names them
   float aux_scale;
+  float z_scale = 0;  // the router z-loss's gradient scale (0: off)
 };
 
 std::vector<LoraTarget> Targets(const std::vector<std::string>& names) {
@@ -118,7 +122,7 @@ struct LoraRun {
 
 LoraRun RunModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const std::vector<std::vector<float>>& units,
              const LoraLayout& ll, const std::vector<std::vector<float>>& adapters, float scale, bool checkpointing,
-             float aux_scale, float grad_scale) {
+             float aux_scale, float grad_scale, float z_scale) {
   auto be = CreateBackend("cpu");
   ModelOptions mo;
   mo.max_batch = rb.B, mo.max_seq = rb.T, mo.activation_checkpointing = checkpointing;
@@ -138,6 +142,7 @@ LoraRun RunModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const st
   Status st = (*model)->SetLora(&bnd);
   EXPECT_TRUE(st.ok()) << st.ToString();
   (*model)->SetMoeAuxGradScale(aux_scale);
+  (*model)->SetMoeZLossGradScale(z_scale);
   CountingAccess access(params->get());
   DeviceBatch b{rb.B, rb.T, rb.tokens.data(), rb.targets.data(), rb.positions.data(), nullptr};
   auto loss = (*model)->ForwardBackward(b, access, grad_scale);
@@ -200,9 +205,9 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
     const double a = aux.Loss(c.moe.num_experts);
     if (ce_out) *ce_out = ce;
     if (aux_out) *aux_out = a;
-    return grad_scale * ce + k.aux_scale * a;
+    return grad_scale * ce + k.aux_scale * a + k.z_scale * aux.ZLoss();
   };
-  const LoraRun r = RunModel(c, rb, units, ll, adapters, s, false, k.aux_scale, grad_scale);
+  const LoraRun r = RunModel(c, rb, units, ll, adapters, s, false, k.aux_scale, grad_scale, k.z_scale);
   EXPECT_EQ(r.grad_requests, 0) << "the base (router and experts included) is frozen";
   double ref_ce = 0, ref_aux = 0;
   total(&ref_ce, &ref_aux);
@@ -248,7 +253,7 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
   }
   EXPECT_LT(merge_err, 1e-6) << k.name;
   // Activation checkpointing recomputes the same forward: identical gradients.
-  const LoraRun ck = RunModel(c, rb, units, ll, adapters, s, true, k.aux_scale, grad_scale);
+  const LoraRun ck = RunModel(c, rb, units, ll, adapters, s, true, k.aux_scale, grad_scale, k.z_scale);
   EXPECT_EQ(ck.loss, r.loss);
   for (int l = 0; l < ll.num_layers; ++l) EXPECT_EQ(ck.grads[l], r.grads[l]) << k.name << " layer " << l;
   std::printf("| %-30s | adapters %6lld | loss %.6f vs %.6f (rel %.1e) | %4d checked (%d experts, %d router, %d "
@@ -266,7 +271,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3_moe_experts_only", ModelFamily::kQwen3Moe, {}, {"up_proj", "down_proj"}, 0.0f},
                       Case{"mixtral_q_v_w1_w2_w3", ModelFamily::kMixtral, {}, {"q_proj", "v_proj", "w1", "w2", "w3"},
                            0.7f},
-                      Case{"qwen3_moe_router_q_up_aux", ModelFamily::kQwen3Moe, {1}, {"q_proj", "gate", "up_proj"}, 0.7f},
+                      Case{"qwen3_moe_router_q_up_aux_z", ModelFamily::kQwen3Moe, {1}, {"q_proj", "gate", "up_proj"}, 0.7f,
+                           0.3f},
                       Case{"mixtral_router_w2_aux", ModelFamily::kMixtral, {}, {"gate", "w2"}, 0.7f},
                       Case{"qwen2_moe_all_linear_dense_mid", ModelFamily::kQwen2Moe, {1}, {"all-linear"}, 0.7f},
                       Case{"qwen2_moe_mlp_names", ModelFamily::kQwen2Moe, {}, {"gate_proj", "up_proj", "down_proj"},
@@ -390,6 +396,53 @@ TEST(MoeLoraLayoutTest, AllLinearTakesTheRouterAndTheSharedExpertAsPeftDoes) {
   pc.target_modules = Targets({"shared_expert_gate"});
   EXPECT_FALSE(CheckLoraTargets(q3, pc).ok());
   EXPECT_TRUE(CheckLoraTargets(q2, pc).ok());
+}
+
+// An adapter folder whose adapter_config.json says target_modules
+// "all-linear" (as PEFT saves it when given the shorthand): read back as the
+// modules this model has. On qwen2_moe: 9 names, router and shared gate
+// included; on a dense model the export lists the 7 a Llama block has (no
+// 'gate', which PEFT would not find there).
+TEST(MoeLoraLayoutTest, AllLinearAdapterConfigReadsBack) {
+  PeftConfig pc;
+  pc.method = PeftMethod::kLora;
+  pc.r = 2;
+  pc.target_modules = Targets({"all-linear"});
+  pc.all_linear = true;
+  LlamaConfig dense = TinyMoe(Case{"", ModelFamily::kQwen3Moe, {}, {}, 0});
+  dense.family = ModelFamily::kLlama;
+  dense.moe = MoeShape{};
+  for (const LlamaConfig& c : {TinyMoe(Case{"", ModelFamily::kQwen2Moe, {1}, {}, 0}), dense}) {
+    const LoraLayout ll = LoraLayout::For(c, pc);
+    std::vector<std::vector<float>> layers(ll.num_layers, std::vector<float>(ll.layer_numel, 0.0f));
+    for (int l = 0; l < ll.num_layers; ++l)  // every adapter's A and B (a dense layer's buffer has a tail)
+      for (const LoraTensor& t : ll.LayerTensors(l))
+        for (int64_t i = t.a_offset; i < t.b_offset + t.out * ll.r; ++i) layers[l][i] = 0.25f + 0.01f * (i % 7);
+    const std::string dir = ::testing::TempDir() + "/moe_peft_all_linear_" + c.family_name();
+    ASSERT_TRUE(WritePeftAdapter(dir, pc, ll, "tiny", layers, DType::kF32).ok());
+    nlohmann::json cfg;
+    {
+      std::ifstream in(dir + "/adapter_config.json");
+      in >> cfg;
+    }
+    const auto written = cfg["target_modules"].get<std::vector<std::string>>();
+    EXPECT_EQ(written.size(), c.is_moe() ? 9u : 7u) << c.family_name();
+    EXPECT_EQ(std::count(written.begin(), written.end(), "gate"), c.is_moe() ? 1 : 0) << c.family_name();
+    cfg["target_modules"] = "all-linear";
+    std::ofstream(dir + "/adapter_config.json") << cfg.dump(2);
+    auto back_cfg = ReadPeftAdapterConfig(dir);
+    ASSERT_TRUE(back_cfg.ok()) << back_cfg.status().ToString();
+    EXPECT_TRUE(back_cfg->all_linear);
+    std::vector<std::vector<float>> back;
+    Status st = ReadPeftAdapter(dir, pc, ll, &back);
+    ASSERT_TRUE(st.ok()) << c.family_name() << ": " << st.ToString();
+    EXPECT_EQ(back, layers);
+    PeftConfig named = pc;  // the job names the modules explicitly: the same set reads back
+    named.all_linear = false;
+    named.target_modules = ll.targets;
+    EXPECT_TRUE(ReadPeftAdapter(dir, named, ll, &back).ok());
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace
