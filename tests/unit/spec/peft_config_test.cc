@@ -9,6 +9,7 @@
 
 #include "shard/spec/job_config.h"
 #include "shard/spec/lora_layout.h"
+#include "shard/spec/run_fingerprint.h"
 
 namespace shard {
 namespace {
@@ -84,6 +85,10 @@ TEST(PeftConfig, AllLinearAndOverrides) {
   ASSERT_TRUE(router.ok()) << router.status().ToString();
   EXPECT_EQ(router->peft.target_modules, (std::vector<LoraTarget>{LoraTarget::kGate, LoraTarget::kRouter}));
   EXPECT_FALSE(router->peft.all_linear);
+  // all-linear's fingerprint is the seven block names it had before the MoE
+  // names existed (dense LoRA runs resume their checkpoints); naming gate counts.
+  EXPECT_EQ(RunKeysOf(*job).at("peft.target_modules"), "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+  EXPECT_EQ(RunKeysOf(*router).at("peft.target_modules"), "gate_proj,gate");
   auto over = ParseJobConfig(Job("peft: {method: lora}\n"), "job.yaml", {"peft.r=4", "peft.alpha=16"});
   ASSERT_TRUE(over.ok()) << over.status().ToString();
   EXPECT_DOUBLE_EQ(over->peft.scale(), 4.0);
