@@ -153,7 +153,8 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
   s.n = n;
   Linear(backend_, md_, xn, w.mat(kRouter), n, d, E, logits_.data());
   LoraCall rc;
-  if (LoraCallFor(lora, layer, -1, LoraTarget::kRouter, &rc)) LoraForward(backend_, rc, xn, n, logits_.data(), *lora->scratch);
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kRouter, &rc))  // the router's adapter, before the softmax
+    LoraForward(backend_, rc, xn, n, logits_.data(), *lora->scratch);
   if (counting_ && z_scale_ != 0) CountZ(layer, n, real);
   const MoeRouting r = Routing(s, n);
   RETURN_IF_ERROR(backend_->MoeRoute(logits_.data(), r));
@@ -180,7 +181,8 @@ Status MoeMlp::SharedForward(const UnitWeights& w, Saved& s, const float* xn, fl
   LoraCall c;
   Linear(backend_, md_, xn, w.mat(SharedExpertTensor(E, kSharedGate)), n, d, 2 * fs, s.sgu.data());
   for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
-    if (LoraCallFor(lora, layer, -1, lt, &c, /*shared=*/true)) LoraForward(backend_, c, xn, n, s.sgu.data(), *lora->scratch);
+    if (LoraCallFor(lora, layer, -1, lt, &c, /*shared=*/true))
+      LoraForward(backend_, c, xn, n, s.sgu.data(), *lora->scratch);
   backend_->SwiGluForward(s.sgu.data(), n, static_cast<int>(fs), s.sh.data());
   Linear(backend_, md_, s.sh.data(), w.mat(SharedExpertTensor(E, kSharedDown)), n, fs, d, s.sy.data());
   if (LoraCallFor(lora, layer, -1, LoraTarget::kDown, &c, /*shared=*/true))

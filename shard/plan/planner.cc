@@ -1,9 +1,9 @@
 #include "shard/plan/planner.h"
 
 #include "shard/plan/adapter_memory.h"
-#include "shard/spec/lora_layout.h"
 #include "shard/plan/memory_tier_cost.h"
 #include "shard/spec/context_parallel.h"
+#include "shard/spec/lora_layout.h"
 #include "shard/spec/precision.h"
 #include "shard/common/format_number.h"
 

@@ -38,8 +38,7 @@ void Place(LoraLayout& l, LoraTensor x, int64_t* off, std::vector<LoraTensor>* i
 // A sparse layer's adapters after its experts': the shared expert's
 // projections (qwen2_moe, named like the experts'), the router, the shared
 // expert's gate.
-void PlaceMoeTensors(const LlamaConfig& c, const PeftConfig& peft, bool any_sparse, LoraLayout* l,
-                                 int64_t* off) {
+void PlaceMoeTensors(const LlamaConfig& c, const PeftConfig& peft, bool any_sparse, LoraLayout* l, int64_t* off) {
   if (!any_sparse) return;
   const int E = c.moe.num_experts;
   const int64_t d = c.hidden_size, fs = c.moe.shared_expert_intermediate_size;
@@ -142,8 +141,9 @@ Status CheckLoraTargets(const LlamaConfig& c, const PeftConfig& peft) {
       return InvalidArgument(std::string("peft.target_modules: 'gate' is the mixture-of-experts router (mlp.gate), "
                                          "and this ") + c.family_name() + " model has none (PEFT matches nothing)");
     if (t == LoraTarget::kSharedExpertGate && !(sparse && c.moe.has_shared_expert()))
-      return InvalidArgument(std::string("peft.target_modules: 'shared_expert_gate' is qwen2_moe's shared expert's "
-                                         "gate, and this ") + c.family_name() + " model has none (PEFT matches nothing)");
+      return InvalidArgument(std::string("peft.target_modules: 'shared_expert_gate' is qwen2_moe's shared "
+                                         "expert's gate, and this ") +
+                             c.family_name() + " model has none (PEFT matches nothing)");
   }
   return OkStatus();
 }

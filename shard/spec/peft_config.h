@@ -37,7 +37,8 @@ inline constexpr int kNumLoraTargets = 9;
 inline constexpr EnumName<LoraTarget> kLoraTargetNames[] = {
     {LoraTarget::kQ, "q_proj"},       {LoraTarget::kK, "k_proj"},   {LoraTarget::kV, "v_proj"},
     {LoraTarget::kO, "o_proj"},       {LoraTarget::kGate, "gate_proj"}, {LoraTarget::kUp, "up_proj"},
-    {LoraTarget::kDown, "down_proj"}, {LoraTarget::kRouter, "gate"}, {LoraTarget::kSharedExpertGate, "shared_expert_gate"}};
+    {LoraTarget::kDown, "down_proj"}, {LoraTarget::kRouter, "gate"},
+    {LoraTarget::kSharedExpertGate, "shared_expert_gate"}};
 inline const char* LoraTargetName(LoraTarget t) { return EnumToName(kLoraTargetNames, t); }
 // "self_attn" or "mlp": the HF submodule holding the target.
 const char* LoraTargetModule(LoraTarget t);
