@@ -39,8 +39,8 @@ Status WritePeftAdapter(const std::string& dir, const PeftConfig& peft, const Lo
   cfg["init_lora_weights"] = peft.init == LoraInit::kGaussian ? nlohmann::json("gaussian") : nlohmann::json(true);
   cfg["modules_to_save"] = nullptr;
   cfg["base_model_name_or_path"] = base_model;
-  std::vector<std::string> targets;
-  for (LoraTarget t : peft.target_modules) targets.push_back(PeftTargetName(layout, t));
+  std::vector<std::string> targets;  // the ones the model has (all-linear on a dense model: no router)
+  for (LoraTarget t : layout.targets) targets.push_back(PeftTargetName(layout, t));
   cfg["target_modules"] = targets;
   RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / kPeftConfigFile).string(), cfg.dump(2) + "\n"));
 
@@ -127,6 +127,7 @@ struct AdapterJson {
   std::string path;
   nlohmann::json cfg;
   std::vector<std::string> targets;  // sorted
+  bool all_linear = false;           // target_modules "all-linear"
 };
 
 StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
@@ -177,6 +178,7 @@ StatusOr<AdapterJson> LoadAdapterJson(const std::string& dir) {
       return InvalidArgument(a.path + ": target_modules '" + tm.get<std::string>() +
                              "' is a pattern; only a list of names or \"all-linear\" is read");
     for (const auto& e : kLoraTargetNames) a.targets.push_back(e.name);
+    a.all_linear = true;
   } else if (tm.is_array()) {
     for (const auto& x : tm) {
       if (!x.is_string()) return InvalidArgument(a.path + ": target_modules holds a non-string");
@@ -215,6 +217,7 @@ StatusOr<PeftConfig> ReadPeftAdapterConfig(const std::string& dir) {
   auto t = ParseLoraTargets(a.targets);
   if (!t.ok()) return InvalidArgument(a.path + ": target_modules: " + t.status().message());
   p.target_modules = *t;
+  p.all_linear = a.all_linear;
   Status st = p.Validate();
   if (!st.ok()) return InvalidArgument(a.path + ": " + st.message());
   return p;
@@ -228,10 +231,16 @@ Status ReadPeftAdapter(const std::string& dir, const PeftConfig& peft, const Lor
     return InvalidArgument(cfg_path + ": r is " + std::to_string(a.cfg["r"].get<int64_t>()) +
                            " but the job's peft.r is " + std::to_string(peft.r));
   std::vector<std::string> ours;
-  for (LoraTarget t : peft.target_modules) ours.push_back(PeftTargetName(layout, t));
+  for (LoraTarget t : layout.targets) ours.push_back(PeftTargetName(layout, t));
   std::sort(ours.begin(), ours.end());
   auto theirs_targets = ParseLoraTargets(a.targets);  // by module, whatever the family's spelling
-  if (!theirs_targets.ok() || *theirs_targets != peft.target_modules)
+  if (theirs_targets.ok() && a.all_linear) {  // all-linear: the modules this model has
+    std::vector<LoraTarget> kept;
+    for (LoraTarget t : *theirs_targets)
+      if (std::find(layout.targets.begin(), layout.targets.end(), t) != layout.targets.end()) kept.push_back(t);
+    *theirs_targets = kept;
+  }
+  if (!theirs_targets.ok() || *theirs_targets != layout.targets)
     return InvalidArgument(cfg_path + ": target_modules [" + Names(a.targets) + "] but the job's peft.target_modules is [" +
                            Names(ours) + "]");
   // The scale s = alpha/r (alpha/sqrt(r) with rsLoRA) is part of what the

@@ -20,12 +20,8 @@ Status LlamaModel::SetLora(const LoraBinding* lora) {
     return InvalidArgument("model: LoRA binding has " + std::to_string(l.num_layers) + " layers (" +
                            std::to_string(lora->params.size()) + " buffers), the model " +
                            std::to_string(config_.num_layers));
-  if (l.r < 1 || (l.tensors.empty() && l.experts.empty()))
+  if (l.r < 1 || (l.tensors.empty() && l.experts.empty() && l.moe_tensors.empty()))
     return InvalidArgument("model: LoRA binding without adapters");
-  if (config_.moe.has_shared_expert() && !l.experts.empty())
-    return Unimplemented(std::string("model: LoRA on ") + config_.family_name() +
-                         "'s MLP projections is not supported yet (PEFT's suffix match would adapt the shared "
-                         "expert too, which is not built): target the attention only (q_proj, k_proj, v_proj, o_proj)");
   for (const LoraTensor& t : l.tensors) {
     int64_t in = 0, out = 0;
     LoraTargetDims(config_, t.target, &in, &out);
@@ -67,7 +63,7 @@ bool LlamaModel::LoraCallFor(int layer, LoraTarget target, LoraCall* c) const {
 }
 
 bool LlamaModel::MoeLoraFor(int layer, MoeLora* m) {
-  if (!lora_ || lora_->layout.experts.empty()) return false;
+  if (!lora_ || (lora_->layout.experts.empty() && lora_->layout.moe_tensors.empty())) return false;
   *m = MoeLora{&lora_->layout, lora_->params[layer], lora_->grads[layer], lora_->scale,
                training_ ? lora_->dropout : 0.0f, lora_->dropout_seed, &lora_scratch_};
   return true;

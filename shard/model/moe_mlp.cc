@@ -107,9 +107,9 @@ MoeRouting MoeMlp::Routing(Saved& s, int64_t n) const {
   return r;
 }
 
-bool MoeMlp::LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const {
+bool MoeMlp::LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c, bool shared) const {
   if (!lora) return false;
-  const LoraTensor* t = lora->layout->Expert(e, target);
+  const LoraTensor* t = e >= 0 ? lora->layout->Expert(e, target) : lora->layout->Moe(target, shared);
   if (!t) return false;
   c->tensor = t;
   c->r = lora->layout->r;
@@ -117,7 +117,7 @@ bool MoeMlp::LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget targe
   c->adapter_grad = lora->adapter_grad;
   c->scale = lora->scale;
   c->dropout = lora->dropout;
-  c->seed = LoraDropoutSeed(lora->dropout_seed, layer, target, e);
+  c->seed = LoraDropoutSeed(lora->dropout_seed, layer, target, shared ? config_.moe.num_experts : e);
   c->compute = md_;
   c->saved_t = nullptr;  // recomputed in the backward
   return true;
@@ -152,6 +152,9 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
   const int64_t d = config_.hidden_size, nk = n * k;
   s.n = n;
   Linear(backend_, md_, xn, w.mat(kRouter), n, d, E, logits_.data());
+  LoraCall rc;
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kRouter, &rc))  // the router's adapter, before the softmax
+    LoraForward(backend_, rc, xn, n, logits_.data(), *lora->scratch);
   if (counting_ && z_scale_ != 0) CountZ(layer, n, real);
   const MoeRouting r = Routing(s, n);
   RETURN_IF_ERROR(backend_->MoeRoute(logits_.data(), r));
@@ -166,18 +169,27 @@ Status MoeMlp::Forward(const UnitWeights& w, int set, int layer, const float* xn
   RETURN_IF_ERROR(backend_->MoePermute(xn, r.perm, nk, k, d, xp_.data()));
   ExpertsForward(w, s, xp_.data(), layer, lora);
   RETURN_IF_ERROR(backend_->MoeUnpermute(s.y.data(), r.perm, r.weight, nk, k, d, out));
-  return config_.moe.has_shared_expert() ? SharedForward(w, s, xn, out) : OkStatus();
+  return config_.moe.has_shared_expert() ? SharedForward(w, s, xn, out, layer, lora) : OkStatus();
 }
 
 // transformers' Qwen2MoeSparseMoeBlock: out += sigmoid(xn · Wsgᵀ) ⊙ down(SwiGLU(xn · [Wg; Wu]ᵀ)),
 // the gate in the compute dtype (as its Linear computes it there).
-Status MoeMlp::SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out) {
+Status MoeMlp::SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out, int layer,
+                             const MoeLora* lora) {
   const int E = config_.moe.num_experts;
   const int64_t n = s.n, d = config_.hidden_size, fs = config_.moe.shared_expert_intermediate_size;
+  LoraCall c;
   Linear(backend_, md_, xn, w.mat(SharedExpertTensor(E, kSharedGate)), n, d, 2 * fs, s.sgu.data());
+  for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+    if (LoraCallFor(lora, layer, -1, lt, &c, /*shared=*/true))
+      LoraForward(backend_, c, xn, n, s.sgu.data(), *lora->scratch);
   backend_->SwiGluForward(s.sgu.data(), n, static_cast<int>(fs), s.sh.data());
   Linear(backend_, md_, s.sh.data(), w.mat(SharedExpertTensor(E, kSharedDown)), n, fs, d, s.sy.data());
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kDown, &c, /*shared=*/true))
+    LoraForward(backend_, c, s.sh.data(), n, s.sy.data(), *lora->scratch);
   Linear(backend_, md_, xn, w.mat(SharedExpertTensor(E, kSharedExpertGate)), n, d, 1, sgate_grad_.data());
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kSharedExpertGate, &c))
+    LoraForward(backend_, c, xn, n, sgate_grad_.data(), *lora->scratch);
   host_gate_.resize(n);
   backend_->CopyToHost(host_gate_.data(), sgate_grad_.data(), n * sizeof(float));
   for (float& v : host_gate_) v = 1.0f / (1.0f + std::exp(-v));
@@ -193,7 +205,7 @@ Status MoeMlp::SharedForward(const UnitWeights& w, Saved& s, const float* xn, fl
 // dg[t] = <dout[t], sy[t]>, ds = dg · g(1 − g); dsy = g · dout through the
 // shared SwiGLU; the input gradients of both linears are added into dxn.
 Status MoeMlp::SharedBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xn, const float* dout,
-                              float* dxn) {
+                              float* dxn, int layer, const MoeLora* lora) {
   const int E = config_.moe.num_experts;
   const int64_t n = s.n, d = config_.hidden_size, fs = config_.moe.shared_expert_intermediate_size;
   const auto& t = w.spec().tensors;
@@ -209,11 +221,19 @@ Status MoeMlp::SharedBackward(const UnitWeights& w, float* dw, const Saved& s, c
   backend_->CopyToDevice(sgate_grad_.data(), host_gate_.data(), n * sizeof(float));
   LinearBackward(backend_, md_, xn, w.mat(sgate), sgate_grad_.data(), n, d, 1, dxn,
                  dw ? dw + t[sgate].offset : nullptr, /*dx_beta=*/1.0f);
+  LoraCall c;
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kSharedExpertGate, &c))
+    LoraBackward(backend_, c, xn, sgate_grad_.data(), n, dxn, *lora->scratch);
   LinearBackward(backend_, md_, s.sh.data(), w.mat(sd), dsy_.data(), n, fs, d, dsh_.data(),
                  dw ? dw + t[sd].offset : nullptr);
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kDown, &c, /*shared=*/true))
+    LoraBackward(backend_, c, s.sh.data(), dsy_.data(), n, dsh_.data(), *lora->scratch);
   backend_->SwiGluBackward(dsh_.data(), s.sgu.data(), n, static_cast<int>(fs), dsgu_.data());
   LinearBackward(backend_, md_, xn, w.mat(sg), dsgu_.data(), n, d, 2 * fs, dxn, dw ? dw + t[sg].offset : nullptr,
                  /*dx_beta=*/1.0f);
+  for (LoraTarget lt : {LoraTarget::kGate, LoraTarget::kUp})
+    if (LoraCallFor(lora, layer, -1, lt, &c, /*shared=*/true))
+      LoraBackward(backend_, c, xn, dsgu_.data(), n, dxn, *lora->scratch);
   return OkStatus();
 }
 
@@ -294,7 +314,10 @@ Status MoeMlp::Backward(const UnitWeights& w, float* dw, int set, int layer, con
   if (z_scale_ != 0 && !z_lse_[layer].empty()) AddZGrad(s, layer, n, logits_.data());
   LinearBackward(backend_, md_, xn, w.mat(kRouter), logits_.data(), n, d, E, dxn,
                  dw ? dw + w.spec().tensors[kRouter].offset : nullptr, /*dx_beta=*/1.0f);
-  return config_.moe.has_shared_expert() ? SharedBackward(w, dw, s, xn, dout, dxn) : OkStatus();
+  LoraCall rc;  // the router's adapter: dA, dB and dxn from the same logits' gradient
+  if (LoraCallFor(lora, layer, -1, LoraTarget::kRouter, &rc))
+    LoraBackward(backend_, rc, xn, logits_.data(), n, dxn, *lora->scratch);
+  return config_.moe.has_shared_expert() ? SharedBackward(w, dw, s, xn, dout, dxn, layer, lora) : OkStatus();
 }
 
 void MoeMlp::ResetStepStats() {

@@ -39,6 +39,11 @@ namespace shard {
 // adapter runs over j's contiguous rows, x_j·A_jᵀ·B_jᵀ added into the same
 // output columns as its base GEMM (gate, up into the fused [m, 2fe]; down
 // into [m, d]). The saved t is recomputed in the backward (no extra memory).
+// LoraLayout::moe_tensors likewise: the router's adapter adds into the router
+// logits [n, E] before the softmax (its gradient is the logits' gradient the
+// backward already forms: the combine weights, the aux loss, the z-loss);
+// qwen2_moe's shared expert's into its fused [n, 2fs] and [n, d] outputs, its
+// gate's into the [n, 1] logit before the sigmoid.
 struct MoeLora {
   const LoraLayout* layout = nullptr;
   const float* adapter = nullptr;  // the layer's buffer
@@ -126,13 +131,14 @@ class MoeMlp {
   void ExpertsForward(const UnitWeights& w, const Saved& s, const float* xp, int layer, const MoeLora* lora);
   void ExpertsBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xp, int layer,
                        const MoeLora* lora);
-  // Expert e's adapter on `target` as a LoraCall (false: none).
-  bool LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c) const;
+  // Expert e's adapter on `target` as a LoraCall (false: none); e = -1: the
+  // layer's moe_tensors adapter (the router, or the shared expert's when shared).
+  bool LoraCallFor(const MoeLora* lora, int layer, int e, LoraTarget target, LoraCall* c, bool shared = false) const;
   Status Count(const MoeRouting& r, int layer, int64_t n, const uint8_t* real);
   // qwen2_moe's shared expert: out += g ⊙ SwiGLU(xn); the backward adds into dxn.
-  Status SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out);
+  Status SharedForward(const UnitWeights& w, Saved& s, const float* xn, float* out, int layer, const MoeLora* lora);
   Status SharedBackward(const UnitWeights& w, float* dw, const Saved& s, const float* xn, const float* dout,
-                        float* dxn);
+                        float* dxn, int layer, const MoeLora* lora);
   // aux_scale_ * d(aux)/d(probs) of `layer`'s n rows (zero on padding).
   std::vector<float> AuxProbGrad(int64_t n) const;
   // The z-loss's statistics of `layer` from logits_ (real rows), and its

@@ -3,6 +3,7 @@
 #include "shard/plan/adapter_memory.h"
 #include "shard/plan/memory_tier_cost.h"
 #include "shard/spec/context_parallel.h"
+#include "shard/spec/lora_layout.h"
 #include "shard/spec/precision.h"
 #include "shard/common/format_number.h"
 
@@ -52,7 +53,9 @@ void MapPeft(const JobConfig& job, JobWorkload* out) {
   Workload& w = out->workload;
   w.method = p.method == PeftMethod::kQlora ? Method::kQlora : Method::kLora;
   w.lora_rank = p.r;
-  w.lora_targets = p.target_modules;
+  // The targets the model has (all-linear: the router on a sparse model,
+  // qwen2_moe's shared_expert_gate; neither on a dense one), as the trainer's layout.
+  w.lora_targets = LoraLayout::For(w.model, p).targets;
   w.lora_dropout = p.dropout;
   if (w.method == Method::kQlora) w.qlora_bits = Nf4Bits(p.block_size, p.double_quant);
   if (w.offload.optimizer)
@@ -143,6 +146,7 @@ StatusOr<JobWorkload> WorkloadFromJob(const JobConfig& job, const ClusterSpec& c
   w.checkpoint_keep_last = job.checkpoint.every_steps > 0 ? job.checkpoint.keep_last : 0;
   w.memory_tier_keep_last = job.checkpoint.memory.enabled() ? job.checkpoint.memory.keep_last : 0;
   w.memory_tier_replicas = job.checkpoint.memory.replicas;
+  RETURN_IF_ERROR(CheckLoraTargets(out.workload.model, job.peft));
   MapPeft(job, &out);
   MapPreference(job, &out);
 

@@ -58,10 +58,6 @@ StatusOr<std::vector<LoraTarget>> ParseLoraTargets(const std::vector<std::string
     if (!t.ok() && n == "w1") t = LoraTarget::kGate;
     if (!t.ok() && n == "w3") t = LoraTarget::kUp;
     if (!t.ok() && n == "w2") t = LoraTarget::kDown;
-    if (!t.ok() && n == "gate")  // mlp.gate / block_sparse_moe.gate: the mixture-of-experts router
-      return Unimplemented("'gate' is the mixture-of-experts router: adapters on the router are not built yet (it "
-                           "stays frozen under peft:); name the experts' projections (gate_proj, up_proj, "
-                           "down_proj; mixtral: w1, w3, w2) or the attention's");
     if (!t.ok())
       return InvalidArgument("'" + n + "' names nothing in the model (a Llama block has: " +
                              EnumChoices(kLoraTargetNames) + "; mixtral's experts: w1, w3, w2; or \"all-linear\")");
@@ -95,6 +91,7 @@ Status MapPeftSection(YamlMap& root, PeftConfig* p) {
     auto t = ParseLoraTargets(names);
     if (!t.ok()) return InvalidArgument(m.Where("target_modules") + ": " + t.status().message());
     p->target_modules = *t;
+    p->all_linear = names.size() == 1 && names[0] == "all-linear";
   }
   RETURN_IF_ERROR(m.Get("use_rslora", &p->use_rslora));
   RETURN_IF_ERROR(GetEnum(m, "init", kLoraInitNames, &p->init));

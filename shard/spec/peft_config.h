@@ -26,12 +26,19 @@ inline const char* PeftMethodName(PeftMethod m) {
 
 // The linear layers of a Llama block an adapter may wrap, by their HF module
 // names (peft.target_modules). Storage order of a layer's adapters.
-enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr int kNumLoraTargets = 7;
+// Mixture of experts: kRouter is PEFT's "gate" (the router mlp.gate /
+// block_sparse_moe.gate, [E, d]; the suffix match does not reach gate_proj or
+// shared_expert_gate), kSharedExpertGate qwen2_moe's mlp.shared_expert_gate
+// ([1, d]). A model without the module has no adapter for it ("all-linear"
+// lists every name; LoraLayout keeps those the model has, as PEFT's all-linear
+// collects the model's nn.Linear names, the output layer excluded).
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown, kRouter, kSharedExpertGate };
+inline constexpr int kNumLoraTargets = 9;
 inline constexpr EnumName<LoraTarget> kLoraTargetNames[] = {
     {LoraTarget::kQ, "q_proj"},       {LoraTarget::kK, "k_proj"},   {LoraTarget::kV, "v_proj"},
     {LoraTarget::kO, "o_proj"},       {LoraTarget::kGate, "gate_proj"}, {LoraTarget::kUp, "up_proj"},
-    {LoraTarget::kDown, "down_proj"}};
+    {LoraTarget::kDown, "down_proj"}, {LoraTarget::kRouter, "gate"},
+    {LoraTarget::kSharedExpertGate, "shared_expert_gate"}};
 inline const char* LoraTargetName(LoraTarget t) { return EnumToName(kLoraTargetNames, t); }
 // "self_attn" or "mlp": the HF submodule holding the target.
 const char* LoraTargetModule(LoraTarget t);
@@ -52,6 +59,9 @@ struct PeftConfig {
   // takes a list of names or "all-linear" (every linear of every block; the
   // LM head is never adapted). PEFT's default for Llama: q_proj, v_proj.
   std::vector<LoraTarget> target_modules = {LoraTarget::kQ, LoraTarget::kV};
+  // target_modules came from "all-linear": the names the model lacks (the
+  // router on a dense model) are dropped rather than refused.
+  bool all_linear = false;
   bool use_rslora = false;  // scale alpha/sqrt(r) instead of alpha/r
   LoraInit init = LoraInit::kKaimingUniform;
   std::string from_adapter;  // a PEFT adapter folder to start from ("" = fresh adapters)

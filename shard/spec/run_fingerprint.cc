@@ -45,7 +45,14 @@ RunKeys RunKeysOf(const JobConfig& job) {
   if (job.peft.enabled()) {
     const PeftConfig& p = job.peft;
     std::string targets;
-    for (LoraTarget t : p.target_modules) targets += (targets.empty() ? "" : ",") + std::string(LoraTargetName(t));
+    for (LoraTarget t : p.target_modules) {
+      // all-linear's MoE names (the router, qwen2_moe's shared gate) are left
+      // out, so a dense model's all-linear runs keep the fingerprint they had
+      // before those names existed; a MoE model's adapter shapes are checked
+      // at resume (LoadLoraCheckpoint).
+      if (p.all_linear && (t == LoraTarget::kRouter || t == LoraTarget::kSharedExpertGate)) continue;
+      targets += (targets.empty() ? "" : ",") + std::string(LoraTargetName(t));
+    }
     k["peft.method"] = PeftMethodName(p.method);
     k["peft.r"] = std::to_string(p.r);
     k["peft.alpha"] = Num(p.alpha);

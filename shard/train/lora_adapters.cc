@@ -5,6 +5,7 @@ namespace shard {
 StatusOr<std::unique_ptr<LoraAdapters>> LoraAdapters::Create(Backend* backend, const LlamaConfig& config,
                                                              const PeftConfig& peft, uint64_t seed) {
   RETURN_IF_ERROR(peft.Validate());
+  RETURN_IF_ERROR(CheckLoraTargets(config, peft));
   std::unique_ptr<LoraAdapters> a(new LoraAdapters(backend));
   LoraBinding& b = a->binding_;
   b.layout = LoraLayout::For(config, peft);

@@ -133,7 +133,7 @@ void LogLora(const TrainableParts& p, const LoraAdapters& lora) {
   LOG_INFO("{}: r {} alpha {} scale {:.4g}{}, {} target module(s), {:.3f}M trainable parameters ({:.3f}% of "
            "{:.2f}M), base frozen",
            peft.method == PeftMethod::kQlora ? "QLoRA" : "LoRA", peft.r, peft.alpha, peft.scale(),
-           peft.use_rslora ? " (rsLoRA)" : "", peft.target_modules.size(), lora.numel() / 1e6,
+           peft.use_rslora ? " (rsLoRA)" : "", lora.layout().targets.size(), lora.numel() / 1e6,
            100.0 * lora.numel() / config.NumParams(), config.NumParams() / 1e6);
 }
 

@@ -1,7 +1,9 @@
-// LoRA on mixture-of-experts models (qwen3_moe, mixtral): adapters on the
-// attention and on every expert's gate/up/down (mixtral: w1/w3/w2), the
-// router frozen. The float model's loss and adapter gradients (aux loss
-// included) against the independent double-precision reference
+// LoRA on mixture-of-experts models (qwen3_moe, mixtral, qwen2_moe): adapters
+// on the attention, on every expert's gate/up/down (mixtral: w1/w3/w2), on
+// the router when `gate` is named (all-linear names it, as PEFT's does), and
+// on qwen2_moe's shared expert (its gate_proj/up_proj/down_proj by the same
+// names as the experts') and shared_expert_gate. The float model's loss and
+// adapter gradients (aux loss included) against the independent double-precision reference
 // (reference_llama.h) run on merged weights W + s·B·A, where the test finds
 // each base weight from the adapter's PEFT name (so the names are checked
 // too), by central finite differences; PEFT export names and round trip.
@@ -10,8 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "shard/ckpt/peft_adapter.h"
 #include "shard/ckpt/safetensors.h"
@@ -28,9 +33,16 @@ struct Case {
   const char* name;
   ModelFamily family;
   std::vector<int> mlp_only;  // qwen3_moe: dense layers (their mlp.gate_proj gets a dense adapter)
-  std::vector<LoraTarget> targets;
+  std::vector<std::string> names;  // peft.target_modules as the job file names them
   float aux_scale;
+  float z_scale = 0;  // the router z-loss's gradient scale (0: off)
 };
+
+std::vector<LoraTarget> Targets(const std::vector<std::string>& names) {
+  auto t = ParseLoraTargets(names);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : std::vector<LoraTarget>{};
+}
 
 void PrintTo(const Case& k, std::ostream* os) { *os << k.name; }
 
@@ -44,6 +56,7 @@ LlamaConfig TinyMoe(const Case& k) {
   c.moe.norm_topk_prob = true;
   c.moe.mlp_only_layers = k.mlp_only;
   if (k.family == ModelFamily::kMixtral) c.moe.expert_intermediate_size = c.intermediate_size;
+  if (k.family == ModelFamily::kQwen2Moe) c.moe.shared_expert_intermediate_size = 10, c.moe.norm_topk_prob = false;
   return c;
 }
 
@@ -109,7 +122,7 @@ struct LoraRun {
 
 LoraRun RunModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const std::vector<std::vector<float>>& units,
              const LoraLayout& ll, const std::vector<std::vector<float>>& adapters, float scale, bool checkpointing,
-             float aux_scale, float grad_scale) {
+             float aux_scale, float grad_scale, float z_scale) {
   auto be = CreateBackend("cpu");
   ModelOptions mo;
   mo.max_batch = rb.B, mo.max_seq = rb.T, mo.activation_checkpointing = checkpointing;
@@ -129,6 +142,7 @@ LoraRun RunModel(const LlamaConfig& c, const testing_ref::RefBatch& rb, const st
   Status st = (*model)->SetLora(&bnd);
   EXPECT_TRUE(st.ok()) << st.ToString();
   (*model)->SetMoeAuxGradScale(aux_scale);
+  (*model)->SetMoeZLossGradScale(z_scale);
   CountingAccess access(params->get());
   DeviceBatch b{rb.B, rb.T, rb.tokens.data(), rb.targets.data(), rb.positions.data(), nullptr};
   auto loss = (*model)->ForwardBackward(b, access, grad_scale);
@@ -160,9 +174,15 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
   pc.method = PeftMethod::kLora;
   pc.r = 2;
   pc.alpha = 3;
-  pc.target_modules = k.targets;
+  pc.target_modules = Targets(k.names);
+  pc.all_linear = k.names == std::vector<std::string>{"all-linear"};
+  ASSERT_FALSE(pc.target_modules.empty());
+  ASSERT_TRUE(CheckLoraTargets(c, pc).ok());
   const LoraLayout ll = LoraLayout::For(c, pc);
   ASSERT_FALSE(ll.experts.empty());
+  const bool router = pc.targets(LoraTarget::kRouter);
+  const bool shared = c.moe.has_shared_expert() && (pc.targets(LoraTarget::kGate) || pc.targets(LoraTarget::kUp) ||
+                                                    pc.targets(LoraTarget::kDown));
   std::mt19937 rng(3);
   std::normal_distribution<float> g(0.0f, 0.3f);
   std::vector<std::vector<float>> adapters(ll.num_layers, std::vector<float>(ll.layer_numel));
@@ -185,9 +205,9 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
     const double a = aux.Loss(c.moe.num_experts);
     if (ce_out) *ce_out = ce;
     if (aux_out) *aux_out = a;
-    return grad_scale * ce + k.aux_scale * a;
+    return grad_scale * ce + k.aux_scale * a + k.z_scale * aux.ZLoss();
   };
-  const LoraRun r = RunModel(c, rb, units, ll, adapters, s, false, k.aux_scale, grad_scale);
+  const LoraRun r = RunModel(c, rb, units, ll, adapters, s, false, k.aux_scale, grad_scale, k.z_scale);
   EXPECT_EQ(r.grad_requests, 0) << "the base (router and experts included) is frozen";
   double ref_ce = 0, ref_aux = 0;
   total(&ref_ce, &ref_aux);
@@ -196,7 +216,7 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
 
   // Two entries of A and of B of every adapter (each expert's, each layer's).
   double max_err = 0;
-  int checked = 0, expert_checked = 0;
+  int checked = 0, expert_checked = 0, router_checked = 0, shared_checked = 0;
   for (int l = 0; l < ll.num_layers; ++l)
     for (const LoraTensor& t : ll.LayerTensors(l))
       for (bool is_b : {false, true})
@@ -216,8 +236,12 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
                                << " vs " << fd;
           ++checked;
           if (t.expert >= 0) ++expert_checked;
+          if (t.target == LoraTarget::kRouter) ++router_checked;
+          if (t.shared || t.target == LoraTarget::kSharedExpertGate) ++shared_checked;
         }
   EXPECT_GT(expert_checked, 0);
+  EXPECT_EQ(router_checked > 0, router) << "the router's adapter, when named";
+  EXPECT_EQ(shared_checked > 0, shared) << "the shared expert's adapters (qwen2_moe, MLP names)";
   // The merged export (MergeLoraLayer: W += s·B·A, experts included) is the reference's merge.
   const testing_ref::Units merged = Merged(pl, base, ll, lora, s);
   double merge_err = 0;
@@ -229,11 +253,13 @@ TEST_P(MoeLoraParityTest, AdapterGradientsMatchTheMergedReference) {
   }
   EXPECT_LT(merge_err, 1e-6) << k.name;
   // Activation checkpointing recomputes the same forward: identical gradients.
-  const LoraRun ck = RunModel(c, rb, units, ll, adapters, s, true, k.aux_scale, grad_scale);
+  const LoraRun ck = RunModel(c, rb, units, ll, adapters, s, true, k.aux_scale, grad_scale, k.z_scale);
   EXPECT_EQ(ck.loss, r.loss);
   for (int l = 0; l < ll.num_layers; ++l) EXPECT_EQ(ck.grads[l], r.grads[l]) << k.name << " layer " << l;
-  std::printf("| %-26s | adapters %6lld | loss %.6f vs %.6f | %4d checked (%d on experts) | max rel err %.1e |\n",
-              k.name, static_cast<long long>(ll.total_numel()), r.loss, ref_ce, checked, expert_checked, max_err);
+  std::printf("| %-30s | adapters %6lld | loss %.6f vs %.6f (rel %.1e) | %4d checked (%d experts, %d router, %d "
+              "shared) | max rel err %.1e |\n",
+              k.name, static_cast<long long>(ll.total_numel()), r.loss, ref_ce, std::abs(r.loss - ref_ce) / ref_ce,
+              checked, expert_checked, router_checked, shared_checked, max_err);
 }
 
 const std::vector<LoraTarget> kAll = {LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,   LoraTarget::kO,
@@ -241,14 +267,20 @@ const std::vector<LoraTarget> kAll = {LoraTarget::kQ,    LoraTarget::kK,  LoraTa
 
 INSTANTIATE_TEST_SUITE_P(
     MoeLora, MoeLoraParityTest,
-    ::testing::Values(Case{"qwen3_moe_all_linear_dense_mid", ModelFamily::kQwen3Moe, {1}, kAll, 0.7f},
-                      Case{"qwen3_moe_experts_only", ModelFamily::kQwen3Moe, {}, {LoraTarget::kUp, LoraTarget::kDown}, 0.0f},
-                      Case{"mixtral_q_v_w1_w2_w3", ModelFamily::kMixtral, {},
-                           {LoraTarget::kQ, LoraTarget::kV, LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown}, 0.7f}),
+    ::testing::Values(Case{"qwen3_moe_all_linear_dense_mid", ModelFamily::kQwen3Moe, {1}, {"all-linear"}, 0.7f},
+                      Case{"qwen3_moe_experts_only", ModelFamily::kQwen3Moe, {}, {"up_proj", "down_proj"}, 0.0f},
+                      Case{"mixtral_q_v_w1_w2_w3", ModelFamily::kMixtral, {}, {"q_proj", "v_proj", "w1", "w2", "w3"},
+                           0.7f},
+                      Case{"qwen3_moe_router_q_up_aux_z", ModelFamily::kQwen3Moe, {1}, {"q_proj", "gate", "up_proj"},
+                           0.7f, 0.3f},
+                      Case{"mixtral_router_w2_aux", ModelFamily::kMixtral, {}, {"gate", "w2"}, 0.7f},
+                      Case{"qwen2_moe_all_linear_dense_mid", ModelFamily::kQwen2Moe, {1}, {"all-linear"}, 0.7f},
+                      Case{"qwen2_moe_mlp_names", ModelFamily::kQwen2Moe, {}, {"gate_proj", "up_proj", "down_proj"},
+                           0.0f}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(MoeLoraLayoutTest, SparseLayersHoldEveryExpertsAdapters) {
-  Case k{"", ModelFamily::kQwen3Moe, {1}, kAll, 0};
+  Case k{"", ModelFamily::kQwen3Moe, {1}, {}, 0};
   const LlamaConfig c = TinyMoe(k);  // layers 0 and 2 sparse, 1 dense
   PeftConfig pc;
   pc.method = PeftMethod::kLora;
@@ -267,17 +299,19 @@ TEST(MoeLoraLayoutTest, SparseLayersHoldEveryExpertsAdapters) {
             "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight");
 }
 
-// PEFT export: every layer's attention and experts' adapters under PEFT's
-// names (mixtral: block_sparse_moe.experts.{j}.w1/w3/w2, target_modules w1 w3
-// w2), no router adapter, and ReadPeftAdapter reads the folder back exactly.
+// PEFT export: every layer's attention, experts', router's and (qwen2_moe)
+// shared expert's adapters under PEFT's names (mixtral:
+// block_sparse_moe.experts.{j}.w1/w3/w2 and block_sparse_moe.gate,
+// target_modules w1 w3 w2 gate; qwen2_moe: mlp.shared_expert.{gate,up,down}_proj
+// beside the experts'), and ReadPeftAdapter reads the folder back exactly.
 TEST(MoeLoraLayoutTest, PeftExportNamesAndRoundTrip) {
-  for (ModelFamily fam : {ModelFamily::kQwen3Moe, ModelFamily::kMixtral}) {
-    Case k{"", fam, {}, kAll, 0};
+  for (ModelFamily fam : {ModelFamily::kQwen3Moe, ModelFamily::kMixtral, ModelFamily::kQwen2Moe}) {
+    Case k{"", fam, {}, {}, 0};
     const LlamaConfig c = TinyMoe(k);
     PeftConfig pc;
     pc.method = PeftMethod::kLora;
     pc.r = 2;
-    pc.target_modules = {LoraTarget::kQ, LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown};
+    pc.target_modules = Targets({"q_proj", "gate_proj", "up_proj", "down_proj", "gate"});
     const LoraLayout ll = LoraLayout::For(c, pc);
     std::vector<std::vector<float>> layers(ll.num_layers, std::vector<float>(ll.layer_numel));
     for (int l = 0; l < ll.num_layers; ++l)
@@ -288,17 +322,24 @@ TEST(MoeLoraLayoutTest, PeftExportNamesAndRoundTrip) {
     ASSERT_TRUE(f.ok());
     std::set<std::string> names;
     for (const TensorInfo& t : f->tensors()) names.insert(t.name);
-    const bool mx = fam == ModelFamily::kMixtral;
-    EXPECT_EQ(names.size(), static_cast<size_t>(3 * 2 * (1 + 4 * 3)));
+    const bool mx = fam == ModelFamily::kMixtral, q2 = fam == ModelFamily::kQwen2Moe;
+    EXPECT_EQ(names.size(), static_cast<size_t>(3 * 2 * (1 + 4 * 3 + 1 + (q2 ? 3 : 0)))) << c.family_name();
     const std::string e = mx ? "base_model.model.model.layers.2.block_sparse_moe.experts.3."
                              : "base_model.model.model.layers.2.mlp.experts.3.";
     for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
       const std::string proj = !mx ? p : p[0] == 'g' ? "w1" : p[0] == 'u' ? "w3" : "w2";
       EXPECT_TRUE(names.count(e + proj + ".lora_A.weight")) << e + proj;
       EXPECT_TRUE(names.count(e + proj + ".lora_B.weight")) << e + proj;
+      const std::string sh = "base_model.model.model.layers.1.mlp.shared_expert." + std::string(p);
+      EXPECT_EQ(names.count(sh + ".lora_B.weight"), q2 ? 1u : 0u) << sh;
     }
     EXPECT_TRUE(names.count("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
-    for (const std::string& n : names) EXPECT_EQ(n.find(".gate."), std::string::npos) << n << ": the router is frozen";
+    const std::string router = std::string("base_model.model.model.layers.2.") +
+                               (mx ? "block_sparse_moe.gate" : "mlp.gate");
+    EXPECT_TRUE(names.count(router + ".lora_A.weight")) << router;
+    EXPECT_TRUE(names.count(router + ".lora_B.weight")) << router;
+    EXPECT_EQ(f->Find(router + ".lora_B.weight")->shape, (std::vector<int64_t>{4, 2}));
+    EXPECT_EQ(names.count("base_model.model.model.layers.2.mlp.shared_expert_gate.lora_A.weight"), 0u);
     auto cfg = ReadPeftAdapterConfig(dir);
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     EXPECT_EQ(cfg->target_modules, pc.target_modules);
@@ -306,6 +347,100 @@ TEST(MoeLoraLayoutTest, PeftExportNamesAndRoundTrip) {
     Status st = ReadPeftAdapter(dir, pc, ll, &back);
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(back, layers);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// all-linear as PEFT resolves it (every nn.Linear but the output layer): on
+// a sparse model the router too, on qwen2_moe the shared expert and its gate;
+// on a dense model neither (PEFT finds no such module). Named explicitly on a
+// model without them, 'gate' / 'shared_expert_gate' are refused with one line.
+TEST(MoeLoraLayoutTest, AllLinearTakesTheRouterAndTheSharedExpertAsPeftDoes) {
+  PeftConfig pc;
+  pc.method = PeftMethod::kLora;
+  pc.r = 2;
+  pc.target_modules = Targets({"all-linear"});
+  pc.all_linear = true;
+  const LlamaConfig q2 = TinyMoe(Case{"", ModelFamily::kQwen2Moe, {1}, {}, 0});
+  const LoraLayout l2 = LoraLayout::For(q2, pc);
+  EXPECT_EQ(l2.targets.size(), 9u);
+  const std::vector<LoraTensor> sparse = l2.LayerTensors(0);
+  EXPECT_EQ(sparse.size(), 4u + 4u * 3u + 3u + 2u);  // attention, experts, shared gate/up/down, router, shared gate
+  ASSERT_NE(l2.Moe(LoraTarget::kRouter), nullptr);
+  EXPECT_EQ(l2.Moe(LoraTarget::kRouter)->out, 4);
+  ASSERT_NE(l2.Moe(LoraTarget::kUp, /*shared=*/true), nullptr);
+  EXPECT_EQ(l2.Moe(LoraTarget::kUp, true)->fused_col, 10);
+  EXPECT_EQ(PeftTensorName(l2, 0, *l2.Moe(LoraTarget::kSharedExpertGate), true),
+            "base_model.model.model.layers.0.mlp.shared_expert_gate.lora_B.weight");
+  EXPECT_EQ(PeftTensorName(l2, 2, *l2.Moe(LoraTarget::kDown, true), false),
+            "base_model.model.model.layers.2.mlp.shared_expert.down_proj.lora_A.weight");
+  EXPECT_EQ(l2.LayerTensors(1).size(), 7u);  // the dense layer: attention and its MLP
+  const LlamaConfig q3 = TinyMoe(Case{"", ModelFamily::kQwen3Moe, {}, {}, 0});
+  const LoraLayout l3 = LoraLayout::For(q3, pc);
+  EXPECT_EQ(l3.targets.size(), 8u);  // no shared_expert_gate
+  EXPECT_EQ(l3.LayerTensors(0).size(), 4u + 4u * 3u + 1u);
+  LlamaConfig dense = q3;
+  dense.family = ModelFamily::kLlama;
+  dense.moe = MoeShape{};
+  ASSERT_TRUE(dense.Validate().ok());
+  const LoraLayout ld = LoraLayout::For(dense, pc);
+  EXPECT_EQ(ld.targets.size(), 7u);
+  EXPECT_TRUE(ld.moe_tensors.empty());
+  EXPECT_TRUE(CheckLoraTargets(dense, pc).ok());
+  pc.all_linear = false;
+  pc.target_modules = Targets({"q_proj", "gate"});
+  const Status st = CheckLoraTargets(dense, pc);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'gate' is the mixture-of-experts router"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(CheckLoraTargets(q3, pc).ok());
+  pc.target_modules = Targets({"shared_expert_gate"});
+  EXPECT_FALSE(CheckLoraTargets(q3, pc).ok());
+  EXPECT_TRUE(CheckLoraTargets(q2, pc).ok());
+}
+
+// An adapter folder whose adapter_config.json says target_modules
+// "all-linear" (as PEFT saves it when given the shorthand): read back as the
+// modules this model has. On qwen2_moe: 9 names, router and shared gate
+// included; on a dense model the export lists the 7 a Llama block has (no
+// 'gate', which PEFT would not find there).
+TEST(MoeLoraLayoutTest, AllLinearAdapterConfigReadsBack) {
+  PeftConfig pc;
+  pc.method = PeftMethod::kLora;
+  pc.r = 2;
+  pc.target_modules = Targets({"all-linear"});
+  pc.all_linear = true;
+  LlamaConfig dense = TinyMoe(Case{"", ModelFamily::kQwen3Moe, {}, {}, 0});
+  dense.family = ModelFamily::kLlama;
+  dense.moe = MoeShape{};
+  for (const LlamaConfig& c : {TinyMoe(Case{"", ModelFamily::kQwen2Moe, {1}, {}, 0}), dense}) {
+    const LoraLayout ll = LoraLayout::For(c, pc);
+    std::vector<std::vector<float>> layers(ll.num_layers, std::vector<float>(ll.layer_numel, 0.0f));
+    for (int l = 0; l < ll.num_layers; ++l)  // every adapter's A and B (a dense layer's buffer has a tail)
+      for (const LoraTensor& t : ll.LayerTensors(l))
+        for (int64_t i = t.a_offset; i < t.b_offset + t.out * ll.r; ++i) layers[l][i] = 0.25f + 0.01f * (i % 7);
+    const std::string dir = ::testing::TempDir() + "/moe_peft_all_linear_" + c.family_name();
+    ASSERT_TRUE(WritePeftAdapter(dir, pc, ll, "tiny", layers, DType::kF32).ok());
+    nlohmann::json cfg;
+    {
+      std::ifstream in(dir + "/adapter_config.json");
+      in >> cfg;
+    }
+    const auto written = cfg["target_modules"].get<std::vector<std::string>>();
+    EXPECT_EQ(written.size(), c.is_moe() ? 9u : 7u) << c.family_name();
+    EXPECT_EQ(std::count(written.begin(), written.end(), "gate"), c.is_moe() ? 1 : 0) << c.family_name();
+    cfg["target_modules"] = "all-linear";
+    std::ofstream(dir + "/adapter_config.json") << cfg.dump(2);
+    auto back_cfg = ReadPeftAdapterConfig(dir);
+    ASSERT_TRUE(back_cfg.ok()) << back_cfg.status().ToString();
+    EXPECT_TRUE(back_cfg->all_linear);
+    std::vector<std::vector<float>> back;
+    Status st = ReadPeftAdapter(dir, pc, ll, &back);
+    ASSERT_TRUE(st.ok()) << c.family_name() << ": " << st.ToString();
+    EXPECT_EQ(back, layers);
+    PeftConfig named = pc;  // the job names the modules explicitly: the same set reads back
+    named.all_linear = false;
+    named.target_modules = ll.targets;
+    EXPECT_TRUE(ReadPeftAdapter(dir, named, ll, &back).ok());
     std::filesystem::remove_all(dir);
   }
 }

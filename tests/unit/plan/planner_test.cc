@@ -189,6 +189,7 @@ TEST(PlannerTest, EveryShippedJobFilePlansOnSomeCluster) {
       {"qwen3-30b-a3b-sft-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
       {"qwen3-30b-a3b-lora-8xa100-80gb.yaml", "8xA100-80GB-SXM"},
       {"mixtral-8x7b-qlora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
+      {"qwen1.5-moe-a2.7b-lora-2xa100-80gb.yaml", "2xA100-80GB-SXM"},
   };
   // The from_hf recipes name a downloaded folder the repository does not ship:
   // they are planned with the preset of the same published shape.

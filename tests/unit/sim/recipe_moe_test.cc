@@ -115,13 +115,14 @@ TEST(MoePlan, Bf16PlanMatchesSimulation) {
   EXPECT_LT(std::abs(sim->device_drift()), 0.05) << FormatSimulationText(*sim) << plan::FormatPlanText(*planned);
 }
 
-// The recipes configs/jobs/qwen3-30b-a3b-lora-8xa100-80gb.yaml and
-// mixtral-8x7b-qlora-2xa100-80gb.yaml: adapters on the attention and every
-// expert's projections (all-linear, r 8, bf16):
-// the trainable count is the layout's (48 layers x (128 experts x 3 + 4
-// attention) adapters for Qwen3-30B-A3B), the frozen experts are gathered
-// (NF4 under QLoRA), and the real LoRA trainer on the simulator peaks within
-// 5% of the plan.
+// The recipes configs/jobs/qwen3-30b-a3b-lora-8xa100-80gb.yaml,
+// mixtral-8x7b-qlora-2xa100-80gb.yaml and qwen1.5-moe-a2.7b-lora-2xa100-80gb.yaml:
+// adapters on everything PEFT's all-linear wraps (r 8, bf16): the attention,
+// every expert's projections, the router, and qwen2_moe's shared expert and
+// its gate. The trainable count is the layout's (48 layers x (128 experts x
+// 3 + 4 attention + the router) adapters for Qwen3-30B-A3B), the frozen
+// experts are gathered (NF4 under QLoRA), and the real LoRA trainer on the
+// simulator peaks within 5% of the plan.
 TEST(MoePlan, PeftOnExpertsPlansAndSimulates) {
   struct Item {
     const char* model;
@@ -130,10 +131,18 @@ TEST(MoePlan, PeftOnExpertsPlansAndSimulates) {
     int64_t trainable;
   };
   // r 8: qwen3-30b-a3b per layer 128·(2·8·(2048+768) + 8·(768+2048)) + attention
-  // 8·(2048+4096) + 2·8·(2048+512) + 8·(4096+2048); mixtral 8 experts of 14336.
-  const int64_t q_layer = 128 * 3 * 8 * (2048 + 768) + 8 * (2048 + 4096) + 2 * 8 * (2048 + 512) + 8 * (4096 + 2048);
-  const int64_t m_layer = 8 * 3 * 8 * (4096 + 14336) + 8 * (4096 + 4096) + 2 * 8 * (4096 + 1024) + 8 * (4096 + 4096);
-  for (const Item& it : {Item{"qwen3-30b-a3b", "lora", 8, 48 * q_layer}, Item{"mixtral-8x7b", "qlora", 2, 32 * m_layer}}) {
+  // 8·(2048+4096) + 2·8·(2048+512) + 8·(4096+2048) + the router 8·(2048+128);
+  // mixtral 8 experts of 14336 and its router 8·(4096+8); qwen1.5-moe-a2.7b 60
+  // experts of 1408, attention 4·8·(2048+2048), the shared expert of 5632, its
+  // gate 8·(2048+1) and the router 8·(2048+60).
+  const int64_t q_layer = 128 * 3 * 8 * (2048 + 768) + 8 * (2048 + 4096) + 2 * 8 * (2048 + 512) + 8 * (4096 + 2048) +
+                          8 * (2048 + 128);
+  const int64_t m_layer = 8 * 3 * 8 * (4096 + 14336) + 8 * (4096 + 4096) + 2 * 8 * (4096 + 1024) + 8 * (4096 + 4096) +
+                          8 * (4096 + 8);
+  const int64_t q2_layer = 60 * 3 * 8 * (2048 + 1408) + 4 * 8 * (2048 + 2048) + 3 * 8 * (2048 + 5632) +
+                           8 * (2048 + 1) + 8 * (2048 + 60);
+  for (const Item& it : {Item{"qwen3-30b-a3b", "lora", 8, 48 * q_layer}, Item{"mixtral-8x7b", "qlora", 2, 32 * m_layer},
+                         Item{"qwen1.5-moe-a2.7b", "lora", 2, 24 * q2_layer}}) {
     SCOPED_TRACE(std::string(it.model) + " " + it.method);
     const std::string file = std::string(it.model) + "-" + it.method + "-" + std::to_string(it.world) + "xa100-80gb.yaml";
     auto job = LoadJobConfig(Root() + "/configs/jobs/" + file);

@@ -9,6 +9,7 @@
 
 #include "shard/spec/job_config.h"
 #include "shard/spec/lora_layout.h"
+#include "shard/spec/run_fingerprint.h"
 
 namespace shard {
 namespace {
@@ -76,7 +77,18 @@ TEST(PeftConfig, EveryKeyMaps) {
 TEST(PeftConfig, AllLinearAndOverrides) {
   auto job = ParseJobConfig(Job("peft: {method: lora, target_modules: all-linear}\n"), "job.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  EXPECT_EQ(job->peft.target_modules.size(), 7u);
+  // Every name shardd adapts, the MoE router (gate) and qwen2_moe's shared_expert_gate
+  // included; LoraLayout keeps those the model has, as PEFT's all-linear does.
+  EXPECT_EQ(job->peft.target_modules.size(), 9u);
+  EXPECT_TRUE(job->peft.all_linear);
+  auto router = ParseJobConfig(Job("peft: {method: lora, target_modules: [gate, gate_proj]}\n"), "job.yaml");
+  ASSERT_TRUE(router.ok()) << router.status().ToString();
+  EXPECT_EQ(router->peft.target_modules, (std::vector<LoraTarget>{LoraTarget::kGate, LoraTarget::kRouter}));
+  EXPECT_FALSE(router->peft.all_linear);
+  // all-linear's fingerprint is the seven block names it had before the MoE
+  // names existed (dense LoRA runs resume their checkpoints); naming gate counts.
+  EXPECT_EQ(RunKeysOf(*job).at("peft.target_modules"), "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+  EXPECT_EQ(RunKeysOf(*router).at("peft.target_modules"), "gate_proj,gate");
   auto over = ParseJobConfig(Job("peft: {method: lora}\n"), "job.yaml", {"peft.r=4", "peft.alpha=16"});
   ASSERT_TRUE(over.ok()) << over.status().ToString();
   EXPECT_DOUBLE_EQ(over->peft.scale(), 4.0);
@@ -90,8 +102,6 @@ TEST(PeftConfig, BadValuesNameTheKey) {
   ExpectRefused("peft: {method: lora, dropout: 1.0}\n", {"job.yaml", "peft.dropout"});
   ExpectRefused("peft: {method: lora, target_modules: [q_proj, c_attn]}\n",
                 {"job.yaml: peft.target_modules", "'c_attn' names nothing in the model", "down_proj"});
-  ExpectRefused("peft: {method: lora, target_modules: [gate_proj, gate]}\n",
-                {"peft.target_modules", "'gate' is the mixture-of-experts router", "not built yet"});
   ExpectRefused("peft: {method: lora, target_modules: []}\n", {"peft.target_modules"});
   ExpectRefused("peft: {method: lora, target_modules: [q_proj, q_proj]}\n", {"peft.target_modules", "twice"});
   ExpectRefused("peft: {method: lora, init: pissa}\n", {"peft.init", "kaiming_uniform, gaussian"});

@@ -107,8 +107,9 @@ TEST(MoeTrainTest, TinyMoeLearnsAtOneAndTwoRanks) {
 // expert of 192 behind its sigmoid gate) through the trainer: 1 and 2 ranks
 // (full_shard: the shared expert gathered and reduce-scattered with its
 // layer) start from the same loss and learn; bf16 with checkpointing runs.
-// LoRA on the MLP names is refused with one line (PEFT's suffix match would
-// adapt the shared expert too, which is not built); on attention it learns.
+// LoRA: all-linear (attention, every expert, the shared expert's
+// projections, its gate and the router, as PEFT's all-linear wraps them)
+// learns and its PEFT export names them, QLoRA too; on attention alone it learns too.
 TEST(MoeTrainTest, Qwen2MoeWithItsSharedExpertLearnsAtOneAndTwoRanks) {
   const std::string dir = NewDir("moe_qwen2");
   const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
@@ -131,11 +132,29 @@ TEST(MoeTrainTest, Qwen2MoeWithItsSharedExpertLearnsAtOneAndTwoRanks) {
   EXPECT_NEAR(bf.front(), one.front(), 0.02 * one.front());
   EXPECT_LT(bf.back(), 0.7 * bf.front());
   Status sl, sa;
-  const std::vector<double> mlp =
-      Train(MoeJob(train, dir + "/l1", "peft: {method: lora, r: 4, alpha: 8, target_modules: all-linear}\n"), 1, &sl,
-            {preset});
-  ASSERT_FALSE(sl.ok());
-  EXPECT_NE(sl.message().find("shared expert"), std::string::npos) << sl.ToString();
+  const std::vector<double> mlp = Train(MoeJob(train, dir + "/l1",
+                                               "peft: {method: lora, r: 4, alpha: 8, target_modules: all-linear}\n"
+                                               "export: {hf_dir: " + dir + "/peft}\n"),
+                                        1, &sl, {preset, "train.lr=1e-2"});
+  ASSERT_TRUE(sl.ok()) << sl.ToString();
+  ASSERT_EQ(mlp.size(), 12u);
+  std::printf("qwen2_moe LoRA all-linear: %.4f -> %.4f\n", mlp.front(), mlp.back());
+  EXPECT_LT(mlp.back(), 0.9 * mlp.front());
+  auto f = SafetensorsFile::Open(dir + "/peft/adapter_model.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  for (const char* m : {"mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj",
+                        "mlp.shared_expert_gate", "mlp.gate", "mlp.experts.7.down_proj"})
+    EXPECT_TRUE(f->Find(std::string("base_model.model.model.layers.1.") + m + ".lora_B.weight")) << m;
+  // QLoRA: the experts and the shared expert NF4 under their adapters, the router and the shared gate not.
+  Status sq;
+  const std::vector<double> q = Train(
+      MoeJob(train, dir + "/q1", "peft: {method: qlora, r: 4, alpha: 8, target_modules: all-linear}\n"), 1, &sq,
+      {preset, "train.lr=1e-2"});
+  ASSERT_TRUE(sq.ok()) << sq.ToString();
+  ASSERT_EQ(q.size(), 12u);
+  std::printf("qwen2_moe QLoRA all-linear: %.4f -> %.4f\n", q.front(), q.back());
+  EXPECT_NEAR(q.front(), mlp.front(), 0.05 * mlp.front());
+  EXPECT_LT(q.back(), 0.9 * q.front());
   const std::vector<double> attn = Train(
       MoeJob(train, dir + "/a1", "peft: {method: lora, r: 4, alpha: 8, target_modules: [q_proj, v_proj]}\n"), 1, &sa,
       {preset, "train.lr=1e-2"});
@@ -306,8 +325,44 @@ TEST(MoeTrainTest, WhatIsNotBuiltIsRefusedWithOneLine) {
   EXPECT_TRUE(wl.ok()) << wl.status().ToString();
 }
 
-// LoRA on MoE through the trainer: adapters on the attention and on every
-// expert's gate/up/down (all-linear), the router and the experts frozen.
+// The router's adapter alone beside q_proj (target_modules [gate, q_proj]) on
+// tiny-qwen3-moe with the aux loss and the z-loss on: the loss falls, and the
+// router's lora_B, zero at the start, has moved (its gradient is the router
+// logits' gradient: the combine weights, the aux loss, the z-loss). Named on
+// a dense model, 'gate' is refused with one line.
+TEST(MoeTrainTest, RouterAdapterLearnsWhenNamed) {
+  const std::string dir = NewDir("moe_router_lora");
+  const std::string train = WriteReversalJsonl(dir + "/train.jsonl", 64);
+  Status s;
+  const std::vector<double> l = Train(MoeJob(train, dir + "/r1",
+                                             "peft: {method: lora, r: 4, alpha: 8, target_modules: [gate, q_proj]}\n"
+                                             "export: {hf_dir: " + dir + "/peft}\n"),
+                                      1, &s, {"train.lr=1e-2", "train.steps=20", "moe.z_loss_coef=0.001"});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(l.size(), 20u);
+  std::printf("router + q_proj LoRA: %.4f -> %.4f\n", l.front(), l.back());
+  EXPECT_LT(l.back(), 0.95 * l.front());
+  auto f = SafetensorsFile::Open(dir + "/peft/adapter_model.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->tensors().size(), static_cast<size_t>(4 * 2 * 2));
+  for (int layer = 0; layer < 4; ++layer) {
+    const std::string b = "base_model.model.model.layers." + std::to_string(layer) + ".mlp.gate.lora_B.weight";
+    ASSERT_TRUE(f->Find(b)) << b;
+    std::vector<float> v(static_cast<size_t>(8 * 4));
+    ASSERT_TRUE(f->ReadF32(b, {8, 4}, v.data()).ok()) << b;
+    double norm = 0;
+    for (float x : v) norm += static_cast<double>(x) * x;
+    EXPECT_GT(norm, 0.0) << b << ": the router's adapter did not train";
+  }
+  Status sd;
+  Train(MoeJob(train, dir + "/d1", "peft: {method: lora, target_modules: [gate]}\n"), 1, &sd,
+        {"model.preset=tiny", "moe.aux_loss_coef=0"});
+  EXPECT_FALSE(sd.ok());
+  EXPECT_NE(sd.message().find("'gate' is the mixture-of-experts router"), std::string::npos) << sd.ToString();
+}
+
+// LoRA on MoE through the trainer: adapters on the attention, on every
+// expert's gate/up/down and on the router (all-linear, as PEFT's), the base frozen.
 // 1 and 2 ranks (full_shard: each rank gathers the frozen experts) start from
 // the same loss and follow the same curve; the loss falls (on the preset's
 // random base the adapters learn the byte statistics: 6.29 -> 5.30 in 40 steps). QLoRA (the experts
@@ -342,8 +397,9 @@ TEST(MoeTrainTest, LoraAndQloraOnExpertsLearnAtOneAndTwoRanks) {
   // under PEFT's names (tiny-qwen3-moe: 4 sparse layers, 8 experts).
   auto f = SafetensorsFile::Open(dir + "/peft/adapter_model.safetensors");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->tensors().size(), static_cast<size_t>(4 * 2 * (4 + 8 * 3)));
+  EXPECT_EQ(f->tensors().size(), static_cast<size_t>(4 * 2 * (4 + 8 * 3 + 1)));
   ASSERT_TRUE(f->Find("base_model.model.model.layers.3.mlp.experts.7.down_proj.lora_B.weight"));
+  ASSERT_TRUE(f->Find("base_model.model.model.layers.3.mlp.gate.lora_B.weight"));
   // Adapter dropout on the experts runs too (its masks regenerate in the backward).
   Status sd;
   std::vector<std::string> dsets = sets;
