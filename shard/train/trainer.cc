@@ -23,7 +23,7 @@
 #include "shard/spec/optim_config.h"
 #include "shard/train/base_weights_hash.h"
 #include "shard/train/model_converter.h"
-#include "shard/train/resume_choice.h"
+#include "shard/ckpt/resume_choice.h"
 #include "shard/train/data_sources.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
@@ -82,12 +82,7 @@ std::string Trainer::ResumeMemoryDir() const {
   if (memory_dir_.empty() || (dist_.tiers.memory_per_host && ResumeSpec() == "auto")) return "";
   // Never resume from a memory folder that is not the user's own (a link,
   // another user's, writable by others: owned_dir.h).
-  auto own = OpenMemoryTierDir(memory_dir_, dist_.tiers.memory_per_host ? 2 : 1, /*create=*/false);
-  if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
-    LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
-    return "";
-  }
-  return memory_dir_;
+  return MemoryDirToResumeFrom(memory_dir_, dist_.tiers.memory_per_host ? 2 : 1);
 }
 
 Status Trainer::ChooseResume() {
@@ -96,8 +91,14 @@ Status Trainer::ChooseResume() {
   // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
   // base is always loaded, so it never takes a full step here.
   if (job_.peft.enabled()) return OkStatus();
-  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(ResumeSpec(), CheckpointJobDir(job_), run_keys_,
-                                             ResumeMemoryDir()));
+  // The attempt's plan names the step (or none): verified, never replaced
+  // by another. Nothing handed (a library user, a test: the job file's
+  // auto): chosen here by the same ChooseResumeStep the coordinator calls.
+  if (ResumeSpec() == "auto") {
+    ASSIGN_OR_RETURN(resume_, ChooseResumeStep("auto", CheckpointJobDir(job_), run_keys_, ResumeMemoryDir()));
+  } else {
+    ASSIGN_OR_RETURN(resume_, VerifyHandedStep(ResumeSpec(), run_keys_, ResumeMemoryDir(), dist_.tiers.this_run_only));
+  }
   if (dist_.rank == 0)
     for (const std::string& e : resume_.events) LOG_WARN("resume: {}", e);
   return OkStatus();
