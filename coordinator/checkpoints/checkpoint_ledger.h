@@ -78,7 +78,9 @@ class CheckpointLedger {
   // older memory steps newer than disk_step as fallbacks, then resume_from).
   // Returns the number of fallbacks, or -1 when no such memory step is held.
   int PlanMemoryResume(int64_t disk_step);
-  // The attempt's resume plan, as every worker is handed it. memory_dir and
+  // The attempt's resume plan, as every worker is handed it: resume_from the
+  // step chosen or "none" (scratch); "" only when this coordinator chose
+  // nothing for the attempt (it adopted it after a restart). memory_dir and
   // per_host are the job's tier (MemoryTierDirOf / MemoryTierPerHost),
   // ended_dirs the folders a per-host worker removes.
   shard::ResumePlan Plan(const std::string& memory_dir, bool per_host,
@@ -118,6 +120,11 @@ class CheckpointLedger {
   int memory_keep_last_ = 0;
   std::string resume_from_;
   bool this_run_only_ = false;
+  // BeginAttempt ran in this coordinator. A restarted coordinator adopting an
+  // attempt begun by the previous one (a rank still to register) did not
+  // choose: its plan leaves checkpoint.resume to the job file, which the
+  // trainer resolves with the same chooser.
+  bool chosen_ = false;
   std::string memory_dir_;
   bool memory_tier_removed_ = false;
   // The per-host memory tier: its newest committed step (Manifest JSON with

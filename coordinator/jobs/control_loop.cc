@@ -315,9 +315,12 @@ ResumeDecision ControlLoop::ChooseResume(const LaunchPlan& plan) const {
     d.resume = plan.fallback_resume;
     return d;
   }
-  // The first attempt, or a restart that found no good step of this run:
-  // checkpoint.resume as the job file says it (auto, none or a step folder).
+  // A restart that found no good step of this run starts from step 0 (its
+  // resume_from_scratch event says why), unless the job file names a step.
   const bool by_auto = plan.fallback_resume == "auto";
+  if (plan.find_latest && (by_auto || plan.fallback_resume == "none")) return d;
+  // The first attempt: checkpoint.resume as the job file says it (auto, none
+  // or a step folder).
   auto choice = shard::ChooseResumeStep(plan.fallback_resume, plan.checkpoint_dir, plan.run_keys,
                                         shard::MemoryDirToResumeFrom(plan.memory_dir, 1));
   if (!choice.ok()) {
@@ -326,8 +329,7 @@ ResumeDecision ControlLoop::ChooseResume(const LaunchPlan& plan) const {
   }
   d.resume = choice->step_dir;
   d.this_run_only = by_auto && !choice->step_dir.empty();
-  // A restart said its fallbacks already (the same steps, scanned above).
-  if (!plan.find_latest) d.skipped = std::move(choice->events);
+  d.skipped = std::move(choice->events);  // a step folder's: none
   return d;
 }
 

@@ -100,8 +100,9 @@ class ControlLoop {
   void SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::vector<std::string>& skipped,
                           int64_t found_step);
   // The attempt's resume, chosen once for every worker (issue 40 item 2): a
-  // restart's newest good step of this run, else checkpoint.resume through
-  // shard::ChooseResumeStep, the chooser a standalone worker calls too.
+  // restart's newest good step of this run (none found: from step 0, or the
+  // step folder the job file names); a first attempt's checkpoint.resume
+  // through shard::ChooseResumeStep, the chooser a standalone worker calls too.
   // Reads and hashes checkpoint files: never under the lock.
   ResumeDecision ChooseResume(const LaunchPlan& plan) const;
   // An elastic attempt's size through the planner (off the lock); a refusal
