@@ -37,7 +37,7 @@ CheckpointTiers TiersFromPlan(const ResumePlan& plan, const std::string& host_di
   tiers.this_run_only = assembled.empty() && plan.this_run_only;  // an assembled step: this job's own commit
   tiers.memory = !plan.memory_dir.empty();
   tiers.memory_dir = host_dir.empty() ? plan.memory_dir : host_dir;
-  tiers.memory_per_host = !host_dir.empty();
+  tiers.memory_depth = host_dir.empty() ? 1 : 2;
   return tiers;
 }
 

@@ -68,11 +68,15 @@ struct CheckpointTiers {
   // coordinator gave it no folder).
   bool memory = true;
   // The memory tier's job folder ("" = the job's own rule,
-  // MemoryCheckpointJobDir); with memory_per_host, this host's folder of a
+  // MemoryCheckpointJobDir); with memory_depth 2, this host's folder of a
   // tier the coordinator cannot read (worker/memory_partner.h): its steps
-  // commit on no host, so checkpoint.resume: auto never looks there.
+  // commit on no host, so a plan names the step resumed from it.
   std::string memory_dir;
-  bool memory_per_host = false;
+  // How deep memory_dir lies below the user-owned root the tier checks
+  // (OpenMemoryTierDir): 1 for a local tier, 2 for this host's folder of a
+  // per-host one. Decided here, from the plan: the trainer never looks at
+  // whether the tier is per host.
+  int memory_depth = 1;
 };
 
 // The plan a job file makes by itself (a worker without a coordinator,

@@ -78,11 +78,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 std::string Trainer::ResumeMemoryDir() const {
-  // A per-host tier's steps commit on no host: the worker names the step.
-  if (memory_dir_.empty() || (dist_.tiers.memory_per_host && ResumeSpec() == "auto")) return "";
   // Never resume from a memory folder that is not the user's own (a link,
-  // another user's, writable by others: owned_dir.h).
-  return MemoryDirToResumeFrom(memory_dir_, dist_.tiers.memory_per_host ? 2 : 1);
+  // another user's, writable by others: owned_dir.h). A per-host tier's
+  // steps commit on no host: only a plan hands one (the step named), so the
+  // trainer's own "auto" (no plan) never meets such a folder.
+  return MemoryDirToResumeFrom(memory_dir_, dist_.tiers.memory_depth);
 }
 
 Status Trainer::ChooseResume() {
@@ -296,7 +296,7 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
   role.memory_dir = memory_dir_;
-  role.memory_depth = dist_.tiers.memory_per_host ? 2 : 1;
+  role.memory_depth = dist_.tiers.memory_depth;
   role.memory_skipped = dist_.memory_step_skipped;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();

@@ -103,7 +103,7 @@ TEST(CheckpointTiersTest, StandalonePlanIsTheJobFilesOwn) {
   EXPECT_EQ(tiers.resume, "none");
   EXPECT_TRUE(tiers.memory);
   EXPECT_EQ(tiers.memory_dir, MemoryCheckpointJobDir(*job));
-  EXPECT_FALSE(tiers.memory_per_host);
+  EXPECT_EQ(tiers.memory_depth, 1);
   // A step folder the job file names is taken as it is (any run's).
   job->checkpoint.resume = plan->memory_dir + "/" + StepDirName(7);
   plan = StandalonePlan(*job);
@@ -176,7 +176,7 @@ TEST(CheckpointTiersTest, TiersFromACoordinatorsPlan) {
   CheckpointTiers t = TiersFromPlan(plan, "/shm/t-1/host-a", "/shm/t-1/host-a/" + StepDirName(25));
   EXPECT_EQ(t.resume, "/shm/t-1/host-a/" + StepDirName(25));
   EXPECT_EQ(t.memory_dir, "/shm/t-1/host-a");
-  EXPECT_TRUE(t.memory_per_host);
+  EXPECT_EQ(t.memory_depth, 2);
   EXPECT_TRUE(t.memory);
   // None assembled: the plan's disk choice.
   EXPECT_EQ(TiersFromPlan(plan, "/shm/t-1/host-a", "").resume, plan.resume_from);
@@ -185,7 +185,7 @@ TEST(CheckpointTiersTest, TiersFromACoordinatorsPlan) {
   plan.memory_per_host = false;
   t = TiersFromPlan(plan, "", "");
   EXPECT_FALSE(t.memory);
-  EXPECT_FALSE(t.memory_per_host);
+  EXPECT_EQ(t.memory_depth, 1);
 }
 
 }  // namespace
