@@ -342,7 +342,6 @@ void ControlLoop::SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::
   // step folder named there resumes that; otherwise it starts over — said.
   const std::string& f = plan.fallback_resume;
   if (!f.empty() && f != "auto" && f != "none") return;
-  if (plan.peft) return;  // its trainer looks for the adapters' checkpoints
   // A per-host memory step is judged by the workers (they say why if not).
   if (plan.memory_step >= 0) return;
   table_->Emit(j, "resume_from_scratch",

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/resume_choice.h"
 #include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
@@ -23,7 +24,6 @@
 #include "shard/spec/optim_config.h"
 #include "shard/train/base_weights_hash.h"
 #include "shard/train/model_converter.h"
-#include "shard/ckpt/resume_choice.h"
 #include "shard/train/data_sources.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
