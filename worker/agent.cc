@@ -114,7 +114,7 @@ class Heartbeater {
   }
   // Rank 0: the checkpoint this attempt resumed from, sent with every heartbeat
   // (the coordinator records the first as an event).
-  void SetResumed(const std::string& step_dir, int64_t step, const std::string& tier, const std::string& note) {
+  void SetResumed(const std::string& step_dir, int64_t step, shard::CheckpointTier tier, const std::string& note) {
     std::lock_guard<std::mutex> lock(mu_);
     resumed_from_ = step_dir;
     resumed_step_ = step;
@@ -175,7 +175,7 @@ class Heartbeater {
     if (!resumed_from_.empty()) {
       req.set_resumed_from(resumed_from_);
       req.set_resumed_step(resumed_step_);
-      req.set_resumed_tier(resumed_tier_);
+      req.set_resumed_checkpoint_tier(shardd::ToCheckpointTierProto(resumed_tier_));
       req.set_resumed_note(resumed_note_);
     }
     for (const std::string& e : resume_events_) req.add_resume_events(e);
@@ -232,7 +232,7 @@ class Heartbeater {
   std::string state_ = "starting";       // guarded by mu_
   std::string resumed_from_;             // guarded by mu_
   int64_t resumed_step_ = 0;             // guarded by mu_
-  std::string resumed_tier_;             // guarded by mu_
+  shard::CheckpointTier resumed_tier_ = shard::CheckpointTier::kDisk;  // guarded by mu_
   std::string resumed_note_;             // guarded by mu_
   std::vector<std::string> resume_events_;  // guarded by mu_
   std::vector<v1::StepMetric> pending_;  // guarded by mu_
@@ -331,7 +331,9 @@ class AgentSession {
       return AttemptOver(rs) ? kExitAttemptOver : kExitFailed;
     }
     reg_ = std::move(*reg);
-    plan_ = FromResumePlanProto(reg_.resume_plan());
+    auto plan = FromResumePlanProto(reg_.resume_plan());
+    if (!plan.ok()) return Fail(plan.status());
+    plan_ = std::move(*plan);
     const int attempt = client_->id().attempt();
     shard::SetLogContext(opts_.job_id, attempt, rank());
     if (opts_.attempt == 0) LOG_INFO("joined attempt {} of job {} as rank {}", attempt, opts_.job_id, rank());
@@ -362,7 +364,7 @@ class AgentSession {
       for (size_t i = 0; i < files.size(); ++i) partner[i] = memory_->AfterMemorySave(step_dir, files[i].name, base.step);
     v1::ReportCheckpointRequest req;
     req.set_step(base.step);
-    req.set_tier(shard::CheckpointTierName(tier));
+    req.set_checkpoint_tier(ToCheckpointTierProto(tier));
     req.set_step_dir(std::filesystem::absolute(step_dir).lexically_normal().string());
     req.set_manifest_base(base.ToJson());
     for (const auto& f : files) {
@@ -390,7 +392,7 @@ class AgentSession {
   void ReportMemorySkip(int64_t step, const std::string& reason) {
     v1::ReportCheckpointRequest req;
     req.set_step(step);
-    req.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
+    req.set_checkpoint_tier(v1::CHECKPOINT_TIER_MEMORY);
     req.set_memory_skipped(reason.empty() ? "unknown" : reason);
     shard::Status st =
         RetryUnreachable(reconnect_window_s_, [&] { return client_->ReportCheckpoint(req).status(); });
@@ -446,7 +448,7 @@ class AgentSession {
       if (rank() != 0) return;
       if (!t.resumed_from().empty())
         hb.SetResumed(std::filesystem::absolute(t.resumed_from()).lexically_normal().string(), t.step(),
-                      shard::CheckpointTierName(t.resumed_tier()), memory_note_);
+                      t.resumed_tier(), memory_note_);
       // The memory steps the hosts could not assemble, then the trainer's own
       // fallbacks; every one skipped and nothing resumed: from step 0, said.
       std::vector<std::string> events = memory_events_;

@@ -297,8 +297,14 @@ int RunStandalone(const std::string& config_path, const std::vector<std::string>
   dist.prefix = job->name + "/" + run_id + "/";
   dist.gloo_hostname = hostname;
   dist.tensorboard = true;
-  // The same plan a coordinator hands its workers, made from the job file.
-  dist.tiers = shard::TiersFromPlan(shard::StandalonePlan(*job), "", "");
+  // The same plan a coordinator hands its workers, made from the job file
+  // with the same chooser (the trainer verifies the step it names).
+  std::vector<std::string> resume_events;
+  auto plan = shard::StandalonePlan(*job, &resume_events);
+  if (!plan.ok()) return Fail(plan.status(), shardd::kExitBadInput);
+  if (rank == 0)
+    for (const std::string& e : resume_events) LOG_WARN("resume: {}", e);
+  dist.tiers = shard::TiersFromPlan(*plan, "", "");
   if (!rendezvous.empty()) {
     if (rendezvous.rfind("file:", 0) != 0)
       return Fail(shard::InvalidArgument("--rendezvous '" + rendezvous + "': expected file:DIR"), 2);

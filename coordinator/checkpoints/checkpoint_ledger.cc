@@ -14,10 +14,12 @@ void CheckpointLedger::Init(int keep_last, int memory_keep_last) {
   memory_keep_last_ = std::max(0, memory_keep_last);
 }
 
-int64_t CheckpointLedger::BeginAttempt(const std::string& resume) {
+int64_t CheckpointLedger::BeginAttempt(const std::string& resume, bool this_run_only) {
   first_report_ms_.clear();  // an older attempt's uncommitted reports time nothing now
   if (committer_) committer_->Reset();
   resume_from_ = resume;
+  this_run_only_ = this_run_only;
+  chosen_ = true;
   resume_memory_manifest_.clear();  // PlanMemoryResume sets it when a memory step wins
   resume_memory_fallbacks_.clear();
   const std::string base = std::filesystem::path(resume_from_).filename().string();
@@ -36,7 +38,8 @@ int CheckpointLedger::PlanMemoryResume(int64_t disk_step) {
 shard::ResumePlan CheckpointLedger::Plan(const std::string& memory_dir, bool per_host,
                                          std::vector<std::string> ended_dirs) const {
   shard::ResumePlan plan;
-  plan.resume_from = resume_from_;
+  plan.resume_from = !chosen_ ? std::string() : resume_from_.empty() ? "none" : resume_from_;
+  plan.this_run_only = this_run_only_;
   plan.step = shard::StepOfDirName(std::filesystem::path(resume_from_).filename().string()).value_or(0);
   plan.memory_dir = memory_dir;
   plan.memory_per_host = per_host;

@@ -65,18 +65,22 @@ class CheckpointLedger {
   void set_memory_tier_removed(bool removed) { memory_tier_removed_ = removed; }
 
   // ---- attempt lifecycle ----
-  // A new attempt resumes from `resume` (a step folder, "auto", "none" or
-  // "" = scratch): forgets the last attempt's partial steps and its resume
-  // plan. Returns the step the attempt resumes at (0 for anything but a
-  // step_N folder).
-  int64_t BeginAttempt(const std::string& resume);
+  // A new attempt resumes from `resume` (the control loop's choice: a step
+  // folder, or "" = scratch; "auto" only for a peft: job), this_run_only
+  // when auto or a restart chose it (the trainer checks the step is this
+  // run's): forgets the last attempt's partial steps and its resume plan.
+  // Returns the step the attempt resumes at (0 for anything but a step_N
+  // folder).
+  int64_t BeginAttempt(const std::string& resume, bool this_run_only = false);
   const std::string& resume_from() const { return resume_from_; }
   // After BeginAttempt: a per-host memory step newer than `disk_step` (-1 =
   // none) was committed in this coordinator; the attempt resumes from it (its
   // older memory steps newer than disk_step as fallbacks, then resume_from).
   // Returns the number of fallbacks, or -1 when no such memory step is held.
   int PlanMemoryResume(int64_t disk_step);
-  // The attempt's resume plan, as every worker is handed it. memory_dir and
+  // The attempt's resume plan, as every worker is handed it: resume_from the
+  // step chosen or "none" (scratch); "" only when this coordinator chose
+  // nothing for the attempt (it adopted it after a restart). memory_dir and
   // per_host are the job's tier (MemoryTierDirOf / MemoryTierPerHost),
   // ended_dirs the folders a per-host worker removes.
   shard::ResumePlan Plan(const std::string& memory_dir, bool per_host,
@@ -115,6 +119,12 @@ class CheckpointLedger {
   std::unique_ptr<CheckpointCommitter> committer_;
   int memory_keep_last_ = 0;
   std::string resume_from_;
+  bool this_run_only_ = false;
+  // BeginAttempt ran in this coordinator. A restarted coordinator adopting an
+  // attempt begun by the previous one (a rank still to register) did not
+  // choose: its plan leaves checkpoint.resume to the job file, which the
+  // trainer resolves with the same chooser.
+  bool chosen_ = false;
   std::string memory_dir_;
   bool memory_tier_removed_ = false;
   // The per-host memory tier: its newest committed step (Manifest JSON with

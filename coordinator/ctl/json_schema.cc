@@ -100,7 +100,8 @@ json CheckpointObject(const CheckpointRow& c) {
 
 CheckpointRow FromCheckpointInfo(const shardd::v1::CheckpointInfo& c) {
   return {c.step(), c.problem().empty() ? "valid" : "invalid", c.path(), c.world(), c.files(), c.bytes(),
-          c.committed_unix_ms(), c.problem(), c.tier().empty() ? "disk" : c.tier()};
+          c.committed_unix_ms(), c.problem(),
+          c.checkpoint_tier() == shardd::v1::CHECKPOINT_TIER_MEMORY ? "memory" : "disk"};
 }
 
 json JobListObject(const shardd::v1::ListJobsResponse& resp) {

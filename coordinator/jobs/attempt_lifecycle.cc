@@ -27,7 +27,7 @@ std::string AttemptLifecycle::AttemptDir(const Job& j, int attempt) const {
   return (fs::path(opts_.state_dir) / "jobs" / j.id / ("attempt_" + std::to_string(attempt))).string();
 }
 
-bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* req) {
+bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* req, bool this_run_only) {
   // Fewer ranks after an elastic shrink (elastic_resize.h), else all of them.
   const int full = j.config.parallel.world_size;
   const int world = j.elastic.next_world > 0 && j.elastic.next_world < full ? j.elastic.next_world : full;
@@ -47,7 +47,7 @@ bool AttemptLifecycle::Begin(Job& j, const std::string& resume, LaunchRequest* r
   j.health.straggler_restart.clear();
   // The job's progress restarts where this attempt resumes (the control
   // loop plans a newer per-host memory step after Begin).
-  const int64_t resume_step = j.ckpt.BeginAttempt(resume);
+  const int64_t resume_step = j.ckpt.BeginAttempt(resume, this_run_only);
   if (j.attempt > 1) j.progress.set_step(resume_step);
   const int64_t now = opts_.now_ms();
   j.attempt_began_ms = now;

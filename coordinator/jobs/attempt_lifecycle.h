@@ -27,7 +27,7 @@ class AttemptLifecycle {
 
   // Starts the next attempt resuming from `resume`; fills *req when a launcher
   // must start its workers (false for launcher: external).
-  bool Begin(Job& j, const std::string& resume, LaunchRequest* req);
+  bool Begin(Job& j, const std::string& resume, LaunchRequest* req, bool this_run_only = false);
   // Applies a launch's result, if the job is still in that attempt.
   void FinishLaunch(const std::string& job_id, int attempt, const StatusOr<std::vector<int>>& pids);
   // Stops the current attempt's processes (SIGTERM now, SIGKILL after the grace).

@@ -209,7 +209,9 @@ LaunchPlan ControlLoop::PlanLaunch(const Job& j) const {
   if (MemoryTierPerHost(j) && j.elastic.next_world == 0) plan.memory_step = j.ckpt.memory_step();
   plan.memory_per_host = MemoryTierPerHost(j);
   plan.fallback_resume = j.config.checkpoint.resume;
-  plan.run_fingerprint = shard::RunFingerprint(shard::RunKeysOf(j.config));
+  plan.run_keys = shard::RunKeysOf(j.config);
+  plan.run_fingerprint = shard::RunFingerprint(plan.run_keys);
+  plan.peft = j.config.peft.enabled();
   if (j.elastic.next_world > 0) plan.world = j.elastic.next_world;
   plan.config = j.config;
   if (!plan.config.model.from_hf.empty())
@@ -250,22 +252,8 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
     plan.world = world < j.config.parallel.world_size ? world : 0;
   }
   if (plan.world > 0) CheckElasticFit(plan);
-  std::string resume = plan.fallback_resume;
-  int64_t disk_step = -1;
-  std::vector<std::string> skipped;  // the fallbacks, each an event (issue 39 item 6)
-  if (plan.find_latest) {
-    // Hashes every byte of the newest checkpoint: never under the lock. The
-    // newest good step of either tier: a memory step newer than every disk
-    // step wins; a damaged one falls back step by step, said in `skipped`.
-    auto latest = shard::FindLatestGoodTieredStep(
-        plan.checkpoint_dir, plan.memory_dir, /*verify_checksums=*/true,
-        [&](const shard::Manifest& m) { return shard::IsThisRunsStep(m.run_fingerprint, plan.run_fingerprint); },
-        &skipped);
-    if (latest.ok() && !latest->dir.empty()) {
-      resume = latest->dir;
-      disk_step = latest->step;
-    }
-  }
+  ResumeDecision chosen = ChooseResume(plan);
+  const int64_t disk_step = chosen.disk_step;
   LaunchRequest req;
   Launcher* launcher = nullptr;
   int attempt = 0;
@@ -276,10 +264,14 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
     Job& j = *it->second;
     // Still the launch that was decided? A cancel meanwhile wins.
     if (j.attempt != plan.prev_attempt || (j.state != v1::QUEUED && j.state != v1::RESTARTING)) return;
+    if (!chosen.refused.ok()) {  // as the trainer refused it before, in one line, before any worker starts
+      attempts_->Fail(j, std::string(chosen.refused.message()), false);
+      return;
+    }
     // Begin is false for external jobs too (nothing to launch: their
     // workers join), after it began the attempt.
-    const bool launch = attempts_->Begin(j, resume, &req);
-    if (j.attempt == plan.prev_attempt + 1) SayResumeFallbacks(j, plan, skipped, disk_step);
+    const bool launch = attempts_->Begin(j, chosen.resume, &req, chosen.this_run_only);
+    if (j.attempt == plan.prev_attempt + 1) SayResumeFallbacks(j, plan, chosen.skipped, disk_step);
     // A per-host memory step newer than every good disk step: the workers
     // assemble it on their hosts (fetching what a replaced host lacks) and
     // fall back to `resume` together if some shard is on no host.
@@ -302,9 +294,49 @@ void ControlLoop::RunLaunch(LaunchPlan plan) {
   attempts_->FinishLaunch(plan.job_id, attempt, pids);
 }
 
+ResumeDecision ControlLoop::ChooseResume(const LaunchPlan& plan) const {
+  ResumeDecision d;
+  if (plan.find_latest) {
+    // Hashes every byte of the newest checkpoint. The newest good step of
+    // either tier: a memory step newer than every disk step wins; a damaged
+    // one falls back step by step, said in `skipped`.
+    auto latest = shard::FindLatestGoodTieredStep(
+        plan.checkpoint_dir, plan.memory_dir, /*verify_checksums=*/true,
+        [&](const shard::Manifest& m) { return shard::IsThisRunsStep(m.run_fingerprint, plan.run_fingerprint); },
+        &d.skipped);
+    if (latest.ok() && !latest->dir.empty()) {
+      d.resume = latest->dir;
+      d.disk_step = latest->step;
+      d.this_run_only = true;
+      return d;
+    }
+  }
+  if (plan.peft) {  // the LoRA trainable finds its adapters' checkpoints (lora_checkpoint.h)
+    d.resume = plan.fallback_resume;
+    return d;
+  }
+  // A restart that found no good step of this run starts from step 0 (its
+  // resume_from_scratch event says why), unless the job file names a step.
+  const bool by_auto = plan.fallback_resume == "auto";
+  if (plan.find_latest && (by_auto || plan.fallback_resume == "none")) return d;
+  // The first attempt: checkpoint.resume as the job file says it (auto, none
+  // or a step folder).
+  auto choice = shard::ChooseResumeStep(plan.fallback_resume, plan.checkpoint_dir, plan.run_keys,
+                                        shard::MemoryDirToResumeFrom(plan.memory_dir, 1));
+  if (!choice.ok()) {
+    d.refused = choice.status();
+    return d;
+  }
+  d.resume = choice->step_dir;
+  d.this_run_only = by_auto && !choice->step_dir.empty();
+  d.skipped = std::move(choice->events);  // a step folder's: none
+  return d;
+}
+
 void ControlLoop::SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::vector<std::string>& skipped,
                                      int64_t found_step) {
-  for (const std::string& line : skipped) table_->Emit(j, "resume_skipped", line);
+  for (const std::string& line : skipped)
+    table_->Emit(j, line.rfind("starting from step 0", 0) == 0 ? "resume_from_scratch" : "resume_skipped", line);
   if (!plan.find_latest || found_step >= 0) return;
   // A restart that found nothing to resume: from the job file's choice. A
   // step folder named there resumes that; otherwise it starts over — said.

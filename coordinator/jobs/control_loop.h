@@ -28,6 +28,16 @@
 
 namespace shardd {
 
+// Where a launch resumes (ControlLoop::ChooseResume, off the lock): a step
+// folder, or "" = from scratch; the job file's "auto" only for a peft: job.
+struct ResumeDecision {
+  std::string resume;
+  bool this_run_only = false;  // chosen by auto or a restart: the trainer checks it is this run's
+  int64_t disk_step = -1;      // a restart's newest good step of this run (-1 = none found)
+  std::vector<std::string> skipped;  // the fallbacks, each an event (issue 39 item 6)
+  shard::Status refused;       // checkpoint.resume cannot be honoured: the job fails at launch
+};
+
 // A launch decided in Tick: the job's next attempt after `prev_attempt`.
 struct LaunchPlan {
   std::string job_id;
@@ -41,6 +51,8 @@ struct LaunchPlan {
   // Only this run's steps (or unknown ones) are resumed by a restart: another
   // run that shares the directory never is (shard/spec/run_fingerprint.h).
   std::string run_fingerprint;
+  shard::RunKeys run_keys;  // what defines this run (for ChooseResumeStep's notes)
+  bool peft = false;        // a peft: job: its adapters' checkpoints are found by its trainer
   // With --allowed-root: the job's paths, checked again at launch (a
   // symlink made after submission must not lead outside the roots).
   std::string src, workdir;
@@ -87,6 +99,12 @@ class ControlLoop {
   // starts from step 0 with the reason. Under the lock, once per attempt.
   void SayResumeFallbacks(Job& j, const LaunchPlan& plan, const std::vector<std::string>& skipped,
                           int64_t found_step);
+  // The attempt's resume, chosen once for every worker (issue 40 item 2): a
+  // restart's newest good step of this run (none found: from step 0, or the
+  // step folder the job file names); a first attempt's checkpoint.resume
+  // through shard::ChooseResumeStep, the chooser a standalone worker calls too.
+  // Reads and hashes checkpoint files: never under the lock.
+  ResumeDecision ChooseResume(const LaunchPlan& plan) const;
   // An elastic attempt's size through the planner (off the lock); a refusal
   // sends the attempt back to full size, said as an event.
   void CheckElasticFit(const LaunchPlan& plan);

@@ -3,6 +3,8 @@
 // ones), and the telemetry behind /metrics and the dashboard.
 #include "coordinator/jobs/job_queries.h"
 
+#include "proto/codec/resume_plan_codec.h"
+
 #include <google/protobuf/io/coded_stream.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -77,7 +79,7 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::str
         for (const auto& f : m->files) bytes += static_cast<int64_t>(f.size);
         c.set_bytes(bytes);
         c.set_path(j->ckpt.memory_step_dir());
-        c.set_tier(shard::CheckpointTierName(shard::CheckpointTier::kMemory));
+        c.set_checkpoint_tier(v1::CHECKPOINT_TIER_MEMORY);
         out.push_back(c);
       }
     }
@@ -100,7 +102,7 @@ StatusOr<std::vector<v1::CheckpointInfo>> JobQueries::Checkpoints(const std::str
       c.set_files(l.files);
       c.set_bytes(l.manifest_bytes);
       c.set_path(s.dir);
-      c.set_tier(shard::CheckpointTierName(tier));
+      c.set_checkpoint_tier(ToCheckpointTierProto(tier));
       struct stat st;
       if (::stat((s.dir + "/" + shard::kCommittedFile).c_str(), &st) == 0)
         c.set_committed_unix_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);

@@ -266,6 +266,9 @@ void WorkerGateway::NoteComputeTimes(Job& j, int rank,
 StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequest& req, const std::string& token) {
   auto lock = table_->Lock();
   ASSIGN_OR_RETURN(Job * j, table_->CheckWorker(req.id(), token));
+  ASSIGN_OR_RETURN(const shard::CheckpointTier resumed_tier,
+                   FromCheckpointTierProto(req.resumed_checkpoint_tier(),
+                                           "heartbeat of rank " + std::to_string(req.id().rank())));
   const int64_t now = opts_.now_ms();
   table_->NoteAlive(now);
   JobRank& r = j->ranks[req.id().rank()];
@@ -301,7 +304,7 @@ StatusOr<v1::HeartbeatResponse> WorkerGateway::Heartbeat(const v1::HeartbeatRequ
     // checkpoint.resume: auto only they know), printed by run and watch.
     const int64_t total = j->config.train.steps;
     const int64_t from = std::max<int64_t>(0, req.resumed_step());
-    const std::string tier = (req.resumed_tier().empty() ? "disk" : Bounded(req.resumed_tier(), kMaxHeartbeatWord)) +
+    const std::string tier = std::string(shard::CheckpointTierName(resumed_tier)) +
                              (req.resumed_note().empty() ? "" : ", " + Bounded(req.resumed_note(), kMaxHeartbeatNote));
     table_->Emit(*j, "resumed",
                "resumed from step " + std::to_string(from) + " (" + tier + "): " +
@@ -414,9 +417,8 @@ StatusOr<v1::ReportCheckpointResponse> WorkerGateway::ReportCheckpointLocked(con
   rep.step = req.step();
   rep.step_dir = Resolve(j->spec.workdir(), req.step_dir());
   rep.manifest_base = req.manifest_base();
-  if (!shard::ParseCheckpointTier(req.tier(), &rep.tier))
-    return shard::InvalidArgument("checkpoint report of rank " + std::to_string(req.id().rank()) + ": tier " +
-                                  req.tier() + " is neither disk nor memory");
+  ASSIGN_OR_RETURN(rep.tier, FromCheckpointTierProto(req.checkpoint_tier(),
+                                                     "checkpoint report of rank " + std::to_string(req.id().rank())));
   const std::string memory_dir = MemoryTierDirOf(*j);
   if (rep.tier == shard::CheckpointTier::kMemory && memory_dir.empty())
     return shard::FailedPrecondition("memory checkpoint report of rank " + std::to_string(req.id().rank()) +

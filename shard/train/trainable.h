@@ -31,7 +31,7 @@
 #include "shard/train/checkpointer.h"
 #include "shard/train/lora_adapters.h"
 #include "shard/train/optimizer_state.h"
-#include "shard/train/resume_choice.h"
+#include "shard/ckpt/resume_choice.h"
 
 namespace shard {
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "shard/ckpt/catalog.h"
+#include "shard/ckpt/resume_choice.h"
 #include "shard/comm/timed_communicator.h"
 #include "shard/common/fault.h"
 #include "shard/common/file_util.h"
@@ -23,7 +24,6 @@
 #include "shard/spec/optim_config.h"
 #include "shard/train/base_weights_hash.h"
 #include "shard/train/model_converter.h"
-#include "shard/train/resume_choice.h"
 #include "shard/train/data_sources.h"
 #include "shard/train/synthetic_batch_source.h"
 #include "shard/train/tensorboard_writer.h"
@@ -78,16 +78,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobConfig& job, const D
 }
 
 std::string Trainer::ResumeMemoryDir() const {
-  // A per-host tier's steps commit on no host: the worker names the step.
-  if (memory_dir_.empty() || (dist_.tiers.memory_per_host && ResumeSpec() == "auto")) return "";
   // Never resume from a memory folder that is not the user's own (a link,
-  // another user's, writable by others: owned_dir.h).
-  auto own = OpenMemoryTierDir(memory_dir_, dist_.tiers.memory_per_host ? 2 : 1, /*create=*/false);
-  if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
-    LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
-    return "";
-  }
-  return memory_dir_;
+  // another user's, writable by others: owned_dir.h). A per-host tier's
+  // steps commit on no host: only a plan hands one (the step named), so the
+  // trainer's own "auto" (no plan) never meets such a folder.
+  return MemoryDirToResumeFrom(memory_dir_, dist_.tiers.memory_depth);
 }
 
 Status Trainer::ChooseResume() {
@@ -96,8 +91,14 @@ Status Trainer::ChooseResume() {
   // A peft: job's checkpoints hold only its adapters (lora_trainable.cc): its frozen
   // base is always loaded, so it never takes a full step here.
   if (job_.peft.enabled()) return OkStatus();
-  ASSIGN_OR_RETURN(resume_, ChooseResumeStep(ResumeSpec(), CheckpointJobDir(job_), run_keys_,
-                                             ResumeMemoryDir()));
+  // The attempt's plan names the step (or none): verified, never replaced
+  // by another. Nothing handed (a library user, a test: the job file's
+  // auto): chosen here by the same ChooseResumeStep the coordinator calls.
+  if (ResumeSpec() == "auto") {
+    ASSIGN_OR_RETURN(resume_, ChooseResumeStep("auto", CheckpointJobDir(job_), run_keys_, ResumeMemoryDir()));
+  } else {
+    ASSIGN_OR_RETURN(resume_, VerifyHandedStep(ResumeSpec(), run_keys_, ResumeMemoryDir(), dist_.tiers.this_run_only));
+  }
   if (dist_.rank == 0)
     for (const std::string& e : resume_.events) LOG_WARN("resume: {}", e);
   return OkStatus();
@@ -295,7 +296,7 @@ Status Trainer::InitRuntime(const HfWeights* hf, const PrecisionPlan& precision)
   role.committer = dist_.rank == 0 && !dist_.report_checkpoint;
   role.report = dist_.report_checkpoint;
   role.memory_dir = memory_dir_;
-  role.memory_depth = dist_.tiers.memory_per_host ? 2 : 1;
+  role.memory_depth = dist_.tiers.memory_depth;
   role.memory_skipped = dist_.memory_step_skipped;
   checkpointer_ = std::make_unique<Checkpointer>(job_, role, optimizer_.get(), runtime_.get(), layout);
   return OkStatus();

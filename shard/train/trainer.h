@@ -29,7 +29,7 @@
 #include "shard/train/optimizer_state.h"
 #include "shard/train/precision.h"
 #include "shard/train/objective.h"
-#include "shard/train/resume_choice.h"
+#include "shard/ckpt/resume_choice.h"
 #include "shard/train/trainable.h"
 #include "shard/spec/run_fingerprint.h"
 #include "shard/spec/step_metrics.h"

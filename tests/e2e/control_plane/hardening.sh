@@ -54,8 +54,10 @@ grep -q "final loss" <<< "$(ctl status "$id3")" && fail "an untrained job report
 id4=$(ctl submit "$job" --set train.steps=40 --set train.lr=1.0e-3)
 ctl watch "$id4" > "$T/watch4.out" || true
 state_is "$id4" FAILED || fail "another run's checkpoints were resumed: $(ctl status "$id4")"
-grep -q "another run.*train.lr 0.003 -> 0.001" <<< "$(ctl logs "$id4" --rank 0)" ||
-  fail "the refusal does not name train.lr: $(ctl logs "$id4" --rank 0 | tail -n 3)"
+# The coordinator chooses the step at launch (issue 40 item 2): refused there,
+# in the job's reason, before any worker starts.
+grep -q "another run.*train.lr 0.003 -> 0.001" <<< "$(ctl status "$id4")" ||
+  fail "the refusal does not name train.lr: $(ctl status "$id4")"
 [ -d "$T/ckpt/hard/step_00000030" ] || fail "the other run's step 30 is gone"
 
 # ---- 4: prepare-data never overwrites its input ----------------------------------

@@ -89,25 +89,82 @@ TEST(CheckpointTiersTest, APlanWithoutAMemoryFolderKeepsNoMemoryTier) {
 }
 
 TEST(CheckpointTiersTest, StandalonePlanIsTheJobFilesOwn) {
-  auto job = ParseJobConfig(Yaml(), "job.yaml", Sets("/ck", "/shm-root", "auto"));
+  const std::string disk = NewDir("disk"), mem = NewDir("mem");
+  auto job = ParseJobConfig(Yaml(), "job.yaml", Sets(disk, mem, "auto"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  ResumePlan plan = StandalonePlan(*job);
-  EXPECT_EQ(plan.resume_from, "auto");
-  EXPECT_EQ(plan.step, 0);
-  EXPECT_EQ(plan.memory_dir, MemoryCheckpointJobDir(*job));
-  EXPECT_FALSE(plan.memory_per_host);
-  CheckpointTiers tiers = TiersFromPlan(plan, "", "");
-  EXPECT_EQ(tiers.resume, "auto");
+  // Nothing committed: auto plans a fresh start, named as such.
+  auto plan = StandalonePlan(*job);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->resume_from, "none");
+  EXPECT_EQ(plan->step, 0);
+  EXPECT_EQ(plan->memory_dir, MemoryCheckpointJobDir(*job));
+  EXPECT_FALSE(plan->memory_per_host);
+  CheckpointTiers tiers = TiersFromPlan(*plan, "", "");
+  EXPECT_EQ(tiers.resume, "none");
   EXPECT_TRUE(tiers.memory);
   EXPECT_EQ(tiers.memory_dir, MemoryCheckpointJobDir(*job));
-  EXPECT_FALSE(tiers.memory_per_host);
-  job->checkpoint.resume = plan.memory_dir + "/" + StepDirName(7);
+  EXPECT_EQ(tiers.memory_depth, 1);
+  // A step folder the job file names is taken as it is (any run's).
+  job->checkpoint.resume = plan->memory_dir + "/" + StepDirName(7);
   plan = StandalonePlan(*job);
-  EXPECT_EQ(plan.tier, CheckpointTier::kMemory);
-  EXPECT_EQ(plan.step, 7);
+  ASSERT_FALSE(plan.ok()) << "step 7 was never written";
+  EXPECT_NE(plan.status().message().find(StepDirName(7)), std::string::npos) << plan.status().ToString();
+  job->checkpoint.resume = "none";
   job->checkpoint.memory.every_steps = 0;
-  EXPECT_EQ(StandalonePlan(*job).memory_dir, "");
-  EXPECT_FALSE(TiersFromPlan(StandalonePlan(*job), "", "").memory);
+  ASSERT_TRUE(StandalonePlan(*job).ok());
+  EXPECT_EQ(StandalonePlan(*job)->memory_dir, "");
+  EXPECT_FALSE(TiersFromPlan(*StandalonePlan(*job), "", "").memory);
+}
+
+TEST(CheckpointTiersTest, StandaloneAutoPlansTheNewestStepWithTheCoordinatorsChooser) {
+  const std::string disk = NewDir("disk"), mem = NewDir("mem");
+  Train(disk, mem, "none", {}, 4);  // disk steps 2 and 4, memory steps 1..4
+  auto job = ParseJobConfig(Yaml(), "job.yaml", Sets(disk, mem, "auto"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<std::string> events;
+  auto plan = StandalonePlan(*job, &events);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->step, 4);
+  EXPECT_EQ(fs::path(plan->resume_from).filename().string(), StepDirName(4));
+  EXPECT_TRUE(plan->this_run_only) << "auto chose it: the trainer checks it is this run's";
+  EXPECT_TRUE(events.empty());
+  // The trainer resumes exactly that step (it verifies, it does not choose).
+  EXPECT_EQ(Train(disk, mem, "auto", TiersFromPlan(*plan, "", ""), 5), 4);
+}
+
+TEST(CheckpointTiersTest, AStepOfAnotherRunHandedUnderAutoIsRefused) {
+  const std::string disk = NewDir("disk"), mem = NewDir("mem");
+  Train(disk, mem, "none", {}, 2);
+  const std::string step2 = disk + "/t/" + StepDirName(2);
+  ASSERT_TRUE(fs::exists(step2 + "/COMMITTED"));
+  // Another run (another lr) handed that step as auto's choice: refused, one line.
+  std::vector<std::string> sets = Sets(disk, mem, "auto");
+  sets.push_back("train.lr=0.002");
+  CheckpointTiers tiers;
+  tiers.resume = step2;
+  tiers.this_run_only = true;
+  const Status st = testing_ranks::OnTrainerRanks(Yaml(), 2, sets, [](Trainer&, int) {}, [&] {
+    DistContext d;
+    d.tiers = tiers;
+    return d;
+  }());
+  ASSERT_FALSE(st.ok()) << "another run's step was resumed as auto's choice";
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("another run"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("train.lr"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.ToString();
+  // The same step named by the job file (a STEP_DIR: any run's) is resumed.
+  tiers.this_run_only = false;
+  int64_t began = -1;
+  const Status named = testing_ranks::OnTrainerRanks(Yaml(), 2, sets, [&](Trainer& tr, int r) {
+    if (r == 0) began = tr.step();
+  }, [&] {
+    DistContext d;
+    d.tiers = tiers;
+    return d;
+  }());
+  EXPECT_TRUE(named.ok()) << named.ToString();
+  EXPECT_EQ(began, 2);
 }
 
 TEST(CheckpointTiersTest, TiersFromACoordinatorsPlan) {
@@ -119,7 +176,7 @@ TEST(CheckpointTiersTest, TiersFromACoordinatorsPlan) {
   CheckpointTiers t = TiersFromPlan(plan, "/shm/t-1/host-a", "/shm/t-1/host-a/" + StepDirName(25));
   EXPECT_EQ(t.resume, "/shm/t-1/host-a/" + StepDirName(25));
   EXPECT_EQ(t.memory_dir, "/shm/t-1/host-a");
-  EXPECT_TRUE(t.memory_per_host);
+  EXPECT_EQ(t.memory_depth, 2);
   EXPECT_TRUE(t.memory);
   // None assembled: the plan's disk choice.
   EXPECT_EQ(TiersFromPlan(plan, "/shm/t-1/host-a", "").resume, plan.resume_from);
@@ -128,7 +185,7 @@ TEST(CheckpointTiersTest, TiersFromACoordinatorsPlan) {
   plan.memory_per_host = false;
   t = TiersFromPlan(plan, "", "");
   EXPECT_FALSE(t.memory);
-  EXPECT_FALSE(t.memory_per_host);
+  EXPECT_EQ(t.memory_depth, 1);
 }
 
 }  // namespace

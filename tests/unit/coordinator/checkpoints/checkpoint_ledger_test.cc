@@ -142,6 +142,23 @@ TEST(CheckpointLedgerTest, RestoreTakesWhatTheStoreKeptAndNoMemoryStep) {
   EXPECT_EQ(l.PlanMemoryResume(-1), -1);
 }
 
+// The plan names what the control loop chose (issue 40 item 2): a step, or
+// "none" for scratch, never "auto"; a restarted coordinator that adopted an
+// attempt chose nothing and leaves the job file's choice.
+TEST(CheckpointLedgerTest, ThePlanNamesTheChosenStepOrNone) {
+  CheckpointLedger l;
+  l.Init(3, 2);
+  EXPECT_EQ(l.Plan("", false, {}).resume_from, "") << "adopted: nothing chosen here";
+  l.BeginAttempt("", /*this_run_only=*/false);
+  EXPECT_EQ(l.Plan("", false, {}).resume_from, "none");
+  const std::string step = "/ckpt/tiny/" + shard::StepDirName(40);
+  EXPECT_EQ(l.BeginAttempt(step, /*this_run_only=*/true), 40);
+  const shard::ResumePlan p = l.Plan("", false, {});
+  EXPECT_EQ(p.resume_from, step);
+  EXPECT_EQ(p.step, 40);
+  EXPECT_TRUE(p.this_run_only);
+}
+
 TEST(CheckpointLedgerTest, PlanCrossesTheWireUnchanged) {
   shard::ResumePlan p;
   p.tier = shard::CheckpointTier::kMemory;
@@ -152,10 +169,14 @@ TEST(CheckpointLedgerTest, PlanCrossesTheWireUnchanged) {
   p.memory_manifest = "{\"step\":25}";
   p.memory_fallbacks = {"{\"step\":22}", "{\"step\":21}"};
   p.ended_memory_dirs = {"/shm/old-1"};
+  p.this_run_only = true;
   v1::ResumePlan wire;
   ASSERT_TRUE(wire.ParseFromString(ToResumePlanProto(p).SerializeAsString()));
   EXPECT_EQ(wire.tier(), v1::CHECKPOINT_TIER_MEMORY);
-  shard::ResumePlan back = FromResumePlanProto(wire);
+  auto parsed = FromResumePlanProto(wire);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const shard::ResumePlan& back = *parsed;
+  EXPECT_EQ(back.this_run_only, true);
   EXPECT_EQ(back.tier, p.tier);
   EXPECT_EQ(back.step, p.step);
   EXPECT_EQ(back.resume_from, p.resume_from);
@@ -164,7 +185,25 @@ TEST(CheckpointLedgerTest, PlanCrossesTheWireUnchanged) {
   EXPECT_EQ(back.memory_manifest, p.memory_manifest);
   EXPECT_EQ(back.memory_fallbacks, p.memory_fallbacks);
   EXPECT_EQ(back.ended_memory_dirs, p.ended_memory_dirs);
-  EXPECT_EQ(FromResumePlanProto(v1::ResumePlan()).tier, shard::CheckpointTier::kDisk);
+  EXPECT_EQ(FromResumePlanProto(v1::ResumePlan())->tier, shard::CheckpointTier::kDisk);
+}
+
+// The tier crosses the wire as CheckpointTierKind (issue 40 item 2); a value
+// this build does not know (a newer peer, a corrupt message) is one line.
+TEST(CheckpointLedgerTest, AnUnknownTierFromTheWireIsAOneLineError) {
+  v1::ResumePlan wire;
+  wire.set_tier(static_cast<v1::CheckpointTierKind>(7));
+  v1::ResumePlan parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire.SerializeAsString()));  // proto3 keeps the unknown value
+  auto plan = FromResumePlanProto(parsed);
+  ASSERT_EQ(plan.status().code(), shard::StatusCode::kInvalidArgument);
+  const std::string msg(plan.status().message());
+  EXPECT_NE(msg.find("checkpoint tier 7 is neither disk (0) nor memory (1)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(*FromCheckpointTierProto(v1::CHECKPOINT_TIER_MEMORY, "x"), shard::CheckpointTier::kMemory);
+  EXPECT_EQ(ToCheckpointTierProto(shard::CheckpointTier::kMemory), v1::CHECKPOINT_TIER_MEMORY);
+  EXPECT_EQ(FromCheckpointTierProto(-1, "heartbeat of rank 3").status().message().rfind("heartbeat of rank 3: ", 0),
+            0u);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "shard/spec/run_fingerprint.h"
+#include "tests/unit/ckpt/ckpt_protocol_util.h"
 #include "tests/unit/coordinator/jobs/jobs_test_util.h"
 
 namespace shardd::testing {
@@ -38,9 +40,65 @@ class ControlLoopTest : public JobPartsTest {
     j.launcher = &hook_;
     return j;
   }
+  // A queued job whose checkpoint.dir is a scratch folder and whose
+  // checkpoint.resume is `resume`; its checkpoint job folder in *job_dir.
+  Job& QueuedWithCheckpoints(const std::string& resume, std::string* job_dir) {
+    Job& j = Queued();
+    auto lock = table_->Lock();
+    j.config.checkpoint.dir = Path("ckpt");
+    j.config.checkpoint.resume = resume;
+    *job_dir = CheckpointDirOf(j);
+    return j;
+  }
+  std::string Fingerprint(const Job& j) const { return shard::RunFingerprint(shard::RunKeysOf(j.config)); }
+  shard::ResumePlan PlanOf(const Job& j) {
+    auto lock = table_->Lock();
+    return j.ckpt.Plan("", false, {});
+  }
   HookLauncher hook_;
   std::unique_ptr<ControlLoop> loop_;
 };
+
+// The first attempt's resume is chosen by the coordinator (issue 40 item 2):
+// the plan every worker is handed names the step, never "auto".
+TEST_F(ControlLoopTest, TheFirstAttemptsPlanNamesTheNewestStepOfThisRun) {
+  std::string dir;
+  Job& j = QueuedWithCheckpoints("auto", &dir);
+  shard::ckpt_testing::MakeCommittedStep(dir, 2, 2, Fingerprint(j));
+  const std::string newest = shard::ckpt_testing::MakeCommittedStep(dir, 4, 2, Fingerprint(j));
+  loop_->Tick();
+  ASSERT_EQ(j.state, v1::LAUNCHING) << j.reason;
+  const shard::ResumePlan plan = PlanOf(j);
+  EXPECT_EQ(plan.resume_from, newest);
+  EXPECT_EQ(plan.step, 4);
+  EXPECT_TRUE(plan.this_run_only);
+  EXPECT_EQ(plan.tier, shard::CheckpointTier::kDisk);
+}
+
+TEST_F(ControlLoopTest, TheFirstAttemptsPlanIsScratchForNoneAndAFreshRun) {
+  std::string dir;
+  Job& fresh = QueuedWithCheckpoints("auto", &dir);
+  loop_->Tick();
+  EXPECT_EQ(PlanOf(fresh).resume_from, "none");
+  EXPECT_EQ(PlanOf(fresh).step, 0);
+  Job& none = QueuedWithCheckpoints("none", &dir);
+  shard::ckpt_testing::MakeCommittedStep(dir, 2, 2, Fingerprint(none));
+  loop_->Tick();
+  ASSERT_EQ(none.state, v1::LAUNCHING) << none.reason;
+  EXPECT_EQ(PlanOf(none).resume_from, "none");
+}
+
+TEST_F(ControlLoopTest, AutoWithOnlyAnotherRunsStepsFailsTheJobAtLaunchInOneLine) {
+  std::string dir;
+  Job& j = QueuedWithCheckpoints("auto", &dir);
+  shard::ckpt_testing::MakeCommittedStep(dir, 2, 2, "00000000000000aa");
+  loop_->Tick();
+  EXPECT_EQ(j.state, v1::FAILED);
+  EXPECT_TRUE(hook_.launches.empty());
+  EXPECT_NE(j.reason.find("holds checkpoints of another run"), std::string::npos) << j.reason;
+  EXPECT_NE(j.reason.find("checkpoint.resume: none"), std::string::npos) << j.reason;
+  EXPECT_EQ(j.reason.find('\n'), std::string::npos) << j.reason;
+}
 
 TEST_F(ControlLoopTest, ATickLaunchesAQueuedJob) {
   Job& j = Queued();

@@ -71,7 +71,7 @@ class MemoryTierTest : public JobPartsTest {
       req.set_step(step);
       req.set_step_dir(step_dir);
       req.set_manifest_base(base.ToJson());
-      req.set_tier(tier);
+      req.set_checkpoint_tier(tier == "memory" ? v1::CHECKPOINT_TIER_MEMORY : v1::CHECKPOINT_TIER_DISK);
       v1::CheckpointFile* f = req.add_files();
       f->set_name(wf->name);
       f->set_shard_rank(r);
@@ -114,7 +114,7 @@ TEST_F(MemoryTierTest, ASkippedMemoryStepIsOneEventAndTheJobRunsOn) {
     v1::ReportCheckpointRequest req;
     *req.mutable_id() = Worker(j.id, j.attempt, rank);
     req.set_step(step);
-    req.set_tier(tier);
+    req.set_checkpoint_tier(tier == "memory" ? v1::CHECKPOINT_TIER_MEMORY : v1::CHECKPOINT_TIER_DISK);
     req.set_memory_skipped(why);
     return gateway_->ReportCheckpoint(req, token);
   };
@@ -230,7 +230,7 @@ TEST_F(MemoryTierTest, TheResumedEventNamesStepAndTier) {
   hb.set_step(30);
   hb.set_resumed_from("/dev/shm/shardd/tiny-0/step_00000030");
   hb.set_resumed_step(30);
-  hb.set_resumed_tier("memory");
+  hb.set_resumed_checkpoint_tier(v1::CHECKPOINT_TIER_MEMORY);
   ASSERT_TRUE(gateway_->Heartbeat(hb, token).ok());
   EXPECT_TRUE(HasEvent(j.id, "resumed", "resumed from step 30 (memory): /dev/shm/shardd/tiny-0/step_00000030"));
 }
@@ -325,7 +325,7 @@ class PerHostMemoryTierTest : public MemoryTierTest {
       req.set_step(step);
       req.set_step_dir(MemoryTierDirOf(j) + "/host-" + hosts[r] + "/" + shard::StepDirName(step));
       req.set_manifest_base(base.ToJson());
-      req.set_tier("memory");
+      req.set_checkpoint_tier(v1::CHECKPOINT_TIER_MEMORY);
       v1::CheckpointFile* f = req.add_files();
       f->set_name(shard::ShardFileName(r, 2));
       f->set_shard_rank(r);
@@ -496,7 +496,7 @@ TEST_F(PerHostMemoryTierTest, ARestartHandsTheRanksTheOlderMemoryStepsAsFallback
     hb.set_step(20);
     hb.set_resumed_from(MemoryTierDirOf(j) + "/host-a/" + shard::StepDirName(20));
     hb.set_resumed_step(20);
-    hb.set_resumed_tier("memory");
+    hb.set_resumed_checkpoint_tier(v1::CHECKPOINT_TIER_MEMORY);
     hb.add_resume_events("skipping step 25 (memory): rank 0 on host a lacks rank_00001-of-00002.shard (rank 1: "
                          "not there)");
     ASSERT_TRUE(gateway_->Heartbeat(hb, token2).ok());

@@ -53,6 +53,34 @@ TEST_F(WorkerGatewayTest, AnOlderProtocolIsRefused) {
   *req.mutable_id() = Worker(j->id, 1, 0);
   req.set_protocol_version(0);
   EXPECT_EQ(gateway_->Register(req, token).status().code(), shard::StatusCode::kFailedPrecondition);
+  // Protocol 2 sent the checkpoint tier as a string: refused in one line.
+  req.set_protocol_version(2);
+  const Status two = gateway_->Register(req, token).status();
+  EXPECT_EQ(two.code(), shard::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(two.message()),
+            "worker protocol version 2 does not match the coordinator's 3; use matching binaries");
+}
+
+TEST_F(WorkerGatewayTest, AnUnknownCheckpointTierIsRefusedInOneLine) {
+  Job* j = nullptr;
+  const std::string token = Started(&j);
+  ASSERT_TRUE(Register(j->id, 0, token).ok());
+  v1::ReportCheckpointRequest rep;
+  *rep.mutable_id() = Worker(j->id, 1, 0);
+  rep.set_step(5);
+  rep.set_checkpoint_tier(static_cast<v1::CheckpointTierKind>(7));
+  const Status st = gateway_->ReportCheckpoint(rep, token).status();
+  EXPECT_EQ(st.code(), shard::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(st.message()).rfind("checkpoint report of rank 0: checkpoint tier 7 is neither", 0), 0u)
+      << st.ToString();
+  v1::HeartbeatRequest hb;
+  *hb.mutable_id() = Worker(j->id, 1, 0);
+  hb.set_resumed_from("/ckpt/x/step_00000005");
+  hb.set_resumed_checkpoint_tier(static_cast<v1::CheckpointTierKind>(9));
+  const auto beat = gateway_->Heartbeat(hb, token);
+  EXPECT_EQ(beat.status().code(), shard::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(beat.status().message()).find("heartbeat of rank 0: checkpoint tier 9"), std::string::npos)
+      << beat.status().ToString();
 }
 
 TEST_F(WorkerGatewayTest, HeartbeatsMoveTheRanksClocksAndAWrongTokenIsRefused) {

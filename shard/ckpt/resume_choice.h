@@ -39,6 +39,11 @@ struct ResumeChoice {
   std::vector<std::string> events;
 };
 
+// The one chooser: the coordinator calls it for every attempt (off its lock,
+// coordinator/jobs/control_loop.cc), a standalone worker through
+// StandalonePlan (resume_plan.h), and a trainer handed no plan (a library
+// user, a test) itself. A trainer handed a plan only verifies the step
+// (VerifyHandedStep).
 // memory_dir: the memory tier's job folder ("" = no memory tier); a STEP_DIR
 // inside it is a memory step.
 // The event of a fresh start after `skipped` damaged memory steps.
@@ -46,6 +51,20 @@ std::string StartingOverLine(size_t skipped, const std::string& memory_dir);
 
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
                                         const std::string& memory_dir = "");
+
+// The check of a step an attempt is handed (ResumePlan::resume_from): "none"
+// = from scratch; else a committed step (its manifest readable; its checksums
+// are read as it loads: verified false), tier kMemory when it lies in
+// memory_dir, the note as ChooseResumeStep says it. this_run_only (auto
+// chose it): INVALID_ARGUMENT, one line, unless it is this run's step or an
+// unknown run's. It never picks another step.
+StatusOr<ResumeChoice> VerifyHandedStep(const std::string& step_dir, const RunKeys& mine,
+                                        const std::string& memory_dir, bool this_run_only);
+
+// memory_dir, or "" when the memory tier there is not the user's own (a link,
+// another user's, writable by others: OpenMemoryTierDir, logged) and so is
+// not read for a resume. depth: 1 for a local tier, 2 for a per-host one.
+std::string MemoryDirToResumeFrom(const std::string& memory_dir, int depth);
 
 
 }  // namespace shard

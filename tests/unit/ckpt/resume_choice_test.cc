@@ -3,7 +3,7 @@
 // falls back to the previous memory step with a "skipping step N (memory)"
 // line; every memory step damaged and no disk step starts from step 0 with a
 // line that says why; a fresh run and another run's leftovers say nothing.
-#include "shard/train/resume_choice.h"
+#include "shard/ckpt/resume_choice.h"
 
 #include <gtest/gtest.h>
 
@@ -71,6 +71,48 @@ TEST_F(ResumeChoiceTest, AFreshRunOrAnotherRunsLeftoversSayNothing) {
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_EQ(other->step_dir, "");
   EXPECT_TRUE(other->events.empty());
+}
+
+// A trainer handed a step verifies it and never picks another (issue 40 item 2).
+TEST_F(ResumeChoiceTest, AHandedStepIsVerifiedNeverReplaced) {
+  const std::string mine = MakeCommittedStep(Disk(), 500, 2, fp_);
+  MakeCommittedStep(Disk(), 600, 2, fp_);  // newer: not taken, the plan named 500
+  auto c = VerifyHandedStep(mine, mine_, Memory(), /*this_run_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->step_dir, mine);
+  EXPECT_FALSE(c->verified) << "its checksums are read as it loads";
+  EXPECT_EQ(c->note, "");
+  auto scratch = VerifyHandedStep("none", mine_, Memory(), true);
+  ASSERT_TRUE(scratch.ok());
+  EXPECT_EQ(scratch->step_dir, "");
+  // Gone since it was planned: refused, not replaced by the newest.
+  auto gone = VerifyHandedStep(Disk() + "/" + StepDirName(700), mine_, Memory(), true);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().ToString();
+}
+
+TEST_F(ResumeChoiceTest, AnotherRunsStepHandedAsAutosChoiceIsRefusedInOneLine) {
+  const std::string other = MakeCommittedStep(Disk(), 500, 2, "00000000000000aa");
+  auto c = VerifyHandedStep(other, mine_, "", /*this_run_only=*/true);
+  ASSERT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find(other), std::string::npos) << msg;
+  EXPECT_NE(msg.find("another run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  // Named by the job file (a STEP_DIR): resumed, with the note that says whose.
+  auto named = VerifyHandedStep(other, mine_, "", /*this_run_only=*/false);
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_NE(named->note.find("a step of another run"), std::string::npos) << named->note;
+  // An unknown run's step (no fingerprint) under auto: resumed with its warning.
+  const std::string unknown = MakeCommittedStep(Disk(), 510, 2, "");
+  auto u = VerifyHandedStep(unknown, mine_, "", true);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_NE(u->note.find("records no run fingerprint"), std::string::npos) << u->note;
+  // A step of the memory folder is said as such.
+  const std::string mem = MakeCommittedStep(Memory(), 520, 2, fp_);
+  auto m = VerifyHandedStep(mem, mine_, Memory(), true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->tier, CheckpointTier::kMemory);
 }
 
 }  // namespace

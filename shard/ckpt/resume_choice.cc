@@ -1,7 +1,8 @@
-#include "shard/train/resume_choice.h"
+#include "shard/ckpt/resume_choice.h"
 
 #include "shard/ckpt/catalog.h"
 #include "shard/common/file_util.h"
+#include "shard/common/logging.h"
 
 #include <filesystem>
 
@@ -32,20 +33,38 @@ std::string StartingOverLine(size_t skipped, const std::string& memory_dir) {
          memory_dir + " failed their checks (above) and the disk tier holds no committed step";
 }
 
+StatusOr<ResumeChoice> VerifyHandedStep(const std::string& step_dir, const RunKeys& mine,
+                                        const std::string& memory_dir, bool this_run_only) {
+  ResumeChoice c;
+  if (step_dir == "none" || step_dir.empty()) return c;
+  auto m = ReadManifest(step_dir);
+  if (!m.ok()) return m.status().WithContext("resume from " + step_dir);
+  if (this_run_only && !IsThisRunsStep(m->run_fingerprint, RunFingerprint(mine)))
+    return InvalidArgument("resume: " + step_dir + ", the step checkpoint.resume: auto was handed, is a step of " +
+                           "another run, which differs from this job in " + DescribeRunDifference(m->run_keys, mine) +
+                           "; not resumed (auto resumes only this run's steps)");
+  c.step_dir = step_dir;
+  c.note = OwnershipNote(*m, step_dir, mine);
+  if (!memory_dir.empty() &&
+      fs::path(step_dir).lexically_normal().parent_path() == fs::path(memory_dir).lexically_normal())
+    c.tier = CheckpointTier::kMemory;
+  return c;
+}
+
+std::string MemoryDirToResumeFrom(const std::string& memory_dir, int depth) {
+  if (memory_dir.empty()) return "";
+  auto own = OpenMemoryTierDir(memory_dir, depth, /*create=*/false);
+  if (!own.ok() && own.status().code() != StatusCode::kNotFound) {
+    LOG_WARN("the memory tier is not read for the resume: {}", own.status().message());
+    return "";
+  }
+  return memory_dir;
+}
+
 StatusOr<ResumeChoice> ChooseResumeStep(const std::string& resume, const std::string& job_dir, const RunKeys& mine,
                                         const std::string& memory_dir) {
   ResumeChoice c;
-  if (resume == "none") return c;
-  if (resume != "auto") {
-    auto m = ReadManifest(resume);
-    if (!m.ok()) return m.status().WithContext("resume from " + resume);
-    c.step_dir = resume;
-    c.note = OwnershipNote(*m, resume, mine);
-    if (!memory_dir.empty() && fs::path(resume).lexically_normal().parent_path() ==
-                                   fs::path(memory_dir).lexically_normal())
-      c.tier = CheckpointTier::kMemory;
-    return c;
-  }
+  if (resume != "auto") return VerifyHandedStep(resume, mine, memory_dir, /*this_run_only=*/false);
   bool any_committed = false, disk_committed = false;
   for (const std::string& dir : {job_dir, memory_dir}) {
     if (dir.empty()) continue;
