@@ -26,7 +26,7 @@ TEST_F(JobManagerTest, EveryRankRegisteredIsRunningEveryRankDoneIsSucceeded) {
   EXPECT_EQ(State(id), v1::LAUNCHING) << "running before every rank registered";
   EXPECT_EQ(r0->world_size(), 2);
   EXPECT_EQ(r0->kv_prefix(), id + "/1/");
-  EXPECT_EQ(r0->resume_plan().resume_from(), "auto");
+  EXPECT_EQ(r0->resume_plan().resume_from(), "none") << "a fresh job: the coordinator chose scratch, not the job file's auto";
   EXPECT_EQ(r0->spec().workdir(), workdir_);
   EXPECT_EQ(r0->protocol_version(), v1::PROTOCOL_VERSION_CURRENT);
   ASSERT_TRUE(Register(id, 1, 1, token).ok());
