@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "coordinator/checkpoints/checkpoint_committer.h"
-#include "coordinator/telemetry.h"
+#include "coordinator/telemetry/telemetry.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/resume_plan.h"
 #include "shard/common/status.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "coordinator/daemon/coordinator.h"
-#include "coordinator/probed_cluster.h"
+#include "coordinator/host/probed_cluster.h"
 #include "shard/plan/plan_report.h"
 #include "shard/plan/planner.h"
 #include "shard/sim/sim_report.h"

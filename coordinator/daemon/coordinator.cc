@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <tuple>
 
-#include "coordinator/job_paths.h"
+#include "coordinator/host/probed_cluster.h"
+#include "coordinator/jobs/job_paths.h"
 #include "coordinator/launchers/kubernetes/kubernetes_launcher.h"
 #include "coordinator/launchers/local/local_launcher.h"
 #include "coordinator/launchers/slurm/slurm_launcher.h"
-#include "coordinator/probed_cluster.h"
 #include "coordinator/sched/host_capacity.h"
 #include "coordinator/server/listen_check.h"
 #include "coordinator/state/auth.h"

@@ -34,7 +34,7 @@ struct CoordinatorOptions {
   double kill_grace_s = 5;
   double heartbeat_interval_s = 1;
   // Directories every path a job names must lie in (--allowed-root; empty =
-  // anywhere the coordinator's user may reach). See coordinator/job_paths.h.
+  // anywhere the coordinator's user may reach). See coordinator/jobs/job_paths.h.
   std::vector<std::string> allowed_roots;
   std::string http_listen;  // host:port for the dashboard, /healthz and /metrics ("" = none; port 0 = any)
   double metrics_finished_grace_s = 300;  // ended jobs leave /metrics this long after they end

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "coordinator/state/auth.h"
-#include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/job_manager_internal.h"
 #include "coordinator/jobs/stall_explainer.h"
 #include "coordinator/logs/rank_log.h"
+#include "coordinator/state/auth.h"
 #include "shard/common/logging.h"
 #include "shard/spec/elastic_world.h"
 

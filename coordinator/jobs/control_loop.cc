@@ -6,11 +6,11 @@
 #include <utility>
 
 #include "coordinator/health/health_monitor.h"
-#include "coordinator/job_manager_internal.h"
+#include "coordinator/host/probed_cluster.h"
 #include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
+#include "coordinator/jobs/job_manager_internal.h"
 #include "coordinator/jobs/stall_explainer.h"
-#include "coordinator/probed_cluster.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/logging.h"

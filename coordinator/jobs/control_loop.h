@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/job_paths.h"
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/attempt_runner.h"
+#include "coordinator/jobs/job_paths.h"
 #include "coordinator/jobs/job_scheduler.h"
 #include "coordinator/jobs/job_table.h"
 #include "coordinator/rendezvous/rendezvous_store.h"

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_rules.h"
+#include "coordinator/jobs/job_manager_internal.h"
 #include "coordinator/sched/host_capacity.h"
 #include "shard/spec/elastic_world.h"
 

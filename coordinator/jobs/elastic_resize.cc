@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "coordinator/job_manager_internal.h"
 #include "coordinator/jobs/elastic_rules.h"
+#include "coordinator/jobs/job_manager_internal.h"
 #include "shard/spec/elastic_world.h"
 
 namespace shardd::elastic {

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "coordinator/checkpoints/checkpoint_ledger.h"
+#include "coordinator/health/stall_diagnosis.h"
 #include "coordinator/jobs/elastic_state.h"
 #include "coordinator/jobs/job_health.h"
 #include "coordinator/launchers/launcher.h"
 #include "coordinator/sched/job_placement.h"
-#include "coordinator/health/stall_diagnosis.h"
-#include "coordinator/telemetry.h"
+#include "coordinator/telemetry/telemetry.h"
 #include "shard/spec/job_config.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"

@@ -38,12 +38,12 @@
 #include <vector>
 
 #include "coordinator/checkpoints/checkpoint_committer.h"
-#include "coordinator/job_paths.h"
 #include "coordinator/jobs/attempt_lifecycle.h"
 #include "coordinator/jobs/attempt_runner.h"
 #include "coordinator/jobs/control_loop.h"
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_options.h"
+#include "coordinator/jobs/job_paths.h"
 #include "coordinator/jobs/job_queries.h"
 #include "coordinator/jobs/job_recovery.h"
 #include "coordinator/jobs/job_scheduler.h"
@@ -56,7 +56,7 @@
 #include "coordinator/sched/host_allocator.h"
 #include "coordinator/sched/job_queue.h"
 #include "coordinator/state/state_store.h"
-#include "coordinator/telemetry.h"
+#include "coordinator/telemetry/telemetry.h"
 #include "shard/spec/job_config.h"
 #include "shardd/v1/coordinator.pb.h"
 #include "shardd/v1/worker.pb.h"

@@ -20,7 +20,7 @@ struct JobManagerOptions {
   std::string worker_tls_ca;        // PEM workers verify the coordinator with ("" = plaintext)
   std::string worker_tls_cert;      // PEM client certificate and key workers present (mutual TLS; "" = none)
   std::string worker_tls_key;
-  // Canonical directories every job path must lie in (coordinator/job_paths.h);
+  // Canonical directories every job path must lie in (coordinator/jobs/job_paths.h);
   // empty = no confinement.
   std::vector<std::string> allowed_roots;
   double kill_grace_s = 5;          // SIGTERM → SIGKILL

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "coordinator/jobs/job_table.h"
-#include "coordinator/telemetry.h"
+#include "coordinator/telemetry/telemetry.h"
 
 namespace shardd {
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/job_manager_internal.h"
 #include "shard/ckpt/catalog.h"
 #include "shard/ckpt/checkpoint_tier.h"
 #include "shard/common/file_util.h"

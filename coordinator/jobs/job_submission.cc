@@ -5,9 +5,9 @@
 #include <cctype>
 #include <filesystem>
 
-#include "coordinator/job_manager_internal.h"
-#include "coordinator/job_paths.h"
-#include "coordinator/probed_cluster.h"
+#include "coordinator/host/probed_cluster.h"
+#include "coordinator/jobs/job_manager_internal.h"
+#include "coordinator/jobs/job_paths.h"
 #include "coordinator/sched/host_capacity.h"
 #include "shard/common/format_number.h"
 #include "shard/common/owned_dir.h"

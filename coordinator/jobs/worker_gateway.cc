@@ -5,12 +5,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include "coordinator/job_manager_internal.h"
-#include "coordinator/job_paths.h"
 #include "coordinator/jobs/elastic_launched.h"
 #include "coordinator/jobs/elastic_resize.h"
-#include "coordinator/state/auth.h"
+#include "coordinator/jobs/job_manager_internal.h"
+#include "coordinator/jobs/job_paths.h"
 #include "coordinator/jobs/worker_reports.h"
+#include "coordinator/state/auth.h"
 #include "proto/codec/attempt_ended.h"
 #include "proto/codec/metrics_codec.h"
 #include "proto/codec/resume_plan_codec.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/telemetry.h"
+#include "coordinator/telemetry/telemetry.h"
 
 namespace shardd {
 

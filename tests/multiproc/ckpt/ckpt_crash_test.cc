@@ -34,7 +34,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -44,37 +43,23 @@
 #include "shard/ckpt/safetensors.h"
 #include "shard/spec/llama_config.h"
 #include "shard/spec/param_layout.h"
+#include "tests/multiproc/multiproc_test_util.h"
 
 namespace shard {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> NonEmptyLines(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string line; std::getline(ss, line);)
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
+using testing::Describe;
+using testing::MakeSuiteDir;
+using testing::NonEmptyLines;
+using testing::ReadAll;
+using testing::TinyJobYaml;
+using testing::WritePhraseTokens;
 
 std::string Bin(const std::string& rel) {
   const char* bin = std::getenv("SHARDD_BIN_DIR");
   return std::string(bin ? bin : "build") + "/" + rel;
-}
-
-std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
 }
 
 bool ExitedZero(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
@@ -91,23 +76,7 @@ Proc Start(const std::vector<std::string>& argv, const std::vector<std::pair<std
   Proc p;
   p.out = out;
   p.err = err;
-  std::fflush(nullptr);
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    std::freopen(err.c_str(), "w", stderr);
-    ::setenv("SHARDD_NUM_THREADS", "1", 1);
-    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    ::unsetenv("SHARDD_FAULT");
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<std::string> a = argv;
-    std::vector<char*> cargv;
-    for (auto& s : a) cargv.push_back(s.data());
-    cargv.push_back(nullptr);
-    ::execv(cargv[0], cargv.data());
-    std::fprintf(stderr, "exec %s failed\n", cargv[0]);
-    ::_exit(127);
-  }
+  p.pid = testing::Spawn(argv, env, {"SHARDD_FAULT"}, out, err);
   return p;
 }
 
@@ -213,45 +182,18 @@ std::vector<int64_t> MetricSteps(const std::string& path) {
 // a real bug (a lost or doubled rank, a misplaced slice) moves weights by ~lr.
 constexpr double kWeightAbsTol = 1e-4;
 
-class CkptCrashTest : public ::testing::Test {
+class CkptCrashTest : public testing::SuiteDirTest<CkptCrashTest> {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "shardd-ckpt-mp-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    std::mt19937 rng(17);
-    std::vector<std::vector<uint32_t>> phrases(48);
-    for (auto& p : phrases) {
-      p.resize(6 + rng() % 15);
-      for (auto& t : p) t = rng() % 512;
-    }
-    std::vector<uint32_t> toks;
-    while (toks.size() < 30000) {
-      const auto& p = phrases[rng() % phrases.size()];
-      toks.insert(toks.end(), p.begin(), p.end());
-    }
-    std::ofstream(root_ + "/tokens.u32", std::ios::binary)
-        .write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 4));
+    root_ = MakeSuiteDir("shardd-ckpt-mp-");
+    ASSERT_FALSE(root_.empty()) << "cannot make a temporary folder";
+    WritePhraseTokens(root_ + "/tokens.u32", 17, 48, 6, 15, 30000);
     // Saves at 2, 4, 6; keep_last 1 so the step-4 commit deletes step 2
     // (the retention fault point needs something to delete).
-    std::ofstream(root_ + "/job.yaml") << "name: ck\n"
-                                          "model: {preset: tiny}\n"
-                                          "data: {tokens: " << root_ << "/tokens.u32, seq_len: 32, shuffle: true}\n"
-                                          "train: {steps: 6, global_batch: 8, micro_batch: 2, lr: 3.0e-3, "
-                                          "warmup_steps: 1, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0, "
-                                          "seed: 1234, log_every: 100}\n"
-                                          "parallel: {world_size: 1, comm_timeout_s: 20}\n"
-                                          "checkpoint: {every_steps: 2, keep_last: 1, async: true}\n"
-                                          "resources: {device: cpu}\n";
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty() && !std::getenv("SHARDD_KEEP_TEST_DIR")) fs::remove_all(root_);
-  }
-
-  std::string NewDir(const std::string& name) {
-    std::string d = root_ + "/" + name + "-" + std::to_string(++counter_);
-    fs::create_directories(d);
-    return d;
+    std::ofstream(root_ + "/job.yaml") << TinyJobYaml("ck", root_ + "/tokens.u32", 6,
+                                                      "parallel: {world_size: 1, comm_timeout_s: 20}\n"
+                                                      "checkpoint: {every_steps: 2, keep_last: 1, async: true}\n"
+                                                      "resources: {device: cpu}\n");
   }
 
   // Runs `world` workers in `dir` (checkpoints under dir/ckpt, metrics per rank
@@ -285,7 +227,7 @@ class CkptCrashTest : public ::testing::Test {
     std::string out, err;
   };
   CtlResult Ctl(const std::vector<std::string>& args) {
-    const std::string base = root_ + "/ctl" + std::to_string(++counter_);
+    const std::string base = root_ + "/ctl" + std::to_string(++run_counter_);
     std::vector<std::string> a = {Bin("coordinator/ctl/shardctl")};
     a.insert(a.end(), args.begin(), args.end());
     std::vector<Proc> p = {Start(a, {}, base + ".out", base + ".err")};
@@ -308,19 +250,16 @@ class CkptCrashTest : public ::testing::Test {
   // The uninterrupted world-1 run (exports its final weights to ref/hf).
   const std::string& Reference() {
     if (ref_.empty()) {
-      ref_ = NewDir("reference");
+      ref_ = NewRunDir("reference");
       auto p = Workers(ref_, 1, {"export.hf_dir=" + ref_ + "/hf", "checkpoint.keep_last=3"}, "a");
       EXPECT_TRUE(ExitedZero(p[0].status)) << Describe(p[0].status) << ReadAll(p[0].err);
     }
     return ref_;
   }
 
-  static std::string root_;
   static std::string ref_;
-  int counter_ = 0;
 };
 
-std::string CkptCrashTest::root_;
 std::string CkptCrashTest::ref_;
 
 struct FaultCase {
@@ -339,7 +278,7 @@ TEST_F(CkptCrashTest, EveryFaultPointResumesFromTheLastCommittedStep) {
     for (const auto& c : cases) {
       const std::string what = c.point + (async ? " async" : " sync");
       SCOPED_TRACE(what);
-      const std::string dir = NewDir(c.point + (async ? "-async" : "-sync"));
+      const std::string dir = NewRunDir(c.point + (async ? "-async" : "-sync"));
       const std::vector<std::string> sets = {std::string("checkpoint.async=") + (async ? "true" : "false"),
                                              "export.hf_dir=" + dir + "/hf"};
       auto crashed = Workers(dir, 1, sets, "a", [&](int) {
@@ -389,7 +328,7 @@ TEST_F(CkptCrashTest, EveryFaultPointResumesFromTheLastCommittedStep) {
 // valid one-shard step, and the run must end within tolerance of the world-1
 // reference.
 TEST_F(CkptCrashTest, StaleReportsOfACrashedWiderRunDoNotBreakTheResave) {
-  const std::string dir = NewDir("w2-then-w1");
+  const std::string dir = NewRunDir("w2-then-w1");
   const std::vector<std::string> sets = {"checkpoint.keep_last=10", "checkpoint.async=false",
                                          "export.hf_dir=" + dir + "/hf"};
   auto crashed = Workers(dir, 2, sets, "a", [](int r) {
@@ -419,7 +358,7 @@ TEST_F(CkptCrashTest, StaleReportsOfACrashedWiderRunDoNotBreakTheResave) {
 
 TEST_F(CkptCrashTest, CheckpointsCommandLabelsAndExportRefusesCorruptSteps) {
   // A copy of the reference run's checkpoints (steps 2, 4, 6), then damage.
-  const std::string job_dir = NewDir("corrupt") + "/ck";
+  const std::string job_dir = NewRunDir("corrupt") + "/ck";
   fs::copy(Reference() + "/ckpt/ck", job_dir, fs::copy_options::recursive);
   EXPECT_EQ(States(job_dir), (std::map<int64_t, std::string>{{2, "valid"}, {4, "valid"}, {6, "valid"}}));
   const std::string s4 = job_dir + "/" + StepDirName(4), s6 = job_dir + "/" + StepDirName(6);
@@ -481,7 +420,7 @@ void ExpectExportIsTheCheckpoint(const std::string& step_dir, const std::map<std
 
 TEST_F(CkptCrashTest, ExportOfAFourRankCheckpointMatchesOneRankAndReloads) {
   const std::string ref_step = Reference() + "/ckpt/ck/" + StepDirName(6);
-  const std::string w4 = NewDir("w4");
+  const std::string w4 = NewRunDir("w4");
   auto procs = Workers(w4, 4, {"checkpoint.keep_last=3", "parallel.strategy=full_shard"}, "a");
   for (int r = 0; r < 4; ++r)
     ASSERT_TRUE(ExitedZero(procs[r].status)) << "rank " << r << ": " << Describe(procs[r].status) << "\n"
@@ -525,7 +464,7 @@ TEST_F(CkptCrashTest, ExportOfAFourRankCheckpointMatchesOneRankAndReloads) {
   // the update is ~1e-30 absolute, below half an ulp of every weight of this
   // model, so the end-of-run export must equal the loaded weights bitwise — a
   // misplaced slice or a dtype slip would not.
-  const std::string reload = NewDir("from-hf");
+  const std::string reload = NewRunDir("from-hf");
   std::string yaml = ReadAll(root_ + "/job.yaml");
   yaml.replace(yaml.find("{preset: tiny}"), 14, "{from_hf: " + w4 + "/export-w4}");
   std::ofstream(reload + "/job.yaml") << yaml;

@@ -22,18 +22,10 @@ namespace {
 TEST_F(FsdpProcessTest, KilledPeerFailsTheSurvivorPromptly) {
   constexpr double kTimeout = 5;
   const std::string dir = NewRunDir("kill");
-  const std::vector<std::string> sets = {"train.steps=100000", "parallel.strategy=full_shard",
-                                         "parallel.comm_timeout_s=5"};
   std::vector<Proc> procs;
   ReapOnExit reap(&procs);
   auto t0 = Clock::now();
-  for (int r = 0; r < 2; ++r) procs.push_back(Start(dir, Args(dir, r, 2, sets), "rank" + std::to_string(r)));
-  const std::string m0 = dir + "/metrics.0.jsonl";
-  // Wait until rank 0 finished a few steps, so the kill lands mid-training.
-  while (NonEmptyLines(ReadAll(m0)).size() < 3 && Since(t0) < 60) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_GE(NonEmptyLines(ReadAll(m0)).size(), 3u) << "rank 0 made no progress:\n" << ReadAll(procs[0].err);
+  ASSERT_NO_FATAL_FAILURE(StartPairMidRun(dir, &procs, t0));
   ASSERT_EQ(::kill(procs[1].pid, SIGKILL), 0);
   auto t_kill = Clock::now();
   WaitAll(&procs, Since(t0) + kTimeout + 30, t0);
@@ -60,17 +52,10 @@ TEST_F(FsdpProcessTest, KilledPeerFailsTheSurvivorPromptly) {
 TEST_F(FsdpProcessTest, StoppedPeerTimesOutTheSurvivor) {
   constexpr double kTimeout = 5;
   const std::string dir = NewRunDir("stop");
-  const std::vector<std::string> sets = {"train.steps=100000", "parallel.strategy=full_shard",
-                                         "parallel.comm_timeout_s=5"};
   std::vector<Proc> procs;
   ReapOnExit reap(&procs);
   auto t0 = Clock::now();
-  for (int r = 0; r < 2; ++r) procs.push_back(Start(dir, Args(dir, r, 2, sets), "rank" + std::to_string(r)));
-  const std::string m0 = dir + "/metrics.0.jsonl";
-  while (NonEmptyLines(ReadAll(m0)).size() < 3 && Since(t0) < 60) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_GE(NonEmptyLines(ReadAll(m0)).size(), 3u) << "rank 0 made no progress:\n" << ReadAll(procs[0].err);
+  ASSERT_NO_FATAL_FAILURE(StartPairMidRun(dir, &procs, t0));
   ASSERT_EQ(::kill(procs[1].pid, SIGSTOP), 0);
   auto t_stop = Clock::now();
   std::vector<Proc> survivor = {procs[0]};

@@ -1,5 +1,5 @@
 // The helpers of the multi-process FSDP tests (fsdp_process_test.cc,
-// fsdp_process_failure_test.cc): the worker binary, started workers and
+// fsdp_process_failure_test.cc), over multiproc_test_util.h: the worker binary, started workers and
 // their reaping, per-step metrics lines, and the fixture that trains the tiny
 // job at W ranks through `shardd-worker --standalone` (Gloo over loopback, a
 // FileKvStore rendezvous in a fresh temp directory, a unique --run-id per
@@ -20,13 +20,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "shard/ckpt/safetensors.h"
+#include "tests/multiproc/multiproc_test_util.h"
 
 namespace shard::testing {
 
@@ -34,21 +34,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 inline double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-inline std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-inline std::vector<std::string> NonEmptyLines(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string line; std::getline(ss, line);)
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
 
 inline std::string WorkerBinary() {
   const char* bin = std::getenv("SHARDD_BIN_DIR");
@@ -78,12 +63,6 @@ inline std::vector<StepLine> ReadMetrics(const std::string& path) {
   return out;
 }
 
-inline std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
-
 // SIGKILLs and reaps every process of `procs` not reaped yet when it goes out of
 // scope, so a failed ASSERT never leaves workers behind.
 class ReapOnExit {
@@ -101,46 +80,16 @@ class ReapOnExit {
   std::vector<Proc>* procs_;
 };
 
-class FsdpProcessTest : public ::testing::Test {
+class FsdpProcessTest : public SuiteDirTest<FsdpProcessTest> {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "shardd-fsdp-mp-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    // A token stream a tiny model can learn: random phrases over a 512-token vocabulary.
-    std::mt19937 rng(7);
-    std::vector<std::vector<uint32_t>> phrases(64);
-    for (auto& p : phrases) {
-      p.resize(6 + rng() % 19);
-      for (auto& t : p) t = rng() % 512;
-    }
-    std::vector<uint32_t> toks;
-    while (toks.size() < 40000) {
-      const auto& p = phrases[rng() % phrases.size()];
-      toks.insert(toks.end(), p.begin(), p.end());
-    }
-    std::ofstream(root_ + "/tokens.u32", std::ios::binary)
-        .write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 4));
-    std::ofstream(root_ + "/job.yaml") << "name: fsdp-mp\n"
-                                          "model: {preset: tiny}\n"
-                                          "data: {tokens: " << root_ << "/tokens.u32, seq_len: 32, shuffle: true}\n"
-                                          "train: {steps: 4, global_batch: 8, micro_batch: 2, lr: 3.0e-3, "
-                                          "warmup_steps: 1, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0, "
-                                          "seed: 1234, log_every: 100}\n"
-                                          "parallel: {world_size: 1}\n"
-                                          "resources: {device: cpu}\n";
+    root_ = MakeSuiteDir("shardd-fsdp-mp-");
+    ASSERT_FALSE(root_.empty()) << "cannot make a temporary folder";
+    WritePhraseTokens(root_ + "/tokens.u32", 7, 64, 6, 19, 40000);
+    std::ofstream(root_ + "/job.yaml") << TinyJobYaml("fsdp-mp", root_ + "/tokens.u32", 4,
+                                                      "parallel: {world_size: 1}\n"
+                                                      "resources: {device: cpu}\n");
   }
-  static void TearDownTestSuite() {
-    if (!root_.empty() && !std::getenv("SHARDD_KEEP_TEST_DIR")) fs::remove_all(root_);
-  }
-
-  // A fresh directory for one run (rendezvous store, outputs).
-  std::string NewRunDir(const std::string& name) {
-    std::string d = root_ + "/" + name + "-" + std::to_string(++run_counter_);
-    fs::create_directories(d);
-    return d;
-  }
-
   // fork/exec one worker; stdout/stderr/metrics go to files in `dir`.
   static Proc Start(const std::string& dir, const std::vector<std::string>& args, const std::string& tag) {
     Proc p;
@@ -148,20 +97,7 @@ class FsdpProcessTest : public ::testing::Test {
     p.err = dir + "/" + tag + ".err";
     std::vector<std::string> argv = {WorkerBinary()};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::fflush(nullptr);
-    p.pid = ::fork();
-    if (p.pid == 0) {
-      std::freopen(p.out.c_str(), "w", stdout);
-      std::freopen(p.err.c_str(), "w", stderr);
-      ::setenv("SHARDD_NUM_THREADS", "1", 1);
-      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      ::execv(cargv[0], cargv.data());
-      std::fprintf(stderr, "exec %s failed\n", cargv[0]);
-      ::_exit(127);
-    }
+    p.pid = Spawn(std::move(argv), {}, {}, p.out, p.err);
     return p;
   }
 
@@ -189,6 +125,21 @@ class FsdpProcessTest : public ::testing::Test {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
+
+  // Starts ranks 0 and 1 of a full_shard run that trains until stopped (a 5 s
+  // collective timeout) into *procs, and returns once rank 0 has logged three
+  // steps, so what the test does next lands mid-training (fails the test when
+  // rank 0 has made no progress 60 s after t0).
+  static void StartPairMidRun(const std::string& dir, std::vector<Proc>* procs, Clock::time_point t0) {
+    const std::vector<std::string> sets = {"train.steps=100000", "parallel.strategy=full_shard",
+                                           "parallel.comm_timeout_s=5"};
+    for (int r = 0; r < 2; ++r) procs->push_back(Start(dir, Args(dir, r, 2, sets), "rank" + std::to_string(r)));
+    const std::string m0 = dir + "/metrics.0.jsonl";
+    while (NonEmptyLines(ReadAll(m0)).size() < 3 && Since(t0) < 60) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_GE(NonEmptyLines(ReadAll(m0)).size(), 3u) << "rank 0 made no progress:\n" << ReadAll((*procs)[0].err);
   }
 
   // The common flags of rank `rank` of a `world`-rank run in `dir`.
@@ -223,9 +174,6 @@ class FsdpProcessTest : public ::testing::Test {
     }
     return dir;
   }
-
-  inline static std::string root_;
-  int run_counter_ = 0;
 };
 
 }  // namespace shard::testing

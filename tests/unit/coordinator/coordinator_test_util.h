@@ -237,6 +237,32 @@ class CoordinatorTest : public ScratchTest {
     w.set_rank(rank);
     return w;
   }
+  // The checkpoint report of `rank` (attempt `attempt`) of a 2-rank "tiny"
+  // job for `step` in step_dir: its one shard file (`size` bytes, xxh64
+  // 0x1000 + rank) and the manifest base (global batch `global_batch`).
+  static v1::ReportCheckpointRequest TinyShardReport(const std::string& id, int attempt, int rank, int64_t step,
+                                                     const std::string& step_dir, int64_t size, int global_batch) {
+    shard::Manifest base;
+    base.job = "tiny";
+    base.step = step;
+    base.world = 2;
+    base.strategy = "full_shard";
+    base.shard_count = 2;
+    base.total_steps = 100;
+    base.global_batch = global_batch;
+    base.units = {{"embed", 10}};
+    v1::ReportCheckpointRequest req;
+    *req.mutable_id() = Worker(id, attempt, rank);
+    req.set_step(step);
+    req.set_step_dir(step_dir);
+    req.set_manifest_base(base.ToJson());
+    v1::CheckpointFile* f = req.add_files();
+    f->set_name(shard::ShardFileName(rank, 2));
+    f->set_shard_rank(rank);
+    f->set_size(size);
+    f->set_xxh64(0x1000 + rank);
+    return req;
+  }
 
   StatusOr<v1::RegisterResponse> Register(const std::string& id, int attempt, int rank, const std::string& token) {
     v1::RegisterRequest req;
@@ -307,26 +333,7 @@ class CoordinatorTest : public ScratchTest {
     StatusOr<v1::ReportCheckpointResponse> last = shard::Internal("no report");
     for (int rank = 0; rank < 2; ++rank) {
       WriteBytes(dir + "/" + shard::ShardFileName(rank, 2), std::string(100, 'a'));
-      shard::Manifest base;
-      base.job = "tiny";
-      base.step = step;
-      base.world = 2;
-      base.strategy = "full_shard";
-      base.shard_count = 2;
-      base.total_steps = 100;
-      base.global_batch = 8;
-      base.units = {{"embed", 10}};
-      v1::ReportCheckpointRequest req;
-      *req.mutable_id() = Worker(id, Get(id).attempt(), rank);
-      req.set_step(step);
-      req.set_step_dir(dir);
-      req.set_manifest_base(base.ToJson());
-      v1::CheckpointFile* f = req.add_files();
-      f->set_name(shard::ShardFileName(rank, 2));
-      f->set_shard_rank(rank);
-      f->set_size(100);
-      f->set_xxh64(0x1000 + rank);
-      last = DoReportCheckpoint(req, token);
+      last = DoReportCheckpoint(TinyShardReport(id, Get(id).attempt(), rank, step, dir, 100, 8), token);
       if (!last.ok()) return last;
     }
     return last;

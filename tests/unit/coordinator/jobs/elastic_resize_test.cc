@@ -70,6 +70,16 @@ class ElasticJobTest : public JobOwnersTest {
     for (int r : rejoin) EXPECT_TRUE(JoinAndRegister(id, r, "a").ok());
     return id;
   }
+  // Host b lost (LoseHostB) and restart.elastic_wait_s past: the job shrinks
+  // to host a's ranks 0 and 1 and begins its attempt 3 on them.
+  std::string ShrinkToHostA() {
+    const std::string id = LoseHostB();
+    Advance(6);
+    HeartbeatRanks(id, {0, 1});
+    owners_->loop.Tick();  // shrink
+    owners_->loop.Tick();  // attempt 3 on 2 ranks
+    return id;
+  }
   // Both ranks of a 2-rank attempt report `step`: the commit.
   StatusOr<v1::ReportCheckpointResponse> CommitTwoRanks(const std::string& id, int64_t step) {
     return ReportTwoRankStep(id, step, token_);
@@ -116,11 +126,7 @@ TEST_F(ElasticJobTest, AHostLostForGoodContinuesOnTheOthersRanks) {
 }
 
 TEST_F(ElasticJobTest, StandbyWorkersGrowTheJobBackAtTheNextCommit) {
-  const std::string id = LoseHostB();
-  Advance(6);
-  HeartbeatRanks(id, {0, 1});
-  owners_->loop.Tick();  // shrink
-  owners_->loop.Tick();  // attempt 3 on 2 ranks
+  const std::string id = ShrinkToHostA();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   ASSERT_EQ(State(id), v1::RUNNING);
   // Host b is back: its workers ask for ranks 2 and 3 and stand by.
@@ -152,11 +158,7 @@ TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
   // at once; host a's, restarted when the shrunk attempt ended, join but
   // are still starting up past restart.elastic_wait_s. They are coming, not
   // lost: the attempt must not shrink to b's ranks.
-  const std::string id = LoseHostB();
-  Advance(6);
-  HeartbeatRanks(id, {0, 1});
-  owners_->loop.Tick();
-  owners_->loop.Tick();
+  const std::string id = ShrinkToHostA();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   for (int r = 2; r < 4; ++r) ASSERT_FALSE(Join(id, r, "b").ok());
   ASSERT_TRUE(CommitTwoRanks(id, 5).ok());
@@ -188,11 +190,7 @@ TEST_F(ElasticJobTest, AGrownAttemptWaitsForTheRanksWhoseWorkersJoined) {
 }
 
 TEST_F(ElasticJobTest, StandbyWorkersThatStoppedAskingAreNotCounted) {
-  const std::string id = LoseHostB();
-  Advance(6);
-  HeartbeatRanks(id, {0, 1});
-  owners_->loop.Tick();
-  owners_->loop.Tick();
+  const std::string id = ShrinkToHostA();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(JoinAndRegister(id, r, "a").ok());
   ASSERT_FALSE(Join(id, 2, "b").ok());
   ASSERT_FALSE(Join(id, 3, "b").ok());
@@ -203,11 +201,7 @@ TEST_F(ElasticJobTest, StandbyWorkersThatStoppedAskingAreNotCounted) {
 }
 
 TEST_F(ElasticJobTest, AShrunkAttemptHandsOutFreeRanksOnceItsOwnWorkersHadTheirTime) {
-  const std::string id = LoseHostB();
-  Advance(6);
-  HeartbeatRanks(id, {0, 1});
-  owners_->loop.Tick();
-  owners_->loop.Tick();
+  const std::string id = ShrinkToHostA();
   ASSERT_EQ(Get(id).attempt_world_size(), 2);
   // Host b's workers come first: within elastic_wait_s ranks 0 and 1 wait
   // for the workers that ask for them by number, so b's stand by.

@@ -114,25 +114,8 @@ class CheckpointReportTest : public JobOwnersTest {
   StatusOr<v1::ReportCheckpointResponse> Report(const std::string& id, int attempt, int rank, int64_t step,
                                                 const std::string& step_dir, const std::string& token,
                                                 const std::vector<v1::StepMetric>& metrics = {}) {
-    shard::Manifest base;
-    base.job = "tiny";
-    base.step = step;
-    base.world = 2;
-    base.strategy = "full_shard";
-    base.shard_count = 2;
-    base.total_steps = 100;
-    base.global_batch = 4;       // a manifest must be in range (issue 18 item 2)
-    base.units = {{"embed", 10}};
-    v1::ReportCheckpointRequest req;
-    *req.mutable_id() = Worker(id, attempt, rank);
-    req.set_step(step);
-    req.set_step_dir(step_dir);
-    req.set_manifest_base(base.ToJson());
-    v1::CheckpointFile* f = req.add_files();
-    f->set_name(shard::ShardFileName(rank, 2));
-    f->set_shard_rank(rank);
-    f->set_size(100 + 20 * rank);
-    f->set_xxh64(0x1000 + rank);
+    // Global batch 4: a manifest must be in range (issue 18 item 2).
+    v1::ReportCheckpointRequest req = TinyShardReport(id, attempt, rank, step, step_dir, 100 + 20 * rank, 4);
     for (const auto& m : metrics) *req.add_metrics() = m;
     return owners_->gateway.ReportCheckpoint(req, token);
   }

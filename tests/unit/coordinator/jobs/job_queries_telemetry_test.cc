@@ -35,26 +35,7 @@ class JobQueriesTelemetryTest : public JobOwnersTest {
   Status ReportShard(const std::string& id, int rank, int64_t step) {
     const std::string dir = workdir_ + "/ckpt/tiny/" + shard::StepDirName(step);
     WriteBytes(dir + "/" + shard::ShardFileName(rank, 2), std::string(100, 'a'));
-    shard::Manifest base;
-    base.job = "tiny";
-    base.step = step;
-    base.world = 2;
-    base.strategy = "full_shard";
-    base.shard_count = 2;
-    base.total_steps = 100;
-    base.units = {{"embed", 10}};
-    base.global_batch = 8;
-    v1::ReportCheckpointRequest req;
-    *req.mutable_id() = Worker(id, 1, rank);
-    req.set_step(step);
-    req.set_step_dir(dir);
-    req.set_manifest_base(base.ToJson());
-    v1::CheckpointFile* f = req.add_files();
-    f->set_name(shard::ShardFileName(rank, 2));
-    f->set_shard_rank(rank);
-    f->set_size(100);
-    f->set_xxh64(0x1000 + rank);
-    auto r = owners_->gateway.ReportCheckpoint(req, TokenOf(id, 1));
+    auto r = owners_->gateway.ReportCheckpoint(TinyShardReport(id, 1, rank, step, dir, 100, 8), TokenOf(id, 1));
     if (!r.ok()) ADD_FAILURE() << r.status().ToString();
     return r.status();
   }

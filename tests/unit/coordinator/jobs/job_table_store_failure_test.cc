@@ -5,9 +5,9 @@
 // the next Tick. The store is broken under the running owners (job_owners_test_util.h) by a second
 // SQLite connection, as a careless operator (or a full disk) would.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"
+#include "tests/unit/coordinator/state/older_database.h"
 
 namespace shardd::testing {
 namespace {
@@ -16,16 +16,7 @@ using shard::StatusCode;
 
 class StoreFailureTest : public JobOwnersTest {
  protected:
-  void BreakStore(const std::string& sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((Path("state") + "/shardd.db").c_str(), &db), SQLITE_OK);
-    char* err = nullptr;
-    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
-    std::string msg = err ? err : "";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    ASSERT_EQ(rc, SQLITE_OK) << msg;
-  }
+  void BreakStore(const std::string& sql) { RunSqlOnDatabase(Path("state"), sql); }
 };
 
 // Regression: every commit failed to be recorded (a log line each) and the

@@ -9,7 +9,7 @@
 
 #include <csignal>
 
-#include "coordinator/job_paths.h"
+#include "coordinator/jobs/job_paths.h"
 #include "shard/ckpt/manifest.h"
 #include "shard/ckpt/shard_file.h"
 #include "tests/unit/coordinator/jobs/job_owners_test_util.h"

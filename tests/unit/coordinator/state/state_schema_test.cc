@@ -15,6 +15,7 @@
 
 #include "coordinator/state/state_store.h"
 #include "tests/unit/coordinator/coordinator_test_util.h"
+#include "tests/unit/coordinator/state/older_database.h"
 
 namespace shardd::testing {
 namespace {
@@ -23,17 +24,7 @@ class StateSchemaTest : public ScratchTest {
  protected:
   std::string DbPath() const { return Path("state") + "/shardd.db"; }
   // Runs sql on the database file directly (as a careless operator would).
-  void Sql(const std::string& sql) {
-    fs::create_directories(Path("state"));
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
-    char* err = nullptr;
-    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
-    std::string msg = err ? err : "";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    ASSERT_EQ(rc, SQLITE_OK) << msg;
-  }
+  void Sql(const std::string& sql) { RunSqlOnDatabase(Path("state"), sql); }
   // One text value (or "" when no row).
   std::string Query(const std::string& sql) {
     sqlite3* db = nullptr;
@@ -126,24 +117,7 @@ TEST_F(StateSchemaTest, AnotherProgramsDatabaseIsRefused) {
 // of the columns added since) migrates, keeps its rows and is recorded at
 // this version; a table this version added is created, not refused.
 TEST_F(StateSchemaTest, AFirstReleaseDatabaseMigrates) {
-  Sql(R"sql(
-    CREATE TABLE jobs(
-      id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, attempt INTEGER NOT NULL,
-      restarts INTEGER NOT NULL, reason TEXT NOT NULL, spec BLOB NOT NULL, progress BLOB NOT NULL,
-      worker_token TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
-      seq INTEGER NOT NULL, number INTEGER NOT NULL);
-    CREATE TABLE workers(
-      job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL,
-      hostname TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY(job_id, attempt, rank));
-    CREATE TABLE events(
-      job_id TEXT NOT NULL, seq INTEGER NOT NULL, unix_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,
-      kind TEXT NOT NULL, message TEXT NOT NULL, state INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
-    CREATE TABLE checkpoints(
-      job_id TEXT NOT NULL, step INTEGER NOT NULL, world INTEGER NOT NULL, files INTEGER NOT NULL,
-      bytes INTEGER NOT NULL, path TEXT NOT NULL, committed_ms INTEGER NOT NULL, PRIMARY KEY(job_id, step));
-    CREATE TABLE metrics(
-      job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, loss REAL, lr REAL,
-      grad_norm REAL, tokens INTEGER, seconds REAL, PRIMARY KEY(job_id, step));
+  Sql(std::string(kFirstReleaseJobs) + kFirstReleaseOthers + kFirstReleaseMetrics + R"sql(
     INSERT INTO checkpoints VALUES(CAST('old-1' AS BLOB), 20, 2, 2, 200, '/ckpt/step_20', 1700000000000);
   )sql");
   {

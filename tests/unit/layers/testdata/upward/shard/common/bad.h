@@ -1,3 +1,3 @@
 // A deliberate upward include: the ground including the control plane.
 #pragma once
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"

@@ -2,7 +2,7 @@
 // resolve against the workdir, and that neither "..", a symlink nor a sibling
 // with a common prefix (/data2 beside /data) gets out; and that a submission
 // outside the roots is refused naming the key before anything is created.
-#include "coordinator/job_paths.h"
+#include "coordinator/jobs/job_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "coordinator/probed_cluster.h"
+#include "coordinator/host/probed_cluster.h"
 
 #include <mutex>
 

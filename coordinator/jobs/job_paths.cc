@@ -1,9 +1,9 @@
-#include "coordinator/job_paths.h"
+#include "coordinator/jobs/job_paths.h"
 
 #include <filesystem>
 #include <system_error>
 
-#include "coordinator/job_manager_internal.h"
+#include "coordinator/jobs/job_manager_internal.h"
 
 namespace shardd {
 namespace fs = std::filesystem;
