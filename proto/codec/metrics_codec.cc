@@ -10,8 +10,10 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// A figure's own proto field (the older wire form, kept for older readers
-// and writers), found by the table's name; nullptr when it has none.
+// A figure's own proto field, found by the table's name; nullptr when it has
+// none. Only the served messages (MetricRow, JobProgress) keep the preference
+// figures' own fields, for older shardctl clients; the worker's StepMetric
+// carries every figure in its map alone (protocol 3).
 const pb::FieldDescriptor* OwnField(const pb::Message& msg, const shard::StepMetricField& f) {
   const pb::FieldDescriptor* d = msg.GetDescriptor()->FindFieldByName(std::string(f.name));
   return d != nullptr && d->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE && !d->is_repeated() ? d : nullptr;

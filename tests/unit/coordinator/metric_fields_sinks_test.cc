@@ -69,10 +69,14 @@ TEST(MetricFieldsSinksTest, TheWireCarriesEveryFigureBothWays) {
   ExpectSameFigures(m, FromStepMetric(s, 1), "StepMetric");
   const v1::MetricRow r = ToMetricRow(m);
   ExpectSameFigures(m, FromMetricRow(r), "MetricRow");
-  // An older worker sends only the per-figure fields it knows: those still read.
-  v1::StepMetric old = s;
+  // The worker's message (protocol 3) names no figure: the map carries them all.
+  for (const StepMetricField& f : StepMetricFields())
+    EXPECT_EQ(v1::StepMetric::descriptor()->FindFieldByName(std::string(f.name)), nullptr) << f.name;
+  // A served row still carries the older figures' own fields (older shardctl
+  // clients read them), and a row without the map (an older coordinator's) still reads.
+  v1::MetricRow old = r;
   old.clear_figures();
-  const shard::StepMetrics back = FromStepMetric(old, 1);
+  const shard::StepMetrics back = FromMetricRow(old);
   EXPECT_DOUBLE_EQ(back.rewards_chosen, m.rewards_chosen);
   EXPECT_DOUBLE_EQ(back.eval_nll, m.eval_nll);
   // A step without a figure's count sends none of its figures.

@@ -142,17 +142,17 @@ TEST_F(WorkerGatewayReportsTest, APreferenceJobsRowsKeepTheirRewards) {
   ASSERT_EQ(State(id), v1::RUNNING);
   v1::StepMetric dpo = Row(1, 0.6931, 100);  // 4 pairs x 2 rows x 16 = 128 tokens at most
   dpo.set_pairs(4);
-  dpo.set_rewards_chosen(0.125);
-  dpo.set_rewards_rejected(-0.25);
-  dpo.set_rewards_accuracies(0.75);
-  dpo.set_rewards_margins(0.375);
-  dpo.set_logps_chosen(-12.5);
-  dpo.set_logps_rejected(-20.25);
+  (*dpo.mutable_figures())["rewards_chosen"] = 0.125;
+  (*dpo.mutable_figures())["rewards_rejected"] = -0.25;
+  (*dpo.mutable_figures())["rewards_accuracies"] = 0.75;
+  (*dpo.mutable_figures())["rewards_margins"] = 0.375;
+  (*dpo.mutable_figures())["logps_chosen"] = -12.5;
+  (*dpo.mutable_figures())["logps_rejected"] = -20.25;
   v1::StepMetric too_many = Row(2);
   too_many.set_pairs(5);
   v1::StepMetric bad_accuracy = dpo;
   bad_accuracy.set_step(3);
-  bad_accuracy.set_rewards_accuracies(1.5);
+  (*bad_accuracy.mutable_figures())["rewards_accuracies"] = 1.5;
   ASSERT_TRUE(Heartbeat(id, 1, 0, 3, TokenOf(id, 1), {dpo, too_many, bad_accuracy}).ok());
   auto r = owners_->queries.Metrics(id, 0, 0, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -221,7 +221,7 @@ TEST(WorkerReportsTest, LimitsComeFromTheJobAndSaturate) {
   EXPECT_EQ(l.max_pairs, 8);
   m.set_tokens(2048);
   EXPECT_TRUE(CheckStepMetric(m, l).ok()) << CheckStepMetric(m, l).message();
-  m.set_rewards_margins(kNaN);
+  (*m.mutable_figures())["rewards_margins"] = kNaN;
   EXPECT_TRUE(Contains(CheckStepMetric(m, l).message(), "step 3: rewards_margins nan is not finite"))
       << CheckStepMetric(m, l).message();
   m.set_skipped(true);
@@ -244,12 +244,12 @@ TEST(WorkerReportsTest, PairEvaluationsAreChecked) {
   m.set_eval_samples(4);
   m.set_eval_loss(0.625);
   m.set_eval_pairs(4);
-  m.set_eval_rewards_chosen(0.0625);
-  m.set_eval_rewards_rejected(-0.125);
-  m.set_eval_rewards_accuracies(0.75);
-  m.set_eval_rewards_margins(0.1875);
-  m.set_eval_logps_chosen(-14.5);
-  m.set_eval_logps_rejected(-18.75);
+  (*m.mutable_figures())["eval_rewards_chosen"] = 0.0625;
+  (*m.mutable_figures())["eval_rewards_rejected"] = -0.125;
+  (*m.mutable_figures())["eval_rewards_accuracies"] = 0.75;
+  (*m.mutable_figures())["eval_rewards_margins"] = 0.1875;
+  (*m.mutable_figures())["eval_logps_chosen"] = -14.5;
+  (*m.mutable_figures())["eval_logps_rejected"] = -18.75;
   EXPECT_TRUE(CheckStepMetric(m, pref).ok()) << CheckStepMetric(m, pref).message();
   auto refused = [&](const v1::StepMetric& bad, const StepReportLimits& l, const std::string& says) {
     const shard::Status st = CheckStepMetric(bad, l);
@@ -268,20 +268,20 @@ TEST(WorkerReportsTest, PairEvaluationsAreChecked) {
   bad.set_eval_samples(5);
   refused(bad, pref, "step 3: eval_pairs 4 but eval_samples 5");
   bad = m;
-  bad.set_eval_rewards_accuracies(1.25);
+  (*bad.mutable_figures())["eval_rewards_accuracies"] = 1.25;
   refused(bad, pref, "step 3: eval_rewards_accuracies 1.25 is outside 0..1");
-  bad.set_eval_rewards_accuracies(-0.5);
+  (*bad.mutable_figures())["eval_rewards_accuracies"] = -0.5;
   refused(bad, pref, "eval_rewards_accuracies -0.5 is outside 0..1");
   bad = m;
-  bad.set_eval_logps_chosen(-std::numeric_limits<double>::infinity());
+  (*bad.mutable_figures())["eval_logps_chosen"] = -std::numeric_limits<double>::infinity();
   refused(bad, pref, "step 3: eval_logps_chosen -inf is not finite");
   bad = m;
-  bad.set_eval_nll(kNaN);
+  (*bad.mutable_figures())["eval_nll"] = kNaN;
   bad.set_skipped(true);  // the step's own figures may be NaN then; the evaluation's not
   refused(bad, pref, "step 3: eval_nll nan is not finite");
   bad = m;
   bad.set_eval_pairs(0);  // no evaluation on pairs: stray figures are not looked at (the codec drops them)
-  bad.set_eval_rewards_accuracies(7);
+  (*bad.mutable_figures())["eval_rewards_accuracies"] = 7;
   EXPECT_TRUE(CheckStepMetric(bad, pref).ok()) << CheckStepMetric(bad, pref).message();
 }
 

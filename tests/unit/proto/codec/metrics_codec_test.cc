@@ -95,7 +95,7 @@ TEST(MetricsCodecTest, AnSftStepCarriesNoPreferenceFields) {
   EXPECT_EQ(ToMetricRow(back).pairs(), 0);
   // Figures without pairs (no worker sends them) are not a preference step.
   v1::StepMetric stray = wire;
-  stray.set_rewards_margins(4);
+  (*stray.mutable_figures())["rewards_margins"] = 4;
   EXPECT_EQ(FromStepMetric(stray, 1).rewards_margins, 0);
 }
 
@@ -161,7 +161,7 @@ TEST(MetricsCodecTest, AStepWithoutPairEvaluationCarriesNoEvalPairFields) {
   EXPECT_EQ(ToMetricRow(back).eval_pairs(), 0);
   // Figures without eval pairs (no worker sends them) are not an evaluation on pairs.
   v1::StepMetric stray = wire;
-  stray.set_eval_rewards_margins(4);
+  (*stray.mutable_figures())["eval_rewards_margins"] = 4;
   EXPECT_EQ(FromStepMetric(stray, 1).eval_rewards_margins, 0);
   shard::StepMetrics no_pairs = sft_eval;
   no_pairs.eval_rewards_accuracies = 0.5;  // eval_pairs 0: not sent
